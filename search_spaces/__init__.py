@@ -1,0 +1,1 @@
+"""Search-space files shipped with tunekit (installed as ``tunekit.search_spaces``)."""

@@ -1,0 +1,30 @@
+"""tunekit: choose the learning rate, batch size and recipe before the sweep.
+
+Everything the CLI does is a function here that a notebook can call with
+objects in hand.
+"""
+
+from __future__ import annotations
+
+from .errors import UsageError
+from .loading import list_tasks, load_task
+from .schedule import lr_at, lr_schedule
+from .step import StepOutput, TrainStep
+from .task import Task
+from .train import TrainConfig, TrainResult, evaluate, train
+
+__all__ = [
+    "Task",
+    "TrainConfig",
+    "TrainResult",
+    "TrainStep",
+    "StepOutput",
+    "UsageError",
+    "evaluate",
+    "list_tasks",
+    "load_task",
+    "lr_at",
+    "lr_schedule",
+    "train",
+]
+__version__ = "0.1.0"

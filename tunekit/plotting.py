@@ -1,0 +1,48 @@
+"""Plot helpers. matplotlib is imported here, lazily, never at ``import tunekit``."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["new_axes", "figure_png", "save_plot"]
+
+
+def _pyplot() -> Any:
+    # matplotlib falls back to the headless Agg backend where there is no
+    # display, and a notebook keeps the backend it chose.
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def new_axes(ax: Any = None, figsize: tuple[float, float] = (6.4, 4.0)) -> Any:
+    """``ax`` if given, else the Axes of a new figure."""
+    if ax is not None:
+        return ax
+    plt = _pyplot()
+    _, ax = plt.subplots(figsize=figsize)
+    return ax
+
+
+def save_plot(draw: Callable[..., Any], path: str, **kwargs: Any) -> None:
+    """Draw into a new figure and write it to ``path``."""
+    plt = _pyplot()
+    ax = draw(**kwargs)
+    fig = ax.figure if hasattr(ax, "figure") else ax
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def figure_png(draw: Callable[..., Any]) -> bytes:
+    """PNG bytes of a fresh figure drawn by ``draw(ax=None)``, for notebooks' ``_repr_png_``."""
+    plt = _pyplot()
+    ax = draw()
+    fig = ax.figure
+    buf = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buf, format="png", dpi=100)
+    plt.close(fig)
+    return buf.getvalue()

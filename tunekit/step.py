@@ -1,0 +1,160 @@
+"""The shared training step: one optimizer update over K micro-batches.
+
+This is the only code in tunekit that trains. ``train()``, the LR range test,
+the batch-size probe and every search trial call :class:`TrainStep`, so what
+they measure is what a real run does.
+
+One update, top to bottom:
+
+1. zero the gradients;
+2. for each of the K micro-batches: forward under autocast, scale the loss by
+   1/K (and by the GradScaler's factor in fp16), backward;
+3. read the mean loss once (the only host sync of the step); if it is not
+   finite, drop the gradients and report divergence;
+4. unscale (fp16), clip by global norm and read the norm;
+5. step the optimizer, through the scaler in fp16. A step the scaler skips for
+   overflow is reported as skipped, so the caller does not count it as an update.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from .data import Batch, batch_size_of, to_device
+from .errors import UsageError
+from .task import PRECISIONS, LossComputer, Precision
+
+__all__ = ["StepOutput", "TrainStep", "resolve_device", "autocast_context", "make_scaler"]
+
+
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    """``"auto"``/None picks CUDA when present, else CPU."""
+    if device is None or device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise UsageError(f"device {device!r} is not a device: use cpu, cuda, cuda:N or auto") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError(f"device {device!r} asked for, but this machine has no CUDA GPU: use --device cpu")
+    if dev.type not in ("cpu", "cuda"):
+        raise UsageError(f"device {device!r} is not supported: use cpu, cuda, cuda:N or auto")
+    return dev
+
+
+def autocast_context(precision: Precision, device: torch.device) -> contextlib.AbstractContextManager[None]:
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def make_scaler(precision: Precision, device: torch.device) -> torch.amp.GradScaler | None:
+    """A GradScaler for fp16, None otherwise (bf16 has fp32's range and needs none)."""
+    if precision != "fp16":
+        return None
+    return torch.amp.GradScaler(device.type)
+
+
+@dataclass
+class StepOutput:
+    """What one update reports."""
+
+    loss: float  # mean loss over the K micro-batches (unscaled)
+    grad_norm: float  # global gradient norm before clipping (nan when the step was dropped)
+    skipped: bool  # the GradScaler skipped the optimizer step (fp16 overflow)
+    finite: bool  # False: the loss was NaN/inf, no update was made
+    samples: int  # samples seen in this update
+
+
+class TrainStep:
+    """One optimizer update: accumulation, mixed precision, clipping.
+
+    The caller sets the LR with :meth:`set_lr` before each call, so any schedule
+    (cosine for training, an exponential sweep for the LR range test) drives the
+    same step. The ratios between the optimizer's param-group LRs, as the user's
+    optimizer factory set them, are kept.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        compute: LossComputer,
+        *,
+        device: torch.device,
+        precision: Precision = "fp32",
+        accumulation_steps: int = 1,
+        clip_grad_norm: float | None = None,
+        scaler: torch.amp.GradScaler | None = None,
+    ) -> None:
+        if precision not in PRECISIONS:
+            raise UsageError(f"precision {precision!r} is unknown: use one of {', '.join(PRECISIONS)}")
+        if accumulation_steps < 1:
+            raise UsageError(f"accumulation_steps must be >= 1, got {accumulation_steps}")
+        self.model = model
+        self.optimizer = optimizer
+        self.compute = compute
+        self.device = device
+        self.precision = precision
+        self.accumulation_steps = accumulation_steps
+        # An infinite max_norm makes clip_grad_norm_ a pure norm computation.
+        self.max_norm = math.inf if clip_grad_norm is None else float(clip_grad_norm)
+        self.scaler = scaler if scaler is not None else make_scaler(precision, device)
+        self.params = [p for g in optimizer.param_groups for p in g["params"]]
+        base = optimizer.param_groups[0]["lr"] or 1.0
+        self.lr_ratios = [(g["lr"] / base) if base else 1.0 for g in optimizer.param_groups]
+
+    def set_lr(self, lr: float) -> None:
+        for group, ratio in zip(self.optimizer.param_groups, self.lr_ratios):
+            group["lr"] = lr * ratio
+
+    def forward_backward(self, batch: Batch) -> tuple[torch.Tensor, int]:
+        """Forward and backward of one micro-batch; returns the detached loss and its sample count."""
+        batch = to_device(batch, self.device)
+        with autocast_context(self.precision, self.device):
+            loss, _, _ = self.compute(self.model, batch)
+        scaled = loss.float() / self.accumulation_steps
+        if self.scaler is not None:
+            scaled = self.scaler.scale(scaled)
+        scaled.backward()
+        return loss.detach(), batch_size_of(batch)
+
+    def __call__(self, micro_batches: Sequence[Batch]) -> StepOutput:
+        if len(micro_batches) != self.accumulation_steps:
+            raise ValueError(f"expected {self.accumulation_steps} micro-batches, got {len(micro_batches)}")
+        self.optimizer.zero_grad(set_to_none=True)
+        total = None
+        samples = 0
+        for batch in micro_batches:
+            loss, n = self.forward_backward(batch)
+            total = loss.float() if total is None else total + loss.float()
+            samples += n
+        loss_value = float(total) / self.accumulation_steps  # type: ignore[arg-type]
+
+        if not math.isfinite(loss_value):
+            # Divergence: drop these gradients rather than step on them.
+            self.optimizer.zero_grad(set_to_none=True)
+            return StepOutput(loss_value, math.nan, skipped=False, finite=False, samples=samples)
+
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)
+        grad_norm = float(nn.utils.clip_grad_norm_(self.params, self.max_norm))
+
+        if self.scaler is None:
+            self.optimizer.step()
+            return StepOutput(loss_value, grad_norm, skipped=False, finite=True, samples=samples)
+
+        # The scaler skips optimizer.step() on inf/nan gradients and lowers its
+        # scale; a lower scale after update() is how we learn that it skipped.
+        scale_before = self.scaler.get_scale()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        skipped = self.scaler.get_scale() < scale_before
+        return StepOutput(loss_value, grad_norm, skipped=skipped, finite=True, samples=samples)

@@ -1,0 +1,316 @@
+"""``tunekit.train``: a full run of the shared step under a warmup + decay schedule."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+import torch
+from torch import nn
+
+from .data import Data, batch_size_of, iterate_once, to_device, BatchStream
+from .errors import UsageError
+from .schedule import DECAYS, Warmup, lr_at, warmup_steps
+from .step import TrainStep, autocast_context, resolve_device
+from .task import PRECISIONS, LossComputer, Task, accuracy_counts
+
+__all__ = ["TrainConfig", "TrainResult", "train", "evaluate", "EvalCallback"]
+
+# callback(step, metrics) after each evaluation; return True to stop the run.
+EvalCallback = Callable[[int, dict[str, float]], Optional[bool]]
+
+
+def _positive_int(name: str, value: Any, flag: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UsageError(f"{name} must be a positive integer, got {value!r}: pass e.g. {flag} 100")
+
+
+@dataclass
+class TrainConfig:
+    """Settings of one training run. Unset fields fall back to the task's defaults.
+
+    ``warmup`` is a fraction of the run when a float in [0, 1), else a number of
+    updates. ``max_steps`` counts optimizer updates; with ``accumulation_steps``
+    K, each update sees K micro-batches of ``batch_size``.
+    """
+
+    lr: float = 1e-3
+    max_steps: int = 200
+    batch_size: Optional[int] = None
+    accumulation_steps: int = 1
+    warmup: Warmup = 0.05
+    schedule: str = "cosine"
+    min_lr_ratio: float = 0.1
+    clip_grad_norm: Optional[float] = 1.0
+    precision: Optional[str] = None
+    device: str = "auto"
+    seed: int = 0
+    eval_every: Optional[int] = None
+    eval_batches: Optional[int] = 20
+    weight_decay: Optional[float] = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.lr, bool) or not isinstance(self.lr, (int, float)) or not (self.lr > 0 and math.isfinite(self.lr)):
+            raise UsageError(f"lr must be a positive number, got {self.lr!r}: pass e.g. --lr 3e-4")
+        _positive_int("max_steps", self.max_steps, "--steps")
+        if self.batch_size is not None:
+            _positive_int("batch_size", self.batch_size, "--batch-size")
+        _positive_int("accumulation_steps", self.accumulation_steps, "--accumulation-steps")
+        warmup_steps(self.warmup, self.max_steps)
+        if self.schedule not in DECAYS:
+            raise UsageError(f"schedule {self.schedule!r} is unknown: use one of {', '.join(DECAYS)}")
+        if not (0.0 <= self.min_lr_ratio <= 1.0):
+            raise UsageError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio!r}: pass e.g. --min-lr-ratio 0.1")
+        if self.clip_grad_norm is not None and not self.clip_grad_norm > 0:
+            raise UsageError(f"clip_grad_norm must be > 0 (or None for no clipping), got {self.clip_grad_norm!r}")
+        if self.precision is not None and self.precision not in PRECISIONS:
+            raise UsageError(f"precision {self.precision!r} is unknown: use one of {', '.join(PRECISIONS)}")
+        if self.eval_every is not None:
+            _positive_int("eval_every", self.eval_every, "--eval-every")
+        if self.eval_batches is not None:
+            _positive_int("eval_batches", self.eval_batches, "--eval-batches")
+        if self.weight_decay is not None and not self.weight_decay >= 0:
+            raise UsageError(f"weight_decay must be >= 0, got {self.weight_decay!r}")
+
+    @classmethod
+    def for_task(cls, task: Task, config: TrainConfig | dict[str, Any] | None = None, **overrides: Any) -> TrainConfig:
+        """The task's defaults, then ``config``, then ``overrides``; unknown keys are refused."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        values: dict[str, Any] = {}
+        values.update({k: v for k, v in task.defaults.items() if k in known})
+        if task.batch_size is not None:
+            values.setdefault("batch_size", task.batch_size)
+        if isinstance(config, TrainConfig):
+            # An explicit TrainConfig wins over task defaults field by field,
+            # except for fields still at their dataclass default.
+            for f in dataclasses.fields(cls):
+                v = getattr(config, f.name)
+                if v != f.default or f.name not in values:
+                    values[f.name] = v
+        elif config:
+            unknown = sorted(set(config) - known)
+            if unknown:
+                raise UsageError(f"unknown training setting {unknown[0]!r}: known settings are {', '.join(sorted(known))}")
+            values.update(config)
+        unknown = sorted(set(overrides) - known)
+        if unknown:
+            raise UsageError(f"unknown training setting {unknown[0]!r}: known settings are {', '.join(sorted(known))}")
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+
+@dataclass
+class TrainResult:
+    """The curve of one run. ``evals`` holds one dict per evaluation (``step`` plus metrics)."""
+
+    config: dict[str, Any]
+    task: str
+    steps: list[int] = field(default_factory=list)
+    lrs: list[float] = field(default_factory=list)
+    losses: list[float] = field(default_factory=list)
+    grad_norms: list[float] = field(default_factory=list)
+    evals: list[dict[str, float]] = field(default_factory=list)
+    updates: int = 0
+    samples: int = 0
+    skipped_steps: int = 0
+    diverged: bool = False
+    diverged_at: Optional[int] = None
+    stopped_early: bool = False
+    seconds: float = 0.0
+    device: str = "cpu"
+
+    @property
+    def final_loss(self) -> float:
+        """Validation loss of the last evaluation, else the mean of the last 10 training losses."""
+        if self.diverged:
+            return math.inf
+        if self.evals:
+            return float(self.evals[-1]["loss"])
+        tail = self.losses[-10:]
+        return float(np.mean(tail)) if tail else math.nan
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json(self, path: str | Path | None = None) -> str:
+        text = json.dumps(self.to_dict(), indent=1, default=float)
+        if path is not None:
+            Path(path).write_text(text)
+        return text
+
+    @classmethod
+    def from_json(cls, text_or_path: str | Path) -> TrainResult:
+        text = str(text_or_path)
+        if not text.lstrip().startswith("{"):
+            text = Path(text_or_path).read_text()
+        return cls(**json.loads(text))
+
+    def plot(self, ax: Any = None) -> Any:
+        """Training loss (and validation loss) against optimizer updates; returns the Axes."""
+        from .plotting import new_axes
+
+        ax = new_axes(ax)
+        ax.plot(self.steps, self.losses, lw=0.8, alpha=0.6, label="train loss")
+        if self.evals:
+            ax.plot([e["step"] for e in self.evals], [e["loss"] for e in self.evals], "o-", label="val loss")
+        if self.diverged and self.diverged_at is not None:
+            ax.axvline(self.diverged_at, color="red", ls="--", label="diverged")
+        ax.set_xlabel("optimizer update")
+        ax.set_ylabel("loss")
+        ax.set_title(f"{self.task}: lr={self.config.get('lr'):.3g}")
+        ax.legend()
+        return ax
+
+    def _repr_png_(self) -> bytes:
+        from .plotting import figure_png
+
+        return figure_png(self.plot)
+
+
+@torch.no_grad()
+def evaluate(
+    model: nn.Module,
+    data: Data,
+    compute: LossComputer,
+    *,
+    device: torch.device,
+    precision: str = "fp32",
+    batch_size: int | None = None,
+    max_batches: int | None = None,
+) -> dict[str, float]:
+    """Mean loss over ``data`` (weighted by batch size), plus accuracy where outputs are class scores.
+
+    The model is put in eval mode and returned to the mode it was in.
+    """
+    was_training = model.training
+    model.eval()
+    total, count, correct, counted = 0.0, 0, 0, 0
+    try:
+        for batch in iterate_once(data, batch_size, max_batches):
+            batch = to_device(batch, device)
+            with autocast_context(precision, device):  # type: ignore[arg-type]
+                loss, outputs, targets = compute(model, batch)
+            n = batch_size_of(batch) or 1
+            total += float(loss) * n
+            count += n
+            acc = accuracy_counts(outputs, targets)
+            if acc is not None:
+                correct += acc[0]
+                counted += acc[1]
+    finally:
+        model.train(was_training)
+    if count == 0:
+        raise UsageError("the validation data yielded no batch: check that it is not empty")
+    metrics = {"loss": total / count}
+    if counted:
+        metrics["accuracy"] = correct / counted
+    return metrics
+
+
+def train(
+    task: Task,
+    config: TrainConfig | dict[str, Any] | None = None,
+    *,
+    callback: EvalCallback | None = None,
+    progress: bool = False,
+    **overrides: Any,
+) -> TrainResult:
+    """Train a fresh model of ``task`` through the shared step; return its curve.
+
+    ``config`` may be a :class:`TrainConfig` or a dict of its fields; keyword
+    overrides win over both. Divergence (a non-finite loss) ends the run and is
+    reported in the result, not raised. ``callback(step, metrics)`` runs after
+    each evaluation; returning True stops the run (``stopped_early``), and an
+    exception it raises (e.g. ``optuna.TrialPruned``) propagates.
+
+    The global torch RNG is left as it was: the run draws from its own seed.
+    """
+    cfg = TrainConfig.for_task(task, config, **overrides)
+    device = resolve_device(cfg.device)
+    precision = cfg.precision or task.precision
+    result = TrainResult(config=dataclasses.asdict(cfg) | {"precision": precision}, task=task.name, device=str(device))
+
+    with torch.random.fork_rng(devices=[device.index or 0] if device.type == "cuda" else []):
+        torch.manual_seed(cfg.seed)
+        model = task.make_model(cfg.seed).to(device)
+        model.train()
+        optimizer = task.optimizer(model.parameters())
+        if cfg.weight_decay is not None:
+            for group in optimizer.param_groups:
+                group["weight_decay"] = cfg.weight_decay
+        compute = task.loss_computer()
+        step = TrainStep(
+            model,
+            optimizer,
+            compute,
+            device=device,
+            precision=precision,  # type: ignore[arg-type]
+            accumulation_steps=cfg.accumulation_steps,
+            clip_grad_norm=cfg.clip_grad_norm,
+        )
+        batches = BatchStream(task.train_data, cfg.batch_size, seed=cfg.seed)
+        lrs = np.asarray(lr_at(np.arange(cfg.max_steps), cfg.max_steps, cfg.lr, cfg.warmup, cfg.schedule, cfg.min_lr_ratio))  # type: ignore[arg-type]
+
+        def run_eval(at: int) -> bool:
+            if task.val_data is None:
+                return False
+            metrics = evaluate(
+                model, task.val_data, compute, device=device, precision=precision,
+                batch_size=cfg.batch_size, max_batches=cfg.eval_batches,
+            )
+            result.evals.append({"step": at, **metrics})
+            return bool(callback(at, metrics)) if callback is not None else False
+
+        bar = _progress(cfg.max_steps, task.name) if progress else None
+        start = time.perf_counter()
+        # The run stops on too many consecutive fp16 overflows: that is divergence too.
+        max_skips_in_a_row, skips_in_a_row = 50, 0
+        update = 0
+        while update < cfg.max_steps:
+            step.set_lr(float(lrs[update]))
+            out = step(batches.take(cfg.accumulation_steps))
+            if not out.finite:
+                result.diverged, result.diverged_at = True, update
+                break
+            if out.skipped:
+                result.skipped_steps += 1
+                skips_in_a_row += 1
+                if skips_in_a_row >= max_skips_in_a_row:
+                    result.diverged, result.diverged_at = True, update
+                    break
+                continue
+            skips_in_a_row = 0
+            result.steps.append(update)
+            result.lrs.append(float(lrs[update]))
+            result.losses.append(out.loss)
+            result.grad_norms.append(out.grad_norm)
+            result.samples += out.samples
+            update += 1
+            if bar is not None:
+                bar.update(1)
+                if update % 10 == 0:
+                    bar.set_postfix(loss=f"{out.loss:.4f}", refresh=False)
+            if cfg.eval_every and update % cfg.eval_every == 0 and update < cfg.max_steps:
+                if run_eval(update):
+                    result.stopped_early = True
+                    break
+        result.updates = update
+        if not result.diverged and not result.stopped_early:
+            run_eval(update)
+        result.seconds = time.perf_counter() - start
+        if bar is not None:
+            bar.close()
+    return result
+
+
+def _progress(total: int, desc: str) -> Any:
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit="step", leave=False, dynamic_ncols=True)
