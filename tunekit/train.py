@@ -313,4 +313,5 @@ def train(
 def _progress(total: int, desc: str) -> Any:
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, desc=desc, unit="step", leave=False, dynamic_ncols=True)
+    # disable=None: no bar when stderr is not a terminal (CI logs, pipes).
+    return tqdm(total=total, desc=desc, unit="step", leave=False, dynamic_ncols=True, disable=None)

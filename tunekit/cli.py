@@ -1,0 +1,251 @@
+"""The ``tunekit`` command: a thin shell over the public API.
+
+Every subcommand parses its flags, calls one public function, prints a short
+table and writes its files. A usage error prints one line and exits 2; an
+internal error exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from .errors import UsageError
+
+__all__ = ["main", "build_parser"]
+
+EPILOG_MAIN = """examples:
+  tunekit tasks                                  list the built-in tasks
+  tunekit train                                  train the default built-in task
+  tunekit train --task charlm --lr 3e-3 --steps 300 --precision bf16
+  tunekit train --task my_project.tasks:cifar --set width=128 --out runs/a
+  tunekit train --task path/to/task.py:make_task --accumulation-steps 4
+
+a task is a built-in name, 'package.module:function' or 'path/to/file.py:function';
+the function returns a tunekit.Task and may take the config dict given by --set.
+"""
+
+EPILOG_TRAIN = """examples:
+  tunekit train
+  tunekit train --task charlm --lr 3e-3 --steps 300 --warmup 0.1 --precision bf16
+  tunekit train --task shapes --batch-size 32 --accumulation-steps 4 --schedule linear
+  tunekit train --task path/to/task.py:make_task --set width=128 --set dropout=0.1 --out runs/a
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line and exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be > 0")
+    return value
+
+
+def _warmup(text: str) -> int | float:
+    """'0.05' is a fraction of the run, '20' a number of updates."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is neither a step count (20) nor a fraction (0.05)") from None
+
+
+def _clip(text: str) -> float | None:
+    if text.lower() in ("none", "off", "0"):
+        return None
+    return _positive_float(text)
+
+
+def _parse_value(text: str) -> Any:
+    low = text.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _task_config(pairs: Sequence[str] | None) -> dict[str, Any]:
+    config: dict[str, Any] = {}
+    for pair in pairs or ():
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--set {pair!r} is not KEY=VALUE: write e.g. --set width=128")
+        config[key.strip()] = _parse_value(value.strip())
+    return config
+
+
+def _add_task_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--task", default=None, metavar="SPEC",
+                   help="built-in name, package.module:function or path/to/file.py:function (default: shapes)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", dest="task_config",
+                   help="task hyperparameter passed to the task function's config (repeatable)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="tunekit",
+        description="Find the learning rate, batch size and training recipe before you spend GPU-hours on a sweep.",
+        epilog=EPILOG_MAIN,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    from . import __version__
+
+    parser.add_argument("--version", action="version", version=f"tunekit {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    p = sub.add_parser("tasks", help="list the built-in tasks",
+                       epilog="examples:\n  tunekit tasks\n", formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.set_defaults(func=cmd_tasks)
+
+    p = sub.add_parser("train", help="train a task with warmup + decay through the shared step",
+                       description="Train a fresh model of a task through tunekit's shared training step and print its curve.",
+                       epilog=EPILOG_TRAIN, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_task_args(p)
+    p.add_argument("--lr", type=_positive_float, help="peak learning rate (default: the task's, else 1e-3)")
+    p.add_argument("--steps", type=int, dest="max_steps", help="optimizer updates (default: the task's, else 200)")
+    p.add_argument("--batch-size", type=int, help="micro-batch size (default: the task's)")
+    p.add_argument("--accumulation-steps", type=int, help="micro-batches per optimizer update (default 1)")
+    p.add_argument("--warmup", type=_warmup, help="warmup: a fraction of the run (0.05) or updates (20); default 0.05")
+    p.add_argument("--schedule", choices=["cosine", "linear", "constant"], help="decay after warmup (default cosine)")
+    p.add_argument("--min-lr-ratio", type=float, help="final LR as a fraction of the peak (default 0.1)")
+    p.add_argument("--clip", type=_clip, dest="clip_grad_norm", default="1.0", help="clip the global grad norm at this value; 'none' to disable (default 1.0)")
+    p.add_argument("--weight-decay", type=float, help="override the optimizer's weight decay")
+    p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], help="fp32, bf16 autocast, or fp16 with a GradScaler (default: the task's)")
+    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (default)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the model's weights and the data order (default 0)")
+    p.add_argument("--eval-every", type=int, help="evaluate on validation data every N updates")
+    p.add_argument("--out", metavar="DIR", help="write DIR/train.json and DIR/train.png")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_train)
+    return parser
+
+
+def cmd_tasks(args: argparse.Namespace) -> int:
+    from .builtin import DEFAULT_TASK
+    from .loading import list_tasks
+
+    tasks = list_tasks()
+    width = max(map(len, tasks))
+    for name, desc in tasks.items():
+        mark = " (default)" if name == DEFAULT_TASK else ""
+        print(f"{name:<{width}}  {desc}{mark}")
+    return 0
+
+
+def _load(args: argparse.Namespace) -> Any:
+    from .builtin import DEFAULT_TASK
+    from .loading import load_task
+
+    return load_task(args.task or DEFAULT_TASK, _task_config(args.task_config))
+
+
+def _out_dir(path: str | None) -> Path | None:
+    if path is None:
+        return None
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {path!r} is a file, not a directory: give a directory path")
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from .plotting import save_plot
+    from .train import train
+
+    out = _out_dir(args.out)
+    task = _load(args)
+    keys = ("lr", "max_steps", "batch_size", "accumulation_steps", "warmup", "schedule", "min_lr_ratio",
+            "weight_decay", "precision", "device", "seed", "eval_every")
+    overrides = {k: getattr(args, k) for k in keys if getattr(args, k) is not None}
+    overrides["clip_grad_norm"] = args.clip_grad_norm
+    result = train(task, progress=not args.quiet, **overrides)
+    print(format_train_summary(result))
+    if out is not None:
+        result.to_json(out / "train.json")
+        save_plot(result.plot, str(out / "train.png"))
+        print(f"wrote {out / 'train.json'} and {out / 'train.png'}")
+    return 0
+
+
+def format_train_summary(result: Any, rows: int = 8) -> str:
+    """A short table of the curve: train loss averaged over each stretch, and evaluations."""
+    import numpy as np
+
+    cfg = result.config
+    lines = [
+        f"task {result.task}: lr {cfg['lr']:.3g}, {cfg['schedule']} after {cfg['warmup']} warmup, "
+        f"batch {cfg['batch_size']} x {cfg['accumulation_steps']} accumulation, {cfg['precision']}, {result.device}"
+    ]
+    evals = {int(e["step"]): e for e in result.evals}
+    n = len(result.losses)
+    if n:
+        edges = np.unique(np.linspace(0, n, min(rows, n) + 1).astype(int))
+        lines.append(f"{'update':>8} {'lr':>10} {'train loss':>11} {'val loss':>9} {'val acc':>8}")
+        for lo, hi in zip(edges[:-1], edges[1:]):
+            step = result.steps[hi - 1] + 1
+            ev = evals.get(step) or {}
+            val = f"{ev['loss']:.4f}" if "loss" in ev else ""
+            acc = f"{ev['accuracy']:.3f}" if "accuracy" in ev else ""
+            lines.append(f"{step:>8} {result.lrs[hi - 1]:>10.3g} {np.mean(result.losses[lo:hi]):>11.4f} {val:>9} {acc:>8}")
+    if result.diverged:
+        lines.append(f"DIVERGED at update {result.diverged_at}: the loss became non-finite; try a lower --lr")
+    else:
+        last = result.evals[-1] if result.evals else {}
+        final = f"val loss {last['loss']:.4f}" if last else f"train loss {result.final_loss:.4f}"
+        if "accuracy" in last:
+            final += f", val accuracy {last['accuracy']:.3f}"
+        lines.append(f"final {final} after {result.updates} updates ({result.samples} samples) in {result.seconds:.1f}s")
+    if result.skipped_steps:
+        lines.append(f"{result.skipped_steps} steps skipped by the fp16 GradScaler (not counted as updates)")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "command", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args))
+    except UsageError as exc:
+        print(f"tunekit {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"tunekit {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # a bug, in tunekit or in the user's code: show where
+        if os.environ.get("TUNEKIT_DEBUG") != "0":
+            traceback.print_exc()
+        print(f"tunekit {args.command}: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
