@@ -105,6 +105,12 @@ class Task:
             raise UsageError(f"the task's model factory returned a {type(model).__name__}, not a torch.nn.Module")
         return model
 
+    def make_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
+        params = [p for p in model.parameters() if p.requires_grad]
+        if not params:
+            raise UsageError(f"the model of task '{self.name}' has no trainable parameters: check requires_grad, or the model factory")
+        return self.optimizer(params)
+
     def loss_computer(self) -> LossComputer:
         return LossComputer(self.loss, self.compute_loss)
 

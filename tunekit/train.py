@@ -102,7 +102,7 @@ class TrainConfig:
         unknown = sorted(set(overrides) - known)
         if unknown:
             raise UsageError(f"unknown training setting {unknown[0]!r}: known settings are {', '.join(sorted(known))}")
-        values.update({k: v for k, v in overrides.items() if v is not None})
+        values.update(overrides)
         return cls(**values)
 
 
@@ -241,7 +241,7 @@ def train(
         torch.manual_seed(cfg.seed)
         model = task.make_model(cfg.seed).to(device)
         model.train()
-        optimizer = task.optimizer(model.parameters())
+        optimizer = task.make_optimizer(model)
         if cfg.weight_decay is not None:
             for group in optimizer.param_groups:
                 group["weight_decay"] = cfg.weight_decay

@@ -1,0 +1,81 @@
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def tunekit(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, OMP_NUM_THREADS="1", MPLBACKEND="Agg")
+    return subprocess.run([sys.executable, "-m", "tunekit", *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=300)
+
+
+def test_train_runs_and_writes_files(tmp_path: Path) -> None:
+    r = tunekit("train", "--steps", "20", "--eval-every", "10", "--out", str(tmp_path), "--quiet")
+    assert r.returncode == 0, r.stderr
+    assert "final val loss" in r.stdout
+    data = json.loads((tmp_path / "train.json").read_text())
+    assert data["updates"] == 20 and len(data["losses"]) == 20
+    assert [e["step"] for e in data["evals"]] == [10, 20]
+    assert (tmp_path / "train.png").stat().st_size > 1000
+
+
+def test_help_shows_examples() -> None:
+    for args in (["--help"], ["train", "--help"], ["tasks", "--help"]):
+        r = tunekit(*args)
+        assert r.returncode == 0 and "examples:" in r.stdout
+
+
+def test_tasks_lists_builtins() -> None:
+    r = tunekit("tasks")
+    assert r.returncode == 0
+    assert "shapes" in r.stdout and "charlm" in r.stdout
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["train", "--task", "nope"], "unknown task 'nope'"),
+        (["train", "--lr", "abc"], "'abc' is not a number"),
+        (["train", "--lr", "-1"], "'-1' must be > 0"),
+        (["train", "--steps", "0"], "max_steps must be a positive integer, got 0"),
+        (["train", "--precision", "fp8"], "invalid choice: 'fp8'"),
+        (["train", "--task", "missing/file.py:f"], "does not exist"),
+        (["train", "--task", "no_such_module_xyz:f"], "module 'no_such_module_xyz'"),
+        (["train", "--set", "width"], "--set 'width' is not KEY=VALUE"),
+        (["train", "--warmup", "1.5"], "warmup 1.5"),
+        (["train", "--device", "cuda:0"] if not __import__("torch").cuda.is_available() else ["train", "--device", "tpu"], "device"),
+        (["frobnicate"], "invalid choice: 'frobnicate'"),
+    ],
+)
+def test_usage_errors_exit_2_with_one_line(args: list[str], needle: str) -> None:
+    r = tunekit(*args)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert needle in lines[0]
+    assert "Traceback" not in r.stderr
+
+
+def test_module_that_fails_to_import_is_a_usage_error(tmp_path: Path) -> None:
+    (tmp_path / "badmod.py").write_text("raise RuntimeError('broken at import')\n")
+    r = tunekit("train", "--task", "badmod:make", cwd=tmp_path)
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == [
+        "tunekit train: error: module 'badmod' (from task 'badmod:make') failed to import: RuntimeError: broken at import"
+    ]
+
+
+def test_internal_error_exits_1() -> None:
+    r = tunekit("train", "--task", "tests.tasks:broken_model_task", "--steps", "2", "--quiet")
+    assert r.returncode == 1
+    assert "internal error: RuntimeError: boom in forward" in r.stderr
+
+
+def test_no_command_prints_help_and_exits_2() -> None:
+    r = tunekit()
+    assert r.returncode == 2 and "COMMAND" in r.stdout

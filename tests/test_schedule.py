@@ -1,0 +1,52 @@
+import math
+
+import numpy as np
+import pytest
+
+from tunekit import UsageError, lr_at, lr_schedule
+from tunekit.schedule import warmup_steps
+
+
+def test_warmup_is_linear_and_never_zero() -> None:
+    # 10 warmup updates of a 100-update run: peak/10, 2*peak/10, ..., peak.
+    lrs = lr_schedule(100, 1.0, warmup=10, decay="cosine", min_lr_ratio=0.0)
+    np.testing.assert_allclose(lrs[:10], np.arange(1, 11) / 10)
+    assert lrs[0] > 0
+
+
+def test_cosine_reaches_peak_midpoint_and_floor() -> None:
+    total, warm = 110, 10
+    lrs = lr_schedule(total, 2.0, warmup=warm, decay="cosine", min_lr_ratio=0.1)
+    assert lrs[warm] == pytest.approx(2.0)  # first decay step is the peak
+    assert lrs[-1] == pytest.approx(0.2)  # floor = min_lr_ratio * peak
+    # Halfway through the decay, cosine is halfway between peak and floor.
+    mid = warm + (total - warm - 1) // 2
+    assert lrs[mid] == pytest.approx(0.2 + 1.8 * 0.5 * (1 + math.cos(math.pi * (mid - warm) / (total - warm - 1))))
+    assert lrs[mid] == pytest.approx(1.1, abs=0.05)
+    assert np.all(np.diff(lrs[warm:]) <= 1e-12)  # monotone decay
+
+
+def test_linear_and_constant() -> None:
+    lin = lr_schedule(11, 1.0, warmup=0, decay="linear", min_lr_ratio=0.0)
+    np.testing.assert_allclose(lin, np.linspace(1.0, 0.0, 11))
+    const = lr_schedule(20, 0.5, warmup=5, decay="constant")
+    np.testing.assert_allclose(const[5:], 0.5)
+
+
+def test_warmup_fraction_and_steps() -> None:
+    assert warmup_steps(0.1, 200) == 20
+    assert warmup_steps(20, 200) == 20
+    assert warmup_steps(20.0, 200) == 20  # a whole float from the CLI is a step count
+    assert warmup_steps(0, 200) == 0
+    assert lr_at(0, 200, 1.0, warmup=0.1) == pytest.approx(1 / 20)
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, float("nan"), "ten"])
+def test_bad_warmup_names_the_value(bad: object) -> None:
+    with pytest.raises(UsageError, match="warmup"):
+        warmup_steps(bad, 100)  # type: ignore[arg-type]
+
+
+def test_unknown_schedule() -> None:
+    with pytest.raises(UsageError, match="'step'.*cosine, linear, constant"):
+        lr_at(0, 10, 1.0, decay="step")  # type: ignore[arg-type]
