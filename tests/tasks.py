@@ -73,6 +73,17 @@ class HFStyleModel(nn.Module):
         return SimpleNamespace(loss=loss, logits=logits)
 
 
+class PlainDictModel(nn.Module):
+    """Takes dict batches' inputs as keywords and returns bare logits (no .loss)."""
+
+    def __init__(self, dim: int = 8, classes: int = 4) -> None:
+        super().__init__()
+        self.linear = nn.Linear(dim, classes)
+
+    def forward(self, input_values: torch.Tensor) -> torch.Tensor:
+        return self.linear(input_values)
+
+
 def dict_batches(n_batches: int = 8, batch: int = 16, seed: int = 0) -> list[dict[str, torch.Tensor]]:
     data = classification_data(n_batches * batch, seed=seed)
     x, y = data.tensors

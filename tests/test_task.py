@@ -9,7 +9,7 @@ from torch.utils.data import DataLoader
 from tunekit import Task, UsageError, load_task, train
 from tunekit.data import BatchStream
 
-from .tasks import MLP, classification_data, dict_batches, hf_task, regression_data
+from .tasks import MLP, PlainDictModel, classification_data, dict_batches, hf_task, regression_data
 
 
 def _one_line(exc: pytest.ExceptionInfo[UsageError]) -> str:
@@ -93,15 +93,7 @@ def test_hf_style_dict_batches() -> None:
 
 
 def test_dict_batches_with_a_criterion_hold_labels_back() -> None:
-    class Plain(nn.Module):  # takes no labels argument
-        def __init__(self) -> None:
-            super().__init__()
-            self.linear = nn.Linear(8, 4)
-
-        def forward(self, input_values: torch.Tensor) -> torch.Tensor:
-            return self.linear(input_values)
-
-    task = Task(model=Plain, train_data=dict_batches(), loss=nn.CrossEntropyLoss())
+    task = Task(model=PlainDictModel, train_data=dict_batches(), loss=nn.CrossEntropyLoss())
     assert train(task, lr=1e-1, max_steps=5, device="cpu").updates == 5
 
 
@@ -137,7 +129,7 @@ def test_stream_is_seeded_and_reshuffles() -> None:
 
 def test_hf_batch_without_loss_or_labels_is_a_usage_error() -> None:
     batches = [{"input_values": b["input_values"]} for b in dict_batches(2)]
-    task = Task(model=lambda: nn.Linear(8, 4), train_data=batches)
+    task = Task(model=PlainDictModel, train_data=batches)
     with pytest.raises(UsageError, match="returns .loss"):
         train(task, max_steps=1, device="cpu")
     with pytest.raises(UsageError, match="no trainable parameters"):
