@@ -1,0 +1,38 @@
+# All set-up happens here, so each of the README's two commands works on a fresh clone.
+#   make run   set up, then run the main job on a built-in task
+#   make test  set up, then run the tests
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+STAMP  := $(VENV)/.installed
+# Without a GPU, the CPU build of torch: on this project's machines pip finds it on
+# disk. Elsewhere, point TORCH_INDEX at PyTorch's CPU wheel index, e.g.
+#   make test TORCH_INDEX="--index-url https://download.pytorch.org/whl/cpu"
+TORCH_CPU   ?= torch==2.13.0
+TORCH_INDEX ?=
+
+.PHONY: setup run test bench clean
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(PY) || python3 -m venv $(VENV)
+	if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
+	  $(PIP) install -q "torch>=2.3"; \
+	else \
+	  $(PIP) install -q "$(TORCH_CPU)" $(TORCH_INDEX); \
+	fi
+	$(PIP) install -q -e ".[test]"
+	$(PY) -c "import torch, tunekit; print('tunekit', tunekit.__version__, '| torch', torch.__version__, '| cuda' if torch.cuda.is_available() else '| cpu')"
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/tunekit train
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+bench: $(STAMP)
+	$(PY) benchmarks/step_overhead.py
+
+clean:
+	rm -rf $(VENV) *.egg-info
