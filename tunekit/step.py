@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -30,7 +30,7 @@ from .data import Batch, batch_size_of, to_device
 from .errors import UsageError
 from .task import PRECISIONS, LossComputer, Precision
 
-__all__ = ["StepOutput", "TrainStep", "resolve_device", "autocast_context", "make_scaler"]
+__all__ = ["StepOutput", "TrainStep", "Updates", "resolve_device", "autocast_context", "make_scaler"]
 
 
 def resolve_device(device: str | torch.device | None) -> torch.device:
@@ -158,3 +158,53 @@ class TrainStep:
         self.scaler.update()
         skipped = self.scaler.get_scale() < scale_before
         return StepOutput(loss_value, grad_norm, skipped=skipped, finite=True, samples=samples)
+
+
+class Updates:
+    """Drive a :class:`TrainStep` for up to ``max_steps`` counted updates.
+
+    Iterating yields ``(update, lr, output)`` for each update that counted. A
+    step the GradScaler skipped is retried at the same LR and not yielded, so
+    schedules and sweeps advance per real update. A non-finite loss ends the
+    iteration with ``diverged_at`` set; so do ``max_skips_in_a_row`` skips in a
+    row (fp16 that never recovers is divergence too).
+    """
+
+    def __init__(
+        self,
+        step: TrainStep,
+        batches: Iterator[Batch],
+        lrs: Sequence[float],
+        *,
+        max_skips_in_a_row: int = 50,
+    ) -> None:
+        self.step = step
+        self.batches = batches
+        self.lrs = lrs
+        self.max_skips_in_a_row = max_skips_in_a_row
+        self.skipped = 0
+        self.diverged_at: int | None = None
+        self.last: StepOutput | None = None
+
+    def __iter__(self) -> Iterator[tuple[int, float, StepOutput]]:
+        k = self.step.accumulation_steps
+        skips_in_a_row = 0
+        update = 0
+        while update < len(self.lrs):
+            lr = float(self.lrs[update])
+            self.step.set_lr(lr)
+            out = self.step([next(self.batches) for _ in range(k)])
+            self.last = out
+            if not out.finite:
+                self.diverged_at = update
+                return
+            if out.skipped:
+                self.skipped += 1
+                skips_in_a_row += 1
+                if skips_in_a_row >= self.max_skips_in_a_row:
+                    self.diverged_at = update
+                    return
+                continue
+            skips_in_a_row = 0
+            yield update, lr, out
+            update += 1

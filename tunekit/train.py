@@ -17,8 +17,8 @@ from torch import nn
 
 from .data import Data, batch_size_of, iterate_once, to_device, BatchStream
 from .errors import UsageError
-from .schedule import DECAYS, Warmup, lr_at, warmup_steps
-from .step import TrainStep, autocast_context, resolve_device
+from .schedule import DECAYS, Warmup, lr_schedule, warmup_steps
+from .step import TrainStep, Updates, autocast_context, resolve_device
 from .task import PRECISIONS, LossComputer, Task, accuracy_counts
 
 __all__ = ["TrainConfig", "TrainResult", "train", "evaluate", "EvalCallback"]
@@ -256,7 +256,7 @@ def train(
             clip_grad_norm=cfg.clip_grad_norm,
         )
         batches = BatchStream(task.train_data, cfg.batch_size, seed=cfg.seed)
-        lrs = np.asarray(lr_at(np.arange(cfg.max_steps), cfg.max_steps, cfg.lr, cfg.warmup, cfg.schedule, cfg.min_lr_ratio))  # type: ignore[arg-type]
+        lrs = lr_schedule(cfg.max_steps, cfg.lr, cfg.warmup, cfg.schedule, cfg.min_lr_ratio).tolist()  # type: ignore[arg-type]
 
         def run_eval(at: int) -> bool:
             if task.val_data is None:
@@ -270,29 +270,15 @@ def train(
 
         bar = _progress(cfg.max_steps, task.name) if progress else None
         start = time.perf_counter()
-        # The run stops on too many consecutive fp16 overflows: that is divergence too.
-        max_skips_in_a_row, skips_in_a_row = 50, 0
+        loop = Updates(step, batches, lrs)
         update = 0
-        while update < cfg.max_steps:
-            step.set_lr(float(lrs[update]))
-            out = step(batches.take(cfg.accumulation_steps))
-            if not out.finite:
-                result.diverged, result.diverged_at = True, update
-                break
-            if out.skipped:
-                result.skipped_steps += 1
-                skips_in_a_row += 1
-                if skips_in_a_row >= max_skips_in_a_row:
-                    result.diverged, result.diverged_at = True, update
-                    break
-                continue
-            skips_in_a_row = 0
-            result.steps.append(update)
-            result.lrs.append(float(lrs[update]))
+        for i, lr, out in loop:
+            update = i + 1
+            result.steps.append(i)
+            result.lrs.append(lr)
             result.losses.append(out.loss)
             result.grad_norms.append(out.grad_norm)
             result.samples += out.samples
-            update += 1
             if bar is not None:
                 bar.update(1)
                 if update % 10 == 0:
@@ -301,6 +287,9 @@ def train(
                 if run_eval(update):
                     result.stopped_early = True
                     break
+        result.skipped_steps = loop.skipped
+        if loop.diverged_at is not None:
+            result.diverged, result.diverged_at = True, loop.diverged_at
         result.updates = update
         if not result.diverged and not result.stopped_early:
             run_eval(update)
