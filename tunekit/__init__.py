@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from .errors import UsageError
 from .loading import list_tasks, load_task
+from .lr_find import LRFindResult, lr_find
 from .schedule import lr_at, lr_schedule
 from .step import StepOutput, TrainStep
 from .task import Task
@@ -22,6 +23,8 @@ __all__ = [
     "UsageError",
     "evaluate",
     "list_tasks",
+    "LRFindResult",
+    "lr_find",
     "load_task",
     "lr_at",
     "lr_schedule",

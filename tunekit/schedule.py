@@ -16,7 +16,7 @@ import numpy as np
 
 from .errors import UsageError
 
-__all__ = ["DECAYS", "warmup_steps", "lr_at", "lr_schedule"]
+__all__ = ["DECAYS", "warmup_steps", "lr_at", "lr_schedule", "sweep_lrs"]
 
 Decay = Literal["cosine", "linear", "constant"]
 DECAYS: tuple[str, ...] = ("cosine", "linear", "constant")
@@ -83,3 +83,12 @@ def lr_schedule(
 ) -> np.ndarray:
     """The LR of every update of a run, as an array of length ``total_steps``."""
     return np.asarray(lr_at(np.arange(total_steps), total_steps, peak_lr, warmup, decay, min_lr_ratio))
+
+
+def sweep_lrs(min_lr: float, max_lr: float, steps: int, mode: str = "exp") -> np.ndarray:
+    """The LRs of a range test: ``steps`` values from ``min_lr`` to ``max_lr``, geometric or linear."""
+    if mode == "exp":
+        return np.geomspace(min_lr, max_lr, steps)
+    if mode == "linear":
+        return np.linspace(min_lr, max_lr, steps)
+    raise UsageError(f"mode {mode!r} is unknown: use exp or linear")

@@ -12,10 +12,11 @@ from collections.abc import Callable
 from typing import Any
 
 from ..task import Task
+from ._common import optimizer_from_config
 from .charlm import charlm_task
 from .shapes import shapes_task
 
-__all__ = ["BUILTIN_TASKS", "DEFAULT_TASK", "builtin_task"]
+__all__ = ["BUILTIN_TASKS", "DEFAULT_TASK", "builtin_task", "optimizer_from_config"]
 
 # name -> (task function taking the config dict, one-line description)
 BUILTIN_TASKS: dict[str, tuple[Callable[[dict[str, Any]], Task], str]] = {

@@ -20,6 +20,7 @@ from torch.nn import functional as F
 from torch.utils.data import TensorDataset
 
 from ..task import Task
+from ._common import optimizer_from_config
 
 __all__ = ["stdlib_corpus", "VOCAB", "encode", "CharTransformer", "charlm_task"]
 
@@ -100,7 +101,7 @@ def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 
 def charlm_task(config: dict[str, Any]) -> Task:
-    """Config keys: ``dim`` (64), ``layers`` (2), ``heads`` (4), ``context`` (64), ``dropout`` (0.0)."""
+    """Config keys: ``optimizer`` ("adamw" or "sgd"), ``dim`` (64), ``layers`` (2), ``heads`` (4), ``context`` (64), ``dropout`` (0.0)."""
     dim = int(config.get("dim", 64))
     layers = int(config.get("layers", 2))
     heads = int(config.get("heads", 4))
@@ -119,6 +120,7 @@ def charlm_task(config: dict[str, Any]) -> Task:
         val_data=TensorDataset(x[split:], y[split:]),
         loss=lm_loss,
         batch_size=32,
+        optimizer=optimizer_from_config(config),
         name="charlm",
         defaults={"lr": 3e-3, "max_steps": 200, "eval_every": 50},
     )

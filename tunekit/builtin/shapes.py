@@ -15,6 +15,7 @@ from torch.nn import functional as F
 from torch.utils.data import TensorDataset
 
 from ..task import Task
+from ._common import optimizer_from_config
 
 __all__ = ["make_shapes", "ShapesCNN", "shapes_task"]
 
@@ -52,7 +53,7 @@ class ShapesCNN(nn.Module):
 
 
 def shapes_task(config: dict[str, Any]) -> Task:
-    """Config keys: ``width`` (16), ``dropout`` (0.0), ``n_train`` (4096)."""
+    """Config keys: ``optimizer`` ("adamw" or "sgd"), ``width`` (16), ``dropout`` (0.0), ``n_train`` (4096)."""
     width = int(config.get("width", 16))
     dropout = float(config.get("dropout", 0.0))
     n_train = int(config.get("n_train", 4096))
@@ -64,6 +65,7 @@ def shapes_task(config: dict[str, Any]) -> Task:
         val_data=TensorDataset(x[n_train:], y[n_train:]),
         loss=nn.CrossEntropyLoss(),
         batch_size=64,
+        optimizer=optimizer_from_config(config),
         name="shapes",
         defaults={"lr": 3e-3, "max_steps": 200, "eval_every": 50},
     )

@@ -1,0 +1,356 @@
+"""The LR range test: sweep the LR up over N updates of the shared step, read the curve.
+
+``tunekit.lr_find(task)`` tests a fresh model of a task.
+``tunekit.lr_find(model, train_data, loss_fn, optimizer)`` tests objects in hand
+and puts them back exactly as they were afterwards (see :mod:`tunekit.state`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+import numpy as np
+import torch
+from torch import nn
+
+from .data import BatchStream, Data
+from .errors import UsageError
+from .schedule import sweep_lrs
+from .state import preserved
+from .step import TrainStep, Updates, make_scaler, resolve_device
+from .suggest import DEFAULT_RULE, RULES, assess, prepare
+from .task import PRECISIONS, LossFn, ComputeLoss, Task, default_optimizer
+from .train import evaluate
+
+__all__ = ["lr_find", "LRFindResult"]
+
+OptimizerArg = "torch.optim.Optimizer | Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer] | None"
+
+
+@dataclass
+class LRFindResult:
+    """A range test's curve, its suggestions and how far to trust them.
+
+    ``suggestion`` is the default rule's LR (the median over repeats when
+    ``repeats > 1``); ``lr_range`` is its spread over the repeats.
+    """
+
+    lrs: list[float]
+    losses: list[float]
+    smoothed: list[float]
+    suggestions: dict[str, Optional[float]]
+    default_rule: str
+    suggestion: Optional[float]
+    confidence: float
+    confident: bool
+    reasons: list[str]
+    diverged: bool
+    diverged_at_lr: Optional[float]
+    seconds: float
+    settings: dict[str, Any]
+    repeats: list[dict[str, Any]] = field(default_factory=list)
+    lr_range: Optional[tuple[float, float]] = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json(self, path: str | Path | None = None) -> str:
+        text = json.dumps(self.to_dict(), indent=1, default=float, allow_nan=True)
+        if path is not None:
+            Path(path).write_text(text)
+        return text
+
+    @classmethod
+    def from_json(cls, text_or_path: str | Path) -> LRFindResult:
+        text = str(text_or_path)
+        if not text.lstrip().startswith("{"):
+            text = Path(text_or_path).read_text()
+        data = json.loads(text)
+        if data.get("lr_range") is not None:
+            data["lr_range"] = tuple(data["lr_range"])
+        return cls(**data)
+
+    def plot(self, ax: Any = None) -> Any:
+        """Loss against LR on a log axis, with the suggestions marked; returns the Axes."""
+        from .plotting import new_axes
+
+        ax = new_axes(ax)
+        for rep in self.repeats[1:]:
+            ax.plot(rep["lrs"], rep["smoothed"], color="0.6", lw=0.8, alpha=0.6)
+        ax.plot(self.lrs, self.losses, color="C0", lw=0.6, alpha=0.35, label="loss")
+        ax.plot(self.lrs[: len(self.smoothed)], self.smoothed, color="C0", lw=2, label="smoothed (zero-lag)")
+        colors = {"steepest": "C2", "valley": "C4", "min/10": "C1"}
+        for name, lr in self.suggestions.items():
+            if lr is None or name == self.default_rule:
+                continue
+            ax.axvline(lr, color=colors.get(name, "0.5"), ls=":", lw=1.2, label=f"{name}: {lr:.2g}")
+        if self.lr_range is not None and self.lr_range[0] < self.lr_range[1]:
+            ax.axvspan(*self.lr_range, color="C3", alpha=0.12, label="spread over repeats")
+        if self.suggestion is not None:
+            flag = "" if self.confident else " (low confidence)"
+            ax.axvline(self.suggestion, color="C3", lw=2, label=f"suggested: {self.suggestion:.2g}{flag}")
+        if self.diverged_at_lr is not None:
+            ax.axvline(self.diverged_at_lr, color="k", lw=0.8, alpha=0.4, ls="--", label="stopped (diverged)")
+        ax.set_xscale("log")
+        finite = [v for v in self.smoothed if math.isfinite(v)]
+        if finite:
+            lo, hi = min(finite), max(finite)
+            first = finite[0]
+            ax.set_ylim(lo - 0.1 * (first - lo + 1e-12), max(first, lo) + 0.5 * (first - lo + 1e-12) if first > lo else hi)
+        ax.set_xlabel("learning rate")
+        ax.set_ylabel("validation loss" if self.settings.get("loss_on") == "val" else "training loss")
+        ax.set_title("LR range test")
+        ax.legend(fontsize="small")
+        return ax
+
+    def _repr_png_(self) -> bytes:
+        from .plotting import figure_png
+
+        return figure_png(self.plot)
+
+    def table(self) -> str:
+        """The suggestions as a short text table."""
+        lines = [f"{'rule':<10} {'peak LR':>10}"]
+        for name, lr in self.suggestions.items():
+            mark = "  <- default" if name == self.default_rule else ""
+            lines.append(f"{name:<10} {'-' if lr is None else f'{lr:.3g}':>10}{mark}")
+        return "\n".join(lines)
+
+
+def _check_args(min_lr: float, max_lr: float, steps: int, mode: str, repeats: int, diverge_threshold: float) -> None:
+    for name, v in (("min_lr", min_lr), ("max_lr", max_lr)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v > 0 and math.isfinite(v)):
+            raise UsageError(f"{name} must be a positive number, got {v!r}: pass e.g. --{name.replace('_', '-')} 1e-6")
+    if min_lr >= max_lr:
+        raise UsageError(f"min_lr {min_lr:g} must be below max_lr {max_lr:g}: e.g. --min-lr 1e-7 --max-lr 10")
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 10:
+        raise UsageError(f"steps must be an integer >= 10, got {steps!r}: the curve needs points, e.g. --steps 100")
+    if mode not in ("exp", "linear"):
+        raise UsageError(f"mode {mode!r} is unknown: use exp (the default) or linear")
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise UsageError(f"repeats must be a positive integer, got {repeats!r}")
+    if not diverge_threshold > 1:
+        raise UsageError(f"diverge_threshold must be > 1 (a multiple of the best loss), got {diverge_threshold!r}")
+
+
+def lr_find(
+    model: nn.Module | Task,
+    train_data: Data | None = None,
+    loss_fn: LossFn | None = None,
+    optimizer: Any = None,
+    *,
+    compute_loss: ComputeLoss | None = None,
+    val_data: Data | None = None,
+    loss_on: Literal["train", "val"] = "train",
+    val_batches: int = 4,
+    min_lr: float = 1e-7,
+    max_lr: float = 10.0,
+    steps: int = 100,
+    mode: Literal["exp", "linear"] = "exp",
+    batch_size: int | None = None,
+    accumulation_steps: int = 1,
+    precision: str | None = None,
+    clip_grad_norm: float | None = None,
+    device: str = "auto",
+    seed: int = 0,
+    repeats: int = 1,
+    diverge_threshold: float = 4.0,
+    scaler: torch.amp.GradScaler | None = None,
+    progress: bool = False,
+) -> LRFindResult:
+    """Run an LR range test and suggest a peak LR for a warmup + cosine run.
+
+    The LR rises from ``min_lr`` to ``max_lr`` over ``steps`` optimizer updates
+    (exponentially, or linearly with ``mode="linear"``), one update per
+    ``accumulation_steps`` micro-batches, a step that the fp16 scaler skips not
+    counted. The test stops when the loss is non-finite or exceeds
+    ``diverge_threshold`` times its best (smoothed) value.
+
+    ``model`` is a :class:`Task` (a fresh model is built and tested) or a model
+    in hand. A model in hand, its optimizer (an instance, whose state is kept,
+    or a factory; AdamW by default), the scaler and the RNG states are restored
+    bitwise when the test ends, also on an exception or Ctrl-C.
+
+    With ``loss_on="val"``, each point is the loss on the first ``val_batches``
+    batches of ``val_data`` (a fixed subset) instead of the training loss.
+    """
+    _check_args(min_lr, max_lr, steps, mode, repeats, diverge_threshold)
+    if isinstance(model, Task):
+        task = model
+        if train_data is not None or loss_fn is not None:
+            raise UsageError("lr_find(task) takes its data and loss from the task: do not pass train_data or loss_fn too")
+        dev = resolve_device(device)
+        user_model = task.make_model(seed).to(dev)
+        opt_factory = optimizer if optimizer is not None else task.optimizer
+        if isinstance(opt_factory, torch.optim.Optimizer):
+            raise UsageError("with a Task, optimizer must be a factory (params -> Optimizer), not an instance")
+        user_opt = opt_factory([p for p in user_model.parameters() if p.requires_grad])
+        data, vdata = task.train_data, task.val_data if val_data is None else val_data
+        compute = task.loss_computer()
+        batch_size = batch_size or task.batch_size
+        precision = precision or task.precision
+    else:
+        if not isinstance(model, nn.Module):
+            raise UsageError(f"lr_find takes a tunekit.Task or a torch.nn.Module, got a {type(model).__name__}")
+        if train_data is None:
+            raise UsageError("lr_find(model, ...) needs train_data: a DataLoader, a Dataset or a list of batches")
+        dev = resolve_device(device)
+        params = [p for p in model.parameters() if p.requires_grad]
+        if not params:
+            raise UsageError("the model has no trainable parameters: check requires_grad")
+        if next(iter(params)).device != dev:
+            raise UsageError(f"the model is on {next(iter(params)).device} but device is {dev}: move it, or pass device='{next(iter(params)).device}'")
+        user_model = model
+        if optimizer is None:
+            user_opt = default_optimizer(params)
+        elif isinstance(optimizer, torch.optim.Optimizer):
+            user_opt = optimizer
+        elif callable(optimizer):
+            user_opt = optimizer(params)
+        else:
+            raise UsageError(f"optimizer must be an Optimizer or a factory (params -> Optimizer), got {optimizer!r}")
+        # Task validates the loss arguments and data the same way everywhere.
+        task = Task(model=lambda: model, train_data=train_data, val_data=val_data, loss=loss_fn,
+                    compute_loss=compute_loss, batch_size=batch_size, name=type(model).__name__)
+        data, vdata = train_data, val_data
+        compute = task.loss_computer()
+        precision = precision or "fp32"
+    if precision not in PRECISIONS:
+        raise UsageError(f"precision {precision!r} is unknown: use one of {', '.join(PRECISIONS)}")
+    if loss_on not in ("train", "val"):
+        raise UsageError(f"loss_on must be 'train' or 'val', got {loss_on!r}")
+    if loss_on == "val" and vdata is None:
+        raise UsageError("loss_on='val' needs validation data: pass val_data=... (or give the task val_data)")
+    scaler = scaler if scaler is not None else make_scaler(precision, dev)  # type: ignore[arg-type]
+    lrs = sweep_lrs(min_lr, max_lr, steps, mode)
+
+    settings = dict(min_lr=min_lr, max_lr=max_lr, steps=steps, mode=mode, batch_size=batch_size,
+                    accumulation_steps=accumulation_steps, precision=precision, clip_grad_norm=clip_grad_norm,
+                    device=str(dev), seed=seed, repeats=repeats, diverge_threshold=diverge_threshold,
+                    loss_on=loss_on, task=task.name)
+    start = time.perf_counter()
+    runs: list[dict[str, Any]] = []
+    bar = _progress(steps * repeats) if progress else None
+    with preserved(user_model, user_opt, scaler):
+        snap_needed = repeats > 1
+        from .state import Snapshot
+
+        initial = Snapshot(user_model, user_opt, scaler) if snap_needed else None
+        for r in range(repeats):
+            if initial is not None and r > 0:
+                initial.restore()
+            torch.manual_seed(seed + r)
+            user_model.train()
+            step = TrainStep(user_model, user_opt, compute, device=dev, precision=precision,  # type: ignore[arg-type]
+                             accumulation_steps=accumulation_steps, clip_grad_norm=clip_grad_norm, scaler=scaler)
+            batches = BatchStream(data, batch_size, seed=seed + r)
+            run = _sweep(step, batches, lrs, diverge_threshold, bar,
+                         (lambda: evaluate(user_model, vdata, compute, device=dev, precision=precision,
+                                           batch_size=batch_size, max_batches=val_batches)["loss"])
+                         if loss_on == "val" else None)
+            runs.append(run)
+    if bar is not None:
+        bar.close()
+    seconds = time.perf_counter() - start
+    return _result(runs, settings, seconds)
+
+
+def _sweep(step: TrainStep, batches: BatchStream, lrs: np.ndarray, threshold: float, bar: Any,
+           val_loss: Callable[[], float] | None) -> dict[str, Any]:
+    """One sweep through the shared step; stops on divergence."""
+    rec_lrs: list[float] = []
+    rec_losses: list[float] = []
+    best = math.inf
+    diverged_at: float | None = None
+    loop = Updates(step, batches, lrs.tolist())
+    for _, lr, out in loop:
+        loss = val_loss() if val_loss is not None else out.loss
+        rec_lrs.append(lr)
+        rec_losses.append(loss)
+        if bar is not None:
+            bar.update(1)
+        if not math.isfinite(loss):
+            diverged_at = lr
+            break
+        # Divergence on a robust, lag-free signal: the median of the last three
+        # losses against the best such median so far.
+        recent = float(np.median(rec_losses[-3:]))
+        best = min(best, recent)
+        if len(rec_losses) >= 5 and recent > threshold * best:
+            diverged_at = lr
+            break
+    if loop.diverged_at is not None:
+        diverged_at = float(lrs[loop.diverged_at])
+        rec_lrs.append(diverged_at)
+        rec_losses.append(math.nan)
+    if bar is not None and len(rec_lrs) < len(lrs):
+        bar.update(len(lrs) - len(rec_lrs))
+    return {"lrs": rec_lrs, "losses": rec_losses, "diverged_at_lr": diverged_at, "skipped": loop.skipped}
+
+
+def _suggest(lrs: list[float], losses: list[float]) -> tuple[dict[str, float | None], Any, Any]:
+    curve = prepare(lrs, losses)
+    suggestions = {name: (rule(curve) if len(curve.lrs) >= 3 else None) for name, rule in RULES.items()}
+    return suggestions, curve, assess(curve)
+
+
+def _result(runs: list[dict[str, Any]], settings: dict[str, Any], seconds: float) -> LRFindResult:
+    per_run = []
+    for run in runs:
+        sugg, curve, a = _suggest(run["lrs"], run["losses"])
+        per_run.append((run, sugg, curve, a))
+    run0, sugg0, curve0, a0 = per_run[0]
+    suggestions = dict(sugg0)
+    reasons = list(a0.reasons)
+    confidence, confident = a0.confidence, a0.confident
+    lr_range = None
+    suggestion = suggestions.get(DEFAULT_RULE)
+    if len(runs) > 1:
+        # Robust aggregate: the median in log LR of each rule over the repeats.
+        for name in RULES:
+            vals = [s[name] for _, s, _, _ in per_run if s[name] is not None]
+            suggestions[name] = float(10 ** np.median(np.log10(vals))) if vals else None
+        defaults = [s[DEFAULT_RULE] for _, s, _, _ in per_run if s[DEFAULT_RULE] is not None]
+        suggestion = suggestions[DEFAULT_RULE]
+        if defaults:
+            lr_range = (float(min(defaults)), float(max(defaults)))
+            spread = math.log10(lr_range[1] / lr_range[0])
+            if spread > 1.0:
+                reasons.append(f"the suggestion spans {spread:.1f} decades over {len(runs)} repeats")
+        confidence = float(np.median([a.confidence for *_, a in per_run]))
+        confident = sum(a.confident for *_, a in per_run) > len(runs) / 2 and not any("decades" in r for r in reasons)
+    if suggestion is None:
+        confident = False
+        if not reasons:
+            reasons.append("no descending stretch in the curve")
+    return LRFindResult(
+        lrs=list(curve0.lrs.tolist()) + [v for v in run0["lrs"][len(curve0.lrs):]],
+        losses=list(run0["losses"]),
+        smoothed=curve0.smooth.tolist(),
+        suggestions=suggestions,
+        default_rule=DEFAULT_RULE,
+        suggestion=suggestion,
+        confidence=float(confidence),
+        confident=bool(confident),
+        reasons=reasons,
+        diverged=run0["diverged_at_lr"] is not None,
+        diverged_at_lr=run0["diverged_at_lr"],
+        seconds=seconds,
+        settings=settings,
+        repeats=[{"lrs": c.lrs.tolist(), "smoothed": c.smooth.tolist(), "suggestions": s, "skipped": run["skipped"]}
+                 for run, s, c, _ in per_run] if len(runs) > 1 else [],
+        lr_range=lr_range,
+    )
+
+
+def _progress(total: int) -> Any:
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc="lr-find", unit="step", leave=False, dynamic_ncols=True, disable=None)

@@ -1,0 +1,196 @@
+"""LR suggestion rules: pure functions of a recorded range-test curve.
+
+Every rule takes the LRs and raw losses of one range test and returns an LR (or
+None when the curve gives it nothing to work with). They share one smoothing:
+a local-linear Gaussian kernel fit over log10(LR). It is symmetric, so it does
+not lag the way a causal moving average does, and its local slope is the
+derivative of the loss against *log* LR, which is what "steepest descent" on a
+log-scale plot means.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = [
+    "Curve",
+    "prepare",
+    "smooth_loglinear",
+    "steepest",
+    "valley",
+    "minimum_div10",
+    "tunekit_rule",
+    "RULES",
+    "DEFAULT_RULE",
+    "assess",
+    "Assessment",
+]
+
+
+@dataclass
+class Curve:
+    """A range-test curve cut at its first non-finite loss, with its smoothing."""
+
+    lrs: np.ndarray
+    losses: np.ndarray
+    x: np.ndarray  # log10(lr)
+    smooth: np.ndarray  # smoothed loss
+    slope: np.ndarray  # d(smoothed loss) / d log10(lr)
+
+
+def smooth_loglinear(x: np.ndarray, y: np.ndarray, bandwidth: float) -> tuple[np.ndarray, np.ndarray]:
+    """Local-linear Gaussian kernel regression of y on x: (value, slope) at each x.
+
+    At each point a weighted least-squares line is fitted with weights
+    exp(-((x - x0) / bandwidth)^2 / 2); its intercept is the smoothed value and
+    its slope the local derivative. Being centred, it has no lag, and being
+    local-*linear*, it has no bias at the ends of the curve.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    if len(x) < 3 or bandwidth <= 0:
+        grad = np.gradient(y, x) if len(x) >= 2 else np.zeros_like(y)
+        return y.copy(), grad
+    d = x[None, :] - x[:, None]  # d[i, j] = x_j - x_i
+    w = np.exp(-0.5 * (d / bandwidth) ** 2)
+    s0 = w.sum(1)
+    s1 = (w * d).sum(1)
+    s2 = (w * d * d).sum(1)
+    t0 = (w * y[None, :]).sum(1)
+    t1 = (w * d * y[None, :]).sum(1)
+    det = s0 * s2 - s1 * s1
+    safe = np.abs(det) > 1e-12 * np.maximum(s0 * s2, 1e-300)
+    value = np.where(safe, (s2 * t0 - s1 * t1) / np.where(safe, det, 1.0), t0 / s0)
+    slope = np.where(safe, (s0 * t1 - s1 * t0) / np.where(safe, det, 1.0), 0.0)
+    return value, slope
+
+
+def prepare(lrs: np.ndarray | list[float], losses: np.ndarray | list[float], bandwidth: float | None = None) -> Curve:
+    """Cut the curve at its first non-finite loss and smooth it over log LR.
+
+    ``bandwidth`` is in decades of LR; by default 5% of the curve's log-LR span,
+    and never less than two points' spacing.
+    """
+    lrs = np.asarray(lrs, dtype=np.float64)
+    losses = np.asarray(losses, dtype=np.float64)
+    if lrs.shape != losses.shape:
+        raise ValueError(f"lrs and losses differ in length: {lrs.shape} vs {losses.shape}")
+    bad = ~np.isfinite(losses) | ~(lrs > 0)
+    end = int(np.argmax(bad)) if bad.any() else len(losses)
+    lrs, losses = lrs[:end], losses[:end]
+    x = np.log10(lrs) if len(lrs) else lrs
+    if len(x) >= 2:
+        span = float(x[-1] - x[0])
+        spacing = span / (len(x) - 1)
+        h = bandwidth if bandwidth is not None else max(0.05 * span, 2.0 * spacing)
+    else:
+        h = 0.0
+    smooth, slope = smooth_loglinear(x, losses, h)
+    return Curve(lrs, losses, x, smooth, slope)
+
+
+def _descent_end(c: Curve) -> int:
+    """Index of the smoothed minimum: the rules look for descent before it."""
+    return int(np.argmin(c.smooth))
+
+
+def steepest(c: Curve) -> float | None:
+    """The LR where the smoothed loss falls fastest against log LR, before its minimum."""
+    end = _descent_end(c)
+    if end < 1:
+        return None
+    i = int(np.argmin(c.slope[: end + 1]))
+    return float(c.lrs[i]) if c.slope[i] < 0 else None
+
+
+def valley(c: Curve) -> float | None:
+    """The middle (in log LR) of the longest stretch where the smoothed loss keeps falling."""
+    if len(c.smooth) < 3:
+        return None
+    falling = np.diff(c.smooth) < 0
+    best_len, best_start, run_start = 0, 0, None
+    for i, f in enumerate(np.append(falling, False)):
+        if f and run_start is None:
+            run_start = i
+        elif not f and run_start is not None:
+            if i - run_start > best_len:
+                best_len, best_start = i - run_start, run_start
+            run_start = None
+    if best_len == 0:
+        return None
+    lo, hi = best_start, best_start + best_len  # smooth falls from index lo to hi
+    return float(10 ** ((c.x[lo] + c.x[hi]) / 2))
+
+
+def minimum_div10(c: Curve) -> float | None:
+    """A tenth of the LR at the smoothed minimum (fastai's "lr_min")."""
+    if len(c.smooth) < 2:
+        return None
+    return float(c.lrs[_descent_end(c)] / 10)
+
+
+def tunekit_rule(c: Curve) -> float | None:
+    """tunekit's default; see DEFAULT_RULE and benchmarks/lr_regret.py for how it was chosen."""
+    return _geometric_steepest_min(c)
+
+
+def _geometric_steepest_min(c: Curve) -> float | None:
+    s = steepest(c)
+    if s is None or len(c.smooth) < 2:
+        return None
+    m = float(c.lrs[_descent_end(c)])
+    return float(math.sqrt(s * m))
+
+
+RULES = {
+    "tunekit": tunekit_rule,
+    "steepest": steepest,
+    "valley": valley,
+    "min/10": minimum_div10,
+}
+DEFAULT_RULE = "tunekit"
+
+
+@dataclass
+class Assessment:
+    """Whether a curve shows a descent clear enough to trust a suggestion."""
+
+    confidence: float  # 0..1
+    confident: bool
+    reasons: list[str] = field(default_factory=list)
+
+
+def assess(c: Curve, min_drop: float = 0.05) -> Assessment:
+    """Score how clearly the smoothed loss descends before its minimum.
+
+    The score combines the size of the drop (relative to the starting loss and
+    to the noise around the smoothing) and the span of LRs it covers. Below
+    ``min_drop`` relative drop, or a minimum at the curve's first points, the
+    suggestion is flagged as not to be trusted.
+    """
+    reasons: list[str] = []
+    n = len(c.smooth)
+    if n < 5:
+        return Assessment(0.0, False, ["fewer than 5 finite points in the curve"])
+    end = _descent_end(c)
+    start = float(np.median(c.smooth[: max(1, n // 20)]))
+    drop = start - float(c.smooth[end])
+    scale = max(abs(start), 1e-12)
+    rel_drop = drop / scale
+    # Noise of the raw curve around the smoothing, over the descent only: past
+    # the minimum the blow-up is signal, not noise.
+    noise = float(np.std((c.losses - c.smooth)[: end + 1])) or 1e-12
+    span = float(c.x[end] - c.x[0]) if end > 0 else 0.0
+    if end <= max(1, n // 20):
+        reasons.append("the loss never falls: its minimum is at the start of the sweep (lower --min-lr?)")
+    if rel_drop < min_drop:
+        reasons.append(f"the loss falls by only {100 * max(rel_drop, 0):.1f}% before its minimum")
+    if drop < 2 * noise:
+        reasons.append("the descent is within the noise of the curve (more --steps, a larger batch, or --repeats)")
+    if end >= n - 2 and n > 5:
+        reasons.append("the loss was still falling at the end of the sweep (raise --max-lr)")
+    score = float(np.clip(rel_drop / (4 * min_drop), 0, 1) * np.clip(drop / (6 * noise), 0, 1) * np.clip(span / 1.0, 0, 1))
+    return Assessment(score, not reasons, reasons)
