@@ -22,6 +22,7 @@ __all__ = ["main", "build_parser"]
 
 EPILOG_MAIN = """examples:
   tunekit tasks                                  list the built-in tasks
+  tunekit lr-find                                find a peak LR for the default built-in task
   tunekit train                                  train the default built-in task
   tunekit train --task charlm --lr 3e-3 --steps 300 --precision bf16
   tunekit train --task my_project.tasks:cifar --set width=128 --out runs/a
@@ -29,6 +30,13 @@ EPILOG_MAIN = """examples:
 
 a task is a built-in name, 'package.module:function' or 'path/to/file.py:function';
 the function returns a tunekit.Task and may take the config dict given by --set.
+"""
+
+EPILOG_LR_FIND = """examples:
+  tunekit lr-find                                the default built-in task, written to tunekit_runs/
+  tunekit lr-find --task charlm --repeats 3 --out runs/lm
+  tunekit lr-find --task my_project.tasks:cifar --batch-size 128 --accumulation-steps 2 --precision bf16
+  tunekit lr-find --min-lr 1e-6 --max-lr 1 --steps 200 --mode exp
 """
 
 EPILOG_TRAIN = """examples:
@@ -122,6 +130,25 @@ def build_parser() -> argparse.ArgumentParser:
                        epilog="examples:\n  tunekit tasks\n", formatter_class=argparse.RawDescriptionHelpFormatter)
     p.set_defaults(func=cmd_tasks)
 
+    p = sub.add_parser("lr-find", help="LR range test: suggest a peak LR for a warmup + cosine run",
+                       description="Sweep the LR up over N optimizer updates of the shared step and suggest a peak LR. "
+                                   "Writes DIR/lr_find.json and DIR/lr_find.png.",
+                       epilog=EPILOG_LR_FIND, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_task_args(p)
+    p.add_argument("--min-lr", type=_positive_float, default=1e-7, help="first LR of the sweep (default 1e-7)")
+    p.add_argument("--max-lr", type=_positive_float, default=10.0, help="last LR of the sweep (default 10)")
+    p.add_argument("--steps", type=int, default=100, help="optimizer updates in the sweep, at least 10 (default 100)")
+    p.add_argument("--mode", choices=["exp", "linear"], default="exp", help="LR spacing (default exp)")
+    p.add_argument("--batch-size", type=int, help="micro-batch size (default: the task's)")
+    p.add_argument("--accumulation-steps", type=int, default=1, help="micro-batches per optimizer update (default 1)")
+    p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], help="default: the task's")
+    p.add_argument("--repeats", type=int, default=1, help="repeat with other seeds and data orders; report the spread (default 1)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the model and data order (default 0)")
+    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (default)")
+    p.add_argument("--out", metavar="DIR", default="tunekit_runs", help="where to write lr_find.json and lr_find.png (default tunekit_runs)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_lr_find)
+
     p = sub.add_parser("train", help="train a task with warmup + decay through the shared step",
                        description="Train a fresh model of a task through tunekit's shared training step and print its curve.",
                        epilog=EPILOG_TRAIN, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -172,6 +199,39 @@ def _out_dir(path: str | None) -> Path | None:
         raise UsageError(f"--out {path!r} is a file, not a directory: give a directory path")
     out.mkdir(parents=True, exist_ok=True)
     return out
+
+
+def cmd_lr_find(args: argparse.Namespace) -> int:
+    from .lr_find import lr_find
+    from .plotting import save_plot
+
+    out = _out_dir(args.out)
+    task = _load(args)
+    if args.batch_size is not None and args.batch_size < 1:
+        raise UsageError(f"--batch-size must be >= 1, got {args.batch_size}")
+    if args.accumulation_steps < 1:
+        raise UsageError(f"--accumulation-steps must be >= 1, got {args.accumulation_steps}")
+    result = lr_find(task, min_lr=args.min_lr, max_lr=args.max_lr, steps=args.steps, mode=args.mode,
+                     batch_size=args.batch_size, accumulation_steps=args.accumulation_steps,
+                     precision=args.precision, repeats=args.repeats, seed=args.seed, device=args.device,
+                     progress=not args.quiet)
+    print(result.table())
+    if result.suggestion is None:
+        print("no suggestion: " + "; ".join(result.reasons))
+    else:
+        spread = ""
+        if result.lr_range is not None:
+            spread = f" (range over {args.repeats} repeats: {result.lr_range[0]:.3g} .. {result.lr_range[1]:.3g})"
+        print(f"suggested peak LR: {result.suggestion:.3g}{spread}  [{result.default_rule} rule, confidence {result.confidence:.2f}]")
+        if not result.confident:
+            print("LOW CONFIDENCE, do not trust this number blindly: " + "; ".join(result.reasons))
+    stop = f", stopped at lr {result.diverged_at_lr:.3g} (diverged)" if result.diverged_at_lr else ""
+    print(f"{len(result.losses)} updates in {result.seconds:.1f}s{stop}")
+    assert out is not None
+    result.to_json(out / "lr_find.json")
+    save_plot(result.plot, str(out / "lr_find.png"))
+    print(f"wrote {out / 'lr_find.json'} and {out / 'lr_find.png'}")
+    return 0
 
 
 def cmd_train(args: argparse.Namespace) -> int:

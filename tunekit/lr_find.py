@@ -55,6 +55,7 @@ class LRFindResult:
     diverged_at_lr: Optional[float]
     seconds: float
     settings: dict[str, Any]
+    skipped_steps: int = 0
     repeats: list[dict[str, Any]] = field(default_factory=list)
     lr_range: Optional[tuple[float, float]] = None
 
@@ -344,6 +345,7 @@ def _result(runs: list[dict[str, Any]], settings: dict[str, Any], seconds: float
         diverged_at_lr=run0["diverged_at_lr"],
         seconds=seconds,
         settings=settings,
+        skipped_steps=int(sum(run["skipped"] for run in runs)),
         repeats=[{"lrs": c.lrs.tolist(), "smoothed": c.smooth.tolist(), "suggestions": s, "skipped": run["skipped"]}
                  for run, s, c, _ in per_run] if len(runs) > 1 else [],
         lr_range=lr_range,

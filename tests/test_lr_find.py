@@ -1,0 +1,251 @@
+import copy
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import tunekit
+from tunekit import LRFindResult, Task, UsageError, lr_find
+from tunekit.schedule import sweep_lrs
+from tunekit.step import TrainStep
+from tunekit.task import LossComputer
+
+from .tasks import HFStyleModel, classification_data, classification_task, dict_batches, regression_data
+from .test_cli import tunekit as run_cli
+
+
+class Net(nn.Module):
+    """Dropout, BatchNorm (running stats + num_batches_tracked): state that a test can leave changed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Dropout(0.2), nn.Linear(16, 4))
+        self.register_buffer("calls", torch.zeros(()), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        return self.body(x)
+
+
+def _state(model: nn.Module, opt: torch.optim.Optimizer, scaler: torch.amp.GradScaler | None = None) -> dict:
+    return {
+        "params": {k: v.detach().clone() for k, v in model.named_parameters()},
+        "grads": {k: None if v.grad is None else v.grad.clone() for k, v in model.named_parameters()},
+        "buffers": {k: v.clone() for k, v in model.named_buffers()},
+        "modes": [m.training for m in model.modules()],
+        "opt": copy.deepcopy(opt.state_dict()),  # state_dict() holds live tensors
+        "scaler": scaler.state_dict() if scaler is not None else None,
+        "torch_rng": torch.get_rng_state(),
+        "np_rng": np.random.get_state()[1].copy(),
+        "py_rng": random.getstate(),
+    }
+
+
+def _assert_same(a: dict, b: dict) -> None:
+    for key in ("params", "grads", "buffers"):
+        assert a[key].keys() == b[key].keys()
+        for k in a[key]:
+            if a[key][k] is None or b[key][k] is None:
+                assert a[key][k] is None and b[key][k] is None, (key, k)
+            else:
+                assert torch.equal(a[key][k], b[key][k]), (key, k)
+    assert a["modes"] == b["modes"]
+    assert a["opt"]["param_groups"] == b["opt"]["param_groups"]
+    assert a["opt"]["state"].keys() == b["opt"]["state"].keys()
+    for i in a["opt"]["state"]:
+        for k, v in a["opt"]["state"][i].items():
+            assert torch.equal(torch.as_tensor(v), torch.as_tensor(b["opt"]["state"][i][k])), (i, k)
+    assert a["scaler"] == b["scaler"]
+    assert torch.equal(a["torch_rng"], b["torch_rng"])
+    assert np.array_equal(a["np_rng"], b["np_rng"])
+    assert a["py_rng"] == b["py_rng"]
+
+
+def _warm_model() -> tuple[nn.Module, torch.optim.Optimizer, torch.utils.data.TensorDataset]:
+    torch.manual_seed(0)
+    model = Net()
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1)
+    data = classification_data(256)
+    x, y = data.tensors
+    for i in range(3):  # the optimizer has state, the grads are set: all must come back
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(x[i * 32 : (i + 1) * 32]), y[i * 32 : (i + 1) * 32]).backward()
+        opt.step()
+    model.eval()
+    model.body[1].train()  # mixed modes must come back too
+    return model, opt, data
+
+
+def test_model_optimizer_scaler_and_rng_are_restored_bitwise() -> None:
+    model, opt, data = _warm_model()
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    random.seed(5)
+    np.random.seed(5)
+    before = _state(model, opt, scaler)
+    result = lr_find(model, data, nn.CrossEntropyLoss(), opt, batch_size=32, steps=30, precision="fp16",
+                     scaler=scaler, device="cpu")
+    assert len(result.losses) >= 10
+    _assert_same(before, _state(model, opt, scaler))
+
+
+def test_restored_after_an_exception_mid_test() -> None:
+    model, opt, data = _warm_model()
+    before = _state(model, opt)
+    calls = {"n": 0}
+
+    def compute(m: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        calls["n"] += 1
+        if calls["n"] == 12:
+            raise KeyboardInterrupt  # Ctrl-C in the middle of the sweep
+        return nn.functional.cross_entropy(m(batch[0]), batch[1])
+
+    with pytest.raises(KeyboardInterrupt):
+        lr_find(model, data, optimizer=opt, compute_loss=compute, batch_size=32, steps=30, device="cpu")
+    assert calls["n"] == 12
+    _assert_same(before, _state(model, opt))
+
+
+def test_training_after_lr_find_equals_training_without_it() -> None:
+    def train_some(model: nn.Module, opt: torch.optim.Optimizer) -> list[torch.Tensor]:
+        torch.manual_seed(123)  # dropout draws from the global RNG, as in a user's loop
+        step = TrainStep(model, opt, LossComputer(nn.CrossEntropyLoss(), None), device=torch.device("cpu"))
+        x, y = classification_data(256).tensors
+        model.train()
+        for i in range(5):
+            step.set_lr(1e-3)
+            step([(x[i * 32 : (i + 1) * 32], y[i * 32 : (i + 1) * 32])])
+        return [p.detach().clone() for p in model.parameters()]
+
+    m1, o1, data = _warm_model()
+    m2, o2, _ = _warm_model()
+    lr_find(m1, data, nn.CrossEntropyLoss(), o1, batch_size=32, steps=25, device="cpu")
+    for a, b in zip(train_some(m1, o1), train_some(m2, o2)):
+        assert torch.equal(a, b)
+
+
+def test_sweep_counts_updates_with_accumulation() -> None:
+    seen = {"micro": 0}
+
+    def compute(m: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        seen["micro"] += 1
+        return nn.functional.mse_loss(m(batch[0]), batch[1])
+
+    task = Task(model=lambda: nn.Linear(8, 1), train_data=regression_data(256), compute_loss=compute, batch_size=8)
+    r = lr_find(task, min_lr=1e-5, max_lr=1e-3, steps=20, accumulation_steps=3, device="cpu")
+    assert len(r.losses) == 20 and not r.diverged
+    assert seen["micro"] == 60
+    np.testing.assert_allclose(r.lrs, sweep_lrs(1e-5, 1e-3, 20))
+    lin = lr_find(task, min_lr=1e-5, max_lr=1e-3, steps=20, mode="linear", device="cpu")
+    np.testing.assert_allclose(lin.lrs, np.linspace(1e-5, 1e-3, 20))
+
+
+def test_fp16_skipped_steps_do_not_advance_the_sweep() -> None:
+    def compute(m: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        return 1e4 * nn.functional.mse_loss(m(batch[0]).float(), batch[1])
+
+    task = Task(model=lambda: nn.Linear(8, 1), train_data=regression_data(256), compute_loss=compute, batch_size=16)
+    r = lr_find(task, min_lr=1e-9, max_lr=1e-7, steps=15, precision="fp16", device="cpu")
+    assert r.skipped_steps >= 1
+    assert len(r.lrs) == 15
+    np.testing.assert_allclose(r.lrs, sweep_lrs(1e-9, 1e-7, 15))
+
+
+def test_bf16_path() -> None:
+    r = lr_find(classification_task(), steps=30, precision="bf16", device="cpu")
+    assert r.settings["precision"] == "bf16"
+    assert len(r.losses) >= 10 and np.isfinite(r.losses[0])
+
+
+def test_divergence_stops_the_sweep() -> None:
+    task = Task(model=lambda: nn.Linear(8, 1), train_data=regression_data(256), loss=nn.MSELoss(),
+                optimizer=lambda p: torch.optim.SGD(p, lr=0.1), batch_size=16)
+    r = lr_find(task, min_lr=1e-4, max_lr=1e4, steps=100, device="cpu")
+    assert r.diverged and r.diverged_at_lr is not None
+    assert len(r.losses) < 100
+    assert r.suggestion is not None and r.suggestion < r.diverged_at_lr
+
+
+def test_hf_style_dict_batches_without_a_loss() -> None:
+    torch.manual_seed(0)
+    model = HFStyleModel()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    r = lr_find(model, dict_batches(16), steps=40, min_lr=1e-5, max_lr=10, device="cpu")
+    assert len(r.losses) >= 10
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_val_loss_mode_and_repeats() -> None:
+    task = classification_task()
+    r = lr_find(task, steps=30, loss_on="val", device="cpu", repeats=3)
+    assert r.settings["loss_on"] == "val"
+    assert len(r.repeats) == 3
+    sugg = [rep["suggestions"]["tunekit"] for rep in r.repeats if rep["suggestions"]["tunekit"]]
+    assert r.lr_range == (min(sugg), max(sugg))
+    assert r.suggestion == pytest.approx(10 ** np.median(np.log10(sugg)))
+
+
+def test_same_seed_same_suggestion() -> None:
+    a = lr_find(classification_task(), steps=40, device="cpu", seed=1)
+    b = lr_find(classification_task(), steps=40, device="cpu", seed=1)
+    assert a.losses == b.losses and a.suggestions == b.suggestions
+
+
+def test_json_round_trip_and_plot(tmp_path: Path) -> None:
+    r = lr_find(classification_task(), steps=30, device="cpu")
+    path = tmp_path / "r.json"
+    r.to_json(path)
+    back = LRFindResult.from_json(path)
+    assert back.suggestions == r.suggestions and back.lrs == r.lrs
+    ax = back.plot()
+    assert ax.get_xscale() == "log"
+    assert any("suggested" in t.get_text() for t in ax.get_legend().get_texts()) or back.suggestion is None
+    assert r._repr_png_()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize(
+    "kwargs, pattern",
+    [
+        ({"min_lr": 1.0, "max_lr": 0.1}, "min_lr 1 must be below max_lr 0.1"),
+        ({"min_lr": -1.0}, "min_lr must be a positive number, got -1"),
+        ({"steps": 5}, "steps must be an integer >= 10, got 5"),
+        ({"mode": "cubic"}, "mode 'cubic'"),
+        ({"repeats": 0}, "repeats must be a positive integer"),
+        ({"loss_on": "val", "val_data": None}, "needs validation data"),
+    ],
+)
+def test_bad_arguments(kwargs: dict, pattern: str) -> None:
+    task = Task(model=lambda: nn.Linear(8, 1), train_data=regression_data(64), loss=nn.MSELoss(), batch_size=8)
+    with pytest.raises(UsageError, match=pattern):
+        lr_find(task, device="cpu", **kwargs)
+
+
+def test_cli_lr_find_writes_files(tmp_path: Path) -> None:
+    r = run_cli("lr-find", "--steps", "30", "--out", str(tmp_path), "--quiet")
+    assert r.returncode == 0, r.stderr
+    assert "suggested peak LR" in r.stdout or "no suggestion" in r.stdout
+    for rule in ("tunekit", "steepest", "valley", "min/10"):
+        assert rule in r.stdout
+    data = json.loads((tmp_path / "lr_find.json").read_text())
+    assert set(data["suggestions"]) == {"tunekit", "steepest", "valley", "min/10"}
+    assert (tmp_path / "lr_find.png").stat().st_size > 1000
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--min-lr", "1", "--max-lr", "0.1"], "must be below max_lr"),
+        (["--min-lr", "0"], "'0' must be > 0"),
+        (["--steps", "3"], "steps must be an integer >= 10, got 3"),
+        (["--repeats", "0"], "repeats must be a positive integer"),
+        (["--task", "nope"], "unknown task 'nope'"),
+    ],
+)
+def test_cli_lr_find_usage_errors(args: list[str], needle: str, tmp_path: Path) -> None:
+    r = run_cli("lr-find", "--out", str(tmp_path), *args)
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0] and "Traceback" not in r.stderr

@@ -1,0 +1,97 @@
+import math
+
+import numpy as np
+import pytest
+
+from tunekit.suggest import RULES, assess, minimum_div10, prepare, smooth_loglinear, steepest, valley
+
+LRS = np.logspace(-6, 1, 120)
+X = np.log10(LRS)
+
+
+def bowl_curve(centre: float = -3.0, blowup: float = -1.0) -> np.ndarray:
+    """Falls as a sigmoid centred at 10**centre, then rises steeply past 10**blowup."""
+    return 2.0 - 1.5 / (1 + np.exp(-(X - centre) * 3)) + np.where(X > blowup, 5 * (X - blowup) ** 2, 0.0)
+
+
+def test_local_linear_smoother_is_exact_on_lines_and_has_no_lag() -> None:
+    y = 3.0 - 0.7 * X
+    value, slope = smooth_loglinear(X, y, 0.4)
+    np.testing.assert_allclose(value, y, atol=1e-9)
+    np.testing.assert_allclose(slope, -0.7, atol=1e-9)
+    # A symmetric bowl keeps its minimum where it is; a causal EMA would push it right.
+    bowl = (X + 2.5) ** 2
+    smooth, _ = smooth_loglinear(X, bowl, 0.35)
+    assert abs(X[np.argmin(smooth)] - (-2.5)) <= 0.06
+    ema = np.empty_like(bowl)
+    acc = 0.0
+    for i, v in enumerate(bowl):
+        acc = 0.9 * acc + 0.1 * v
+        ema[i] = acc / (1 - 0.9 ** (i + 1))
+    assert X[np.argmin(ema)] - (-2.5) > 0.3  # the lag tunekit avoids
+
+
+def test_rules_on_a_clean_curve() -> None:
+    c = prepare(LRS, bowl_curve())
+    s = steepest(c)
+    assert s is not None and abs(math.log10(s) - (-3.0)) < 0.15  # the sigmoid's centre
+    m_idx = int(np.argmin(c.smooth))
+    assert minimum_div10(c) == pytest.approx(LRS[m_idx] / 10)
+    v = valley(c)
+    # The descent runs from the first point to the minimum; the valley rule takes its middle.
+    assert v is not None and abs(math.log10(v) - (X[0] + X[m_idx]) / 2) < 0.1
+    a = assess(c)
+    assert a.confident and a.confidence > 0.5
+
+
+def test_rules_are_stable_under_noise() -> None:
+    clean = prepare(LRS, bowl_curve())
+    rng = np.random.default_rng(0)
+    picks = {name: [] for name in RULES}
+    for _ in range(20):
+        c = prepare(LRS, bowl_curve() + rng.normal(0, 0.05, len(LRS)))
+        for name, rule in RULES.items():
+            picks[name].append(rule(c))
+    for name in ("tunekit", "steepest", "min/10"):
+        logs = np.log10(np.array(picks[name], dtype=float))
+        assert np.std(logs) < 0.25, name  # jumps of less than a quarter decade
+        assert abs(np.median(logs) - math.log10(RULES[name](clean))) < 0.2, name
+
+
+def test_curve_is_cut_at_the_first_nan() -> None:
+    loss = bowl_curve()
+    loss[100:] = np.nan
+    loss[105] = 0.1  # a finite value after the NaN must not count
+    c = prepare(LRS, loss)
+    assert len(c.lrs) == 100
+    for rule in RULES.values():
+        lr = rule(c)
+        assert lr is None or (math.isfinite(lr) and lr <= LRS[99])
+
+
+def test_flat_curve_is_not_trusted() -> None:
+    rng = np.random.default_rng(1)
+    c = prepare(LRS, 2.0 + rng.normal(0, 0.01, len(LRS)))
+    a = assess(c)
+    assert not a.confident
+    assert a.reasons
+
+
+def test_rising_curve_has_no_steepest_descent() -> None:
+    c = prepare(LRS, 1.0 + 0.01 * np.arange(len(LRS)))
+    assert steepest(c) is None and valley(c) is None
+    a = assess(c)
+    assert not a.confident and any("never falls" in r for r in a.reasons)
+
+
+def test_still_falling_at_the_end_is_flagged() -> None:
+    c = prepare(LRS, 2.0 - 0.1 * X)
+    assert any("raise --max-lr" in r for r in assess(c).reasons)
+
+
+def test_tiny_curves_do_not_crash() -> None:
+    for n in (0, 1, 2, 3):
+        c = prepare(LRS[:n], bowl_curve()[:n])
+        for rule in RULES.values():
+            rule(c) if n >= 1 else None
+        assert not assess(c).confident
