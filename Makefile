@@ -1,5 +1,5 @@
 # All set-up happens here, so each of the README's two commands works on a fresh clone.
-#   make run   set up, then run the main job on a built-in task
+#   make run   set up, then run the main job (tunekit lr-find) on a built-in task
 #   make test  set up, then run the tests
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -26,13 +26,14 @@ $(STAMP): pyproject.toml Makefile
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(VENV)/bin/tunekit train
+	$(VENV)/bin/tunekit lr-find
 
 test: $(STAMP)
 	$(PY) -m pytest -q
 
 bench: $(STAMP)
 	$(PY) benchmarks/step_overhead.py
+	$(PY) benchmarks/lr_regret.py
 
 clean:
 	rm -rf $(VENV) *.egg-info

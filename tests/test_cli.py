@@ -79,3 +79,10 @@ def test_internal_error_exits_1() -> None:
 def test_no_command_prints_help_and_exits_2() -> None:
     r = tunekit()
     assert r.returncode == 2 and "COMMAND" in r.stdout
+
+
+def test_import_is_light() -> None:
+    code = "import sys, tunekit; print(sorted(m for m in ('matplotlib', 'ray', 'optuna') if m in sys.modules))"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"

@@ -11,7 +11,7 @@ import dataclasses
 import json
 import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Optional
@@ -26,12 +26,10 @@ from .schedule import sweep_lrs
 from .state import preserved
 from .step import TrainStep, Updates, make_scaler, resolve_device
 from .suggest import DEFAULT_RULE, RULES, assess, prepare
-from .task import PRECISIONS, LossFn, ComputeLoss, Task, default_optimizer
+from .task import PRECISIONS, ComputeLoss, LossFn, Task, default_optimizer
 from .train import evaluate
 
 __all__ = ["lr_find", "LRFindResult"]
-
-OptimizerArg = "torch.optim.Optimizer | Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer] | None"
 
 
 @dataclass
@@ -189,10 +187,11 @@ def lr_find(
             raise UsageError("lr_find(task) takes its data and loss from the task: do not pass train_data or loss_fn too")
         dev = resolve_device(device)
         user_model = task.make_model(seed).to(dev)
-        opt_factory = optimizer if optimizer is not None else task.optimizer
-        if isinstance(opt_factory, torch.optim.Optimizer):
+        if isinstance(optimizer, torch.optim.Optimizer):
             raise UsageError("with a Task, optimizer must be a factory (params -> Optimizer), not an instance")
-        user_opt = opt_factory([p for p in user_model.parameters() if p.requires_grad])
+        if optimizer is not None:
+            task = dataclasses.replace(task, optimizer=optimizer)
+        user_opt = task.make_optimizer(user_model)
         data, vdata = task.train_data, task.val_data if val_data is None else val_data
         compute = task.loss_computer()
         batch_size = batch_size or task.batch_size
@@ -202,12 +201,13 @@ def lr_find(
             raise UsageError(f"lr_find takes a tunekit.Task or a torch.nn.Module, got a {type(model).__name__}")
         if train_data is None:
             raise UsageError("lr_find(model, ...) needs train_data: a DataLoader, a Dataset or a list of batches")
-        dev = resolve_device(device)
         params = [p for p in model.parameters() if p.requires_grad]
         if not params:
             raise UsageError("the model has no trainable parameters: check requires_grad")
-        if next(iter(params)).device != dev:
-            raise UsageError(f"the model is on {next(iter(params)).device} but device is {dev}: move it, or pass device='{next(iter(params)).device}'")
+        # A model in hand is tested where it lives; moving it would change the user's object.
+        dev = params[0].device if device in (None, "auto") else resolve_device(device)
+        if params[0].device != dev:
+            raise UsageError(f"the model is on {params[0].device} but device is {dev}: move the model, or pass device='{params[0].device}'")
         user_model = model
         if optimizer is None:
             user_opt = default_optimizer(params)
@@ -239,13 +239,9 @@ def lr_find(
     start = time.perf_counter()
     runs: list[dict[str, Any]] = []
     bar = _progress(steps * repeats) if progress else None
-    with preserved(user_model, user_opt, scaler):
-        snap_needed = repeats > 1
-        from .state import Snapshot
-
-        initial = Snapshot(user_model, user_opt, scaler) if snap_needed else None
+    with preserved(user_model, user_opt, scaler) as initial:
         for r in range(repeats):
-            if initial is not None and r > 0:
+            if r > 0:  # each repeat starts from the same weights and optimizer state
                 initial.restore()
             torch.manual_seed(seed + r)
             user_model.train()
@@ -332,7 +328,7 @@ def _result(runs: list[dict[str, Any]], settings: dict[str, Any], seconds: float
         if not reasons:
             reasons.append("no descending stretch in the curve")
     return LRFindResult(
-        lrs=list(curve0.lrs.tolist()) + [v for v in run0["lrs"][len(curve0.lrs):]],
+        lrs=list(run0["lrs"]),
         losses=list(run0["losses"]),
         smoothed=curve0.smooth.tolist(),
         suggestions=suggestions,
