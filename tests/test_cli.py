@@ -86,3 +86,21 @@ def test_import_is_light() -> None:
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--set", "width=abc"], "width='abc' is not of type int"),
+        (["--set", "dropout=2"], "dropout=2 is out of range"),
+        (["--set", "wdth=3"], "has no setting 'wdth'"),
+        (["--task", "charlm", "--set", "heads=3"], "dim=64 is not divisible by heads=3"),
+        (["--seed", "18446744073709551616"], "must be in [0, 2**62)"),
+        (["--out", "/proc/version/x"], "cannot be created"),
+    ],
+)
+def test_bad_task_settings_and_paths_exit_2(args: list[str], needle: str) -> None:
+    r = tunekit("train", "--steps", "1", "--quiet", *args)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0]

@@ -249,3 +249,53 @@ def test_cli_lr_find_usage_errors(args: list[str], needle: str, tmp_path: Path) 
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0] and "Traceback" not in r.stderr
+
+
+def test_tensors_held_only_by_the_optimizer_and_loader_generators_are_restored() -> None:
+    torch.manual_seed(0)
+    model = nn.Linear(8, 4)
+    temperature = nn.Parameter(torch.ones(()))
+    opt = torch.optim.AdamW([*model.parameters(), temperature], lr=1e-3)
+    gen = torch.Generator().manual_seed(7)
+    loader = torch.utils.data.DataLoader(classification_data(128), batch_size=16, shuffle=True, generator=gen)
+    gen_state = gen.get_state()
+
+    def compute(m: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        return nn.functional.cross_entropy(m(batch[0]) / temperature, batch[1])
+
+    lr_find(model, loader, optimizer=opt, compute_loss=compute, steps=20, device="cpu")
+    assert temperature.item() == 1.0
+    assert torch.equal(gen.get_state(), gen_state)
+
+
+def test_scaler_is_usable_after_an_interrupted_step() -> None:
+    model, opt, data = _warm_model()
+    scaler = torch.amp.GradScaler("cpu")
+    calls = {"n": 0}
+    real_step = opt.step
+
+    def flaky_step(*a: object, **k: object) -> object:
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt
+        return real_step(*a, **k)
+
+    opt.step = flaky_step  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        lr_find(model, data, nn.CrossEntropyLoss(), opt, batch_size=32, steps=20, precision="fp16", scaler=scaler, device="cpu")
+    opt.step = real_step  # type: ignore[method-assign]
+    x, y = data.tensors
+    opt.zero_grad()
+    scaler.scale(nn.functional.cross_entropy(model(x[:32]), y[:32])).backward()
+    scaler.unscale_(opt)  # raises if the scaler still thinks this optimizer was unscaled
+    scaler.step(opt)
+    scaler.update()
+
+
+def test_frozen_param_group_stays_frozen() -> None:
+    torch.manual_seed(0)
+    a, b = nn.Linear(4, 4), nn.Linear(4, 4)
+    opt = torch.optim.SGD([{"params": a.parameters(), "lr": 0.0}, {"params": b.parameters(), "lr": 1e-3}])
+    step = TrainStep(nn.Sequential(a, b), opt, LossComputer(nn.MSELoss(), None), device=torch.device("cpu"))
+    step.set_lr(0.5)
+    assert [g["lr"] for g in opt.param_groups] == [0.0, 0.5]

@@ -76,10 +76,21 @@ def _warmup(text: str) -> int | float:
         raise argparse.ArgumentTypeError(f"{text!r} is neither a step count (20) nor a fraction (0.05)") from None
 
 
-def _clip(text: str) -> float | None:
+def _clip(text: str) -> float | str:
+    """A positive max norm, or "none" for no clipping."""
     if text.lower() in ("none", "off", "0"):
-        return None
+        return "none"
     return _positive_float(text)
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not 0 <= value < 2**62:
+        raise argparse.ArgumentTypeError(f"{text!r} must be in [0, 2**62)")
+    return value
 
 
 def _parse_value(text: str) -> Any:
@@ -143,7 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--accumulation-steps", type=int, default=1, help="micro-batches per optimizer update (default 1)")
     p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], help="default: the task's")
     p.add_argument("--repeats", type=int, default=1, help="repeat with other seeds and data orders; report the spread (default 1)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the model and data order (default 0)")
+    p.add_argument("--seed", type=_seed, default=0, help="seed of the model and data order (default 0)")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (default)")
     p.add_argument("--out", metavar="DIR", default="tunekit_runs", help="where to write lr_find.json and lr_find.png (default tunekit_runs)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -160,11 +171,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=_warmup, help="warmup: a fraction of the run (0.05) or updates (20); default 0.05")
     p.add_argument("--schedule", choices=["cosine", "linear", "constant"], help="decay after warmup (default cosine)")
     p.add_argument("--min-lr-ratio", type=float, help="final LR as a fraction of the peak (default 0.1)")
-    p.add_argument("--clip", type=_clip, dest="clip_grad_norm", default="1.0", help="clip the global grad norm at this value; 'none' to disable (default 1.0)")
+    p.add_argument("--clip", type=_clip, dest="clip_grad_norm", help="clip the global grad norm at this value; 'none' to disable (default: the task's, else 1.0)")
     p.add_argument("--weight-decay", type=float, help="override the optimizer's weight decay")
     p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], help="fp32, bf16 autocast, or fp16 with a GradScaler (default: the task's)")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (default)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the model's weights and the data order (default 0)")
+    p.add_argument("--seed", type=_seed, default=0, help="seed of the model's weights and the data order (default 0)")
     p.add_argument("--eval-every", type=int, help="evaluate on validation data every N updates")
     p.add_argument("--out", metavar="DIR", help="write DIR/train.json and DIR/train.png")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -197,7 +208,10 @@ def _out_dir(path: str | None) -> Path | None:
     out = Path(path)
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {path!r} is a file, not a directory: give a directory path")
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--out {path!r} cannot be created ({exc.strerror}): give a writable directory") from None
     return out
 
 
@@ -243,7 +257,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     keys = ("lr", "max_steps", "batch_size", "accumulation_steps", "warmup", "schedule", "min_lr_ratio",
             "weight_decay", "precision", "device", "seed", "eval_every")
     overrides = {k: getattr(args, k) for k in keys if getattr(args, k) is not None}
-    overrides["clip_grad_norm"] = args.clip_grad_norm
+    if args.clip_grad_norm is not None:
+        overrides["clip_grad_norm"] = None if args.clip_grad_norm == "none" else args.clip_grad_norm
     result = train(task, progress=not args.quiet, **overrides)
     print(format_train_summary(result))
     if out is not None:

@@ -126,7 +126,16 @@ def load_task(spec: str | Task, config: dict[str, Any] | None = None) -> Task:
             raise UsageError("config was given with a Task object: a Task is already built; pass its spec or function instead")
         return spec
     fn = resolve_task_function(spec)
-    task = fn(dict(config or {})) if _takes_config(fn) else fn()
+    config = dict(config or {})
+    if config and not _takes_config(fn):
+        raise UsageError(f"task '{spec}' takes no config, but --set gave {sorted(config)}: drop --set, or let the function take a config dict")
+    try:
+        task = fn(config) if _takes_config(fn) else fn()
+    except UsageError:
+        raise
+    except (ValueError, TypeError, KeyError) as exc:
+        # Almost always a config value the task function cannot use (--set width=abc).
+        raise UsageError(f"task '{spec}' rejected its config {config}: {type(exc).__name__}: {_one_line(exc)}") from exc
     if not isinstance(task, Task):
         raise UsageError(f"task '{spec}' returned a {type(task).__name__}, not a tunekit.Task: return Task(model=..., train_data=..., loss=...)")
     if task.name == "task":

@@ -23,7 +23,7 @@ from torch import nn
 from .data import BatchStream, Data
 from .errors import UsageError
 from .schedule import sweep_lrs
-from .state import preserved
+from .state import preserved, seed_everything_for
 from .step import TrainStep, Updates, make_scaler, resolve_device
 from .suggest import DEFAULT_RULE, RULES, assess, prepare
 from .task import PRECISIONS, ComputeLoss, LossFn, Task, default_optimizer
@@ -123,7 +123,15 @@ class LRFindResult:
         return "\n".join(lines)
 
 
-def _check_args(min_lr: float, max_lr: float, steps: int, mode: str, repeats: int, diverge_threshold: float) -> None:
+def _check_args(min_lr: float, max_lr: float, steps: int, mode: str, repeats: int, diverge_threshold: float,
+                batch_size: int | None, accumulation_steps: int, clip_grad_norm: float | None) -> None:
+    for name, v in (("batch_size", batch_size), ("accumulation_steps", accumulation_steps)):
+        if v is None and name == "batch_size":
+            continue
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise UsageError(f"{name} must be a positive integer, got {v!r}: pass e.g. --{name.replace('_', '-')} 2")
+    if clip_grad_norm is not None and not clip_grad_norm > 0:
+        raise UsageError(f"clip_grad_norm must be > 0 (or None for no clipping), got {clip_grad_norm!r}")
     for name, v in (("min_lr", min_lr), ("max_lr", max_lr)):
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v > 0 and math.isfinite(v)):
             raise UsageError(f"{name} must be a positive number, got {v!r}: pass e.g. --{name.replace('_', '-')} 1e-6")
@@ -180,7 +188,7 @@ def lr_find(
     With ``loss_on="val"``, each point is the loss on the first ``val_batches``
     batches of ``val_data`` (a fixed subset) instead of the training loss.
     """
-    _check_args(min_lr, max_lr, steps, mode, repeats, diverge_threshold)
+    _check_args(min_lr, max_lr, steps, mode, repeats, diverge_threshold, batch_size, accumulation_steps, clip_grad_norm)
     if isinstance(model, Task):
         task = model
         if train_data is not None or loss_fn is not None:
@@ -239,11 +247,11 @@ def lr_find(
     start = time.perf_counter()
     runs: list[dict[str, Any]] = []
     bar = _progress(steps * repeats) if progress else None
-    with preserved(user_model, user_opt, scaler) as initial:
+    with preserved(user_model, user_opt, scaler, data) as initial:
         for r in range(repeats):
             if r > 0:  # each repeat starts from the same weights and optimizer state
                 initial.restore()
-            torch.manual_seed(seed + r)
+            seed_everything_for(seed + r, dev)
             user_model.train()
             step = TrainStep(user_model, user_opt, compute, device=dev, precision=precision,  # type: ignore[arg-type]
                              accumulation_steps=accumulation_steps, clip_grad_norm=clip_grad_norm, scaler=scaler)

@@ -108,8 +108,9 @@ class TrainStep:
         self.max_norm = math.inf if clip_grad_norm is None else float(clip_grad_norm)
         self.scaler = scaler if scaler is not None else make_scaler(precision, device)
         self.params = [p for g in optimizer.param_groups for p in g["params"]]
-        base = optimizer.param_groups[0]["lr"] or 1.0
-        self.lr_ratios = [(g["lr"] / base) if base else 1.0 for g in optimizer.param_groups]
+        # The largest group LR is the reference, so a frozen group at LR 0 stays frozen.
+        base = max(float(g["lr"]) for g in optimizer.param_groups)
+        self.lr_ratios = [float(g["lr"]) / base if base > 0 else 1.0 for g in optimizer.param_groups]
 
     def set_lr(self, lr: float) -> None:
         for group, ratio in zip(self.optimizer.param_groups, self.lr_ratios):

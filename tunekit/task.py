@@ -98,8 +98,9 @@ class Task:
 
     def make_model(self, seed: int = 0) -> nn.Module:
         """A fresh model with weights drawn from ``seed``; the global RNG is left as it was."""
+        # Models are built on the CPU: fork and seed the CPU generator only.
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
+            torch.default_generator.manual_seed(seed)
             model = self.model()
         if not isinstance(model, nn.Module):
             raise UsageError(f"the task's model factory returned a {type(model).__name__}, not a torch.nn.Module")

@@ -6,7 +6,7 @@ import dataclasses
 import json
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -18,6 +18,7 @@ from torch import nn
 from .data import Data, batch_size_of, iterate_once, to_device, BatchStream
 from .errors import UsageError
 from .schedule import DECAYS, Warmup, lr_schedule, warmup_steps
+from .state import seed_everything_for
 from .step import TrainStep, Updates, autocast_context, resolve_device
 from .task import PRECISIONS, LossComputer, Task, accuracy_counts
 
@@ -237,8 +238,9 @@ def train(
     precision = cfg.precision or task.precision
     result = TrainResult(config=dataclasses.asdict(cfg) | {"precision": precision}, task=task.name, device=str(device))
 
-    with torch.random.fork_rng(devices=[device.index or 0] if device.type == "cuda" else []):
-        torch.manual_seed(cfg.seed)
+    cuda_devices = [device.index if device.index is not None else torch.cuda.current_device()] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=cuda_devices):
+        seed_everything_for(cfg.seed, device)
         model = task.make_model(cfg.seed).to(device)
         model.train()
         optimizer = task.make_optimizer(model)

@@ -22,3 +22,22 @@ def optimizer_from_config(config: dict[str, Any]) -> OptimizerFactory:
     if name == "sgd":
         return _sgd
     raise UsageError(f"optimizer {name!r} is unknown for the built-in tasks: use adamw or sgd (e.g. --set optimizer=sgd)")
+
+
+def check_config(task: str, config: dict[str, Any], known: dict[str, type]) -> dict[str, Any]:
+    """Refuse unknown keys and values of the wrong type, naming them; return the cast values."""
+    unknown = sorted(set(config) - set(known))
+    if unknown:
+        raise UsageError(f"task '{task}' has no setting {unknown[0]!r}: its settings are {', '.join(sorted(known))}")
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        kind = known[key]
+        try:
+            out[key] = kind(value)
+        except (TypeError, ValueError):
+            raise UsageError(f"task '{task}': {key}={value!r} is not of type {kind.__name__}") from None
+        if kind in (int, float) and out[key] < 0 or (key == "dropout" and not 0 <= out[key] < 1):
+            raise UsageError(f"task '{task}': {key}={value!r} is out of range")
+        if kind is int and out[key] < 1:
+            raise UsageError(f"task '{task}': {key}={value!r} must be a positive integer")
+    return out

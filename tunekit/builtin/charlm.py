@@ -19,8 +19,9 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import TensorDataset
 
+from ..errors import UsageError
 from ..task import Task
-from ._common import optimizer_from_config
+from ._common import check_config, optimizer_from_config
 
 __all__ = ["stdlib_corpus", "VOCAB", "encode", "CharTransformer", "charlm_task"]
 
@@ -102,11 +103,14 @@ def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 def charlm_task(config: dict[str, Any]) -> Task:
     """Config keys: ``optimizer`` ("adamw" or "sgd"), ``dim`` (64), ``layers`` (2), ``heads`` (4), ``context`` (64), ``dropout`` (0.0)."""
+    config = check_config("charlm", config, {"dim": int, "layers": int, "heads": int, "context": int, "dropout": float, "optimizer": str})
     dim = int(config.get("dim", 64))
     layers = int(config.get("layers", 2))
     heads = int(config.get("heads", 4))
     context = int(config.get("context", 64))
     dropout = float(config.get("dropout", 0.0))
+    if dim % heads:
+        raise UsageError(f"task 'charlm': dim={dim} is not divisible by heads={heads}: choose heads that divide dim")
     ids = encode(stdlib_corpus())
     # Non-overlapping windows of context+1 characters; the last 10% is validation.
     n = (len(ids) - 1) // context

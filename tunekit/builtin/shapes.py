@@ -15,7 +15,7 @@ from torch.nn import functional as F
 from torch.utils.data import TensorDataset
 
 from ..task import Task
-from ._common import optimizer_from_config
+from ._common import check_config, optimizer_from_config
 
 __all__ = ["make_shapes", "ShapesCNN", "shapes_task"]
 
@@ -54,6 +54,7 @@ class ShapesCNN(nn.Module):
 
 def shapes_task(config: dict[str, Any]) -> Task:
     """Config keys: ``optimizer`` ("adamw" or "sgd"), ``width`` (16), ``dropout`` (0.0), ``n_train`` (4096)."""
+    config = check_config("shapes", config, {"width": int, "dropout": float, "n_train": int, "optimizer": str})
     width = int(config.get("width", 16))
     dropout = float(config.get("dropout", 0.0))
     n_train = int(config.get("n_train", 4096))
