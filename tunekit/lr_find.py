@@ -24,9 +24,10 @@ from .data import BatchStream, Data
 from .errors import UsageError
 from .schedule import sweep_lrs
 from .state import preserved, seed_everything_for
-from .step import TrainStep, Updates, make_scaler, resolve_device
+from .step import TrainStep, Updates, make_scaler
 from .suggest import DEFAULT_RULE, RULES, assess, prepare
-from .task import PRECISIONS, ComputeLoss, LossFn, Task, default_optimizer
+from .subject import resolve_subject
+from .task import ComputeLoss, LossFn, Task
 from .train import evaluate
 
 __all__ = ["lr_find", "LRFindResult"]
@@ -189,50 +190,10 @@ def lr_find(
     batches of ``val_data`` (a fixed subset) instead of the training loss.
     """
     _check_args(min_lr, max_lr, steps, mode, repeats, diverge_threshold, batch_size, accumulation_steps, clip_grad_norm)
-    if isinstance(model, Task):
-        task = model
-        if train_data is not None or loss_fn is not None:
-            raise UsageError("lr_find(task) takes its data and loss from the task: do not pass train_data or loss_fn too")
-        dev = resolve_device(device)
-        user_model = task.make_model(seed).to(dev)
-        if isinstance(optimizer, torch.optim.Optimizer):
-            raise UsageError("with a Task, optimizer must be a factory (params -> Optimizer), not an instance")
-        if optimizer is not None:
-            task = dataclasses.replace(task, optimizer=optimizer)
-        user_opt = task.make_optimizer(user_model)
-        data, vdata = task.train_data, task.val_data if val_data is None else val_data
-        compute = task.loss_computer()
-        batch_size = batch_size or task.batch_size
-        precision = precision or task.precision
-    else:
-        if not isinstance(model, nn.Module):
-            raise UsageError(f"lr_find takes a tunekit.Task or a torch.nn.Module, got a {type(model).__name__}")
-        if train_data is None:
-            raise UsageError("lr_find(model, ...) needs train_data: a DataLoader, a Dataset or a list of batches")
-        params = [p for p in model.parameters() if p.requires_grad]
-        if not params:
-            raise UsageError("the model has no trainable parameters: check requires_grad")
-        # A model in hand is tested where it lives; moving it would change the user's object.
-        dev = params[0].device if device in (None, "auto") else resolve_device(device)
-        if params[0].device != dev:
-            raise UsageError(f"the model is on {params[0].device} but device is {dev}: move the model, or pass device='{params[0].device}'")
-        user_model = model
-        if optimizer is None:
-            user_opt = default_optimizer(params)
-        elif isinstance(optimizer, torch.optim.Optimizer):
-            user_opt = optimizer
-        elif callable(optimizer):
-            user_opt = optimizer(params)
-        else:
-            raise UsageError(f"optimizer must be an Optimizer or a factory (params -> Optimizer), got {optimizer!r}")
-        # Task validates the loss arguments and data the same way everywhere.
-        task = Task(model=lambda: model, train_data=train_data, val_data=val_data, loss=loss_fn,
-                    compute_loss=compute_loss, batch_size=batch_size, name=type(model).__name__)
-        data, vdata = train_data, val_data
-        compute = task.loss_computer()
-        precision = precision or "fp32"
-    if precision not in PRECISIONS:
-        raise UsageError(f"precision {precision!r} is unknown: use one of {', '.join(PRECISIONS)}")
+    sub = resolve_subject("lr_find", model, train_data, loss_fn, optimizer, compute_loss=compute_loss,
+                          val_data=val_data, batch_size=batch_size, precision=precision, device=device, seed=seed)
+    task, user_model, user_opt, data, vdata = sub.task, sub.model, sub.optimizer, sub.data, sub.val_data
+    compute, batch_size, precision, dev = sub.compute, sub.batch_size, sub.precision, sub.device
     if loss_on not in ("train", "val"):
         raise UsageError(f"loss_on must be 'train' or 'val', got {loss_on!r}")
     if loss_on == "val" and vdata is None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -116,49 +116,69 @@ class TrainStep:
         for group, ratio in zip(self.optimizer.param_groups, self.lr_ratios):
             group["lr"] = lr * ratio
 
-    def forward_backward(self, batch: Batch) -> tuple[torch.Tensor, int]:
-        """Forward and backward of one micro-batch; returns the detached loss and its sample count."""
+    def forward(self, batch: Batch) -> tuple[torch.Tensor, int]:
+        """Forward of one micro-batch under autocast: (loss, samples)."""
         batch = to_device(batch, self.device)
         with autocast_context(self.precision, self.device):
             loss, _, _ = self.compute(self.model, batch)
+        return loss, batch_size_of(batch)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """Backward of one micro-batch's loss, scaled by 1/K (and by the GradScaler in fp16)."""
         scaled = loss.float() / self.accumulation_steps
         if self.scaler is not None:
             scaled = self.scaler.scale(scaled)
         scaled.backward()
-        return loss.detach(), batch_size_of(batch)
 
-    def __call__(self, micro_batches: Sequence[Batch]) -> StepOutput:
+    def __call__(self, micro_batches: Sequence[Batch], *, mark: Callable[[str], None] | None = None) -> StepOutput:
+        """One update. ``mark(phase)``, when given, is called after each phase
+        ("forward", "backward", "optimizer") and makes the step sync-free, so it
+        can run on fake tensors for the memory model (no values are read)."""
         if len(micro_batches) != self.accumulation_steps:
             raise ValueError(f"expected {self.accumulation_steps} micro-batches, got {len(micro_batches)}")
         self.optimizer.zero_grad(set_to_none=True)
         total = None
         samples = 0
         for batch in micro_batches:
-            loss, n = self.forward_backward(batch)
-            total = loss.float() if total is None else total + loss.float()
+            loss, n = self.forward(batch)
+            if mark is not None:
+                mark("forward")
+            self.backward(loss)
+            if mark is not None:
+                mark("backward")
+            total = loss.detach().float() if total is None else total + loss.detach().float()
             samples += n
-        loss_value = float(total) / self.accumulation_steps  # type: ignore[arg-type]
 
-        if not math.isfinite(loss_value):
-            # Divergence: drop these gradients rather than step on them.
-            self.optimizer.zero_grad(set_to_none=True)
-            return StepOutput(loss_value, math.nan, skipped=False, finite=False, samples=samples)
+        if mark is None:
+            loss_value = float(total) / self.accumulation_steps  # type: ignore[arg-type]  # the one host sync
+            if not math.isfinite(loss_value):
+                # Divergence: drop these gradients rather than step on them.
+                self.optimizer.zero_grad(set_to_none=True)
+                return StepOutput(loss_value, math.nan, skipped=False, finite=False, samples=samples)
+        else:
+            loss_value = math.nan
 
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
-        grad_norm = float(nn.utils.clip_grad_norm_(self.params, self.max_norm))
+        norm = nn.utils.clip_grad_norm_(self.params, self.max_norm)
 
         if self.scaler is None:
             self.optimizer.step()
-            return StepOutput(loss_value, grad_norm, skipped=False, finite=True, samples=samples)
-
-        # The scaler skips optimizer.step() on inf/nan gradients and lowers its
-        # scale; a lower scale after update() is how we learn that it skipped.
-        scale_before = self.scaler.get_scale()
-        self.scaler.step(self.optimizer)
-        self.scaler.update()
-        skipped = self.scaler.get_scale() < scale_before
-        return StepOutput(loss_value, grad_norm, skipped=skipped, finite=True, samples=samples)
+            skipped = False
+        elif mark is not None:
+            self.scaler.step(self.optimizer)
+            skipped = False
+        else:
+            # The scaler skips optimizer.step() on inf/nan gradients and lowers its
+            # scale; a lower scale after update() is how we learn that it skipped.
+            scale_before = self.scaler.get_scale()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+            skipped = self.scaler.get_scale() < scale_before
+        if mark is not None:
+            mark("optimizer")
+            return StepOutput(loss_value, math.nan, skipped=False, finite=True, samples=samples)
+        return StepOutput(loss_value, float(norm), skipped=skipped, finite=True, samples=samples)
 
 
 class Updates:

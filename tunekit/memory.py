@@ -1,0 +1,244 @@
+"""A memory model of one training step, traced on fake tensors.
+
+The shared step is run under PyTorch's ``FakeTensorMode``: every tensor has a
+shape, dtype and device but no storage, so tracing a step costs no real memory
+and almost no time. A ``TorchDispatchMode`` counts the bytes of every storage
+that the step creates and frees, and records the peak of each phase (forward,
+backward, optimizer step). Traces at a few batch sizes give, per phase, a fit
+
+    peak(b) = fixed + per_sample * b,
+
+and the step's peak at batch b is the largest of the phases' predictions.
+
+The trace runs the very step that training runs (:class:`~tunekit.step.TrainStep`,
+with its precision, accumulation, clipping and optimizer), so what it counts is
+what a run allocates: parameters, gradients, optimizer state, autocast copies,
+activations and the temporaries of backward and of the optimizer.
+"""
+
+from __future__ import annotations
+
+import copy
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten, tree_map
+
+__all__ = ["MemoryModel", "PhaseFit", "StorageCounter", "trace_step", "fit_memory_model", "static_bytes"]
+
+PHASES = ("forward", "backward", "optimizer")
+
+
+class StorageCounter(TorchDispatchMode):
+    """Counts live storage bytes of the tensors created inside it, and peaks per phase.
+
+    A storage is counted once (views share it) from the op that creates it
+    until Python lets go of it. ``mark(name)`` closes a phase: it records the
+    peak since the previous mark and starts the next phase from the current level.
+    """
+
+    def __init__(self, device: torch.device | None = None) -> None:
+        super().__init__()
+        self.device = device
+        self.live = 0
+        self.peak = 0
+        self.phase_peaks: list[tuple[str, int]] = []
+        self._seen: dict[int, Any] = {}
+
+    def track(self, tensors: Sequence[torch.Tensor]) -> None:
+        """Count tensors made outside the mode (parameters, inputs)."""
+        for t in tensors:
+            self._add(t)
+
+    def _add(self, t: Any) -> None:
+        if not isinstance(t, torch.Tensor):
+            return
+        if self.device is not None and t.device.type != self.device.type:
+            return
+        try:
+            st = t.untyped_storage()
+        except (RuntimeError, NotImplementedError):
+            return
+        key = id(st)
+        if key in self._seen:
+            return
+        nbytes = int(st.nbytes())
+
+        def release(_: Any, key: int = key, nbytes: int = nbytes) -> None:
+            if self._seen.pop(key, None) is not None:
+                self.live -= nbytes
+
+        self._seen[key] = weakref.ref(st, release)
+        self.live += nbytes
+        self.peak = max(self.peak, self.live)
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        for t in tree_flatten(out)[0]:
+            self._add(t)
+        return out
+
+    def mark(self, name: str) -> None:
+        self.phase_peaks.append((name, self.peak))
+        self.peak = self.live
+
+
+def static_bytes(model: nn.Module, optimizer: torch.optim.Optimizer | None = None) -> dict[str, int]:
+    """Exact bytes of parameters, gradients (one per trainable parameter), buffers and optimizer state."""
+    params = list({id(p): p for p in model.parameters()}.values())
+    out = {
+        "params": sum(p.numel() * p.element_size() for p in params),
+        "grads": sum(p.numel() * p.element_size() for p in params if p.requires_grad),
+        "buffers": sum(b.numel() * b.element_size() for b in model.buffers()),
+        "optimizer": 0,
+    }
+    if optimizer is not None:
+        out["optimizer"] = sum(
+            v.numel() * v.element_size()
+            for state in optimizer.state.values()
+            for v in state.values()
+            if isinstance(v, torch.Tensor)
+        )
+    return out
+
+
+@dataclass
+class PhaseFit:
+    """peak(b) = fixed + per_sample * b, in bytes, for one phase."""
+
+    fixed: float
+    per_sample: float
+
+    def __call__(self, batch: float) -> float:
+        return self.fixed + self.per_sample * batch
+
+
+@dataclass
+class MemoryModel:
+    """Per-phase linear fits of peak bytes, plus the static components.
+
+    ``static`` holds parameters, gradients, buffers and optimizer state, in bytes.
+    ``traces`` holds the traced peaks: {batch size: {phase: bytes}}.
+    """
+
+    phases: dict[str, PhaseFit]
+    static: dict[str, int]
+    traces: dict[int, dict[str, int]] = field(default_factory=dict)
+    accumulation_steps: int = 1
+
+    def peak(self, batch: int | float) -> float:
+        """Predicted peak bytes of one step at micro-batch ``batch``: the largest phase."""
+        return max(fit(batch) for fit in self.phases.values())
+
+    def peak_phase(self, batch: int | float) -> str:
+        return max(self.phases, key=lambda p: self.phases[p](batch))
+
+    def activations(self, batch: int | float) -> float:
+        """Bytes held by the forward pass beyond the static state, at ``batch``."""
+        base = self.static["params"] + self.static["buffers"] + self.static["optimizer"]
+        if self.accumulation_steps > 1:
+            base += self.static["grads"]
+        return max(0.0, self.phases["forward"](batch) - base)
+
+    def largest_batch(self, budget_bytes: float, limit: int = 1 << 24) -> int:
+        """The largest micro-batch whose predicted peak fits ``budget_bytes`` (0 if none)."""
+        best = None
+        for fit in self.phases.values():
+            if fit.per_sample <= 0:
+                continue
+            b = int(np.floor((budget_bytes - fit.fixed) / fit.per_sample))
+            best = b if best is None else min(best, b)
+        if best is None:  # nothing grows with the batch
+            best = limit if self.peak(1) <= budget_bytes else 0
+        best = min(max(best, 0), limit)
+        while best > 0 and self.peak(best) > budget_bytes:  # float rounding at the edge
+            best -= 1
+        return best
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "phases": {k: {"fixed": v.fixed, "per_sample": v.per_sample} for k, v in self.phases.items()},
+            "static": dict(self.static),
+            "traces": {str(k): v for k, v in self.traces.items()},
+            "accumulation_steps": self.accumulation_steps,
+        }
+
+
+def _fake_copy(model: nn.Module, fm: Any) -> nn.Module:
+    """A copy of ``model`` whose parameters and buffers are fake tensors (no real memory)."""
+    memo: dict[int, Any] = {}
+    for p in model.parameters():
+        if id(p) not in memo:
+            memo[id(p)] = nn.Parameter(fm.from_tensor(p.detach()), requires_grad=p.requires_grad)
+    for b in model.buffers():
+        if id(b) not in memo:
+            memo[id(b)] = fm.from_tensor(b)
+    return copy.deepcopy(model, memo)
+
+
+def _fake_optimizer(optimizer: torch.optim.Optimizer | Callable[..., torch.optim.Optimizer], model: nn.Module,
+                    fake: nn.Module) -> torch.optim.Optimizer:
+    """The user's optimizer rebuilt over the fake parameters, with the same groups and hyperparameters."""
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        return optimizer([p for p in fake.parameters() if p.requires_grad])
+    mapping = {id(p): q for p, q in zip(model.parameters(), fake.parameters())}
+    groups = []
+    for g in optimizer.param_groups:
+        group = {k: v for k, v in g.items() if k != "params"}
+        group["params"] = [mapping[id(p)] for p in g["params"] if id(p) in mapping]
+        groups.append(group)
+    return type(optimizer)(groups, **optimizer.defaults)
+
+
+def trace_step(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer | Callable[..., torch.optim.Optimizer],
+    make_step: Callable[[nn.Module, torch.optim.Optimizer], Any],
+    batches: Sequence[Any],
+    device: torch.device,
+) -> tuple[dict[str, int], dict[str, int]]:
+    """Trace one shared step on fake tensors: (peak bytes per phase, static bytes).
+
+    ``make_step(model, optimizer)`` builds the TrainStep to trace; ``batches``
+    are its K real micro-batches, which are converted to fake tensors.
+    """
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    fm = FakeTensorMode(allow_non_fake_inputs=False)
+    fake = _fake_copy(model, fm)
+    fake_batches = [tree_map(lambda t: fm.from_tensor(t.to(device)) if isinstance(t, torch.Tensor) else t, b) for b in batches]
+    with fm:
+        fake_opt = _fake_optimizer(optimizer, model, fake)
+        step = make_step(fake, fake_opt)
+        counter = StorageCounter(device)
+        counter.track(list(fake.parameters()) + list(fake.buffers()))
+        # The micro-batches are resident before the step; count them as such.
+        counter.track([t for b in fake_batches for t in tree_flatten(b)[0] if isinstance(t, torch.Tensor)])
+        counter.peak = counter.live
+        with counter:
+            step(fake_batches, mark=counter.mark)
+        peaks: dict[str, int] = {}
+        for name, value in counter.phase_peaks:
+            peaks[name] = max(peaks.get(name, 0), value)
+        static = static_bytes(fake, fake_opt)
+    return peaks, static
+
+
+def fit_memory_model(traces: dict[int, dict[str, int]], static: dict[str, int], accumulation_steps: int = 1) -> MemoryModel:
+    """Least-squares line per phase through the traced peaks."""
+    sizes = np.array(sorted(traces), dtype=np.float64)
+    phases = {}
+    for phase in PHASES:
+        ys = np.array([traces[int(b)][phase] for b in sizes], dtype=np.float64)
+        if len(sizes) == 1:
+            phases[phase] = PhaseFit(float(ys[0]), 0.0)
+            continue
+        slope, intercept = np.polyfit(sizes, ys, 1)
+        phases[phase] = PhaseFit(float(intercept), float(max(slope, 0.0)))
+    return MemoryModel(phases, static, traces, accumulation_steps)
