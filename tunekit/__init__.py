@@ -9,6 +9,7 @@ from __future__ import annotations
 from .errors import UsageError
 from .loading import list_tasks, load_task
 from .lr_find import LRFindResult, lr_find
+from .probe import ProbeResult, probe
 from .schedule import lr_at, lr_schedule
 from .step import StepOutput, TrainStep
 from .task import Task
@@ -25,6 +26,8 @@ __all__ = [
     "list_tasks",
     "LRFindResult",
     "lr_find",
+    "ProbeResult",
+    "probe",
     "load_task",
     "lr_at",
     "lr_schedule",

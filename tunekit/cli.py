@@ -23,6 +23,7 @@ __all__ = ["main", "build_parser"]
 EPILOG_MAIN = """examples:
   tunekit tasks                                  list the built-in tasks
   tunekit lr-find                                find a peak LR for the default built-in task
+  tunekit probe --memory-budget 2GiB             largest batch, fastest batch, critical batch
   tunekit train                                  train the default built-in task
   tunekit train --task charlm --lr 3e-3 --steps 300 --precision bf16
   tunekit train --task my_project.tasks:cifar --set width=128 --out runs/a
@@ -37,6 +38,13 @@ EPILOG_LR_FIND = """examples:
   tunekit lr-find --task charlm --repeats 3 --out runs/lm
   tunekit lr-find --task my_project.tasks:cifar --batch-size 128 --accumulation-steps 2 --precision bf16
   tunekit lr-find --min-lr 1e-6 --max-lr 1 --steps 200 --mode exp
+"""
+
+EPILOG_PROBE = """examples:
+  tunekit probe --memory-budget 2GiB             the default built-in task, written to tunekit_runs/
+  tunekit probe --task charlm --memory-budget 512MiB --target-batch 256
+  tunekit probe --task my_project.tasks:cifar --device cuda --precision bf16 --accumulation-steps 4
+  tunekit probe --lr 3e-3 --lr-batch 64 --target-batch 512   rescale an LR to the planned batch
 """
 
 EPILOG_TRAIN = """examples:
@@ -160,6 +168,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_lr_find)
 
+    p = sub.add_parser("probe", help="memory and throughput probe: largest, fastest and critical batch size",
+                       description="Predict a training step's peak memory from a trace on fake tensors, confirm the "
+                                   "largest batch that fits with a real step, measure throughput and the gradient noise "
+                                   "scale. Writes DIR/probe.json and DIR/probe.png.",
+                       epilog=EPILOG_PROBE, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_task_args(p)
+    p.add_argument("--memory-budget", metavar="SIZE", help="e.g. 512MiB, 8GiB, 2.5GB (default: free GPU memory, or available RAM on CPU)")
+    p.add_argument("--headroom", type=float, default=0.15, help="fraction of the budget kept free (default 0.15)")
+    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (default)")
+    p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], help="default: the task's")
+    p.add_argument("--accumulation-steps", type=int, default=1, help="micro-batches per optimizer update (default 1)")
+    p.add_argument("--target-batch", type=int, help="effective batch to plan for (default: the critical batch)")
+    p.add_argument("--lr", type=_positive_float, help="an LR found at --lr-batch, to rescale to the target batch")
+    p.add_argument("--lr-batch", type=int, help="the effective batch at which --lr was found")
+    p.add_argument("--seed", type=_seed, default=0, help="seed (default 0)")
+    p.add_argument("--out", metavar="DIR", default="tunekit_runs", help="where to write probe.json and probe.png (default tunekit_runs)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_probe)
+
     p = sub.add_parser("train", help="train a task with warmup + decay through the shared step",
                        description="Train a fresh model of a task through tunekit's shared training step and print its curve.",
                        epilog=EPILOG_TRAIN, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -245,6 +272,29 @@ def cmd_lr_find(args: argparse.Namespace) -> int:
     result.to_json(out / "lr_find.json")
     save_plot(result.plot, str(out / "lr_find.png"))
     print(f"wrote {out / 'lr_find.json'} and {out / 'lr_find.png'}")
+    return 0
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    from .plotting import save_plot
+    from .probe import probe
+
+    out = _out_dir(args.out)
+    if args.memory_budget is not None:
+        from .sizes import parse_size
+
+        parse_size(args.memory_budget)  # a bad size fails before the task loads
+    task = _load(args)
+    result = probe(task, memory_budget=args.memory_budget, headroom=args.headroom, device=args.device,
+                   precision=args.precision, accumulation_steps=args.accumulation_steps,
+                   target_batch=args.target_batch, lr=args.lr, lr_batch=args.lr_batch, seed=args.seed,
+                   progress=not args.quiet)
+    print(result.table())
+    print(f"probe took {result.seconds:.1f}s")
+    assert out is not None
+    result.to_json(out / "probe.json")
+    save_plot(result.plot, str(out / "probe.png"))
+    print(f"wrote {out / 'probe.json'} and {out / 'probe.png'}")
     return 0
 
 

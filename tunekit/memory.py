@@ -19,6 +19,7 @@ activations and the temporaries of backward and of the optimizer.
 from __future__ import annotations
 
 import copy
+import inspect
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -193,7 +194,9 @@ def _fake_optimizer(optimizer: torch.optim.Optimizer | Callable[..., torch.optim
         group = {k: v for k, v in g.items() if k != "params"}
         group["params"] = [mapping[id(p)] for p in g["params"] if id(p) in mapping]
         groups.append(group)
-    return type(optimizer)(groups, **optimizer.defaults)
+    accepted = inspect.signature(type(optimizer).__init__).parameters
+    defaults = {k: v for k, v in optimizer.defaults.items() if k in accepted}
+    return type(optimizer)(groups, **defaults)
 
 
 def trace_step(

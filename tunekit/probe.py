@@ -1,0 +1,485 @@
+"""The batch-size and memory probe: predict first, confirm with very few real steps.
+
+1. Trace the shared step on fake tensors at a few small batch sizes and fit a
+   memory model (:mod:`tunekit.memory`).
+2. Predict the largest micro-batch that fits the budget less a headroom, and
+   confirm it with a real step; on CUDA an out-of-memory error is caught by its
+   type, memory is freed outside the except block, and the next try is smaller.
+   On the CPU no real OOM is ever provoked: the budget is checked against the model.
+3. Measure throughput at a few batch sizes up to that one; the knee is the
+   smallest batch within 5% of the best throughput.
+4. Estimate the gradient noise scale (the critical batch size).
+5. Plan (micro-batch, accumulation) pairs for a target effective batch.
+
+The user's model, optimizer, scaler, train/eval modes, RNGs and DataLoader
+generators are restored when the probe ends, however it ends.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import json
+import math
+import os
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset, IterableDataset
+
+from .data import BatchStream, Data
+from .errors import UsageError
+from .memory import MemoryModel, fit_memory_model, trace_step
+from .noise_scale import noise_scale
+from .sizes import format_size, parse_size
+from .state import preserved, seed_everything_for
+from .step import TrainStep, make_scaler
+from .subject import resolve_subject
+from .task import ComputeLoss, LossFn, Task
+
+__all__ = ["probe", "ProbeResult", "plan_batches", "scale_lr"]
+
+
+@dataclass
+class ProbeResult:
+    """What the probe found. Sizes are micro-batch sizes unless named effective."""
+
+    device: str
+    precision: str
+    accumulation_steps: int
+    budget_bytes: int
+    budget_source: str
+    headroom: float
+    usable_bytes: int
+    memory: dict[str, Any]  # MemoryModel.to_dict()
+    predicted_max_batch: int
+    max_batch: int  # confirmed by real steps
+    tried: list[dict[str, Any]]  # real confirmation steps: {"batch", "ok", "peak_bytes"}
+    throughput: list[dict[str, float]]  # {"batch", "samples_per_s"}
+    knee_batch: Optional[int]
+    fastest_batch: Optional[int]
+    critical_batch: Optional[float]
+    critical_batch_range: Optional[tuple[float, float]]
+    noise: Optional[dict[str, Any]]
+    plan: list[dict[str, Any]] = field(default_factory=list)
+    lr_scaling: dict[str, Any] = field(default_factory=dict)
+    dataset_size: Optional[int] = None
+    seconds: float = 0.0
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def real_steps(self) -> int:
+        """Real steps that the search for the largest batch took."""
+        return len(self.tried)
+
+    def memory_model(self) -> MemoryModel:
+        from .memory import PhaseFit
+
+        m = self.memory
+        return MemoryModel({k: PhaseFit(**v) for k, v in m["phases"].items()}, m["static"],
+                           {int(k): v for k, v in m["traces"].items()}, m["accumulation_steps"])
+
+    def predicted_peak(self, batch: int) -> float:
+        return self.memory_model().peak(batch)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json(self, path: str | Path | None = None) -> str:
+        text = json.dumps(self.to_dict(), indent=1, default=float)
+        if path is not None:
+            Path(path).write_text(text)
+        return text
+
+    @classmethod
+    def from_json(cls, text_or_path: str | Path) -> ProbeResult:
+        text = str(text_or_path)
+        if not text.lstrip().startswith("{"):
+            text = Path(text_or_path).read_text()
+        data = json.loads(text)
+        if data.get("critical_batch_range") is not None:
+            data["critical_batch_range"] = tuple(data["critical_batch_range"])
+        return cls(**data)
+
+    def plot(self, ax: Any = None) -> Any:
+        """Predicted peak memory against batch size with the budget, and throughput on a second axis."""
+        from .plotting import new_axes
+
+        ax = new_axes(ax, figsize=(7.0, 4.2))
+        mm = self.memory_model()
+        top = max(self.max_batch, self.predicted_max_batch, 2)
+        bs = np.unique(np.geomspace(1, top * 1.5, 60).astype(int))
+        gib = 2**30
+        for (phase, fit), color in zip(mm.phases.items(), ("C0", "C1", "C9")):
+            ax.plot(bs, [fit(b) / gib for b in bs], lw=1, ls="--", color=color, label=f"{phase} (predicted)")
+        ax.plot(bs, [mm.peak(b) / gib for b in bs], color="k", lw=2, label="step peak (predicted)")
+        ok = [t for t in self.tried if t.get("peak_bytes")]
+        if ok:
+            ax.plot([t["batch"] for t in ok], [t["peak_bytes"] / gib for t in ok], "ko", label="measured")
+        ax.axhline(self.budget_bytes / gib, color="C3", lw=1.5, label=f"budget ({self.budget_source})")
+        ax.axhline(self.usable_bytes / gib, color="C3", lw=1, ls=":", label=f"budget less {self.headroom:.0%} headroom")
+        ax.axvline(self.max_batch, color="C3", lw=1, alpha=0.6)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("micro-batch size")
+        ax.set_ylabel("memory (GiB)")
+        if self.throughput:
+            ax2 = ax.twinx()
+            ax2.plot([t["batch"] for t in self.throughput], [t["samples_per_s"] for t in self.throughput],
+                     "o-", color="C2", label="throughput")
+            ax2.set_ylabel("samples / s", color="C2")
+            if self.knee_batch:
+                ax.axvline(self.knee_batch, color="C2", ls="-.", lw=1.2, label=f"knee: {self.knee_batch}")
+        if self.critical_batch and math.isfinite(self.critical_batch):
+            ax.axvline(self.critical_batch, color="C4", ls="-.", lw=1.2, label=f"critical batch: {self.critical_batch:.0f}")
+        ax.set_title(f"probe: max batch {self.max_batch} on {self.device}")
+        ax.legend(fontsize="small", loc="upper left")
+        return ax
+
+    def _repr_png_(self) -> bytes:
+        from .plotting import figure_png
+
+        return figure_png(self.plot)
+
+    def table(self) -> str:
+        mm = self.memory_model()
+        st = mm.static
+        lines = [
+            f"memory model ({self.precision}, accumulation {self.accumulation_steps}, {self.device}):",
+            f"  parameters {format_size(st['params'])}, gradients {format_size(st['grads'])}, "
+            f"optimizer state {format_size(st['optimizer'])}, buffers {format_size(st['buffers'])}",
+            "  per-sample: " + ", ".join(f"{p} {format_size(f.per_sample)}" for p, f in mm.phases.items()),
+            f"budget {format_size(self.budget_bytes)} ({self.budget_source}), headroom {self.headroom:.0%} "
+            f"-> usable {format_size(self.usable_bytes)}",
+            f"largest batch that fits: {self.max_batch} (predicted {self.predicted_max_batch}, "
+            f"peak {format_size(mm.peak(max(self.max_batch, 1)))}; {self.real_steps} real step(s))"
+            + (f"; capped by the dataset ({self.dataset_size} samples)" if self.dataset_size and self.max_batch >= self.dataset_size else ""),
+        ]
+        if self.throughput:
+            lines.append(f"{'batch':>8} {'samples/s':>10}")
+            for t in self.throughput:
+                mark = "  <- knee" if t["batch"] == self.knee_batch else ""
+                lines.append(f"{t['batch']:>8} {t['samples_per_s']:>10.1f}{mark}")
+            lines.append(f"fastest batch {self.fastest_batch}; knee (within 5% of the best) {self.knee_batch}")
+        if self.critical_batch is not None and self.critical_batch_range is not None:
+            lo, hi = self.critical_batch_range
+            lines.append(f"critical batch (gradient noise scale B_simple): {self.critical_batch:.0f} "
+                         f"(68% interval {lo:.0f} .. {hi:.0f})")
+        if self.plan:
+            lines.append(f"plan for effective batch {self.plan[0]['effective_batch']}, fastest first:")
+            for p in self.plan[:5]:
+                lines.append(f"  micro-batch {p['micro_batch']:>6} x {p['accumulation_steps']:>3} accumulation"
+                             f"   ~{p['samples_per_s']:.0f} samples/s, peak {format_size(p['peak_bytes'])}")
+        for rule, v in self.lr_scaling.items():
+            if isinstance(v, dict):
+                lines.append(f"LR {v['from_lr']:.3g} at batch {v['from_batch']} -> {v['lr']:.3g} at batch {v['to_batch']} ({rule} rule)")
+        return "\n".join(lines)
+
+
+def scale_lr(lr: float, from_batch: int, to_batch: int) -> dict[str, float]:
+    """An LR found at one effective batch, scaled to another: linear (Goyal et al.) and square-root (Hoffer et al.)."""
+    ratio = to_batch / from_batch
+    return {"linear": lr * ratio, "sqrt": lr * math.sqrt(ratio)}
+
+
+def plan_batches(target: int, max_batch: int, throughput: list[dict[str, float]], model: MemoryModel) -> list[dict[str, Any]]:
+    """(micro-batch, accumulation) pairs whose product is ``target`` and that fit, fastest first.
+
+    Speed at an unmeasured micro-batch is interpolated in log-log from the measured throughputs.
+    """
+    if target < 1:
+        raise UsageError(f"target batch must be >= 1, got {target}")
+    pairs = [(m, target // m) for m in range(1, min(target, max_batch) + 1) if target % m == 0]
+    if not pairs:
+        return []
+    xs = np.log([t["batch"] for t in throughput]) if throughput else None
+    ys = np.log([t["samples_per_s"] for t in throughput]) if throughput else None
+    out = []
+    for micro, k in pairs:
+        speed = float(np.exp(np.interp(math.log(micro), xs, ys))) if xs is not None and len(xs) else math.nan
+        out.append({"effective_batch": target, "micro_batch": micro, "accumulation_steps": k,
+                    "samples_per_s": speed, "peak_bytes": model.peak(micro)})
+    out.sort(key=lambda p: (-(p["samples_per_s"] if math.isfinite(p["samples_per_s"]) else 0), p["accumulation_steps"]))
+    return out
+
+
+def _dataset_size(data: Data) -> int | None:
+    if isinstance(data, DataLoader):
+        data = data.dataset
+    if isinstance(data, Dataset) and not isinstance(data, IterableDataset):
+        try:
+            return len(data)  # type: ignore[arg-type]
+        except TypeError:
+            return None
+    return None
+
+
+def _cpu_available_bytes() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+def _is_oom(exc: BaseException) -> bool:
+    """An out-of-memory error, recognised by its type (torch.OutOfMemoryError covers every device)."""
+    return isinstance(exc, torch.OutOfMemoryError)
+
+
+def _free_memory(device: torch.device) -> None:
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def probe(
+    model: nn.Module | Task,
+    train_data: Data | None = None,
+    loss_fn: LossFn | None = None,
+    optimizer: Any = None,
+    *,
+    compute_loss: ComputeLoss | None = None,
+    memory_budget: int | str | None = None,
+    headroom: float = 0.15,
+    device: str = "auto",
+    precision: str | None = None,
+    accumulation_steps: int = 1,
+    clip_grad_norm: float | None = 1.0,
+    target_batch: int | None = None,
+    lr: float | None = None,
+    lr_batch: int | None = None,
+    max_batch: int | None = None,
+    trace_sizes: tuple[int, ...] = (4, 8, 16),
+    throughput_points: int = 5,
+    timing_steps: int = 5,
+    noise_repeats: int = 12,
+    noise_warmup: int | None = None,
+    seed: int = 0,
+    progress: bool = False,
+) -> ProbeResult:
+    """Probe memory and throughput of the shared step, and the critical batch size.
+
+    ``memory_budget`` (bytes or a size such as "8GiB") defaults to the GPU's free
+    memory on CUDA and to the machine's available memory on the CPU; ``headroom``
+    of it is kept free. ``target_batch`` asks for a plan of (micro-batch,
+    accumulation) pairs for that effective batch (default: the critical batch,
+    rounded to a power of two). ``lr`` found at effective batch ``lr_batch`` is
+    rescaled to the target by the linear and square-root rules.
+
+    The noise scale is measured after ``noise_warmup`` updates (default 50 for a
+    Task's fresh model, 0 for a model in hand), at ``lr`` or the task's default LR;
+    those updates are undone with everything else.
+    """
+    if not 0 <= headroom < 1:
+        raise UsageError(f"headroom must be in [0, 1), got {headroom!r}: e.g. 0.15 keeps 15% free")
+    if isinstance(accumulation_steps, bool) or not isinstance(accumulation_steps, int) or accumulation_steps < 1:
+        raise UsageError(f"accumulation_steps must be a positive integer, got {accumulation_steps!r}")
+    if target_batch is not None and (not isinstance(target_batch, int) or target_batch < 1):
+        raise UsageError(f"target batch must be a positive integer, got {target_batch!r}")
+    if (lr is None) != (lr_batch is None):
+        raise UsageError("give lr and lr_batch together: the LR you found and the effective batch it was found at")
+    if noise_warmup is None:  # a fresh model of a task trains a little first; a model in hand is measured as it is
+        noise_warmup = 50 if isinstance(model, Task) else 0
+    sub = resolve_subject("probe", model, train_data, loss_fn, optimizer, compute_loss=compute_loss,
+                          precision=precision, device=device, seed=seed)
+    data, dev = sub.data, sub.device
+    n_data = _dataset_size(data)
+    if n_data is None:
+        raise UsageError("probe varies the batch size: pass a map-style Dataset or a DataLoader over one, not a list of batches")
+    limit = min(n_data, max_batch or n_data)
+
+    if memory_budget is not None:
+        budget, source = parse_size(memory_budget), "--memory-budget"
+    elif dev.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(dev)
+        budget, source = int(free + torch.cuda.memory_allocated(dev)), "free GPU memory"
+    else:
+        budget, source = _cpu_available_bytes(), "available RAM"
+    usable = int(budget * (1 - headroom))
+    scaler = make_scaler(sub.precision, dev)  # type: ignore[arg-type]
+    settings = dict(memory_budget=memory_budget, headroom=headroom, device=str(dev), precision=sub.precision,
+                    accumulation_steps=accumulation_steps, clip_grad_norm=clip_grad_norm, seed=seed, task=sub.task.name)
+
+    def make_step(m: nn.Module, o: torch.optim.Optimizer, k: int = accumulation_steps) -> TrainStep:
+        return TrainStep(m, o, sub.compute, device=dev, precision=sub.precision,  # type: ignore[arg-type]
+                         accumulation_steps=k, clip_grad_norm=clip_grad_norm,
+                         scaler=scaler if m is sub.model else make_scaler(sub.precision, dev))  # type: ignore[arg-type]
+
+    start = time.perf_counter()
+    bar = _progress(progress)
+    with preserved(sub.model, sub.optimizer, scaler, data) as snap:
+        seed_everything_for(seed, dev)
+        sub.model.train()
+
+        # 1. The memory model, on fake tensors. Two micro-batches when accumulating:
+        #    the second one runs with the first one's gradients alive.
+        sizes = sorted({min(s, limit) for s in trace_sizes})
+        traces = {}
+        k_trace = min(accumulation_steps, 2)
+        for b in sizes:
+            batches = BatchStream(data, b, seed=seed).take(k_trace)
+            traces[b], static = trace_step(sub.model, sub.optimizer, lambda m, o: make_step(m, o, k_trace), batches, dev)
+        mm = fit_memory_model(traces, static, accumulation_steps)
+        bar("memory model")
+
+        predicted = min(mm.largest_batch(usable), limit)
+        if predicted < 1:
+            raise UsageError(
+                f"the model does not fit even at batch 1: predicted peak {format_size(mm.peak(1))} > usable "
+                f"{format_size(usable)} ({format_size(budget)} less {headroom:.0%} headroom): raise --memory-budget, "
+                "use bf16, or a smaller model"
+            )
+
+        # 2. Confirm with real steps, shrinking on a (CUDA) out-of-memory error.
+        tried: list[dict[str, Any]] = []
+        b = predicted
+        confirmed = 0
+        fraction_set = False
+        if dev.type == "cuda" and memory_budget is not None:
+            total = torch.cuda.get_device_properties(dev).total_memory
+            torch.cuda.set_per_process_memory_fraction(min(1.0, budget / total), dev)
+            fraction_set = True
+        try:
+            for _ in range(6):
+                if b < 1:
+                    break
+                stream = BatchStream(data, b, seed=seed)
+                oom = False
+                peak = None
+                try:
+                    if dev.type == "cuda":
+                        torch.cuda.reset_peak_memory_stats(dev)
+                    make_step(sub.model, sub.optimizer)(stream.take(accumulation_steps))
+                    if dev.type == "cuda":
+                        peak = int(torch.cuda.max_memory_allocated(dev))
+                except Exception as exc:
+                    if not _is_oom(exc):
+                        raise
+                    oom = True  # free memory only after leaving the except block and its traceback
+                del stream
+                snap.restore()
+                sub.model.train()
+                if oom:
+                    _free_memory(dev)
+                    tried.append({"batch": b, "ok": False, "peak_bytes": None})
+                    b = int(b * 0.8)
+                    continue
+                tried.append({"batch": b, "ok": True, "peak_bytes": peak})
+                confirmed = b
+                break
+        finally:
+            if fraction_set:
+                torch.cuda.set_per_process_memory_fraction(1.0, dev)
+        if confirmed < 1:
+            raise UsageError(f"no batch size ran within the budget (tried {[t['batch'] for t in tried]}): raise --memory-budget")
+        bar("largest batch")
+
+        # 3. Throughput up to the confirmed batch.
+        points = sorted({max(1, int(round(x))) for x in np.geomspace(max(1, min(sizes[0], confirmed)), confirmed, throughput_points)})
+        throughput = []
+        for pb in points:
+            step = make_step(sub.model, sub.optimizer)
+            step.set_lr(0.0)  # measure speed, not learning: the weights stay put
+            stream = BatchStream(data, pb, seed=seed)
+            t0 = time.perf_counter()
+            step(stream.take(accumulation_steps))  # warm-up
+            # Several steps for the median, but about two seconds at most per point.
+            n_timed = max(2, min(timing_steps, int(2.0 / max(time.perf_counter() - t0, 1e-6))))
+            times = []
+            for _ in range(n_timed):
+                t0 = time.perf_counter()
+                step(stream.take(accumulation_steps))  # the loss read inside syncs the device
+                times.append(time.perf_counter() - t0)
+            throughput.append({"batch": pb, "samples_per_s": pb * accumulation_steps / statistics.median(times)})
+            snap.restore()
+            sub.model.train()
+        best = max(t["samples_per_s"] for t in throughput)
+        fastest = max(throughput, key=lambda t: t["samples_per_s"])["batch"]
+        knee = min(t["batch"] for t in throughput if t["samples_per_s"] >= 0.95 * best)
+        bar("throughput")
+
+        # 4. Gradient noise scale, through the shared step at LR 0 (grad norms before clipping).
+        #    At initialisation the gradient is large and the noise scale small
+        #    (McCandlish et al. see it grow as training goes on), so a fresh model
+        #    first trains for `noise_warmup` updates, which are undone afterwards.
+        noise = None
+        if noise_repeats >= 2 and noise_warmup > 0:
+            warm_lr = lr or float(sub.task.defaults.get("lr", 1e-3))
+            step = make_step(sub.model, sub.optimizer)
+            stream = BatchStream(data, min(32, confirmed), seed=seed + 2)
+            for i in range(noise_warmup):
+                step.set_lr(warm_lr * min(1.0, (i + 1) / max(1, noise_warmup // 5)))
+                if not step(stream.take(accumulation_steps)).finite:
+                    break
+        if noise_repeats >= 2:
+            b_small = max(1, min(8, confirmed, limit // 64 or 1))
+            k_big = max(2, min(16, limit // b_small))
+            norms: dict[int, list[float]] = {1: [], k_big: []}
+            stream = BatchStream(data, b_small, seed=seed + 1)
+            for k in (1, k_big):
+                step = TrainStep(sub.model, sub.optimizer, sub.compute, device=dev, precision=sub.precision,  # type: ignore[arg-type]
+                                 accumulation_steps=k, clip_grad_norm=None, scaler=scaler)
+                step.set_lr(0.0)
+                for _ in range(noise_repeats):
+                    out = step(stream.take(k))
+                    if out.finite and not out.skipped and math.isfinite(out.grad_norm):
+                        norms[k].append(out.grad_norm ** 2)
+            snap.restore()
+            sub.model.train()
+            if len(norms[1]) >= 2 and len(norms[k_big]) >= 2:
+                ns = noise_scale(norms[1], norms[k_big], b_small, b_small * k_big, seed=seed)
+                noise = dataclasses.asdict(ns)
+        bar("noise scale")
+
+    critical = noise["b_simple"] if noise and math.isfinite(noise["b_simple"]) else None
+    crit_range = (noise["low"], noise["high"]) if critical is not None else None
+    target = target_batch
+    if target is None and critical is not None:
+        target = int(2 ** round(math.log2(max(critical, 1))))
+    plan = plan_batches(target, confirmed, throughput, mm) if target else []
+    lr_scaling: dict[str, Any] = {}
+    if lr is not None and lr_batch is not None and target:
+        for rule, value in scale_lr(lr, lr_batch, target).items():
+            lr_scaling[rule] = {"from_lr": lr, "from_batch": lr_batch, "to_batch": target, "lr": value}
+    bar.close()
+    return ProbeResult(
+        device=str(dev), precision=sub.precision, accumulation_steps=accumulation_steps,
+        budget_bytes=budget, budget_source=source, headroom=headroom, usable_bytes=usable,
+        memory=mm.to_dict(), predicted_max_batch=predicted, max_batch=confirmed, tried=tried,
+        throughput=throughput, knee_batch=knee, fastest_batch=fastest, critical_batch=critical,
+        critical_batch_range=crit_range, noise=noise, plan=plan, lr_scaling=lr_scaling, dataset_size=n_data,
+        seconds=time.perf_counter() - start, settings=settings,
+    )
+
+
+class _Stages:
+    """A four-stage progress bar (memory model, largest batch, throughput, noise scale)."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.bar = None
+        if enabled:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=4, desc="probe", unit="stage", leave=False, dynamic_ncols=True, disable=None)
+
+    def __call__(self, stage: str) -> None:
+        if self.bar is not None:
+            self.bar.set_postfix_str(stage, refresh=False)
+            self.bar.update(1)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _progress(enabled: bool) -> _Stages:
+    return _Stages(enabled)
