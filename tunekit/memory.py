@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import math
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -31,7 +32,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
-__all__ = ["MemoryModel", "PhaseFit", "StorageCounter", "trace_step", "fit_memory_model", "static_bytes"]
+__all__ = ["MemoryModel", "PhaseFit", "StorageCounter", "Trace", "trace_step", "fit_memory_model", "static_bytes"]
 
 PHASES = ("forward", "backward", "optimizer")
 
@@ -50,6 +51,8 @@ class StorageCounter(TorchDispatchMode):
         self.live = 0
         self.peak = 0
         self.phase_peaks: list[tuple[str, int]] = []
+        self.timeline: list[int] = []  # live bytes after each allocation
+        self.phase_ends: list[tuple[str, int]] = []  # (phase, index into timeline where it ends)
         self._seen: dict[int, Any] = {}
 
     def track(self, tensors: Sequence[torch.Tensor]) -> None:
@@ -78,6 +81,7 @@ class StorageCounter(TorchDispatchMode):
         self._seen[key] = weakref.ref(st, release)
         self.live += nbytes
         self.peak = max(self.peak, self.live)
+        self.timeline.append(self.live)
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         out = func(*args, **(kwargs or {}))
@@ -87,7 +91,9 @@ class StorageCounter(TorchDispatchMode):
 
     def mark(self, name: str) -> None:
         self.phase_peaks.append((name, self.peak))
+        self.phase_ends.append((name, len(self.timeline)))
         self.peak = self.live
+        self.timeline.append(self.live)  # the next phase starts from here
 
 
 def static_bytes(model: nn.Module, optimizer: torch.optim.Optimizer | None = None) -> dict[str, int]:
@@ -111,13 +117,22 @@ def static_bytes(model: nn.Module, optimizer: torch.optim.Optimizer | None = Non
 
 @dataclass
 class PhaseFit:
-    """peak(b) = fixed + per_sample * b, in bytes, for one phase."""
+    """A phase's peak bytes as a function of the batch size.
+
+    peak(b) = max over ``lines`` of (fixed + per_sample * b): each moment of the
+    phase holds an affine amount of memory in b, and the phase's peak is the
+    largest of them, a convex, piecewise-linear function. ``fixed`` and
+    ``per_sample`` are the line that is largest at large batches.
+    """
 
     fixed: float
     per_sample: float
+    lines: list[tuple[float, float]] = field(default_factory=list)
 
     def __call__(self, batch: float) -> float:
-        return self.fixed + self.per_sample * batch
+        if not self.lines:
+            return self.fixed + self.per_sample * batch
+        return max(a + c * batch for a, c in self.lines)
 
 
 @dataclass
@@ -151,10 +166,11 @@ class MemoryModel:
         """The largest micro-batch whose predicted peak fits ``budget_bytes`` (0 if none)."""
         best = None
         for fit in self.phases.values():
-            if fit.per_sample <= 0:
-                continue
-            b = int(np.floor((budget_bytes - fit.fixed) / fit.per_sample))
-            best = b if best is None else min(best, b)
+            for a, c in fit.lines or [(fit.fixed, fit.per_sample)]:
+                if c <= 0:
+                    continue
+                b = int(np.floor((budget_bytes - a) / c))
+                best = b if best is None else min(best, b)
         if best is None:  # nothing grows with the batch
             best = limit if self.peak(1) <= budget_bytes else 0
         best = min(max(best, 0), limit)
@@ -164,7 +180,8 @@ class MemoryModel:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "phases": {k: {"fixed": v.fixed, "per_sample": v.per_sample} for k, v in self.phases.items()},
+            "phases": {k: {"fixed": v.fixed, "per_sample": v.per_sample, "lines": [list(x) for x in v.lines]}
+                       for k, v in self.phases.items()},
             "static": dict(self.static),
             "traces": {str(k): v for k, v in self.traces.items()},
             "accumulation_steps": self.accumulation_steps,
@@ -199,14 +216,23 @@ def _fake_optimizer(optimizer: torch.optim.Optimizer | Callable[..., torch.optim
     return type(optimizer)(groups, **defaults)
 
 
+@dataclass
+class Trace:
+    """One traced step: peak bytes per phase, and the live-bytes timeline split into phases."""
+
+    peaks: dict[str, int]
+    static: dict[str, int]
+    segments: dict[str, list[int]]  # phase -> live bytes after each allocation in it (all micro-batches)
+
+
 def trace_step(
     model: nn.Module,
     optimizer: torch.optim.Optimizer | Callable[..., torch.optim.Optimizer],
     make_step: Callable[[nn.Module, torch.optim.Optimizer], Any],
     batches: Sequence[Any],
     device: torch.device,
-) -> tuple[dict[str, int], dict[str, int]]:
-    """Trace one shared step on fake tensors: (peak bytes per phase, static bytes).
+) -> Trace:
+    """Trace one shared step on fake tensors.
 
     ``make_step(model, optimizer)`` builds the TrainStep to trace; ``batches``
     are its K real micro-batches, which are converted to fake tensors.
@@ -229,19 +255,70 @@ def trace_step(
         peaks: dict[str, int] = {}
         for name, value in counter.phase_peaks:
             peaks[name] = max(peaks.get(name, 0), value)
+        segments: dict[str, list[int]] = {p: [] for p in PHASES}
+        start = 0
+        for name, end in counter.phase_ends:
+            segments[name].extend(counter.timeline[start : end + 1])
+            start = end
         static = static_bytes(fake, fake_opt)
-    return peaks, static
+    return Trace(peaks, static, segments)
 
 
-def fit_memory_model(traces: dict[int, dict[str, int]], static: dict[str, int], accumulation_steps: int = 1) -> MemoryModel:
-    """Least-squares line per phase through the traced peaks."""
-    sizes = np.array(sorted(traces), dtype=np.float64)
-    phases = {}
-    for phase in PHASES:
-        ys = np.array([traces[int(b)][phase] for b in sizes], dtype=np.float64)
+def _upper_envelope(lines: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The lines that are the maximum somewhere on b >= 1 (the rest can never be the peak)."""
+    best: dict[float, float] = {}
+    for a, c in lines:  # per slope, only the highest intercept matters
+        best[c] = max(best.get(c, -math.inf), a)
+    cand = sorted(best.items())  # by slope
+    hull: list[tuple[float, float]] = []
+    for c, a in cand:
+        while hull:
+            c0, a0 = hull[-1]
+            if a + c * 1.0 >= a0 + c0 * 1.0:  # dominates the previous line from b = 1 on (steeper, higher at 1)
+                hull.pop()
+                continue
+            if len(hull) >= 2:
+                c1, a1 = hull[-2]
+                # Drop hull[-1] if it is never on top between hull[-2] and the new line.
+                if (a0 - a1) * (c - c0) <= (a - a0) * (c0 - c1):
+                    hull.pop()
+                    continue
+            break
+        hull.append((c, a))
+    return [(a, c) for c, a in hull]
+
+
+def fit_memory_model(traces: dict[int, Trace], accumulation_steps: int = 1) -> MemoryModel:
+    """Fit each phase's peak as a function of the batch size from traces at two or more sizes.
+
+    When the traces at the two largest sizes make the same allocations in the
+    same order (the usual case: a step's control flow does not depend on the
+    batch size), every moment of the step gets its own line through the two
+    sizes, and the phase's peak is their upper envelope: exact for any batch
+    size when tensor sizes are affine in the batch. Otherwise each phase's peak
+    is fitted by least squares.
+    """
+    sizes = sorted(traces)
+    static = traces[sizes[-1]].static
+    peaks = {b: traces[b].peaks for b in sizes}
+    phases: dict[str, PhaseFit] = {}
+    if len(sizes) >= 2:
+        b1, b2 = sizes[-2], sizes[-1]
+        t1, t2 = traces[b1].segments, traces[b2].segments
+        if all(len(t1[p]) == len(t2[p]) and t1[p] for p in PHASES):
+            for p in PHASES:
+                y1, y2 = np.asarray(t1[p], dtype=np.float64), np.asarray(t2[p], dtype=np.float64)
+                slope = (y2 - y1) / (b2 - b1)
+                lines = _upper_envelope(list(zip((y1 - slope * b1).tolist(), slope.tolist())))
+                top = max(lines, key=lambda ac: (ac[1], ac[0]))
+                phases[p] = PhaseFit(top[0], top[1], lines)
+            return MemoryModel(phases, static, peaks, accumulation_steps)
+    xs = np.array(sizes, dtype=np.float64)
+    for p in PHASES:
+        ys = np.array([peaks[b].get(p, 0) for b in sizes], dtype=np.float64)
         if len(sizes) == 1:
-            phases[phase] = PhaseFit(float(ys[0]), 0.0)
+            phases[p] = PhaseFit(float(ys[0]), 0.0)
             continue
-        slope, intercept = np.polyfit(sizes, ys, 1)
-        phases[phase] = PhaseFit(float(intercept), float(max(slope, 0.0)))
-    return MemoryModel(phases, static, traces, accumulation_steps)
+        slope, intercept = np.polyfit(xs, ys, 1)
+        phases[p] = PhaseFit(float(intercept), float(max(slope, 0.0)))
+    return MemoryModel(phases, static, peaks, accumulation_steps)

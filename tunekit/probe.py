@@ -82,7 +82,8 @@ class ProbeResult:
         from .memory import PhaseFit
 
         m = self.memory
-        return MemoryModel({k: PhaseFit(**v) for k, v in m["phases"].items()}, m["static"],
+        phases = {k: PhaseFit(v["fixed"], v["per_sample"], [tuple(x) for x in v.get("lines", [])]) for k, v in m["phases"].items()}
+        return MemoryModel(phases, m["static"],
                            {int(k): v for k, v in m["traces"].items()}, m["accumulation_steps"])
 
     def predicted_peak(self, batch: int) -> float:
@@ -327,8 +328,8 @@ def probe(
         k_trace = min(accumulation_steps, 2)
         for b in sizes:
             batches = BatchStream(data, b, seed=seed).take(k_trace)
-            traces[b], static = trace_step(sub.model, sub.optimizer, lambda m, o: make_step(m, o, k_trace), batches, dev)
-        mm = fit_memory_model(traces, static, accumulation_steps)
+            traces[b] = trace_step(sub.model, sub.optimizer, lambda m, o: make_step(m, o, k_trace), batches, dev)
+        mm = fit_memory_model(traces, accumulation_steps)
         bar("memory model")
 
         predicted = min(mm.largest_batch(usable), limit)
@@ -371,7 +372,9 @@ def probe(
                 if oom:
                     _free_memory(dev)
                     tried.append({"batch": b, "ok": False, "peak_bytes": None})
-                    b = int(b * 0.8)
+                    # One OOM: the prediction was a little off, step back 20%. Two: it
+                    # is badly off (memory outside the step), so halve: a few tries at most.
+                    b = int(b * (0.8 if len(tried) == 1 else 0.5))
                     continue
                 tried.append({"batch": b, "ok": True, "peak_bytes": peak})
                 confirmed = b

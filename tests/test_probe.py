@@ -1,0 +1,229 @@
+import copy
+import json
+import math
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import TensorDataset
+
+import tunekit
+from tunekit import Task, UsageError, probe
+from tunekit.data import BatchStream
+from tunekit.memory import Trace, fit_memory_model, static_bytes, trace_step
+from tunekit.noise_scale import noise_scale
+from tunekit.probe import plan_batches, scale_lr
+from tunekit.sizes import parse_size
+from tunekit.step import TrainStep
+from tunekit.task import LossComputer
+
+from .tasks import MLP, classification_data
+from .test_cli import tunekit as run_cli
+
+CPU = torch.device("cpu")
+
+
+def linear_stack(dtype: torch.dtype = torch.float32) -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10)).to(dtype)
+
+
+def _trace(model: nn.Module, b: int, dtype: torch.dtype = torch.float32, k: int = 1) -> "Trace":
+    data = TensorDataset(torch.randn(1024, 32).to(dtype), torch.randint(0, 10, (1024,)))
+    compute = LossComputer(nn.CrossEntropyLoss(), None)
+    batches = BatchStream(data, b).take(k)
+    return trace_step(model, lambda p: torch.optim.AdamW(p, lr=1e-3),
+                      lambda m, o: TrainStep(m, o, compute, device=CPU, accumulation_steps=k), batches, CPU)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_static_bytes_are_exact_for_a_linear_stack_under_adamw(dtype: torch.dtype) -> None:
+    model = linear_stack(dtype)
+    n_params = 32 * 64 + 64 + 64 * 64 + 64 + 64 * 10 + 10
+    size = torch.tensor([], dtype=dtype).element_size()
+    static = _trace(model, 8, dtype).static
+    assert static["params"] == n_params * size
+    assert static["grads"] == n_params * size
+    # AdamW: exp_avg and exp_avg_sq in the parameter's dtype, and a float32 step counter per tensor.
+    assert static["optimizer"] == 2 * n_params * size + 4 * 6
+    assert static["buffers"] == 0
+    assert static_bytes(model)["params"] == n_params * size
+
+
+def test_fit_at_two_sizes_predicts_a_third_within_5_percent() -> None:
+    model = linear_stack()
+    mm = fit_memory_model({b: _trace(model, b) for b in (4, 16)})
+    # Small batches: the optimizer phase is the peak; large ones: backward. The fit knows both.
+    for b in (8, 128, 1000):
+        actual = max(_trace(model, b).peaks.values())
+        assert mm.peak(b) == pytest.approx(actual, rel=0.05), b
+    # Activations grow with the batch, the static state does not.
+    assert mm.phases["forward"].per_sample > 0
+    assert mm.largest_batch(mm.peak(100)) == 100
+
+
+def test_accumulation_keeps_gradients_alive_in_the_trace() -> None:
+    model = linear_stack()
+    one, two = _trace(model, 16, k=1), _trace(model, 16, k=2)
+    # During the second micro-batch's forward the first one's gradients are alive.
+    assert two.peaks["forward"] - one.peaks["forward"] >= one.static["grads"] * 0.99
+
+
+def small_task(n: int = 4096) -> Task:
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(n, 8, generator=g)
+    y = (x[:, :4]).argmax(1)
+    return Task(model=lambda: MLP(8, 16, 4), train_data=TensorDataset(x, y), loss=nn.CrossEntropyLoss(), batch_size=32)
+
+
+def test_oom_path_with_a_fake_out_of_memory_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    real_call = TrainStep.__call__
+    attempts: list[int] = []
+
+    def oom_above_3000(self: TrainStep, micro_batches: list, *, mark: object = None) -> object:
+        if mark is None:  # real steps only; the fake-tensor trace passes
+            size = micro_batches[0][0].shape[0]
+            attempts.append(size)
+            if size > 3000:
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (fake)")
+        return real_call(self, micro_batches, mark=mark)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(TrainStep, "__call__", oom_above_3000)
+    torch.manual_seed(0)
+    model = MLP(8, 16, 4)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    data = small_task().train_data
+    model.eval()
+    before = copy.deepcopy(model.state_dict())
+    rng = torch.get_rng_state()
+    kw = dict(memory_budget="1GiB", device="cpu", throughput_points=1, noise_repeats=0)
+    r1 = probe(model, data, nn.CrossEntropyLoss(), opt, **kw)
+    # Predicted the whole dataset, shrank by 20% after the first OOM, then halved.
+    assert [(t["batch"], t["ok"]) for t in r1.tried] == [(4096, False), (3276, False), (1638, True)]
+    assert r1.max_batch == 1638 and r1.real_steps == 3
+    assert not model.training
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+    assert opt.state_dict()["state"] == {}
+    assert torch.equal(torch.get_rng_state(), rng)
+    # Nothing leaked: a second probe in the same process gives the same answer.
+    r2 = probe(model, data, nn.CrossEntropyLoss(), opt, **kw)
+    assert r2.tried == r1.tried and r2.max_batch == r1.max_batch
+
+
+def test_other_errors_are_not_taken_for_oom(monkeypatch: pytest.MonkeyPatch) -> None:
+    real_call = TrainStep.__call__
+
+    def boom(self: TrainStep, micro_batches: list, *, mark: object = None) -> object:
+        if mark is None:
+            raise RuntimeError("out of memory?  no: a bug")  # string matching would misread this
+        return real_call(self, micro_batches, mark=mark)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(TrainStep, "__call__", boom)
+    with pytest.raises(RuntimeError, match="a bug"):
+        probe(small_task(), memory_budget="1GiB", device="cpu", noise_repeats=0)
+
+
+def test_noise_scale_estimator_on_exact_norms() -> None:
+    # E|G_b|^2 = |G|^2 + tr(Sigma)/b with |G|^2 = 2, tr(Sigma) = 60: B_simple = 30.
+    small = [2 + 60 / 4] * 5
+    big = [2 + 60 / 64] * 5
+    ns = noise_scale(small, big, 4, 64)
+    assert ns.b_simple == pytest.approx(30)
+    assert ns.grad_sq == pytest.approx(2) and ns.trace_sigma == pytest.approx(60)
+
+
+def test_noise_scale_of_linear_regression_matches_closed_form() -> None:
+    # y = x.w* + sigma*eps with x ~ N(0, I_D); at w = w* + d, the per-sample gradient of the
+    # squared error is g = 2x(x.d - sigma*eps), so |G|^2 = 4|d|^2 and
+    # tr(Sigma) = 4((D+1)|d|^2 + sigma^2 D): B_simple = ((D+1)|d|^2 + sigma^2 D) / |d|^2.
+    D, sigma, n = 4, 1.0, 60000
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(n, D, generator=g)
+    w_star = torch.randn(D, generator=g)
+    d = torch.full((D,), 0.25)  # |d|^2 = 0.25
+    y = (x @ w_star + sigma * torch.randn(n, generator=g)).unsqueeze(1)
+    expected = ((D + 1) * 0.25 + sigma**2 * D) / 0.25  # 21
+
+    def model() -> nn.Module:
+        m = nn.Linear(D, 1, bias=False)
+        with torch.no_grad():
+            m.weight.copy_((w_star + d).unsqueeze(0))
+        return m
+
+    task = Task(model=model, train_data=TensorDataset(x, y), loss=nn.MSELoss(), batch_size=8,
+                optimizer=lambda p: torch.optim.SGD(p, lr=0.1))
+    r = probe(task, memory_budget="1GiB", device="cpu", throughput_points=1, noise_repeats=300, noise_warmup=0)
+    assert r.critical_batch == pytest.approx(expected, rel=0.25)
+    lo, hi = r.critical_batch_range
+    assert lo < r.critical_batch < hi
+
+
+def test_plan_and_lr_scaling() -> None:
+    model = linear_stack()
+    mm = fit_memory_model({b: _trace(model, b) for b in (4, 16)})
+    tp = [{"batch": 8, "samples_per_s": 100.0}, {"batch": 32, "samples_per_s": 400.0}, {"batch": 64, "samples_per_s": 420.0}]
+    plan = plan_batches(128, 64, tp, mm)
+    assert [(p["micro_batch"], p["accumulation_steps"]) for p in plan][:2] == [(64, 2), (32, 4)]
+    assert all(p["micro_batch"] * p["accumulation_steps"] == 128 and p["micro_batch"] <= 64 for p in plan)
+    assert scale_lr(1e-3, 64, 256) == pytest.approx({"linear": 4e-3, "sqrt": 2e-3})
+
+
+@pytest.mark.parametrize("text, value", [("512MiB", 512 * 2**20), ("8GiB", 8 * 2**30), ("2.5GB", 2_500_000_000), ("1e9", 10**9), (1024, 1024)])
+def test_parse_size(text: object, value: int) -> None:
+    assert parse_size(text) == value  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("bad", ["2XB", "-1GiB", "GiB", "0"])
+def test_bad_sizes(bad: str) -> None:
+    with pytest.raises(UsageError, match="memory size"):
+        parse_size(bad)
+
+
+def test_probe_refuses_fixed_batches_and_bad_arguments() -> None:
+    batches = [(torch.randn(4, 8), torch.randint(0, 4, (4,)))] * 3
+    with pytest.raises(UsageError, match="varies the batch size"):
+        probe(MLP(8, 16, 4), batches, nn.CrossEntropyLoss(), device="cpu")
+    with pytest.raises(UsageError, match="does not fit even at batch 1"):
+        probe(small_task(), memory_budget="1KiB", device="cpu")
+    with pytest.raises(UsageError, match="headroom"):
+        probe(small_task(), headroom=1.0, device="cpu")
+
+
+def test_probe_result_round_trip_and_plot(tmp_path: Path) -> None:
+    r = probe(small_task(512), memory_budget="256MiB", device="cpu", throughput_points=2, noise_repeats=4)
+    assert r.max_batch == 512  # capped by the dataset
+    assert r.knee_batch in [t["batch"] for t in r.throughput]
+    back = tunekit.ProbeResult.from_json(r.to_json())
+    assert back.max_batch == r.max_batch and back.predicted_peak(64) == pytest.approx(r.predicted_peak(64))
+    assert back.plot().get_xscale() == "log"
+    assert r._repr_png_()[:4] == b"\x89PNG"
+
+
+def test_cli_probe(tmp_path: Path) -> None:
+    r = run_cli("probe", "--memory-budget", "2GiB", "--out", str(tmp_path), "--quiet")
+    assert r.returncode == 0, r.stderr
+    assert "largest batch that fits" in r.stdout and "headroom 15%" in r.stdout
+    data = json.loads((tmp_path / "probe.json").read_text())
+    assert data["max_batch"] >= 1 and data["throughput"]
+    assert (tmp_path / "probe.png").stat().st_size > 1000
+
+
+@pytest.mark.parametrize("args, needle", [(["--memory-budget", "lots"], "memory size 'lots'"),
+                                          (["--memory-budget", "1KiB"], "does not fit even at batch 1")])
+def test_cli_probe_usage_errors(args: list[str], needle: str, tmp_path: Path) -> None:
+    r = run_cli("probe", "--out", str(tmp_path), "--quiet", *args)
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0]
+
+
+@pytest.mark.gpu
+def test_cuda_probe_matches_max_memory_allocated() -> None:
+    task = tunekit.load_task("shapes")
+    r = probe(task, device="cuda", memory_budget="2GiB", noise_repeats=0)
+    ok = [t for t in r.tried if t["ok"]]
+    assert ok and ok[-1]["peak_bytes"] is not None
+    assert r.predicted_peak(ok[-1]["batch"]) == pytest.approx(ok[-1]["peak_bytes"], rel=0.1)
