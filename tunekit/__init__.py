@@ -10,6 +10,8 @@ from .errors import UsageError
 from .loading import list_tasks, load_task
 from .lr_find import LRFindResult, lr_find
 from .probe import ProbeResult, probe
+from .search import SearchResult, search
+from .space import list_spaces, load_space
 from .schedule import lr_at, lr_schedule
 from .step import StepOutput, TrainStep
 from .task import Task
@@ -28,6 +30,10 @@ __all__ = [
     "lr_find",
     "ProbeResult",
     "probe",
+    "SearchResult",
+    "search",
+    "list_spaces",
+    "load_space",
     "load_task",
     "lr_at",
     "lr_schedule",

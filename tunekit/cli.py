@@ -24,6 +24,9 @@ EPILOG_MAIN = """examples:
   tunekit tasks                                  list the built-in tasks
   tunekit lr-find                                find a peak LR for the default built-in task
   tunekit probe --memory-budget 2GiB             largest batch, fastest batch, critical batch
+  tunekit search --trials 12                     seeded Optuna search with ASHA early stopping
+  tunekit report tunekit_runs                    redraw a search's table and plots
+  tunekit spaces                                 list the shipped search spaces
   tunekit train                                  train the default built-in task
   tunekit train --task charlm --lr 3e-3 --steps 300 --precision bf16
   tunekit train --task my_project.tasks:cifar --set width=128 --out runs/a
@@ -45,6 +48,14 @@ EPILOG_PROBE = """examples:
   tunekit probe --task charlm --memory-budget 512MiB --target-batch 256
   tunekit probe --task my_project.tasks:cifar --device cuda --precision bf16 --accumulation-steps 4
   tunekit probe --lr 3e-3 --lr-batch 64 --target-batch 512   rescale an LR to the planned batch
+"""
+
+EPILOG_SEARCH = """examples:
+  tunekit search --trials 12                     the default task and space, written to tunekit_runs/
+  tunekit search --task charlm --space full_finetune --trials 20 --max-steps 300
+  tunekit search --task my_project.tasks:cifar --space my_space.toml --lr-find runs/lr_find.json --probe runs/probe.json
+  tunekit search --out runs/s1 --resume          continue an interrupted search (completed trials are kept)
+  tunekit search --storage postgresql://db/tk --study cifar   share one study between machines
 """
 
 EPILOG_TRAIN = """examples:
@@ -187,6 +198,39 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_probe)
 
+    p = sub.add_parser("search", help="seeded Optuna TPE search with ASHA early stopping",
+                       description="Run the probes the space needs, seed the space from them, and search it with "
+                                   "Optuna (TPE) and successive-halving early stopping. Writes DIR/search.json, "
+                                   "DIR/trials.csv, DIR/search.png and the study (DIR/study.db).",
+                       epilog=EPILOG_SEARCH, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_task_args(p)
+    p.add_argument("--space", default="from_scratch", help="a shipped space (tunekit spaces) or a .toml file (default from_scratch)")
+    p.add_argument("--trials", type=int, default=12, help="finished trials the study should hold (default 12)")
+    p.add_argument("--max-steps", type=int, help="optimizer updates of a full trial (default: the task's)")
+    p.add_argument("--backend", choices=["local", "ray"], default="local", help="where trials run (default local)")
+    p.add_argument("--sampler", choices=["tpe", "random"], default="tpe", help="Optuna sampler (default tpe)")
+    p.add_argument("--no-prune", action="store_true", help="run every trial to the end")
+    p.add_argument("--storage", metavar="URL", help="SQLAlchemy URL or journal file (default: sqlite in DIR)")
+    p.add_argument("--study", metavar="NAME", help="study name (default tunekit-TASK-SPACE)")
+    p.add_argument("--resume", action="store_true", help="continue the study: keep finished trials, re-run interrupted ones")
+    p.add_argument("--lr-find", metavar="FILE", help="a saved lr_find.json instead of running the range test")
+    p.add_argument("--probe", metavar="FILE", help="a saved probe.json instead of running the probe")
+    p.add_argument("--memory-budget", metavar="SIZE", help="memory budget of the probe (e.g. 8GiB)")
+    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (default)")
+    p.add_argument("--seed", type=_seed, default=0, help="seed (default 0)")
+    p.add_argument("--out", metavar="DIR", default="tunekit_runs", help="output directory (default tunekit_runs)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_search)
+
+    p = sub.add_parser("report", help="redraw a search's table and plots from DIR/search.json",
+                       epilog="examples:\n  tunekit report tunekit_runs\n", formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("dir", metavar="DIR", help="a directory written by tunekit search")
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("spaces", help="list the shipped search spaces",
+                       epilog="examples:\n  tunekit spaces\n", formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.set_defaults(func=cmd_spaces)
+
     p = sub.add_parser("train", help="train a task with warmup + decay through the shared step",
                        description="Train a fresh model of a task through tunekit's shared training step and print its curve.",
                        epilog=EPILOG_TRAIN, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -295,6 +339,44 @@ def cmd_probe(args: argparse.Namespace) -> int:
     result.to_json(out / "probe.json")
     save_plot(result.plot, str(out / "probe.png"))
     print(f"wrote {out / 'probe.json'} and {out / 'probe.png'}")
+    return 0
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    from .search import search
+
+    if args.task_config:
+        raise UsageError("--set does not apply to search: put task hyperparameters in the space as [task.NAME] entries")
+    out = _out_dir(args.out)
+    result = search(args.task or "shapes", args.space, trials=args.trials, max_steps=args.max_steps, storage=args.storage,
+                    study_name=args.study, resume=args.resume, seed=args.seed, out=out, lr_find_result=args.lr_find,
+                    probe_result=args.probe, backend=args.backend, sampler=args.sampler, prune=not args.no_prune,
+                    memory_budget=args.memory_budget, device=args.device, progress=not args.quiet)
+    print(result.table())
+    print(f"search took {result.seconds:.1f}s; wrote {out}/search.json, trials.csv, search.png; study '{result.study_name}' in {result.storage}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from .search import SearchResult, write_report
+
+    path = Path(args.dir) / "search.json"
+    if not path.is_file():
+        raise UsageError(f"'{path}' does not exist: give a directory written by tunekit search")
+    result = SearchResult.from_json(path)
+    write_report(result, Path(args.dir))
+    print(result.table())
+    print(f"redrew {Path(args.dir) / 'search.png'} and trials.csv")
+    return 0
+
+
+def cmd_spaces(args: argparse.Namespace) -> int:
+    from .space import list_spaces
+
+    spaces = list_spaces()
+    width = max(map(len, spaces))
+    for name, desc in spaces.items():
+        print(f"{name:<{width}}  {desc}")
     return 0
 
 

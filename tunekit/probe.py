@@ -72,6 +72,7 @@ class ProbeResult:
     dataset_size: Optional[int] = None
     seconds: float = 0.0
     settings: dict[str, Any] = field(default_factory=dict)
+    updates: int = 0  # every real optimizer update the probe ran (its compute cost)
 
     @property
     def real_steps(self) -> int:
@@ -310,8 +311,10 @@ def probe(
     settings = dict(memory_budget=memory_budget, headroom=headroom, device=str(dev), precision=sub.precision,
                     accumulation_steps=accumulation_steps, clip_grad_norm=clip_grad_norm, seed=seed, task=sub.task.name)
 
+    counter = {"updates": 0}
+
     def make_step(m: nn.Module, o: torch.optim.Optimizer, k: int = accumulation_steps) -> TrainStep:
-        return TrainStep(m, o, sub.compute, device=dev, precision=sub.precision,  # type: ignore[arg-type]
+        return _CountingStep(counter, m, o, sub.compute, device=dev, precision=sub.precision,  # type: ignore[arg-type]
                          accumulation_steps=k, clip_grad_norm=clip_grad_norm,
                          scaler=scaler if m is sub.model else make_scaler(sub.precision, dev))  # type: ignore[arg-type]
 
@@ -429,8 +432,8 @@ def probe(
             norms: dict[int, list[float]] = {1: [], k_big: []}
             stream = BatchStream(data, b_small, seed=seed + 1)
             for k in (1, k_big):
-                step = TrainStep(sub.model, sub.optimizer, sub.compute, device=dev, precision=sub.precision,  # type: ignore[arg-type]
-                                 accumulation_steps=k, clip_grad_norm=None, scaler=scaler)
+                step = _CountingStep(counter, sub.model, sub.optimizer, sub.compute, device=dev, precision=sub.precision,  # type: ignore[arg-type]
+                                     accumulation_steps=k, clip_grad_norm=None, scaler=scaler)
                 step.set_lr(0.0)
                 for _ in range(noise_repeats):
                     out = step(stream.take(k))
@@ -460,8 +463,21 @@ def probe(
         memory=mm.to_dict(), predicted_max_batch=predicted, max_batch=confirmed, tried=tried,
         throughput=throughput, knee_batch=knee, fastest_batch=fastest, critical_batch=critical,
         critical_batch_range=crit_range, noise=noise, plan=plan, lr_scaling=lr_scaling, dataset_size=n_data,
-        seconds=time.perf_counter() - start, settings=settings,
+        seconds=time.perf_counter() - start, settings=settings, updates=counter["updates"],
     )
+
+
+class _CountingStep(TrainStep):
+    """A TrainStep that counts the real updates it makes (not the fake-tensor traces)."""
+
+    def __init__(self, counter: dict[str, int], *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.counter = counter
+
+    def __call__(self, micro_batches: Any, *, mark: Any = None) -> Any:
+        if mark is None:
+            self.counter["updates"] += 1
+        return super().__call__(micro_batches, mark=mark)
 
 
 class _Stages:

@@ -1,0 +1,554 @@
+"""``tunekit.search``: a seeded Optuna search with ASHA early stopping, through the shared step.
+
+1. The probes the space needs run first (or their saved JSON is used): the LR
+   range test bounds the LR, the batch-size probe gives the effective batches
+   that fit near the critical batch.
+2. The seed configuration (the suggested LR, the recommended batch) is
+   enqueued as the first trial.
+3. Trials train through :func:`tunekit.train`, reporting validation loss at
+   each evaluation; Optuna's SuccessiveHalvingPruner (asynchronous successive
+   halving, ASHA) stops the weak ones, which are recorded as PRUNED, never as
+   complete. A diverged or failing trial is recorded as FAIL with its error.
+4. The study lives in an Optuna storage (SQLite in the output directory by
+   default), so a search can be resumed and shared between processes.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+
+from .errors import UsageError
+from .loading import load_task
+from .space import SearchSpace, batch_choices, load_space, lr_bounds_from_curve
+from .task import Task
+from .train import TrainConfig, train
+
+__all__ = ["search", "SearchResult", "make_storage"]
+
+
+class TrialDiverged(Exception):
+    """A trial whose loss became non-finite (recorded as FAIL with diverged=True)."""
+
+
+@dataclass
+class SearchResult:
+    study_name: str
+    storage: str
+    space: str
+    direction: str
+    best_value: Optional[float]
+    best_params: dict[str, Any]
+    best_config: dict[str, Any]
+    trials: list[dict[str, Any]]
+    seed_params: dict[str, Any]
+    distributions: dict[str, str]
+    probe_updates: int = 0
+    seconds: float = 0.0
+    lr_find: Optional[dict[str, Any]] = None
+    probe: Optional[dict[str, Any]] = None
+
+    @property
+    def compute(self) -> int:
+        """Optimizer updates spent: every trial's, plus the probes'."""
+        return self.probe_updates + sum(int(t.get("updates") or 0) for t in self.trials)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json(self, path: str | Path | None = None) -> str:
+        text = json.dumps(self.to_dict(), indent=1, default=str)
+        if path is not None:
+            Path(path).write_text(text)
+        return text
+
+    @classmethod
+    def from_json(cls, text_or_path: str | Path) -> SearchResult:
+        text = str(text_or_path)
+        if not text.lstrip().startswith("{"):
+            text = Path(text_or_path).read_text()
+        return cls(**json.loads(text))
+
+    def write_csv(self, path: str | Path) -> None:
+        keys = sorted({k for t in self.trials for k in t.get("params", {})})
+        with open(path, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["number", "state", "value", "updates", "seconds", "diverged", "error", *keys])
+            for t in self.trials:
+                w.writerow([t["number"], t["state"], t["value"], t.get("updates"), t.get("seconds"),
+                            t.get("diverged", False), t.get("error", ""), *[t["params"].get(k) for k in keys]])
+
+    # --- plots: each takes ax=None and returns it ---------------------------------
+    def plot_best(self, ax: Any = None) -> Any:
+        """Best value so far against compute spent (optimizer updates, probes included)."""
+        from .plotting import new_axes
+
+        ax = new_axes(ax)
+        spent, best, xs, ys = self.probe_updates, math.inf, [], []
+        for t in sorted(self.trials, key=lambda t: t.get("finished") or 0):
+            spent += int(t.get("updates") or 0)
+            if t["state"] == "COMPLETE" and t["value"] is not None:
+                best = min(best, t["value"])
+            if math.isfinite(best):
+                xs.append(spent)
+                ys.append(best)
+        if self.probe_updates:
+            ax.axvline(self.probe_updates, color="0.6", ls=":", label="probes' cost")
+        ax.step(xs, ys, where="post", color="C3", label="best so far")
+        ax.set_xlabel("optimizer updates spent")
+        ax.set_ylabel("best validation loss")
+        ax.legend(fontsize="small")
+        return ax
+
+    def plot_curves(self, ax: Any = None) -> Any:
+        """Validation curves of every trial; pruned ones faded, the best one bold."""
+        from .plotting import new_axes
+
+        ax = new_axes(ax)
+        best = min((t for t in self.trials if t["state"] == "COMPLETE" and t["value"] is not None),
+                   key=lambda t: t["value"], default=None)
+        for t in self.trials:
+            curve = t.get("curve") or []
+            if not curve:
+                continue
+            xs, ys = zip(*curve)
+            if t is best:
+                ax.plot(xs, ys, color="C3", lw=2.2, label=f"best (trial {t['number']})", zorder=3)
+            elif t["state"] == "PRUNED":
+                ax.plot(xs, ys, color="0.5", lw=0.8, alpha=0.35)
+            else:
+                ax.plot(xs, ys, color="C0", lw=1.0, alpha=0.8)
+        ax.plot([], [], color="0.5", alpha=0.35, label="pruned")
+        ax.set_xlabel("optimizer update")
+        ax.set_ylabel("validation loss")
+        ax.legend(fontsize="small")
+        return ax
+
+    def plot_lr(self, ax: Any = None) -> Any:
+        """Final (or last) validation loss against the trial's LR."""
+        from .plotting import new_axes
+
+        ax = new_axes(ax)
+        for state, style in (("COMPLETE", dict(color="C0", label="complete")), ("PRUNED", dict(color="0.6", label="pruned (last value)")),
+                             ("FAIL", dict(color="C3", marker="x", label="diverged/failed"))):
+            pts = [(t["config"]["lr"], (t["curve"][-1][1] if t.get("curve") else None)) for t in self.trials
+                   if t["state"] == state and t.get("config", {}).get("lr")]
+            if state == "FAIL":
+                top = max([p[1] for p in pts if p[1] is not None] + [t["value"] for t in self.trials if t["value"] is not None] + [1.0])
+                pts = [(lr, top) for lr, _ in pts]
+            pts = [p for p in pts if p[1] is not None]
+            if pts:
+                ax.scatter(*zip(*pts), **style)  # type: ignore[arg-type]
+        ax.set_xscale("log")
+        ax.set_xlabel("learning rate (as trained)")
+        ax.set_ylabel("validation loss")
+        ax.legend(fontsize="small")
+        return ax
+
+    def importances(self) -> dict[str, float]:
+        """Optuna's parameter importances over the completed trials (empty with fewer than 3)."""
+        import optuna
+
+        done = [t for t in self.trials if t["state"] == "COMPLETE" and t["value"] is not None]
+        names = sorted({k for t in done for k in t["params"]})
+        multi = [n for n in names if len({json.dumps(t["params"].get(n)) for t in done}) > 1]
+        if len(done) < 3 or not multi:
+            return {}
+        study = optuna.create_study(direction="minimize")
+        dists = {n: optuna.distributions.json_to_distribution(self.distributions[n]) for n in multi}
+        for t in done:
+            if all(n in t["params"] for n in multi):
+                study.add_trial(optuna.trial.create_trial(params={n: t["params"][n] for n in multi},
+                                                          distributions=dists, value=t["value"]))
+        try:
+            return dict(optuna.importance.get_param_importances(study))
+        except (RuntimeError, ValueError):
+            return {}
+
+    def plot_importances(self, ax: Any = None) -> Any:
+        from .plotting import new_axes
+
+        ax = new_axes(ax)
+        imp = self.importances()
+        if imp:
+            names = list(imp)[::-1]
+            ax.barh(names, [imp[n] for n in names], color="C2")
+        else:
+            ax.text(0.5, 0.5, "too few completed trials", ha="center", va="center", transform=ax.transAxes)
+        ax.set_xlabel("importance (Optuna)")
+        return ax
+
+    def plot(self, ax: Any = None) -> Any:
+        """All four plots; ``ax`` may be a 2x2 array of Axes. Returns the array."""
+        from .plotting import _pyplot
+
+        if ax is None:
+            _, ax = _pyplot().subplots(2, 2, figsize=(11, 7.5))
+        axes = np.asarray(ax).reshape(2, 2)
+        self.plot_best(axes[0, 0])
+        self.plot_curves(axes[0, 1])
+        self.plot_lr(axes[1, 0])
+        self.plot_importances(axes[1, 1])
+        axes[0, 0].figure.suptitle(f"search {self.study_name}: best {self.best_value if self.best_value is None else f'{self.best_value:.4f}'}")
+        return axes
+
+    def _repr_png_(self) -> bytes:
+        from .plotting import figure_png
+
+        return figure_png(lambda: self.plot()[0, 0])
+
+    def table(self) -> str:
+        counts: dict[str, int] = {}
+        for t in self.trials:
+            counts[t["state"]] = counts.get(t["state"], 0) + 1
+        lines = [f"{'trial':>5} {'state':>9} {'value':>9} {'updates':>8}  params"]
+        for t in sorted(self.trials, key=lambda t: (t["value"] is None, t["value"] if t["value"] is not None else 0)):
+            val = "" if t["value"] is None else f"{t['value']:.4f}"
+            note = " (diverged)" if t.get("diverged") else (f" ({t['error'][:40]})" if t.get("error") else "")
+            params = ", ".join(f"{k}={_fmt(v)}" for k, v in sorted(t["params"].items()))
+            lines.append(f"{t['number']:>5} {t['state']:>9} {val:>9} {t.get('updates') or 0:>8}  {params}{note}")
+        lines.append("trials: " + ", ".join(f"{v} {k.lower()}" for k, v in sorted(counts.items()))
+                     + f"; compute {self.compute} updates ({self.probe_updates} in probes)")
+        if self.best_value is not None:
+            lines.append(f"best value {self.best_value:.4f}: " + ", ".join(f"{k}={_fmt(v)}" for k, v in sorted(self.best_config.items())))
+        return "\n".join(lines)
+
+
+def _fmt(v: Any) -> str:
+    return f"{v:.3g}" if isinstance(v, float) else str(v)
+
+
+def make_storage(url: str | None, out: Path | None) -> Any:
+    """An Optuna storage: a SQLAlchemy URL, a journal file (*.log, *.jsonl), or SQLite in ``out``."""
+    import optuna
+
+    if url is None:
+        if out is None:
+            return None
+        url = f"sqlite:///{(out / 'study.db').resolve()}"
+    if "://" not in url:
+        if not url.endswith((".log", ".jsonl", ".journal")):
+            raise UsageError(f"storage {url!r} is neither a URL (sqlite:///study.db, postgresql://...) nor a journal file (*.log)")
+        from optuna.storages.journal import JournalFileBackend
+
+        return optuna.storages.JournalStorage(JournalFileBackend(url))
+    try:
+        import warnings
+
+        with warnings.catch_warnings():  # heartbeats are "experimental" in Optuna's words
+            warnings.simplefilter("ignore")
+            # Heartbeats let the other workers of a shared study re-run a trial whose process died.
+            return optuna.storages.RDBStorage(
+                url, heartbeat_interval=10, grace_period=60,
+                heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1))
+    except (ImportError, ValueError) as exc:
+        raise UsageError(f"storage {url!r} cannot be opened: {exc}") from None
+    except Exception as exc:  # sqlalchemy's errors, without importing it here
+        raise UsageError(f"storage {url!r} cannot be opened: {type(exc).__name__}: {str(exc).splitlines()[0]}") from None
+
+
+def _trial_dict(t: Any) -> dict[str, Any]:
+    ua = t.user_attrs
+    return {
+        "number": t.number, "state": t.state.name, "value": t.value, "params": dict(t.params),
+        "config": ua.get("config", {}), "curve": ua.get("curve", []), "updates": ua.get("updates"),
+        "seconds": ua.get("seconds"), "diverged": bool(ua.get("diverged", False)), "error": ua.get("error"),
+        "finished": t.datetime_complete.timestamp() if t.datetime_complete else None,
+    }
+
+
+def search(
+    task: str | Task = "shapes",
+    space: str | SearchSpace = "from_scratch",
+    *,
+    trials: int = 12,
+    max_steps: int | None = None,
+    storage: str | None = None,
+    study_name: str | None = None,
+    resume: bool = False,
+    seed: int = 0,
+    out: str | Path | None = None,
+    lr_find_result: Any = None,
+    probe_result: Any = None,
+    backend: str = "local",
+    sampler: str = "tpe",
+    seed_trial: bool = True,
+    prune: bool = True,
+    reduction_factor: int = 3,
+    eval_every: int | None = None,
+    memory_budget: str | None = None,
+    device: str = "auto",
+    progress: bool = False,
+) -> SearchResult:
+    """Search a space for the best training configuration of ``task``.
+
+    ``task`` is a spec (``shapes``, ``pkg.mod:fn``, ``file.py:fn``), whose
+    function receives the space's ``task.*`` entries, or a :class:`Task`.
+    ``trials`` is the total number of finished trials the study should hold,
+    so a resumed search runs only what is missing. ``lr_find_result`` and
+    ``probe_result`` (results or JSON paths) replace the probes.
+    """
+    import optuna
+
+    if backend != "local":
+        raise UsageError(f"backend {backend!r} is not available: use local (the Ray backend is not built yet)")
+    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
+        raise UsageError(f"trials must be a positive integer, got {trials!r}: pass e.g. --trials 12")
+    if sampler not in ("tpe", "random"):
+        raise UsageError(f"sampler {sampler!r} is unknown: use tpe or random")
+    sp = space if isinstance(space, SearchSpace) else load_space(space)
+    has_task_entries = any(n.startswith("task.") for n in sp.entries)
+    if isinstance(task, Task) and has_task_entries:
+        raise UsageError(f"space '{sp.name}' varies task hyperparameters (task.*): pass the task as a spec (pkg.mod:fn) whose function takes a config")
+    fixed_task_cfg = {n[5:]: v for n, v in sp.fixed().items() if n.startswith("task.")}
+    base_task = load_task(task, fixed_task_cfg or None) if not isinstance(task, Task) else task
+    if base_task.val_data is None:
+        raise UsageError("search needs validation data to compare and prune trials: give the task val_data")
+    base_cfg = TrainConfig.for_task(base_task, device=device)
+    steps = int(max_steps or base_cfg.max_steps)
+    if steps < 2:
+        raise UsageError(f"max_steps must be >= 2, got {steps}")
+    every = int(eval_every or max(1, steps // 8))
+    out_dir = Path(out) if out is not None else None
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+
+    # 1. Probes, or their saved results.
+    probe_updates = 0
+    lf = _load_result(lr_find_result, "lr_find")
+    pr = _load_result(probe_result, "probe")
+    if sp.needs_lr_find and lf is None:
+        from .lr_find import lr_find
+
+        lf = lr_find(base_task, device=device, seed=seed, progress=progress)
+        probe_updates += len(lf.losses)
+        if out_dir is not None:
+            lf.to_json(out_dir / "lr_find.json")
+    if sp.needs_probe and pr is None:
+        from .probe import probe
+
+        pr = probe(base_task, memory_budget=memory_budget, device=device, seed=seed, progress=progress)
+        probe_updates += pr.updates
+        if out_dir is not None:
+            pr.to_json(out_dir / "probe.json")
+    dists = sp.distributions(lf, pr)
+    fixed = sp.fixed()
+    ref_batch = None
+    if lf is not None:
+        ref_batch = (lf.settings.get("batch_size") or base_task.batch_size or 1) * (lf.settings.get("accumulation_steps") or 1)
+
+    def to_config(params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """A trial's params -> (training settings, task config)."""
+        values = {**fixed, **params}
+        train_cfg: dict[str, Any] = {"max_steps": steps, "eval_every": every, "seed": seed, "device": device}
+        task_cfg = dict(fixed_task_cfg)
+        for name, v in values.items():
+            if name.startswith("task."):
+                task_cfg[name[5:]] = v
+            elif name == "batch":
+                micro, k = _split_batch(int(v), pr)
+                train_cfg["batch_size"], train_cfg["accumulation_steps"] = micro, k
+            else:
+                train_cfg[name] = v
+        lr_entry = sp.entries.get("lr")
+        if lr_entry is not None and lr_entry.scale_with_batch and ref_batch and "batch" in values:
+            ratio = int(values["batch"]) / ref_batch
+            train_cfg["lr"] = train_cfg["lr"] * (ratio if lr_entry.scale_with_batch == "linear" else math.sqrt(ratio))
+        return train_cfg, task_cfg
+
+    def objective(trial: optuna.trial.Trial) -> float:
+        params = {name: _suggest(trial, name, d) for name, d in dists.items()}
+        train_cfg, task_cfg = to_config(params)
+        trial.set_user_attr("config", {k: v for k, v in train_cfg.items() if k not in ("device",)})
+        run_task = load_task(task, task_cfg or None) if not isinstance(task, Task) else task
+        curve: list[list[float]] = []
+        t0 = time.perf_counter()
+
+        def report(step: int, metrics: dict[str, float]) -> None:
+            curve.append([step, metrics["loss"]])
+            trial.set_user_attr("curve", curve)
+            trial.set_user_attr("updates", step)
+            trial.set_user_attr("seconds", time.perf_counter() - t0)
+            if prune and step < steps:
+                trial.report(metrics["loss"], step)
+                if trial.should_prune():
+                    raise optuna.TrialPruned(f"pruned at update {step} with validation loss {metrics['loss']:.4f}")
+
+        try:
+            result = train(run_task, train_cfg, callback=report)
+        except optuna.TrialPruned:
+            raise
+        except UsageError as exc:
+            trial.set_user_attr("error", f"UsageError: {exc}")
+            raise
+        except Exception as exc:
+            trial.set_user_attr("error", f"{type(exc).__name__}: {exc}")
+            raise
+        trial.set_user_attr("updates", result.updates)
+        trial.set_user_attr("seconds", time.perf_counter() - t0)
+        if result.diverged:
+            trial.set_user_attr("diverged", True)
+            trial.set_user_attr("error", f"diverged at update {result.diverged_at}")
+            raise TrialDiverged(f"diverged at update {result.diverged_at}")
+        return float(result.final_loss)
+
+    # 2. The study: new, joined, or resumed.
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    store = make_storage(storage, out_dir)
+    name = study_name or f"tunekit-{base_task.name}-{sp.name}"
+    existing = _study_exists(store, name)
+    if existing and not resume and storage is None:
+        raise UsageError(f"study '{name}' already exists in {out_dir}: pass --resume to continue it, or another --out or --study")
+    n_before = len(optuna.load_study(study_name=name, storage=store).trials) if existing else 0
+    smp: optuna.samplers.BaseSampler = (
+        optuna.samplers.TPESampler(seed=seed + n_before, n_startup_trials=max(3, min(10, trials // 3)))
+        if sampler == "tpe" else optuna.samplers.RandomSampler(seed=seed + n_before)
+    )
+    pruner = (optuna.pruners.SuccessiveHalvingPruner(min_resource=every, reduction_factor=reduction_factor)
+              if prune else optuna.pruners.NopPruner())
+    study = optuna.create_study(study_name=name, storage=store, sampler=smp, pruner=pruner,
+                                direction="minimize", load_if_exists=True)
+    if resume:
+        # A killed process leaves its trial RUNNING: mark it failed and run its params again.
+        for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+            study._storage.set_trial_user_attr(t._trial_id, "error", "interrupted; re-run on --resume")
+            study._storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
+            study.enqueue_trial(dict(t.params), skip_if_exists=False)
+    seed_params = _seed_params(sp, dists, lf, pr, ref_batch) if seed_trial else {}
+    if seed_trial and not study.trials:
+        study.enqueue_trial(seed_params)
+
+    # 3. Run until the study holds `trials` finished trials.
+    finished_states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED, optuna.trial.TrialState.FAIL)
+    interrupted = {t.number for t in study.get_trials(deepcopy=False) if t.user_attrs.get("error") == "interrupted; re-run on --resume"}
+    done = sum(1 for t in study.get_trials(deepcopy=False, states=finished_states) if t.number not in interrupted)
+    remaining = max(0, trials - done)
+    bar = _Bar(remaining, progress)
+    callbacks = [optuna.study.MaxTrialsCallback(trials + len(interrupted), states=finished_states), bar.callback]
+    if remaining:
+        study.optimize(objective, n_trials=remaining, catch=(Exception,), callbacks=callbacks)
+    bar.close()
+
+    all_trials = [_trial_dict(t) for t in study.get_trials(deepcopy=False)]
+    complete = [t for t in all_trials if t["state"] == "COMPLETE" and t["value"] is not None]
+    best = min(complete, key=lambda t: t["value"]) if complete else None
+    result = SearchResult(
+        study_name=name, storage=str(getattr(store, "url", storage or "in-memory")), space=sp.name, direction="minimize",
+        best_value=best["value"] if best else None, best_params=best["params"] if best else {},
+        best_config=best["config"] if best else {}, trials=all_trials, seed_params=seed_params,
+        distributions={n: optuna.distributions.distribution_to_json(d) for n, d in dists.items()},
+        probe_updates=probe_updates, seconds=time.perf_counter() - start,
+        lr_find={"suggestion": lf.suggestion, "lr_bounds": list(lr_bounds_from_curve(lf, sp.entries["lr"].margin))} if lf is not None and "lr" in sp.entries else None,
+        probe={"max_batch": pr.max_batch, "critical_batch": pr.critical_batch, "knee_batch": pr.knee_batch} if pr is not None else None,
+    )
+    if out_dir is not None:
+        write_report(result, out_dir)
+    return result
+
+
+def write_report(result: SearchResult, out_dir: Path) -> None:
+    from .plotting import save_plot
+
+    result.to_json(out_dir / "search.json")
+    result.write_csv(out_dir / "trials.csv")
+    save_plot(lambda: result.plot()[0, 0], str(out_dir / "search.png"))
+
+
+def _suggest(trial: Any, name: str, dist: Any) -> Any:
+    import optuna.distributions as d
+
+    if isinstance(dist, d.FloatDistribution):
+        return trial.suggest_float(name, dist.low, dist.high, log=dist.log)
+    if isinstance(dist, d.IntDistribution):
+        return trial.suggest_int(name, dist.low, dist.high, log=dist.log, step=dist.step)
+    return trial.suggest_categorical(name, dist.choices)
+
+
+def _split_batch(effective: int, pr: Any) -> tuple[int, int]:
+    """The fastest (micro-batch, accumulation) pair for an effective batch that the probe says fits."""
+    from .probe import plan_batches
+
+    plan = plan_batches(effective, pr.max_batch, pr.throughput, pr.memory_model())
+    if not plan:
+        raise UsageError(f"effective batch {effective} has no micro-batch that fits (largest {pr.max_batch})")
+    return int(plan[0]["micro_batch"]), int(plan[0]["accumulation_steps"])
+
+
+def _seed_params(sp: SearchSpace, dists: dict[str, Any], lf: Any, pr: Any, ref_batch: int | None) -> dict[str, Any]:
+    """The configuration the probes recommend: suggested LR, batch near the critical batch, mid values elsewhere."""
+    import optuna.distributions as d
+
+    params: dict[str, Any] = {}
+    for name, dist in dists.items():
+        if name == "lr" and lf is not None and lf.suggestion:
+            params[name] = float(np.clip(lf.suggestion, dist.low, dist.high))
+        elif name == "batch":
+            crit = pr.critical_batch or pr.knee_batch or pr.max_batch
+            params[name] = min(dist.choices, key=lambda b: abs(math.log(b) - math.log(max(crit, 1))))
+        elif isinstance(dist, d.FloatDistribution):
+            params[name] = float(math.sqrt(dist.low * dist.high) if dist.log else (dist.low + dist.high) / 2)
+        elif isinstance(dist, d.IntDistribution):
+            params[name] = int(round((dist.low + dist.high) / 2))
+        else:
+            params[name] = dist.choices[0]
+    return params
+
+
+def _load_result(value: Any, kind: str) -> Any:
+    if value is None or not isinstance(value, (str, Path)):
+        return value
+    path = Path(value)
+    if not path.is_file():
+        raise UsageError(f"--{kind.replace('_', '-')} file '{path}' does not exist: run tunekit {kind.replace('_', '-')} first, or drop the flag")
+    if kind == "lr_find":
+        from .lr_find import LRFindResult
+
+        return LRFindResult.from_json(path)
+    from .probe import ProbeResult
+
+    return ProbeResult.from_json(path)
+
+
+def _study_exists(store: Any, name: str) -> bool:
+    import optuna
+
+    if store is None:
+        return False
+    try:
+        return any(s.study_name == name for s in optuna.get_all_study_summaries(store))
+    except Exception:
+        return False
+
+
+class _Bar:
+    """One progress bar over the trials, with the best value so far."""
+
+    def __init__(self, total: int, enabled: bool) -> None:
+        self.bar = None
+        if enabled and total:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=total, desc="search", unit="trial", leave=False, dynamic_ncols=True, disable=None)
+
+    def callback(self, study: Any, trial: Any) -> None:
+        if self.bar is None:
+            return
+        try:
+            best = f"{study.best_value:.4f}"
+        except ValueError:
+            best = "-"
+        self.bar.set_postfix_str(f"best {best}, last {trial.state.name.lower()}", refresh=False)
+        self.bar.update(1)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
