@@ -110,3 +110,25 @@ def broken_model_task() -> Task:
 
 def not_a_task() -> int:
     return 3
+
+
+def slow_regression_task(config: dict[str, Any] | None = None) -> Task:
+    """Regression whose every step sleeps a little: a trial lasts long enough to be killed mid-way."""
+    import time
+
+    task = regression_task(config)
+
+    def compute(model: nn.Module, batch: Any) -> torch.Tensor:
+        time.sleep(0.02)
+        return nn.functional.mse_loss(model(batch[0]), batch[1])
+
+    task.loss, task.compute_loss = None, compute
+    return task
+
+
+def picky_regression_task(config: dict[str, Any] | None = None) -> Task:
+    """Raises for one value of a task hyperparameter: a failing trial."""
+    config = config or {}
+    if int(config.get("hidden", 16)) == 13:
+        raise RuntimeError("hidden=13 is unlucky")
+    return regression_task(config)

@@ -121,12 +121,14 @@ class SearchResult:
                 continue
             xs, ys = zip(*curve)
             if t is best:
-                ax.plot(xs, ys, color="C3", lw=2.2, label=f"best (trial {t['number']})", zorder=3)
+                ax.plot(xs, ys, "o-", color="C3", lw=2.2, ms=3, label=f"best (trial {t['number']})", zorder=3)
             elif t["state"] == "PRUNED":
-                ax.plot(xs, ys, color="0.5", lw=0.8, alpha=0.35)
+                ax.plot(xs, ys, "o-", color="0.5", lw=0.8, ms=3, alpha=0.4)
             else:
-                ax.plot(xs, ys, color="C0", lw=1.0, alpha=0.8)
-        ax.plot([], [], color="0.5", alpha=0.35, label="pruned")
+                ax.plot(xs, ys, "o-", color="C0", lw=1.0, ms=3, alpha=0.8)
+        ax.plot([], [], "o-", color="C0", label="complete")
+        ax.plot([], [], "o-", color="0.5", alpha=0.4, label="pruned")
+        ax.set_yscale("log")
         ax.set_xlabel("optimizer update")
         ax.set_ylabel("validation loss")
         ax.legend(fontsize="small")
@@ -148,6 +150,10 @@ class SearchResult:
             if pts:
                 ax.scatter(*zip(*pts), **style)  # type: ignore[arg-type]
         ax.set_xscale("log")
+        ax.set_yscale("log")
+        from matplotlib.ticker import NullFormatter
+
+        ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel("learning rate (as trained)")
         ax.set_ylabel("validation loss")
         ax.legend(fontsize="small")
@@ -369,7 +375,6 @@ def search(
         params = {name: _suggest(trial, name, d) for name, d in dists.items()}
         train_cfg, task_cfg = to_config(params)
         trial.set_user_attr("config", {k: v for k, v in train_cfg.items() if k not in ("device",)})
-        run_task = load_task(task, task_cfg or None) if not isinstance(task, Task) else task
         curve: list[list[float]] = []
         t0 = time.perf_counter()
 
@@ -384,6 +389,7 @@ def search(
                     raise optuna.TrialPruned(f"pruned at update {step} with validation loss {metrics['loss']:.4f}")
 
         try:
+            run_task = load_task(task, task_cfg or None) if not isinstance(task, Task) else task
             result = train(run_task, train_cfg, callback=report)
         except optuna.TrialPruned:
             raise
@@ -402,7 +408,9 @@ def search(
         return float(result.final_loss)
 
     # 2. The study: new, joined, or resumed.
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    # Failed and diverged trials are in the table and in search.json, with their
+    # errors: Optuna's own per-trial warnings would only repeat them as noise.
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
     store = make_storage(storage, out_dir)
     name = study_name or f"tunekit-{base_task.name}-{sp.name}"
     existing = _study_exists(store, name)

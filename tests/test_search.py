@@ -1,0 +1,229 @@
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import optuna
+import pytest
+
+from tunekit import UsageError, load_space, lr_find, probe, search
+from tunekit.lr_find import LRFindResult
+from tunekit.space import batch_choices, list_spaces, lr_bounds_from_curve
+
+from .tasks import classification_task, regression_task
+from .test_cli import ROOT
+from .test_cli import tunekit as run_cli
+
+
+def write_space(tmp_path: Path, text: str, name: str = "space.toml") -> Path:
+    p = tmp_path / name
+    p.write_text(textwrap.dedent(text))
+    return p
+
+
+SMALL = """
+[lr]
+type = "float"
+log = true
+low = 1e-3
+high = 1e-1
+
+[warmup]
+type = "fixed"
+value = 0.1
+"""
+
+
+def test_shipped_spaces_parse() -> None:
+    names = list_spaces()
+    assert {"from_scratch", "full_finetune", "lora", "classifier_head"} <= set(names)
+    for n in names:
+        sp = load_space(n)
+        assert sp.entries["lr"].seeded == "lr_find" and sp.needs_probe
+    assert load_space("lora").entries["task.rank"].choices == [4, 8, 16]
+
+
+@pytest.mark.parametrize(
+    "body, needle",
+    [
+        ('[lr]\ntype = "gaussian"\nlow = 1\nhigh = 2\n', "entry [lr] has type 'gaussian'"),
+        ('[lr]\ntype = "float"\nlow = 0.1\nhigh = 0.01\n', "entry [lr] has low 0.1 >= high 0.01"),
+        ('[lr]\ntype = "float"\nlog = true\nlow = 0\nhigh = 1\n', "entry [lr] is log-scaled but low is 0"),
+        ('[lr]\ntype = "float"\nlow = 0.1\nhihg = 1\n', "entry [lr] has an unknown key 'hihg'"),
+        ('[schedule]\ntype = "categorical"\n', "entry [schedule] needs a non-empty list of choices"),
+        ('[warmup]\ntype = "float"\nseeded = "probe"\nlow = 0\nhigh = 1\n', "entry [warmup] seeded = 'probe' is not supported"),
+        ('[colour]\ntype = "fixed"\nvalue = 1\n', "entry [colour] is neither a training setting"),
+        ('[batch]\nseeded = "lr_find"\n', "entry [batch] must be seeded = \"probe\""),
+        ("[lr\n", "is not valid TOML"),
+    ],
+)
+def test_bad_space_files_name_the_entry(tmp_path: Path, body: str, needle: str) -> None:
+    path = write_space(tmp_path, body)
+    with pytest.raises(UsageError) as exc:
+        load_space(str(path))
+    assert needle in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_lr_bounds_and_batch_choices_from_given_probe_results() -> None:
+    lrs = np.logspace(-6, 0, 100)
+    x = np.log10(lrs)
+    loss = 2.0 - 1.5 / (1 + np.exp(-(x + 3) * 3)) + np.where(x > -1.5, 5 * (x + 1.5) ** 2, 0.0)
+    lf = LRFindResult(lrs=lrs.tolist(), losses=loss.tolist(), smoothed=[], suggestions={}, default_rule="tunekit",
+                      suggestion=1e-3, confidence=1.0, confident=True, reasons=[], diverged=False, diverged_at_lr=None,
+                      seconds=0.0, settings={})
+    low, high = lr_bounds_from_curve(lf, margin=0.5)
+    # The descent starts near 10**-3.7 (10% of the drop) and ends at the smoothed minimum, near 10**-1.9.
+    assert -4.6 < np.log10(low) < -4.0
+    assert -1.6 < np.log10(high) < -0.9
+    pr = probe(classification_task(), memory_budget="256MiB", device="cpu", throughput_points=2, noise_repeats=4)
+    pr.critical_batch = 100.0
+    assert batch_choices(load_space("from_scratch").entries["batch"], pr) == [32, 64, 128, 256]  # 512 > the 256 samples
+
+
+def test_seeded_search_enqueues_the_seed_first(tmp_path: Path) -> None:
+    task = classification_task()
+    lf = lr_find(task, steps=30, device="cpu")
+    lf.to_json(tmp_path / "lr_find.json")
+    pr = probe(task, memory_budget="256MiB", device="cpu", throughput_points=2, noise_repeats=4)
+    pr.to_json(tmp_path / "probe.json")
+    r = search(task, "from_scratch", trials=4, max_steps=20, lr_find_result=tmp_path / "lr_find.json",
+               probe_result=str(tmp_path / "probe.json"), out=tmp_path / "out", device="cpu")
+    first = r.trials[0]
+    assert first["number"] == 0 and first["params"] == r.seed_params
+    assert first["params"]["lr"] == pytest.approx(lf.suggestion)
+    assert r.probe_updates == 0  # the probes were given, not run
+    for f in ("search.json", "trials.csv", "search.png", "study.db"):
+        assert (tmp_path / "out" / f).exists()
+    assert json.loads((tmp_path / "out" / "search.json").read_text())["study_name"] == r.study_name
+
+
+def test_pruned_trials_are_never_complete(tmp_path: Path) -> None:
+    space = write_space(tmp_path, SMALL.replace("1e-3", "1e-5").replace("high = 1e-1", "high = 1.0"))
+    r = search(classification_task(), str(space), trials=10, max_steps=40, device="cpu", seed=1, eval_every=5)
+    states = [t["state"] for t in r.trials]
+    assert "PRUNED" in states and "COMPLETE" in states
+    for t in r.trials:
+        if t["state"] == "COMPLETE":
+            assert t["updates"] == 40 and t["curve"][-1][0] == 40
+        if t["state"] == "PRUNED":
+            assert t["updates"] < 40
+    # What Optuna holds agrees: a pruned trial is PRUNED there too.
+    study = optuna.load_study(study_name=r.study_name, storage=r.storage) if r.storage.startswith("sqlite") else None
+    if study is not None:
+        assert [t.state.name for t in study.trials] == states
+
+
+def test_diverged_and_failed_trials_are_recorded_and_the_search_goes_on(tmp_path: Path) -> None:
+    diverging = write_space(tmp_path, """
+        [lr]
+        type = "categorical"
+        choices = [1e12, 1e-2]
+
+        [clip_grad_norm]
+        type = "fixed"
+        value = 1e9
+    """, "diverging.toml")
+    r = search("tests.tasks:regression_task", str(diverging), trials=6, max_steps=10, device="cpu", seed=0,
+               seed_trial=False, prune=False, sampler="random")
+    assert len(r.trials) == 6
+    for t in r.trials:
+        if t["params"]["lr"] > 1:
+            assert t["state"] == "FAIL" and t["diverged"] and "diverged at update" in t["error"]
+        else:
+            assert t["state"] == "COMPLETE" and t["value"] is not None
+    assert {t["state"] for t in r.trials} == {"FAIL", "COMPLETE"}
+
+    failing = write_space(tmp_path, """
+        [lr]
+        type = "fixed"
+        value = 1e-2
+
+        [task.hidden]
+        type = "categorical"
+        choices = [13, 16]
+    """, "failing.toml")
+    r = search("tests.tasks:picky_regression_task", str(failing), trials=6, max_steps=10, device="cpu", seed=0,
+               seed_trial=False, prune=False, sampler="random")
+    assert len(r.trials) == 6
+    for t in r.trials:
+        if t["params"]["task.hidden"] == 13:
+            assert t["state"] == "FAIL" and "RuntimeError: hidden=13 is unlucky" in t["error"]
+        else:
+            assert t["state"] == "COMPLETE"
+    assert {t["state"] for t in r.trials} == {"FAIL", "COMPLETE"}
+
+
+def test_resume_after_the_process_is_killed(tmp_path: Path) -> None:
+    space = write_space(tmp_path, SMALL)
+    out = tmp_path / "run"
+    args = ["search", "--task", "tests.tasks:slow_regression_task", "--space", str(space), "--trials", "6",
+            "--max-steps", "15", "--no-prune", "--device", "cpu", "--out", str(out), "--quiet"]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.Popen([sys.executable, "-m", "tunekit", *args], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    storage = f"sqlite:///{out / 'study.db'}"
+    name = "tunekit-regression-space"  # tunekit-TASK-SPACE
+    deadline = time.time() + 120
+    done_before: dict[int, float] = {}
+    try:
+        while time.time() < deadline:
+            time.sleep(0.1)
+            try:
+                trials = optuna.load_study(study_name=name, storage=storage).trials
+            except Exception:
+                continue
+            complete = [t for t in trials if t.state.name == "COMPLETE"]
+            running = [t for t in trials if t.state.name == "RUNNING"]
+            if len(complete) >= 2 and running:
+                proc.send_signal(signal.SIGKILL)  # a real kill: no cleanup, the trial stays RUNNING
+                proc.wait()
+                break
+        else:
+            pytest.fail("the search never reached two complete trials")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    trials = optuna.load_study(study_name=name, storage=storage).trials
+    done_before = {t.number: t.value for t in trials if t.state.name == "COMPLETE"}
+    interrupted = [t for t in trials if t.state.name == "RUNNING"]
+    assert interrupted
+
+    r = run_cli(*args, "--resume")
+    assert r.returncode == 0, r.stderr
+    after = optuna.load_study(study_name=name, storage=storage).trials
+    numbers = [t.number for t in after]
+    assert len(numbers) == len(set(numbers))  # no duplicate trial
+    for n, v in done_before.items():  # no completed trial lost or changed
+        assert after[n].state.name == "COMPLETE" and after[n].value == v
+    finished = [t for t in after if t.state.name in ("COMPLETE", "PRUNED") or (t.state.name == "FAIL" and t.user_attrs.get("error") != "interrupted; re-run on --resume")]
+    assert len(finished) == 6
+    # The interrupted trial ran again with the same parameters.
+    for t in interrupted:
+        assert any(u.number > t.number and u.params == t.params and u.state.name == "COMPLETE" for u in after)
+
+
+def test_cli_search_usage_errors(tmp_path: Path) -> None:
+    bad = write_space(tmp_path, '[lr]\ntype = "float"\nlow = 1\nhigh = 0.5\n')
+    for args, needle in ((["--space", str(bad)], "entry [lr] has low 1 >= high 0.5"),
+                         (["--space", "nope"], "unknown space 'nope'"),
+                         (["--trials", "0"], "trials must be a positive integer"),
+                         (["--lr-find", str(tmp_path / "none.json")], "does not exist")):
+        r = run_cli("search", "--out", str(tmp_path / "o"), "--quiet", *args)
+        assert r.returncode == 2, (args, r.stderr)
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and needle in lines[0], r.stderr
+
+
+def test_report_redraws(tmp_path: Path) -> None:
+    space = write_space(tmp_path, SMALL)
+    search(regression_task(), str(space), trials=3, max_steps=10, device="cpu", out=tmp_path / "s")
+    (tmp_path / "s" / "search.png").unlink()
+    r = run_cli("report", str(tmp_path / "s"))
+    assert r.returncode == 0 and "best value" in r.stdout
+    assert (tmp_path / "s" / "search.png").exists()
+    assert run_cli("report", str(tmp_path / "nothing")).returncode == 2
