@@ -24,7 +24,6 @@ import argparse
 import dataclasses
 import math
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 

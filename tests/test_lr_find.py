@@ -8,7 +8,6 @@ import pytest
 import torch
 from torch import nn
 
-import tunekit
 from tunekit import LRFindResult, Task, UsageError, lr_find
 from tunekit.schedule import sweep_lrs
 from tunekit.step import TrainStep

@@ -1,10 +1,7 @@
 import copy
 import json
-import math
-import random
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -20,7 +17,7 @@ from tunekit.sizes import parse_size
 from tunekit.step import TrainStep
 from tunekit.task import LossComputer
 
-from .tasks import MLP, classification_data
+from .tasks import MLP
 from .test_cli import tunekit as run_cli
 
 CPU = torch.device("cpu")

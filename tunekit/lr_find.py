@@ -7,13 +7,10 @@ and puts them back exactly as they were afterwards (see :mod:`tunekit.state`).
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal, Optional
 
 import numpy as np
@@ -22,6 +19,7 @@ from torch import nn
 
 from .data import BatchStream, Data
 from .errors import UsageError
+from .results import Result
 from .schedule import sweep_lrs
 from .state import preserved, seed_everything_for
 from .step import TrainStep, Updates, make_scaler
@@ -34,12 +32,14 @@ __all__ = ["lr_find", "LRFindResult"]
 
 
 @dataclass
-class LRFindResult:
+class LRFindResult(Result):
     """A range test's curve, its suggestions and how far to trust them.
 
     ``suggestion`` is the default rule's LR (the median over repeats when
     ``repeats > 1``); ``lr_range`` is its spread over the repeats.
     """
+
+    _tuple_fields = ('lr_range',)
 
     lrs: list[float]
     losses: list[float]
@@ -57,25 +57,6 @@ class LRFindResult:
     skipped_steps: int = 0
     repeats: list[dict[str, Any]] = field(default_factory=list)
     lr_range: Optional[tuple[float, float]] = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    def to_json(self, path: str | Path | None = None) -> str:
-        text = json.dumps(self.to_dict(), indent=1, default=float, allow_nan=True)
-        if path is not None:
-            Path(path).write_text(text)
-        return text
-
-    @classmethod
-    def from_json(cls, text_or_path: str | Path) -> LRFindResult:
-        text = str(text_or_path)
-        if not text.lstrip().startswith("{"):
-            text = Path(text_or_path).read_text()
-        data = json.loads(text)
-        if data.get("lr_range") is not None:
-            data["lr_range"] = tuple(data["lr_range"])
-        return cls(**data)
 
     def plot(self, ax: Any = None) -> Any:
         """Loss against LR on a log axis, with the suggestions marked; returns the Axes."""
@@ -109,11 +90,6 @@ class LRFindResult:
         ax.set_title("LR range test")
         ax.legend(fontsize="small")
         return ax
-
-    def _repr_png_(self) -> bytes:
-        from .plotting import figure_png
-
-        return figure_png(self.plot)
 
     def table(self) -> str:
         """The suggestions as a short text table."""

@@ -19,13 +19,11 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-import json
 import math
 import os
 import statistics
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
@@ -35,6 +33,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from .data import BatchStream, Data
 from .errors import UsageError
+from .results import Result
 from .memory import MemoryModel, fit_memory_model, trace_step
 from .noise_scale import noise_scale
 from .sizes import format_size, parse_size
@@ -47,8 +46,10 @@ __all__ = ["probe", "ProbeResult", "plan_batches", "scale_lr"]
 
 
 @dataclass
-class ProbeResult:
+class ProbeResult(Result):
     """What the probe found. Sizes are micro-batch sizes unless named effective."""
+
+    _tuple_fields = ('critical_batch_range',)
 
     device: str
     precision: str
@@ -90,25 +91,6 @@ class ProbeResult:
     def predicted_peak(self, batch: int) -> float:
         return self.memory_model().peak(batch)
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    def to_json(self, path: str | Path | None = None) -> str:
-        text = json.dumps(self.to_dict(), indent=1, default=float)
-        if path is not None:
-            Path(path).write_text(text)
-        return text
-
-    @classmethod
-    def from_json(cls, text_or_path: str | Path) -> ProbeResult:
-        text = str(text_or_path)
-        if not text.lstrip().startswith("{"):
-            text = Path(text_or_path).read_text()
-        data = json.loads(text)
-        if data.get("critical_batch_range") is not None:
-            data["critical_batch_range"] = tuple(data["critical_batch_range"])
-        return cls(**data)
-
     def plot(self, ax: Any = None) -> Any:
         """Predicted peak memory against batch size with the budget, and throughput on a second axis."""
         from .plotting import new_axes
@@ -142,11 +124,6 @@ class ProbeResult:
         ax.set_title(f"probe: max batch {self.max_batch} on {self.device}")
         ax.legend(fontsize="small", loc="upper left")
         return ax
-
-    def _repr_png_(self) -> bytes:
-        from .plotting import figure_png
-
-        return figure_png(self.plot)
 
     def table(self) -> str:
         mm = self.memory_model()

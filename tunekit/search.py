@@ -16,19 +16,19 @@
 from __future__ import annotations
 
 import csv
-import dataclasses
 import json
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
 
 from .errors import UsageError
+from .results import Result
 from .loading import load_task
-from .space import SearchSpace, batch_choices, load_space, lr_bounds_from_curve
+from .space import SearchSpace, load_space, lr_bounds_from_curve
 from .task import Task
 from .train import TrainConfig, train
 
@@ -40,7 +40,7 @@ class TrialDiverged(Exception):
 
 
 @dataclass
-class SearchResult:
+class SearchResult(Result):
     study_name: str
     storage: str
     space: str
@@ -60,22 +60,6 @@ class SearchResult:
     def compute(self) -> int:
         """Optimizer updates spent: every trial's, plus the probes'."""
         return self.probe_updates + sum(int(t.get("updates") or 0) for t in self.trials)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    def to_json(self, path: str | Path | None = None) -> str:
-        text = json.dumps(self.to_dict(), indent=1, default=str)
-        if path is not None:
-            Path(path).write_text(text)
-        return text
-
-    @classmethod
-    def from_json(cls, text_or_path: str | Path) -> SearchResult:
-        text = str(text_or_path)
-        if not text.lstrip().startswith("{"):
-            text = Path(text_or_path).read_text()
-        return cls(**json.loads(text))
 
     def write_csv(self, path: str | Path) -> None:
         keys = sorted({k for t in self.trials for k in t.get("params", {})})
@@ -205,11 +189,6 @@ class SearchResult:
         self.plot_importances(axes[1, 1])
         axes[0, 0].figure.suptitle(f"search {self.study_name}: best {self.best_value if self.best_value is None else f'{self.best_value:.4f}'}")
         return axes
-
-    def _repr_png_(self) -> bytes:
-        from .plotting import figure_png
-
-        return figure_png(lambda: self.plot()[0, 0])
 
     def table(self) -> str:
         counts: dict[str, int] = {}

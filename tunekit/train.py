@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
@@ -17,6 +15,7 @@ from torch import nn
 
 from .data import Data, batch_size_of, iterate_once, to_device, BatchStream
 from .errors import UsageError
+from .results import Result
 from .schedule import DECAYS, Warmup, lr_schedule, warmup_steps
 from .state import seed_everything_for
 from .step import TrainStep, Updates, autocast_context, resolve_device
@@ -108,7 +107,7 @@ class TrainConfig:
 
 
 @dataclass
-class TrainResult:
+class TrainResult(Result):
     """The curve of one run. ``evals`` holds one dict per evaluation (``step`` plus metrics)."""
 
     config: dict[str, Any]
@@ -137,22 +136,6 @@ class TrainResult:
         tail = self.losses[-10:]
         return float(np.mean(tail)) if tail else math.nan
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    def to_json(self, path: str | Path | None = None) -> str:
-        text = json.dumps(self.to_dict(), indent=1, default=float)
-        if path is not None:
-            Path(path).write_text(text)
-        return text
-
-    @classmethod
-    def from_json(cls, text_or_path: str | Path) -> TrainResult:
-        text = str(text_or_path)
-        if not text.lstrip().startswith("{"):
-            text = Path(text_or_path).read_text()
-        return cls(**json.loads(text))
-
     def plot(self, ax: Any = None) -> Any:
         """Training loss (and validation loss) against optimizer updates; returns the Axes."""
         from .plotting import new_axes
@@ -169,10 +152,6 @@ class TrainResult:
         ax.legend()
         return ax
 
-    def _repr_png_(self) -> bytes:
-        from .plotting import figure_png
-
-        return figure_png(self.plot)
 
 
 @torch.no_grad()
