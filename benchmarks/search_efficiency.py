@@ -10,8 +10,10 @@ within 2% of the grid-best validation loss:
   trial to the end;
 - tpe-wide: TPE + ASHA over the same wide space, no probes.
 
-The grid-best is the best seed-mean final validation loss over a log grid of peak
-LRs at the task's default settings. Also printed: scheduler overhead, the wall
+The grid-best is the best final validation loss over a log grid of peak LRs at
+the task's default settings, trained with the same seed as the search's trials
+(model initialisation and data order move the final loss by several percent,
+more than the 2% target, so each search is held to the grid at its own seed). Also printed: scheduler overhead, the wall
 time of a search over the sum of its trials' training times.
 
     python benchmarks/search_efficiency.py [--task shapes] [--seeds 3] [--trials 20]
@@ -37,13 +39,12 @@ import tunekit  # noqa: E402
 WIDE = str(Path(__file__).resolve().parent / "spaces" / "wide.toml")
 
 
-def grid_best(task: tunekit.Task, steps: int, seeds: int) -> tuple[float, float]:
+def grid_best(task: tunekit.Task, steps: int, seed: int) -> tuple[float, float]:
     best, best_lr = math.inf, math.nan
     for log_lr in np.arange(-4.0, -0.49, 0.5):
-        finals = [tunekit.train(task, lr=float(10**log_lr), max_steps=steps, seed=s, device="cpu").final_loss for s in range(seeds)]
-        mean = float(np.mean([f if math.isfinite(f) else 10.0 for f in finals]))
-        if mean < best:
-            best, best_lr = mean, float(10**log_lr)
+        final = tunekit.train(task, lr=float(10**log_lr), max_steps=steps, seed=seed, device="cpu").final_loss
+        if math.isfinite(final) and final < best:
+            best, best_lr = final, float(10**log_lr)
     return best, best_lr
 
 
@@ -67,9 +68,7 @@ def main() -> None:
     task = tunekit.load_task(args.task)
     steps = int(task.defaults.get("max_steps", 200))
     print(f"hardware: {hardware()}")
-    best, best_lr = grid_best(task, steps, 2)
-    target = best * 1.02
-    print(f"task {args.task}: grid-best val loss {best:.4f} at lr {best_lr:.3g} ({steps} updates); target {target:.4f}\n")
+    print(f"task {args.task}: {steps} updates a trial, {args.trials} trials a search\n")
 
     strategies = {
         "seeded TPE+ASHA": dict(space="from_scratch", sampler="tpe", prune=True, seed_trial=True),
@@ -80,6 +79,9 @@ def main() -> None:
     overhead: dict[str, list[float]] = {k: [] for k in strategies}
     probes: dict[str, list[int]] = {k: [] for k in strategies}
     for seed in range(args.seeds):
+        best, best_lr = grid_best(task, steps, seed)
+        target = best * 1.02
+        print(f"seed {seed}: grid-best val loss {best:.4f} at lr {best_lr:.3g}; target {target:.4f}", flush=True)
         for name, kw in strategies.items():
             with tempfile.TemporaryDirectory() as tmp:
                 r = tunekit.search(task, kw["space"], trials=args.trials, max_steps=steps, seed=seed, out=Path(tmp),
