@@ -187,11 +187,36 @@ def test_probe_refuses_fixed_batches_and_bad_arguments() -> None:
         probe(small_task(), memory_budget="1KiB", device="cpu")
     with pytest.raises(UsageError, match="headroom"):
         probe(small_task(), headroom=1.0, device="cpu")
+    with pytest.raises(UsageError, match="lr_batch must be a positive integer, got 0"):
+        probe(small_task(), lr=1e-3, lr_batch=0, device="cpu")
+
+
+def test_plain_tensor_attributes_are_traced_without_real_copies() -> None:
+    class Scaled(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = nn.Linear(8, 4)
+            self.scale = torch.tensor(2.0)  # neither a parameter nor a buffer
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.linear(x) * self.scale
+
+    trace = _trace_model(Scaled(), 16)
+    assert trace.static["params"] == (8 * 4 + 4) * 4
+
+
+def _trace_model(model: nn.Module, b: int) -> "Trace":
+    data = TensorDataset(torch.randn(64, 8), torch.randint(0, 4, (64,)))
+    compute = LossComputer(nn.CrossEntropyLoss(), None)
+    return trace_step(model, lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9),
+                      lambda m, o: TrainStep(m, o, compute, device=CPU), BatchStream(data, b).take(1), CPU)
 
 
 def test_probe_result_round_trip_and_plot(tmp_path: Path) -> None:
     r = probe(small_task(512), memory_budget="256MiB", device="cpu", throughput_points=2, noise_repeats=4)
     assert r.max_batch == 512  # capped by the dataset
+    # Every real update is counted (confirmation, throughput warm-up and timing, noise scale), no fake trace.
+    assert r.updates >= r.real_steps + len(r.throughput) * 3 + 2 * 4
     assert r.knee_batch in [t["batch"] for t in r.throughput]
     back = tunekit.ProbeResult.from_json(r.to_json())
     assert back.max_batch == r.max_batch and back.predicted_peak(64) == pytest.approx(r.predicted_peak(64))

@@ -60,6 +60,9 @@ def test_shipped_spaces_parse() -> None:
         ('[colour]\ntype = "fixed"\nvalue = 1\n', "entry [colour] is neither a training setting"),
         ('[batch]\nseeded = "lr_find"\n', "entry [batch] must be seeded = \"probe\""),
         ("[lr\n", "is not valid TOML"),
+        ('[lr]\ntype = "float"\nlog = true\nlow = 1e-4\nhigh = 1\nseeded = "lr_find"\nmargin = "x"\n', "margin must be a number of decades"),
+        ('[task.width]\ntype = "int"\nlow = 1\nhigh = 8\nstep = "a"\n', "step must be a positive integer"),
+        ('[task.width]\ntype = "int"\nlog = true\nlow = 0.5\nhigh = 8\n', "a log int range needs low >= 1"),
     ],
 )
 def test_bad_space_files_name_the_entry(tmp_path: Path, body: str, needle: str) -> None:
@@ -212,7 +215,9 @@ def test_cli_search_usage_errors(tmp_path: Path) -> None:
     for args, needle in ((["--space", str(bad)], "entry [lr] has low 1 >= high 0.5"),
                          (["--space", "nope"], "unknown space 'nope'"),
                          (["--trials", "0"], "trials must be a positive integer"),
-                         (["--lr-find", str(tmp_path / "none.json")], "does not exist")):
+                         (["--lr-find", str(tmp_path / "none.json")], "does not exist"),
+                         (["--storage", str(tmp_path / "missing" / "j.log")], "does not exist"),
+                         (["--max-steps", "1"], "max_steps must be >= 2")):
         r = run_cli("search", "--out", str(tmp_path / "o"), "--quiet", *args)
         assert r.returncode == 2, (args, r.stderr)
         lines = r.stderr.strip().splitlines()

@@ -197,6 +197,11 @@ def _fake_copy(model: nn.Module, fm: Any) -> nn.Module:
     for b in model.buffers():
         if id(b) not in memo:
             memo[id(b)] = fm.from_tensor(b)
+    # Plain tensor attributes (a mask, a constant) would otherwise be copied for real.
+    for m in model.modules():
+        for v in vars(m).values():
+            if isinstance(v, torch.Tensor) and id(v) not in memo:
+                memo[id(v)] = fm.from_tensor(v)
     return copy.deepcopy(model, memo)
 
 

@@ -266,6 +266,10 @@ def probe(
         raise UsageError(f"target batch must be a positive integer, got {target_batch!r}")
     if (lr is None) != (lr_batch is None):
         raise UsageError("give lr and lr_batch together: the LR you found and the effective batch it was found at")
+    if lr_batch is not None and (isinstance(lr_batch, bool) or not isinstance(lr_batch, int) or lr_batch < 1):
+        raise UsageError(f"lr_batch must be a positive integer, got {lr_batch!r}: the effective batch at which the LR was found")
+    if lr is not None and not (isinstance(lr, (int, float)) and lr > 0 and math.isfinite(lr)):
+        raise UsageError(f"lr must be a positive number, got {lr!r}")
     if noise_warmup is None:  # a fresh model of a task trains a little first; a model in hand is measured as it is
         noise_warmup = 50 if isinstance(model, Task) else 0
     sub = resolve_subject("probe", model, train_data, loss_fn, optimizer, compute_loss=compute_loss,

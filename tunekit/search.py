@@ -35,6 +35,9 @@ from .train import TrainConfig, train
 __all__ = ["search", "SearchResult", "make_storage"]
 
 
+INTERRUPTED = "interrupted; re-run on --resume"
+
+
 class TrialDiverged(Exception):
     """A trial whose loss became non-finite (recorded as FAIL with diverged=True)."""
 
@@ -224,7 +227,12 @@ def make_storage(url: str | None, out: Path | None) -> Any:
             raise UsageError(f"storage {url!r} is neither a URL (sqlite:///study.db, postgresql://...) nor a journal file (*.log)")
         from optuna.storages.journal import JournalFileBackend
 
-        return optuna.storages.JournalStorage(JournalFileBackend(url))
+        if not Path(url).resolve().parent.is_dir():
+            raise UsageError(f"storage {url!r}: the folder {str(Path(url).parent)!r} does not exist: create it or give another path")
+        try:
+            return optuna.storages.JournalStorage(JournalFileBackend(url))
+        except OSError as exc:
+            raise UsageError(f"storage {url!r} cannot be opened ({exc.strerror}): give a writable path") from None
     try:
         import warnings
 
@@ -298,16 +306,37 @@ def search(
     if base_task.val_data is None:
         raise UsageError("search needs validation data to compare and prune trials: give the task val_data")
     base_cfg = TrainConfig.for_task(base_task, device=device)
-    steps = int(max_steps or base_cfg.max_steps)
+    steps = int(max_steps if max_steps is not None else base_cfg.max_steps)
     if steps < 2:
-        raise UsageError(f"max_steps must be >= 2, got {steps}")
+        raise UsageError(f"max_steps must be >= 2, got {steps}: pass e.g. --max-steps 200")
+    if eval_every is not None and (not isinstance(eval_every, int) or eval_every < 1):
+        raise UsageError(f"eval_every must be a positive integer, got {eval_every!r}")
     every = int(eval_every or max(1, steps // 8))
     out_dir = Path(out) if out is not None else None
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
 
-    # 1. Probes, or their saved results.
+    # 1. The study, before any probe runs: a clash or a bad storage fails at once.
+    # Failed and diverged trials are in the table and in search.json, with their
+    # errors: Optuna's own per-trial warnings would only repeat them as noise.
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    store = make_storage(storage, out_dir)
+    name = study_name or f"tunekit-{base_task.name}-{sp.name}"
+    existing = _study_exists(store, name)
+    if existing and not resume and storage is None:
+        raise UsageError(f"study '{name}' already exists in {out_dir}: pass --resume to continue it, or another --out or --study")
+    stored_dists: dict[str, str] = {}
+    if existing:
+        stored_dists = optuna.load_study(study_name=name, storage=store).user_attrs.get("tunekit_distributions", {})
+        # A study keeps the probes it was seeded with: reuse them rather than probe again.
+        if out_dir is not None:
+            if lr_find_result is None and (out_dir / "lr_find.json").is_file():
+                lr_find_result = out_dir / "lr_find.json"
+            if probe_result is None and (out_dir / "probe.json").is_file():
+                probe_result = out_dir / "probe.json"
+
+    # 2. Probes, or their saved results.
     probe_updates = 0
     lf = _load_result(lr_find_result, "lr_find")
     pr = _load_result(probe_result, "probe")
@@ -326,6 +355,8 @@ def search(
         if out_dir is not None:
             pr.to_json(out_dir / "probe.json")
     dists = sp.distributions(lf, pr)
+    if stored_dists:  # the space a study started with stays its space
+        dists = {n: optuna.distributions.json_to_distribution(d) for n, d in stored_dists.items()}
     fixed = sp.fixed()
     ref_batch = None
     if lf is not None:
@@ -372,6 +403,9 @@ def search(
             result = train(run_task, train_cfg, callback=report)
         except optuna.TrialPruned:
             raise
+        except KeyboardInterrupt:
+            trial.set_user_attr("error", INTERRUPTED)  # Optuna records it as FAIL; --resume runs it again
+            raise
         except UsageError as exc:
             trial.set_user_attr("error", f"UsageError: {exc}")
             raise
@@ -386,15 +420,7 @@ def search(
             raise TrialDiverged(f"diverged at update {result.diverged_at}")
         return float(result.final_loss)
 
-    # 2. The study: new, joined, or resumed.
-    # Failed and diverged trials are in the table and in search.json, with their
-    # errors: Optuna's own per-trial warnings would only repeat them as noise.
-    optuna.logging.set_verbosity(optuna.logging.ERROR)
-    store = make_storage(storage, out_dir)
-    name = study_name or f"tunekit-{base_task.name}-{sp.name}"
-    existing = _study_exists(store, name)
-    if existing and not resume and storage is None:
-        raise UsageError(f"study '{name}' already exists in {out_dir}: pass --resume to continue it, or another --out or --study")
+    # 3. The study: new, joined, or resumed.
     n_before = len(optuna.load_study(study_name=name, storage=store).trials) if existing else 0
     smp: optuna.samplers.BaseSampler = (
         optuna.samplers.TPESampler(seed=seed + n_before, n_startup_trials=max(3, min(10, trials // 3)))
@@ -404,19 +430,33 @@ def search(
               if prune else optuna.pruners.NopPruner())
     study = optuna.create_study(study_name=name, storage=store, sampler=smp, pruner=pruner,
                                 direction="minimize", load_if_exists=True)
+    if not stored_dists:
+        study.set_user_attr("tunekit_distributions", {n: optuna.distributions.distribution_to_json(d) for n, d in dists.items()})
     if resume:
-        # A killed process leaves its trial RUNNING: mark it failed and run its params again.
-        for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-            study._storage.set_trial_user_attr(t._trial_id, "error", "interrupted; re-run on --resume")
-            study._storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
-            study.enqueue_trial(dict(t.params), skip_if_exists=False)
+        if storage is None:
+            # Our own storage, one process: a trial left RUNNING was killed with it.
+            for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+                study._storage.set_trial_user_attr(t._trial_id, "error", INTERRUPTED)
+                study._storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
+        else:
+            # A shared storage: other workers may be running; only trials whose
+            # heartbeat stopped are dead (Optuna's retry callback re-enqueues them).
+            optuna.storages.fail_stale_trials(study)
+        # Interrupted trials (killed, or stopped with Ctrl-C) run again with their params, once.
+        # A finished trial cannot take attributes, so the study keeps the list.
+        requeued = set(study.user_attrs.get("tunekit_requeued", []))
+        for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.FAIL,)):
+            if t.user_attrs.get("error") == INTERRUPTED and t.number not in requeued:
+                requeued.add(t.number)
+                study.enqueue_trial(dict(t.params), skip_if_exists=False)
+        study.set_user_attr("tunekit_requeued", sorted(requeued))
     seed_params = _seed_params(sp, dists, lf, pr, ref_batch) if seed_trial else {}
     if seed_trial and not study.trials:
         study.enqueue_trial(seed_params)
 
-    # 3. Run until the study holds `trials` finished trials.
+    # 4. Run until the study holds `trials` finished trials.
     finished_states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED, optuna.trial.TrialState.FAIL)
-    interrupted = {t.number for t in study.get_trials(deepcopy=False) if t.user_attrs.get("error") == "interrupted; re-run on --resume"}
+    interrupted = {t.number for t in study.get_trials(deepcopy=False) if t.user_attrs.get("error") == INTERRUPTED}
     done = sum(1 for t in study.get_trials(deepcopy=False, states=finished_states) if t.number not in interrupted)
     remaining = max(0, trials - done)
     bar = _Bar(remaining, progress)
@@ -484,7 +524,7 @@ def _seed_params(sp: SearchSpace, dists: dict[str, Any], lf: Any, pr: Any, ref_b
         elif isinstance(dist, d.FloatDistribution):
             params[name] = float(math.sqrt(dist.low * dist.high) if dist.log else (dist.low + dist.high) / 2)
         elif isinstance(dist, d.IntDistribution):
-            params[name] = int(round((dist.low + dist.high) / 2))
+            params[name] = int(dist.low + round((dist.high - dist.low) / 2 / dist.step) * dist.step)
         else:
             params[name] = dist.choices[0]
     return params

@@ -75,7 +75,10 @@ def _parse_entry(where: str, name: str, raw: Any) -> Entry:
     if seeded is not None:
         if name != "lr" or seeded != "lr_find":
             raise _bad(where, name, f"seeded = {seeded!r} is not supported here: only [lr] seeded = \"lr_find\" and [batch] seeded = \"probe\"")
-        e.margin = float(raw.get("margin", 0.5))
+        margin = raw.get("margin", 0.5)
+        if isinstance(margin, bool) or not isinstance(margin, (int, float)):
+            raise _bad(where, name, f"margin must be a number of decades, got {margin!r}")
+        e.margin = float(margin)
         if not 0 <= e.margin <= 3:
             raise _bad(where, name, f"margin {e.margin} is out of range: give decades between 0 and 3")
         e.scale_with_batch = raw.get("scale_with_batch")
@@ -91,7 +94,14 @@ def _parse_entry(where: str, name: str, raw: Any) -> Entry:
         if e.log and e.low <= 0:
             raise _bad(where, name, f"is log-scaled but low is {e.low:g}: a log range needs low > 0")
         if kind == "int":
-            e.step = int(raw.get("step", 1))
+            step = raw.get("step", 1)
+            if isinstance(step, bool) or not isinstance(step, int) or step < 1:
+                raise _bad(where, name, f"step must be a positive integer, got {step!r}")
+            e.step = step
+            if e.log and e.low < 1:
+                raise _bad(where, name, f"is a log-scaled int but low is {e.low:g}: a log int range needs low >= 1")
+            if e.log and step != 1:
+                raise _bad(where, name, "cannot be log-scaled with a step: drop one of them")
     elif kind == "categorical":
         choices = raw.get("choices")
         if not isinstance(choices, list) or not choices:
