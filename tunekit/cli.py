@@ -144,6 +144,14 @@ def _add_task_args(p: argparse.ArgumentParser) -> None:
                    help="task hyperparameter passed to the task function's config (repeatable)")
 
 
+def _add_run_args(p: argparse.ArgumentParser, writes: str) -> None:
+    """The flags that every probe and search shares."""
+    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (default)")
+    p.add_argument("--seed", type=_seed, default=0, help="seed of the model and the data order (default 0)")
+    p.add_argument("--out", metavar="DIR", default="tunekit_runs", help=f"where to write {writes} (default tunekit_runs)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="tunekit",
@@ -173,10 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--accumulation-steps", type=int, default=1, help="micro-batches per optimizer update (default 1)")
     p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], help="default: the task's")
     p.add_argument("--repeats", type=int, default=1, help="repeat with other seeds and data orders; report the spread (default 1)")
-    p.add_argument("--seed", type=_seed, default=0, help="seed of the model and data order (default 0)")
-    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (default)")
-    p.add_argument("--out", metavar="DIR", default="tunekit_runs", help="where to write lr_find.json and lr_find.png (default tunekit_runs)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    _add_run_args(p, "lr_find.json and lr_find.png")
     p.set_defaults(func=cmd_lr_find)
 
     p = sub.add_parser("probe", help="memory and throughput probe: largest, fastest and critical batch size",
@@ -187,15 +192,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_task_args(p)
     p.add_argument("--memory-budget", metavar="SIZE", help="e.g. 512MiB, 8GiB, 2.5GB (default: free GPU memory, or available RAM on CPU)")
     p.add_argument("--headroom", type=float, default=0.15, help="fraction of the budget kept free (default 0.15)")
-    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (default)")
     p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], help="default: the task's")
     p.add_argument("--accumulation-steps", type=int, default=1, help="micro-batches per optimizer update (default 1)")
     p.add_argument("--target-batch", type=int, help="effective batch to plan for (default: the critical batch)")
     p.add_argument("--lr", type=_positive_float, help="an LR found at --lr-batch, to rescale to the target batch")
     p.add_argument("--lr-batch", type=int, help="the effective batch at which --lr was found")
-    p.add_argument("--seed", type=_seed, default=0, help="seed (default 0)")
-    p.add_argument("--out", metavar="DIR", default="tunekit_runs", help="where to write probe.json and probe.png (default tunekit_runs)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    _add_run_args(p, "probe.json and probe.png")
     p.set_defaults(func=cmd_probe)
 
     p = sub.add_parser("search", help="seeded Optuna TPE search with ASHA early stopping",
@@ -216,10 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lr-find", metavar="FILE", help="a saved lr_find.json instead of running the range test")
     p.add_argument("--probe", metavar="FILE", help="a saved probe.json instead of running the probe")
     p.add_argument("--memory-budget", metavar="SIZE", help="memory budget of the probe (e.g. 8GiB)")
-    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (default)")
-    p.add_argument("--seed", type=_seed, default=0, help="seed (default 0)")
-    p.add_argument("--out", metavar="DIR", default="tunekit_runs", help="output directory (default tunekit_runs)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    _add_run_args(p, "search.json, trials.csv, search.png and study.db")
     p.set_defaults(func=cmd_search)
 
     p = sub.add_parser("report", help="redraw a search's table and plots from DIR/search.json",
