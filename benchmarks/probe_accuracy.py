@@ -1,7 +1,8 @@
 """How well does the probe's memory model predict a real step's peak memory?
 
 For each model (an MLP, the `shapes` CNN, the `charlm` Transformer) and batch
-size, the prediction (a trace on fake tensors at batch 8 and 16, extrapolated)
+size, the prediction (a trace on fake tensors at batch 8 and 16, extrapolated,
+plus what two real steps at those sizes allocate inside kernels, as the probe does)
 is compared with a real step measured in a fresh subprocess: peak resident
 memory during the step (VmHWM, reset just before it) minus the resident memory
 before it, with glibc's mmap threshold pinned (MALLOC_MMAP_THRESHOLD_=65536) so
@@ -36,7 +37,7 @@ from _common import hardware  # noqa: E402
 
 import tunekit  # noqa: E402
 from tunekit.data import BatchStream  # noqa: E402
-from tunekit.memory import fit_memory_model, trace_step  # noqa: E402
+from tunekit.memory import calibrate, fit_memory_model, real_step_peak, trace_step  # noqa: E402
 from tunekit.step import TrainStep  # noqa: E402
 
 
@@ -103,6 +104,16 @@ def predict(spec: str, batch: int, precision: str, device: str) -> float:
         mk = lambda m, o: TrainStep(m, o, task.loss_computer(), device=dev, precision=precision)  # noqa: E731
         traces[b] = trace_step(model, task.optimizer, mk, BatchStream(task.train_data, b, seed=0).take(1), dev)
     mm = fit_memory_model(traces)
+    # As the probe does: two small real steps (on a copy) calibrate what kernels allocate internally.
+    real = {}
+    for b in (8, 16):
+        twin = copy.deepcopy(model)
+        step = TrainStep(twin, task.optimizer(twin.parameters()), task.loss_computer(), device=dev, precision=precision)
+        batches = BatchStream(task.train_data, b, seed=0).take(1)
+        measured = real_step_peak(lambda: step(batches), dev)
+        if measured is not None:
+            real[b] = measured
+    mm = calibrate(mm, traces, real)
     batch0 = BatchStream(task.train_data, batch, seed=0).take(1)[0]
     resident = mm.static["params"] + mm.static["buffers"] + sum(t.numel() * t.element_size() for t in batch0)
     return mm.peak(batch) - resident

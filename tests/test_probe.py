@@ -249,3 +249,35 @@ def test_cuda_probe_matches_max_memory_allocated() -> None:
     ok = [t for t in r.tried if t["ok"]]
     assert ok and ok[-1]["peak_bytes"] is not None
     assert r.predicted_peak(ok[-1]["batch"]) == pytest.approx(ok[-1]["peak_bytes"], rel=0.1)
+
+
+def test_calibration_adds_what_kernels_allocate_out_of_the_traces_sight() -> None:
+    # bf16 convolutions on the CPU allocate im2col buffers inside the kernel: no trace sees them.
+    from tunekit.memory import calibrate, real_step_peak
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(8, 16, 3, padding=1),
+                          nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(16 * 4 * 4, 10))
+    data = TensorDataset(torch.randn(256, 1, 16, 16), torch.randint(0, 10, (256,)))
+    compute = LossComputer(nn.CrossEntropyLoss(), None)
+
+    def make(m: nn.Module, o: torch.optim.Optimizer) -> TrainStep:
+        return TrainStep(m, o, compute, device=CPU, precision="bf16")
+
+    opt = lambda p: torch.optim.SGD(p, lr=0.1)  # noqa: E731
+    traces = {b: trace_step(model, opt, make, BatchStream(data, b).take(1), CPU) for b in (8, 16, 128)}
+
+    def real(b: int) -> int:
+        twin = copy.deepcopy(model)
+        step = make(twin, opt(twin.parameters()))
+        batches = BatchStream(data, b).take(1)
+        peak = real_step_peak(lambda: step(batches), CPU)
+        assert peak is not None
+        return peak
+
+    mm = fit_memory_model({b: traces[b] for b in (8, 16)})
+    actual = real(128)
+    traced_only = mm.peak(128) - traces[128].resident
+    calibrate(mm, traces, {b: real(b) for b in (8, 16)})
+    assert traced_only < 0.95 * actual  # the blind spot is real
+    assert mm.peak(128) - traces[128].resident == pytest.approx(actual, rel=0.05)

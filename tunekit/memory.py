@@ -18,13 +18,16 @@ activations and the temporaries of backward and of the optimizer.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
 import math
+import os
+import sys
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 import torch
@@ -32,7 +35,8 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
-__all__ = ["MemoryModel", "PhaseFit", "StorageCounter", "Trace", "trace_step", "fit_memory_model", "static_bytes"]
+__all__ = ["MemoryModel", "PhaseFit", "StorageCounter", "Trace", "trace_step", "fit_memory_model", "static_bytes",
+           "real_step_peak", "calibrate"]
 
 PHASES = ("forward", "backward", "optimizer")
 
@@ -147,10 +151,14 @@ class MemoryModel:
     static: dict[str, int]
     traces: dict[int, dict[str, int]] = field(default_factory=dict)
     accumulation_steps: int = 1
+    # Memory that kernels allocate internally, below the dispatcher, where no
+    # trace sees it (CPU im2col buffers, cuDNN workspaces): measured on small real steps.
+    extra: Optional[PhaseFit] = None
 
     def peak(self, batch: int | float) -> float:
-        """Predicted peak bytes of one step at micro-batch ``batch``: the largest phase."""
-        return max(fit(batch) for fit in self.phases.values())
+        """Predicted peak bytes of one step at micro-batch ``batch``: the largest phase, plus kernel-internal memory."""
+        top = max(fit(batch) for fit in self.phases.values())
+        return top + (max(0.0, self.extra(batch)) if self.extra is not None else 0.0)
 
     def peak_phase(self, batch: int | float) -> str:
         return max(self.phases, key=lambda p: self.phases[p](batch))
@@ -165,8 +173,10 @@ class MemoryModel:
     def largest_batch(self, budget_bytes: float, limit: int = 1 << 24) -> int:
         """The largest micro-batch whose predicted peak fits ``budget_bytes`` (0 if none)."""
         best = None
+        ea, ec = (self.extra.fixed, self.extra.per_sample) if self.extra is not None else (0.0, 0.0)
         for fit in self.phases.values():
             for a, c in fit.lines or [(fit.fixed, fit.per_sample)]:
+                a, c = a + max(ea, 0.0), c + max(ec, 0.0)
                 if c <= 0:
                     continue
                 b = int(np.floor((budget_bytes - a) / c))
@@ -185,6 +195,7 @@ class MemoryModel:
             "static": dict(self.static),
             "traces": {str(k): v for k, v in self.traces.items()},
             "accumulation_steps": self.accumulation_steps,
+            "extra": None if self.extra is None else {"fixed": self.extra.fixed, "per_sample": self.extra.per_sample},
         }
 
 
@@ -228,6 +239,7 @@ class Trace:
     peaks: dict[str, int]
     static: dict[str, int]
     segments: dict[str, list[int]]  # phase -> live bytes after each allocation in it (all micro-batches)
+    resident: int = 0  # bytes live before the step: parameters, buffers, the micro-batches
 
 
 def trace_step(
@@ -255,6 +267,7 @@ def trace_step(
         # The micro-batches are resident before the step; count them as such.
         counter.track([t for b in fake_batches for t in tree_flatten(b)[0] if isinstance(t, torch.Tensor)])
         counter.peak = counter.live
+        resident = counter.live
         with counter:
             step(fake_batches, mark=counter.mark)
         peaks: dict[str, int] = {}
@@ -266,7 +279,7 @@ def trace_step(
             segments[name].extend(counter.timeline[start : end + 1])
             start = end
         static = static_bytes(fake, fake_opt)
-    return Trace(peaks, static, segments)
+    return Trace(peaks, static, segments, resident)
 
 
 def _upper_envelope(lines: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -327,3 +340,77 @@ def fit_memory_model(traces: dict[int, Trace], accumulation_steps: int = 1) -> M
         slope, intercept = np.polyfit(xs, ys, 1)
         phases[p] = PhaseFit(float(intercept), float(max(slope, 0.0)))
     return MemoryModel(phases, static, peaks, accumulation_steps)
+
+
+def real_step_peak(run_step: Callable[[], Any], device: torch.device) -> Optional[int]:
+    """Peak bytes allocated by one real step above the level before it, or None where it cannot be measured.
+
+    CUDA: ``torch.cuda.max_memory_allocated``. CPU: the allocator events that
+    PyTorch's profiler records (``profile_memory=True``), which include what
+    kernels allocate internally.
+    """
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        before = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        run_step()
+        torch.cuda.synchronize(device)
+        return int(torch.cuda.max_memory_allocated(device) - before)
+    try:
+        from torch.profiler import ProfilerActivity, profile
+        from torch.profiler._memory_profiler import Action, MemoryProfile
+    except ImportError:  # a torch without the memory profiler: no calibration
+        return None
+    with _quiet_fd2(), profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True) as prof:
+        run_step()
+    try:
+        timeline = MemoryProfile(prof.profiler.kineto_results).timeline
+    except Exception:
+        return None
+    live = peak = 0
+    for _, action, _, size in sorted(timeline, key=lambda r: r[0]):
+        if action == Action.CREATE:
+            live += size
+        elif action == Action.DESTROY:
+            live -= size
+        peak = max(peak, live)
+    return int(peak)
+
+
+@contextlib.contextmanager
+def _quiet_fd2() -> Any:
+    """Silence what the profiler's C++ side prints on stderr (start/stop banners, allocator notes)."""
+    sys.stderr.flush()
+    try:
+        saved = os.dup(2)
+    except OSError:
+        yield
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+def calibrate(model: MemoryModel, traces: dict[int, Trace], real: dict[int, int]) -> MemoryModel:
+    """Add the memory that real steps allocate beyond the trace, as a line in the batch size.
+
+    ``real`` maps batch sizes to :func:`real_step_peak` results; the extra at
+    each is (real peak) - (traced peak above the resident state).
+    """
+    sizes = sorted(b for b in real if b in traces)
+    if not sizes:
+        return model
+    extra = {b: real[b] - (max(traces[b].peaks.values()) - traces[b].resident) for b in sizes}
+    if len(sizes) == 1:
+        model.extra = PhaseFit(float(max(extra[sizes[0]], 0)), 0.0)
+    else:
+        b1, b2 = sizes[-2], sizes[-1]
+        slope = (extra[b2] - extra[b1]) / (b2 - b1)
+        model.extra = PhaseFit(float(extra[b1] - slope * b1), float(slope))
+    return model

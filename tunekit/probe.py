@@ -34,7 +34,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset
 from .data import BatchStream, Data
 from .errors import UsageError
 from .results import Result
-from .memory import MemoryModel, fit_memory_model, trace_step
+from .memory import MemoryModel, calibrate, fit_memory_model, real_step_peak, trace_step
 from .noise_scale import noise_scale
 from .sizes import format_size, parse_size
 from .state import preserved, seed_everything_for
@@ -85,8 +85,9 @@ class ProbeResult(Result):
 
         m = self.memory
         phases = {k: PhaseFit(v["fixed"], v["per_sample"], [tuple(x) for x in v.get("lines", [])]) for k, v in m["phases"].items()}
+        extra = PhaseFit(**m["extra"]) if m.get("extra") else None
         return MemoryModel(phases, m["static"],
-                           {int(k): v for k, v in m["traces"].items()}, m["accumulation_steps"])
+                           {int(k): v for k, v in m["traces"].items()}, m["accumulation_steps"], extra)
 
     def predicted_peak(self, batch: int) -> float:
         return self.memory_model().peak(batch)
@@ -242,6 +243,7 @@ def probe(
     timing_steps: int = 5,
     noise_repeats: int = 12,
     noise_warmup: int | None = None,
+    calibrate_steps: bool = True,
     seed: int = 0,
     progress: bool = False,
 ) -> ProbeResult:
@@ -257,6 +259,10 @@ def probe(
     The noise scale is measured after ``noise_warmup`` updates (default 50 for a
     Task's fresh model, 0 for a model in hand), at ``lr`` or the task's default LR;
     those updates are undone with everything else.
+
+    With ``calibrate_steps`` (default), two small real steps at the traced batch
+    sizes measure the memory that kernels allocate internally, which no trace
+    sees, and the memory model adds it.
     """
     if not 0 <= headroom < 1:
         raise UsageError(f"headroom must be in [0, 1), got {headroom!r}: e.g. 0.15 keeps 15% free")
@@ -314,6 +320,28 @@ def probe(
             batches = BatchStream(data, b, seed=seed).take(k_trace)
             traces[b] = trace_step(sub.model, sub.optimizer, lambda m, o: make_step(m, o, k_trace), batches, dev)
         mm = fit_memory_model(traces, accumulation_steps)
+        # Two small real steps measure what kernels allocate out of the trace's sight.
+        real: dict[int, int] = {}
+        if calibrate_steps:
+            for b in sizes[-2:]:
+                batches = BatchStream(data, b, seed=seed).take(k_trace)
+                step = make_step(sub.model, sub.optimizer, k_trace)
+                oom = False
+                try:
+                    measured = real_step_peak(lambda: step(batches), dev)
+                except Exception as exc:
+                    if not _is_oom(exc):
+                        raise
+                    oom, measured = True, None
+                del step, batches
+                snap.restore()
+                sub.model.train()
+                if oom:
+                    _free_memory(dev)
+                    break
+                if measured is not None:
+                    real[b] = measured
+            mm = calibrate(mm, traces, real)
         bar("memory model")
 
         predicted = min(mm.largest_batch(usable), limit)
