@@ -34,6 +34,8 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/step_overhead.py
 	$(PY) benchmarks/lr_regret.py
+	$(PY) benchmarks/probe_accuracy.py
+	$(PY) benchmarks/search_efficiency.py
 
 clean:
 	rm -rf $(VENV) *.egg-info
