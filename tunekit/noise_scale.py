@@ -55,5 +55,8 @@ def noise_scale(sq_norms_small: list[float] | np.ndarray, sq_norms_big: list[flo
     for _ in range(bootstrap):
         e, _, _ = _estimate(rng.choice(small, len(small)), rng.choice(big, len(big)), b_small, b_big)
         boots.append(e if math.isfinite(e) and e > 0 else math.inf)
-    low, high = (float(v) for v in np.percentile(boots, [16, 84]))
+    # Order statistics, not np.percentile: a resample whose |G|^2 came out <= 0
+    # counts as an unbounded noise scale (inf), which interpolation cannot handle.
+    ordered = np.sort(np.asarray(boots))
+    low, high = float(ordered[int(0.16 * (len(ordered) - 1))]), float(ordered[int(0.84 * (len(ordered) - 1))])
     return NoiseScale(est, low, high, grad_sq, trace, b_small, b_big, len(small))
