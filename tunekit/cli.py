@@ -152,6 +152,12 @@ def _add_run_args(p: argparse.ArgumentParser, writes: str) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
+def _add_step_args(p: argparse.ArgumentParser) -> None:
+    """How the probes run the shared step."""
+    p.add_argument("--accumulation-steps", type=int, default=1, help="micro-batches per optimizer update (default 1)")
+    p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], help="fp32, bf16, or fp16 with a GradScaler (default: the task's)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="tunekit",
@@ -178,8 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=100, help="optimizer updates in the sweep, at least 10 (default 100)")
     p.add_argument("--mode", choices=["exp", "linear"], default="exp", help="LR spacing (default exp)")
     p.add_argument("--batch-size", type=int, help="micro-batch size (default: the task's)")
-    p.add_argument("--accumulation-steps", type=int, default=1, help="micro-batches per optimizer update (default 1)")
-    p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], help="default: the task's")
+    _add_step_args(p)
     p.add_argument("--repeats", type=int, default=1, help="repeat with other seeds and data orders; report the spread (default 1)")
     _add_run_args(p, "lr_find.json and lr_find.png")
     p.set_defaults(func=cmd_lr_find)
@@ -192,8 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_task_args(p)
     p.add_argument("--memory-budget", metavar="SIZE", help="e.g. 512MiB, 8GiB, 2.5GB (default: free GPU memory, or available RAM on CPU)")
     p.add_argument("--headroom", type=float, default=0.15, help="fraction of the budget kept free (default 0.15)")
-    p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], help="default: the task's")
-    p.add_argument("--accumulation-steps", type=int, default=1, help="micro-batches per optimizer update (default 1)")
+    _add_step_args(p)
     p.add_argument("--target-batch", type=int, help="effective batch to plan for (default: the critical batch)")
     p.add_argument("--lr", type=_positive_float, help="an LR found at --lr-batch, to rescale to the target batch")
     p.add_argument("--lr-batch", type=int, help="the effective batch at which --lr was found")
@@ -291,10 +295,6 @@ def cmd_lr_find(args: argparse.Namespace) -> int:
 
     out = _out_dir(args.out)
     task = _load(args)
-    if args.batch_size is not None and args.batch_size < 1:
-        raise UsageError(f"--batch-size must be >= 1, got {args.batch_size}")
-    if args.accumulation_steps < 1:
-        raise UsageError(f"--accumulation-steps must be >= 1, got {args.accumulation_steps}")
     result = lr_find(task, min_lr=args.min_lr, max_lr=args.max_lr, steps=args.steps, mode=args.mode,
                      batch_size=args.batch_size, accumulation_steps=args.accumulation_steps,
                      precision=args.precision, repeats=args.repeats, seed=args.seed, device=args.device,

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from .data import BatchStream, Data
-from .errors import UsageError
+from .errors import UsageError, check_int
 from .results import Result
 from .schedule import sweep_lrs
 from .state import preserved, seed_everything_for
@@ -102,11 +102,9 @@ class LRFindResult(Result):
 
 def _check_args(min_lr: float, max_lr: float, steps: int, mode: str, repeats: int, diverge_threshold: float,
                 batch_size: int | None, accumulation_steps: int, clip_grad_norm: float | None) -> None:
-    for name, v in (("batch_size", batch_size), ("accumulation_steps", accumulation_steps)):
-        if v is None and name == "batch_size":
-            continue
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise UsageError(f"{name} must be a positive integer, got {v!r}: pass e.g. --{name.replace('_', '-')} 2")
+    if batch_size is not None:
+        check_int("batch_size", batch_size, hint="pass e.g. --batch-size 32")
+    check_int("accumulation_steps", accumulation_steps, hint="pass e.g. --accumulation-steps 2")
     if clip_grad_norm is not None and not clip_grad_norm > 0:
         raise UsageError(f"clip_grad_norm must be > 0 (or None for no clipping), got {clip_grad_norm!r}")
     for name, v in (("min_lr", min_lr), ("max_lr", max_lr)):
@@ -114,12 +112,10 @@ def _check_args(min_lr: float, max_lr: float, steps: int, mode: str, repeats: in
             raise UsageError(f"{name} must be a positive number, got {v!r}: pass e.g. --{name.replace('_', '-')} 1e-6")
     if min_lr >= max_lr:
         raise UsageError(f"min_lr {min_lr:g} must be below max_lr {max_lr:g}: e.g. --min-lr 1e-7 --max-lr 10")
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 10:
-        raise UsageError(f"steps must be an integer >= 10, got {steps!r}: the curve needs points, e.g. --steps 100")
+    check_int("steps", steps, 10, hint="the curve needs points, e.g. --steps 100")
     if mode not in ("exp", "linear"):
         raise UsageError(f"mode {mode!r} is unknown: use exp (the default) or linear")
-    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        raise UsageError(f"repeats must be a positive integer, got {repeats!r}")
+    check_int("repeats", repeats, hint="e.g. --repeats 3")
     if not diverge_threshold > 1:
         raise UsageError(f"diverge_threshold must be > 1 (a multiple of the best loss), got {diverge_threshold!r}")
 

@@ -32,7 +32,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from .data import BatchStream, Data
-from .errors import UsageError
+from .errors import UsageError, check_int
 from .results import Result
 from .memory import MemoryModel, calibrate, fit_memory_model, real_step_peak, trace_step
 from .noise_scale import noise_scale
@@ -266,14 +266,13 @@ def probe(
     """
     if not 0 <= headroom < 1:
         raise UsageError(f"headroom must be in [0, 1), got {headroom!r}: e.g. 0.15 keeps 15% free")
-    if isinstance(accumulation_steps, bool) or not isinstance(accumulation_steps, int) or accumulation_steps < 1:
-        raise UsageError(f"accumulation_steps must be a positive integer, got {accumulation_steps!r}")
-    if target_batch is not None and (not isinstance(target_batch, int) or target_batch < 1):
-        raise UsageError(f"target batch must be a positive integer, got {target_batch!r}")
+    check_int("accumulation_steps", accumulation_steps, hint="pass e.g. --accumulation-steps 2")
+    if target_batch is not None:
+        check_int("target batch", target_batch, hint="pass e.g. --target-batch 256")
     if (lr is None) != (lr_batch is None):
         raise UsageError("give lr and lr_batch together: the LR you found and the effective batch it was found at")
-    if lr_batch is not None and (isinstance(lr_batch, bool) or not isinstance(lr_batch, int) or lr_batch < 1):
-        raise UsageError(f"lr_batch must be a positive integer, got {lr_batch!r}: the effective batch at which the LR was found")
+    if lr_batch is not None:
+        check_int("lr_batch", lr_batch, hint="the effective batch at which the LR was found")
     if lr is not None and not (isinstance(lr, (int, float)) and lr > 0 and math.isfinite(lr)):
         raise UsageError(f"lr must be a positive number, got {lr!r}")
     if noise_warmup is None:  # a fresh model of a task trains a little first; a model in hand is measured as it is

@@ -25,7 +25,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from .errors import UsageError
+from .errors import UsageError, check_int
 from .results import Result
 from .loading import load_task
 from .space import SearchSpace, load_space, lr_bounds_from_curve
@@ -293,8 +293,7 @@ def search(
 
     if backend != "local":
         raise UsageError(f"backend {backend!r} is not available: use local (the Ray backend is not built yet)")
-    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
-        raise UsageError(f"trials must be a positive integer, got {trials!r}: pass e.g. --trials 12")
+    check_int("trials", trials, hint="pass e.g. --trials 12")
     if sampler not in ("tpe", "random"):
         raise UsageError(f"sampler {sampler!r} is unknown: use tpe or random")
     sp = space if isinstance(space, SearchSpace) else load_space(space)
@@ -309,8 +308,8 @@ def search(
     steps = int(max_steps if max_steps is not None else base_cfg.max_steps)
     if steps < 2:
         raise UsageError(f"max_steps must be >= 2, got {steps}: pass e.g. --max-steps 200")
-    if eval_every is not None and (not isinstance(eval_every, int) or eval_every < 1):
-        raise UsageError(f"eval_every must be a positive integer, got {eval_every!r}")
+    if eval_every is not None:
+        check_int("eval_every", eval_every)
     every = int(eval_every or max(1, steps // 8))
     out_dir = Path(out) if out is not None else None
     if out_dir is not None:

@@ -17,7 +17,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from .errors import UsageError
+from .errors import UsageError, is_int_at_least
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -95,7 +95,7 @@ def _parse_entry(where: str, name: str, raw: Any) -> Entry:
             raise _bad(where, name, f"is log-scaled but low is {e.low:g}: a log range needs low > 0")
         if kind == "int":
             step = raw.get("step", 1)
-            if isinstance(step, bool) or not isinstance(step, int) or step < 1:
+            if not is_int_at_least(step):
                 raise _bad(where, name, f"step must be a positive integer, got {step!r}")
             e.step = step
             if e.log and e.low < 1:

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from .data import Data, batch_size_of, iterate_once, to_device, BatchStream
-from .errors import UsageError
+from .errors import UsageError, check_int
 from .results import Result
 from .schedule import DECAYS, Warmup, lr_schedule, warmup_steps
 from .state import seed_everything_for
@@ -28,8 +28,7 @@ EvalCallback = Callable[[int, dict[str, float]], Optional[bool]]
 
 
 def _positive_int(name: str, value: Any, flag: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise UsageError(f"{name} must be a positive integer, got {value!r}: pass e.g. {flag} 100")
+    check_int(name, value, hint=f"pass e.g. {flag} 100")
 
 
 @dataclass
