@@ -83,6 +83,16 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _nonnegative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be >= 0")
+    return value
+
+
 def _warmup(text: str) -> int | float:
     """'0.05' is a fraction of the run, '20' a number of updates."""
     try:
@@ -222,6 +232,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lr-find", metavar="FILE", help="a saved lr_find.json instead of running the range test")
     p.add_argument("--probe", metavar="FILE", help="a saved probe.json instead of running the probe")
     p.add_argument("--memory-budget", metavar="SIZE", help="memory budget of the probe (e.g. 8GiB)")
+    p.add_argument("--grace-period", type=int, metavar="N", help="updates before the first early-stopping rung (default: the first evaluation)")
+    p.add_argument("--reduction-factor", type=int, default=3, metavar="N", help="ASHA keeps the best 1/N at each rung (default 3)")
+    g = p.add_argument_group("ray backend (--backend ray)")
+    g.add_argument("--cpus-per-trial", type=_nonnegative_float, default=1, metavar="N", help="CPUs per trial (default 1)")
+    g.add_argument("--gpus-per-trial", type=_nonnegative_float, default=0, metavar="N",
+                   help="GPUs per trial; 0.5 runs two trials on a GPU if its memory holds them (default 0)")
+    g.add_argument("--max-concurrent", type=int, metavar="N", help="trials at once (default: as many as resources allow)")
+    g.add_argument("--max-failures", type=int, default=0, metavar="N", help="retries of a trial that raises (default 0)")
+    g.add_argument("--address", metavar="ADDR", help="join a running Ray cluster: auto or HOST:PORT (default: start a local one)")
+    g.add_argument("--storage-path", metavar="DIR", help="Tune's trial directories; a shared filesystem for several machines (default DIR/ray)")
     _add_run_args(p, "search.json, trials.csv, search.png and study.db")
     p.set_defaults(func=cmd_search)
 
@@ -350,7 +370,11 @@ def cmd_search(args: argparse.Namespace) -> int:
     result = search(args.task or "shapes", args.space, trials=args.trials, max_steps=args.max_steps, storage=args.storage,
                     study_name=args.study, resume=args.resume, seed=args.seed, out=out, lr_find_result=args.lr_find,
                     probe_result=args.probe, backend=args.backend, sampler=args.sampler, prune=not args.no_prune,
-                    memory_budget=args.memory_budget, device=args.device, progress=not args.quiet)
+                    memory_budget=args.memory_budget, device=args.device, progress=not args.quiet,
+                    grace_period=args.grace_period, reduction_factor=args.reduction_factor,
+                    cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial,
+                    max_concurrent=args.max_concurrent, max_failures=args.max_failures, address=args.address,
+                    storage_path=args.storage_path)
     print(result.table())
     print(f"search took {result.seconds:.1f}s; wrote {out}/search.json, trials.csv, search.png; study '{result.study_name}' in {result.storage}")
     return 0

@@ -276,10 +276,18 @@ def search(
     seed_trial: bool = True,
     prune: bool = True,
     reduction_factor: int = 3,
+    grace_period: int | None = None,
     eval_every: int | None = None,
     memory_budget: str | None = None,
     device: str = "auto",
     progress: bool = False,
+    cpus_per_trial: float = 1,
+    gpus_per_trial: float = 0,
+    max_concurrent: int | None = None,
+    max_failures: int = 0,
+    address: str | None = None,
+    storage_path: str | None = None,
+    ray_init: dict[str, Any] | None = None,
 ) -> SearchResult:
     """Search a space for the best training configuration of ``task``.
 
@@ -288,12 +296,40 @@ def search(
     ``trials`` is the total number of finished trials the study should hold,
     so a resumed search runs only what is missing. ``lr_find_result`` and
     ``probe_result`` (results or JSON paths) replace the probes.
+
+    Early stopping is asynchronous successive halving: rungs at
+    ``grace_period`` optimizer updates (default: the first evaluation) times
+    powers of ``reduction_factor``; the best 1/``reduction_factor`` at a rung go on.
+
+    ``backend="ray"`` runs the trials with Ray Tune (its ASHAScheduler, the
+    same study): ``cpus_per_trial``, ``gpus_per_trial`` (0.5 packs two trials
+    on a GPU), ``max_concurrent``, ``max_failures`` (retries of a raising
+    trial), ``address`` (``auto`` or ``HOST:PORT`` of a running cluster) and
+    ``storage_path`` (Tune's trial directories; a shared filesystem for
+    several machines). ``ray_init`` passes ``num_cpus``/``num_gpus`` to a
+    local Ray instance.
     """
     import optuna
 
-    if backend != "local":
-        raise UsageError(f"backend {backend!r} is not available: use local (the Ray backend is not built yet)")
+    if backend not in ("local", "ray"):
+        raise UsageError(f"backend {backend!r} is unknown: use local or ray")
     check_int("trials", trials, hint="pass e.g. --trials 12")
+    check_int("reduction_factor", reduction_factor, minimum=2, hint="pass e.g. --reduction-factor 3")
+    if grace_period is not None:
+        check_int("grace_period", grace_period, hint="pass e.g. --grace-period 25")
+    check_int("max_failures", max_failures, minimum=0, hint="pass e.g. --max-failures 2")
+    if max_concurrent is not None:
+        check_int("max_concurrent", max_concurrent, hint="pass e.g. --max-concurrent 4")
+    for flag, v in (("cpus_per_trial", cpus_per_trial), ("gpus_per_trial", gpus_per_trial)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v >= 0 and math.isfinite(v)):
+            raise UsageError(f"{flag} must be a number >= 0, got {v!r}: pass e.g. --{flag.replace('_', '-')} 1")
+    if cpus_per_trial <= 0 and gpus_per_trial <= 0:
+        raise UsageError("a trial needs some resource: give --cpus-per-trial or --gpus-per-trial above 0")
+    if gpus_per_trial > 1 and gpus_per_trial != int(gpus_per_trial):
+        raise UsageError(f"gpus_per_trial {gpus_per_trial:g} is above 1 but not whole: use a fraction below 1 or a whole number")
+    if backend == "local" and (address or storage_path or gpus_per_trial or max_concurrent or max_failures):
+        raise UsageError("--address, --storage-path, --gpus-per-trial, --max-concurrent and --max-failures apply to "
+                         "--backend ray: add --backend ray, or drop them")
     if sampler not in ("tpe", "random"):
         raise UsageError(f"sampler {sampler!r} is unknown: use tpe or random")
     sp = space if isinstance(space, SearchSpace) else load_space(space)
@@ -357,6 +393,12 @@ def search(
     if stored_dists:  # the space a study started with stays its space
         dists = {n: optuna.distributions.json_to_distribution(d) for n, d in stored_dists.items()}
     fixed = sp.fixed()
+    if backend == "ray" and 0 < gpus_per_trial < 1 and pr is not None and str(pr.device).startswith("cuda"):
+        from .ray_backend import check_packing
+
+        micro = _largest_micro_batch(dists, fixed, pr, base_cfg.batch_size or base_task.batch_size or 1)
+        check_packing(gpus_per_trial, pr.predicted_peak(micro), pr.usable_bytes,
+                      f"micro-batch {micro}, by the probe's memory model")
     ref_batch = None
     if lf is not None:
         ref_batch = (lf.settings.get("batch_size") or base_task.batch_size or 1) * (lf.settings.get("accumulation_steps") or 1)
@@ -380,10 +422,16 @@ def search(
             train_cfg["lr"] = train_cfg["lr"] * (ratio if lr_entry.scale_with_batch == "linear" else math.sqrt(ratio))
         return train_cfg, task_cfg
 
-    def objective(trial: optuna.trial.Trial) -> float:
-        params = {name: _suggest(trial, name, d) for name, d in dists.items()}
+    def configure(trial: optuna.trial.Trial, params: dict[str, Any]) -> dict[str, Any]:
+        """A trial's params -> what its run needs; the settings are kept on the trial."""
         train_cfg, task_cfg = to_config(params)
         trial.set_user_attr("config", {k: v for k, v in train_cfg.items() if k not in ("device",)})
+        return {"train_cfg": train_cfg, "task_cfg": task_cfg}
+
+    def objective(trial: optuna.trial.Trial) -> float:
+        params = {name: _suggest(trial, name, d) for name, d in dists.items()}
+        run = configure(trial, params)
+        train_cfg, task_cfg = run["train_cfg"], run["task_cfg"]
         curve: list[list[float]] = []
         t0 = time.perf_counter()
 
@@ -398,8 +446,7 @@ def search(
                     raise optuna.TrialPruned(f"pruned at update {step} with validation loss {metrics['loss']:.4f}")
 
         try:
-            run_task = load_task(task, task_cfg or None) if not isinstance(task, Task) else task
-            result = train(run_task, train_cfg, callback=report)
+            result = run_config(task, train_cfg, task_cfg, report)
         except optuna.TrialPruned:
             raise
         except KeyboardInterrupt:
@@ -422,10 +469,11 @@ def search(
     # 3. The study: new, joined, or resumed.
     n_before = len(optuna.load_study(study_name=name, storage=store).trials) if existing else 0
     smp: optuna.samplers.BaseSampler = (
-        optuna.samplers.TPESampler(seed=seed + n_before, n_startup_trials=max(3, min(10, trials // 3)))
+        _tpe(seed + n_before, max(3, min(10, trials // 3)), parallel=backend == "ray")
         if sampler == "tpe" else optuna.samplers.RandomSampler(seed=seed + n_before)
     )
-    pruner = (optuna.pruners.SuccessiveHalvingPruner(min_resource=every, reduction_factor=reduction_factor)
+    rung0 = int(grace_period or every)
+    pruner = (optuna.pruners.SuccessiveHalvingPruner(min_resource=rung0, reduction_factor=reduction_factor)
               if prune else optuna.pruners.NopPruner())
     study = optuna.create_study(study_name=name, storage=store, sampler=smp, pruner=pruner,
                                 direction="minimize", load_if_exists=True)
@@ -460,7 +508,21 @@ def search(
     remaining = max(0, trials - done)
     bar = _Bar(remaining, progress)
     callbacks = [optuna.study.MaxTrialsCallback(trials + len(interrupted), states=finished_states), bar.callback]
-    if remaining:
+    if remaining and backend == "ray":
+        from .ray_backend import run_ray
+
+        def ray_config(trial: optuna.trial.Trial) -> dict[str, Any]:
+            return configure(trial, dict(trial.params))
+
+        try:
+            run_ray(study=study, dists=dists, make_config=ray_config, task=task, steps=steps, n_trials=remaining,
+                    prune=prune, grace_period=rung0, reduction_factor=reduction_factor,
+                    cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial, max_concurrent=max_concurrent,
+                    max_failures=max_failures, address=address, storage_path=storage_path, out_dir=out_dir,
+                    on_end=lambda t, state: bar.update(study, state), **(ray_init or {}))
+        finally:
+            bar.close()
+    elif remaining:
         study.optimize(objective, n_trials=remaining, catch=(Exception,), callbacks=callbacks)
     bar.close()
 
@@ -481,6 +543,24 @@ def search(
     return result
 
 
+def run_config(task: str | Task, train_cfg: dict[str, Any], task_cfg: dict[str, Any] | None, report: Any) -> Any:
+    """One trial's training run, for either backend: the task built with its config, then train()."""
+    run_task = load_task(task, task_cfg or None) if not isinstance(task, Task) else task
+    return train(run_task, train_cfg, callback=report)
+
+
+def _tpe(seed: int, startup: int, parallel: bool) -> Any:
+    import warnings
+
+    import optuna
+
+    with warnings.catch_warnings():  # constant_liar is "experimental" in Optuna's words
+        warnings.simplefilter("ignore")
+        # With trials running in parallel, constant_liar keeps TPE from proposing
+        # the same point to every free worker.
+        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup, constant_liar=parallel)
+
+
 def write_report(result: SearchResult, out_dir: Path) -> None:
     from .plotting import save_plot
 
@@ -497,6 +577,16 @@ def _suggest(trial: Any, name: str, dist: Any) -> Any:
     if isinstance(dist, d.IntDistribution):
         return trial.suggest_int(name, dist.low, dist.high, log=dist.log, step=dist.step)
     return trial.suggest_categorical(name, dist.choices)
+
+
+def _largest_micro_batch(dists: dict[str, Any], fixed: dict[str, Any], pr: Any, default: int) -> int:
+    """The largest micro-batch any trial of the space will run (what bounds its memory)."""
+    if "batch" in dists:
+        return max(_split_batch(int(b), pr)[0] for b in dists["batch"].choices)
+    if "batch_size" in dists:
+        d = dists["batch_size"]
+        return int(max(d.choices) if hasattr(d, "choices") else d.high)
+    return int(fixed.get("batch_size") or default)
 
 
 def _split_batch(effective: int, pr: Any) -> tuple[int, int]:
@@ -566,15 +656,19 @@ class _Bar:
             self.bar = tqdm(total=total, desc="search", unit="trial", leave=False, dynamic_ncols=True, disable=None)
 
     def callback(self, study: Any, trial: Any) -> None:
+        self.update(study, trial.state.name)
+
+    def update(self, study: Any, state: str) -> None:
         if self.bar is None:
             return
         try:
             best = f"{study.best_value:.4f}"
         except ValueError:
             best = "-"
-        self.bar.set_postfix_str(f"best {best}, last {trial.state.name.lower()}", refresh=False)
+        self.bar.set_postfix_str(f"best {best}, last {state.lower()}", refresh=False)
         self.bar.update(1)
 
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+            self.bar = None
