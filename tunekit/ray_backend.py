@@ -109,8 +109,9 @@ def _trainable(config: dict[str, Any], task: Any = None) -> None:
         # The device Ray gave this trial: Ray sets CUDA_VISIBLE_DEVICES to its GPUs,
         # so "cuda" is one of them; without a GPU, never take one on our own.
         train_cfg["device"] = "cuda" if gpu_ids and torch.cuda.is_available() else "cpu"
-    worker = {"node": ray.util.get_node_ip_address(), "pid": os.getpid(), "gpu_ids": gpu_ids,
-              "device": train_cfg["device"], "started": time.time()}
+    ctx = ray.get_runtime_context()
+    worker = {"node": ray.util.get_node_ip_address(), "cluster": ctx.gcs_address, "pid": os.getpid(),
+              "gpu_ids": gpu_ids, "device": train_cfg["device"], "started": time.time()}
     steps = int(train_cfg["max_steps"])
     t0 = time.perf_counter()
 
@@ -226,6 +227,7 @@ def _make_recorder(study: Any, book: dict[int, Any], steps: int, on_end: Callabl
                 return
             self._common(ot, trial.last_result or {})
             ot.set_user_attr("error", _error_text(trial))
+            ot.set_user_attr("attempts", int(getattr(trial, "num_failures", 1) or 1))
             study.tell(ot, state=_states().FAIL)
             on_end(ot, "FAIL")
 
@@ -305,6 +307,10 @@ def run_ray(
     started = _init_ray(address, num_cpus, num_gpus, out_dir)
     book: dict[int, Any] = {}
     try:
+        if max_concurrent is None:
+            # Tune lets a custom searcher keep only one trial pending unless a limit is
+            # given, which starts trials one at a time: give the limit the cluster allows.
+            max_concurrent = _fits(ray.cluster_resources(), cpus_per_trial, gpus_per_trial)
         searcher = _StudySearcher(study, dists, make_config, book)
         scheduler = (ASHAScheduler(time_attr="updates", max_t=steps, grace_period=grace_period,
                                    reduction_factor=reduction_factor) if prune else FIFOScheduler())
@@ -348,6 +354,20 @@ def run_ray(
             if out_dir is not None:
                 _copy_ray_logs(out_dir)
             ray.shutdown()
+
+
+def _fits(resources: dict[str, float], cpus: float, gpus: float) -> int:
+    """How many trials the cluster's resources hold at once."""
+    n = []
+    if cpus > 0:
+        n.append(int(resources.get("CPU", 0) // cpus + 1e-9))
+    if gpus > 0:
+        n.append(int(resources.get("GPU", 0) / gpus + 1e-9))
+    if not n or min(n) < 1:
+        have = f"{resources.get('CPU', 0):g} CPUs and {resources.get('GPU', 0):g} GPUs"
+        raise UsageError(f"a trial asks for {cpus:g} CPUs and {gpus:g} GPUs but the Ray cluster has {have}: "
+                         "lower --cpus-per-trial/--gpus-per-trial")
+    return min(n)
 
 
 def _copy_ray_logs(out_dir: Path) -> None:

@@ -254,6 +254,7 @@ def _trial_dict(t: Any) -> dict[str, Any]:
         "number": t.number, "state": t.state.name, "value": t.value, "params": dict(t.params),
         "config": ua.get("config", {}), "curve": ua.get("curve", []), "updates": ua.get("updates"),
         "seconds": ua.get("seconds"), "diverged": bool(ua.get("diverged", False)), "error": ua.get("error"),
+        **({"worker": ua["worker"]} if "worker" in ua else {}), **({"attempts": ua["attempts"]} if "attempts" in ua else {}),
         "finished": t.datetime_complete.timestamp() if t.datetime_complete else None,
     }
 

@@ -1,0 +1,155 @@
+"""The Ray Tune backend, on CPU: ASHA pruning mapped into Optuna, logical GPUs, a real
+local cluster, failing trials and resume after the driver is killed."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import optuna
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from tunekit import UsageError, search  # noqa: E402
+from tunekit.ray_backend import COMPLETE_KEY, _make_recorder, check_packing  # noqa: E402
+
+from .test_cli import ROOT  # noqa: E402
+from .test_cli import tunekit as run_cli  # noqa: E402
+from .test_search import SMALL, write_space  # noqa: E402
+
+# Everything stays on loopback.
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+
+WIDE = SMALL.replace("1e-3", "1e-5").replace("high = 1e-1", "high = 1.0")
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """One local Ray instance for the module: 2 CPUs and 2 logical GPUs (no CUDA needed)."""
+    import logging
+
+    ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
+    yield
+    ray.shutdown()
+
+
+def _study(r):
+    return optuna.load_study(study_name=r.study_name, storage=r.storage)
+
+
+def test_recorder_maps_trial_ends_into_optuna_states() -> None:
+    """Scheduler-stopped -> PRUNED with its intermediate values; full budget -> COMPLETE;
+    divergence and errors -> FAIL with the reason. Never a stopped trial as COMPLETE."""
+    study = optuna.create_study()
+    ended: list[tuple[int, str]] = []
+    book: dict[int, optuna.trial.Trial] = {}
+    rec = _make_recorder(study, book, 20, lambda t, s: ended.append((t.number, s)))
+
+    def run(results: list[dict], error: Exception | None = None) -> optuna.trial.FrozenTrial:
+        ot = study.ask({"lr": optuna.distributions.FloatDistribution(1e-4, 1, log=True)})
+        book[ot.number] = ot
+        trial = SimpleNamespace(config={"number": ot.number}, last_result=results[-1] if results else {},
+                                num_failures=2, get_pickled_error=lambda: error, get_error=lambda: None)
+        for res in results:
+            rec.on_trial_result(0, [], trial, res)
+        (rec.on_trial_error if error else rec.on_trial_complete)(0, [], trial)
+        assert ot.number not in book
+        return study.trials[ot.number]
+
+    pruned = run([{"loss": 0.9, "updates": 5}, {"loss": 0.8, "updates": 10}])
+    assert pruned.state.name == "PRUNED" and pruned.value == 0.8  # its last value, as Optuna keeps for pruned trials
+    assert pruned.intermediate_values == {5: 0.9, 10: 0.8} and pruned.user_attrs["updates"] == 10
+
+    done = run([{"loss": 0.9, "updates": 5}, {"loss": 0.5, "updates": 20, COMPLETE_KEY: True}])
+    assert done.state.name == "COMPLETE" and done.value == 0.5
+    assert done.user_attrs["curve"] == [[5, 0.9], [20, 0.5]]
+
+    diverged = run([{"loss": 0.9, "updates": 5}, {"updates": 7, "diverged": True, "diverged_at": 7}])
+    assert diverged.state.name == "FAIL" and diverged.user_attrs["error"] == "diverged at update 7"
+
+    failed = run([{"loss": 0.9, "updates": 5}], error=ValueError("bad batch"))
+    assert failed.state.name == "FAIL" and failed.user_attrs["error"] == "ValueError: bad batch"
+    assert failed.user_attrs["attempts"] == 2
+    assert ended == [(0, "PRUNED"), (1, "COMPLETE"), (2, "FAIL"), (3, "FAIL")]
+
+
+def test_packing_refused_when_memory_holds_fewer_trials() -> None:
+    gib = 2**30
+    check_packing(0.5, 3 * gib, 8 * gib, "batch 64")  # two of 3 GiB fit in 8 GiB
+    check_packing(1, 30 * gib, 8 * gib, "batch 64")  # whole GPUs: not a packing question
+    with pytest.raises(UsageError, match=r"--gpus-per-trial 0.5 packs 2 trials on a GPU, but one trial needs up to 5.00 GiB"):
+        check_packing(0.5, 5 * gib, 8 * gib, "batch 64")
+    with pytest.raises(UsageError, match=r"use --gpus-per-trial 0.5 or more"):
+        check_packing(0.25, 3 * gib, 8 * gib, "batch 64")
+
+
+def test_ray_search_completes_and_prunes(local_ray, tmp_path: Path) -> None:
+    space = write_space(tmp_path, WIDE)
+    r = search("tests.tasks:regression_task", str(space), trials=8, max_steps=20, eval_every=5, seed=1,
+               backend="ray", out=tmp_path / "out", device="cpu")
+    states = [t["state"] for t in r.trials]
+    assert len(states) == 8 and "PRUNED" in states and "COMPLETE" in states
+    study = _study(r)
+    for t, ot in zip(r.trials, study.trials):
+        assert t["state"] == ot.state.name
+        if t["state"] == "COMPLETE":
+            assert t["updates"] == 20 and t["curve"][-1][0] == 20 and ot.value == t["value"]
+        elif t["state"] == "PRUNED":
+            # Stopped at a rung (5 or 15 updates), its intermediate values kept for Optuna.
+            assert t["updates"] in (5, 15) and ot.intermediate_values and max(ot.intermediate_values) == t["updates"]
+    # The same files as the local backend, and Ray's logs with them rather than on the console.
+    for f in ("search.json", "trials.csv", "search.png", "study.db"):
+        assert (tmp_path / "out" / f).exists()
+    assert r.trials[0]["params"] == {"lr": pytest.approx(r.trials[0]["params"]["lr"])}
+
+
+def test_logical_gpus_one_per_trial(local_ray, tmp_path: Path) -> None:
+    space = write_space(tmp_path, SMALL)
+    r = search("tests.tasks:slow_regression_task", str(space), trials=6, max_steps=15, prune=False, seed=0,
+               backend="ray", gpus_per_trial=1, cpus_per_trial=0.5, out=tmp_path / "out", device="auto")
+    assert [t["state"] for t in r.trials] == ["COMPLETE"] * 6
+    spans = [(t["worker"]["started"], t["worker"]["finished"], t["worker"]["gpu_ids"]) for t in r.trials]
+    assert all(len(ids) == 1 for _, _, ids in spans)
+    assert all(t["worker"]["device"] == "cpu" for t in r.trials)  # a logical GPU without CUDA: train on CPU
+    overlaps = 0
+    for s1, e1, g1 in spans:
+        # Trials running at the instant trial i started, itself included.
+        at_once = [g for s, e, g in spans if s <= s1 < e]
+        assert len(at_once) <= 2  # 4 trials fit the CPUs (0.5 each); the 2 GPUs allow 2
+        assert len({tuple(g) for g in at_once}) == len(at_once)  # trials at the same time never share a GPU
+        overlaps += len(at_once) - 1
+    assert overlaps > 0  # they did run side by side
+
+
+def test_trial_that_raises_is_recorded_and_retried(local_ray, tmp_path: Path) -> None:
+    failing = write_space(tmp_path, """
+        [lr]
+        type = "fixed"
+        value = 1e-2
+
+        [task.hidden]
+        type = "categorical"
+        choices = [13, 16]
+    """, "failing.toml")
+    r = search("tests.tasks:picky_regression_task", str(failing), trials=5, max_steps=10, device="cpu", seed=0,
+               seed_trial=False, prune=False, sampler="random", backend="ray", max_failures=1, out=tmp_path / "o")
+    assert len(r.trials) == 5
+    for t in r.trials:
+        if t["params"]["task.hidden"] == 13:
+            assert t["state"] == "FAIL" and t["error"] == "RuntimeError: hidden=13 is unlucky"
+            assert t["attempts"] == 2  # tried once more (max_failures=1), then recorded
+        else:
+            assert t["state"] == "COMPLETE"
+    assert {t["state"] for t in r.trials} == {"FAIL", "COMPLETE"}
+
+
+def test_ray_flags_refused_on_the_local_backend(tmp_path: Path) -> None:
+    r = run_cli("search", "--out", str(tmp_path / "o"), "--quiet", "--gpus-per-trial", "0.5")
+    assert r.returncode == 2 and "apply to --backend ray" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    r = run_cli("search", "--out", str(tmp_path / "o"), "--quiet", "--backend", "ray", "--cpus-per-trial", "0",
+                "--gpus-per-trial", "0")
+    assert r.returncode == 2 and "a trial needs some resource" in r.stderr
