@@ -45,7 +45,7 @@ def test_join_a_real_local_cluster(tmp_path: Path) -> None:
     try:
         space = write_space(tmp_path, SMALL)
         r = run_cli("search", "--task", "tests.tasks:regression_task", "--space", str(space), "--trials", "3",
-                    "--max-steps", "10", "--device", "cpu", "--backend", "ray", "--address", address,
+                    "--max-steps", "10", "--no-prune", "--device", "cpu", "--backend", "ray", "--address", address,
                     "--out", str(tmp_path / "out"), "--quiet")
         assert r.returncode == 0, r.stderr[-3000:]
         assert "Configuration for experiment" not in r.stdout + r.stderr  # Ray's tables stay off the console

@@ -243,6 +243,27 @@ def _make_recorder(study: Any, book: dict[int, Any], steps: int, on_end: Callabl
     return Recorder()
 
 
+def _refresh_ray_config() -> None:
+    """Make an already-imported Ray see a changed RAY_AUTH_MODE."""
+    import sys
+
+    if "ray" in sys.modules:
+        try:
+            from ray._raylet import Config
+
+            Config.initialize("")
+        except Exception:
+            pass
+
+
+def _token_available() -> bool:
+    """A Ray auth token where Ray looks for one: RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token."""
+    if os.environ.get("RAY_AUTH_TOKEN"):
+        return True
+    path = os.environ.get("RAY_AUTH_TOKEN_PATH") or str(Path.home() / ".ray" / "auth_token")
+    return Path(path).is_file()
+
+
 def _init_ray(address: Optional[str], cpus: Optional[int], gpus: Optional[float], log_dir: Optional[Path]) -> bool:
     """Join ``address`` or start a local Ray quietly; True when this call started it."""
     import ray
@@ -257,8 +278,9 @@ def _init_ray(address: Optional[str], cpus: Optional[int], gpus: Optional[float]
         try:
             ray.init(address=address, **kwargs)
         except ConnectionError as exc:
-            raise UsageError(f"--address {address}: no Ray cluster there ({str(exc).splitlines()[0]}): start one with "
-                             "`ray start --head` or check the address") from None
+            raise UsageError(f"--address {address}: cannot join a Ray cluster there ({str(exc).splitlines()[0]}): "
+                             "start one with `ray start --head`, check the address, and give this machine the "
+                             "head node's ~/.ray/auth_token (or RAY_AUTH_TOKEN)") from None
         except Exception as exc:
             if "auth" in type(exc).__name__.lower() or "token" in str(exc).lower():
                 raise UsageError(f"--address {address}: the cluster refused this process ({type(exc).__name__}): "
@@ -292,6 +314,12 @@ def run_ray(
     num_gpus: Optional[float] = None,
 ) -> None:
     """Run ``n_trials`` trials of ``study`` on Ray Tune; every outcome lands in the study."""
+    if address and "RAY_AUTH_MODE" not in os.environ and _token_available():
+        # Ray turns token authentication on by itself only for address "auto"; a
+        # cluster named by HOST:PORT wants the same token, so use it when there is one.
+        # (Ray reads the mode when it is imported, hence before the import.)
+        os.environ["RAY_AUTH_MODE"] = "token"
+        _refresh_ray_config()
     if not ray_available():
         raise UsageError("--backend ray needs Ray Tune: pip install 'tunekit[ray]' (or 'ray[tune]')")
     # Tune's per-trial CSV/JSON/TensorBoard loggers and its console tables are noise
