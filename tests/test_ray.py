@@ -2,10 +2,6 @@
 local cluster, failing trials and resume after the driver is killed."""
 
 import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -17,7 +13,6 @@ ray = pytest.importorskip("ray")
 from tunekit import UsageError, search  # noqa: E402
 from tunekit.ray_backend import COMPLETE_KEY, _make_recorder, check_packing  # noqa: E402
 
-from .test_cli import ROOT  # noqa: E402
 from .test_cli import tunekit as run_cli  # noqa: E402
 from .test_search import SMALL, write_space  # noqa: E402
 
