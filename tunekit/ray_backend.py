@@ -88,6 +88,7 @@ def _error_text(trial: Any) -> str:
 
 # --- the trainable: runs on a Ray worker ------------------------------------------
 
+
 _TASK_CACHE: dict[str, Any] = {}
 
 
