@@ -36,6 +36,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/lr_regret.py
 	$(PY) benchmarks/probe_accuracy.py
 	$(PY) benchmarks/search_efficiency.py
+	$(PY) benchmarks/ray_overhead.py
 
 clean:
 	rm -rf $(VENV) *.egg-info
