@@ -13,6 +13,7 @@ ray = pytest.importorskip("ray")
 from tunekit import UsageError, search  # noqa: E402
 from tunekit.ray_backend import COMPLETE_KEY, _make_recorder, check_packing  # noqa: E402
 
+from .tasks import slow_regression_task  # noqa: E402
 from .test_cli import tunekit as run_cli  # noqa: E402
 from .test_search import SMALL, write_space  # noqa: E402
 
@@ -104,7 +105,8 @@ def test_ray_search_completes_and_prunes(local_ray, tmp_path: Path) -> None:
 
 def test_logical_gpus_one_per_trial(local_ray, tmp_path: Path) -> None:
     space = write_space(tmp_path, SMALL)
-    r = search("tests.tasks:slow_regression_task", str(space), trials=6, max_steps=15, prune=False, seed=0,
+    # A Task object (not a spec) travels to the workers through Ray's object store.
+    r = search(slow_regression_task(), str(space), trials=6, max_steps=15, prune=False, seed=0,
                backend="ray", gpus_per_trial=1, cpus_per_trial=0.5, out=tmp_path / "out", device="auto")
     assert [t["state"] for t in r.trials] == ["COMPLETE"] * 6
     spans = [(t["worker"]["started"], t["worker"]["finished"], t["worker"]["gpu_ids"]) for t in r.trials]
@@ -148,3 +150,29 @@ def test_ray_flags_refused_on_the_local_backend(tmp_path: Path) -> None:
     r = run_cli("search", "--out", str(tmp_path / "o"), "--quiet", "--backend", "ray", "--cpus-per-trial", "0",
                 "--gpus-per-trial", "0")
     assert r.returncode == 2 and "a trial needs some resource" in r.stderr
+
+
+def test_resumed_scheduler_prunes_against_the_stored_trials() -> None:
+    """ASHA's rungs start from the study's finished trials, not empty."""
+    from ray.tune.schedulers import ASHAScheduler
+
+    from tunekit.ray_backend import restore_rungs
+
+    study = optuna.create_study()
+    dist = {"lr": optuna.distributions.FloatDistribution(1e-4, 1, log=True)}
+    for loss5, loss15, final in ((0.5, 0.3, 0.2), (0.9, 0.8, 0.7), (0.6, None, None)):
+        t = study.ask(dist)
+        t.report(loss5, 5)
+        if loss15 is not None:
+            t.report(loss15, 15)
+        t.set_user_attr("updates", 20 if final else 5)
+        study.tell(t, final) if final else study.tell(t, state=optuna.trial.TrialState.PRUNED)
+    sched = ASHAScheduler(time_attr="updates", metric="loss", mode="min", max_t=20, grace_period=5, reduction_factor=3)
+    assert restore_rungs(sched, study) == 5  # 3 values at rung 5, 2 at rung 15
+    rungs = dict(sched._brackets[0]._rungs)
+    assert sorted(-v for v in rungs[5].values()) == [0.5, 0.6, 0.9]
+    assert sorted(-v for v in rungs[15].values()) == [0.3, 0.8]
+    # A new trial at rung 5 worse than the stored ones' cutoff is stopped at once.
+    trial = SimpleNamespace(trial_id="new")
+    sched._trial_info["new"] = sched._brackets[0]
+    assert sched.on_trial_result(None, trial, {"updates": 5, "loss": 0.95}) == "STOP"

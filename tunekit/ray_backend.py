@@ -341,8 +341,11 @@ def run_ray(
             # given, which starts trials one at a time: give the limit the cluster allows.
             max_concurrent = _fits(ray.cluster_resources(), cpus_per_trial, gpus_per_trial)
         searcher = _StudySearcher(study, dists, make_config, book)
-        scheduler = (ASHAScheduler(time_attr="updates", max_t=steps, grace_period=grace_period,
-                                   reduction_factor=reduction_factor) if prune else FIFOScheduler())
+        scheduler = (ASHAScheduler(time_attr="updates", metric="loss", mode="min", max_t=steps,
+                                   grace_period=grace_period, reduction_factor=reduction_factor)
+                     if prune else FIFOScheduler())
+        if prune:
+            restore_rungs(scheduler, study)
         resources = {"cpu": cpus_per_trial, "gpu": gpus_per_trial}
         trainable: Any = _trainable
         if not isinstance(task, str):
@@ -351,7 +354,7 @@ def run_ray(
         tuner = tune.Tuner(
             tune.with_resources(trainable, resources),
             param_space={"task": task if isinstance(task, str) else None, "cpus": cpus_per_trial},
-            tune_config=tune.TuneConfig(metric="loss", mode="min", search_alg=searcher, scheduler=scheduler,
+            tune_config=tune.TuneConfig(search_alg=searcher, scheduler=scheduler,
                                         num_samples=n_trials, max_concurrent_trials=max_concurrent,
                                         reuse_actors=True),
             run_config=tune.RunConfig(
@@ -383,6 +386,32 @@ def run_ray(
             if out_dir is not None:
                 _copy_ray_logs(out_dir)
             ray.shutdown()
+
+
+def restore_rungs(scheduler: Any, study: Any) -> int:
+    """Give a new ASHAScheduler the rung values of the study's finished trials.
+
+    A resumed search (or one joining a study) then prunes against everything
+    already run, as Optuna's own pruner does, instead of promoting the first
+    new trials past empty rungs. Returns the number of values restored.
+    """
+    brackets = getattr(scheduler, "_brackets", None)
+    if not brackets:
+        return 0
+    done = (_states().COMPLETE, _states().PRUNED)
+    n = 0
+    for t in study.get_trials(deepcopy=False, states=done):
+        values = sorted(t.intermediate_values.items())
+        if t.state == _states().COMPLETE and t.value is not None:
+            values.append((int(t.user_attrs.get("updates") or 0), float(t.value)))
+        for bracket in brackets:
+            for milestone, recorded in bracket._rungs:
+                # What ASHA would have recorded: the first report at or past the rung, as a reward.
+                hit = next((v for step, v in values if step >= milestone), None)
+                if hit is not None and math.isfinite(hit):
+                    recorded[f"study-trial-{t.number}"] = -float(hit)
+                    n += 1
+    return n
 
 
 def _fits(resources: dict[str, float], cpus: float, gpus: float) -> int:

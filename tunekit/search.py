@@ -314,6 +314,11 @@ def search(
 
     if backend not in ("local", "ray"):
         raise UsageError(f"backend {backend!r} is unknown: use local or ray")
+    if backend == "ray":
+        from .ray_backend import ray_available
+
+        if not ray_available():
+            raise UsageError("--backend ray needs Ray Tune: pip install 'tunekit[ray]' (or 'ray[tune]')")
     check_int("trials", trials, hint="pass e.g. --trials 12")
     check_int("reduction_factor", reduction_factor, minimum=2, hint="pass e.g. --reduction-factor 3")
     if grace_period is not None:
