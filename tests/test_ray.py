@@ -176,3 +176,20 @@ def test_resumed_scheduler_prunes_against_the_stored_trials() -> None:
     trial = SimpleNamespace(trial_id="new")
     sched._trial_info["new"] = sched._brackets[0]
     assert sched.on_trial_result(None, trial, {"updates": 5, "loss": 0.95}) == "STOP"
+
+
+def test_a_config_that_cannot_run_fails_as_its_own_trial() -> None:
+    from tunekit.ray_backend import _StudySearcher, _trainable
+
+    study = optuna.create_study()
+    book: dict = {}
+
+    def make_config(trial):
+        raise UsageError("effective batch 4096 has no micro-batch that fits (largest 512)")
+
+    searcher = _StudySearcher(study, {"lr": optuna.distributions.FloatDistribution(1e-4, 1, log=True)}, make_config, book)
+    config = searcher.suggest("t1")
+    assert config == {"number": 0, "config_error": "UsageError: effective batch 4096 has no micro-batch that fits (largest 512)"}
+    assert 0 in book  # still the recorder's to tell, with the error the trainable raises
+    with pytest.raises(RuntimeError, match="no micro-batch that fits"):
+        _trainable(config)

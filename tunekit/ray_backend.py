@@ -102,6 +102,8 @@ def _trainable(config: dict[str, Any], task: Any = None) -> None:
 
     from .search import run_config
 
+    if config.get("config_error"):
+        raise RuntimeError(config["config_error"])
     cpus = float(config.get("cpus") or 1)
     torch.set_num_threads(max(1, int(cpus)))
     gpu_ids = [str(g) for g in ray.get_gpu_ids()]
@@ -163,11 +165,10 @@ class _StudySearcher:
                 self.book[trial.number] = trial
                 try:
                     return {"number": trial.number, **self.make_config(trial)}
-                except Exception as exc:  # a config that cannot run (e.g. no micro-batch fits) fails alone
-                    trial.set_user_attr("error", f"{type(exc).__name__}: {exc}")
-                    self.study.tell(trial, state=_states().FAIL)
-                    self.book.pop(trial.number, None)
-                    raise
+                except Exception as exc:
+                    # A config that cannot run (e.g. no micro-batch fits) fails as its own trial:
+                    # the trainable raises it, the recorder keeps it, the search goes on.
+                    return {"number": trial.number, "config_error": f"{type(exc).__name__}: {exc}"}
 
             def on_trial_complete(self, trial_id: str, result: Optional[dict[str, Any]] = None, error: bool = False) -> None:
                 pass  # the recorder tells the study, with the error text Ray gives only to callbacks
@@ -371,6 +372,9 @@ def run_ray(
             # one process, and it marks its unfinished trials itself (below).
             warnings.filterwarnings("ignore", message=".*Heartbeat.*")
             tuner.fit()
+        if book:
+            # Tune ends quietly on Ctrl-C; the caller must know, as with the local backend.
+            raise KeyboardInterrupt("search interrupted: run it again with --resume")
     finally:
         # Trials asked but never told (Ctrl-C, a crash) are marked for --resume to run again.
         from .search import INTERRUPTED
