@@ -1,7 +1,6 @@
 """The Ray Tune backend, on CPU: ASHA pruning mapped into Optuna, logical GPUs, a real
 local cluster, failing trials and resume after the driver is killed."""
 
-import os
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -10,6 +9,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
+
 from tunekit import UsageError, search  # noqa: E402
 from tunekit.ray_backend import COMPLETE_KEY, _make_recorder, check_packing  # noqa: E402
 
@@ -17,17 +17,20 @@ from .tasks import slow_regression_task  # noqa: E402
 from .test_cli import tunekit as run_cli  # noqa: E402
 from .test_search import SMALL, write_space  # noqa: E402
 
-# Everything stays on loopback.
-os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 
 WIDE = SMALL.replace("1e-3", "1e-5").replace("high = 1e-1", "high = 1.0")
 
 
 @pytest.fixture(scope="module")
 def local_ray():
-    """One local Ray instance for the module: 2 CPUs and 2 logical GPUs (no CUDA needed)."""
+    """One local Ray instance for the module: 2 CPUs and 2 logical GPUs (no CUDA needed).
+
+    On loopback by tunekit's own switch, though Ray was imported before it."""
     import logging
 
+    from tunekit.ray_backend import _stay_on_loopback
+
+    _stay_on_loopback()
     ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
     yield
     ray.shutdown()
@@ -100,7 +103,9 @@ def test_ray_search_completes_and_prunes(local_ray, tmp_path: Path) -> None:
     # The same files as the local backend, and Ray's logs with them rather than on the console.
     for f in ("search.json", "trials.csv", "search.png", "study.db"):
         assert (tmp_path / "out" / f).exists()
-    assert r.trials[0]["params"] == {"lr": pytest.approx(r.trials[0]["params"]["lr"])}
+    # The local instance listens on loopback only.
+    assert {t["worker"]["node"] for t in r.trials} == {"127.0.0.1"}
+    assert {t["worker"]["cluster"].split(":")[0] for t in r.trials} == {"127.0.0.1"}
 
 
 def test_logical_gpus_one_per_trial(local_ray, tmp_path: Path) -> None:
@@ -142,6 +147,27 @@ def test_trial_that_raises_is_recorded_and_retried(local_ray, tmp_path: Path) ->
         else:
             assert t["state"] == "COMPLETE"
     assert {t["state"] for t in r.trials} == {"FAIL", "COMPLETE"}
+
+
+def test_diverged_trials_fail_on_ray(local_ray, tmp_path: Path) -> None:
+    diverging = write_space(tmp_path, """
+        [lr]
+        type = "categorical"
+        choices = [1e12, 1e-2]
+
+        [clip_grad_norm]
+        type = "fixed"
+        value = 1e9
+    """, "diverging.toml")
+    r = search("tests.tasks:regression_task", str(diverging), trials=4, max_steps=10, device="cpu", seed=0,
+               seed_trial=False, sampler="random", backend="ray")
+    assert len(r.trials) == 4
+    for t in r.trials:
+        if t["params"]["lr"] > 1:
+            assert t["state"] == "FAIL" and t["diverged"] and "diverged at update" in t["error"]
+        else:
+            assert t["state"] in ("COMPLETE", "PRUNED") and not t["diverged"]
+    assert "FAIL" in {t["state"] for t in r.trials} and "COMPLETE" in {t["state"] for t in r.trials}
 
 
 def test_ray_flags_refused_on_the_local_backend(tmp_path: Path) -> None:

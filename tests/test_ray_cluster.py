@@ -14,14 +14,13 @@ import pytest
 
 pytest.importorskip("ray")
 
+
 from tunekit import SearchResult  # noqa: E402
 
 from .test_cli import ROOT  # noqa: E402
 from .test_cli import tunekit as run_cli  # noqa: E402
 from .test_search import SMALL, write_space  # noqa: E402
 
-# Everything stays on loopback.
-os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 
 
 def _free_port() -> int:
@@ -32,8 +31,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_join_a_real_local_cluster(tmp_path: Path) -> None:
+def test_join_a_real_local_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`ray start --head` on 127.0.0.1, a search joined to it with --address, the cluster stopped after."""
+    monkeypatch.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # everything on loopback
     env = dict(os.environ, RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0")
     ray_bin = str(Path(sys.executable).parent / "ray")
     port = _free_port()
@@ -58,7 +58,9 @@ def test_join_a_real_local_cluster(tmp_path: Path) -> None:
         subprocess.run([ray_bin, "stop", "--force"], env=env, capture_output=True, timeout=120)
 
 
-def test_resume_after_the_driver_is_killed(tmp_path: Path) -> None:
+def test_resume_after_the_driver_is_killed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Not set here: tunekit keeps the Ray it starts on loopback by itself.
+    monkeypatch.delenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", raising=False)
     space = write_space(tmp_path, SMALL)
     out = tmp_path / "run"
     args = ["search", "--task", "tests.tasks:slow_regression_task", "--space", str(space), "--trials", "6",
@@ -105,5 +107,6 @@ def test_resume_after_the_driver_is_killed(tmp_path: Path) -> None:
     assert len(finished) == 6  # none missing, none extra
     for t in interrupted:  # the interrupted trial ran again, with its parameters
         assert any(u.number > t.number and u.params == t.params and u.state.name == "COMPLETE" for u in after)
+    assert {t.user_attrs["worker"]["node"] for t in after if "worker" in t.user_attrs} == {"127.0.0.1"}
     # TPE went on from the stored trials: the params after resume are not a replay of a fresh start.
     assert len({round(t.params["lr"], 12) for t in finished}) == len(finished)

@@ -36,6 +36,14 @@ __all__ = ["run_ray", "check_packing", "ray_available"]
 
 # A trial's end, as the recorder reads it from the trial's last report.
 COMPLETE_KEY = "tunekit_complete"
+ERROR_KEY = "tunekit_error"
+RAW_KEY = "tunekit_loss"  # the loss as measured; "loss" is what the scheduler compares
+WORST = 1e300  # a non-finite loss, for the scheduler: the worst value, yet arithmetic stays finite
+
+
+def _for_scheduler(loss: float) -> float:
+    loss = float(loss)
+    return min(loss, WORST) if math.isfinite(loss) or loss == math.inf else WORST
 
 
 def ray_available() -> bool:
@@ -103,6 +111,7 @@ def _trainable(config: dict[str, Any], task: Any = None) -> None:
     from .search import run_config
 
     if config.get("config_error"):
+        _report_error(config["config_error"], {})
         raise RuntimeError(config["config_error"])
     cpus = float(config.get("cpus") or 1)
     torch.set_num_threads(max(1, int(cpus)))
@@ -120,29 +129,45 @@ def _trainable(config: dict[str, Any], task: Any = None) -> None:
 
     def report(step: int, metrics: dict[str, float]) -> None:
         if step < steps:  # the last evaluation is reported below, marked complete
-            tune.report({"loss": float(metrics["loss"]), "updates": int(step), "seconds": time.perf_counter() - t0,
-                         "worker": worker})
+            tune.report({"loss": _for_scheduler(metrics["loss"]), RAW_KEY: float(metrics["loss"]), "updates": int(step),
+                         "seconds": time.perf_counter() - t0, "worker": worker})
 
     spec = task if task is not None else config["task"]
     # A task is built once per worker process: reused actors skip data building.
     key = json.dumps([spec, config.get("task_cfg")], sort_keys=True, default=str) if task is None else None
-    run_task = _TASK_CACHE.get(key) if key else None
-    if run_task is None:
-        from .loading import load_task
+    try:
+        run_task = _TASK_CACHE.get(key) if key else None
+        if run_task is None:
+            from .loading import load_task
 
-        run_task = spec if task is not None else load_task(spec, config.get("task_cfg") or None)
-        if key:
-            _TASK_CACHE.clear()
-            _TASK_CACHE[key] = run_task
-    result = run_config(run_task, train_cfg, None, report)
+            run_task = spec if task is not None else load_task(spec, config.get("task_cfg") or None)
+            if key:
+                _TASK_CACHE.clear()
+                _TASK_CACHE[key] = run_task
+        result = run_config(run_task, train_cfg, None, report)
+    except Exception as exc:
+        # Ray hands callbacks the error only through files it may not have written yet:
+        # send the text as a last report (no "loss": the scheduler ignores it), then fail.
+        _report_error(f"{type(exc).__name__}: {exc}", worker)
+        raise
     worker["finished"] = time.time()
     end: dict[str, Any] = {"updates": int(result.updates), "seconds": time.perf_counter() - t0, "worker": worker}
     if result.diverged:
         # No "loss" key: the scheduler ignores this report, the recorder marks the trial FAIL.
         end.update(diverged=True, diverged_at=int(result.diverged_at or result.updates))
     else:
-        end.update({"loss": float(result.final_loss), COMPLETE_KEY: True})
+        end.update({"loss": _for_scheduler(result.final_loss), RAW_KEY: float(result.final_loss), COMPLETE_KEY: True})
     tune.report(end)
+
+
+def _report_error(text: str, worker: dict[str, Any]) -> None:
+    from ray import tune
+
+    lines = text.strip().splitlines() or [text]
+    try:
+        tune.report({ERROR_KEY: lines[0][:2000], "worker": worker})
+    except Exception:  # outside a Tune session, or the session is gone: Ray's error files remain
+        pass
 
 
 # --- driver side --------------------------------------------------------------------
@@ -190,14 +215,17 @@ def _make_recorder(study: Any, book: dict[int, Any], steps: int, on_end: Callabl
 
         def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
             ot = book.get(trial.config.get("number"))
+            if ot is not None and ERROR_KEY in result:
+                ot.set_user_attr("error", str(result[ERROR_KEY]))
             if ot is None or "loss" not in result:
                 return
             step = int(result["updates"])
+            loss = float(result.get(RAW_KEY, result["loss"]))
             curve = ot.user_attrs.get("curve", [])
             if COMPLETE_KEY not in result:
                 # Intermediate values, as Optuna's pruners and dashboard expect them.
-                ot.report(float(result["loss"]), step)
-            curve = [*curve, [step, float(result["loss"])]]
+                ot.report(loss, step)
+            curve = [*curve, [step, loss]]
             ot.set_user_attr("curve", curve)
             ot.set_user_attr("updates", step)
             ot.set_user_attr("seconds", float(result.get("seconds", 0.0)))
@@ -211,7 +239,7 @@ def _make_recorder(study: Any, book: dict[int, Any], steps: int, on_end: Callabl
             S = _states()
             self._common(ot, last)
             if last.get(COMPLETE_KEY):
-                study.tell(ot, float(last["loss"]))
+                study.tell(ot, float(last.get(RAW_KEY, last["loss"])))
                 on_end(ot, "COMPLETE")
             elif last.get("diverged"):
                 ot.set_user_attr("diverged", True)
@@ -228,7 +256,8 @@ def _make_recorder(study: Any, book: dict[int, Any], steps: int, on_end: Callabl
             if ot is None:
                 return
             self._common(ot, trial.last_result or {})
-            ot.set_user_attr("error", _error_text(trial))
+            if not (ot.user_attrs.get("error") and (trial.last_result or {}).get(ERROR_KEY)):
+                ot.set_user_attr("error", _error_text(trial))
             ot.set_user_attr("attempts", int(getattr(trial, "num_failures", 1) or 1))
             study.tell(ot, state=_states().FAIL)
             on_end(ot, "FAIL")
@@ -272,8 +301,6 @@ def _init_ray(address: Optional[str], cpus: Optional[int], gpus: Optional[float]
 
     if ray.is_initialized():
         return False
-    # A local instance stays on loopback; Ray otherwise binds the machine's interface.
-    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     kwargs: dict[str, Any] = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR,
                                   configure_logging=True)
     if address:
@@ -289,8 +316,25 @@ def _init_ray(address: Optional[str], cpus: Optional[int], gpus: Optional[float]
                                  "copy the head node's ~/.ray/auth_token here, or set RAY_AUTH_TOKEN") from None
             raise
         return True
+    _stay_on_loopback()
     ray.init(num_cpus=cpus, num_gpus=gpus, **kwargs)
     return True
+
+
+def _stay_on_loopback() -> None:
+    """A local Ray instance listens on 127.0.0.1, not on the machine's interface.
+
+    Ray reads RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 when it is imported; the module
+    constant is set too, for a Ray imported before this call.
+    """
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    if os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] == "0":
+        try:
+            import ray._private.ray_constants as constants
+
+            constants.ENABLE_RAY_CLUSTER = False
+        except (ImportError, AttributeError):
+            pass
 
 
 def run_ray(
@@ -327,6 +371,9 @@ def run_ray(
     # Tune's per-trial CSV/JSON/TensorBoard loggers and its console tables are noise
     # next to the study and our own files, and cost time on short trials.
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+    # A trial's last report may carry no loss (a divergence, an error): by design, so
+    # the scheduler ignores it. Tune would otherwise reject it.
+    os.environ["TUNE_DISABLE_STRICT_METRIC_CHECKING"] = "1"
     # Tune's newer console output prints an experiment header even at verbose=0; the older one is silent.
     os.environ["RAY_AIR_NEW_OUTPUT"] = "0"
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "1000")
