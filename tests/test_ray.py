@@ -204,6 +204,7 @@ def test_resumed_scheduler_prunes_against_the_stored_trials() -> None:
     assert sched.on_trial_result(None, trial, {"updates": 5, "loss": 0.95}) == "STOP"
 
 
+@pytest.mark.filterwarnings("ignore:.*report. is meant:UserWarning")
 def test_a_config_that_cannot_run_fails_as_its_own_trial() -> None:
     from tunekit.ray_backend import _StudySearcher, _trainable
 
