@@ -220,3 +220,23 @@ def test_a_config_that_cannot_run_fails_as_its_own_trial() -> None:
     assert 0 in book  # still the recorder's to tell, with the error the trainable raises
     with pytest.raises(RuntimeError, match="no micro-batch that fits"):
         _trainable(config)
+
+
+def test_search_refuses_a_packing_the_probed_gpu_cannot_hold(tmp_path: Path) -> None:
+    """With a probe measured on a GPU, --gpus-per-trial 0.5 is refused before any trial when two don't fit."""
+    import dataclasses
+
+    from tunekit import lr_find, probe
+
+    from .tasks import classification_task
+
+    task = classification_task()
+    lf = lr_find(task, steps=20, device="cpu")
+    pr = probe(task, memory_budget="256MiB", device="cpu", throughput_points=2, noise_repeats=4)
+    # A GPU that holds one trial of any batch, never two.
+    on_gpu = dataclasses.replace(pr, device="cuda:0", usable_bytes=int(pr.predicted_peak(1) * 1.5))
+    with pytest.raises(UsageError, match=r"--gpus-per-trial 0.5 packs 2 trials on a GPU.*use --gpus-per-trial 1 or more"):
+        search(task, "from_scratch", trials=2, max_steps=10, backend="ray", gpus_per_trial=0.5,
+               lr_find_result=lf, probe_result=on_gpu, out=tmp_path / "o")
+    storage = f"sqlite:///{tmp_path / 'o' / 'study.db'}"
+    assert [t for s in optuna.get_all_study_summaries(storage) for t in optuna.load_study(study_name=s.study_name, storage=storage).trials] == []  # refused before any trial
