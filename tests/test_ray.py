@@ -104,6 +104,7 @@ def test_ray_search_completes_and_prunes(local_ray, tmp_path: Path) -> None:
     # The same files as the local backend, and Ray's logs with them rather than on the console.
     for f in ("search.json", "trials.csv", "search.png", "study.db"):
         assert (tmp_path / "out" / f).exists()
+    assert r.trials[0]["number"] == 0 and r.trials[0]["params"] == r.seed_params  # the seed trial first
     # The local instance listens on loopback only.
     assert {t["worker"]["node"] for t in r.trials} == {"127.0.0.1"}
     assert {t["worker"]["cluster"].split(":")[0] for t in r.trials} == {"127.0.0.1"}

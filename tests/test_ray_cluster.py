@@ -46,7 +46,7 @@ def test_join_a_real_local_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         space = write_space(tmp_path, SMALL)
         r = run_cli("search", "--task", "tests.tasks:regression_task", "--space", str(space), "--trials", "3",
                     "--max-steps", "10", "--no-prune", "--device", "cpu", "--backend", "ray", "--address", address,
-                    "--out", str(tmp_path / "out"), "--quiet")
+                    "--storage-path", str(tmp_path / "shared"), "--out", str(tmp_path / "out"), "--quiet")
         assert r.returncode == 0, r.stderr[-3000:]
         assert "Configuration for experiment" not in r.stdout + r.stderr  # Ray's tables stay off the console
         res = SearchResult.from_json(tmp_path / "out" / "search.json")
@@ -54,6 +54,8 @@ def test_join_a_real_local_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         # The trials ran on the cluster we started, on loopback.
         assert {t["worker"]["cluster"] for t in res.trials} == {address}
         assert {t["worker"]["node"] for t in res.trials} == {"127.0.0.1"}
+        # Tune's trial directories went to --storage-path (a shared filesystem on a real cluster).
+        assert (tmp_path / "shared" / res.study_name).is_dir() and not (tmp_path / "out" / "ray").exists()
     finally:
         subprocess.run([ray_bin, "stop", "--force"], env=env, capture_output=True, timeout=120)
 
