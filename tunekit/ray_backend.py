@@ -102,8 +102,6 @@ _TASK_CACHE: dict[str, Any] = {}
 
 def _trainable(config: dict[str, Any], task: Any = None) -> None:
     """One trial: train through the shared step, report each evaluation to Tune."""
-    import json
-
     import ray
     import torch
     from ray import tune
@@ -133,18 +131,9 @@ def _trainable(config: dict[str, Any], task: Any = None) -> None:
                          "seconds": time.perf_counter() - t0, "worker": worker})
 
     spec = task if task is not None else config["task"]
-    # A task is built once per worker process: reused actors skip data building.
-    key = json.dumps([spec, config.get("task_cfg")], sort_keys=True, default=str) if task is None else None
     try:
-        run_task = _TASK_CACHE.get(key) if key else None
-        if run_task is None:
-            from .loading import load_task
-
-            run_task = spec if task is not None else load_task(spec, config.get("task_cfg") or None)
-            if key:
-                _TASK_CACHE.clear()
-                _TASK_CACHE[key] = run_task
-        result = run_config(run_task, train_cfg, None, report)
+        # The task is built once per worker process: reused workers skip building its data.
+        result = run_config(spec, train_cfg, config.get("task_cfg"), report, cache=_TASK_CACHE)
     except Exception as exc:
         # Ray hands callbacks the error only through files it may not have written yet:
         # send the text as a last report (no "loss": the scheduler ignores it), then fail.

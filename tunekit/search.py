@@ -428,6 +428,8 @@ def search(
             train_cfg["lr"] = train_cfg["lr"] * (ratio if lr_entry.scale_with_batch == "linear" else math.sqrt(ratio))
         return train_cfg, task_cfg
 
+    task_cache: dict[str, Task] = {}
+
     def configure(trial: optuna.trial.Trial, params: dict[str, Any]) -> dict[str, Any]:
         """A trial's params -> what its run needs; the settings are kept on the trial."""
         train_cfg, task_cfg = to_config(params)
@@ -452,7 +454,7 @@ def search(
                     raise optuna.TrialPruned(f"pruned at update {step} with validation loss {metrics['loss']:.4f}")
 
         try:
-            result = run_config(task, train_cfg, task_cfg, report)
+            result = run_config(task, train_cfg, task_cfg, report, cache=task_cache)
         except optuna.TrialPruned:
             raise
         except KeyboardInterrupt:
@@ -549,9 +551,23 @@ def search(
     return result
 
 
-def run_config(task: str | Task, train_cfg: dict[str, Any], task_cfg: dict[str, Any] | None, report: Any) -> Any:
-    """One trial's training run, for either backend: the task built with its config, then train()."""
-    run_task = load_task(task, task_cfg or None) if not isinstance(task, Task) else task
+def run_config(task: str | Task, train_cfg: dict[str, Any], task_cfg: dict[str, Any] | None, report: Any,
+               cache: dict[str, Task] | None = None) -> Any:
+    """One trial's training run, for either backend: the task built with its config, then train().
+
+    ``cache`` keeps the last task built, so trials with the same task config
+    (most of them) do not rebuild its data; train() starts a fresh model each time.
+    """
+    if isinstance(task, Task):
+        run_task = task
+    else:
+        key = json.dumps([task, task_cfg or {}], sort_keys=True, default=str)
+        run_task = cache.get(key) if cache is not None else None
+        if run_task is None:
+            run_task = load_task(task, task_cfg or None)
+            if cache is not None:
+                cache.clear()
+                cache[key] = run_task
     return train(run_task, train_cfg, callback=report)
 
 
