@@ -6,6 +6,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import optuna
@@ -13,7 +14,7 @@ import pytest
 
 from tunekit import UsageError, load_space, lr_find, probe, search
 from tunekit.lr_find import LRFindResult
-from tunekit.space import batch_choices, list_spaces, lr_bounds_from_curve
+from tunekit.space import batch_centre, batch_choices, list_spaces, lr_bounds_from_curve, reference_batch
 
 from .tasks import classification_task, regression_task
 from .test_cli import ROOT
@@ -86,6 +87,43 @@ def test_lr_bounds_and_batch_choices_from_given_probe_results() -> None:
     pr = probe(classification_task(), memory_budget="256MiB", device="cpu", throughput_points=2, noise_repeats=4)
     pr.critical_batch = 100.0
     assert batch_choices(load_space("from_scratch").entries["batch"], pr) == [32, 64, 128, 256]  # 512 > the 256 samples
+
+
+def _probe_like(critical: float | None, interval: tuple[float, float] | None, n: int = 4096) -> SimpleNamespace:
+    return SimpleNamespace(critical_batch=critical, critical_batch_range=interval, knee_batch=256, max_batch=1024,
+                           dataset_size=n)
+
+
+def test_batch_centre_moves_toward_the_lr_batch_only_within_the_interval() -> None:
+    entry = load_space("from_scratch").entries["batch"]
+    # The LR's batch (64) is a plausible critical batch: the centre is 64 itself, whatever the point estimate.
+    assert batch_centre(_probe_like(129.0, (50.0, 280.0)), 64) == 64
+    assert batch_choices(entry, _probe_like(129.0, (50.0, 280.0)), 64) == [16, 32, 64, 128, 256]
+    # A confident estimate that excludes it: the interval's nearer edge, not the point estimate.
+    assert batch_centre(_probe_like(515.0, (180.0, float("inf"))), 64) == 180
+    assert batch_centre(_probe_like(20.0, (12.0, 30.0)), 64) == 30
+    assert batch_choices(entry, _probe_like(515.0, (180.0, float("inf"))), 64) == [32, 64, 128, 256, 512]
+    # An LR batch inside the choices' span but off the powers of two is offered too; one outside is not.
+    assert 100 in batch_choices(entry, _probe_like(129.0, (50.0, 280.0)), 100)
+    assert 8 not in batch_choices(entry, _probe_like(1000.0, (800.0, 1300.0)), 8)
+    # Without a range test (no reference batch) or an interval: the point estimate, as before.
+    assert batch_centre(_probe_like(129.0, (50.0, 280.0)), None) == 129
+    assert batch_centre(_probe_like(129.0, None), 64) == 129
+    assert batch_centre(_probe_like(None, None), 64) == 256  # no noise scale: the throughput knee
+
+
+def test_seed_trial_pairs_the_suggested_lr_with_its_own_batch(tmp_path: Path) -> None:
+    task = classification_task()
+    lf = lr_find(task, steps=30, device="cpu")
+    ref = reference_batch(lf)
+    assert ref == task.batch_size == 32
+    pr = probe(task, memory_budget="256MiB", device="cpu", throughput_points=2, noise_repeats=4)
+    pr.critical_batch, pr.critical_batch_range = 100.0, (20.0, 200.0)  # 32 is plausible: the seed keeps it
+    r = search(task, "from_scratch", trials=1, max_steps=10, lr_find_result=lf, probe_result=pr, device="cpu")
+    assert r.seed_params["batch"] == 32 and r.trials[0]["config"]["lr"] == pytest.approx(lf.suggestion)
+    pr.critical_batch, pr.critical_batch_range = 130.0, (110.0, 150.0)  # a confident estimate moves it
+    r = search(task, "from_scratch", trials=1, max_steps=10, lr_find_result=lf, probe_result=pr, device="cpu")
+    assert r.seed_params["batch"] == 128  # the interval's edge, 110, as a power of two
 
 
 def test_seeded_search_enqueues_the_seed_first(tmp_path: Path) -> None:

@@ -510,7 +510,7 @@ def _split_batch(effective: int, pr: Any) -> tuple[int, int]:
 
 
 def _seed_params(sp: SearchSpace, dists: dict[str, Any], lf: Any, pr: Any, ref_batch: int | None) -> dict[str, Any]:
-    """The configuration the probes recommend: suggested LR, batch near the critical batch, mid values elsewhere."""
+    """The configuration the probes recommend: suggested LR, batch at the probe's centre, mid values elsewhere."""
     import optuna.distributions as d
 
     params: dict[str, Any] = {}
@@ -518,8 +518,12 @@ def _seed_params(sp: SearchSpace, dists: dict[str, Any], lf: Any, pr: Any, ref_b
         if name == "lr" and lf is not None and lf.suggestion:
             params[name] = float(np.clip(lf.suggestion, dist.low, dist.high))
         elif name == "batch":
-            crit = pr.critical_batch or pr.knee_batch or pr.max_batch
-            params[name] = min(dist.choices, key=lambda b: abs(math.log(b) - math.log(max(crit, 1))))
+            # The choice nearest the centre the choices were built on: the LR's own batch when the
+            # probe's interval allows it (see space.batch_centre), so the suggested LR applies as found.
+            from .space import batch_centre
+
+            centre = batch_centre(pr, ref_batch)
+            params[name] = min(dist.choices, key=lambda b: abs(math.log(b) - math.log(centre)))
         elif isinstance(dist, d.FloatDistribution):
             params[name] = float(math.sqrt(dist.low * dist.high) if dist.log else (dist.low + dist.high) / 2)
         elif isinstance(dist, d.IntDistribution):
