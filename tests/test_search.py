@@ -152,11 +152,24 @@ def test_pruned_trials_are_never_complete(tmp_path: Path) -> None:
         if t["state"] == "COMPLETE":
             assert t["updates"] == 40 and t["curve"][-1][0] == 40
         if t["state"] == "PRUNED":
-            assert t["updates"] < 40
+            # Never before ASHA's first rung: 10 trials at reduction factor 3 get one rung,
+            # at a third of the budget (update 14 of 40; evaluations every 5 make it 15).
+            assert 15 <= t["updates"] < 40
     # What Optuna holds agrees: a pruned trial is PRUNED there too.
     study = optuna.load_study(study_name=r.study_name, storage=r.storage) if r.storage.startswith("sqlite") else None
     if study is not None:
         assert [t.state.name for t in study.trials] == states
+
+
+def test_asha_rungs_follow_the_trial_count(tmp_path: Path) -> None:
+    # 30 trials at reduction factor 3: two rungs (30 / 3**2 >= 3 trials expected to finish), at
+    # 27 / 9 = 3 and 27 / 3 = 9 updates; evaluating every update, trials stop exactly there.
+    space = write_space(tmp_path, SMALL.replace("1e-3", "1e-5").replace("high = 1e-1", "high = 1.0"))
+    r = search(regression_task(), str(space), trials=30, max_steps=27, device="cpu", seed=0, eval_every=1,
+               seed_trial=False)
+    stopped = {t["updates"] for t in r.trials if t["state"] == "PRUNED"}
+    assert stopped == {3, 9}
+    assert sum(t["state"] == "COMPLETE" for t in r.trials) >= 3
 
 
 def test_diverged_and_failed_trials_are_recorded_and_the_search_goes_on(tmp_path: Path) -> None:

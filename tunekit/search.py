@@ -425,7 +425,15 @@ def search(
         optuna.samplers.TPESampler(seed=seed + n_before, n_startup_trials=max(3, min(10, trials // 3)))
         if sampler == "tpe" else optuna.samplers.RandomSampler(seed=seed + n_before)
     )
-    pruner = (optuna.pruners.SuccessiveHalvingPruner(min_resource=every, reduction_factor=reduction_factor)
+    # ASHA's rungs: the standard ladder steps / rf**k, ..., steps / rf (rounded up, so no rung falls
+    # on the last update), with k such that at least rf trials are expected to finish
+    # (trials / rf**k >= rf). More rungs leave one or two complete trials out of a small search, and
+    # put the first rung where trials that differ in warmup, LR and batch are ranked by how fast they
+    # start, not where they end (short-horizon bias, Wu et al. 2018; a larger batch has also seen
+    # more samples per update).
+    rungs = max(1, int(math.log(max(trials, 1)) / math.log(max(reduction_factor, 2)) + 1e-9) - 1)
+    pruner = (optuna.pruners.SuccessiveHalvingPruner(min_resource=max(every, -(-steps // reduction_factor**rungs)),
+                                                     reduction_factor=reduction_factor)
               if prune else optuna.pruners.NopPruner())
     study = optuna.create_study(study_name=name, storage=store, sampler=smp, pruner=pruner,
                                 direction="minimize", load_if_exists=True)
