@@ -6,6 +6,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import optuna
@@ -13,7 +14,7 @@ import pytest
 
 from tunekit import UsageError, load_space, lr_find, probe, search
 from tunekit.lr_find import LRFindResult
-from tunekit.space import batch_choices, list_spaces, lr_bounds_from_curve
+from tunekit.space import batch_centre, batch_choices, list_spaces, lr_bounds_from_curve, reference_batch
 
 from .tasks import classification_task, regression_task
 from .test_cli import ROOT
@@ -88,6 +89,43 @@ def test_lr_bounds_and_batch_choices_from_given_probe_results() -> None:
     assert batch_choices(load_space("from_scratch").entries["batch"], pr) == [32, 64, 128, 256]  # 512 > the 256 samples
 
 
+def _probe_like(critical: float | None, interval: tuple[float, float] | None, n: int = 4096) -> SimpleNamespace:
+    return SimpleNamespace(critical_batch=critical, critical_batch_range=interval, knee_batch=256, max_batch=1024,
+                           dataset_size=n)
+
+
+def test_batch_centre_moves_toward_the_lr_batch_only_within_the_interval() -> None:
+    entry = load_space("from_scratch").entries["batch"]
+    # The LR's batch (64) is a plausible critical batch: the centre is 64 itself, whatever the point estimate.
+    assert batch_centre(_probe_like(129.0, (50.0, 280.0)), 64) == 64
+    assert batch_choices(entry, _probe_like(129.0, (50.0, 280.0)), 64) == [16, 32, 64, 128, 256]
+    # A confident estimate that excludes it: the interval's nearer edge, not the point estimate.
+    assert batch_centre(_probe_like(515.0, (180.0, float("inf"))), 64) == 180
+    assert batch_centre(_probe_like(20.0, (12.0, 30.0)), 64) == 30
+    assert batch_choices(entry, _probe_like(515.0, (180.0, float("inf"))), 64) == [32, 64, 128, 256, 512]
+    # An LR batch inside the choices' span but off the powers of two is offered too; one outside is not.
+    assert 100 in batch_choices(entry, _probe_like(129.0, (50.0, 280.0)), 100)
+    assert 8 not in batch_choices(entry, _probe_like(1000.0, (800.0, 1300.0)), 8)
+    # Without a range test (no reference batch) or an interval: the point estimate, as before.
+    assert batch_centre(_probe_like(129.0, (50.0, 280.0)), None) == 129
+    assert batch_centre(_probe_like(129.0, None), 64) == 129
+    assert batch_centre(_probe_like(None, None), 64) == 256  # no noise scale: the throughput knee
+
+
+def test_seed_trial_pairs_the_suggested_lr_with_its_own_batch(tmp_path: Path) -> None:
+    task = classification_task()
+    lf = lr_find(task, steps=30, device="cpu")
+    ref = reference_batch(lf)
+    assert ref == task.batch_size == 32
+    pr = probe(task, memory_budget="256MiB", device="cpu", throughput_points=2, noise_repeats=4)
+    pr.critical_batch, pr.critical_batch_range = 100.0, (20.0, 200.0)  # 32 is plausible: the seed keeps it
+    r = search(task, "from_scratch", trials=1, max_steps=10, lr_find_result=lf, probe_result=pr, device="cpu")
+    assert r.seed_params["batch"] == 32 and r.trials[0]["config"]["lr"] == pytest.approx(lf.suggestion)
+    pr.critical_batch, pr.critical_batch_range = 130.0, (110.0, 150.0)  # a confident estimate moves it
+    r = search(task, "from_scratch", trials=1, max_steps=10, lr_find_result=lf, probe_result=pr, device="cpu")
+    assert r.seed_params["batch"] == 128  # the interval's edge, 110, as a power of two
+
+
 def test_seeded_search_enqueues_the_seed_first(tmp_path: Path) -> None:
     task = classification_task()
     lf = lr_find(task, steps=30, device="cpu")
@@ -114,11 +152,24 @@ def test_pruned_trials_are_never_complete(tmp_path: Path) -> None:
         if t["state"] == "COMPLETE":
             assert t["updates"] == 40 and t["curve"][-1][0] == 40
         if t["state"] == "PRUNED":
-            assert t["updates"] < 40
+            # Never before ASHA's first rung: 10 trials at reduction factor 3 get one rung,
+            # at a third of the budget (update 14 of 40; evaluations every 5 make it 15).
+            assert 15 <= t["updates"] < 40
     # What Optuna holds agrees: a pruned trial is PRUNED there too.
     study = optuna.load_study(study_name=r.study_name, storage=r.storage) if r.storage.startswith("sqlite") else None
     if study is not None:
         assert [t.state.name for t in study.trials] == states
+
+
+def test_asha_rungs_follow_the_trial_count(tmp_path: Path) -> None:
+    # 30 trials at reduction factor 3: two rungs (30 / 3**2 >= 3 trials expected to finish), at
+    # 27 / 9 = 3 and 27 / 3 = 9 updates; evaluating every update, trials stop exactly there.
+    space = write_space(tmp_path, SMALL.replace("1e-3", "1e-5").replace("high = 1e-1", "high = 1.0"))
+    r = search(regression_task(), str(space), trials=30, max_steps=27, device="cpu", seed=0, eval_every=1,
+               seed_trial=False)
+    stopped = {t["updates"] for t in r.trials if t["state"] == "PRUNED"}
+    assert stopped == {3, 9}
+    assert sum(t["state"] == "COMPLETE" for t in r.trials) >= 3
 
 
 def test_diverged_and_failed_trials_are_recorded_and_the_search_goes_on(tmp_path: Path) -> None:

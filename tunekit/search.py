@@ -480,7 +480,15 @@ def search(
         _tpe(seed + n_before, max(3, min(10, trials // 3)), parallel=backend == "ray")
         if sampler == "tpe" else optuna.samplers.RandomSampler(seed=seed + n_before)
     )
-    rung0 = int(grace_period or every)
+    # ASHA's rungs (both backends): unless --grace-period says otherwise, the standard
+    # ladder steps / rf**k, ..., steps / rf (rounded up, so no rung falls on the last
+    # update), with k such that at least rf trials are expected to finish
+    # (trials / rf**k >= rf). More rungs leave one or two complete trials out of a small
+    # search, and put the first rung where trials that differ in warmup, LR and batch are
+    # ranked by how fast they start, not where they end (short-horizon bias, Wu et al.
+    # 2018; a larger batch has also seen more samples per update).
+    rungs = max(1, int(math.log(max(trials, 1)) / math.log(max(reduction_factor, 2)) + 1e-9) - 1)
+    rung0 = int(grace_period or max(every, -(-steps // reduction_factor**rungs)))
     pruner = (optuna.pruners.SuccessiveHalvingPruner(min_resource=rung0, reduction_factor=reduction_factor)
               if prune else optuna.pruners.NopPruner())
     study = optuna.create_study(study_name=name, storage=store, sampler=smp, pruner=pruner,
@@ -622,7 +630,7 @@ def _split_batch(effective: int, pr: Any) -> tuple[int, int]:
 
 
 def _seed_params(sp: SearchSpace, dists: dict[str, Any], lf: Any, pr: Any, ref_batch: int | None) -> dict[str, Any]:
-    """The configuration the probes recommend: suggested LR, batch near the critical batch, mid values elsewhere."""
+    """The configuration the probes recommend: suggested LR, batch at the probe's centre, mid values elsewhere."""
     import optuna.distributions as d
 
     params: dict[str, Any] = {}
@@ -630,8 +638,12 @@ def _seed_params(sp: SearchSpace, dists: dict[str, Any], lf: Any, pr: Any, ref_b
         if name == "lr" and lf is not None and lf.suggestion:
             params[name] = float(np.clip(lf.suggestion, dist.low, dist.high))
         elif name == "batch":
-            crit = pr.critical_batch or pr.knee_batch or pr.max_batch
-            params[name] = min(dist.choices, key=lambda b: abs(math.log(b) - math.log(max(crit, 1))))
+            # The choice nearest the centre the choices were built on: the LR's own batch when the
+            # probe's interval allows it (see space.batch_centre), so the suggested LR applies as found.
+            from .space import batch_centre
+
+            centre = batch_centre(pr, ref_batch)
+            params[name] = min(dist.choices, key=lambda b: abs(math.log(b) - math.log(centre)))
         elif isinstance(dist, d.FloatDistribution):
             params[name] = float(math.sqrt(dist.low * dist.high) if dist.log else (dist.low + dist.high) / 2)
         elif isinstance(dist, d.IntDistribution):

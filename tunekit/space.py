@@ -24,7 +24,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["Entry", "SearchSpace", "load_space", "list_spaces", "lr_bounds_from_curve"]
+__all__ = ["Entry", "SearchSpace", "load_space", "list_spaces", "lr_bounds_from_curve", "batch_centre", "batch_choices",
+           "reference_batch"]
 
 TRAIN_KEYS = {"lr", "warmup", "weight_decay", "schedule", "min_lr_ratio", "clip_grad_norm", "batch_size",
               "accumulation_steps", "precision", "max_steps"}
@@ -135,7 +136,7 @@ class SearchSpace:
         out: dict[str, Any] = {}
         for name, e in self.entries.items():
             if e.seeded == "probe":
-                out[name] = d.CategoricalDistribution(batch_choices(e, probe))
+                out[name] = d.CategoricalDistribution(batch_choices(e, probe, reference_batch(lr_find)))
             elif e.seeded == "lr_find" and lr_find is not None:
                 low, high = lr_bounds_from_curve(lr_find, e.margin)
                 out[name] = d.FloatDistribution(low, high, log=True)
@@ -151,18 +152,51 @@ class SearchSpace:
         return {n: e.value for n, e in self.entries.items() if e.type == "fixed"}
 
 
-def batch_choices(entry: Entry, probe: Any) -> list[int]:
-    """Effective batches near the critical batch (powers of two) that the probe says fit, as (micro x accumulation)."""
+def reference_batch(lr_find: Any) -> int | None:
+    """The effective batch the LR range test ran at (None without a range test, or one saved without it)."""
+    if lr_find is None or not lr_find.settings.get("batch_size"):
+        return None
+    return int(lr_find.settings["batch_size"]) * int(lr_find.settings.get("accumulation_steps") or 1)
+
+
+def batch_centre(probe: Any, ref_batch: int | None = None) -> float:
+    """The effective batch the choices centre on: the critical batch the probe measured, moved as far
+    toward ``ref_batch`` (the batch the LR range test ran at) as the estimate's bootstrap interval allows.
+
+    Why: the noise scale from a few repeats is noisy (on the built-in tasks the estimate moves by a
+    factor of 3 to 10 between probe seeds, more than its own interval says), while the range test's LR
+    holds only at the batch it was found at. So when the reference batch is a plausible critical batch
+    (inside the interval) the search centres on it and the seed trial needs no LR rescaling; only an
+    estimate that confidently excludes it moves the centre, and then only to the interval's nearer edge.
+    Without an interval or a reference batch, the point estimate (or the throughput knee, or the
+    largest batch) is the centre, as before.
+    """
     if probe is None:
         raise UsageError("the space's [batch] is seeded by the probe: run it (tunekit probe) or pass --probe FILE")
     crit = probe.critical_batch or probe.knee_batch or probe.max_batch
+    interval = getattr(probe, "critical_batch_range", None)
+    if not ref_batch or not probe.critical_batch or not interval:
+        return float(max(crit, 1))
+    low, high = min(interval[0], crit), max(interval[1], crit)
+    return float(max(1.0, min(max(float(ref_batch), low), high)))
+
+
+def batch_choices(entry: Entry, probe: Any, ref_batch: int | None = None) -> list[int]:
+    """Effective batches around :func:`batch_centre` (powers of two) that the probe says fit, as (micro x accumulation).
+
+    ``ref_batch`` (the LR range test's effective batch) is added when it lies within the choices'
+    span, so the seed trial can pair the suggested LR with the batch it was measured at.
+    """
+    centre = batch_centre(probe, ref_batch)
     n = probe.dataset_size or 2**30
     out: list[int] = []
     for mult in entry.around_critical:
-        eff = int(2 ** round(math.log2(max(1.0, crit * mult))))
+        eff = int(2 ** round(math.log2(max(1.0, centre * mult))))
         eff = max(1, min(eff, n))
         if eff not in out:
             out.append(eff)
+    if ref_batch and min(out) <= ref_batch <= max(out) and ref_batch not in out:
+        out.append(int(ref_batch))
     return sorted(out)
 
 
