@@ -8,7 +8,10 @@ before its first completed trial is within 2% of the target loss:
   probe, seed trial first), TPE + successive-halving (ASHA) pruning;
 - random-full: random search over a wide unseeded space (LR 1e-6 to 1), every
   trial to the end;
-- tpe-wide: TPE + ASHA over the same wide space, no probes.
+- tpe-wide: TPE + ASHA over the same wide space, no probes;
+- seeded on Ray: the seeded search with its trials run by Ray Tune (its
+  ASHAScheduler, trials two at a time), to compare compute and wall time with
+  the local backend (Ray's start-up included: a fresh local instance a search).
 
 The target is the expected validation loss of the grid's best configuration:
 a log grid of peak LRs (1e-4 to 1, half-decade steps) at the task's default
@@ -54,8 +57,10 @@ STRATEGIES = {
     "seeded TPE+ASHA": dict(space="from_scratch", sampler="tpe", prune=True, seed_trial=True),
     "random, full budgets": dict(space=WIDE, sampler="random", prune=False, seed_trial=False),
     "TPE+ASHA, wide space": dict(space=WIDE, sampler="tpe", prune=True, seed_trial=False),
+    # The seeded search again, its trials run by Ray Tune (ASHAScheduler, 2 at a time on the 2 cores).
+    "seeded, Ray backend": dict(space="from_scratch", sampler="tpe", prune=True, seed_trial=True, backend="ray"),
 }
-SEEDED, RANDOM, WIDE_TPE = STRATEGIES
+SEEDED, RANDOM, WIDE_TPE, RAY = STRATEGIES
 
 
 def grid_target(task: tunekit.Task, steps: int, grid_seeds: int) -> tuple[float, float, float]:
@@ -98,19 +103,21 @@ def run_task(label: str, args: argparse.Namespace) -> dict[str, float]:
     table: dict[str, list[float]] = {k: [] for k in strategies}
     spent: dict[str, list[float]] = {k: [] for k in strategies}
     overhead: dict[str, list[float]] = {k: [] for k in strategies}
+    wall: dict[str, list[float]] = {k: [] for k in strategies}
     pruned: dict[str, list[int]] = {k: [] for k in strategies}
     for seed in range(args.seeds):
         for sname, kw in strategies.items():
             with tempfile.TemporaryDirectory() as tmp:
                 r = tunekit.search(task, kw["space"], trials=args.trials, max_steps=steps, seed=seed, out=Path(tmp),
                                    sampler=kw["sampler"], prune=kw["prune"], seed_trial=kw["seed_trial"],
-                                   memory_budget="1GiB", device="cpu")
+                                   memory_budget="1GiB", device="cpu", backend=kw.get("backend", "local"))
             c = compute_to_target(r, target)
             table[sname].append(c)
             spent[sname].append(float(r.compute))
             pruned[sname].append(sum(t["state"] == "PRUNED" for t in r.trials))
             trained = sum(t.get("seconds") or 0.0 for t in r.trials)
             overhead[sname].append(r.seconds / trained if trained else math.nan)
+            wall[sname].append(r.seconds)
             seed_cfg = ""
             if r.seed_params:
                 seed_trial = r.trials[0]
@@ -121,7 +128,7 @@ def run_task(label: str, args: argparse.Namespace) -> dict[str, float]:
             print(f"  seed {seed} {sname:<22} best {best_v:.4f}  compute to target {c:>7.0f}  "
                   f"(probes {r.probe_updates}, all {r.compute}, pruned {pruned[sname][-1]}/{len(r.trials)}){seed_cfg}",
                   flush=True)
-    print(f"\n{'strategy':<22} {'median compute':>15} {'reached':>8} {'misses as spent':>16} {'pruned':>7} {'wall/train':>11}")
+    print(f"\n{'strategy':<22} {'median compute':>15} {'reached':>8} {'misses as spent':>16} {'pruned':>7} {'wall/train':>11} {'wall s':>7}")
     med: dict[str, float] = {}
     for sname in strategies:
         vals = table[sname]
@@ -130,11 +137,16 @@ def run_task(label: str, args: argparse.Namespace) -> dict[str, float]:
         censored = statistics.median([v if math.isfinite(v) else s for v, s in zip(vals, spent[sname])])
         cens = f"{'>=' if reached < len(vals) else ''}{censored:.0f}"
         print(f"{sname:<22} {med[sname]:>15.0f} {f'{reached}/{len(vals)}':>8} {cens:>16} "
-              f"{statistics.median(pruned[sname]):>7.0f} {statistics.median(overhead[sname]):>11.3f}")
+              f"{statistics.median(pruned[sname]):>7.0f} {statistics.median(overhead[sname]):>11.3f} "
+              f"{statistics.median(wall[sname]):>7.1f}")
     nan = math.nan
     ratio = med.get(SEEDED, nan) / med[RANDOM] if math.isfinite(med.get(RANDOM, nan)) else nan
     ratio_wide = med.get(SEEDED, nan) / med[WIDE_TPE] if math.isfinite(med.get(WIDE_TPE, nan)) else nan
-    print(f"{label}: seeded / random-full compute {ratio:.3f} (target <= 0.5); seeded / tpe-wide {ratio_wide:.3f}\n", flush=True)
+    print(f"{label}: seeded / random-full compute {ratio:.3f} (target <= 0.5); seeded / tpe-wide {ratio_wide:.3f}", flush=True)
+    if SEEDED in wall and RAY in wall:
+        print(f"{label}: Ray backend / local backend, seeded search: wall {statistics.median(wall[RAY]) / statistics.median(wall[SEEDED]):.3f}"
+              f" (Ray start-up included), median compute {med[RAY] / med[SEEDED] if math.isfinite(med[SEEDED]) else nan:.3f}", flush=True)
+    print()
     return {"ratio": ratio, "ratio_wide": ratio_wide}
 
 
@@ -145,13 +157,13 @@ def main() -> None:
     ap.add_argument("--grid-seeds", type=int, default=3)
     ap.add_argument("--trials", type=int, default=20)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--only", default="", help="run only these strategies (comma-separated: seeded, random, wide); "
+    ap.add_argument("--only", default="", help="run only these strategies (comma-separated: seeded, random, wide, ray); "
                     "the ratios need all three")
     args = ap.parse_args()
-    short = {"seeded": SEEDED, "random": RANDOM, "wide": WIDE_TPE}
+    short = {"seeded": SEEDED, "random": RANDOM, "wide": WIDE_TPE, "ray": RAY}
     picked = [w.strip() for w in args.only.split(",") if w.strip()]
     if any(w not in short for w in picked):
-        ap.error(f"--only takes seeded, random, wide; got {args.only!r}")
+        ap.error(f"--only takes seeded, random, wide, ray; got {args.only!r}")
     args.strategies = [short[w] for w in picked] if picked else list(STRATEGIES)
     labels = [t.strip() for t in args.tasks.split(",") if t.strip()]
     unknown = [t for t in labels if t not in TASKS]
@@ -160,6 +172,11 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     print(f"hardware: {hardware()}")
     print("compute: every optimizer update of every trial (pruned ones included) and the probes' own updates\n")
+    if RAY in args.strategies:
+        try:
+            import ray  # noqa: F401
+        except ImportError:
+            ap.error("the Ray column needs ray[tune]: pip install 'tunekit[ray]', or pass --only seeded,random,wide")
     ratios = {label: run_task(label, args) for label in labels}
     print(f"{'task':<12} {'seeded/random-full':>19} {'seeded/tpe-wide':>16}")
     for label, r in ratios.items():
