@@ -15,7 +15,7 @@ from tunekit.ray_backend import COMPLETE_KEY, _make_recorder, check_packing  # n
 
 from .tasks import slow_regression_task  # noqa: E402
 from .test_cli import tunekit as run_cli  # noqa: E402
-from .test_search import SMALL, write_space  # noqa: E402
+from .test_search import DIVERGING, FAILING, SMALL, write_space  # noqa: E402
 
 
 WIDE = SMALL.replace("1e-3", "1e-5").replace("high = 1e-1", "high = 1.0")
@@ -130,15 +130,7 @@ def test_logical_gpus_one_per_trial(local_ray, tmp_path: Path) -> None:
 
 
 def test_trial_that_raises_is_recorded_and_retried(local_ray, tmp_path: Path) -> None:
-    failing = write_space(tmp_path, """
-        [lr]
-        type = "fixed"
-        value = 1e-2
-
-        [task.hidden]
-        type = "categorical"
-        choices = [13, 16]
-    """, "failing.toml")
+    failing = write_space(tmp_path, FAILING, "failing.toml")
     r = search("tests.tasks:picky_regression_task", str(failing), trials=5, max_steps=10, device="cpu", seed=0,
                seed_trial=False, prune=False, sampler="random", backend="ray", max_failures=1, out=tmp_path / "o")
     assert len(r.trials) == 5
@@ -152,15 +144,7 @@ def test_trial_that_raises_is_recorded_and_retried(local_ray, tmp_path: Path) ->
 
 
 def test_diverged_trials_fail_on_ray(local_ray, tmp_path: Path) -> None:
-    diverging = write_space(tmp_path, """
-        [lr]
-        type = "categorical"
-        choices = [1e12, 1e-2]
-
-        [clip_grad_norm]
-        type = "fixed"
-        value = 1e9
-    """, "diverging.toml")
+    diverging = write_space(tmp_path, DIVERGING, "diverging.toml")
     r = search("tests.tasks:regression_task", str(diverging), trials=4, max_steps=10, device="cpu", seed=0,
                seed_trial=False, sampler="random", prune=False, backend="ray")
     assert len(r.trials) == 4

@@ -3,24 +3,18 @@ and resume after the driver process is killed. No Ray instance of the test proce
 meanwhile (`ray stop` would end it)."""
 
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import optuna
 import pytest
 
 pytest.importorskip("ray")
 
-
 from tunekit import SearchResult  # noqa: E402
 
-from .test_cli import ROOT  # noqa: E402
 from .test_cli import tunekit as run_cli  # noqa: E402
-from .test_search import SMALL, write_space  # noqa: E402
-
+from .test_search import SMALL, kill_then_resume, write_space  # noqa: E402
 
 
 def _free_port() -> int:
@@ -63,55 +57,8 @@ def test_join_a_real_local_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 def test_resume_after_the_driver_is_killed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Not set here: tunekit keeps the Ray it starts on loopback by itself.
     monkeypatch.delenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", raising=False)
-    space = write_space(tmp_path, SMALL)
-    out = tmp_path / "run"
-    args = ["search", "--task", "tests.tasks:slow_regression_task", "--space", str(space), "--trials", "6",
-            "--max-steps", "15", "--no-prune", "--device", "cpu", "--out", str(out), "--quiet", "--backend", "ray",
-            "--max-concurrent", "1"]
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.Popen([sys.executable, "-m", "tunekit", *args], cwd=ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    storage = f"sqlite:///{out / 'study.db'}"
-    name = "tunekit-regression-space"
-    deadline = time.time() + 240
-    try:
-        while time.time() < deadline:
-            time.sleep(0.1)
-            try:
-                trials = optuna.load_study(study_name=name, storage=storage).trials
-            except Exception:
-                continue
-            complete = [t for t in trials if t.state.name == "COMPLETE"]
-            running = [t for t in trials if t.state.name == "RUNNING"]
-            if len(complete) >= 2 and running:
-                proc.send_signal(signal.SIGKILL)  # the driver dies without any cleanup
-                proc.wait()
-                break
-        else:
-            pytest.fail("the search never reached two complete trials")
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    trials = optuna.load_study(study_name=name, storage=storage).trials
-    done_before = {t.number: (t.value, t.params) for t in trials if t.state.name == "COMPLETE"}
-    interrupted = [t for t in trials if t.state.name == "RUNNING"]
-    assert interrupted
-
-    r = run_cli(*args, "--resume")
-    assert r.returncode == 0, r.stderr[-3000:]
-    after = optuna.load_study(study_name=name, storage=storage).trials
-    numbers = [t.number for t in after]
-    assert len(numbers) == len(set(numbers))
-    for n, (v, p) in done_before.items():  # no completed trial lost or changed
-        assert after[n].state.name == "COMPLETE" and after[n].value == v and after[n].params == p
-    finished = [t for t in after if t.state.name in ("COMPLETE", "PRUNED")
-                or (t.state.name == "FAIL" and t.user_attrs.get("error") != "interrupted; re-run on --resume")]
-    assert len(finished) == 6  # none missing, none extra
-    # The interrupted trial ran again with its parameters. (A kill can land between a trial's
-    # creation and its sampling: a trial with no parameters yet is simply sampled anew.)
-    for t in interrupted:
-        if t.params:
-            assert any(u.number > t.number and u.params == t.params and u.state.name == "COMPLETE" for u in after), (t, after)
+    after = kill_then_resume(tmp_path, ["--backend", "ray", "--max-concurrent", "1"], deadline_s=240)
     assert {t.user_attrs["worker"]["node"] for t in after if "worker" in t.user_attrs} == {"127.0.0.1"}
     # TPE went on from the stored trials: the params after resume are not a replay of a fresh start.
+    finished = [t for t in after if t.state.name == "COMPLETE"]
     assert len({round(t.params["lr"], 12) for t in finished}) == len(finished)

@@ -40,6 +40,29 @@ value = 0.1
 """
 
 
+# lr 1e12 diverges at once; 1e-2 trains.
+DIVERGING = """
+[lr]
+type = "categorical"
+choices = [1e12, 1e-2]
+
+[clip_grad_norm]
+type = "fixed"
+value = 1e9
+"""
+
+# tests.tasks:picky_regression_task raises for hidden = 13.
+FAILING = """
+[lr]
+type = "fixed"
+value = 1e-2
+
+[task.hidden]
+type = "categorical"
+choices = [13, 16]
+"""
+
+
 def test_shipped_spaces_parse() -> None:
     names = list_spaces()
     assert {"from_scratch", "full_finetune", "lora", "classifier_head"} <= set(names)
@@ -173,15 +196,7 @@ def test_asha_rungs_follow_the_trial_count(tmp_path: Path) -> None:
 
 
 def test_diverged_and_failed_trials_are_recorded_and_the_search_goes_on(tmp_path: Path) -> None:
-    diverging = write_space(tmp_path, """
-        [lr]
-        type = "categorical"
-        choices = [1e12, 1e-2]
-
-        [clip_grad_norm]
-        type = "fixed"
-        value = 1e9
-    """, "diverging.toml")
+    diverging = write_space(tmp_path, DIVERGING, "diverging.toml")
     r = search("tests.tasks:regression_task", str(diverging), trials=6, max_steps=10, device="cpu", seed=0,
                seed_trial=False, prune=False, sampler="random")
     assert len(r.trials) == 6
@@ -192,15 +207,7 @@ def test_diverged_and_failed_trials_are_recorded_and_the_search_goes_on(tmp_path
             assert t["state"] == "COMPLETE" and t["value"] is not None
     assert {t["state"] for t in r.trials} == {"FAIL", "COMPLETE"}
 
-    failing = write_space(tmp_path, """
-        [lr]
-        type = "fixed"
-        value = 1e-2
-
-        [task.hidden]
-        type = "categorical"
-        choices = [13, 16]
-    """, "failing.toml")
+    failing = write_space(tmp_path, FAILING, "failing.toml")
     r = search("tests.tasks:picky_regression_task", str(failing), trials=6, max_steps=10, device="cpu", seed=0,
                seed_trial=False, prune=False, sampler="random")
     assert len(r.trials) == 6
@@ -212,18 +219,19 @@ def test_diverged_and_failed_trials_are_recorded_and_the_search_goes_on(tmp_path
     assert {t["state"] for t in r.trials} == {"FAIL", "COMPLETE"}
 
 
-def test_resume_after_the_process_is_killed(tmp_path: Path) -> None:
+def kill_then_resume(tmp_path: Path, extra: list[str], deadline_s: float = 120) -> list[optuna.trial.FrozenTrial]:
+    """Run `tunekit search` (6 trials), SIGKILL it once two trials are complete and one runs, then
+    `--resume` it; check that nothing finished was lost, changed or repeated. Returns the trials after."""
     space = write_space(tmp_path, SMALL)
     out = tmp_path / "run"
     args = ["search", "--task", "tests.tasks:slow_regression_task", "--space", str(space), "--trials", "6",
-            "--max-steps", "15", "--no-prune", "--device", "cpu", "--out", str(out), "--quiet"]
+            "--max-steps", "15", "--no-prune", "--device", "cpu", "--out", str(out), "--quiet", *extra]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     proc = subprocess.Popen([sys.executable, "-m", "tunekit", *args], cwd=ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     storage = f"sqlite:///{out / 'study.db'}"
     name = "tunekit-regression-space"  # tunekit-TASK-SPACE
-    deadline = time.time() + 120
-    done_before: dict[int, float] = {}
+    deadline = time.time() + deadline_s
     try:
         while time.time() < deadline:
             time.sleep(0.1)
@@ -243,25 +251,30 @@ def test_resume_after_the_process_is_killed(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
     trials = optuna.load_study(study_name=name, storage=storage).trials
-    done_before = {t.number: t.value for t in trials if t.state.name == "COMPLETE"}
+    done_before = {t.number: (t.value, t.params) for t in trials if t.state.name == "COMPLETE"}
     interrupted = [t for t in trials if t.state.name == "RUNNING"]
     assert interrupted
 
     r = run_cli(*args, "--resume")
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, r.stderr[-3000:]
     after = optuna.load_study(study_name=name, storage=storage).trials
     numbers = [t.number for t in after]
     assert len(numbers) == len(set(numbers))  # no duplicate trial
-    for n, v in done_before.items():  # no completed trial lost or changed
-        assert after[n].state.name == "COMPLETE" and after[n].value == v
-    finished = [t for t in after if t.state.name in ("COMPLETE", "PRUNED") or (t.state.name == "FAIL" and t.user_attrs.get("error") != "interrupted; re-run on --resume")]
-    assert len(finished) == 6
-    # The interrupted trial ran again with the same parameters.
+    for n, (v, p) in done_before.items():  # no completed trial lost or changed
+        assert after[n].state.name == "COMPLETE" and after[n].value == v and after[n].params == p
+    finished = [t for t in after if t.state.name in ("COMPLETE", "PRUNED")
+                or (t.state.name == "FAIL" and t.user_attrs.get("error") != "interrupted; re-run on --resume")]
+    assert len(finished) == 6  # none missing, none extra
     # The interrupted trial ran again with its parameters. (A kill can land between a trial's
     # creation and its sampling: a trial with no parameters yet is simply sampled anew.)
     for t in interrupted:
         if t.params:
             assert any(u.number > t.number and u.params == t.params and u.state.name == "COMPLETE" for u in after), (t, after)
+    return after
+
+
+def test_resume_after_the_process_is_killed(tmp_path: Path) -> None:
+    kill_then_resume(tmp_path, [])
 
 
 def test_cli_search_usage_errors(tmp_path: Path) -> None:
