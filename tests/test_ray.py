@@ -156,6 +156,22 @@ def test_diverged_trials_fail_on_ray(local_ray, tmp_path: Path) -> None:
     assert "FAIL" in {t["state"] for t in r.trials} and "COMPLETE" in {t["state"] for t in r.trials}
 
 
+def test_a_wrong_cluster_address_is_one_line_at_once(tmp_path: Path) -> None:
+    import socket
+    import time
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed again: nothing listens there
+    t0 = time.perf_counter()
+    r = run_cli("search", "--backend", "ray", "--address", f"127.0.0.1:{port}", "--out", str(tmp_path / "o"), "--quiet")
+    assert r.returncode == 2 and time.perf_counter() - t0 < 60
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"--address 127.0.0.1:{port}: no Ray cluster answers there" in lines[0], r.stderr
+    r = run_cli("search", "--backend", "ray", "--address", "head-node", "--out", str(tmp_path / "o"), "--quiet")
+    assert r.returncode == 2 and "is neither auto nor HOST:PORT" in r.stderr
+
+
 def test_ray_flags_refused_on_the_local_backend(tmp_path: Path) -> None:
     r = run_cli("search", "--out", str(tmp_path / "o"), "--quiet", "--gpus-per-trial", "0.5")
     assert r.returncode == 2 and "apply to --backend ray" in r.stderr and len(r.stderr.strip().splitlines()) == 1

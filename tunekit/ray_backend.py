@@ -263,6 +263,28 @@ def _make_recorder(study: Any, book: dict[int, Any], steps: int, on_end: Callabl
     return Recorder()
 
 
+def check_address(address: str) -> None:
+    """Fail fast, in one line, when nothing listens at a HOST:PORT cluster address.
+
+    Ray itself retries a wrong address for minutes while printing warnings.
+    A loopback address means this machine's own cluster: it is joined on loopback.
+    """
+    import socket
+
+    if address == "auto" or "://" in address:
+        return
+    host, _, port_s = address.rpartition(":")
+    if not host or not port_s.isdigit():
+        raise UsageError(f"--address {address!r} is neither auto nor HOST:PORT: pass e.g. --address 10.0.0.5:6379")
+    if host in ("127.0.0.1", "localhost"):
+        _stay_on_loopback()
+    try:
+        socket.create_connection((host, int(port_s)), timeout=5).close()
+    except OSError as exc:
+        raise UsageError(f"--address {address}: no Ray cluster answers there ({exc.strerror or exc}): start one with "
+                         f"`ray start --head --port={port_s}`, or check the address") from None
+
+
 def _refresh_ray_config() -> None:
     """Make an already-imported Ray see a changed RAY_AUTH_MODE."""
     import sys

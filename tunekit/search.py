@@ -319,6 +319,10 @@ def search(
 
         if not ray_available():
             raise UsageError("--backend ray needs Ray Tune: pip install 'tunekit[ray]' (or 'ray[tune]')")
+        if address:
+            from .ray_backend import check_address
+
+            check_address(address)  # before the probes: a wrong address fails at once
     check_int("trials", trials, hint="pass e.g. --trials 12")
     check_int("reduction_factor", reduction_factor, minimum=2, hint="pass e.g. --reduction-factor 3")
     if grace_period is not None:
