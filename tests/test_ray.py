@@ -46,7 +46,7 @@ def test_recorder_maps_trial_ends_into_optuna_states() -> None:
     study = optuna.create_study()
     ended: list[tuple[int, str]] = []
     book: dict[int, optuna.trial.Trial] = {}
-    rec = _make_recorder(study, book, 20, lambda t, s: ended.append((t.number, s)))
+    rec = _make_recorder(study, book, lambda t, s: ended.append((t.number, s)))
 
     def run(results: list[dict], error: Exception | None = None) -> optuna.trial.FrozenTrial:
         ot = study.ask({"lr": optuna.distributions.FloatDistribution(1e-4, 1, log=True)})

@@ -196,7 +196,7 @@ def _states() -> Any:
     return optuna.trial.TrialState
 
 
-def _make_recorder(study: Any, book: dict[int, Any], steps: int, on_end: Callable[[Any, str], None]) -> Any:
+def _make_recorder(study: Any, book: dict[int, Any], on_end: Callable[[Any, str], None]) -> Any:
     from ray.tune import Callback
 
     class Recorder(Callback):
@@ -306,7 +306,7 @@ def _token_available() -> bool:
     return Path(path).is_file()
 
 
-def _init_ray(address: Optional[str], cpus: Optional[int], gpus: Optional[float], log_dir: Optional[Path]) -> bool:
+def _init_ray(address: Optional[str], cpus: Optional[int], gpus: Optional[float]) -> bool:
     """Join ``address`` or start a local Ray quietly; True when this call started it."""
     import ray
 
@@ -392,7 +392,7 @@ def run_ray(
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 
-    started = _init_ray(address, num_cpus, num_gpus, out_dir)
+    started = _init_ray(address, num_cpus, num_gpus)
     book: dict[int, Any] = {}
     try:
         if max_concurrent is None:
@@ -420,7 +420,7 @@ def run_ray(
                 name=study.study_name, storage_path=str(root.resolve()) if root is not None else None, verbose=0,
                 failure_config=tune.FailureConfig(max_failures=max_failures),
                 checkpoint_config=tune.CheckpointConfig(checkpoint_at_end=False),
-                callbacks=[_make_recorder(study, book, steps, on_end)],
+                callbacks=[_make_recorder(study, book, on_end)],
                 log_to_file=True),
         )
         import warnings

@@ -528,23 +528,20 @@ def search(
     remaining = max(0, trials - done)
     bar = _Bar(remaining, progress)
     callbacks = [optuna.study.MaxTrialsCallback(trials + len(interrupted), states=finished_states), bar.callback]
-    if remaining and backend == "ray":
-        from .ray_backend import run_ray
+    try:  # the bar closes however the trials end (Ctrl-C included)
+        if remaining and backend == "ray":
+            from .ray_backend import run_ray
 
-        def ray_config(trial: optuna.trial.Trial) -> dict[str, Any]:
-            return configure(trial, dict(trial.params))
-
-        try:
-            run_ray(study=study, dists=dists, make_config=ray_config, task=task, steps=steps, n_trials=remaining,
-                    prune=prune, grace_period=rung0, reduction_factor=reduction_factor,
-                    cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial, max_concurrent=max_concurrent,
-                    max_failures=max_failures, address=address, storage_path=storage_path, out_dir=out_dir,
-                    on_end=lambda t, state: bar.update(study, state), **(ray_init or {}))
-        finally:
-            bar.close()
-    elif remaining:
-        study.optimize(objective, n_trials=remaining, catch=(Exception,), callbacks=callbacks)
-    bar.close()
+            run_ray(study=study, dists=dists, make_config=lambda trial: configure(trial, dict(trial.params)),
+                    task=task, steps=steps, n_trials=remaining, prune=prune, grace_period=rung0,
+                    reduction_factor=reduction_factor, cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial,
+                    max_concurrent=max_concurrent, max_failures=max_failures, address=address,
+                    storage_path=storage_path, out_dir=out_dir, on_end=lambda t, state: bar.update(study, state),
+                    **(ray_init or {}))
+        elif remaining:
+            study.optimize(objective, n_trials=remaining, catch=(Exception,), callbacks=callbacks)
+    finally:
+        bar.close()
 
     all_trials = [_trial_dict(t) for t in study.get_trials(deepcopy=False)]
     complete = [t for t in all_trials if t["state"] == "COMPLETE" and t["value"] is not None]
