@@ -1,199 +1,559 @@
-"""Does seeding the search with the probes make it cheaper?
+"""How many training samples does each search strategy spend before it reaches a target loss?
 
-On built-in tasks, over several seeds, the compute (optimizer updates: every
-trial's, pruned ones included, plus the probes' own) each strategy spends
-before its first completed trial is within 2% of the target loss:
+On the benchmark's own tasks (``search_tasks.py``: a BatchNorm CNN with AdamW,
+an MLP with SGD, a tiny char-level Transformer with AdamW), over several seeds,
+each strategy searches with the same budget per trial, 1 FTE ("full-trial
+equivalent": the task's ``max_steps`` x its default batch, in samples); a trial
+at batch B runs ``budget // B`` optimizer updates. Strategies:
 
-- seeded: the `from_scratch` space (LR bounded by the range test, batch from the
-  probe, seed trial first), TPE + successive-halving (ASHA) pruning;
-- random-full: random search over a wide unseeded space (LR 1e-6 to 1), every
-  trial to the end;
-- tpe-wide: TPE + ASHA over the same wide space, no probes;
-- seeded on Ray: the seeded search with its trials run by Ray Tune (its
-  ASHAScheduler, trials two at a time), to compare compute and wall time with
-  the local backend (Ray's start-up included: a fresh local instance a search).
+- ``tunekit``: ``tunekit.search(task, "from_scratch", trials=N, budget="<FTE>samples")``,
+  its probes' samples counted first;
+- ``random``: Optuna's RandomSampler over a wide space (LR 1e-6..1 log, batch
+  16..256, warmup 0..0.1, weight decay 1e-3..0.1 log, cosine or linear decay),
+  every trial to the full budget;
+- ``optuna_sh``: Optuna's TPESampler + SuccessiveHalvingPruner (defaults) over
+  the wide space, reporting the validation loss at 8 evaluations (step = samples);
+- ``ray_asha``: Ray Tune with OptunaSearch + ASHAScheduler (time_attr samples,
+  grace period budget/8) over the wide space, one trial at a time on 1 CPU; a
+  trial counts only if it trained its full budget.
 
-The target is the expected validation loss of the grid's best configuration:
-a log grid of peak LRs (1e-4 to 1, half-decade steps) at the task's default
-settings, each LR trained with ``--grid-seeds`` training seeds (1000, 1001, ...,
-disjoint from the searches' seeds); the best mean over LRs, plus 2%. A single
-training seed moves the final loss by several percent, more than the 2% margin,
-so a per-seed minimum over the grid would reward the grid's luck, not a config.
-Search number ``s`` trains all its trials (and runs its probes) with seed ``s``.
+The peers' trials train through ``tunekit.train`` (search seed s trains every
+trial with seed s), evaluating the whole validation set at a fixed batch size.
 
-A search that never reaches the target within ``--trials`` trials counts as
-inf; the medians are over all seeds, so a median is finite only when at least
-half the seeds reached the target. A second line gives, for reference, the
-median with each miss counted as the compute that search spent (a lower bound
-on what it would need), marked with ">=" when any seed missed.
+Target: 1.02 x the best known loss of the task, the smaller of (a) the best mean
+final loss over an LR grid at the task's default settings (3 LRs a decade, 1e-4
+to 1, each trained with seeds 1000..1002) and (b) every strategy's best
+completed trial over all its seeds. Samples to target: the samples of every
+trial, pruned and failed ones included, in completion order (probes first),
+until the first completed trial at or below the target; inf if none. Medians
+are over seeds, so a median is finite only when at least half the seeds reach
+the target; "misses as spent" counts each miss as the samples it spent (a lower
+bound on what it would need).
 
-Also printed: scheduler overhead, the wall time of a search over the sum of its
-trials' training times.
+Every run (task, strategy, seed) and the grid are cached as JSON under
+``--cache``, so an interrupted run resumes, tasks can run in separate processes,
+and ``--report`` prints the tables from the cache without training:
 
-    python benchmarks/search_efficiency.py [--tasks shapes,shapes-sgd] [--seeds 5] [--trials 20]
+    python benchmarks/search_efficiency.py --tasks cnn_adamw,mlp_sgd &
+    python benchmarks/search_efficiency.py --tasks tiny_lm &
+    wait; python benchmarks/search_efficiency.py --report
+
+Options: ``--seeds N`` (default 5 a task, 3 for tiny_lm), ``--trials N`` (24),
+``--strategies tunekit,random,optuna_sh,ray_asha``.
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
+import json
 import math
+import os
+import secrets
 import statistics
 import sys
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, Optional
 
-import numpy as np
-import torch
+# Ray reads these when imported: stay on loopback, send no usage stats, keep Tune quiet.
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+if not (os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH")):
+    # A local Ray >= 2.5x turns token auth on and writes ~/.ray/auth_token: a token of this
+    # process's own, in the environment its workers inherit, keeps auth on and writes nothing.
+    os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+os.environ.setdefault("RAY_AUTH_MODE", "token")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+
+import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import hardware  # noqa: E402
+from search_tasks import TASKS  # noqa: E402
 
 import tunekit  # noqa: E402
 
-WIDE = str(Path(__file__).resolve().parent / "spaces" / "wide.toml")
-# Benchmark tasks: name -> (built-in task, its config).
-TASKS = {"shapes": ("shapes", None), "shapes-sgd": ("shapes", {"optimizer": "sgd"}), "charlm": ("charlm", None)}
-STRATEGIES = {
-    "seeded TPE+ASHA": dict(space="from_scratch", sampler="tpe", prune=True, seed_trial=True),
-    "random, full budgets": dict(space=WIDE, sampler="random", prune=False, seed_trial=False),
-    "TPE+ASHA, wide space": dict(space=WIDE, sampler="tpe", prune=True, seed_trial=False),
-    # The seeded search again, its trials run by Ray Tune (ASHAScheduler, 2 at a time on the 2 cores).
-    "seeded, Ray backend": dict(space="from_scratch", sampler="tpe", prune=True, seed_trial=True, backend="ray"),
-}
-SEEDED, RANDOM, WIDE_TPE, RAY = STRATEGIES
+STRATEGIES = ("tunekit", "random", "optuna_sh", "ray_asha")
+PEERS = STRATEGIES[1:]
+DEFAULT_SEEDS = {"cnn_adamw": 5, "mlp_sgd": 5, "tiny_lm": 3}
+BATCHES = [16, 32, 64, 128, 256]
+EVALS = 8  # evaluations a trial
+GRID_LRS = [round(10 ** (-4 + k / 3), 10) for k in range(13)]  # 1e-4 .. 1, 3 a decade
+GRID_SEEDS = (1000, 1001, 1002)
+MARGIN = 1.02
+WORST = 1e300  # a diverged trial's loss, for Ray's scheduler: the worst, yet finite
+DEFAULT_CACHE = Path(__file__).resolve().parent / ".cache" / "search_efficiency"
+
+Run = dict[str, Any]  # one search: its trials (state, value, samples, finished, params), probes, seconds
 
 
-def grid_target(task: tunekit.Task, steps: int, grid_seeds: int) -> tuple[float, float, float]:
-    """(best mean final loss over the LR grid, its LR, the spread of that LR's losses over seeds)."""
-    best, best_lr, best_spread = math.inf, math.nan, math.nan
-    for log_lr in np.arange(-4.0, 0.01, 0.5):
-        finals = [tunekit.train(task, lr=float(10**log_lr), max_steps=steps, seed=1000 + i, device="cpu").final_loss
-                  for i in range(grid_seeds)]
-        if not all(math.isfinite(f) for f in finals):
-            continue  # a diverging LR is not a candidate
-        mean = statistics.fmean(finals)
-        if mean < best:
-            best, best_lr, best_spread = mean, float(10**log_lr), (max(finals) - min(finals)) / mean
-    return best, best_lr, best_spread
+# --- training one trial ------------------------------------------------------------------
 
 
-def _fmt(x: float | None) -> str:
-    return "none" if x is None else f"{x:.0f}"
+def fte_of(task: tunekit.Task) -> int:
+    """Samples of one full trial: max_steps x the default batch."""
+    return int(task.defaults["max_steps"]) * int(task.batch_size or 1)
 
 
-def compute_to_target(result: tunekit.SearchResult, target: float) -> float:
-    spent = result.probe_updates
-    for t in sorted(result.trials, key=lambda t: t.get("finished") or 0):
-        spent += int(t.get("updates") or 0)
+def train_trial(task: tunekit.Task, params: dict[str, Any], budget: int, seed: int,
+                callback: Optional[Callable[[int, dict[str, float]], Any]] = None) -> tunekit.TrainResult:
+    """``budget // batch`` updates at ``params``, evaluating the whole validation set about 8 times."""
+    batch = int(params["batch_size"])
+    updates = max(1, budget // batch)
+    return tunekit.train(task, lr=float(params["lr"]), batch_size=batch, max_steps=updates,
+                         warmup=float(params["warmup"]), weight_decay=float(params["weight_decay"]),
+                         schedule=params["schedule"], min_lr_ratio=0.1, eval_every=max(1, updates // EVALS),
+                         eval_batches=None, seed=seed, device="cpu", callback=callback)
+
+
+def wide_space(trial: Any) -> dict[str, Any]:
+    """The wide, unseeded space (an Optuna define-by-run function); returns the constants."""
+    trial.suggest_float("lr", 1e-6, 1.0, log=True)
+    trial.suggest_categorical("batch_size", BATCHES)
+    trial.suggest_float("warmup", 0.0, 0.1)
+    trial.suggest_float("weight_decay", 1e-3, 0.1, log=True)
+    trial.suggest_categorical("schedule", ["cosine", "linear"])
+    return {"min_lr_ratio": 0.1}
+
+
+def record(number: int, state: str, value: Optional[float], samples: int, params: dict[str, Any]) -> dict[str, Any]:
+    value = None if value is None or not math.isfinite(value) else float(value)
+    return {"number": number, "state": state, "value": value, "samples": int(samples),
+            "finished": time.time(), "params": params}
+
+
+# --- the strategies ----------------------------------------------------------------------
+
+
+def run_optuna(task: tunekit.Task, budget: int, seed: int, n_trials: int, sampler: Any, pruner: Any) -> Run:
+    """An ask-and-tell Optuna study over the wide space; intermediate losses reported against samples."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(direction="minimize", sampler=sampler, pruner=pruner)
+    trials = []
+    for number in range(n_trials):
+        trial = study.ask()
+        params = {**wide_space(trial), **trial.params}
+        batch = int(params["batch_size"])
+        updates = max(1, budget // batch)
+        seen = [0]
+
+        def report(step: int, metrics: dict[str, float]) -> None:
+            seen[0] = step * batch
+            if step < updates:  # the last evaluation is the trial's value, told below
+                trial.report(float(metrics["loss"]), step * batch)
+                if trial.should_prune():
+                    raise optuna.TrialPruned()
+
+        try:
+            result = train_trial(task, params, budget, seed, report)
+        except optuna.TrialPruned:
+            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+            trials.append(record(number, "PRUNED", None, seen[0], params))
+            continue
+        if result.diverged or not math.isfinite(result.final_loss):
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            trials.append(record(number, "FAIL", None, result.samples, params))
+        else:
+            study.tell(trial, result.final_loss)
+            trials.append(record(number, "COMPLETE", result.final_loss, result.samples, params))
+    return {"probe_samples": 0, "trials": trials}
+
+
+def run_random(task: tunekit.Task, budget: int, seed: int, n_trials: int) -> Run:
+    import optuna
+
+    return run_optuna(task, budget, seed, n_trials, optuna.samplers.RandomSampler(seed=seed), optuna.pruners.NopPruner())
+
+
+def run_optuna_sh(task: tunekit.Task, budget: int, seed: int, n_trials: int) -> Run:
+    import optuna
+
+    return run_optuna(task, budget, seed, n_trials, optuna.samplers.TPESampler(seed=seed),
+                      optuna.pruners.SuccessiveHalvingPruner())
+
+
+_WORKER_TASKS: dict[str, tunekit.Task] = {}
+
+
+def _ray_trial(config: dict[str, Any], task_name: str, budget: int, seed: int) -> None:
+    """One Ray Tune trial: reports loss and samples at each evaluation, the last one marked complete."""
+    from ray import tune
+
+    torch.set_num_threads(1)
+    task = _WORKER_TASKS.get(task_name) or _WORKER_TASKS.setdefault(task_name, TASKS[task_name](None))
+    batch = int(config["batch_size"])
+    updates = max(1, budget // batch)
+
+    def report(step: int, metrics: dict[str, float]) -> None:
+        if step < updates:
+            tune.report({"loss": _finite(metrics["loss"]), "samples": step * batch, "t": time.time()})
+
+    result = train_trial(task, config, budget, seed, report)
+    end = {"samples": int(result.samples), "t": time.time()}
+    if result.diverged or not math.isfinite(result.final_loss):
+        tune.report({**end, "loss": WORST, "diverged": True})
+    else:
+        tune.report({**end, "loss": float(result.final_loss), "complete": True})
+
+
+def _finite(loss: float) -> float:
+    return float(loss) if math.isfinite(loss) else WORST
+
+
+def start_ray() -> float:
+    """Start a local 1-CPU Ray instance on loopback (once a process); returns its start-up seconds."""
+    import ray
+
+    if ray.is_initialized():
+        return 0.0
+    t0 = time.perf_counter()
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    host = ray.util.get_node_ip_address()
+    if host != "127.0.0.1":
+        raise SystemExit(f"Ray listens on {host}, not on loopback: refusing to run")
+    return time.perf_counter() - t0
+
+
+def run_ray_asha(task_name: str, budget: int, seed: int, n_trials: int) -> Run:
+    """Ray Tune: OptunaSearch (TPE) + ASHAScheduler on samples, one trial at a time."""
+    import warnings
+
+    from ray import tune
+    from ray.tune.schedulers import ASHAScheduler
+    from ray.tune.search.optuna import OptunaSearch
+
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    start_ray()
+    with tempfile.TemporaryDirectory(prefix="tk_ray_") as storage:
+        tuner = tune.Tuner(
+            tune.with_resources(tune.with_parameters(_ray_trial, task_name=task_name, budget=budget, seed=seed),
+                                {"cpu": 1}),
+            tune_config=tune.TuneConfig(
+                search_alg=OptunaSearch(space=wide_space, metric="loss", mode="min", seed=seed),
+                scheduler=ASHAScheduler(time_attr="samples", max_t=budget, grace_period=budget // EVALS,
+                                        metric="loss", mode="min"),
+                num_samples=n_trials, max_concurrent_trials=1, reuse_actors=True),
+            run_config=tune.RunConfig(storage_path=storage, verbose=0),
+        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            grid = tuner.fit()
+        results = [grid[i] for i in range(len(grid))]
+    trials = [_ray_record(i, r) for i, r in enumerate(sorted(results, key=lambda r: (r.metrics or {}).get("t", math.inf)))]
+    return {"probe_samples": 0, "trials": trials}
+
+
+def _ray_record(number: int, result: Any) -> dict[str, Any]:
+    last = result.metrics or {}
+    params = {k: v for k, v in (result.config or {}).items()}
+    if result.error is not None or last.get("diverged"):
+        state, value = "FAIL", None
+    elif last.get("complete"):
+        state, value = "COMPLETE", float(last["loss"])
+    else:
+        state, value = "PRUNED", None  # stopped by the scheduler before its budget
+    rec = record(number, state, value, int(last.get("samples", 0)), params)
+    rec["finished"] = last.get("t")
+    return rec
+
+
+def tunekit_has_budget() -> bool:
+    return "budget" in inspect.signature(tunekit.search).parameters
+
+
+def run_tunekit(task: tunekit.Task, budget: int, seed: int, n_trials: int) -> Run:
+    with tempfile.TemporaryDirectory(prefix="tk_search_") as out:
+        r = tunekit.search(task, "from_scratch", trials=n_trials, budget=f"{budget}samples", seed=seed,  # type: ignore[call-arg]
+                           out=out, device="cpu", memory_budget="1GiB")
+    missing = [t.get("number") for t in r.trials if t.get("samples") is None]
+    if missing:
+        print(f"    warning: tunekit trials {missing} carry no 'samples'; counted as 0", flush=True)
+    trials = [{"number": t.get("number"), "state": t["state"], "value": t.get("value"),
+               "samples": int(t.get("samples") or 0), "finished": t.get("finished"), "params": t.get("params", {})}
+              for t in r.trials]
+    return {"probe_samples": int(getattr(r, "probe_samples", 0) or 0), "trials": trials,
+            "tunekit_seconds": float(getattr(r, "seconds", math.nan))}
+
+
+def run_strategy(strategy: str, task_name: str, task: tunekit.Task, budget: int, seed: int, n_trials: int) -> Run:
+    """One search; its wall seconds leave out Ray's start-up (once a process, reported apart)."""
+    ray_startup = start_ray() if strategy == "ray_asha" else 0.0
+    t0 = time.perf_counter()
+    if strategy == "tunekit":
+        run = run_tunekit(task, budget, seed, n_trials)
+    elif strategy == "random":
+        run = run_random(task, budget, seed, n_trials)
+    elif strategy == "optuna_sh":
+        run = run_optuna_sh(task, budget, seed, n_trials)
+    else:
+        run = run_ray_asha(task_name, budget, seed, n_trials)
+    run.update(task=task_name, strategy=strategy, seed=seed, trials_asked=n_trials, fte=budget,
+               seconds=time.perf_counter() - t0)
+    if ray_startup:
+        run["ray_startup_seconds"] = ray_startup
+    return run
+
+
+# --- the cache ---------------------------------------------------------------------------
+
+
+def save_json(path: Path, obj: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(obj, indent=1, default=str))
+    tmp.replace(path)
+
+
+def load_json(path: Path) -> Optional[Any]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def run_path(cache: Path, task: str, strategy: str, seed: int, trials: int) -> Path:
+    return cache / task / f"{strategy}_seed{seed}_trials{trials}.json"
+
+
+def load_run(cache: Path, task: str, strategy: str, seed: int, trials: int, fte: int) -> Optional[Run]:
+    run = load_json(run_path(cache, task, strategy, seed, trials))
+    return run if run is not None and run.get("fte") == fte else None  # a changed task invalidates its runs
+
+
+def prepare_cache(cache: Path) -> None:
+    cache.mkdir(parents=True, exist_ok=True)
+    ignore = cache.parent / ".gitignore" if cache.parent.name == ".cache" else cache / ".gitignore"
+    if not ignore.exists():
+        ignore.write_text("*\n")
+
+
+# --- the LR grid -------------------------------------------------------------------------
+
+
+def lr_grid(task_name: str, task: tunekit.Task, cache: Path, train: bool) -> dict[str, Any]:
+    """Final losses at GRID_LRS x GRID_SEEDS at the task's defaults, trained where missing (if ``train``)."""
+    path = cache / task_name / "grid.json"
+    fte = fte_of(task)
+    grid = load_json(path)
+    if grid is None or grid.get("fte") != fte:
+        grid = {"fte": fte, "points": {}, "seconds": []}
+    steps = int(task.defaults["max_steps"])
+    for lr in GRID_LRS:
+        for s in GRID_SEEDS:
+            key = f"{lr:g}/{s}"
+            if key in grid["points"] or not train:
+                continue
+            t0 = time.perf_counter()
+            r = tunekit.train(task, lr=lr, max_steps=steps, eval_every=max(1, steps // EVALS), eval_batches=None,
+                              seed=s, device="cpu")
+            grid["seconds"].append(time.perf_counter() - t0)
+            grid["points"][key] = r.final_loss if math.isfinite(r.final_loss) else None
+            save_json(path, grid)
+    return grid
+
+
+def grid_means(grid: dict[str, Any]) -> dict[float, float]:
+    """LR -> mean final loss over the grid seeds (inf if any seed diverged or is missing)."""
+    means = {}
+    for lr in GRID_LRS:
+        finals = [grid["points"].get(f"{lr:g}/{s}") for s in GRID_SEEDS]
+        means[lr] = statistics.fmean(finals) if all(f is not None for f in finals) else math.inf  # type: ignore[arg-type]
+    return means
+
+
+# --- analysis ----------------------------------------------------------------------------
+
+
+def completion_order(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted(trials, key=lambda t: (t.get("finished") is None, t.get("finished") or 0.0, t.get("number") or 0))
+
+
+def samples_to_target(run: Run, target: float) -> float:
+    """Samples spent, probes first, until the first completed trial at or below ``target``; inf if none."""
+    spent = run.get("probe_samples", 0)
+    for t in completion_order(run["trials"]):
+        spent += t["samples"]
         if t["state"] == "COMPLETE" and t["value"] is not None and t["value"] <= target:
             return float(spent)
     return math.inf
 
 
-def run_task(label: str, args: argparse.Namespace) -> dict[str, float]:
-    name, cfg = TASKS[label]
-    task = tunekit.load_task(name, cfg)
-    steps = int(task.defaults.get("max_steps", 200))
-    best, best_lr, spread = grid_target(task, steps, args.grid_seeds)
-    target = best * 1.02
-    print(f"task {label}: {steps} updates a trial, {args.trials} trials a search, {args.seeds} seeds")
-    print(f"grid-best expected val loss {best:.4f} at lr {best_lr:.3g} (mean of {args.grid_seeds} seeds, "
-          f"spread {spread:.1%}); target {target:.4f}", flush=True)
-    strategies = {k: v for k, v in STRATEGIES.items() if k in args.strategies}
-    table: dict[str, list[float]] = {k: [] for k in strategies}
-    spent: dict[str, list[float]] = {k: [] for k in strategies}
-    overhead: dict[str, list[float]] = {k: [] for k in strategies}
-    wall: dict[str, list[float]] = {k: [] for k in strategies}
-    pruned: dict[str, list[int]] = {k: [] for k in strategies}
-    for seed in range(args.seeds):
-        for sname, kw in strategies.items():
-            with tempfile.TemporaryDirectory() as tmp:
-                r = tunekit.search(task, kw["space"], trials=args.trials, max_steps=steps, seed=seed, out=Path(tmp),
-                                   sampler=kw["sampler"], prune=kw["prune"], seed_trial=kw["seed_trial"],
-                                   memory_budget="1GiB", device="cpu", backend=kw.get("backend", "local"))
-            c = compute_to_target(r, target)
-            table[sname].append(c)
-            spent[sname].append(float(r.compute))
-            pruned[sname].append(sum(t["state"] == "PRUNED" for t in r.trials))
-            trained = sum(t.get("seconds") or 0.0 for t in r.trials)
-            overhead[sname].append(r.seconds / trained if trained else math.nan)
-            wall[sname].append(r.seconds)
-            seed_cfg = ""
-            if r.seed_params:
-                seed_trial = r.trials[0]
-                seed_cfg = (f"  seed trial lr {r.seed_params.get('lr', math.nan):.3g} batch {r.seed_params.get('batch')}"
-                            f" -> {seed_trial['state'].lower()} {seed_trial['value'] if seed_trial['value'] is None else round(seed_trial['value'], 4)}"
-                            f"; critical batch {_fmt((r.probe or {}).get('critical_batch'))}")
-            best_v = math.nan if r.best_value is None else r.best_value
-            print(f"  seed {seed} {sname:<22} best {best_v:.4f}  compute to target {c:>7.0f}  "
-                  f"(probes {r.probe_updates}, all {r.compute}, pruned {pruned[sname][-1]}/{len(r.trials)}){seed_cfg}",
-                  flush=True)
-    print(f"\n{'strategy':<22} {'median compute':>15} {'reached':>8} {'misses as spent':>16} {'pruned':>7} {'wall/train':>11} {'wall s':>7}")
-    med: dict[str, float] = {}
-    low: dict[str, float] = {}  # medians with each miss counted as the compute it spent
-    for sname in strategies:
-        vals = table[sname]
-        med[sname] = statistics.median(vals)
-        reached = sum(math.isfinite(v) for v in vals)
-        censored = statistics.median([v if math.isfinite(v) else s for v, s in zip(vals, spent[sname])])
-        low[sname] = censored
-        cens = f"{'>=' if reached < len(vals) else ''}{censored:.0f}"
-        print(f"{sname:<22} {med[sname]:>15.0f} {f'{reached}/{len(vals)}':>8} {cens:>16} "
-              f"{statistics.median(pruned[sname]):>7.0f} {statistics.median(overhead[sname]):>11.3f} "
-              f"{statistics.median(wall[sname]):>7.1f}")
-    nan = math.nan
+def samples_spent(run: Run) -> float:
+    return float(run.get("probe_samples", 0) + sum(t["samples"] for t in run["trials"]))
 
-    def ratio_of(a: str, b: str) -> tuple[float, str]:
-        """a's median compute over b's, as a number and as printed ('<=' when b's median is a miss)."""
-        if a not in med or b not in med or not math.isfinite(med[a]):
-            return nan, "n/a"
-        if math.isfinite(med[b]):
-            return med[a] / med[b], f"{med[a] / med[b]:.3f}"
-        # b missed the target in most seeds: its real median is above what it spent, so the
-        # ratio is at most a's median over b's median with misses counted as spent.
-        return med[a] / low[b], f"<= {med[a] / low[b]:.3f}"
 
-    ratio, ratio_s = ratio_of(SEEDED, RANDOM)
-    ratio_wide, ratio_wide_s = ratio_of(SEEDED, WIDE_TPE)
-    print(f"{label}: seeded / random-full compute {ratio_s} (target <= 0.5); seeded / tpe-wide {ratio_wide_s}", flush=True)
-    if SEEDED in wall and RAY in wall:
-        print(f"{label}: Ray backend / local backend, seeded search: wall {statistics.median(wall[RAY]) / statistics.median(wall[SEEDED]):.3f}"
-              f" (Ray start-up included), median compute {med[RAY] / med[SEEDED] if math.isfinite(med[SEEDED]) else nan:.3f}", flush=True)
+def best_value(run: Run) -> float:
+    return min((t["value"] for t in run["trials"] if t["state"] == "COMPLETE" and t["value"] is not None),
+               default=math.inf)
+
+
+def median(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else math.nan
+
+
+def ratio_text(a: dict[str, float], b: dict[str, float]) -> str:
+    """a's median samples to target over b's; a bound from the misses-as-spent median where one missed."""
+    if math.isfinite(a["median"]) and math.isfinite(b["median"]):
+        return f"{a['median'] / b['median']:.3f}"
+    if math.isfinite(a["median"]):  # b's real median is above what it spent
+        return f"<= {a['median'] / b['spent_median']:.3f}"
+    if math.isfinite(b["median"]):
+        return f">= {a['spent_median'] / b['median']:.3f}"
+    return "n/a (both missed in most seeds)"
+
+
+# --- the report --------------------------------------------------------------------------
+
+
+def report_task(task_name: str, task: tunekit.Task, cache: Path, seeds: int, n_trials: int,
+                strategies: list[str]) -> str:
+    """Print the task's target derivation and table; return its summary line."""
+    fte = fte_of(task)
+    runs = {s: [r for seed in range(seeds) if (r := load_run(cache, task_name, s, seed, n_trials, fte))]
+            for s in strategies}
+    grid = lr_grid(task_name, task, cache, train=False)
+    means = grid_means(grid)
+    grid_lr = min(means, key=lambda lr: means[lr])
+    searched = {s: min((best_value(r) for r in rs), default=math.inf) for s, rs in runs.items()}
+    best_s = min(searched, key=lambda s: searched[s]) if searched else None
+    best = min(means[grid_lr], searched.get(best_s, math.inf) if best_s else math.inf)
+    if not math.isfinite(best):
+        print(f"{task_name}: no grid and no completed trial cached yet\n")
+        return f"{task_name}: nothing cached"
+    target = MARGIN * best
+    print(f"task {task_name}: 1 FTE = {task.defaults['max_steps']} updates x batch {task.batch_size} = {fte} samples; "
+          f"full trial {median(grid['seconds']):.2f} s (median of {len(grid['seconds'])} grid runs)")
+    curve = ", ".join(f"{lr:.2g}: {means[lr]:.3f}" for lr in GRID_LRS[::2])
+    print(f"  grid (mean final loss over seeds {GRID_SEEDS[0]}..{GRID_SEEDS[-1]}) {curve}")
+    print(f"  best known {best:.4f} = min(grid best {means[grid_lr]:.4f} at lr {grid_lr:.3g}, "
+          f"best searched {searched.get(best_s, math.inf):.4f} by {best_s}); target {MARGIN} x = {target:.4f}")
+    stats = {s: strategy_stats(rs, target, fte) for s, rs in runs.items() if rs}
+    print_table(stats, strategies, seeds)
+    line = summary_line(task_name, stats)
     print()
-    return {"ratio": ratio_s, "ratio_wide": ratio_wide_s}
+    return line
+
+
+def strategy_stats(runs: list[Run], target: float, fte: int) -> dict[str, float]:
+    to_target = [samples_to_target(r, target) / fte for r in runs]
+    spent = [samples_spent(r) / fte for r in runs]
+    return {
+        "n": len(runs),
+        "reached": sum(math.isfinite(v) for v in to_target),
+        "median": median(to_target),
+        "spent_median": median([v if math.isfinite(v) else s for v, s in zip(to_target, spent)]),
+        "wall": median([r["seconds"] for r in runs]),
+        "pruned": median([sum(t["state"] == "PRUNED" for t in r["trials"]) for r in runs]),
+        "failed": median([sum(t["state"] == "FAIL" for t in r["trials"]) for r in runs]),
+    }
+
+
+def print_table(stats: dict[str, dict[str, float]], strategies: list[str], seeds: int) -> None:
+    print(f"  {'strategy':<10} {'FTE to target':>13} {'misses as spent':>16} {'reached':>8} {'wall s':>7} "
+          f"{'pruned':>7} {'failed':>7}")
+    for s in strategies:
+        st = stats.get(s)
+        if st is None:
+            print(f"  {s:<10} {'(no cached runs)':>13}")
+            continue
+        missed = ">=" if st["reached"] < st["n"] else ""
+        print(f"  {s:<10} {st['median']:>13.2f} {missed + format(st['spent_median'], '.2f'):>16} "
+              f"{str(st['reached']) + '/' + str(st['n']):>8} {st['wall']:>7.1f} {st['pruned']:>7.0f} {st['failed']:>7.0f}"
+              + (f"   ({seeds - st['n']} seeds not cached)" if st["n"] < seeds else ""))
+
+
+def summary_line(task_name: str, stats: dict[str, dict[str, float]]) -> str:
+    peers = {s: st for s, st in stats.items() if s in PEERS}
+    if not peers:
+        return f"{task_name}: no peer runs cached"
+    best_peer = min(peers, key=lambda s: (peers[s]["median"], peers[s]["spent_median"]))
+    bp = peers[best_peer]
+    peer_text = f"best peer {best_peer} {bp['median']:.2f} FTE ({bp['reached']}/{bp['n']})"
+    if "tunekit" not in stats:
+        return f"{task_name}: tunekit not run; {peer_text}"
+    tk = stats["tunekit"]
+    line = (f"{task_name}: tunekit / best peer samples to target {ratio_text(tk, bp)}; "
+            f"tunekit {tk['median']:.2f} FTE ({tk['reached']}/{tk['n']}), {peer_text}")
+    print(f"  tunekit / {best_peer}: {ratio_text(tk, bp)}")
+    return line
+
+
+# --- main --------------------------------------------------------------------------------
+
+
+def run_task(task_name: str, args: argparse.Namespace, seeds: int) -> None:
+    """Train what the cache lacks for this task: the grid, then every (seed, strategy) run."""
+    task = TASKS[task_name](None)
+    fte = fte_of(task)
+    print(f"{task_name}: grid of {len(GRID_LRS)} LRs x {len(GRID_SEEDS)} seeds, then {seeds} seeds x "
+          f"{', '.join(args.strategies)} at {args.trials} trials of {fte} samples", flush=True)
+    lr_grid(task_name, task, args.cache, train=True)
+    for seed in range(seeds):
+        for strategy in args.strategies:
+            if load_run(args.cache, task_name, strategy, seed, args.trials, fte) is not None:
+                continue
+            if strategy == "tunekit" and not tunekit_has_budget():
+                continue  # said once, in main
+            run = run_strategy(strategy, task_name, task, fte, seed, args.trials)
+            save_json(run_path(args.cache, task_name, strategy, seed, args.trials), run)
+            states = [t["state"] for t in run["trials"]]
+            print(f"  seed {seed} {strategy:<10} best {best_value(run):.4f}  spent {samples_spent(run) / fte:5.2f} FTE  "
+                  f"pruned {states.count('PRUNED')} failed {states.count('FAIL')}  {run['seconds']:.1f} s"
+                  + (f" (+ {run['ray_startup_seconds']:.1f} s Ray start-up)" if "ray_startup_seconds" in run else ""),
+                  flush=True)
+
+
+def parse_args() -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated, from {', '.join(TASKS)}")
+    ap.add_argument("--strategies", default=",".join(STRATEGIES), help="comma-separated, from " + ", ".join(STRATEGIES))
+    ap.add_argument("--seeds", type=int, default=None, help="searches a (task, strategy); default 5, 3 for tiny_lm")
+    ap.add_argument("--trials", type=int, default=24, help="trials a search")
+    ap.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="folder of the cached runs and grids")
+    ap.add_argument("--report", action="store_true", help="print the tables from the cache; train nothing")
+    args = ap.parse_args()
+    args.tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    args.strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
+    for kind, picked, known in (("task", args.tasks, TASKS), ("strategy", args.strategies, STRATEGIES)):
+        bad = [p for p in picked if p not in known]
+        if bad:
+            ap.error(f"unknown {kind} {bad[0]!r}: use {', '.join(known)}")
+    args.strategies = [s for s in STRATEGIES if s in args.strategies]  # a fixed column order
+    return args
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--tasks", default="shapes,shapes-sgd", help=f"comma-separated, from {', '.join(TASKS)}")
-    ap.add_argument("--seeds", type=int, default=5)
-    ap.add_argument("--grid-seeds", type=int, default=3)
-    ap.add_argument("--trials", type=int, default=20)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--only", default="", help="run only these strategies (comma-separated: seeded, random, wide, ray); "
-                    "the ratios need all three")
-    args = ap.parse_args()
-    short = {"seeded": SEEDED, "random": RANDOM, "wide": WIDE_TPE, "ray": RAY}
-    picked = [w.strip() for w in args.only.split(",") if w.strip()]
-    if any(w not in short for w in picked):
-        ap.error(f"--only takes seeded, random, wide, ray; got {args.only!r}")
-    args.strategies = [short[w] for w in picked] if picked else list(STRATEGIES)
-    labels = [t.strip() for t in args.tasks.split(",") if t.strip()]
-    unknown = [t for t in labels if t not in TASKS]
-    if unknown:
-        ap.error(f"unknown task {unknown[0]!r}: use {', '.join(TASKS)}")
-    torch.set_num_threads(args.threads)
+    args = parse_args()
+    torch.set_num_threads(1)
+    prepare_cache(args.cache)
     print(f"hardware: {hardware()}")
-    print("compute: every optimizer update of every trial (pruned ones included) and the probes' own updates\n")
-    if RAY in args.strategies:
-        try:
-            import ray  # noqa: F401
-        except ImportError:
-            ap.error("the Ray column needs ray[tune]: pip install 'tunekit[ray]', or pass --only seeded,random,wide")
-    ratios = {label: run_task(label, args) for label in labels}
-    print(f"{'task':<12} {'seeded/random-full':>19} {'seeded/tpe-wide':>16}")
-    for label, r in ratios.items():
-        print(f"{label:<12} {r['ratio']:>19} {r['ratio_wide']:>16}")
+    print("compute: training samples drawn by every trial (pruned and failed ones included) and by tunekit's probes; "
+          "1 FTE = one full trial's samples\n", flush=True)
+    if "tunekit" in args.strategies and not tunekit_has_budget():
+        print("tunekit arm skipped: tunekit.search has no `budget` parameter yet\n", flush=True)
+    try:
+        if not args.report:
+            for name in args.tasks:
+                run_task(name, args, args.seeds or DEFAULT_SEEDS[name])
+            print()
+        summaries = [report_task(name, TASKS[name](None), args.cache, args.seeds or DEFAULT_SEEDS[name], args.trials,
+                                 args.strategies) for name in args.tasks]
+    finally:
+        if "ray" in sys.modules:
+            import ray
+
+            ray.shutdown()
+    print()
+    for line in summaries:
+        print(line)
 
 
 if __name__ == "__main__":

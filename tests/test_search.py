@@ -142,11 +142,16 @@ def test_seed_trial_pairs_the_suggested_lr_with_its_own_batch(tmp_path: Path) ->
     assert ref == task.batch_size == 32
     pr = probe(task, memory_budget="256MiB", device="cpu", throughput_points=2, noise_repeats=4)
     pr.critical_batch, pr.critical_batch_range = 100.0, (20.0, 200.0)  # 32 is plausible: the seed keeps it
-    r = search(task, "from_scratch", trials=1, max_steps=10, lr_find_result=lf, probe_result=pr, device="cpu")
+    r = search(task, "from_scratch", trials=1, max_steps=100, lr_find_result=lf, probe_result=pr, device="cpu")
     assert r.seed_params["batch"] == 32 and r.trials[0]["config"]["lr"] == pytest.approx(lf.suggestion)
     pr.critical_batch, pr.critical_batch_range = 130.0, (110.0, 150.0)  # a confident estimate moves it
-    r = search(task, "from_scratch", trials=1, max_steps=10, lr_find_result=lf, probe_result=pr, device="cpu")
+    r = search(task, "from_scratch", trials=1, max_steps=100, lr_find_result=lf, probe_result=pr, device="cpu")
     assert r.seed_params["batch"] == 128  # the interval's edge, 110, as a power of two
+    # The LR was found at batch 32: at 128 it is rescaled by the square root (AdamW), and the trial
+    # draws the same samples as one at 32 (100 updates of 32 = 25 updates of 128).
+    seed = r.trials[0]
+    assert seed["config"]["lr"] == pytest.approx(2 * lf.suggestion) and r.plan["lr_rule"] == "sqrt"
+    assert seed["updates"] == 25 and seed["samples"] == 3200 and seed["micro_batch"] * seed["accumulation_steps"] == 128
 
 
 def test_seeded_search_enqueues_the_seed_first(tmp_path: Path) -> None:
@@ -160,7 +165,7 @@ def test_seeded_search_enqueues_the_seed_first(tmp_path: Path) -> None:
     first = r.trials[0]
     assert first["number"] == 0 and first["params"] == r.seed_params
     assert first["params"]["lr"] == pytest.approx(lf.suggestion)
-    assert r.probe_updates == 0  # the probes were given, not run
+    assert r.probe_samples == 0  # the probes were given, not run
     for f in ("search.json", "trials.csv", "search.png", "study.db"):
         assert (tmp_path / "out" / f).exists()
     assert json.loads((tmp_path / "out" / "search.json").read_text())["study_name"] == r.study_name
@@ -168,30 +173,33 @@ def test_seeded_search_enqueues_the_seed_first(tmp_path: Path) -> None:
 
 def test_pruned_trials_are_never_complete(tmp_path: Path) -> None:
     space = write_space(tmp_path, SMALL.replace("1e-3", "1e-5").replace("high = 1e-1", "high = 1.0"))
-    r = search(classification_task(), str(space), trials=10, max_steps=40, device="cpu", seed=1, eval_every=5)
+    r = search(classification_task(), str(space), trials=10, max_steps=40, device="cpu", seed=1, out=tmp_path / "o")
     states = [t["state"] for t in r.trials]
     assert "PRUNED" in states and "COMPLETE" in states
     for t in r.trials:
         if t["state"] == "COMPLETE":
-            assert t["updates"] == 40 and t["curve"][-1][0] == 40
+            assert t["updates"] == 40 and t["samples"] == 40 * 32 and t["curve"][-1][0] == 40 * 32
         if t["state"] == "PRUNED":
-            # Never before ASHA's first rung: 10 trials at reduction factor 3 get one rung,
-            # at a third of the budget (update 14 of 40; evaluations every 5 make it 15).
-            assert 15 <= t["updates"] < 40
-    # What Optuna holds agrees: a pruned trial is PRUNED there too.
-    study = optuna.load_study(study_name=r.study_name, storage=r.storage) if r.storage.startswith("sqlite") else None
-    if study is not None:
-        assert [t.state.name for t in study.trials] == states
+            # Never before the first rung: 10 trials at reduction factor 3 get two rungs, at 1/9
+            # of the budget (no sooner than the first of 8 evaluations: update 5) and at 3/8.
+            assert t["updates"] in (5, 15) and t["samples"] == t["updates"] * 32
+    # What Optuna holds agrees: a pruned trial is PRUNED there too, its reports in samples.
+    assert r.storage.startswith("sqlite")
+    study = optuna.load_study(study_name=r.study_name, storage=r.storage)
+    assert [t.state.name for t in study.trials] == states
+    for t in study.trials:
+        if t.state.name == "PRUNED":
+            assert max(t.intermediate_values) == t.user_attrs["samples"]
 
 
 def test_asha_rungs_follow_the_trial_count(tmp_path: Path) -> None:
-    # 30 trials at reduction factor 3: two rungs (30 / 3**2 >= 3 trials expected to finish), at
-    # 27 / 9 = 3 and 27 / 3 = 9 updates; evaluating every update, trials stop exactly there.
+    # 30 trials at reduction factor 3: three rungs (floor(log3 30)), at 1/27, 1/9 and 1/3 of the
+    # budget: updates 1, 3 and 9 of 27; evaluating every update, trials stop exactly there.
     space = write_space(tmp_path, SMALL.replace("1e-3", "1e-5").replace("high = 1e-1", "high = 1.0"))
-    r = search(regression_task(), str(space), trials=30, max_steps=27, device="cpu", seed=0, eval_every=1,
+    r = search(regression_task(), str(space), trials=30, max_steps=27, device="cpu", seed=0, evals=27,
                seed_trial=False)
     stopped = {t["updates"] for t in r.trials if t["state"] == "PRUNED"}
-    assert stopped == {3, 9}
+    assert stopped <= {1, 3, 9} and len(stopped) >= 2
     assert sum(t["state"] == "COMPLETE" for t in r.trials) >= 3
 
 
@@ -262,8 +270,10 @@ def kill_then_resume(tmp_path: Path, extra: list[str], deadline_s: float = 120) 
     assert len(numbers) == len(set(numbers))  # no duplicate trial
     for n, (v, p) in done_before.items():  # no completed trial lost or changed
         assert after[n].state.name == "COMPLETE" and after[n].value == v and after[n].params == p
+    interrupted_numbers = set(optuna.load_study(study_name=name, storage=storage).user_attrs["tunekit_interrupted"])
+    assert {t.number for t in interrupted} <= interrupted_numbers
     finished = [t for t in after if t.state.name in ("COMPLETE", "PRUNED")
-                or (t.state.name == "FAIL" and t.user_attrs.get("error") != "interrupted; re-run on --resume")]
+                or (t.state.name == "FAIL" and t.number not in interrupted_numbers)]
     assert len(finished) == 6  # none missing, none extra
     # The interrupted trial ran again with its parameters. (A kill can land between a trial's
     # creation and its sampling: a trial with no parameters yet is simply sampled anew.)

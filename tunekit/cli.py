@@ -52,7 +52,7 @@ EPILOG_PROBE = """examples:
 
 EPILOG_SEARCH = """examples:
   tunekit search --trials 12                     the default task and space, written to tunekit_runs/
-  tunekit search --task charlm --space full_finetune --trials 20 --max-steps 300
+  tunekit search --task charlm --space full_finetune --trials 20 --budget 9600samples
   tunekit search --task my_project.tasks:cifar --space my_space.toml --lr-find runs/lr_find.json --probe runs/probe.json
   tunekit search --out runs/s1 --resume          continue an interrupted search (completed trials are kept)
   tunekit search --storage postgresql://db/tk --study cifar   share one study between machines
@@ -222,7 +222,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_task_args(p)
     p.add_argument("--space", default="from_scratch", help="a shipped space (tunekit spaces) or a .toml file (default from_scratch)")
     p.add_argument("--trials", type=int, default=12, help="finished trials the study should hold (default 12)")
-    p.add_argument("--max-steps", type=int, help="optimizer updates of a full trial (default: the task's)")
+    p.add_argument("--budget", metavar="AMOUNT", help="what one full trial may draw: 4000samples, 2epochs, 1e6tokens or "
+                   "200updates (updates at the task's batch); a trial at batch B runs budget/B updates "
+                   "(default: one run of the task's recipe)")
+    p.add_argument("--max-steps", type=int, help="shorthand for --budget Nupdates")
     p.add_argument("--backend", choices=["local", "ray"], default="local", help="where trials run (default local)")
     p.add_argument("--sampler", choices=["tpe", "random"], default="tpe", help="Optuna sampler (default tpe)")
     p.add_argument("--no-prune", action="store_true", help="run every trial to the end")
@@ -232,8 +235,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lr-find", metavar="FILE", help="a saved lr_find.json instead of running the range test")
     p.add_argument("--probe", metavar="FILE", help="a saved probe.json instead of running the probe")
     p.add_argument("--memory-budget", metavar="SIZE", help="memory budget of the probe (e.g. 8GiB)")
-    p.add_argument("--grace-period", type=int, metavar="N", help="updates before the first early-stopping rung (default: the first evaluation)")
-    p.add_argument("--reduction-factor", type=int, default=3, metavar="N", help="ASHA keeps the best 1/N at each rung (default 3)")
+    p.add_argument("--sampler-seed", type=_seed, metavar="N", help="seed of the sampler (default: --seed)")
+    p.add_argument("--rungs", type=int, metavar="N", help="early-stopping rungs, at budget/rf**N .. budget/rf (default: floor(log_rf(trials)))")
+    p.add_argument("--first-rung", type=float, metavar="F", help="the first rung as a fraction of the budget (instead of --rungs)")
+    p.add_argument("--reduction-factor", type=int, default=3, metavar="N", help="successive halving keeps the best 1/N at each rung (default 3)")
     g = p.add_argument_group("ray backend (--backend ray)")
     g.add_argument("--cpus-per-trial", type=_nonnegative_float, default=1, metavar="N", help="CPUs per trial (default 1)")
     g.add_argument("--gpus-per-trial", type=_nonnegative_float, default=0, metavar="N",
@@ -367,11 +372,12 @@ def cmd_search(args: argparse.Namespace) -> int:
     if args.task_config:
         raise UsageError("--set does not apply to search: put task hyperparameters in the space as [task.NAME] entries")
     out = _out_dir(args.out)
-    result = search(args.task or "shapes", args.space, trials=args.trials, max_steps=args.max_steps, storage=args.storage,
-                    study_name=args.study, resume=args.resume, seed=args.seed, out=out, lr_find_result=args.lr_find,
+    result = search(args.task or "shapes", args.space, trials=args.trials, budget=args.budget, max_steps=args.max_steps,
+                    storage=args.storage, study_name=args.study, resume=args.resume, seed=args.seed,
+                    sampler_seed=args.sampler_seed, out=out, lr_find_result=args.lr_find,
                     probe_result=args.probe, backend=args.backend, sampler=args.sampler, prune=not args.no_prune,
                     memory_budget=args.memory_budget, device=args.device, progress=not args.quiet,
-                    grace_period=args.grace_period, reduction_factor=args.reduction_factor,
+                    rungs=args.rungs, first_rung=args.first_rung, reduction_factor=args.reduction_factor,
                     cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial,
                     max_concurrent=args.max_concurrent, max_failures=args.max_failures, address=args.address,
                     storage_path=args.storage_path)

@@ -55,6 +55,7 @@ class LRFindResult(Result):
     seconds: float
     settings: dict[str, Any]
     skipped_steps: int = 0
+    samples: int = 0  # training samples the sweeps drew (their compute cost)
     repeats: list[dict[str, Any]] = field(default_factory=list)
     lr_range: Optional[tuple[float, float]] = None
 
@@ -205,10 +206,12 @@ def _sweep(step: TrainStep, batches: BatchStream, lrs: np.ndarray, threshold: fl
     """One sweep through the shared step; stops on divergence."""
     rec_lrs: list[float] = []
     rec_losses: list[float] = []
+    samples = 0
     best = math.inf
     diverged_at: float | None = None
     loop = Updates(step, batches, lrs.tolist())
     for _, lr, out in loop:
+        samples += int(out.samples)
         loss = val_loss() if val_loss is not None else out.loss
         rec_lrs.append(lr)
         rec_losses.append(loss)
@@ -230,7 +233,7 @@ def _sweep(step: TrainStep, batches: BatchStream, lrs: np.ndarray, threshold: fl
         rec_losses.append(math.nan)
     if bar is not None and len(rec_lrs) < len(lrs):
         bar.update(len(lrs) - len(rec_lrs))
-    return {"lrs": rec_lrs, "losses": rec_losses, "diverged_at_lr": diverged_at, "skipped": loop.skipped}
+    return {"lrs": rec_lrs, "losses": rec_losses, "diverged_at_lr": diverged_at, "skipped": loop.skipped, "samples": samples}
 
 
 def _suggest(lrs: list[float], losses: list[float]) -> tuple[dict[str, float | None], Any, Any]:
@@ -283,6 +286,7 @@ def _result(runs: list[dict[str, Any]], settings: dict[str, Any], seconds: float
         seconds=seconds,
         settings=settings,
         skipped_steps=int(sum(run["skipped"] for run in runs)),
+        samples=int(sum(run["samples"] for run in runs)),
         repeats=[{"lrs": c.lrs.tolist(), "smoothed": c.smooth.tolist(), "suggestions": s, "skipped": run["skipped"]}
                  for run, s, c, _ in per_run] if len(runs) > 1 else [],
         lr_range=lr_range,

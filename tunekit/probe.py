@@ -73,7 +73,8 @@ class ProbeResult(Result):
     dataset_size: Optional[int] = None
     seconds: float = 0.0
     settings: dict[str, Any] = field(default_factory=dict)
-    updates: int = 0  # every real optimizer update the probe ran (its compute cost)
+    updates: int = 0  # every real optimizer update the probe ran
+    samples: int = 0  # the training samples those updates drew (the probe's compute cost)
 
     @property
     def real_steps(self) -> int:
@@ -170,21 +171,27 @@ def scale_lr(lr: float, from_batch: int, to_batch: int) -> dict[str, float]:
 def plan_batches(target: int, max_batch: int, throughput: list[dict[str, float]], model: MemoryModel) -> list[dict[str, Any]]:
     """(micro-batch, accumulation) pairs whose product is ``target`` and that fit, fastest first.
 
-    Speed at an unmeasured micro-batch is interpolated in log-log from the measured throughputs.
+    Speed is interpolated in log-log between measured throughputs and never
+    extrapolated: a micro-batch outside the timed range has no speed (nan) and
+    comes after the timed ones, larger micro-batches (fewer accumulation steps) first.
     """
     if target < 1:
         raise UsageError(f"target batch must be >= 1, got {target}")
     pairs = [(m, target // m) for m in range(1, min(target, max_batch) + 1) if target % m == 0]
     if not pairs:
         return []
-    xs = np.log([t["batch"] for t in throughput]) if throughput else None
-    ys = np.log([t["samples_per_s"] for t in throughput]) if throughput else None
+    timed = sorted(throughput, key=lambda t: t["batch"])
+    xs = np.log([t["batch"] for t in timed]) if timed else np.array([])
+    ys = np.log([t["samples_per_s"] for t in timed]) if timed else np.array([])
     out = []
     for micro, k in pairs:
-        speed = float(np.exp(np.interp(math.log(micro), xs, ys))) if xs is not None and len(xs) else math.nan
+        x = math.log(micro)
+        inside = len(xs) > 0 and xs[0] - 1e-9 <= x <= xs[-1] + 1e-9
+        speed = float(np.exp(np.interp(x, xs, ys))) if inside else math.nan
         out.append({"effective_batch": target, "micro_batch": micro, "accumulation_steps": k,
                     "samples_per_s": speed, "peak_bytes": model.peak(micro)})
-    out.sort(key=lambda p: (-(p["samples_per_s"] if math.isfinite(p["samples_per_s"]) else 0), p["accumulation_steps"]))
+    out.sort(key=lambda p: (not math.isfinite(p["samples_per_s"]),
+                            -(p["samples_per_s"] if math.isfinite(p["samples_per_s"]) else 0), p["accumulation_steps"]))
     return out
 
 
@@ -297,7 +304,7 @@ def probe(
     settings = dict(memory_budget=memory_budget, headroom=headroom, device=str(dev), precision=sub.precision,
                     accumulation_steps=accumulation_steps, clip_grad_norm=clip_grad_norm, seed=seed, task=sub.task.name)
 
-    counter = {"updates": 0}
+    counter = {"updates": 0, "samples": 0}
 
     def make_step(m: nn.Module, o: torch.optim.Optimizer, k: int = accumulation_steps) -> TrainStep:
         return _CountingStep(counter, m, o, sub.compute, device=dev, precision=sub.precision,  # type: ignore[arg-type]
@@ -397,28 +404,14 @@ def probe(
             raise UsageError(f"no batch size ran within the budget (tried {[t['batch'] for t in tried]}): raise --memory-budget")
         bar("largest batch")
 
-        # 3. Throughput up to the confirmed batch.
-        points = sorted({max(1, int(round(x))) for x in np.geomspace(max(1, min(sizes[0], confirmed)), confirmed, throughput_points)})
-        throughput = []
-        for pb in points:
-            step = make_step(sub.model, sub.optimizer)
-            step.set_lr(0.0)  # measure speed, not learning: the weights stay put
-            stream = BatchStream(data, pb, seed=seed)
-            t0 = time.perf_counter()
-            step(stream.take(accumulation_steps))  # warm-up
-            # Several steps for the median, but about two seconds at most per point.
-            n_timed = max(2, min(timing_steps, int(2.0 / max(time.perf_counter() - t0, 1e-6))))
-            times = []
-            for _ in range(n_timed):
-                t0 = time.perf_counter()
-                step(stream.take(accumulation_steps))  # the loss read inside syncs the device
-                times.append(time.perf_counter() - t0)
-            throughput.append({"batch": pb, "samples_per_s": pb * accumulation_steps / statistics.median(times)})
-            snap.restore()
-            sub.model.train()
-        best = max(t["samples_per_s"] for t in throughput)
-        fastest = max(throughput, key=lambda t: t["samples_per_s"])["batch"]
-        knee = min(t["batch"] for t in throughput if t["samples_per_s"] >= 0.95 * best)
+        # 3. Throughput up to the confirmed batch (none with throughput_points=0).
+        throughput = _throughput(make_step, sub, snap, data, sizes, confirmed, throughput_points, timing_steps,
+                                 accumulation_steps, seed)
+        knee = fastest = None
+        if throughput:
+            best = max(t["samples_per_s"] for t in throughput)
+            fastest = max(throughput, key=lambda t: t["samples_per_s"])["batch"]
+            knee = min(t["batch"] for t in throughput if t["samples_per_s"] >= 0.95 * best)
         bar("throughput")
 
         # 4. Gradient noise scale, through the shared step at LR 0 (grad norms before clipping).
@@ -472,7 +465,34 @@ def probe(
         throughput=throughput, knee_batch=knee, fastest_batch=fastest, critical_batch=critical,
         critical_batch_range=crit_range, noise=noise, plan=plan, lr_scaling=lr_scaling, dataset_size=n_data,
         seconds=time.perf_counter() - start, settings=settings, updates=counter["updates"],
+        samples=counter["samples"],
     )
+
+
+def _throughput(make_step: Any, sub: Any, snap: Any, data: Data, sizes: list[int], confirmed: int, points_n: int,
+                timing_steps: int, accumulation_steps: int, seed: int) -> list[dict[str, float]]:
+    """Samples per second at ``points_n`` micro-batches up to ``confirmed`` (warm-up, then the median step)."""
+    if points_n < 1:
+        return []
+    points = sorted({max(1, int(round(x))) for x in np.geomspace(max(1, min(sizes[0], confirmed)), confirmed, points_n)})
+    throughput = []
+    for pb in points:
+        step = make_step(sub.model, sub.optimizer)
+        step.set_lr(0.0)  # measure speed, not learning: the weights stay put
+        stream = BatchStream(data, pb, seed=seed)
+        t0 = time.perf_counter()
+        step(stream.take(accumulation_steps))  # warm-up
+        # Several steps for the median, but about two seconds at most per point.
+        n_timed = max(2, min(timing_steps, int(2.0 / max(time.perf_counter() - t0, 1e-6))))
+        times = []
+        for _ in range(n_timed):
+            t0 = time.perf_counter()
+            step(stream.take(accumulation_steps))  # the loss read inside syncs the device
+            times.append(time.perf_counter() - t0)
+        throughput.append({"batch": pb, "samples_per_s": pb * accumulation_steps / statistics.median(times)})
+        snap.restore()
+        sub.model.train()
+    return throughput
 
 
 class _CountingStep(TrainStep):
@@ -483,9 +503,11 @@ class _CountingStep(TrainStep):
         self.counter = counter
 
     def __call__(self, micro_batches: Any, *, mark: Any = None) -> Any:
+        out = super().__call__(micro_batches, mark=mark)
         if mark is None:
             self.counter["updates"] += 1
-        return super().__call__(micro_batches, mark=mark)
+            self.counter["samples"] += int(out.samples)
+        return out
 
 
 class _Stages:

@@ -82,9 +82,9 @@ def _parse_entry(where: str, name: str, raw: Any) -> Entry:
         e.margin = float(margin)
         if not 0 <= e.margin <= 3:
             raise _bad(where, name, f"margin {e.margin} is out of range: give decades between 0 and 3")
-        e.scale_with_batch = raw.get("scale_with_batch")
-        if e.scale_with_batch not in (None, "linear", "sqrt"):
-            raise _bad(where, name, f"scale_with_batch {e.scale_with_batch!r} is unknown: use linear or sqrt")
+        e.scale_with_batch = raw.get("scale_with_batch", "auto")
+        if e.scale_with_batch not in ("auto", "linear", "sqrt", "none"):
+            raise _bad(where, name, f"scale_with_batch {e.scale_with_batch!r} is unknown: use auto, linear, sqrt or none")
     if kind in ("float", "int"):
         for k in ("low", "high"):
             if not isinstance(raw.get(k), (int, float)) or isinstance(raw.get(k), bool):
@@ -129,14 +129,18 @@ class SearchSpace:
     def needs_probe(self) -> bool:
         return "batch" in self.entries
 
-    def distributions(self, lr_find: Any = None, probe: Any = None) -> dict[str, Any]:
-        """Optuna distributions, with seeded entries' bounds taken from the probes' results."""
+    def distributions(self, lr_find: Any = None, probe: Any = None, max_batch: int | None = None) -> dict[str, Any]:
+        """Optuna distributions, with seeded entries' bounds taken from the probes' results.
+
+        ``max_batch`` caps a seeded batch's choices (a search passes the largest batch
+        its sample budget leaves enough updates for).
+        """
         import optuna.distributions as d
 
         out: dict[str, Any] = {}
         for name, e in self.entries.items():
             if e.seeded == "probe":
-                out[name] = d.CategoricalDistribution(batch_choices(e, probe, reference_batch(lr_find)))
+                out[name] = d.CategoricalDistribution(batch_choices(e, probe, reference_batch(lr_find), max_batch))
             elif e.seeded == "lr_find" and lr_find is not None:
                 low, high = lr_bounds_from_curve(lr_find, e.margin)
                 out[name] = d.FloatDistribution(low, high, log=True)
@@ -181,14 +185,15 @@ def batch_centre(probe: Any, ref_batch: int | None = None) -> float:
     return float(max(1.0, min(max(float(ref_batch), low), high)))
 
 
-def batch_choices(entry: Entry, probe: Any, ref_batch: int | None = None) -> list[int]:
+def batch_choices(entry: Entry, probe: Any, ref_batch: int | None = None, max_batch: int | None = None) -> list[int]:
     """Effective batches around :func:`batch_centre` (powers of two) that the probe says fit, as (micro x accumulation).
 
     ``ref_batch`` (the LR range test's effective batch) is added when it lies within the choices'
     span, so the seed trial can pair the suggested LR with the batch it was measured at.
+    Choices are capped at the dataset's size and at ``max_batch``.
     """
     centre = batch_centre(probe, ref_batch)
-    n = probe.dataset_size or 2**30
+    n = min(probe.dataset_size or 2**30, max_batch or 2**30)
     out: list[int] = []
     for mult in entry.around_critical:
         eff = int(2 ** round(math.log2(max(1.0, centre * mult))))

@@ -38,6 +38,11 @@ class TrainConfig:
     ``warmup`` is a fraction of the run when a float in [0, 1), else a number of
     updates. ``max_steps`` counts optimizer updates; with ``accumulation_steps``
     K, each update sees K micro-batches of ``batch_size``.
+
+    Validation reads the first ``eval_batches`` batches (None: all) of the
+    validation data, in its own fixed order, at ``eval_batch_size`` (default: the
+    task's batch size). It does not depend on the run's ``batch_size``, so runs
+    at different batch sizes are scored on the same samples.
     """
 
     lr: float = 1e-3
@@ -53,6 +58,7 @@ class TrainConfig:
     seed: int = 0
     eval_every: Optional[int] = None
     eval_batches: Optional[int] = 20
+    eval_batch_size: Optional[int] = None
     weight_decay: Optional[float] = None
 
     def __post_init__(self) -> None:
@@ -75,6 +81,8 @@ class TrainConfig:
             _positive_int("eval_every", self.eval_every, "--eval-every")
         if self.eval_batches is not None:
             _positive_int("eval_batches", self.eval_batches, "--eval-batches")
+        if self.eval_batch_size is not None:
+            _positive_int("eval_batch_size", self.eval_batch_size, "--eval-batch-size")
         if self.weight_decay is not None and not self.weight_decay >= 0:
             raise UsageError(f"weight_decay must be >= 0, got {self.weight_decay!r}")
 
@@ -243,7 +251,7 @@ def train(
                 return False
             metrics = evaluate(
                 model, task.val_data, compute, device=device, precision=precision,
-                batch_size=cfg.batch_size, max_batches=cfg.eval_batches,
+                batch_size=cfg.eval_batch_size or task.batch_size or cfg.batch_size, max_batches=cfg.eval_batches,
             )
             result.evals.append({"step": at, **metrics})
             return bool(callback(at, metrics)) if callback is not None else False

@@ -1,0 +1,18 @@
+"""The search: plan, study, rungs, one trial path, and the backends that run trials.
+
+- :mod:`.run`: :func:`search`, the orchestration;
+- :mod:`.budget`: a trial's budget in samples, tokens, epochs or updates;
+- :mod:`.plan`: params to a trial's run (batch split, LR rescaling), pure;
+- :mod:`.study`: storage, resume, sampler, reading trials back;
+- :mod:`.rungs`: successive halving's rungs, in samples;
+- :mod:`.trial`: one trial's run and how its outcome is recorded;
+- :mod:`.local`, :mod:`.ray`: the backends;
+- :mod:`.result`: :class:`SearchResult` (no training code).
+"""
+
+from .budget import Budget, parse_budget
+from .result import SearchResult, write_report
+from .run import search
+from .study import make_storage
+
+__all__ = ["search", "SearchResult", "write_report", "make_storage", "Budget", "parse_budget"]

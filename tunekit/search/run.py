@@ -1,0 +1,432 @@
+"""``tunekit.search``: a seeded Optuna search with early stopping, through the shared step.
+
+1. The study's storage is opened first, so a clash or a bad storage fails at once.
+2. The probes the space needs run (or their saved results are used), with the
+   trials' own step settings: the LR range test bounds the LR at its batch, the
+   batch probe gives the effective batches near the critical batch and the
+   memory model that splits them into micro-batches.
+3. A :class:`~tunekit.search.plan.Plan` fixes what every trial shares: the
+   budget in samples, the LR's reference batch and rescaling rule, the largest
+   micro-batch, the seed, the validation set.
+4. The seed trial and a small design around it are enqueued; TPE samples the rest.
+5. A backend (local, or Ray Tune) runs trials until the study holds ``trials``
+   finished ones; successive halving on samples seen stops the weak ones.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from ..errors import UsageError, check_int
+from ..space import SearchSpace, batch_centre, load_space, lr_bounds_from_curve, reference_batch
+from .budget import Budget, resolve_budget
+from .plan import MIN_UPDATES, Plan, initial_design, lr_rule_for, trial_config
+from .result import SearchResult, write_report
+from .rungs import ladder, make_pruner
+from . import study as st
+
+__all__ = ["search"]
+
+# Validation reads at most this many samples (the first ones, in the set's own order).
+EVAL_SAMPLES = 4096
+DESIGN_TRIALS = 5
+
+
+@dataclass
+class _Probes:
+    lr_find: Any = None
+    probe: Any = None
+    samples: int = 0
+
+
+def search(
+    task: Any = "shapes",
+    space: str | SearchSpace = "from_scratch",
+    *,
+    trials: int = 12,
+    budget: Any = None,
+    max_steps: Optional[int] = None,
+    storage: Optional[str] = None,
+    study_name: Optional[str] = None,
+    resume: bool = False,
+    seed: int = 0,
+    sampler_seed: Optional[int] = None,
+    out: str | Path | None = None,
+    lr_find_result: Any = None,
+    probe_result: Any = None,
+    backend: str = "local",
+    sampler: str = "tpe",
+    seed_trial: bool = True,
+    design: Optional[int] = None,
+    prune: bool = True,
+    reduction_factor: int = 3,
+    rungs: Optional[int] = None,
+    first_rung: Optional[float] = None,
+    evals: int = 8,
+    memory_budget: Optional[str] = None,
+    device: str = "auto",
+    progress: bool = False,
+    cpus_per_trial: float = 1,
+    gpus_per_trial: float = 0,
+    max_concurrent: Optional[int] = None,
+    max_failures: int = 0,
+    address: Optional[str] = None,
+    storage_path: Optional[str] = None,
+    ray_init: Optional[dict[str, Any]] = None,
+) -> SearchResult:
+    """Search a space for the best training configuration of ``task``.
+
+    ``task`` is a spec (``shapes``, ``pkg.mod:fn``, ``file.py:fn``), whose
+    function receives the space's ``task.*`` entries, or a :class:`Task`.
+    ``trials`` is the number of finished trials the study should hold, so a
+    resumed search runs only what is missing.
+
+    ``budget`` is what one full trial may draw: ``"4000samples"``, ``"2epochs"``,
+    ``"1e6tokens"`` or ``"200updates"`` (updates at the task's batch), by default
+    one run of the task's recipe (its ``max_steps`` at its batch; ``max_steps``
+    here is the same as ``budget=f"{max_steps}updates"``). A trial at effective
+    batch B runs budget / B updates, and its warmup and decay span them.
+
+    ``seed`` seeds every trial's model and data order (and the probes);
+    ``sampler_seed`` (default: ``seed``) seeds the sampler. The same seeds give
+    the same trials. ``design`` trials (default 5 with a seeded LR, counting the
+    seed trial) around the probes' recommendation replace TPE's random start-up.
+
+    Early stopping is asynchronous successive halving on samples seen: each
+    trial reports ``evals`` times; ``rungs`` rungs (default floor(log_rf(trials)))
+    at budget / rf**k .. budget / rf, or from ``first_rung`` (a fraction of the
+    budget); the best 1 / ``reduction_factor`` at a rung go on.
+
+    ``backend="ray"`` runs the trials with Ray Tune, the same study and pruner:
+    ``cpus_per_trial``, ``gpus_per_trial`` (0.5 packs two trials on a GPU),
+    ``max_concurrent``, ``max_failures`` (retries of a raising trial),
+    ``address`` (``auto`` or ``HOST:PORT``), ``storage_path`` (Tune's trial
+    directories) and ``ray_init`` (``num_cpus``/``num_gpus`` of a local Ray).
+    """
+    import optuna
+
+    _check_args(backend, trials, reduction_factor, evals, max_failures, max_concurrent, cpus_per_trial,
+                gpus_per_trial, address, storage_path, sampler, rungs, design)
+    if max_steps is not None:
+        if budget is not None:
+            raise UsageError("give the budget once: budget (e.g. 4000samples) or max_steps, not both")
+        if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 2:
+            raise UsageError(f"max_steps must be >= 2, got {max_steps!r}: pass e.g. --max-steps 200")
+        budget = f"{max_steps}updates"
+    sp = space if isinstance(space, SearchSpace) else load_space(space)
+    base_task, fixed_task_cfg = _base_task(task, sp)
+    from ..train import TrainConfig
+
+    base_cfg = TrainConfig.for_task(base_task, device=device)
+    out_dir = Path(out) if out is not None else None
+    start = time.perf_counter()
+    sampler_seed = seed if sampler_seed is None else sampler_seed
+
+    # 1. The study's storage, before any probe runs.
+    optuna.logging.set_verbosity(optuna.logging.ERROR)  # failures are in the table, with their errors
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    store = st.make_storage(storage, out_dir)
+    name = st.default_name(base_task.name, sp.name, study_name)
+    existing = st.study_exists(store, name)
+    if existing and not resume and storage is None:
+        raise UsageError(f"study '{name}' already exists in {out_dir}: pass --resume to continue it, or another --out or --study")
+    if resume and storage is None and out_dir is not None and not existing:
+        raise UsageError(f"--resume: there is no study '{name}' in {out_dir} to continue: drop --resume to start one")
+    stored_plan, stored_dists = st.stored_plan(store, name) if existing else ({}, {})
+
+    # 2. Probes (or their saved results), with the trials' step settings.
+    bud = _budget(budget, base_task, base_cfg)
+    probes = _probes(base_task, sp, base_cfg, bud, out_dir, existing, lr_find_result, probe_result,
+                     memory_budget, device, seed, progress)
+    if existing:
+        probes.samples = int(stored_plan.get("probe_samples", probes.samples))
+
+    # 3. The plan every trial shares, and the space seeded from the probes.
+    plan = _plan(sp, base_task, base_cfg, bud, probes, seed, evals, device)
+    dists = sp.distributions(probes.lr_find, probes.probe, max_batch=max(1, bud.samples // MIN_UPDATES))
+    if stored_dists:  # the space a study started with stays its space
+        dists = {n: optuna.distributions.json_to_distribution(d) for n, d in stored_dists.items()}
+        st.check_resume(stored_plan, plan.to_dict(), f"'{name}'")
+    if backend == "ray":
+        _check_packing(gpus_per_trial, dists, plan, probes.probe)
+
+    # 4. The study, its seed trial and design.
+    n_design = _design_size(design, sp, probes, seed_trial)
+    n_before = len(optuna.load_study(study_name=name, storage=store).trials) if existing else 0
+    smp = st.make_sampler(sampler, sampler_seed + n_before, n_design or max(3, min(10, trials // 3)),
+                          parallel=backend == "ray")
+    rung_list = ladder(bud.samples, trials, reduction_factor, evals, rungs, first_rung)
+    study = st.open_study(store, name, smp, make_pruner(rung_list, reduction_factor, prune))
+    st.keep_plan(study, {**plan.to_dict(), "probe_samples": probes.samples, "budget": bud.to_dict(),
+                         "sampler_seed": sampler_seed, "rungs": rung_list}, dists)
+    if resume:
+        if storage is None:
+            st.mark_interrupted(study)  # our own storage, one process: a RUNNING trial died with it
+        else:
+            optuna.storages.fail_stale_trials(study)  # shared: only trials whose heartbeat stopped
+        st.requeue_interrupted(study)
+    seed_params = _enqueue_design(study, dists, probes, n_design) if seed_trial or n_design else {}
+
+    # 5. Run until the study holds `trials` finished trials.
+    _run_backend(backend, study, dists, plan, task, trials, prune, progress, out_dir,
+                 dict(cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial, max_concurrent=max_concurrent,
+                      max_failures=max_failures, address=address, storage_path=storage_path, **(ray_init or {})))
+
+    result = _result(study, name, store, storage, sp, dists, seed_params, bud, plan, probes, seed, sampler_seed,
+                     time.perf_counter() - start)
+    if out_dir is not None:
+        write_report(result, out_dir)
+    return result
+
+
+# --- stages ---------------------------------------------------------------------------
+
+
+def _check_args(backend: str, trials: int, reduction_factor: int, evals: int, max_failures: int,
+                max_concurrent: Optional[int], cpus: float, gpus: float, address: Optional[str],
+                storage_path: Optional[str], sampler: str, rungs: Optional[int], design: Optional[int]) -> None:
+    if backend not in ("local", "ray"):
+        raise UsageError(f"backend {backend!r} is unknown: use local or ray")
+    check_int("trials", trials, hint="pass e.g. --trials 12")
+    check_int("reduction_factor", reduction_factor, minimum=2, hint="pass e.g. --reduction-factor 3")
+    check_int("evals", evals, hint="evaluations per trial, e.g. 8")
+    check_int("max_failures", max_failures, minimum=0, hint="pass e.g. --max-failures 2")
+    if rungs is not None:
+        check_int("rungs", rungs, minimum=0, hint="pass e.g. --rungs 2")
+    if design is not None:
+        check_int("design", design, minimum=0, hint="pass e.g. --design 5")
+    if max_concurrent is not None:
+        check_int("max_concurrent", max_concurrent, hint="pass e.g. --max-concurrent 4")
+    for flag, v in (("cpus_per_trial", cpus), ("gpus_per_trial", gpus)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v >= 0 and math.isfinite(v)):
+            raise UsageError(f"{flag} must be a number >= 0, got {v!r}: pass e.g. --{flag.replace('_', '-')} 1")
+    if cpus <= 0 and gpus <= 0:
+        raise UsageError("a trial needs some resource: give --cpus-per-trial or --gpus-per-trial above 0")
+    if gpus > 1 and gpus != int(gpus):
+        raise UsageError(f"gpus_per_trial {gpus:g} is above 1 but not whole: use a fraction below 1 or a whole number")
+    if backend == "local" and (address or storage_path or gpus or max_concurrent or max_failures):
+        raise UsageError("--address, --storage-path, --gpus-per-trial, --max-concurrent and --max-failures apply to "
+                         "--backend ray: add --backend ray, or drop them")
+    if sampler not in ("tpe", "random"):
+        raise UsageError(f"sampler {sampler!r} is unknown: use tpe or random")
+    if backend == "ray":
+        from .ray.cluster import check_address, ray_available
+
+        if not ray_available():
+            raise UsageError("--backend ray needs Ray Tune: pip install 'tunekit[ray]' (or 'ray[tune]')")
+        if address:
+            check_address(address)  # before the probes: a wrong address fails at once
+
+
+def _base_task(task: Any, sp: SearchSpace) -> tuple[Any, dict[str, Any]]:
+    from ..loading import load_task
+    from ..task import Task
+
+    if isinstance(task, Task) and any(n.startswith("task.") for n in sp.entries):
+        raise UsageError(f"space '{sp.name}' varies task hyperparameters (task.*): pass the task as a spec "
+                         "(pkg.mod:fn) whose function takes a config")
+    fixed_task_cfg = {n[5:]: v for n, v in sp.fixed().items() if n.startswith("task.")}
+    base = task if isinstance(task, Task) else load_task(task, fixed_task_cfg or None)
+    if base.val_data is None:
+        raise UsageError("search needs validation data to compare and prune trials: give the task val_data")
+    return base, fixed_task_cfg
+
+
+def _budget(spec: Any, task: Any, cfg: Any) -> Budget:
+    from ..probe import _dataset_size
+
+    task_batch = int(cfg.batch_size or task.batch_size or 1) * int(cfg.accumulation_steps or 1)
+    tokens = _tokens_per_sample(task, cfg) if isinstance(spec, str) and "token" in spec else None
+    return resolve_budget(spec, task_batch=task_batch, default_updates=int(cfg.max_steps),
+                          dataset_size=_dataset_size(task.train_data), tokens_per_sample=tokens)
+
+
+def _tokens_per_sample(task: Any, cfg: Any) -> Optional[int]:
+    """Tokens in one training sample: the sequence length of integer token ids (batch, sequence)."""
+    import torch
+
+    from ..data import BatchStream
+
+    batch = next(iter(BatchStream(task.train_data, cfg.batch_size or task.batch_size, seed=0)))
+    first = batch.get("input_ids") if isinstance(batch, dict) else batch[0] if isinstance(batch, (list, tuple)) else batch
+    if isinstance(first, torch.Tensor) and first.ndim == 2 and not first.is_floating_point():
+        return int(first.shape[1])
+    return None
+
+
+def _probes(task: Any, sp: SearchSpace, cfg: Any, bud: Budget, out_dir: Optional[Path], existing: bool,
+            lr_find_result: Any, probe_result: Any, memory_budget: Optional[str], device: str, seed: int,
+            progress: bool) -> _Probes:
+    """The range test and batch probe the space needs, run with the trials' step settings, or loaded."""
+    if existing and out_dir is not None:  # a study keeps the probes it was seeded with
+        if lr_find_result is None and (out_dir / "lr_find.json").is_file():
+            lr_find_result = out_dir / "lr_find.json"
+        if probe_result is None and (out_dir / "probe.json").is_file():
+            probe_result = out_dir / "probe.json"
+    found = _Probes(_load_result(lr_find_result, "lr_find"), _load_result(probe_result, "probe"))
+    clip = sp.fixed().get("clip_grad_norm", cfg.clip_grad_norm)
+    precision = sp.fixed().get("precision", cfg.precision)
+    if sp.needs_lr_find and found.lr_find is None:
+        from ..lr_find import lr_find
+
+        found.lr_find = lr_find(task, device=device, seed=seed, progress=progress, clip_grad_norm=clip,
+                                accumulation_steps=int(cfg.accumulation_steps), precision=precision)
+        found.samples += found.lr_find.samples
+        _save(found.lr_find, out_dir, "lr_find")
+    if sp.needs_probe and found.probe is None:
+        from ..probe import probe
+
+        # Timings decide nothing in a search (they vary with the machine's load), so the
+        # throughput sweep is skipped; no batch above what the budget can use is tried.
+        found.probe = probe(task, memory_budget=memory_budget, device=device, seed=seed, progress=progress,
+                            clip_grad_norm=clip, precision=precision, throughput_points=0,
+                            max_batch=max(1, bud.samples // MIN_UPDATES))
+        found.samples += found.probe.samples
+        _save(found.probe, out_dir, "probe")
+    return found
+
+
+def _save(result: Any, out_dir: Optional[Path], name: str) -> None:
+    """A probe's JSON and its plot, written together."""
+    if out_dir is None:
+        return
+    from ..plotting import save_plot
+
+    result.to_json(out_dir / f"{name}.json")
+    save_plot(result.plot, str(out_dir / f"{name}.png"))
+
+
+def _load_result(value: Any, kind: str) -> Any:
+    if value is None or not isinstance(value, (str, Path)):
+        return value
+    path = Path(value)
+    flag = kind.replace("_", "-")
+    if not path.is_file():
+        raise UsageError(f"--{flag} file '{path}' does not exist: run tunekit {flag} first, or drop the flag")
+    if kind == "lr_find":
+        from ..lr_find import LRFindResult
+
+        return LRFindResult.from_json(path)
+    from ..probe import ProbeResult
+
+    return ProbeResult.from_json(path)
+
+
+def _plan(sp: SearchSpace, task: Any, cfg: Any, bud: Budget, probes: _Probes, seed: int, evals: int,
+          device: str) -> Plan:
+    lr_entry = sp.entries.get("lr")
+    ref = reference_batch(probes.lr_find) if lr_entry is not None and lr_entry.seeded == "lr_find" else None
+    rule = "none"
+    if ref:
+        rule = lr_entry.scale_with_batch or "auto"  # type: ignore[union-attr]
+        if rule == "auto":
+            rule = lr_rule_for(task.make_optimizer(task.make_model(seed)))
+    task_batch = int(cfg.batch_size or task.batch_size or 1)
+    eval_bs = int(task.batch_size or cfg.batch_size or 1)
+    from ..probe import _dataset_size
+
+    n_val = _dataset_size(task.val_data)
+    eval_batches = None if n_val is None or n_val <= EVAL_SAMPLES else max(1, EVAL_SAMPLES // eval_bs)
+    return Plan(budget_samples=bud.samples, seed=seed, task_batch=task_batch * int(cfg.accumulation_steps or 1),
+                max_micro=int(probes.probe.max_batch) if probes.probe is not None else 1 << 30,
+                ref_batch=ref, lr_rule=rule, evals=evals, device=device, eval_batch_size=eval_bs,
+                eval_batches=eval_batches, fixed=sp.fixed())
+
+
+def _check_packing(gpus_per_trial: float, dists: dict[str, Any], plan: Plan, pr: Any) -> None:
+    if not (0 < gpus_per_trial < 1 and pr is not None and str(pr.device).startswith("cuda")):
+        return
+    from .plan import split_batch
+    from .ray import check_packing
+
+    if "batch" in dists:
+        micro = max(split_batch(int(b), plan.max_micro)[0] for b in dists["batch"].choices)
+    elif "batch_size" in dists:
+        d = dists["batch_size"]
+        micro = int(max(d.choices) if hasattr(d, "choices") else d.high)
+    else:
+        micro = int(plan.fixed.get("batch_size") or plan.task_batch)
+    check_packing(gpus_per_trial, pr.predicted_peak(micro), pr.usable_bytes, f"micro-batch {micro}, by the probe's memory model")
+
+
+def _design_size(design: Optional[int], sp: SearchSpace, probes: _Probes, seed_trial: bool) -> int:
+    if design is not None:
+        return design
+    if not seed_trial:
+        return 0
+    return DESIGN_TRIALS if probes.lr_find is not None and "lr" in sp.entries else 1
+
+
+def _enqueue_design(study: Any, dists: dict[str, Any], probes: _Probes, n: int) -> dict[str, Any]:
+    """The seed trial (the probes' recommendation) and the design around it, once per study."""
+    lf, pr = probes.lr_find, probes.probe
+    lr = lf.suggestion if lf is not None and lf.suggestion else None
+    centre = batch_centre(pr, reference_batch(lf)) if "batch" in dists else None
+    points = initial_design(dists, lr, centre, max(1, n))
+    if not study.trials:
+        for params in points:
+            study.enqueue_trial(params)
+    return points[0]
+
+
+def _run_backend(backend: str, study: Any, dists: dict[str, Any], plan: Plan, task: Any, trials: int, prune: bool,
+                 progress: bool, out_dir: Optional[Path], ray_kw: dict[str, Any]) -> None:
+    from ..progress import bar
+
+    target = trials
+    remaining = max(0, target - st.finished_count(study))
+    if not remaining:
+        return
+    with bar(remaining, "search", "trial", progress) as b:
+        def on_end(state: str) -> None:
+            best = next((f"{t.value:.4f}" for t in [_best_trial(study)] if t is not None), "-")
+            b.set_postfix_str(f"best {best}, last {state.lower()}", refresh=False)
+            b.update(1)
+
+        make_config = lambda params: trial_config(plan, params)  # noqa: E731
+        if backend == "ray":
+            from .ray import run_ray
+
+            run_ray(study=study, dists=dists, make_config=make_config, task=task, n_trials=remaining, prune=prune,
+                    out_dir=out_dir, on_end=on_end, **ray_kw)
+        else:
+            from .local import run_local
+
+            run_local(study=study, dists=dists, make_config=make_config, task=task, target=target, prune=prune,
+                      on_end=on_end)
+
+
+def _best_trial(study: Any) -> Any:
+    import optuna
+
+    done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    return min(done, key=lambda t: t.value) if done else None
+
+
+def _result(study: Any, name: str, store: Any, storage: Optional[str], sp: SearchSpace, dists: dict[str, Any],
+            seed_params: dict[str, Any], bud: Budget, plan: Plan, probes: _Probes, seed: int, sampler_seed: int,
+            seconds: float) -> SearchResult:
+    import optuna
+
+    trials = st.trial_dicts(study)
+    complete = [t for t in trials if t["state"] == "COMPLETE" and t["value"] is not None]
+    best = min(complete, key=lambda t: t["value"]) if complete else None
+    lf, pr = probes.lr_find, probes.probe
+    return SearchResult(
+        study_name=name, storage=str(getattr(store, "url", storage or "in-memory")), space=sp.name,
+        direction="minimize", best_value=best["value"] if best else None, best_params=best["params"] if best else {},
+        best_config=best["config"] if best else {}, trials=trials, seed_params=seed_params,
+        distributions={n: optuna.distributions.distribution_to_json(d) for n, d in dists.items()},
+        budget=bud.to_dict(), plan=plan.to_dict(), probe_samples=probes.samples, seconds=seconds, seed=seed,
+        sampler_seed=sampler_seed,
+        lr_find={"suggestion": lf.suggestion, "samples": lf.samples,
+                 "lr_bounds": list(lr_bounds_from_curve(lf, sp.entries["lr"].margin))}
+        if lf is not None and "lr" in sp.entries else None,
+        probe={"max_batch": pr.max_batch, "critical_batch": pr.critical_batch, "samples": pr.samples,
+               "critical_batch_range": pr.critical_batch_range} if pr is not None else None,
+    )

@@ -1,0 +1,157 @@
+"""One trial: train its config through the shared step, and record its outcome in the study.
+
+Both backends end here: the local one runs :func:`run_trial` in this process,
+the Ray one on a worker (reporting each evaluation to Tune); either way the
+trial's end becomes an :class:`Outcome`, and :func:`record` writes it into the
+Optuna study the same way: COMPLETE with the final validation loss only when
+the trial trained its whole budget; PRUNED with its intermediate values when
+early stopping ended it; FAIL with ``diverged at update N`` or with the error
+the trial raised.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from .plan import TrialConfig
+
+__all__ = ["Outcome", "run_config", "run_trial", "record", "conclude", "start_attrs", "outcome_of", "TrialFailed",
+           "INTERRUPTED"]
+
+INTERRUPTED = "interrupted; re-run on --resume"
+
+
+@dataclass
+class Outcome:
+    """How a trial ended, with what it cost. ``curve`` holds [samples seen, validation loss] pairs."""
+
+    state: str
+    value: Optional[float] = None
+    curve: list[list[float]] = field(default_factory=list)
+    samples: int = 0
+    updates: int = 0
+    seconds: float = 0.0
+    error: Optional[str] = None
+    diverged: bool = False
+    worker: Optional[dict[str, Any]] = None
+
+    def attrs(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"curve": self.curve, "samples": self.samples, "updates": self.updates,
+                               "seconds": self.seconds}
+        if self.error:
+            out["error"] = self.error
+        if self.diverged:
+            out["diverged"] = True
+        if self.worker:
+            out["worker"] = self.worker
+        return out
+
+
+def start_attrs(cfg: TrialConfig) -> dict[str, Any]:
+    """What a trial records as it starts: the run it trains (the LR as trained) and its batch split."""
+    return {"config": {k: v for k, v in cfg.train.items() if k != "device"},
+            "micro_batch": int(cfg.train["batch_size"]), "accumulation_steps": int(cfg.train["accumulation_steps"]),
+            "effective_batch": cfg.effective_batch}
+
+
+def run_config(task: Any, cfg: TrialConfig, report: Callable[[int, dict[str, float]], Any],
+               cache: Optional[dict[str, Any]] = None) -> Any:
+    """One trial's training run: the task built with its config, then :func:`tunekit.train`.
+
+    ``cache`` keeps the last task built, so trials with the same task config
+    (most of them) do not rebuild its data; train() starts a fresh model each time.
+    """
+    from ..loading import load_task
+    from ..task import Task
+    from ..train import train
+
+    if isinstance(task, Task):
+        run_task = task
+    else:
+        key = json.dumps([task, cfg.task], sort_keys=True, default=str)
+        run_task = cache.get(key) if cache is not None else None
+        if run_task is None:
+            run_task = load_task(task, cfg.task or None)
+            if cache is not None:
+                cache.clear()
+                cache[key] = run_task
+    return train(run_task, cfg.train, callback=report)
+
+
+def outcome_of(result: Any, curve: list[list[float]], seconds: float) -> Outcome:
+    """The outcome of a training run that went to its end (or diverged)."""
+    if result.diverged:
+        return Outcome("FAIL", curve=curve, samples=int(result.samples), updates=int(result.updates),
+                       seconds=seconds, error=f"diverged at update {result.diverged_at}", diverged=True)
+    return Outcome("COMPLETE", float(result.final_loss), curve, int(result.samples), int(result.updates), seconds)
+
+
+def run_trial(task: Any, trial: Any, cfg: TrialConfig, *, prune: bool, cache: Optional[dict[str, Any]] = None) -> Outcome:
+    """Run one trial in this process; Optuna's pruner (the study's) decides at each evaluation.
+
+    Reports are in training samples seen, so the rungs of trials at different
+    batches fall at the same amount of data. KeyboardInterrupt propagates.
+    """
+    import optuna
+
+    curve: list[list[float]] = []
+    steps = int(cfg.train["max_steps"])
+    t0 = time.perf_counter()
+
+    def report(step: int, metrics: dict[str, float]) -> None:
+        samples = step * cfg.effective_batch
+        loss = float(metrics["loss"])
+        curve.append([samples, loss])
+        if math.isfinite(loss):
+            trial.report(loss, samples)
+        if prune and step < steps and trial.should_prune():
+            raise optuna.TrialPruned(f"pruned at {samples} samples with validation loss {loss:.4f}")
+
+    try:
+        result = run_config(task, cfg, report, cache)
+    except optuna.TrialPruned:
+        seen = int(curve[-1][0]) if curve else 0
+        return Outcome("PRUNED", curve=curve, samples=seen, updates=seen // cfg.effective_batch,
+                       seconds=time.perf_counter() - t0)
+    except Exception as exc:  # the user's task or model raised: the trial fails, the search goes on
+        seen = int(curve[-1][0]) if curve else 0
+        return Outcome("FAIL", curve=curve, samples=seen, updates=seen // cfg.effective_batch,
+                       seconds=time.perf_counter() - t0, error=f"{type(exc).__name__}: {exc}")
+    return outcome_of(result, curve, time.perf_counter() - t0)
+
+
+class TrialFailed(Exception):
+    """A trial that diverged or raised: Optuna records it as FAIL; its error is in its attributes."""
+
+
+def _write(trial: Any, outcome: Outcome) -> None:
+    for key, value in outcome.attrs().items():
+        trial.set_user_attr(key, value)
+
+
+def record(study: Any, trial: Any, outcome: Outcome) -> None:
+    """Write ``outcome`` into the study and end the trial there (a trial asked with ``study.ask``)."""
+    import optuna
+
+    _write(trial, outcome)
+    if outcome.state == "COMPLETE":
+        study.tell(trial, outcome.value)
+    else:
+        study.tell(trial, state=optuna.trial.TrialState[outcome.state])
+
+
+def conclude(trial: Any, outcome: Outcome) -> float:
+    """The same, inside ``study.optimize``: return the value, or raise what Optuna reads as PRUNED or FAIL."""
+    import optuna
+
+    _write(trial, outcome)
+    if outcome.state == "PRUNED":
+        raise optuna.TrialPruned(outcome.error or "pruned")
+    if outcome.state == "FAIL":
+        raise TrialFailed(outcome.error or "failed")
+    return float(outcome.value)  # type: ignore[arg-type]
