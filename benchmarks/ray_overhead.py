@@ -67,7 +67,7 @@ def steps_for(seconds: float) -> int:
 def run(backend: str, space: Path, trials: int, steps: int, concurrent: int, cpus: float) -> dict[str, float]:
     kw = dict(cpus_per_trial=cpus, max_concurrent=concurrent) if backend == "ray" else {}
     t0 = time.time()
-    r = tunekit.search("shapes", str(space), trials=trials, max_steps=steps, eval_every=steps, prune=False,
+    r = tunekit.search("shapes", str(space), trials=trials, max_steps=steps, evals=1, prune=False,
                        backend=backend, device="cpu", seed=0, **kw)
     done = sorted((t for t in r.trials if t["state"] == "COMPLETE"), key=lambda t: t["finished"])
     assert len(done) == trials, [t["state"] for t in r.trials]

@@ -39,7 +39,8 @@ and ``--report`` prints the tables from the cache without training:
     wait; python benchmarks/search_efficiency.py --report
 
 Options: ``--seeds N`` (default 5 a task, 3 for tiny_lm), ``--trials N`` (24),
-``--strategies tunekit,random,optuna_sh,ray_asha``.
+``--strategies tunekit,random,optuna_sh,ray_asha``. A cached run is reused while
+its task's FTE is unchanged: delete the cache after changing a task otherwise.
 """
 
 from __future__ import annotations
@@ -437,7 +438,9 @@ def report_task(task_name: str, task: tunekit.Task, cache: Path, seeds: int, n_t
           f"best searched {searched.get(best_s, math.inf):.4f} by {best_s}); target {MARGIN} x = {target:.4f}")
     stats = {s: strategy_stats(rs, target, fte) for s, rs in runs.items() if rs}
     print_table(stats, strategies, seeds)
-    line = summary_line(task_name, stats)
+    line, ratio = summary_line(task_name, stats)
+    if ratio:
+        print(f"  {ratio}")
     print()
     return line
 
@@ -457,6 +460,7 @@ def strategy_stats(runs: list[Run], target: float, fte: int) -> dict[str, float]
 
 
 def print_table(stats: dict[str, dict[str, float]], strategies: list[str], seeds: int) -> None:
+    print("  (FTE to target: median over seeds; wall s leaves out Ray's start-up, once a process)")
     print(f"  {'strategy':<10} {'FTE to target':>13} {'misses as spent':>16} {'reached':>8} {'wall s':>7} "
           f"{'pruned':>7} {'failed':>7}")
     for s in strategies:
@@ -470,20 +474,22 @@ def print_table(stats: dict[str, dict[str, float]], strategies: list[str], seeds
               + (f"   ({seeds - st['n']} seeds not cached)" if st["n"] < seeds else ""))
 
 
-def summary_line(task_name: str, stats: dict[str, dict[str, float]]) -> str:
+def summary_line(task_name: str, stats: dict[str, dict[str, float]]) -> tuple[str, str]:
+    """(the task's summary line, the tunekit / best-peer ratio line or "")."""
     peers = {s: st for s, st in stats.items() if s in PEERS}
     if not peers:
-        return f"{task_name}: no peer runs cached"
+        return f"{task_name}: no peer runs cached", ""
     best_peer = min(peers, key=lambda s: (peers[s]["median"], peers[s]["spent_median"]))
     bp = peers[best_peer]
-    peer_text = f"best peer {best_peer} {bp['median']:.2f} FTE ({bp['reached']}/{bp['n']})"
+    peer_text = f"best peer {best_peer} {bp['median']:.2f} FTE ({bp['reached']}/{bp['n']} reached)"
     if "tunekit" not in stats:
-        return f"{task_name}: tunekit not run; {peer_text}"
+        why = "no cached runs" if tunekit_has_budget() else "skipped: tunekit.search has no budget parameter"
+        return f"{task_name}: tunekit n/a ({why}); {peer_text}", ""
     tk = stats["tunekit"]
-    line = (f"{task_name}: tunekit / best peer samples to target {ratio_text(tk, bp)}; "
-            f"tunekit {tk['median']:.2f} FTE ({tk['reached']}/{tk['n']}), {peer_text}")
-    print(f"  tunekit / {best_peer}: {ratio_text(tk, bp)}")
-    return line
+    ratio = ratio_text(tk, bp)
+    return (f"{task_name}: tunekit / best peer samples to target {ratio}; "
+            f"tunekit {tk['median']:.2f} FTE ({tk['reached']}/{tk['n']} reached), {peer_text}",
+            f"tunekit / {best_peer} (median samples to target): {ratio}")
 
 
 # --- main --------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ ray = pytest.importorskip("ray")
 
 
 from tunekit import UsageError, search  # noqa: E402
-from tunekit.ray_backend import COMPLETE_KEY, _make_recorder, check_packing  # noqa: E402
+from tunekit.search.ray.backend import DONE_KEY, ERROR_KEY, _recorder, _scheduler, _searcher, check_packing, trainable  # noqa: E402
 
 from .tasks import slow_regression_task  # noqa: E402
 from .test_cli import tunekit as run_cli  # noqa: E402
@@ -28,9 +28,9 @@ def local_ray():
     On loopback by tunekit's own switch, though Ray was imported before it."""
     import logging
 
-    from tunekit.ray_backend import _stay_on_loopback
+    from tunekit.search.ray.cluster import stay_on_loopback
 
-    _stay_on_loopback()
+    stay_on_loopback()
     ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
     yield
     ray.shutdown()
@@ -40,40 +40,42 @@ def _study(r):
     return optuna.load_study(study_name=r.study_name, storage=r.storage)
 
 
-def test_recorder_maps_trial_ends_into_optuna_states() -> None:
-    """Scheduler-stopped -> PRUNED with its intermediate values; full budget -> COMPLETE;
-    divergence and errors -> FAIL with the reason. Never a stopped trial as COMPLETE."""
-    study = optuna.create_study()
-    ended: list[tuple[int, str]] = []
+def test_scheduler_and_recorder_map_trial_ends_into_optuna_states() -> None:
+    """Each report goes to the study (in samples); a trial the study's pruner stops -> PRUNED with its
+    intermediate values; its own last report decides COMPLETE or FAIL (divergence, error)."""
+    study = optuna.create_study(pruner=optuna.pruners.SuccessiveHalvingPruner(min_resource=5, reduction_factor=2))
+    ended: list[str] = []
     book: dict[int, optuna.trial.Trial] = {}
-    rec = _make_recorder(study, book, lambda t, s: ended.append((t.number, s)))
+    rec, sched = _recorder(study, book, ended.append), _scheduler(book, prune=True)
 
-    def run(results: list[dict], error: Exception | None = None) -> optuna.trial.FrozenTrial:
+    def run(results: list[dict], error: bool = False) -> tuple[optuna.trial.FrozenTrial, list[str]]:
         ot = study.ask({"lr": optuna.distributions.FloatDistribution(1e-4, 1, log=True)})
         book[ot.number] = ot
-        trial = SimpleNamespace(config={"number": ot.number}, last_result=results[-1] if results else {},
-                                num_failures=2, get_pickled_error=lambda: error, get_error=lambda: None)
-        for res in results:
-            rec.on_trial_result(0, [], trial, res)
+        trial = SimpleNamespace(config={"number": ot.number}, last_result=results[-1], num_failures=2,
+                                get_error=lambda: None)
+        decisions = [sched.on_trial_result(None, trial, res) for res in results]
         (rec.on_trial_error if error else rec.on_trial_complete)(0, [], trial)
         assert ot.number not in book
-        return study.trials[ot.number]
+        return study.trials[ot.number], decisions
 
-    pruned = run([{"loss": 0.9, "updates": 5}, {"loss": 0.8, "updates": 10}])
-    assert pruned.state.name == "PRUNED" and pruned.value == 0.8  # its last value, as Optuna keeps for pruned trials
-    assert pruned.intermediate_values == {5: 0.9, 10: 0.8} and pruned.user_attrs["updates"] == 10
+    curve = [[5, 0.5], [10, 0.4], [20, 0.3]]
+    done, decisions = run([{"loss": 0.5, "samples": 5, "curve": curve[:1]}, {"loss": 0.4, "samples": 10, "curve": curve[:2]},
+                           {DONE_KEY: "COMPLETE", "value": 0.3, "samples": 20, "updates": 4, "curve": curve}])
+    assert done.state.name == "COMPLETE" and done.value == 0.3 and decisions == ["CONTINUE"] * 3
+    assert done.intermediate_values == {5: 0.5, 10: 0.4} and done.user_attrs["curve"] == curve
+    assert done.user_attrs["samples"] == 20
 
-    done = run([{"loss": 0.9, "updates": 5}, {"loss": 0.5, "updates": 20, COMPLETE_KEY: True}])
-    assert done.state.name == "COMPLETE" and done.value == 0.5
-    assert done.user_attrs["curve"] == [[5, 0.9], [20, 0.5]]
+    pruned, decisions = run([{"loss": 0.9, "samples": 5, "curve": [[5, 0.9]]}])  # worse than the first at rung 5
+    assert decisions == ["STOP"] and pruned.state.name == "PRUNED" and pruned.intermediate_values == {5: 0.9}
+    assert pruned.user_attrs["samples"] == 5
 
-    diverged = run([{"loss": 0.9, "updates": 5}, {"updates": 7, "diverged": True, "diverged_at": 7}])
+    diverged, _ = run([{DONE_KEY: "FAIL", "error": "diverged at update 7", "diverged": True, "samples": 7, "curve": []}])
     assert diverged.state.name == "FAIL" and diverged.user_attrs["error"] == "diverged at update 7"
 
-    failed = run([{"loss": 0.9, "updates": 5}], error=ValueError("bad batch"))
+    failed, _ = run([{ERROR_KEY: "ValueError: bad batch", "curve": []}], error=True)
     assert failed.state.name == "FAIL" and failed.user_attrs["error"] == "ValueError: bad batch"
     assert failed.user_attrs["attempts"] == 2
-    assert ended == [(0, "PRUNED"), (1, "COMPLETE"), (2, "FAIL"), (3, "FAIL")]
+    assert ended == ["COMPLETE", "PRUNED", "FAIL", "FAIL"]
 
 
 def test_packing_refused_when_memory_holds_fewer_trials() -> None:
@@ -88,7 +90,7 @@ def test_packing_refused_when_memory_holds_fewer_trials() -> None:
 
 def test_ray_search_completes_and_prunes(local_ray, tmp_path: Path) -> None:
     space = write_space(tmp_path, WIDE)
-    r = search("tests.tasks:regression_task", str(space), trials=8, max_steps=20, eval_every=5, seed=1,
+    r = search("tests.tasks:regression_task", str(space), trials=8, max_steps=20, evals=4, seed=1,
                backend="ray", out=tmp_path / "out", device="cpu")
     states = [t["state"] for t in r.trials]
     assert len(states) == 8 and "PRUNED" in states and "COMPLETE" in states
@@ -96,11 +98,11 @@ def test_ray_search_completes_and_prunes(local_ray, tmp_path: Path) -> None:
     for t, ot in zip(r.trials, study.trials):
         assert t["state"] == ot.state.name
         if t["state"] == "COMPLETE":
-            assert t["updates"] == 20 and t["curve"][-1][0] == 20 and ot.value == t["value"]
+            assert t["updates"] == 20 and t["curve"][-1][0] == 20 * 16 and ot.value == t["value"]
         elif t["state"] == "PRUNED":
-            # Stopped at a rung, before its budget, its intermediate values kept for Optuna.
-            assert t["updates"] < 20 and t["updates"] % 5 == 0
-            assert ot.intermediate_values and max(ot.intermediate_values) == t["updates"]
+            # Stopped at a rung, before its budget, its intermediate values (in samples) kept for Optuna.
+            assert t["samples"] < 20 * 16 and t["samples"] % (5 * 16) == 0
+            assert ot.intermediate_values and max(ot.intermediate_values) == t["samples"]
     # The same files as the local backend, and Ray's logs with them rather than on the console.
     for f in ("search.json", "trials.csv", "search.png", "study.db"):
         assert (tmp_path / "out" / f).exists()
@@ -181,47 +183,43 @@ def test_ray_flags_refused_on_the_local_backend(tmp_path: Path) -> None:
 
 
 def test_resumed_scheduler_prunes_against_the_stored_trials() -> None:
-    """ASHA's rungs start from the study's finished trials, not empty."""
-    from ray.tune.schedulers import ASHAScheduler
-
-    from tunekit.ray_backend import restore_rungs
-
-    study = optuna.create_study()
+    """The scheduler asks the study's pruner, so a resumed study prunes against every stored trial."""
+    pruner = optuna.pruners.SuccessiveHalvingPruner(min_resource=5, reduction_factor=3)
+    study = optuna.create_study(pruner=pruner)
     dist = {"lr": optuna.distributions.FloatDistribution(1e-4, 1, log=True)}
-    for loss5, loss15, final in ((0.5, 0.3, 0.2), (0.9, 0.8, 0.7), (0.6, None, None)):
+    for loss5, final in ((0.5, 0.2), (0.6, 0.3), (0.4, 0.25)):
         t = study.ask(dist)
         t.report(loss5, 5)
-        if loss15 is not None:
-            t.report(loss15, 15)
-        t.set_user_attr("updates", 20 if final else 5)
-        study.tell(t, final) if final else study.tell(t, state=optuna.trial.TrialState.PRUNED)
-    sched = ASHAScheduler(time_attr="updates", metric="loss", mode="min", max_t=20, grace_period=5, reduction_factor=3)
-    assert restore_rungs(sched, study) == 5  # 3 values at rung 5, 2 at rung 15
-    rungs = dict(sched._brackets[0]._rungs)
-    assert sorted(-v for v in rungs[5].values()) == [0.5, 0.6, 0.9]
-    assert sorted(-v for v in rungs[15].values()) == [0.3, 0.8]
-    # A new trial at rung 5 worse than the stored ones' cutoff is stopped at once.
-    trial = SimpleNamespace(trial_id="new")
-    sched._trial_info["new"] = sched._brackets[0]
-    assert sched.on_trial_result(None, trial, {"updates": 5, "loss": 0.95}) == "STOP"
+        t.should_prune()  # as every trial's report is followed, on both backends: the rung keeps its value
+        study.tell(t, final)
+    book: dict = {}
+    sched = _scheduler(book, prune=True)
+    new = study.ask(dist)
+    book[new.number] = new
+    trial = SimpleNamespace(config={"number": new.number})
+    assert sched.on_trial_result(None, trial, {"samples": 5, "loss": 0.95}) == "STOP"
+    better = study.ask(dist)
+    book[better.number] = better
+    assert sched.on_trial_result(None, SimpleNamespace(config={"number": better.number}), {"samples": 5, "loss": 0.1}) == "CONTINUE"
 
 
 @pytest.mark.filterwarnings("ignore:.*report. is meant:UserWarning")
 def test_a_config_that_cannot_run_fails_as_its_own_trial() -> None:
-    from tunekit.ray_backend import _StudySearcher, _trainable
-
     study = optuna.create_study()
     book: dict = {}
 
-    def make_config(trial):
+    def make_config(params):
         raise UsageError("effective batch 4096 has no micro-batch that fits (largest 512)")
 
-    searcher = _StudySearcher(study, {"lr": optuna.distributions.FloatDistribution(1e-4, 1, log=True)}, make_config, book)
+    searcher = _searcher(study, {"lr": optuna.distributions.FloatDistribution(1e-4, 1, log=True)}, make_config, book)
     config = searcher.suggest("t1")
     assert config == {"number": 0, "config_error": "UsageError: effective batch 4096 has no micro-batch that fits (largest 512)"}
-    assert 0 in book  # still the recorder's to tell, with the error the trainable raises
-    with pytest.raises(RuntimeError, match="no micro-batch that fits"):
-        _trainable(config)
+    assert 0 in book  # still the recorder's to tell
+    trainable(config)  # reports the error as its last result and ends
+    ended: list[str] = []
+    last = {DONE_KEY: "FAIL", ERROR_KEY: config["config_error"]}
+    _recorder(study, book, ended.append).on_trial_complete(0, [], SimpleNamespace(config=config, last_result=last))
+    assert study.trials[0].state.name == "FAIL" and "no micro-batch that fits" in study.trials[0].user_attrs["error"]
 
 
 def test_search_refuses_a_packing_the_probed_gpu_cannot_hold(tmp_path: Path) -> None:

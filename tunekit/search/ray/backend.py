@@ -98,7 +98,7 @@ def trainable(config: dict[str, Any], task: Any = None) -> None:
         samples = step * cfg.effective_batch
         curve.append([samples, float(metrics["loss"])])
         if step < int(train_cfg["max_steps"]):  # the last evaluation ends the trial, below
-            tune.report({"loss": _finite(metrics["loss"]), "samples": samples, "curve": curve})
+            tune.report({"loss": _finite(metrics["loss"]), "samples": samples, "curve": curve, "worker": worker})
 
     try:
         result = run_config(task if task is not None else config["task"], cfg, report, cache=_TASK_CACHE)
