@@ -82,6 +82,7 @@ STRATEGIES = ("tunekit", "random", "optuna_sh", "ray_asha")
 PEERS = STRATEGIES[1:]
 DEFAULT_SEEDS = {"cnn_adamw": 5, "mlp_sgd": 5, "tiny_lm": 3}
 BATCHES = [16, 32, 64, 128, 256]
+FINISHED = ("COMPLETE", "PRUNED", "FAIL")
 EVALS = 8  # evaluations a trial
 GRID_LRS = [round(10 ** (-4 + k / 3), 10) for k in range(13)]  # 1e-4 .. 1, 3 a decade
 GRID_SEEDS = (1000, 1001, 1002)
@@ -187,7 +188,9 @@ def _ray_trial(config: dict[str, Any], task_name: str, budget: int, seed: int) -
     from ray import tune
 
     torch.set_num_threads(1)
-    task = _WORKER_TASKS.get(task_name) or _WORKER_TASKS.setdefault(task_name, TASKS[task_name](None))
+    if task_name not in _WORKER_TASKS:  # built once a worker: reused actors skip building the data
+        _WORKER_TASKS[task_name] = TASKS[task_name](None)
+    task = _WORKER_TASKS[task_name]
     batch = int(config["batch_size"])
     updates = max(1, budget // batch)
 
@@ -254,7 +257,7 @@ def run_ray_asha(task_name: str, budget: int, seed: int, n_trials: int) -> Run:
 
 def _ray_record(number: int, result: Any) -> dict[str, Any]:
     last = result.metrics or {}
-    params = {k: v for k, v in (result.config or {}).items()}
+    params = dict(result.config or {})
     if result.error is not None or last.get("diverged"):
         state, value = "FAIL", None
     elif last.get("complete"):
@@ -271,17 +274,23 @@ def tunekit_has_budget() -> bool:
 
 
 def run_tunekit(task: tunekit.Task, budget: int, seed: int, n_trials: int) -> Run:
+    """tunekit's seeded search; its probes' samples are counted before its trials'."""
+    search: Any = tunekit.search  # `budget` is new: typed loosely until every checkout has it
     with tempfile.TemporaryDirectory(prefix="tk_search_") as out:
-        r = tunekit.search(task, "from_scratch", trials=n_trials, budget=f"{budget}samples", seed=seed,  # type: ignore[call-arg]
-                           out=out, device="cpu", memory_budget="1GiB")
-    missing = [t.get("number") for t in r.trials if t.get("samples") is None]
+        r = search(task, "from_scratch", trials=n_trials, budget=f"{budget}samples", seed=seed, out=out,
+                   device="cpu", memory_budget="1GiB")
+    ran = [t for t in r.trials if t["state"] in FINISHED]
+    if len(ran) < len(r.trials):  # e.g. enqueued trials the search never ran
+        left = sorted({t["state"] for t in r.trials} - set(FINISHED))
+        print(f"    note: {len(r.trials) - len(ran)} tunekit trial(s) never ran ({', '.join(left)}): left out", flush=True)
+    missing = [t.get("number") for t in ran if t.get("samples") is None]
     if missing:
         print(f"    warning: tunekit trials {missing} carry no 'samples'; counted as 0", flush=True)
     trials = [{"number": t.get("number"), "state": t["state"], "value": t.get("value"),
                "samples": int(t.get("samples") or 0), "finished": t.get("finished"), "params": t.get("params", {})}
-              for t in r.trials]
+              for t in ran]
     return {"probe_samples": int(getattr(r, "probe_samples", 0) or 0), "trials": trials,
-            "tunekit_seconds": float(getattr(r, "seconds", math.nan))}
+            "tunekit_seconds": float(getattr(r, "seconds", math.nan)), "lr_find": getattr(r, "lr_find", None)}
 
 
 def run_strategy(strategy: str, task_name: str, task: tunekit.Task, budget: int, seed: int, n_trials: int) -> Run:

@@ -240,3 +240,14 @@ def test_search_refuses_a_packing_the_probed_gpu_cannot_hold(tmp_path: Path) -> 
                lr_find_result=lf, probe_result=on_gpu, out=tmp_path / "o")
     storage = f"sqlite:///{tmp_path / 'o' / 'study.db'}"
     assert [t for s in optuna.get_all_study_summaries(storage) for t in optuna.load_study(study_name=s.study_name, storage=storage).trials] == []  # refused before any trial
+
+
+def test_same_seed_same_search_on_ray_one_trial_at_a_time(local_ray, tmp_path: Path) -> None:
+    """One trial at a time, Ray gives the same trials twice. (With several in flight, the order in which
+    trials finish decides what TPE and the pruner see, so only the seed trial and design stay the same.)"""
+    from .test_search import _fingerprint
+
+    runs = [search("tests.tasks:regression_task", str(write_space(tmp_path, WIDE)), trials=5, max_steps=20, seed=2,
+                   backend="ray", max_concurrent=1, out=tmp_path / f"r{i}", device="cpu") for i in range(2)]
+    assert _fingerprint(runs[0]) == _fingerprint(runs[1])
+    assert len(runs[0].trials) == 5

@@ -309,3 +309,80 @@ def test_report_redraws(tmp_path: Path) -> None:
     assert r.returncode == 0 and "best value" in r.stdout
     assert (tmp_path / "s" / "search.png").exists()
     assert run_cli("report", str(tmp_path / "nothing")).returncode == 2
+
+
+def _fingerprint(r) -> list[tuple]:
+    return [(t["number"], t["state"], t["value"], t["params"], t["samples"], t["micro_batch"], t["accumulation_steps"])
+            for t in r.trials]
+
+
+def test_same_seed_same_search(tmp_path: Path) -> None:
+    """Probes included: the same seed gives the same trials (params, values, states, splits)."""
+    runs = [search(classification_task(), "from_scratch", trials=6, max_steps=40, seed=3, device="cpu",
+                   out=tmp_path / f"run{i}") for i in range(2)]
+    assert _fingerprint(runs[0]) == _fingerprint(runs[1])
+    assert runs[0].probe_samples == runs[1].probe_samples > 0
+    assert {t["state"] for t in runs[0].trials} & {"COMPLETE", "PRUNED"}
+    # Another sampler seed, the same trial seed: the seed trial and design are the same runs, TPE's are not.
+    other = search(classification_task(), "from_scratch", trials=6, max_steps=40, seed=3, sampler_seed=4,
+                   device="cpu", lr_find_result=tmp_path / "run0" / "lr_find.json",
+                   probe_result=tmp_path / "run0" / "probe.json")
+    assert _fingerprint(other)[:5] == _fingerprint(runs[0])[:5]
+    assert other.sampler_seed == 4 and other.seed == 3
+
+
+def test_budget_is_samples_whatever_the_batch(tmp_path: Path) -> None:
+    """Every trial draws the same samples: batch 16 runs 4x the updates of batch 64."""
+    space = write_space(tmp_path, SMALL + '\n[batch_size]\ntype = "categorical"\nchoices = [16, 64]\n')
+    r = search(classification_task(), str(space), trials=4, budget="1280samples", device="cpu", seed=0, prune=False,
+               seed_trial=False, sampler="random")
+    for t in r.trials:
+        assert t["samples"] == 1280 and t["updates"] == 1280 // t["params"]["batch_size"]
+        assert t["config"]["max_steps"] == t["updates"] and t["curve"][-1][0] == 1280
+    assert r.compute == 4 * 1280 and r.budget["unit"] == "samples"
+    # Validation: the same samples for every trial, at a batch size that is not the trial's.
+    assert {t["config"]["eval_batch_size"] for t in r.trials} == {32}
+
+
+def test_budget_units_parse_and_refuse() -> None:
+    from tunekit.search.budget import parse_budget, resolve_budget
+
+    assert parse_budget("4000samples") == (4000.0, "samples")
+    assert parse_budget("2 epochs") == (2.0, "epochs")
+    assert parse_budget("1e6tokens") == (1e6, "tokens")
+    assert parse_budget(500) == (500.0, "samples")
+    b = resolve_budget("200updates", task_batch=64, default_updates=100, dataset_size=1000, tokens_per_sample=None)
+    assert b.samples == 12800 and b.of(12800) == pytest.approx(200)
+    assert resolve_budget("2epochs", task_batch=64, default_updates=100, dataset_size=1000, tokens_per_sample=None).samples == 2000
+    assert resolve_budget("6400tokens", task_batch=8, default_updates=100, dataset_size=None, tokens_per_sample=64).samples == 100
+    assert resolve_budget(None, task_batch=32, default_updates=100, dataset_size=None, tokens_per_sample=None).samples == 3200
+    for bad, needle in (("4000 bananas", "is not an amount with a unit"), ("-3samples", "is not an amount"),
+                        ("0samples", "budget must be positive")):
+        with pytest.raises(UsageError, match=needle):
+            parse_budget(bad)
+    with pytest.raises(UsageError, match="tokens needs batches of token ids"):
+        resolve_budget("1e6tokens", task_batch=8, default_updates=100, dataset_size=None, tokens_per_sample=None)
+
+
+def test_plan_splits_from_memory_and_rescales_the_lr() -> None:
+    from tunekit.search.plan import Plan, initial_design, rescale_lr, split_batch, trial_config
+
+    assert split_batch(256, 4096) == (256, 1)
+    assert split_batch(256, 100) == (64, 4)  # the largest divisor that fits
+    assert split_batch(96, 40) == (32, 3)
+    assert rescale_lr(1e-3, 64, 256, "sqrt") == pytest.approx(2e-3)
+    assert rescale_lr(0.1, 64, 256, "linear") == pytest.approx(0.4)
+    assert rescale_lr(0.1, 64, 256, "none") == 0.1
+    plan = Plan(budget_samples=12800, seed=7, task_batch=64, max_micro=100, ref_batch=64, lr_rule="linear",
+                fixed={"min_lr_ratio": 0.1})
+    cfg = trial_config(plan, {"lr": 0.1, "batch": 256, "warmup": 0.05})
+    assert (cfg.train["batch_size"], cfg.train["accumulation_steps"], cfg.train["max_steps"]) == (64, 4, 50)
+    assert cfg.train["lr"] == pytest.approx(0.4) and cfg.train["seed"] == 7 and cfg.train["min_lr_ratio"] == 0.1
+    assert cfg.samples == 12800 and cfg.train["eval_every"] == 50 // 8
+    # The design starts at the seed trial, then steps around it, inside the space.
+    dists = {"lr": optuna.distributions.FloatDistribution(1e-3, 1e-1, log=True),
+             "batch": optuna.distributions.CategoricalDistribution([16, 32, 64, 128])}
+    design = initial_design(dists, 0.05, 64, 5)
+    assert design[0] == {"lr": 0.05, "batch": 64}
+    assert [d["lr"] for d in design] == pytest.approx([0.05, 0.05 / 3, 0.1, 0.05, 0.05])
+    assert [d["batch"] for d in design] == [64, 64, 64, 32, 128]
