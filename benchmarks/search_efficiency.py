@@ -80,6 +80,9 @@ import tunekit  # noqa: E402
 
 STRATEGIES = ("tunekit", "random", "optuna_sh", "ray_asha")
 PEERS = STRATEGIES[1:]
+# tunekit with other settings, to choose its defaults on the same runs: --variant NAME=JSON adds
+# the strategy tunekit_NAME, which passes the JSON's keys to tunekit.search.
+VARIANTS: dict[str, dict[str, Any]] = {"tunekit": {}}
 DEFAULT_SEEDS = {"cnn_adamw": 5, "mlp_sgd": 5, "tiny_lm": 3}
 BATCHES = [16, 32, 64, 128, 256]
 FINISHED = ("COMPLETE", "PRUNED", "FAIL")
@@ -273,12 +276,12 @@ def tunekit_has_budget() -> bool:
     return "budget" in inspect.signature(tunekit.search).parameters
 
 
-def run_tunekit(task: tunekit.Task, budget: int, seed: int, n_trials: int) -> Run:
+def run_tunekit(task: tunekit.Task, budget: int, seed: int, n_trials: int, **kw: Any) -> Run:
     """tunekit's seeded search; its probes' samples are counted before its trials'."""
     search: Any = tunekit.search  # `budget` is new: typed loosely until every checkout has it
     with tempfile.TemporaryDirectory(prefix="tk_search_") as out:
-        r = search(task, "from_scratch", trials=n_trials, budget=f"{budget}samples", seed=seed, out=out,
-                   device="cpu", memory_budget="1GiB")
+        r = search(task, kw.pop("space", "from_scratch"), trials=n_trials, budget=f"{budget}samples", seed=seed,
+                   out=out, device="cpu", memory_budget="1GiB", **kw)
     ran = [t for t in r.trials if t["state"] in FINISHED]
     if len(ran) < len(r.trials):  # e.g. enqueued trials the search never ran
         left = sorted({t["state"] for t in r.trials} - set(FINISHED))
@@ -297,8 +300,8 @@ def run_strategy(strategy: str, task_name: str, task: tunekit.Task, budget: int,
     """One search; its wall seconds leave out Ray's start-up (once a process, reported apart)."""
     ray_startup = start_ray() if strategy == "ray_asha" else 0.0
     t0 = time.perf_counter()
-    if strategy == "tunekit":
-        run = run_tunekit(task, budget, seed, n_trials)
+    if strategy in VARIANTS:
+        run = run_tunekit(task, budget, seed, n_trials, **dict(VARIANTS[strategy]))
     elif strategy == "random":
         run = run_random(task, budget, seed, n_trials)
     elif strategy == "optuna_sh":
@@ -450,6 +453,10 @@ def report_task(task_name: str, task: tunekit.Task, cache: Path, seeds: int, n_t
     line, ratio = summary_line(task_name, stats)
     if ratio:
         print(f"  {ratio}")
+    for variant in [v for v in stats if v in VARIANTS and v != "tunekit"]:
+        _, vratio = summary_line(task_name, {**{k: v for k, v in stats.items() if k in PEERS}, "tunekit": stats[variant]})
+        if vratio:
+            print(f"  {variant}: {vratio}")
     print()
     return line
 
@@ -470,15 +477,15 @@ def strategy_stats(runs: list[Run], target: float, fte: int) -> dict[str, float]
 
 def print_table(stats: dict[str, dict[str, float]], strategies: list[str], seeds: int) -> None:
     print("  (FTE to target: median over seeds; wall s leaves out Ray's start-up, once a process)")
-    print(f"  {'strategy':<10} {'FTE to target':>13} {'misses as spent':>16} {'reached':>8} {'wall s':>7} "
+    print(f"  {'strategy':<14} {'FTE to target':>13} {'misses as spent':>16} {'reached':>8} {'wall s':>7} "
           f"{'pruned':>7} {'failed':>7}")
     for s in strategies:
         st = stats.get(s)
         if st is None:
-            print(f"  {s:<10} {'(no cached runs)':>13}")
+            print(f"  {s:<14} {'(no cached runs)':>13}")
             continue
         missed = ">=" if st["reached"] < st["n"] else ""
-        print(f"  {s:<10} {st['median']:>13.2f} {missed + format(st['spent_median'], '.2f'):>16} "
+        print(f"  {s:<14} {st['median']:>13.2f} {missed + format(st['spent_median'], '.2f'):>16} "
               f"{str(st['reached']) + '/' + str(st['n']):>8} {st['wall']:>7.1f} {st['pruned']:>7.0f} {st['failed']:>7.0f}"
               + (f"   ({seeds - st['n']} seeds not cached)" if st["n"] < seeds else ""))
 
@@ -515,7 +522,7 @@ def run_task(task_name: str, args: argparse.Namespace, seeds: int) -> None:
         for strategy in args.strategies:
             if load_run(args.cache, task_name, strategy, seed, args.trials, fte) is not None:
                 continue
-            if strategy == "tunekit" and not tunekit_has_budget():
+            if strategy in VARIANTS and not tunekit_has_budget():
                 continue  # said once, in main
             run = run_strategy(strategy, task_name, task, fte, seed, args.trials)
             save_json(run_path(args.cache, task_name, strategy, seed, args.trials), run)
@@ -534,14 +541,21 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--trials", type=int, default=24, help="trials a search")
     ap.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="folder of the cached runs and grids")
     ap.add_argument("--report", action="store_true", help="print the tables from the cache; train nothing")
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME=JSON",
+                    help="also run tunekit with these search() settings, as strategy tunekit_NAME "
+                    "(e.g. r1='{\"rungs\": 1}'; name it in --strategies)")
     args = ap.parse_args()
+    for v in args.variant:
+        name, _, kw = v.partition("=")
+        VARIANTS[f"tunekit_{name}"] = json.loads(kw)
     args.tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     args.strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
-    for kind, picked, known in (("task", args.tasks, TASKS), ("strategy", args.strategies, STRATEGIES)):
+    known_strategies = (*STRATEGIES, *[v for v in VARIANTS if v not in STRATEGIES])
+    for kind, picked, known in (("task", args.tasks, TASKS), ("strategy", args.strategies, known_strategies)):
         bad = [p for p in picked if p not in known]
         if bad:
             ap.error(f"unknown {kind} {bad[0]!r}: use {', '.join(known)}")
-    args.strategies = [s for s in STRATEGIES if s in args.strategies]  # a fixed column order
+    args.strategies = [s for s in known_strategies if s in args.strategies]  # a fixed column order
     return args
 
 

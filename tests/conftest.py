@@ -1,6 +1,11 @@
 import os
 
+import secrets
+
 os.environ.setdefault("MPLBACKEND", "Agg")
+# Ray (2.60) with token auth writes ~/.ray/auth_token unless a token is given: the tests'
+# Ray instances (and the `ray start` they run) share one of their own, and write nothing.
+os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
 
 import pytest
 import torch

@@ -385,4 +385,6 @@ def test_plan_splits_from_memory_and_rescales_the_lr() -> None:
     design = initial_design(dists, 0.05, 64, 5)
     assert design[0] == {"lr": 0.05, "batch": 64}
     assert [d["lr"] for d in design] == pytest.approx([0.05, 0.05 / 3, 0.1, 0.05, 0.05])
-    assert [d["batch"] for d in design] == [64, 64, 64, 32, 128]
+    assert [d["batch"] for d in design] == [64, 64, 64, 32, 16]
+    spread = initial_design(dists, None, 64, 5)  # no LR to trust: over the range, middle first
+    assert [d["lr"] for d in spread][:3] == pytest.approx([1e-2, 10 ** -1.5, 10 ** -2.5])

@@ -141,7 +141,7 @@ class SearchSpace:
         for name, e in self.entries.items():
             if e.seeded == "probe":
                 out[name] = d.CategoricalDistribution(batch_choices(e, probe, reference_batch(lr_find), max_batch))
-            elif e.seeded == "lr_find" and lr_find is not None:
+            elif e.seeded == "lr_find" and lr_find is not None and lr_find.confident:
                 low, high = lr_bounds_from_curve(lr_find, e.margin)
                 out[name] = d.FloatDistribution(low, high, log=True)
             elif e.type == "float":

@@ -136,25 +136,32 @@ def _nearest(choices: Any, target: float) -> Any:
     return min(choices, key=lambda b: abs(math.log(b) - math.log(target)))
 
 
-# The design around the probes' answer that replaces TPE's random start-up trials:
-# (LR multiple, batch multiple) of the seed trial. The range test's suggestion is
-# typically within a factor of 3 of the best peak LR, on either side depending on
-# the optimizer and loss; under a fixed sample budget a smaller batch also buys
-# more updates. The seed trial comes first: when the probes are right, it wins.
-DESIGN = ((1.0, 1.0), (1 / 3, 1.0), (3.0, 1.0), (1.0, 0.5), (1.0, 2.0))
+# The design that replaces TPE's random start-up trials, as (LR, batch multiple) around the
+# probes' answer. The seed trial comes first: when the probes are right, it wins. The range
+# test's suggestion is typically within a factor of 3 of the best peak LR, on either side
+# depending on the optimizer and loss; and under a fixed sample budget a smaller batch buys
+# more updates for the same samples (up to the critical batch, at no cost in samples).
+# LR multiples of the suggestion, when the range test is trusted:
+AROUND = ((1.0, 1.0), (1 / 3, 1.0), (3.0, 1.0), (1.0, 0.5), (1.0, 0.25))
+# Else (no range test, or one that saw no clear descent): points over the LR range on the log
+# axis (0 = its low end, 1 = its high end), middle first.
+SPREAD = ((0.5, 1.0), (0.75, 1.0), (0.25, 1.0), (0.75, 0.5), (0.9, 1.0))
 
 
 def initial_design(dists: dict[str, Any], lr: Optional[float], batch: Optional[float], n: int) -> list[dict[str, Any]]:
     """Up to ``n`` params: the seed trial (``lr``, ``batch``, mid values elsewhere), then steps around it.
 
-    Points that fall outside the space are clipped to it; duplicates are dropped.
+    With ``lr`` None, the LRs spread over the space's log range instead. Points
+    that fall outside the space are clipped to it; duplicates are dropped.
     """
     out: list[dict[str, Any]] = []
-    for lr_mult, batch_mult in DESIGN[:max(0, n)]:
+    for lr_at, batch_mult in (AROUND if lr is not None else SPREAD)[:max(0, n)]:
         params: dict[str, Any] = {}
         for name, dist in dists.items():
             if name == "lr" and lr is not None:
-                params[name] = float(min(max(lr * lr_mult, dist.low), dist.high))
+                params[name] = float(min(max(lr * lr_at, dist.low), dist.high))
+            elif name == "lr" and getattr(dist, "log", False):
+                params[name] = float(dist.low * (dist.high / dist.low) ** lr_at)
             elif name in ("batch", "batch_size") and batch is not None and hasattr(dist, "choices"):
                 params[name] = _nearest(dist.choices, batch * batch_mult)
             else:

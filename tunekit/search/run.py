@@ -80,10 +80,9 @@ def search(
 ) -> SearchResult:
     """Search a space for the best training configuration of ``task``.
 
-    ``task`` is a spec (``shapes``, ``pkg.mod:fn``, ``file.py:fn``), whose
-    function receives the space's ``task.*`` entries, or a :class:`Task`.
-    ``trials`` is the number of finished trials the study should hold, so a
-    resumed search runs only what is missing.
+    ``task`` is a spec (``shapes``, ``pkg.mod:fn``, ``file.py:fn``; its function receives the
+    space's ``task.*`` entries) or a :class:`Task`. ``trials`` is the number of finished
+    trials the study should hold, so a resumed search runs only what is missing.
 
     ``budget`` is what one full trial may draw: ``"4000samples"``, ``"2epochs"``,
     ``"1e6tokens"`` or ``"200updates"`` (updates at the task's batch), by default
@@ -91,10 +90,9 @@ def search(
     here is the same as ``budget=f"{max_steps}updates"``). A trial at effective
     batch B runs budget / B updates, and its warmup and decay span them.
 
-    ``seed`` seeds every trial's model and data order (and the probes);
-    ``sampler_seed`` (default: ``seed``) seeds the sampler. The same seeds give
-    the same trials. ``design`` trials (default 5 with a seeded LR, counting the
-    seed trial) around the probes' recommendation replace TPE's random start-up.
+    ``seed`` seeds every trial's model and data order (and the probes), ``sampler_seed``
+    (default: ``seed``) the sampler: the same seeds give the same trials. ``design`` trials
+    (default 5 with a seeded LR, the seed trial first) replace TPE's random start-up.
 
     Early stopping is asynchronous successive halving on samples seen: each
     trial reports ``evals`` times; ``rungs`` rungs (default floor(log_rf(trials)))
@@ -111,12 +109,7 @@ def search(
 
     _check_args(backend, trials, reduction_factor, evals, max_failures, max_concurrent, cpus_per_trial,
                 gpus_per_trial, address, storage_path, sampler, rungs, design)
-    if max_steps is not None:
-        if budget is not None:
-            raise UsageError("give the budget once: budget (e.g. 4000samples) or max_steps, not both")
-        if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 2:
-            raise UsageError(f"max_steps must be >= 2, got {max_steps!r}: pass e.g. --max-steps 200")
-        budget = f"{max_steps}updates"
+    budget = _budget_spec(budget, max_steps)
     sp = space if isinstance(space, SearchSpace) else load_space(space)
     base_task, fixed_task_cfg = _base_task(task, sp)
     from ..train import TrainConfig
@@ -127,17 +120,8 @@ def search(
     sampler_seed = seed if sampler_seed is None else sampler_seed
 
     # 1. The study's storage, before any probe runs.
-    optuna.logging.set_verbosity(optuna.logging.ERROR)  # failures are in the table, with their errors
-    if out_dir is not None:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    store = st.make_storage(storage, out_dir)
     name = st.default_name(base_task.name, sp.name, study_name)
-    existing = st.study_exists(store, name)
-    if existing and not resume and storage is None:
-        raise UsageError(f"study '{name}' already exists in {out_dir}: pass --resume to continue it, or another --out or --study")
-    if resume and storage is None and out_dir is not None and not existing:
-        raise UsageError(f"--resume: there is no study '{name}' in {out_dir} to continue: drop --resume to start one")
-    stored_plan, stored_dists = st.stored_plan(store, name) if existing else ({}, {})
+    store, existing, stored_plan, stored_dists = _open(storage, out_dir, name, resume)
 
     # 2. Probes (or their saved results), with the trials' step settings.
     bud = _budget(budget, base_task, base_cfg)
@@ -165,12 +149,8 @@ def search(
     st.keep_plan(study, {**plan.to_dict(), "probe_samples": probes.samples, "budget": bud.to_dict(),
                          "sampler_seed": sampler_seed, "rungs": rung_list}, dists)
     if resume:
-        if storage is None:
-            st.mark_interrupted(study)  # our own storage, one process: a RUNNING trial died with it
-        else:
-            optuna.storages.fail_stale_trials(study)  # shared: only trials whose heartbeat stopped
-        st.requeue_interrupted(study)
-    seed_params = _enqueue_design(study, dists, probes, n_design) if seed_trial or n_design else {}
+        st.resume(study, shared=storage is not None)
+    seed_params = _enqueue_design(study, dists, probes, n_design, trials) if seed_trial or n_design else {}
 
     # 5. Run until the study holds `trials` finished trials.
     _run_backend(backend, study, dists, plan, task, trials, prune, progress, out_dir,
@@ -185,6 +165,34 @@ def search(
 
 
 # --- stages ---------------------------------------------------------------------------
+
+
+def _budget_spec(budget: Any, max_steps: Optional[int]) -> Any:
+    if max_steps is None:
+        return budget
+    if budget is not None:
+        raise UsageError("give the budget once: budget (e.g. 4000samples) or max_steps, not both")
+    if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 2:
+        raise UsageError(f"max_steps must be >= 2, got {max_steps!r}: pass e.g. --max-steps 200")
+    return f"{max_steps}updates"
+
+
+def _open(storage: Optional[str], out_dir: Optional[Path], name: str,
+          resume: bool) -> tuple[Any, bool, dict[str, Any], dict[str, str]]:
+    """(storage, whether the study exists, its stored plan and distributions); clashes refused."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)  # failures are in the table, with their errors
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    store = st.make_storage(storage, out_dir)
+    existing = st.study_exists(store, name)
+    if existing and not resume and storage is None:
+        raise UsageError(f"study '{name}' already exists in {out_dir}: pass --resume to continue it, or another --out or --study")
+    if resume and storage is None and out_dir is not None and not existing:
+        raise UsageError(f"--resume: there is no study '{name}' in {out_dir} to continue: drop --resume to start one")
+    stored_plan, stored_dists = st.stored_plan(store, name) if existing else ({}, {})
+    return store, existing, stored_plan, stored_dists
 
 
 def _check_args(backend: str, trials: int, reduction_factor: int, evals: int, max_failures: int,
@@ -362,14 +370,17 @@ def _design_size(design: Optional[int], sp: SearchSpace, probes: _Probes, seed_t
     return DESIGN_TRIALS if probes.lr_find is not None and "lr" in sp.entries else 1
 
 
-def _enqueue_design(study: Any, dists: dict[str, Any], probes: _Probes, n: int) -> dict[str, Any]:
-    """The seed trial (the probes' recommendation) and the design around it, once per study."""
+def _enqueue_design(study: Any, dists: dict[str, Any], probes: _Probes, n: int, trials: int) -> dict[str, Any]:
+    """The seed trial (the probes' recommendation) and the design around it, once per study.
+
+    A range test that saw no clear descent (``confident`` False) gives no LR to
+    centre on: the design spreads over the LR range instead."""
     lf, pr = probes.lr_find, probes.probe
-    lr = lf.suggestion if lf is not None and lf.suggestion else None
+    lr = lf.suggestion if lf is not None and lf.suggestion and lf.confident else None
     centre = batch_centre(pr, reference_batch(lf)) if "batch" in dists else None
     points = initial_design(dists, lr, centre, max(1, n))
     if not study.trials:
-        for params in points:
+        for params in points[:trials]:
             study.enqueue_trial(params)
     return points[0]
 

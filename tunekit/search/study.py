@@ -16,7 +16,7 @@ from ..errors import UsageError
 from .trial import INTERRUPTED
 
 __all__ = ["make_storage", "study_exists", "make_sampler", "open_study", "check_resume", "mark_interrupted",
-           "requeue_interrupted", "trial_dicts", "finished_count", "PLAN_KEY", "DISTS_KEY"]
+           "requeue_interrupted", "resume", "trial_dicts", "finished_count", "PLAN_KEY", "DISTS_KEY"]
 
 PLAN_KEY = "tunekit_plan"
 DISTS_KEY = "tunekit_distributions"
@@ -110,6 +110,21 @@ def note_interrupted(study: Any, numbers: list[int]) -> None:
     study.set_user_attr(INTERRUPTED_KEY, sorted(done | set(numbers)))
 
 
+def resume(study: Any, shared: bool) -> None:
+    """Trials that died with their process fail, and the interrupted ones are queued again.
+
+    On our own storage (one process) a RUNNING trial died with the process; on a
+    shared one, other workers may be running: only trials whose heartbeat stopped
+    are dead (Optuna's retry callback re-enqueues them)."""
+    import optuna
+
+    if shared:
+        optuna.storages.fail_stale_trials(study)
+    else:
+        mark_interrupted(study)
+    requeue_interrupted(study)
+
+
 def requeue_interrupted(study: Any) -> None:
     """Interrupted trials (killed, or stopped with Ctrl-C) run again with their params, once each."""
     import optuna
@@ -139,10 +154,14 @@ def finished_count(study: Any) -> int:
 
 
 def trial_dicts(study: Any) -> list[dict[str, Any]]:
-    """Every trial as search.json holds it."""
+    """Every trial that ran (or runs), as search.json holds it."""
     skip = _interrupted(study)
     out = []
+    import optuna
+
     for t in study.get_trials(deepcopy=False):
+        if t.state == optuna.trial.TrialState.WAITING:
+            continue  # enqueued, never run
         ua = t.user_attrs
         d: dict[str, Any] = {
             "number": t.number, "state": t.state.name, "value": t.value, "params": dict(t.params),

@@ -75,6 +75,12 @@ def prepare_env(address: Optional[str]) -> None:
         # cluster named by HOST:PORT wants the same token, so use it when there is one.
         os.environ["RAY_AUTH_MODE"] = "token"
         _refresh_ray_config()
+    if not address and not _token_available():
+        # A local Ray with token auth writes a new ~/.ray/auth_token: a token of this
+        # process's own, which the workers it starts inherit, keeps auth on and writes nothing.
+        import secrets
+
+        os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
     # Tune's per-trial CSV/JSON/TensorBoard loggers and its console tables are noise
     # next to the study and our own files, and cost time on short trials.
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
