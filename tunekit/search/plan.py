@@ -52,10 +52,22 @@ class Plan:
 
 @dataclass(frozen=True)
 class TrialConfig:
-    """One trial's run: the training settings for :func:`tunekit.train`, and the task function's config."""
+    """One trial's run: the training settings for :func:`tunekit.train`, and the task function's config.
+
+    ``eval_samples`` is the budget's share per evaluation: the k-th evaluation is reported
+    to the pruner at k x ``eval_samples`` samples whatever the batch (the samples it really
+    saw differ by less than a batch), so trials at different batches meet at the same rungs.
+    """
 
     train: dict[str, Any]
     task: dict[str, Any]
+    eval_samples: int = 0
+
+    def reported(self, step: int) -> int:
+        """The samples the evaluation after update ``step`` is reported at."""
+        if not self.eval_samples:
+            return step * self.effective_batch
+        return (step // int(self.train["eval_every"])) * self.eval_samples
 
     @property
     def effective_batch(self) -> int:
@@ -119,7 +131,7 @@ def trial_config(plan: Plan, params: dict[str, Any]) -> TrialConfig:
     train_cfg.update(batch_size=micro, accumulation_steps=k, max_steps=updates,
                      eval_every=max(1, updates // plan.evals), seed=plan.seed, device=plan.device,
                      eval_batch_size=plan.eval_batch_size, eval_batches=plan.eval_batches)
-    return TrialConfig(train_cfg, task_cfg)
+    return TrialConfig(train_cfg, task_cfg, eval_samples=plan.budget_samples // plan.evals)
 
 
 def _mid(dist: Any) -> Any:

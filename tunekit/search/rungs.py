@@ -29,17 +29,21 @@ def default_rungs(trials: int, reduction_factor: int) -> int:
 def ladder(budget_samples: int, trials: int, reduction_factor: int = 3, evals: int = 8,
            rungs: Optional[int] = None, first_rung: Optional[float] = None) -> list[int]:
     """The rungs, in samples: ``budget / rf**k, ..., budget / rf`` (``k`` = ``rungs``), or from ``first_rung``
-    (a fraction of the budget) up by factors of rf. No rung comes before the first evaluation."""
+    (a fraction of the budget) up by factors of rf. No rung comes before the first evaluation.
+
+    Each rung is a multiple of the budget's share per evaluation (``budget // evals``), the
+    points trials report at, so every trial meets a rung at the same samples."""
     if first_rung is not None and not 0 < first_rung < 1:
         raise UsageError(f"first_rung must be a fraction of the budget in (0, 1), got {first_rung!r}: pass e.g. 0.1")
     k = rungs if rungs is not None else default_rungs(trials, reduction_factor)
     start = first_rung if first_rung is not None else reduction_factor ** -k
-    start = max(start, 1.0 / evals)
+    unit = budget_samples // evals
+    first = max(1, int(math.ceil(start * evals - 1e-9)))  # in evaluations
     out: list[int] = []
-    r = start
-    while r < 1 - 1e-9:
-        out.append(int(math.ceil(budget_samples * r)))
-        r *= reduction_factor
+    at = first
+    while at < evals:
+        out.append(at * unit)
+        at *= reduction_factor
     return out
 
 

@@ -104,13 +104,14 @@ def run_trial(task: Any, trial: Any, cfg: TrialConfig, *, prune: bool, cache: Op
     t0 = time.perf_counter()
 
     def report(step: int, metrics: dict[str, float]) -> None:
-        samples = step * cfg.effective_batch
         loss = float(metrics["loss"])
-        curve.append([samples, loss])
+        curve.append([step * cfg.effective_batch, loss])
+        if step >= steps:
+            return  # the final value is the trial's own
         if math.isfinite(loss):
-            trial.report(loss, samples)
-        if prune and step < steps and trial.should_prune():
-            raise optuna.TrialPruned(f"pruned at {samples} samples with validation loss {loss:.4f}")
+            trial.report(loss, cfg.reported(step))
+        if prune and trial.should_prune():
+            raise optuna.TrialPruned(f"pruned at {cfg.reported(step)} samples with validation loss {loss:.4f}")
 
     try:
         result = run_config(task, cfg, report, cache)

@@ -88,17 +88,17 @@ def trainable(config: dict[str, Any], task: Any = None) -> None:
         # Ray sets CUDA_VISIBLE_DEVICES to this trial's GPUs, so "cuda" is one of
         # them; without a GPU, never take one on our own.
         train_cfg["device"] = "cuda" if gpu_ids and torch.cuda.is_available() else "cpu"
-    cfg = TrialConfig(train_cfg, config.get("task_cfg") or {})
+    cfg = TrialConfig(train_cfg, config.get("task_cfg") or {}, int(config.get("eval_samples") or 0))
     worker = {"node": ray.util.get_node_ip_address(), "cluster": ray.get_runtime_context().gcs_address,
               "pid": os.getpid(), "gpu_ids": gpu_ids, "device": train_cfg["device"], "started": time.time()}
     curve: list[list[float]] = []
     t0 = time.perf_counter()
 
     def report(step: int, metrics: dict[str, float]) -> None:
-        samples = step * cfg.effective_batch
-        curve.append([samples, float(metrics["loss"])])
+        curve.append([step * cfg.effective_batch, float(metrics["loss"])])
         if step < int(train_cfg["max_steps"]):  # the last evaluation ends the trial, below
-            tune.report({"loss": _finite(metrics["loss"]), "samples": samples, "curve": curve, "worker": worker})
+            tune.report({"loss": _finite(metrics["loss"]), "samples": cfg.reported(step), "seen": curve[-1][0],
+                         "curve": curve, "worker": worker})
 
     try:
         result = run_config(task if task is not None else config["task"], cfg, report, cache=_TASK_CACHE)
@@ -149,7 +149,7 @@ def _searcher(study: Any, dists: dict[str, Any], make_config: Callable[[dict[str
                 return {"number": trial.number, "config_error": f"{type(exc).__name__}: {exc}"}
             for key, value in start_attrs(cfg).items():
                 trial.set_user_attr(key, value)
-            return {"number": trial.number, "train": cfg.train, "task_cfg": cfg.task}
+            return {"number": trial.number, "train": cfg.train, "task_cfg": cfg.task, "eval_samples": cfg.eval_samples}
 
         def on_trial_complete(self, trial_id: str, result: Optional[dict[str, Any]] = None, error: bool = False) -> None:
             pass  # the recorder tells the study, with the error text Ray gives only to callbacks
@@ -205,7 +205,7 @@ def _recorder(study: Any, book: dict[int, Any], on_end: Callable[[str], None]) -
 def _outcome(last: dict[str, Any]) -> Outcome:
     """A trial's end from its last report: its own verdict, else stopped by the scheduler (PRUNED)."""
     curve = [list(p) for p in last.get("curve") or []]
-    seen = int(last.get("samples") or (curve[-1][0] if curve else 0))
+    seen = int(last.get("seen") or last.get("samples") or (curve[-1][0] if curve else 0))
     state = last.get(DONE_KEY) or "PRUNED"
     return Outcome(state, last.get("value"), curve, seen, int(last.get("updates") or 0),
                    float(last.get("seconds") or last.get("time_total_s") or 0.0),
