@@ -388,3 +388,40 @@ def test_plan_splits_from_memory_and_rescales_the_lr() -> None:
     assert [d["batch"] for d in design] == [64, 64, 64, 32, 16]
     spread = initial_design(dists, None, 64, 5)  # no LR to trust: over the range, middle first
     assert [d["lr"] for d in spread][:3] == pytest.approx([1e-2, 10 ** -1.5, 10 ** -2.5])
+
+
+def test_rungs_wait_until_the_first_complete_trial_has_learned() -> None:
+    """No trial stops before one has completed; the first rung is where that trial had covered half its
+    drop (a plateau at the start ranks trials by noise); later trials meet rungs at the same samples."""
+    from tunekit.search.rungs import Rungs, ladder, learning_point
+
+    assert ladder(800, 24, 3, 8) == [1, 3]  # 1/9 -> the first of 8 evaluations, then 3/8
+    assert ladder(800, 24, 3, 8, first_rung=0.3) == [3]
+    plateau = [(100 * k, v) for k, v in enumerate([2.1, 2.1, 1.2, 0.8, 0.6, 0.5, 0.5], start=1)]
+    assert learning_point(plateau, initial=2.1, final=0.45, evals=8) == 3  # 2.1 - 1.2 >= half of 1.65
+    assert learning_point(plateau, initial=0.4, final=0.45, evals=8) is None  # no drop: no evidence
+
+    study = optuna.create_study()
+    pruner = Rungs(unit=100, evals=8, ladder_evals=[1, 3], reduction_factor=3)
+    dist = {"lr": optuna.distributions.FloatDistribution(1e-4, 1, log=True)}
+
+    def report(values: list[float]) -> bool:
+        t = study.ask(dist)
+        for k, v in enumerate(values, start=1):
+            t.report(v, 100 * k)
+            if pruner.prune(study, study.trials[t.number]):
+                study.tell(t, state=optuna.trial.TrialState.PRUNED)
+                return True
+        study.tell(t, values[-1])
+        return False
+
+    assert pruner.rungs(study) == []  # nothing completed: no rung yet
+    t0 = study.ask(dist)
+    for step, v in plateau:
+        t0.report(v, step)
+    t0.set_user_attr("initial_loss", 2.1)
+    study.tell(t0, 0.45)
+    assert pruner.rungs(study) == [3]  # rung 1 (inside the plateau) is dropped
+    assert not report([9.0, 9.0])  # worse at evaluations 1-2: nothing decides there
+    assert report([2.0, 2.0, 2.5])  # worse than trial 0 at evaluation 3: stopped
+    assert not report([2.0, 2.0, 1.0, 0.7, 0.6, 0.5, 0.4])  # better there: goes on

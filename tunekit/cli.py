@@ -392,7 +392,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     path = Path(args.dir) / "search.json"
     if not path.is_file():
         raise UsageError(f"'{path}' does not exist: give a directory written by tunekit search")
-    result = SearchResult.from_json(path)
+    try:
+        result = SearchResult.from_json(path)
+    except TypeError as exc:  # fields of another version's search.json
+        raise UsageError(f"'{path}' was written by another version of tunekit ({exc}): run the search again") from None
     write_report(result, Path(args.dir))
     print(result.table())
     print(f"redrew {Path(args.dir) / 'search.png'} and trials.csv")

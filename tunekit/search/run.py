@@ -145,7 +145,9 @@ def search(
     smp = st.make_sampler(sampler, sampler_seed + n_before, n_design or max(3, min(10, trials // 3)),
                           parallel=backend == "ray")
     rung_list = ladder(bud.samples, trials, reduction_factor, evals, rungs, first_rung)
-    study = st.open_study(store, name, smp, make_pruner(rung_list, reduction_factor, prune))
+    pruner = make_pruner(bud.samples // evals, evals, rung_list, reduction_factor, prune,
+                         adaptive=rungs is None and first_rung is None)
+    study = st.open_study(store, name, smp, pruner)
     st.keep_plan(study, {**plan.to_dict(), "probe_samples": probes.samples, "budget": bud.to_dict(),
                          "sampler_seed": sampler_seed, "rungs": rung_list}, dists)
     if resume:

@@ -39,10 +39,13 @@ class Outcome:
     error: Optional[str] = None
     diverged: bool = False
     worker: Optional[dict[str, Any]] = None
+    initial_loss: Optional[float] = None  # the first update's training loss: where the trial started
 
     def attrs(self) -> dict[str, Any]:
         out: dict[str, Any] = {"curve": self.curve, "samples": self.samples, "updates": self.updates,
                                "seconds": self.seconds}
+        if self.initial_loss is not None and math.isfinite(self.initial_loss):
+            out["initial_loss"] = self.initial_loss
         if self.error:
             out["error"] = self.error
         if self.diverged:
@@ -88,7 +91,9 @@ def outcome_of(result: Any, curve: list[list[float]], seconds: float) -> Outcome
     if result.diverged:
         return Outcome("FAIL", curve=curve, samples=int(result.samples), updates=int(result.updates),
                        seconds=seconds, error=f"diverged at update {result.diverged_at}", diverged=True)
-    return Outcome("COMPLETE", float(result.final_loss), curve, int(result.samples), int(result.updates), seconds)
+    first = float(result.losses[0]) if result.losses else None
+    return Outcome("COMPLETE", float(result.final_loss), curve, int(result.samples), int(result.updates), seconds,
+                   initial_loss=first)
 
 
 def run_trial(task: Any, trial: Any, cfg: TrialConfig, *, prune: bool, cache: Optional[dict[str, Any]] = None) -> Outcome:

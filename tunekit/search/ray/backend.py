@@ -111,7 +111,7 @@ def trainable(config: dict[str, Any], task: Any = None) -> None:
     worker["finished"] = time.time()
     tune.report({DONE_KEY: outcome.state, "value": outcome.value, "samples": outcome.samples,
                  "updates": outcome.updates, "seconds": outcome.seconds, "error": outcome.error,
-                 "diverged": outcome.diverged, "curve": curve, "worker": worker})
+                 "diverged": outcome.diverged, "curve": curve, "worker": worker, "initial_loss": outcome.initial_loss})
 
 
 def _finite(loss: float) -> float:
@@ -209,7 +209,8 @@ def _outcome(last: dict[str, Any]) -> Outcome:
     state = last.get(DONE_KEY) or "PRUNED"
     return Outcome(state, last.get("value"), curve, seen, int(last.get("updates") or 0),
                    float(last.get("seconds") or last.get("time_total_s") or 0.0),
-                   last.get("error") or last.get(ERROR_KEY), bool(last.get("diverged")), last.get("worker"))
+                   last.get("error") or last.get(ERROR_KEY), bool(last.get("diverged")), last.get("worker"),
+                   last.get("initial_loss"))
 
 
 def _error_text(trial: Any) -> str:
