@@ -39,12 +39,13 @@ def test_join_a_real_local_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     try:
         space = write_space(tmp_path, SMALL)
         r = run_cli("search", "--task", "tests.tasks:regression_task", "--space", str(space), "--trials", "3",
-                    "--max-steps", "10", "--no-prune", "--device", "cpu", "--backend", "ray", "--address", address,
+                    "--budget", "160samples", "--no-prune", "--device", "cpu", "--backend", "ray", "--address", address,
                     "--storage-path", str(tmp_path / "shared"), "--out", str(tmp_path / "out"), "--quiet")
         assert r.returncode == 0, r.stderr[-3000:]
         assert "Configuration for experiment" not in r.stdout + r.stderr  # Ray's tables stay off the console
         res = SearchResult.from_json(tmp_path / "out" / "search.json")
         assert [t["state"] for t in res.trials] == ["COMPLETE"] * 3
+        assert [t["samples"] for t in res.trials] == [160] * 3 and res.budget["unit"] == "samples"
         # The trials ran on the cluster we started, on loopback.
         assert {t["worker"]["cluster"] for t in res.trials} == {address}
         assert {t["worker"]["node"] for t in res.trials} == {"127.0.0.1"}

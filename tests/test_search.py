@@ -294,11 +294,24 @@ def test_cli_search_usage_errors(tmp_path: Path) -> None:
                          (["--trials", "0"], "trials must be a positive integer"),
                          (["--lr-find", str(tmp_path / "none.json")], "does not exist"),
                          (["--storage", str(tmp_path / "missing" / "j.log")], "does not exist"),
-                         (["--max-steps", "1"], "max_steps must be >= 2")):
+                         (["--max-steps", "1"], "max_steps must be >= 2"),
+                         (["--budget", "4000 bananas"], "budget '4000 bananas' is not an amount with a unit"),
+                         (["--budget", "10samples", "--max-steps", "5"], "give the budget once"),
+                         (["--resume"], "there is no study")):
         r = run_cli("search", "--out", str(tmp_path / "o"), "--quiet", *args)
         assert r.returncode == 2, (args, r.stderr)
         lines = r.stderr.strip().splitlines()
         assert len(lines) == 1 and needle in lines[0], r.stderr
+
+
+def test_cli_search_with_a_budget_in_epochs(tmp_path: Path) -> None:
+    space = write_space(tmp_path, SMALL)
+    r = run_cli("search", "--task", "tests.tasks:regression_task", "--space", str(space), "--trials", "2",
+                "--budget", "0.5epochs", "--no-prune", "--device", "cpu", "--out", str(tmp_path / "o"), "--quiet")
+    assert r.returncode == 0, r.stderr[-2000:]
+    res = json.loads((tmp_path / "o" / "search.json").read_text())
+    assert res["budget"]["unit"] == "epochs" and res["budget"]["samples"] == 128  # half of 256 samples
+    assert [t["samples"] for t in res["trials"]] == [128, 128] and "epochs" in r.stdout
 
 
 def test_report_redraws(tmp_path: Path) -> None:
