@@ -438,3 +438,24 @@ def test_rungs_wait_until_the_first_complete_trial_has_learned() -> None:
     assert not report([9.0, 9.0])  # worse at evaluations 1-2: nothing decides there
     assert report([2.0, 2.0, 2.5])  # worse than trial 0 at evaluation 3: stopped
     assert not report([2.0, 2.0, 1.0, 0.7, 0.6, 0.5, 0.4])  # better there: goes on
+
+
+def test_a_saved_range_test_of_another_task_is_refused(tmp_path: Path) -> None:
+    lf = lr_find(regression_task(), steps=20, device="cpu")
+    lf.to_json(tmp_path / "lr_find.json")
+    with pytest.raises(UsageError, match=r"--lr-find: the saved result is for task 'regression', this search runs task 'classification'"):
+        search(classification_task(), "from_scratch", trials=1, max_steps=10, device="cpu",
+               lr_find_result=tmp_path / "lr_find.json")
+
+
+def test_one_directory_holds_one_study(tmp_path: Path) -> None:
+    """Another space in the same --out would overwrite the first study's report: refused, nothing written."""
+    space = write_space(tmp_path, SMALL)
+    search(regression_task(), str(space), trials=1, max_steps=10, device="cpu", out=tmp_path / "o")
+    before = (tmp_path / "o" / "search.json").read_text()
+    other = write_space(tmp_path, SMALL, "other.toml")
+    with pytest.raises(UsageError, match="holds the report of study 'tunekit-regression-space'"):
+        search(regression_task(), str(other), trials=1, max_steps=10, device="cpu", out=tmp_path / "o")
+    assert (tmp_path / "o" / "search.json").read_text() == before
+    with pytest.raises(UsageError, match="run with budget_samples = 160, this run asks for 320"):
+        search(regression_task(), str(space), trials=2, max_steps=20, device="cpu", out=tmp_path / "o", resume=True)

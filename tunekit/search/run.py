@@ -187,6 +187,14 @@ def _open(storage: Optional[str], out_dir: Optional[Path], name: str,
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # failures are in the table, with their errors
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
+    report = out_dir / "search.json" if out_dir is not None else None
+    if report is not None and report.is_file():
+        import json
+
+        other = json.loads(report.read_text()).get("study_name")
+        if other and other != name:
+            raise UsageError(f"{out_dir} holds the report of study '{other}': give this search (study '{name}') "
+                             "another --out, so neither overwrites the other")
     store = st.make_storage(storage, out_dir)
     existing = st.study_exists(store, name)
     if existing and not resume and storage is None:
@@ -281,6 +289,9 @@ def _probes(task: Any, sp: SearchSpace, cfg: Any, bud: Budget, out_dir: Optional
     found = _Probes(_load_result(lr_find_result, "lr_find"), _load_result(probe_result, "probe"))
     clip = sp.fixed().get("clip_grad_norm", cfg.clip_grad_norm)
     precision = sp.fixed().get("precision", cfg.precision)
+    for kind, saved in (("lr_find", found.lr_find), ("probe", found.probe)):
+        if saved is not None:
+            _check_saved(kind, saved.settings, task.name, precision or task.precision, device)
     if sp.needs_lr_find and found.lr_find is None:
         from ..lr_find import lr_find
 
@@ -309,6 +320,18 @@ def _save(result: Any, out_dir: Optional[Path], name: str) -> None:
 
     result.to_json(out_dir / f"{name}.json")
     save_plot(result.plot, str(out_dir / f"{name}.png"))
+
+
+def _check_saved(kind: str, settings: dict[str, Any], task_name: str, precision: str, device: str) -> None:
+    """A saved range test or probe must be of this task, precision and device: refuse it otherwise."""
+    from ..step import resolve_device
+
+    want = {"task": task_name, "precision": precision, "device": str(resolve_device(device))}
+    for key, value in want.items():
+        have = settings.get(key)
+        if have is not None and str(have) != str(value):
+            raise UsageError(f"--{kind.replace('_', '-')}: the saved result is for {key} {have!r}, this search runs "
+                             f"{key} {value!r}: run tunekit {kind.replace('_', '-')} for it again, or drop the flag")
 
 
 def _load_result(value: Any, kind: str) -> Any:
