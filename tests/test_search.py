@@ -459,3 +459,13 @@ def test_one_directory_holds_one_study(tmp_path: Path) -> None:
     assert (tmp_path / "o" / "search.json").read_text() == before
     with pytest.raises(UsageError, match="run with budget_samples = 160, this run asks for 320"):
         search(regression_task(), str(space), trials=2, max_steps=20, device="cpu", out=tmp_path / "o", resume=True)
+
+
+def test_cli_search_takes_fixed_task_settings(tmp_path: Path) -> None:
+    """--set KEY=VALUE fixes a task setting for every trial (and the probes)."""
+    space = write_space(tmp_path, SMALL)
+    r = run_cli("search", "--task", "tests.tasks:regression_task", "--space", str(space), "--trials", "2",
+                "--max-steps", "10", "--set", "hidden=7", "--device", "cpu", "--out", str(tmp_path / "o"), "--quiet")
+    assert r.returncode == 0, r.stderr[-2000:]
+    res = json.loads((tmp_path / "o" / "search.json").read_text())
+    assert res["plan"]["fixed"]["task.hidden"] == 7 and len(res["trials"]) == 2

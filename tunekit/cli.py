@@ -369,10 +369,9 @@ def cmd_probe(args: argparse.Namespace) -> int:
 def cmd_search(args: argparse.Namespace) -> int:
     from .search import search
 
-    if args.task_config:
-        raise UsageError("--set does not apply to search: put task hyperparameters in the space as [task.NAME] entries")
     out = _out_dir(args.out)
-    result = search(args.task or "shapes", args.space, trials=args.trials, budget=args.budget, max_steps=args.max_steps,
+    result = search(args.task or "shapes", args.space, task_config=_task_config(args.task_config) or None,
+                    trials=args.trials, budget=args.budget, max_steps=args.max_steps,
                     storage=args.storage, study_name=args.study, resume=args.resume, seed=args.seed,
                     sampler_seed=args.sampler_seed, out=out, lr_find_result=args.lr_find,
                     probe_result=args.probe, backend=args.backend, sampler=args.sampler, prune=not args.no_prune,

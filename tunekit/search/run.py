@@ -47,6 +47,7 @@ def search(
     task: Any = "shapes",
     space: str | SearchSpace = "from_scratch",
     *,
+    task_config: Optional[dict[str, Any]] = None,
     trials: int = 12,
     budget: Any = None,
     max_steps: Optional[int] = None,
@@ -81,7 +82,7 @@ def search(
     """Search a space for the best training configuration of ``task``.
 
     ``task`` is a spec (``shapes``, ``pkg.mod:fn``, ``file.py:fn``; its function receives the
-    space's ``task.*`` entries) or a :class:`Task`. ``trials`` is the number of finished
+    space's ``task.*`` entries, over the fixed ``task_config``) or a :class:`Task`. ``trials`` is the number of finished
     trials the study should hold, so a resumed search runs only what is missing.
 
     ``budget`` is what one full trial may draw: ``"4000samples"``, ``"2epochs"``,
@@ -111,6 +112,7 @@ def search(
                 gpus_per_trial, address, storage_path, sampler, rungs, design)
     budget = _budget_spec(budget, max_steps)
     sp = space if isinstance(space, SearchSpace) else load_space(space)
+    sp = _with_task_config(sp, task, task_config)
     base_task, fixed_task_cfg = _base_task(task, sp)
     from ..train import TrainConfig
 
@@ -239,6 +241,20 @@ def _check_args(backend: str, trials: int, reduction_factor: int, evals: int, ma
             raise UsageError("--backend ray needs Ray Tune: pip install 'tunekit[ray]' (or 'ray[tune]')")
         if address:
             check_address(address)  # before the probes: a wrong address fails at once
+
+
+def _with_task_config(sp: SearchSpace, task: Any, task_config: Optional[dict[str, Any]]) -> SearchSpace:
+    """The space with ``task_config`` (``--set KEY=VALUE``) as fixed ``task.KEY`` entries under its own."""
+    if not task_config:
+        return sp
+    from ..task import Task
+
+    if isinstance(task, Task):
+        raise UsageError("task_config (--set) needs the task as a spec (pkg.mod:fn) whose function takes a config")
+    from ..space import Entry
+
+    fixed = {f"task.{k}": Entry(f"task.{k}", "fixed", value=v) for k, v in task_config.items()}
+    return SearchSpace(sp.name, sp.description, {**fixed, **sp.entries})
 
 
 def _base_task(task: Any, sp: SearchSpace) -> tuple[Any, dict[str, Any]]:
