@@ -448,6 +448,7 @@ def report_task(task_name: str, task: tunekit.Task, cache: Path, seeds: int, n_t
     curve = ", ".join(f"{lr:.2g}: {means[lr]:.3f}" for lr in GRID_LRS[::2])
     print(f"  grid (mean final loss over seeds {GRID_SEEDS[0]}..{GRID_SEEDS[-1]}) {curve}")
     print(f"  seed noise at the grid's best LR: {seed_spread(grid, grid_lr):.1%} (max - min over seeds, of the mean)")
+    horizon(task_name, task, cache, train=False)
     line = ""
     for label, tgt, why in (
             ("best known", target, f"{MARGIN} x min(grid best {means[grid_lr]:.4f} at lr {grid_lr:.3g}, best searched "
@@ -522,6 +523,52 @@ def summary_line(task_name: str, stats: dict[str, dict[str, float]]) -> tuple[st
             f"tunekit / {best_peer} (median samples to target): {ratio}")
 
 
+# --- short-horizon bias -------------------------------------------------------------------
+
+
+def horizon(task_name: str, task: tunekit.Task, cache: Path, train: bool) -> None:
+    """How well a trial's loss at the k-th of 8 evaluations ranks its final loss, on samples.
+
+    12 configs around the grid's best LR (x 1/10, 1/3, 1, 3) at three batches (half, the
+    task's, double; the same samples each), seed 0: the rank correlation (Spearman) of the
+    loss at each evaluation with the final loss, and whether the best final config would
+    survive a cut to the best third there (what a rung with reduction factor 3 does).
+    """
+    path = cache / task_name / "horizon.json"
+    curves = load_json(path)
+    if curves is None:
+        if not train:
+            return
+        grid = lr_grid(task_name, task, cache, train=False)
+        means = grid_means(grid)
+        best_lr = min(means, key=lambda lr: means[lr])
+        fte, b = fte_of(task), int(task.batch_size)
+        curves = []
+        for mult in (0.1, 1 / 3, 1.0, 3.0):
+            for batch in (b // 2, b, 2 * b):
+                params = {"lr": best_lr * mult, "batch_size": batch, "warmup": 0.05, "weight_decay": 0.01,
+                          "schedule": "cosine"}
+                r = train_trial(task, params, fte, seed=0)
+                curves.append({"params": params, "evals": [e["loss"] for e in r.evals]})
+        save_json(path, curves)
+    finals = [c["evals"][-1] for c in curves]
+    rank = lambda xs: [sorted(xs).index(x) for x in xs]  # noqa: E731
+    best = finals.index(min(finals))
+    cells = []
+    for k in range(min(len(c["evals"]) for c in curves) - 1):
+        at = [c["evals"][k] for c in curves]
+        rho = _pearson(rank(at), rank(finals))
+        kept = sorted(range(len(at)), key=lambda i: at[i])[: max(1, len(at) // 3)]
+        cells.append(f"{k + 1}/8: {rho:.2f}{'' if best in kept else ' (best cut)'}")
+    print(f"  short-horizon bias (rank correlation with the final loss, 12 configs): {', '.join(cells)}")
+
+
+def _pearson(a: list[float], b: list[float]) -> float:
+    ma, mb = statistics.fmean(a), statistics.fmean(b)
+    cov = sum((x - ma) * (y - mb) for x, y in zip(a, b))
+    return cov / math.sqrt(sum((x - ma) ** 2 for x in a) * sum((y - mb) ** 2 for y in b))
+
+
 # --- main --------------------------------------------------------------------------------
 
 
@@ -532,6 +579,7 @@ def run_task(task_name: str, args: argparse.Namespace, seeds: int) -> None:
     print(f"{task_name}: grid of {len(GRID_LRS)} LRs x {len(GRID_SEEDS)} seeds, then {seeds} seeds x "
           f"{', '.join(args.strategies)} at {args.trials} trials of {fte} samples", flush=True)
     lr_grid(task_name, task, args.cache, train=True)
+    horizon(task_name, task, args.cache, train=True)
     for seed in range(seeds):
         for strategy in args.strategies:
             if load_run(args.cache, task_name, strategy, seed, args.trials, fte) is not None:

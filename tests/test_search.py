@@ -399,6 +399,12 @@ def test_plan_splits_from_memory_and_rescales_the_lr() -> None:
     assert design[0] == {"lr": 0.05, "batch": 64}
     assert [d["lr"] for d in design] == pytest.approx([0.05, 0.05 / 3, 0.1, 0.05, 0.05])
     assert [d["batch"] for d in design] == [64, 64, 64, 32, 16]
+    # Elsewhere the seed trial keeps the task's own recipe, clipped into the space.
+    dists["weight_decay"] = optuna.distributions.FloatDistribution(1e-3, 0.1, log=True)
+    dists["schedule"] = optuna.distributions.CategoricalDistribution(["cosine", "linear"])
+    seeded = initial_design(dists, 0.05, 64, 2, recipe={"weight_decay": 5e-4, "schedule": "linear"})
+    assert seeded[0]["weight_decay"] == 1e-3 and seeded[0]["schedule"] == "linear"
+    assert initial_design(dists, 0.05, 64, 1)[0]["weight_decay"] == pytest.approx(1e-2)  # no recipe: the middle
     spread = initial_design(dists, None, 64, 5)  # no LR to trust: over the range, middle first
     assert [d["lr"] for d in spread][:3] == pytest.approx([1e-2, 10 ** -1.5, 10 ** -2.5])
 

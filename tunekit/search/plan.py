@@ -160,12 +160,30 @@ AROUND = ((1.0, 1.0), (1 / 3, 1.0), (3.0, 1.0), (1.0, 0.5), (1.0, 0.25))
 SPREAD = ((0.5, 1.0), (0.75, 1.0), (0.25, 1.0), (0.75, 0.5), (0.9, 1.0))
 
 
-def initial_design(dists: dict[str, Any], lr: Optional[float], batch: Optional[float], n: int) -> list[dict[str, Any]]:
-    """Up to ``n`` params: the seed trial (``lr``, ``batch``, mid values elsewhere), then steps around it.
+def _inside(dist: Any, value: Any) -> Any:
+    """``value`` clipped into ``dist`` (a choice it offers, for a categorical); None when it has no such value."""
+    import optuna.distributions as d
 
-    With ``lr`` None, the LRs spread over the space's log range instead. Points
-    that fall outside the space are clipped to it; duplicates are dropped.
+    if value is None:
+        return None
+    if isinstance(dist, d.CategoricalDistribution):
+        return value if value in dist.choices else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    v = min(max(value, dist.low), dist.high)
+    return int(round(v)) if isinstance(dist, d.IntDistribution) else float(v)
+
+
+def initial_design(dists: dict[str, Any], lr: Optional[float], batch: Optional[float], n: int,
+                   recipe: Optional[dict[str, Any]] = None) -> list[dict[str, Any]]:
+    """Up to ``n`` params: the seed trial, then steps around it.
+
+    The seed trial is ``lr`` at ``batch`` and, elsewhere, the task's own ``recipe``
+    (its weight decay, warmup, schedule: what the user would train with, clipped into
+    the space), or the space's middle where the recipe says nothing. With ``lr`` None,
+    the LRs spread over the space's log range instead. Duplicates are dropped.
     """
+    recipe = recipe or {}
     out: list[dict[str, Any]] = []
     for lr_at, batch_mult in (AROUND if lr is not None else SPREAD)[:max(0, n)]:
         params: dict[str, Any] = {}
@@ -177,7 +195,8 @@ def initial_design(dists: dict[str, Any], lr: Optional[float], batch: Optional[f
             elif name in ("batch", "batch_size") and batch is not None and hasattr(dist, "choices"):
                 params[name] = _nearest(dist.choices, batch * batch_mult)
             else:
-                params[name] = _mid(dist)
+                own = _inside(dist, recipe.get(name))
+                params[name] = own if own is not None else _mid(dist)
         if params not in out:
             out.append(params)
     return out

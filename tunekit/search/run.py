@@ -154,7 +154,8 @@ def search(
                          "sampler_seed": sampler_seed, "rungs": rung_list}, dists)
     if resume:
         st.resume(study, shared=storage is not None)
-    seed_params = _enqueue_design(study, dists, probes, n_design, trials) if seed_trial or n_design else {}
+    recipe = _recipe(base_task, base_cfg, seed) if seed_trial or n_design else {}
+    seed_params = _enqueue_design(study, dists, probes, n_design, trials, recipe) if seed_trial or n_design else {}
 
     # 5. Run until the study holds `trials` finished trials.
     _run_backend(backend, study, dists, plan, task, trials, prune, progress, out_dir,
@@ -411,7 +412,19 @@ def _design_size(design: Optional[int], sp: SearchSpace, probes: _Probes, seed_t
     return DESIGN_TRIALS if probes.lr_find is not None and "lr" in sp.entries else 1
 
 
-def _enqueue_design(study: Any, dists: dict[str, Any], probes: _Probes, n: int, trials: int) -> dict[str, Any]:
+def _recipe(task: Any, cfg: Any, seed: int) -> dict[str, Any]:
+    """The task's own settings: its training defaults, and its optimizer's weight decay."""
+    import dataclasses
+
+    recipe = {k: v for k, v in dataclasses.asdict(cfg).items() if v is not None}
+    groups = task.make_optimizer(task.make_model(seed)).param_groups
+    if "weight_decay" in groups[0]:
+        recipe["weight_decay"] = float(groups[0]["weight_decay"])
+    return recipe
+
+
+def _enqueue_design(study: Any, dists: dict[str, Any], probes: _Probes, n: int, trials: int,
+                    recipe: dict[str, Any]) -> dict[str, Any]:
     """The seed trial (the probes' recommendation) and the design around it, once per study.
 
     A range test that saw no clear descent (``confident`` False) gives no LR to
@@ -419,7 +432,7 @@ def _enqueue_design(study: Any, dists: dict[str, Any], probes: _Probes, n: int, 
     lf, pr = probes.lr_find, probes.probe
     lr = lf.suggestion if lf is not None and lf.suggestion and lf.confident else None
     centre = batch_centre(pr, reference_batch(lf)) if "batch" in dists else None
-    points = initial_design(dists, lr, centre, max(1, n))
+    points = initial_design(dists, lr, centre, max(1, n), recipe)
     if not study.trials:
         for params in points[:trials]:
             study.enqueue_trial(params)
