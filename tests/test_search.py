@@ -405,7 +405,9 @@ def test_plan_splits_from_memory_and_rescales_the_lr() -> None:
     seeded = initial_design(dists, 0.05, 64, 2, recipe={"weight_decay": 5e-4, "schedule": "linear"})
     assert seeded[0]["weight_decay"] == 1e-3 and seeded[0]["schedule"] == "linear"
     assert initial_design(dists, 0.05, 64, 1)[0]["weight_decay"] == pytest.approx(1e-2)  # no recipe: the middle
-    spread = initial_design(dists, None, 64, 5)  # no LR to trust: over the range, middle first
+    wide = initial_design(dists, None, 64, 5, recipe={"lr": 0.005})  # no range test to trust: the task's LR, wider
+    assert [d["lr"] for d in wide] == pytest.approx([0.005, 0.015, 0.005 / 3, 0.05, 0.001])
+    spread = initial_design(dists, None, 64, 5)  # nor a recipe: over the range, middle first
     assert [d["lr"] for d in spread][:3] == pytest.approx([1e-2, 10 ** -1.5, 10 ** -2.5])
 
 

@@ -155,8 +155,11 @@ def _nearest(choices: Any, target: float) -> Any:
 # more updates for the same samples (up to the critical batch, at no cost in samples).
 # LR multiples of the suggestion, when the range test is trusted:
 AROUND = ((1.0, 1.0), (1 / 3, 1.0), (3.0, 1.0), (1.0, 0.5), (1.0, 0.25))
-# Else (no range test, or one that saw no clear descent): points over the LR range on the log
-# axis (0 = its low end, 1 = its high end), middle first.
+# Without an LR to trust (no range test, or one that saw no clear descent), around the task's
+# own LR, wider: its direction is unknown.
+WIDE = ((1.0, 1.0), (3.0, 1.0), (1 / 3, 1.0), (10.0, 1.0), (1 / 10, 1.0))
+# Without either: points over the LR range on the log axis (0 = its low end, 1 = its high
+# end), middle first.
 SPREAD = ((0.5, 1.0), (0.75, 1.0), (0.25, 1.0), (0.75, 0.5), (0.9, 1.0))
 
 
@@ -178,14 +181,18 @@ def initial_design(dists: dict[str, Any], lr: Optional[float], batch: Optional[f
                    recipe: Optional[dict[str, Any]] = None) -> list[dict[str, Any]]:
     """Up to ``n`` params: the seed trial, then steps around it.
 
-    The seed trial is ``lr`` at ``batch`` and, elsewhere, the task's own ``recipe``
-    (its weight decay, warmup, schedule: what the user would train with, clipped into
-    the space), or the space's middle where the recipe says nothing. With ``lr`` None,
-    the LRs spread over the space's log range instead. Duplicates are dropped.
+    The seed trial is ``lr`` (the range test's) at ``batch`` and, elsewhere, the task's own
+    ``recipe`` (its weight decay, warmup, schedule: what the user would train with, clipped
+    into the space), or the space's middle where the recipe says nothing. With ``lr`` None,
+    the design centres on the recipe's LR, wider; without that either, it spreads over the
+    space's log range. Duplicates are dropped.
     """
     recipe = recipe or {}
+    steps = AROUND
+    if lr is None and recipe.get("lr"):
+        lr, steps = float(recipe["lr"]), WIDE
     out: list[dict[str, Any]] = []
-    for lr_at, batch_mult in (AROUND if lr is not None else SPREAD)[:max(0, n)]:
+    for lr_at, batch_mult in (steps if lr is not None else SPREAD)[:max(0, n)]:
         params: dict[str, Any] = {}
         for name, dist in dists.items():
             if name == "lr" and lr is not None:

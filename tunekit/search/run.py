@@ -413,13 +413,15 @@ def _design_size(design: Optional[int], sp: SearchSpace, probes: _Probes, seed_t
 
 
 def _recipe(task: Any, cfg: Any, seed: int) -> dict[str, Any]:
-    """The task's own settings: its training defaults, and its optimizer's weight decay."""
+    """The task's own settings: its training defaults, and its optimizer's weight decay and LR
+    (the task's ``defaults["lr"]`` first: what its author trains with)."""
     import dataclasses
 
     recipe = {k: v for k, v in dataclasses.asdict(cfg).items() if v is not None}
     groups = task.make_optimizer(task.make_model(seed)).param_groups
     if "weight_decay" in groups[0]:
         recipe["weight_decay"] = float(groups[0]["weight_decay"])
+    recipe["lr"] = task.defaults.get("lr") or groups[0].get("lr")
     return recipe
 
 
