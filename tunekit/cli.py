@@ -477,7 +477,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"tunekit {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"tunekit {args.command}: interrupted", file=sys.stderr)
+        hint = ""
+        if args.command == "search":
+            hint = f": what finished is in {args.out}/search.json; go on with the same command and --resume"
+        print(f"tunekit {args.command}: interrupted{hint}", file=sys.stderr)
         return 130
     except Exception as exc:  # a bug, in tunekit or in the user's code: show where
         if os.environ.get("TUNEKIT_DEBUG") != "0":

@@ -113,7 +113,7 @@ def search(
     budget = _budget_spec(budget, max_steps)
     sp = space if isinstance(space, SearchSpace) else load_space(space)
     sp = _with_task_config(sp, task, task_config)
-    base_task, fixed_task_cfg = _base_task(task, sp)
+    base_task = _base_task(task, sp)
     from ..train import TrainConfig
 
     base_cfg = TrainConfig.for_task(base_task, device=device)
@@ -157,15 +157,17 @@ def search(
     recipe = _recipe(base_task, base_cfg, seed) if seed_trial or n_design else {}
     seed_params = _enqueue_design(study, dists, probes, n_design, trials, recipe) if seed_trial or n_design else {}
 
-    # 5. Run until the study holds `trials` finished trials.
-    _run_backend(backend, study, dists, plan, task, trials, prune, progress, out_dir,
-                 dict(cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial, max_concurrent=max_concurrent,
-                      max_failures=max_failures, address=address, storage_path=storage_path, **(ray_init or {})))
-
-    result = _result(study, name, store, storage, sp, dists, seed_params, bud, plan, probes, seed, sampler_seed,
-                     time.perf_counter() - start)
-    if out_dir is not None:
-        write_report(result, out_dir)
+    # 5. Run until the study holds `trials` finished trials. Interrupted (Ctrl-C), the
+    #    report of what finished is written all the same, and --resume goes on from it.
+    try:
+        _run_backend(backend, study, dists, plan, task, trials, prune, progress, out_dir,
+                     dict(cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial, max_concurrent=max_concurrent,
+                          max_failures=max_failures, address=address, storage_path=storage_path, **(ray_init or {})))
+    finally:
+        result = _result(study, name, store, storage, sp, dists, seed_params, bud, plan, probes, seed, sampler_seed,
+                         time.perf_counter() - start)
+        if out_dir is not None:
+            write_report(result, out_dir)
     return result
 
 
@@ -258,7 +260,7 @@ def _with_task_config(sp: SearchSpace, task: Any, task_config: Optional[dict[str
     return SearchSpace(sp.name, sp.description, {**fixed, **sp.entries})
 
 
-def _base_task(task: Any, sp: SearchSpace) -> tuple[Any, dict[str, Any]]:
+def _base_task(task: Any, sp: SearchSpace) -> Any:
     from ..loading import load_task
     from ..task import Task
 
@@ -269,7 +271,7 @@ def _base_task(task: Any, sp: SearchSpace) -> tuple[Any, dict[str, Any]]:
     base = task if isinstance(task, Task) else load_task(task, fixed_task_cfg or None)
     if base.val_data is None:
         raise UsageError("search needs validation data to compare and prune trials: give the task val_data")
-    return base, fixed_task_cfg
+    return base
 
 
 def _budget(spec: Any, task: Any, cfg: Any) -> Budget:
