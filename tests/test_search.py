@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 import optuna
 import pytest
+import torch
 
 from tunekit import UsageError, load_space, lr_find, probe, search
 from tunekit.lr_find import LRFindResult
@@ -477,3 +478,28 @@ def test_cli_search_takes_fixed_task_settings(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr[-2000:]
     res = json.loads((tmp_path / "o" / "search.json").read_text())
     assert res["plan"]["fixed"]["task.hidden"] == 7 and len(res["trials"]) == 2
+
+
+def test_ctrl_c_keeps_what_finished_and_resume_goes_on(tmp_path: Path) -> None:
+    """Interrupted in its third trial, a search has written the report of the two that finished."""
+    task = regression_task()
+    calls = {"n": 0}
+
+    def compute(model, batch):
+        calls["n"] += 1
+        if calls["n"] == 2 * 14 + 3:  # into the third trial (a trial: 10 updates, then 4 validation batches)
+            raise KeyboardInterrupt
+        return torch.nn.functional.mse_loss(model(batch[0]), batch[1])
+
+    task.loss, task.compute_loss = None, compute
+    space = write_space(tmp_path, SMALL)
+    with pytest.raises(KeyboardInterrupt):
+        search(task, str(space), trials=4, max_steps=10, evals=1, prune=False, device="cpu", out=tmp_path / "o")
+    report = json.loads((tmp_path / "o" / "search.json").read_text())
+    assert [t["state"] for t in report["trials"]][:2] == ["COMPLETE", "COMPLETE"]
+    assert report["trials"][2]["error"] == "interrupted; re-run on --resume"
+    calls["n"] = -10**9  # no more interruptions
+    r = search(task, str(space), trials=4, max_steps=10, evals=1, prune=False, device="cpu", out=tmp_path / "o",
+               resume=True)
+    assert sum(t["state"] == "COMPLETE" for t in r.trials) == 4
+    assert r.trials[0]["value"] == report["trials"][0]["value"]
