@@ -27,7 +27,9 @@ from .budget import Budget, resolve_budget
 from .plan import MIN_UPDATES, Plan, initial_design, lr_rule_for, trial_config
 from .result import SearchResult, write_report
 from .rungs import ladder, make_pruner
-from . import study as st
+from .study import (check_resume, default_name, finished_count, keep_plan, make_sampler, make_storage, open_study,
+                    stored_plan, study_exists, trial_dicts)
+from .study import resume as resume_study
 
 __all__ = ["search"]
 
@@ -81,30 +83,18 @@ def search(
 ) -> SearchResult:
     """Search a space for the best training configuration of ``task``.
 
-    ``task`` is a spec (``shapes``, ``pkg.mod:fn``, ``file.py:fn``; its function receives the
-    space's ``task.*`` entries, over the fixed ``task_config``) or a :class:`Task`. ``trials`` is the number of finished
-    trials the study should hold, so a resumed search runs only what is missing.
-
-    ``budget`` is what one full trial may draw: ``"4000samples"``, ``"2epochs"``,
-    ``"1e6tokens"`` or ``"200updates"`` (updates at the task's batch), by default
-    one run of the task's recipe (its ``max_steps`` at its batch; ``max_steps``
-    here is the same as ``budget=f"{max_steps}updates"``). A trial at effective
-    batch B runs budget / B updates, and its warmup and decay span them.
-
-    ``seed`` seeds every trial's model and data order (and the probes), ``sampler_seed``
-    (default: ``seed``) the sampler: the same seeds give the same trials. ``design`` trials
-    (default 5 with a seeded LR, the seed trial first) replace TPE's random start-up.
-
-    Early stopping is asynchronous successive halving on samples seen: each
-    trial reports ``evals`` times; ``rungs`` rungs (default floor(log_rf(trials)))
-    at budget / rf**k .. budget / rf, or from ``first_rung`` (a fraction of the
-    budget); the best 1 / ``reduction_factor`` at a rung go on.
-
-    ``backend="ray"`` runs the trials with Ray Tune, the same study and pruner:
-    ``cpus_per_trial``, ``gpus_per_trial`` (0.5 packs two trials on a GPU),
-    ``max_concurrent``, ``max_failures`` (retries of a raising trial),
-    ``address`` (``auto`` or ``HOST:PORT``), ``storage_path`` (Tune's trial
-    directories) and ``ray_init`` (``num_cpus``/``num_gpus`` of a local Ray).
+    ``task``: a spec (``shapes``, ``pkg.mod:fn``, ``file.py:fn``; its function gets the space's
+    ``task.*`` entries over ``task_config``) or a :class:`Task`. ``trials``: finished trials the
+    study should hold (a resumed search runs only what is missing). ``budget``: what one full
+    trial may draw, ``"4000samples"``, ``"2epochs"``, ``"1e6tokens"`` or ``"200updates"`` (at the
+    task's batch; ``max_steps=N`` is ``"Nupdates"``), by default one run of the task's recipe; a
+    trial at effective batch B runs budget / B updates. ``seed`` seeds the trials' models and
+    data order and the probes, ``sampler_seed`` (default ``seed``) the sampler. ``design``
+    trials (5 with a seeded LR) replace TPE's random start-up. Early stopping: successive
+    halving on samples, ``evals`` reports a trial, ``rungs`` rungs or one from ``first_rung``
+    (a fraction of the budget), keeping the best 1 / ``reduction_factor``. ``backend="ray"``:
+    Ray Tune runs the trials (``cpus_per_trial``, ``gpus_per_trial``, ``max_concurrent``,
+    ``max_failures``, ``address``, ``storage_path``, ``ray_init``). See the README for each.
     """
     import optuna
 
@@ -122,40 +112,39 @@ def search(
     sampler_seed = seed if sampler_seed is None else sampler_seed
 
     # 1. The study's storage, before any probe runs.
-    name = st.default_name(base_task.name, sp.name, study_name)
-    store, existing, stored_plan, stored_dists = _open(storage, out_dir, name, resume)
+    name = default_name(base_task.name, sp.name, study_name)
+    store, existing, old_plan, old_dists = _open(storage, out_dir, name, resume)
 
     # 2. Probes (or their saved results), with the trials' step settings.
     bud = _budget(budget, base_task, base_cfg)
     probes = _probes(base_task, sp, base_cfg, bud, out_dir, existing, lr_find_result, probe_result,
                      memory_budget, device, seed, progress)
     if existing:
-        probes.samples = int(stored_plan.get("probe_samples", probes.samples))
+        probes.samples = int(old_plan.get("probe_samples", probes.samples))
 
     # 3. The plan every trial shares, and the space seeded from the probes.
     plan = _plan(sp, base_task, base_cfg, bud, probes, seed, evals, device)
     dists = sp.distributions(probes.lr_find, probes.probe, max_batch=max(1, bud.samples // MIN_UPDATES))
-    if stored_dists:  # the space a study started with stays its space
-        dists = {n: optuna.distributions.json_to_distribution(d) for n, d in stored_dists.items()}
-        st.check_resume(stored_plan, plan.to_dict(), f"'{name}'")
+    if old_dists:  # the space a study started with stays its space
+        dists = {n: optuna.distributions.json_to_distribution(d) for n, d in old_dists.items()}
+        check_resume(old_plan, plan.to_dict(), f"'{name}'")
     if backend == "ray":
         _check_packing(gpus_per_trial, dists, plan, probes.probe)
 
     # 4. The study, its seed trial and design.
     n_design = _design_size(design, sp, probes, seed_trial)
     n_before = len(optuna.load_study(study_name=name, storage=store).trials) if existing else 0
-    smp = st.make_sampler(sampler, sampler_seed + n_before, n_design or max(3, min(10, trials // 3)),
-                          parallel=backend == "ray")
+    smp = make_sampler(sampler, sampler_seed + n_before, n_design or max(3, min(10, trials // 3)),
+                       parallel=backend == "ray")
     rung_list = ladder(bud.samples, trials, reduction_factor, evals, rungs, first_rung)
-    pruner = make_pruner(bud.samples // evals, evals, rung_list, reduction_factor, prune,
-                         adaptive=rungs is None and first_rung is None)
-    study = st.open_study(store, name, smp, pruner)
-    st.keep_plan(study, {**plan.to_dict(), "probe_samples": probes.samples, "budget": bud.to_dict(),
-                         "sampler_seed": sampler_seed, "rungs": rung_list}, dists)
+    study = open_study(store, name, smp, make_pruner(bud.samples // evals, evals, rung_list, reduction_factor, prune,
+                                                     adaptive=rungs is None and first_rung is None))
+    keep_plan(study, {**plan.to_dict(), "probe_samples": probes.samples, "budget": bud.to_dict(),
+                      "sampler_seed": sampler_seed, "rungs": rung_list}, dists)
     if resume:
-        st.resume(study, shared=storage is not None)
-    recipe = _recipe(base_task, base_cfg, seed) if seed_trial or n_design else {}
-    seed_params = _enqueue_design(study, dists, probes, n_design, trials, recipe) if seed_trial or n_design else {}
+        resume_study(study, shared=storage is not None)
+    seed_params = (_enqueue_design(study, dists, probes, n_design, trials, _recipe(base_task, base_cfg, seed))
+                   if seed_trial or n_design else {})
 
     # 5. Run until the study holds `trials` finished trials. Interrupted (Ctrl-C), the
     #    report of what finished is written all the same, and --resume goes on from it.
@@ -200,14 +189,14 @@ def _open(storage: Optional[str], out_dir: Optional[Path], name: str,
         if other and other != name:
             raise UsageError(f"{out_dir} holds the report of study '{other}': give this search (study '{name}') "
                              "another --out, so neither overwrites the other")
-    store = st.make_storage(storage, out_dir)
-    existing = st.study_exists(store, name)
+    store = make_storage(storage, out_dir)
+    existing = study_exists(store, name)
     if existing and not resume and storage is None:
         raise UsageError(f"study '{name}' already exists in {out_dir}: pass --resume to continue it, or another --out or --study")
     if resume and storage is None and out_dir is not None and not existing:
         raise UsageError(f"--resume: there is no study '{name}' in {out_dir} to continue: drop --resume to start one")
-    stored_plan, stored_dists = st.stored_plan(store, name) if existing else ({}, {})
-    return store, existing, stored_plan, stored_dists
+    old_plan, old_dists = stored_plan(store, name) if existing else ({}, {})
+    return store, existing, old_plan, old_dists
 
 
 def _check_args(backend: str, trials: int, reduction_factor: int, evals: int, max_failures: int,
@@ -448,7 +437,7 @@ def _run_backend(backend: str, study: Any, dists: dict[str, Any], plan: Plan, ta
     from ..progress import bar
 
     target = trials
-    remaining = max(0, target - st.finished_count(study))
+    remaining = max(0, target - finished_count(study))
     if not remaining:
         return
     with bar(remaining, "search", "trial", progress) as b:
@@ -482,7 +471,7 @@ def _result(study: Any, name: str, store: Any, storage: Optional[str], sp: Searc
             seconds: float) -> SearchResult:
     import optuna
 
-    trials = st.trial_dicts(study)
+    trials = trial_dicts(study)
     complete = [t for t in trials if t["state"] == "COMPLETE" and t["value"] is not None]
     best = min(complete, key=lambda t: t["value"]) if complete else None
     lf, pr = probes.lr_find, probes.probe
