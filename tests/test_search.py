@@ -123,13 +123,14 @@ def test_batch_centre_moves_toward_the_lr_batch_only_within_the_interval() -> No
     # The LR's batch (64) is a plausible critical batch: the centre is 64 itself, whatever the point estimate.
     assert batch_centre(_probe_like(129.0, (50.0, 280.0)), 64) == 64
     assert batch_choices(entry, _probe_like(129.0, (50.0, 280.0)), 64) == [16, 32, 64, 128, 256]
-    # A confident estimate that excludes it: the interval's nearer edge, not the point estimate.
-    assert batch_centre(_probe_like(515.0, (180.0, float("inf"))), 64) == 180
+    # A confident estimate below it: the interval's nearer edge, not the point estimate. One above it
+    # is no reason to leave it: trials draw a fixed number of samples, and a larger batch needs more.
     assert batch_centre(_probe_like(20.0, (12.0, 30.0)), 64) == 30
-    assert batch_choices(entry, _probe_like(515.0, (180.0, float("inf"))), 64) == [32, 64, 128, 256, 512]
+    assert batch_centre(_probe_like(515.0, (180.0, float("inf"))), 64) == 64
+    assert batch_choices(entry, _probe_like(515.0, (180.0, float("inf"))), 64) == [16, 32, 64, 128, 256]
     # An LR batch inside the choices' span but off the powers of two is offered too; one outside is not.
     assert 100 in batch_choices(entry, _probe_like(129.0, (50.0, 280.0)), 100)
-    assert 8 not in batch_choices(entry, _probe_like(1000.0, (800.0, 1300.0)), 8)
+    assert 100 not in batch_choices(entry, _probe_like(12.0, (10.0, 14.0)), 100)
     # Without a range test (no reference batch) or an interval: the point estimate, as before.
     assert batch_centre(_probe_like(129.0, (50.0, 280.0)), None) == 129
     assert batch_centre(_probe_like(129.0, None), 64) == 129
@@ -145,14 +146,14 @@ def test_seed_trial_pairs_the_suggested_lr_with_its_own_batch(tmp_path: Path) ->
     pr.critical_batch, pr.critical_batch_range = 100.0, (20.0, 200.0)  # 32 is plausible: the seed keeps it
     r = search(task, "from_scratch", trials=1, max_steps=100, lr_find_result=lf, probe_result=pr, device="cpu")
     assert r.seed_params["batch"] == 32 and r.trials[0]["config"]["lr"] == pytest.approx(lf.suggestion)
-    pr.critical_batch, pr.critical_batch_range = 130.0, (110.0, 150.0)  # a confident estimate moves it
+    pr.critical_batch, pr.critical_batch_range = 8.0, (6.0, 9.0)  # a confident estimate below it moves it
     r = search(task, "from_scratch", trials=1, max_steps=100, lr_find_result=lf, probe_result=pr, device="cpu")
-    assert r.seed_params["batch"] == 128  # the interval's edge, 110, as a power of two
-    # The LR was found at batch 32: at 128 it is rescaled by the square root (AdamW), and the trial
-    # draws the same samples as one at 32 (100 updates of 32 = 25 updates of 128).
+    assert r.seed_params["batch"] == 8  # the interval's edge, 9, as a power of two
+    # The LR was found at batch 32: at 8 it is rescaled by the square root (AdamW), and the trial
+    # draws the same samples as one at 32 (100 updates of 32 = 400 updates of 8).
     seed = r.trials[0]
-    assert seed["config"]["lr"] == pytest.approx(2 * lf.suggestion) and r.plan["lr_rule"] == "sqrt"
-    assert seed["updates"] == 25 and seed["samples"] == 3200 and seed["micro_batch"] * seed["accumulation_steps"] == 128
+    assert seed["config"]["lr"] == pytest.approx(lf.suggestion / 2) and r.plan["lr_rule"] == "sqrt"
+    assert seed["updates"] == 400 and seed["samples"] == 3200 and seed["micro_batch"] * seed["accumulation_steps"] == 8
 
 
 def test_seeded_search_enqueues_the_seed_first(tmp_path: Path) -> None:

@@ -171,9 +171,12 @@ def batch_centre(probe: Any, ref_batch: int | None = None) -> float:
     factor of 3 to 10 between probe seeds, more than its own interval says), while the range test's LR
     holds only at the batch it was found at. So when the reference batch is a plausible critical batch
     (inside the interval) the search centres on it and the seed trial needs no LR rescaling; only an
-    estimate that confidently excludes it moves the centre, and then only to the interval's nearer edge.
+    estimate that confidently excludes it moves the centre, and then only to the interval's nearer edge,
+    and only down: trials draw a fixed number of samples, and below the critical batch a smaller batch
+    needs no more samples to reach a loss while above it a larger one needs more (McCandlish et al.,
+    2018), so a critical batch above the reference batch is no reason to leave it.
     Without an interval or a reference batch, the point estimate (or the throughput knee, or the
-    largest batch) is the centre, as before.
+    largest batch) is the centre.
     """
     if probe is None:
         raise UsageError("the space's [batch] is seeded by the probe: run it (tunekit probe) or pass --probe FILE")
@@ -181,8 +184,8 @@ def batch_centre(probe: Any, ref_batch: int | None = None) -> float:
     interval = getattr(probe, "critical_batch_range", None)
     if not ref_batch or not probe.critical_batch or not interval:
         return float(max(crit, 1))
-    low, high = min(interval[0], crit), max(interval[1], crit)
-    return float(max(1.0, min(max(float(ref_batch), low), high)))
+    high = max(interval[1], crit)
+    return float(max(1.0, min(float(ref_batch), high)))
 
 
 def batch_choices(entry: Entry, probe: Any, ref_batch: int | None = None, max_batch: int | None = None) -> list[int]:
