@@ -504,3 +504,12 @@ def test_ctrl_c_keeps_what_finished_and_resume_goes_on(tmp_path: Path) -> None:
                resume=True)
     assert sum(t["state"] == "COMPLETE" for t in r.trials) == 4
     assert r.trials[0]["value"] == report["trials"][0]["value"]
+
+
+def test_a_search_result_prints_short_and_loads_back(tmp_path: Path) -> None:
+    space = write_space(tmp_path, SMALL)
+    r = search(regression_task(), str(space), trials=2, max_steps=10, device="cpu", out=tmp_path / "o")
+    text = repr(r)
+    assert text.startswith("SearchResult(study='tunekit-regression-space', trials=2") and len(text) < 200
+    back = type(r).from_json(tmp_path / "o" / "search.json")
+    assert back.trials == r.trials and back.compute == r.compute == 2 * 160

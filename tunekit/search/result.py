@@ -45,6 +45,11 @@ class SearchResult(Result):
     lr_find: Optional[dict[str, Any]] = None
     probe: Optional[dict[str, Any]] = None
 
+    def __repr__(self) -> str:  # the fields run to kilobytes: table() has the detail
+        best = "none" if self.best_value is None else f"{self.best_value:.4g}"
+        return (f"SearchResult(study={self.study_name!r}, trials={len(self.trials)}, best_value={best}, "
+                f"compute={self.in_unit(self.compute):.4g} {self.unit})")
+
     @property
     def compute(self) -> int:
         """Training samples drawn: every trial's, plus the probes'."""
