@@ -133,8 +133,10 @@ def test_batch_centre_moves_toward_the_lr_batch_only_within_the_interval() -> No
     assert 100 not in batch_choices(entry, _probe_like(12.0, (10.0, 14.0)), 100)
     # Without a range test (no reference batch) or an interval: the point estimate, as before.
     assert batch_centre(_probe_like(129.0, (50.0, 280.0)), None) == 129
-    assert batch_centre(_probe_like(129.0, None), 64) == 129
-    assert batch_centre(_probe_like(None, None), 64) == 256  # no noise scale: the throughput knee
+    assert batch_centre(_probe_like(None, None), None) == 256  # no noise scale: the throughput knee
+    # No noise-scale estimate (or interval) but a range test: its batch, not the largest that fits.
+    assert batch_centre(_probe_like(None, None), 64) == 64
+    assert batch_centre(_probe_like(129.0, None), 64) == 64
 
 
 def test_seed_trial_pairs_the_suggested_lr_with_its_own_batch(tmp_path: Path) -> None:

@@ -175,13 +175,15 @@ def batch_centre(probe: Any, ref_batch: int | None = None) -> float:
     and only down: trials draw a fixed number of samples, and below the critical batch a smaller batch
     needs no more samples to reach a loss while above it a larger one needs more (McCandlish et al.,
     2018), so a critical batch above the reference batch is no reason to leave it.
-    Without an interval or a reference batch, the point estimate (or the throughput knee, or the
-    largest batch) is the centre.
+    Without a reference batch, the point estimate (or the throughput knee, or the largest batch) is
+    the centre; without a noise-scale estimate (it can fail), the reference batch is.
     """
     if probe is None:
         raise UsageError("the space's [batch] is seeded by the probe: run it (tunekit probe) or pass --probe FILE")
     crit = probe.critical_batch or probe.knee_batch or probe.max_batch
     interval = getattr(probe, "critical_batch_range", None)
+    if ref_batch and not (probe.critical_batch and interval):
+        return float(ref_batch)
     if not ref_batch or not probe.critical_batch or not interval:
         return float(max(crit, 1))
     high = max(interval[1], crit)
