@@ -271,17 +271,7 @@ def probe(
     sizes measure the memory that kernels allocate internally, which no trace
     sees, and the memory model adds it.
     """
-    if not 0 <= headroom < 1:
-        raise UsageError(f"headroom must be in [0, 1), got {headroom!r}: e.g. 0.15 keeps 15% free")
-    check_int("accumulation_steps", accumulation_steps, hint="pass e.g. --accumulation-steps 2")
-    if target_batch is not None:
-        check_int("target batch", target_batch, hint="pass e.g. --target-batch 256")
-    if (lr is None) != (lr_batch is None):
-        raise UsageError("give lr and lr_batch together: the LR you found and the effective batch it was found at")
-    if lr_batch is not None:
-        check_int("lr_batch", lr_batch, hint="the effective batch at which the LR was found")
-    if lr is not None and not (isinstance(lr, (int, float)) and lr > 0 and math.isfinite(lr)):
-        raise UsageError(f"lr must be a positive number, got {lr!r}")
+    _check_args(headroom, accumulation_steps, target_batch, lr, lr_batch)
     if noise_warmup is None:  # a fresh model of a task trains a little first; a model in hand is measured as it is
         noise_warmup = 50 if isinstance(model, Task) else 0
     sub = resolve_subject("probe", model, train_data, loss_fn, optimizer, compute_loss=compute_loss,
@@ -292,13 +282,7 @@ def probe(
         raise UsageError("probe varies the batch size: pass a map-style Dataset or a DataLoader over one, not a list of batches")
     limit = min(n_data, max_batch or n_data)
 
-    if memory_budget is not None:
-        budget, source = parse_size(memory_budget), "--memory-budget"
-    elif dev.type == "cuda":
-        free, _ = torch.cuda.mem_get_info(dev)
-        budget, source = int(free + torch.cuda.memory_allocated(dev)), "free GPU memory"
-    else:
-        budget, source = _cpu_available_bytes(), "available RAM"
+    budget, source = _budget_bytes(memory_budget, dev)
     usable = int(budget * (1 - headroom))
     scaler = make_scaler(sub.precision, dev)  # type: ignore[arg-type]
     settings = dict(memory_budget=memory_budget, headroom=headroom, device=str(dev), precision=sub.precision,
@@ -316,40 +300,12 @@ def probe(
     with preserved(sub.model, sub.optimizer, scaler, data) as snap:
         seed_everything_for(seed, dev)
         sub.model.train()
+        run = _Run(sub, data, dev, snap, make_step, counter, scaler, seed, accumulation_steps)
 
-        # 1. The memory model, on fake tensors. Two micro-batches when accumulating:
-        #    the second one runs with the first one's gradients alive.
+        # 1. The memory model, on fake tensors; small real steps add what kernels allocate unseen.
         sizes = sorted({min(s, limit) for s in trace_sizes})
-        traces = {}
-        k_trace = min(accumulation_steps, 2)
-        for b in sizes:
-            batches = BatchStream(data, b, seed=seed).take(k_trace)
-            traces[b] = trace_step(sub.model, sub.optimizer, lambda m, o: make_step(m, o, k_trace), batches, dev)
-        mm = fit_memory_model(traces, accumulation_steps)
-        # Two small real steps measure what kernels allocate out of the trace's sight.
-        real: dict[int, int] = {}
-        if calibrate_steps:
-            for b in sizes[-2:]:
-                batches = BatchStream(data, b, seed=seed).take(k_trace)
-                step = make_step(sub.model, sub.optimizer, k_trace)
-                oom = False
-                try:
-                    measured = real_step_peak(lambda: step(batches), dev)
-                except Exception as exc:
-                    if not _is_oom(exc):
-                        raise
-                    oom, measured = True, None
-                del step, batches
-                snap.restore()
-                sub.model.train()
-                if oom:
-                    _free_memory(dev)
-                    break
-                if measured is not None:
-                    real[b] = measured
-            mm = calibrate(mm, traces, real)
+        mm = _memory_model(run, sizes, calibrate_steps)
         bar("memory model")
-
         predicted = min(mm.largest_batch(usable), limit)
         if predicted < 1:
             raise UsageError(
@@ -359,49 +315,7 @@ def probe(
             )
 
         # 2. Confirm with real steps, shrinking on a (CUDA) out-of-memory error.
-        tried: list[dict[str, Any]] = []
-        b = predicted
-        confirmed = 0
-        fraction_set = False
-        if dev.type == "cuda" and memory_budget is not None:
-            total = torch.cuda.get_device_properties(dev).total_memory
-            torch.cuda.set_per_process_memory_fraction(min(1.0, budget / total), dev)
-            fraction_set = True
-        try:
-            for _ in range(6):
-                if b < 1:
-                    break
-                stream = BatchStream(data, b, seed=seed)
-                oom = False
-                peak = None
-                try:
-                    if dev.type == "cuda":
-                        torch.cuda.reset_peak_memory_stats(dev)
-                    make_step(sub.model, sub.optimizer)(stream.take(accumulation_steps))
-                    if dev.type == "cuda":
-                        peak = int(torch.cuda.max_memory_allocated(dev))
-                except Exception as exc:
-                    if not _is_oom(exc):
-                        raise
-                    oom = True  # free memory only after leaving the except block and its traceback
-                del stream
-                snap.restore()
-                sub.model.train()
-                if oom:
-                    _free_memory(dev)
-                    tried.append({"batch": b, "ok": False, "peak_bytes": None})
-                    # One OOM: the prediction was a little off, step back 20%. Two: it
-                    # is badly off (memory outside the step), so halve: a few tries at most.
-                    b = int(b * (0.8 if len(tried) == 1 else 0.5))
-                    continue
-                tried.append({"batch": b, "ok": True, "peak_bytes": peak})
-                confirmed = b
-                break
-        finally:
-            if fraction_set:
-                torch.cuda.set_per_process_memory_fraction(1.0, dev)
-        if confirmed < 1:
-            raise UsageError(f"no batch size ran within the budget (tried {[t['batch'] for t in tried]}): raise --memory-budget")
+        confirmed, tried = _largest_batch(run, predicted, budget if memory_budget is not None else None)
         bar("largest batch")
 
         # 3. Throughput up to the confirmed batch (none with throughput_points=0).
@@ -414,49 +328,13 @@ def probe(
             knee = min(t["batch"] for t in throughput if t["samples_per_s"] >= 0.95 * best)
         bar("throughput")
 
-        # 4. Gradient noise scale, through the shared step at LR 0 (grad norms before clipping).
-        #    At initialisation the gradient is large and the noise scale small
-        #    (McCandlish et al. see it grow as training goes on), so a fresh model
-        #    first trains for `noise_warmup` updates, which are undone afterwards.
-        noise = None
-        if noise_repeats >= 2 and noise_warmup > 0:
-            warm_lr = lr or float(sub.task.defaults.get("lr", 1e-3))
-            step = make_step(sub.model, sub.optimizer)
-            stream = BatchStream(data, min(32, confirmed), seed=seed + 2)
-            for i in range(noise_warmup):
-                step.set_lr(warm_lr * min(1.0, (i + 1) / max(1, noise_warmup // 5)))
-                if not step(stream.take(accumulation_steps)).finite:
-                    break
-        if noise_repeats >= 2:
-            b_small = max(1, min(8, confirmed, limit // 64 or 1))
-            k_big = max(2, min(16, limit // b_small))
-            norms: dict[int, list[float]] = {1: [], k_big: []}
-            stream = BatchStream(data, b_small, seed=seed + 1)
-            for k in (1, k_big):
-                step = _CountingStep(counter, sub.model, sub.optimizer, sub.compute, device=dev, precision=sub.precision,  # type: ignore[arg-type]
-                                     accumulation_steps=k, clip_grad_norm=None, scaler=scaler)
-                step.set_lr(0.0)
-                for _ in range(noise_repeats):
-                    out = step(stream.take(k))
-                    if out.finite and not out.skipped and math.isfinite(out.grad_norm):
-                        norms[k].append(out.grad_norm ** 2)
-            snap.restore()
-            sub.model.train()
-            if len(norms[1]) >= 2 and len(norms[k_big]) >= 2:
-                ns = noise_scale(norms[1], norms[k_big], b_small, b_small * k_big, seed=seed)
-                noise = dataclasses.asdict(ns)
+        # 4. Gradient noise scale.
+        noise = _noise(run, confirmed, limit, noise_repeats, noise_warmup, lr)
         bar("noise scale")
 
     critical = noise["b_simple"] if noise and math.isfinite(noise["b_simple"]) else None
     crit_range = (noise["low"], noise["high"]) if critical is not None else None
-    target = target_batch
-    if target is None and critical is not None:
-        target = int(2 ** round(math.log2(max(critical, 1))))
-    plan = plan_batches(target, confirmed, throughput, mm) if target else []
-    lr_scaling: dict[str, Any] = {}
-    if lr is not None and lr_batch is not None and target:
-        for rule, value in scale_lr(lr, lr_batch, target).items():
-            lr_scaling[rule] = {"from_lr": lr, "from_batch": lr_batch, "to_batch": target, "lr": value}
+    plan, lr_scaling = _plan(target_batch, critical, confirmed, throughput, mm, lr, lr_batch)
     bar.close()
     return ProbeResult(
         device=str(dev), precision=sub.precision, accumulation_steps=accumulation_steps,
@@ -467,6 +345,180 @@ def probe(
         seconds=time.perf_counter() - start, settings=settings, updates=counter["updates"],
         samples=counter["samples"],
     )
+
+
+def _plan(target: Optional[int], critical: Optional[float], confirmed: int, throughput: list[dict[str, float]],
+          mm: MemoryModel, lr: Optional[float], lr_batch: Optional[int]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The (micro-batch, accumulation) plan for the target batch (default: the critical batch as a power of
+    two), and an LR found at ``lr_batch`` rescaled to it."""
+    if target is None and critical is not None:
+        target = int(2 ** round(math.log2(max(critical, 1))))
+    plan = plan_batches(target, confirmed, throughput, mm) if target else []
+    lr_scaling: dict[str, Any] = {}
+    if lr is not None and lr_batch is not None and target:
+        for rule, value in scale_lr(lr, lr_batch, target).items():
+            lr_scaling[rule] = {"from_lr": lr, "from_batch": lr_batch, "to_batch": target, "lr": value}
+    return plan, lr_scaling
+
+
+def _check_args(headroom: float, accumulation_steps: int, target_batch: Optional[int], lr: Optional[float],
+                lr_batch: Optional[int]) -> None:
+    if not 0 <= headroom < 1:
+        raise UsageError(f"headroom must be in [0, 1), got {headroom!r}: e.g. 0.15 keeps 15% free")
+    check_int("accumulation_steps", accumulation_steps, hint="pass e.g. --accumulation-steps 2")
+    if target_batch is not None:
+        check_int("target batch", target_batch, hint="pass e.g. --target-batch 256")
+    if (lr is None) != (lr_batch is None):
+        raise UsageError("give lr and lr_batch together: the LR you found and the effective batch it was found at")
+    if lr_batch is not None:
+        check_int("lr_batch", lr_batch, hint="the effective batch at which the LR was found")
+    if lr is not None and not (isinstance(lr, (int, float)) and lr > 0 and math.isfinite(lr)):
+        raise UsageError(f"lr must be a positive number, got {lr!r}")
+
+
+def _budget_bytes(memory_budget: int | str | None, dev: torch.device) -> tuple[int, str]:
+    """(the memory budget in bytes, where it came from)."""
+    if memory_budget is not None:
+        return parse_size(memory_budget), "--memory-budget"
+    if dev.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(dev)
+        return int(free + torch.cuda.memory_allocated(dev)), "free GPU memory"
+    return _cpu_available_bytes(), "available RAM"
+
+
+@dataclass
+class _Run:
+    """What every stage of one probe shares; ``reset`` puts the model back between stages."""
+
+    sub: Any
+    data: Data
+    dev: torch.device
+    snap: Any
+    make_step: Any
+    counter: dict[str, int]
+    scaler: Any
+    seed: int
+    k: int
+
+    def reset(self) -> None:
+        self.snap.restore()
+        self.sub.model.train()
+
+
+def _memory_model(run: _Run, sizes: list[int], calibrate_steps: bool) -> MemoryModel:
+    """Traces at ``sizes`` on fake tensors (two micro-batches when accumulating: the second runs with
+    the first one's gradients alive), then two small real steps that measure what kernels allocate
+    out of the trace's sight."""
+    sub, dev = run.sub, run.dev
+    traces = {}
+    k_trace = min(run.k, 2)
+    for b in sizes:
+        batches = BatchStream(run.data, b, seed=run.seed).take(k_trace)
+        traces[b] = trace_step(sub.model, sub.optimizer, lambda m, o: run.make_step(m, o, k_trace), batches, dev)
+    mm = fit_memory_model(traces, run.k)
+    if not calibrate_steps:
+        return mm
+    real: dict[int, int] = {}
+    for b in sizes[-2:]:
+        batches = BatchStream(run.data, b, seed=run.seed).take(k_trace)
+        step = run.make_step(sub.model, sub.optimizer, k_trace)
+        oom = False
+        try:
+            measured = real_step_peak(lambda: step(batches), dev)
+        except Exception as exc:
+            if not _is_oom(exc):
+                raise
+            oom, measured = True, None
+        del step, batches
+        run.reset()
+        if oom:
+            _free_memory(dev)  # after leaving the except block and its traceback
+            break
+        if measured is not None:
+            real[b] = measured
+    return calibrate(mm, traces, real)
+
+
+def _largest_batch(run: _Run, predicted: int, budget: Optional[int]) -> tuple[int, list[dict[str, Any]]]:
+    """One real step at the predicted batch; on an out-of-memory error 20% smaller, then half, a few
+    tries at most. On CUDA a given ``budget`` is enforced with the per-process memory fraction."""
+    dev = run.dev
+    tried: list[dict[str, Any]] = []
+    b, confirmed = predicted, 0
+    fraction_set = False
+    if dev.type == "cuda" and budget is not None:
+        total = torch.cuda.get_device_properties(dev).total_memory
+        torch.cuda.set_per_process_memory_fraction(min(1.0, budget / total), dev)
+        fraction_set = True
+    try:
+        for _ in range(6):
+            if b < 1:
+                break
+            stream = BatchStream(run.data, b, seed=run.seed)
+            oom, peak = False, None
+            try:
+                if dev.type == "cuda":
+                    torch.cuda.reset_peak_memory_stats(dev)
+                run.make_step(run.sub.model, run.sub.optimizer)(stream.take(run.k))
+                if dev.type == "cuda":
+                    peak = int(torch.cuda.max_memory_allocated(dev))
+            except Exception as exc:
+                if not _is_oom(exc):
+                    raise
+                oom = True  # free memory only after leaving the except block and its traceback
+            del stream
+            run.reset()
+            if oom:
+                _free_memory(dev)
+                tried.append({"batch": b, "ok": False, "peak_bytes": None})
+                # One OOM: the prediction was a little off, step back 20%. Two: it
+                # is badly off (memory outside the step), so halve.
+                b = int(b * (0.8 if len(tried) == 1 else 0.5))
+                continue
+            tried.append({"batch": b, "ok": True, "peak_bytes": peak})
+            confirmed = b
+            break
+    finally:
+        if fraction_set:
+            torch.cuda.set_per_process_memory_fraction(1.0, dev)
+    if confirmed < 1:
+        raise UsageError(f"no batch size ran within the budget (tried {[t['batch'] for t in tried]}): raise --memory-budget")
+    return confirmed, tried
+
+
+def _noise(run: _Run, confirmed: int, limit: int, repeats: int, warmup: int, lr: Optional[float]) -> Optional[dict[str, Any]]:
+    """The gradient noise scale, through the shared step at LR 0 (grad norms before clipping).
+
+    At initialisation the gradient is large and the noise scale small (McCandlish et al. see it
+    grow as training goes on), so a fresh model first trains for ``warmup`` updates, undone after.
+    """
+    sub = run.sub
+    if repeats < 2:
+        return None
+    if warmup > 0:
+        warm_lr = lr or float(sub.task.defaults.get("lr", 1e-3))
+        step = run.make_step(sub.model, sub.optimizer)
+        stream = BatchStream(run.data, min(32, confirmed), seed=run.seed + 2)
+        for i in range(warmup):
+            step.set_lr(warm_lr * min(1.0, (i + 1) / max(1, warmup // 5)))
+            if not step(stream.take(run.k)).finite:
+                break
+    b_small = max(1, min(8, confirmed, limit // 64 or 1))
+    k_big = max(2, min(16, limit // b_small))
+    norms: dict[int, list[float]] = {1: [], k_big: []}
+    stream = BatchStream(run.data, b_small, seed=run.seed + 1)
+    for k in (1, k_big):
+        step = _CountingStep(run.counter, sub.model, sub.optimizer, sub.compute, device=run.dev, precision=sub.precision,
+                             accumulation_steps=k, clip_grad_norm=None, scaler=run.scaler)
+        step.set_lr(0.0)
+        for _ in range(repeats):
+            out = step(stream.take(k))
+            if out.finite and not out.skipped and math.isfinite(out.grad_norm):
+                norms[k].append(out.grad_norm ** 2)
+    run.reset()
+    if len(norms[1]) < 2 or len(norms[k_big]) < 2:
+        return None
+    return dataclasses.asdict(noise_scale(norms[1], norms[k_big], b_small, b_small * k_big, seed=run.seed))
 
 
 def _throughput(make_step: Any, sub: Any, snap: Any, data: Data, sizes: list[int], confirmed: int, points_n: int,
