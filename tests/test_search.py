@@ -184,9 +184,9 @@ def test_pruned_trials_are_never_complete(tmp_path: Path) -> None:
         if t["state"] == "COMPLETE":
             assert t["updates"] == 40 and t["samples"] == 40 * 32 and t["curve"][-1][0] == 40 * 32
         if t["state"] == "PRUNED":
-            # Never before the first rung: 10 trials at reduction factor 3 get two rungs, at 1/9
-            # of the budget (no sooner than the first of 8 evaluations: update 5) and at 3/8.
-            assert t["updates"] in (5, 15) and t["samples"] == t["updates"] * 32
+            # Never before the first rung: 10 trials at reduction factor 3 get one rung, at 1/3
+            # of the budget (the third of 8 evaluations: update 15).
+            assert t["updates"] == 15 and t["samples"] == t["updates"] * 32
     # What Optuna holds agrees: a pruned trial is PRUNED there too, its reports in samples.
     assert r.storage.startswith("sqlite")
     study = optuna.load_study(study_name=r.study_name, storage=r.storage)
@@ -197,13 +197,13 @@ def test_pruned_trials_are_never_complete(tmp_path: Path) -> None:
 
 
 def test_asha_rungs_follow_the_trial_count(tmp_path: Path) -> None:
-    # 30 trials at reduction factor 3: three rungs (floor(log3 30)), at 1/27, 1/9 and 1/3 of the
-    # budget: updates 1, 3 and 9 of 27; evaluating every update, trials stop exactly there.
+    # 30 trials at reduction factor 3: two rungs (30 / 3**2 >= 3 trials expected to finish), at 1/9
+    # and 1/3 of the budget: updates 3 and 9 of 27; evaluating every update, trials stop exactly there.
     space = write_space(tmp_path, SMALL.replace("1e-3", "1e-5").replace("high = 1e-1", "high = 1.0"))
     r = search(regression_task(), str(space), trials=30, max_steps=27, device="cpu", seed=0, evals=27,
                seed_trial=False)
     stopped = {t["updates"] for t in r.trials if t["state"] == "PRUNED"}
-    assert stopped <= {1, 3, 9} and len(stopped) >= 2
+    assert stopped == {3, 9}
     assert sum(t["state"] == "COMPLETE" for t in r.trials) >= 3
 
 
@@ -420,7 +420,8 @@ def test_rungs_wait_until_the_first_complete_trial_has_learned() -> None:
     drop (a plateau at the start ranks trials by noise); later trials meet rungs at the same samples."""
     from tunekit.search.rungs import Rungs, ladder, learning_point
 
-    assert ladder(800, 24, 3, 8) == [1, 3]  # 1/9 -> the first of 8 evaluations, then 3/8
+    assert ladder(800, 24, 3, 8) == [3]  # one rung for 24 trials at rf 3: 1/3 -> the third of 8 evaluations
+    assert ladder(800, 100, 3, 8) == [1, 3]  # 100 trials: two, from 1/9 (the first evaluation)
     assert ladder(800, 24, 3, 8, first_rung=0.3) == [3]
     plateau = [(100 * k, v) for k, v in enumerate([2.1, 2.1, 1.2, 0.8, 0.6, 0.5, 0.5], start=1)]
     assert learning_point(plateau, initial=2.1, final=0.45, evals=8) == 3  # 2.1 - 1.2 >= half of 1.65

@@ -236,7 +236,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--probe", metavar="FILE", help="a saved probe.json instead of running the probe")
     p.add_argument("--memory-budget", metavar="SIZE", help="memory budget of the probe (e.g. 8GiB)")
     p.add_argument("--sampler-seed", type=_seed, metavar="N", help="seed of the sampler (default: --seed)")
-    p.add_argument("--rungs", type=int, metavar="N", help="early-stopping rungs, at budget/rf**N .. budget/rf (default: floor(log_rf(trials)))")
+    p.add_argument("--rungs", type=int, metavar="N", help="early-stopping rungs, at budget/rf**N .. budget/rf (default: as many as leave rf trials "
+                   "expected to finish, none before the first complete trial had started to learn)")
     p.add_argument("--first-rung", type=float, metavar="F", help="the first rung as a fraction of the budget (instead of --rungs)")
     p.add_argument("--reduction-factor", type=int, default=3, metavar="N", help="successive halving keeps the best 1/N at each rung (default 3)")
     g = p.add_argument_group("ray backend (--backend ray)")
