@@ -283,3 +283,16 @@ def test_calibration_adds_what_kernels_allocate_out_of_the_traces_sight() -> Non
     # have the blind spot (on this project's machines the trace alone is ~25% short).
     assert mm.peak(128) - traces[128].resident == pytest.approx(actual, rel=0.05)
     assert mm.peak(128) - traces[128].resident >= traced_only
+
+
+def test_plan_batches_never_invents_a_speed() -> None:
+    """Micro-batches outside the timed range get no speed (nan) and come after the timed ones."""
+    import math
+
+    mm = fit_memory_model({b: _trace(linear_stack(), b) for b in (4, 16)})
+    timed = [{"batch": 8, "samples_per_s": 100.0}, {"batch": 32, "samples_per_s": 400.0}]
+    plan = plan_batches(64, 64, timed, mm)
+    by_micro = {p["micro_batch"]: p["samples_per_s"] for p in plan}
+    assert by_micro[8] == pytest.approx(100.0) and by_micro[32] == pytest.approx(400.0) and 100.0 < by_micro[16] < 400.0
+    assert math.isnan(by_micro[4]) and math.isnan(by_micro[64]) and math.isnan(by_micro[1])
+    assert [p["micro_batch"] for p in plan][:3] == [32, 16, 8]  # timed (or between timed) first, fastest first
