@@ -336,8 +336,9 @@ def cmd_lr_find(args: argparse.Namespace) -> int:
         if not result.confident:
             print("LOW CONFIDENCE, do not trust this number blindly: " + "; ".join(result.reasons))
     stop = f", stopped at lr {result.diverged_at_lr:.3g} (diverged)" if result.diverged_at_lr else ""
-    runs = f" over {args.repeats} runs" if args.repeats > 1 else ""
-    print(f"{result.samples} samples{runs} ({len(result.losses)} updates in the first) in {result.seconds:.1f}s{stop}")
+    runs = f" over {args.repeats} runs ({len(result.losses)} updates in the first)" if args.repeats > 1 else \
+        f" ({len(result.losses)} updates)"
+    print(f"{result.samples} samples{runs} in {result.seconds:.1f}s{stop}")
     assert out is not None
     result.to_json(out / "lr_find.json")
     save_plot(result.plot, str(out / "lr_find.png"))
