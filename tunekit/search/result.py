@@ -45,10 +45,15 @@ class SearchResult(Result):
     lr_find: Optional[dict[str, Any]] = None
     probe: Optional[dict[str, Any]] = None
 
+    def _amount(self, samples: float) -> str:
+        """``samples`` in the budget's unit, as people write it: 19,040 samples, 1.5 epochs."""
+        x = self.in_unit(samples)
+        return f"{x:,.0f}" if self.unit in ("samples", "tokens") else f"{x:,.3g}"
+
     def __repr__(self) -> str:  # the fields run to kilobytes: table() has the detail
         best = "none" if self.best_value is None else f"{self.best_value:.4g}"
         return (f"SearchResult(study={self.study_name!r}, trials={len(self.trials)}, best_value={best}, "
-                f"compute={self.in_unit(self.compute):.4g} {self.unit})")
+                f"compute={self._amount(self.compute)} {self.unit})")
 
     @property
     def compute(self) -> int:
@@ -213,8 +218,8 @@ class SearchResult(Result):
             lines.append(f"{t['number']:>5} {t['state']:>9} {val:>9} {split:>11} {t.get('updates') or 0:>7}  {params}{note}")
         unit = self.unit
         lines.append("trials: " + ", ".join(f"{v} {k.lower()}" for k, v in sorted(counts.items()))
-                     + f"; compute {self.in_unit(self.compute):.4g} {unit} ({self.in_unit(self.probe_samples):.4g} in probes)"
-                     + f", {self.seconds:.1f} s")
+                     + f"; compute {self._amount(self.compute)} {unit} ({self._amount(self.probe_samples)} in probes, "
+                     + f"{self.compute / max(1, int(self.budget.get('samples') or 1)):.2f} full trials), {self.seconds:.1f} s")
         if self.best_value is not None:
             lines.append(f"best value {self.best_value:.4f}: "
                          + ", ".join(f"{k}={_fmt(v)}" for k, v in sorted(self.best_config.items())))

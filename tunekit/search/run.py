@@ -23,7 +23,7 @@ from typing import Any, Optional
 
 from ..errors import UsageError, check_int
 from ..space import SearchSpace, batch_centre, load_space, lr_bounds_from_curve, reference_batch
-from .budget import Budget, resolve_budget
+from .budget import Budget, parse_budget, resolve_budget
 from .plan import MIN_UPDATES, Plan, initial_design, lr_rule_for, trial_config
 from .result import SearchResult, write_report
 from .rungs import ladder, make_pruner
@@ -35,7 +35,7 @@ __all__ = ["search"]
 
 # Validation reads at most this many samples (the first ones, in the set's own order).
 EVAL_SAMPLES = 4096
-DESIGN_TRIALS = 5
+DESIGN_TRIALS = 6
 
 
 @dataclass
@@ -90,7 +90,7 @@ def search(
     task's batch; ``max_steps=N`` is ``"Nupdates"``), by default one run of the task's recipe; a
     trial at effective batch B runs budget / B updates. ``seed`` seeds the trials' models and
     data order and the probes, ``sampler_seed`` (default ``seed``) the sampler. ``design``
-    trials (5 with a seeded LR) replace TPE's random start-up. Early stopping: successive
+    trials (6 with a seeded LR) replace TPE's random start-up. Early stopping: successive
     halving on samples, ``evals`` reports a trial, ``rungs`` rungs or one from ``first_rung``
     (a fraction of the budget), keeping the best 1 / ``reduction_factor``. ``backend="ray"``:
     Ray Tune runs the trials (``cpus_per_trial``, ``gpus_per_trial``, ``max_concurrent``,
@@ -101,6 +101,7 @@ def search(
     _check_args(backend, trials, reduction_factor, evals, max_failures, max_concurrent, cpus_per_trial,
                 gpus_per_trial, address, storage_path, sampler, rungs, design)
     budget = _budget_spec(budget, max_steps)
+    parse_budget(budget)  # a bad budget fails before anything else
     sp = space if isinstance(space, SearchSpace) else load_space(space)
     sp = _with_task_config(sp, task, task_config)
     base_task = _base_task(task, sp)
