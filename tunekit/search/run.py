@@ -35,7 +35,7 @@ __all__ = ["search"]
 
 # Validation reads at most this many samples (the first ones, in the set's own order).
 EVAL_SAMPLES = 4096
-DESIGN_TRIALS = 6
+DESIGN_TRIALS = 5
 
 
 @dataclass
@@ -90,7 +90,7 @@ def search(
     task's batch; ``max_steps=N`` is ``"Nupdates"``), by default one run of the task's recipe; a
     trial at effective batch B runs budget / B updates. ``seed`` seeds the trials' models and
     data order and the probes, ``sampler_seed`` (default ``seed``) the sampler. ``design``
-    trials (6 with a seeded LR) replace TPE's random start-up. Early stopping: successive
+    trials (5 with a seeded LR) replace TPE's random start-up. Early stopping: successive
     halving on samples, ``evals`` reports a trial, ``rungs`` rungs or one from ``first_rung``
     (a fraction of the budget), keeping the best 1 / ``reduction_factor``. ``backend="ray"``:
     Ray Tune runs the trials (``cpus_per_trial``, ``gpus_per_trial``, ``max_concurrent``,
