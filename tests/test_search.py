@@ -409,6 +409,9 @@ def test_plan_splits_from_memory_and_rescales_the_lr() -> None:
     seeded = initial_design(dists, 0.05, 64, 2, recipe={"weight_decay": 5e-4, "schedule": "linear"})
     assert seeded[0]["weight_decay"] == 1e-3 and seeded[0]["schedule"] == "linear"
     assert initial_design(dists, 0.05, 64, 1)[0]["weight_decay"] == pytest.approx(1e-2)  # no recipe: the middle
+    # A suggestion more than 10x from the task's own LR: the last point tries the task's LR.
+    far = initial_design(dists, 0.05, 64, 5, recipe={"lr": 0.002})
+    assert [d["lr"] for d in far] == pytest.approx([0.05, 0.05 / 3, 0.1, 0.05, 0.002]) and far[-1]["batch"] == 64
     wide = initial_design(dists, None, 64, 5, recipe={"lr": 0.005})  # no range test to trust: the task's LR, wider
     assert [d["lr"] for d in wide] == pytest.approx([0.005, 0.015, 0.005 / 3, 0.05, 0.001])
     spread = initial_design(dists, None, 64, 5)  # nor a recipe: over the range, middle first

@@ -156,6 +156,8 @@ def _nearest(choices: Any, target: float) -> Any:
 # LR multiples of the suggestion, when the range test is trusted (a sixth point at 10x, for
 # suggestions far too low, made the benchmark's searches slower to their targets):
 AROUND = ((1.0, 1.0), (1 / 3, 1.0), (3.0, 1.0), (1.0, 0.5), (1.0, 0.25))
+# A suggestion this many times from the task's own LR is not trusted alone: the design tries both.
+FAR = 10.0
 # Without an LR to trust (no range test, or one that saw no clear descent), around the task's
 # own LR, wider: its direction is unknown.
 WIDE = ((1.0, 1.0), (3.0, 1.0), (1 / 3, 1.0), (10.0, 1.0), (1 / 10, 1.0))
@@ -190,8 +192,13 @@ def initial_design(dists: dict[str, Any], lr: Optional[float], batch: Optional[f
     """
     recipe = recipe or {}
     steps = AROUND
-    if lr is None and recipe.get("lr"):
-        lr, steps = float(recipe["lr"]), WIDE
+    own = float(recipe["lr"]) if recipe.get("lr") else None
+    if lr is None and own:
+        lr, steps = own, WIDE
+    elif lr is not None and own and max(lr / own, own / lr) > FAR:
+        # The range test and the task's own recipe disagree by more than the range test's usual
+        # error: the last point tries the recipe's LR instead.
+        steps = (*AROUND[:max(0, n) - 1], (own / lr, 1.0))
     out: list[dict[str, Any]] = []
     for lr_at, batch_mult in (steps if lr is not None else SPREAD)[:max(0, n)]:
         params: dict[str, Any] = {}
