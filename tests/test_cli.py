@@ -70,10 +70,16 @@ def test_module_that_fails_to_import_is_a_usage_error(tmp_path: Path) -> None:
     ]
 
 
-def test_internal_error_exits_1() -> None:
+def test_an_error_in_the_users_model_is_shown_as_theirs() -> None:
+    """Not "internal error": the user's frames, and the task spec that loaded their code."""
     r = tunekit("train", "--task", "tests.tasks:broken_model_task", "--steps", "2", "--quiet")
     assert r.returncode == 1
-    assert "internal error: RuntimeError: boom in forward" in r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert last == "tunekit train: error in your code (task 'tests.tasks:broken_model_task'): RuntimeError: boom in forward"
+    assert "internal error" not in r.stderr and "tests/tasks.py" in r.stderr
+    frames = [ln for ln in r.stderr.splitlines() if ln.strip().startswith('File "')]
+    assert frames and "tests/tasks.py" in frames[0]  # tunekit's own frames are left out
+    assert not any("/tunekit/" in ln for ln in frames)
 
 
 def test_no_command_prints_help_and_exits_2() -> None:

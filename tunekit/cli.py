@@ -485,10 +485,37 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"tunekit {args.command}: interrupted{hint}", file=sys.stderr)
         return 130
     except Exception as exc:  # a bug, in tunekit or in the user's code: show where
+        theirs = _user_frames(exc)
+        if theirs:  # raised in the user's task, model or loss: their frames, and theirs to fix
+            print("Traceback (most recent call last):\n" + "".join(traceback.format_list(theirs)).rstrip(), file=sys.stderr)
+            from .builtin import DEFAULT_TASK
+
+            spec = getattr(args, "task", None) or DEFAULT_TASK
+            print(f"tunekit {args.command}: error in your code (task '{spec}'): {type(exc).__name__}: {exc}", file=sys.stderr)
+            return 1
         if os.environ.get("TUNEKIT_DEBUG") != "0":
             traceback.print_exc()
         print(f"tunekit {args.command}: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
+
+
+def _user_frames(exc: BaseException) -> list[traceback.FrameSummary]:
+    """The traceback from its first frame in the user's code (neither tunekit's nor an installed
+    library's nor Python's own) on; empty when the error came from none."""
+    import sysconfig
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    ours = Path(__file__).resolve().parent
+    libs = [Path(sysconfig.get_paths()[k]).resolve() for k in ("stdlib", "platstdlib", "purelib", "platlib")]
+
+    def theirs(f: traceback.FrameSummary) -> bool:
+        if f.filename.startswith("<"):
+            return False
+        path = Path(f.filename).resolve()
+        return not path.is_relative_to(ours) and not any(path.is_relative_to(lib) for lib in libs)
+
+    first = next((i for i, f in enumerate(frames) if theirs(f)), None)
+    return [] if first is None else frames[first:]
 
 
 if __name__ == "__main__":
