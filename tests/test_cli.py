@@ -61,6 +61,12 @@ def test_usage_errors_exit_2_with_one_line(args: list[str], needle: str) -> None
     assert "Traceback" not in r.stderr
 
 
+def test_a_negative_value_reaches_its_own_check() -> None:
+    r = tunekit("probe", "--memory-budget", "-5GB", "--quiet")
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        "tunekit probe: error: memory size '-5GB' is not a size: write it like 512MiB, 8GiB or 2.5GB"]
+
+
 def test_module_that_fails_to_import_is_a_usage_error(tmp_path: Path) -> None:
     (tmp_path / "badmod.py").write_text("raise RuntimeError('broken at import')\n")
     r = tunekit("train", "--task", "badmod:make", cwd=tmp_path)

@@ -467,9 +467,22 @@ def format_train_summary(result: Any, rows: int = 8) -> str:
     return "\n".join(lines)
 
 
+def _join_negative_values(argv: Sequence[str]) -> list[str]:
+    """``--memory-budget -5GB`` as ``--memory-budget=-5GB``: argparse reads a value that starts with
+    '-' and a digit as a missing argument; joined, the value reaches its own check and message."""
+    out: list[str] = []
+    for token in argv:
+        if out and out[-1].startswith("--") and "=" not in out[-1] and len(token) > 1 and token[0] == "-" \
+                and (token[1].isdigit() or token[1] == "."):
+            out[-1] = f"{out[-1]}={token}"
+        else:
+            out.append(token)
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_join_negative_values(sys.argv[1:] if argv is None else argv))
     if not getattr(args, "command", None):
         parser.print_help()
         return 2
