@@ -49,11 +49,6 @@ class Budget:
         """``samples`` in this budget's unit."""
         return float(samples) * self.per_sample
 
-    def describe(self) -> str:
-        amount = f"{self.amount:g}"
-        extra = "" if self.unit == "samples" else f" ({self.samples} samples)"
-        return f"{amount} {self.unit}{extra}"
-
     def to_dict(self) -> dict[str, Any]:
         return {"amount": self.amount, "unit": self.unit, "per_sample": self.per_sample, "samples": self.samples}
 
