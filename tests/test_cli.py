@@ -116,3 +116,14 @@ def test_bad_task_settings_and_paths_exit_2(args: list[str], needle: str) -> Non
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0]
+
+
+def test_spaces_name_shows_the_entries_and_the_file() -> None:
+    r = tunekit("spaces", "from_scratch")
+    assert r.returncode == 0
+    lines = r.stdout.strip().splitlines()
+    assert lines[0].startswith("from_scratch: ") and lines[-1].endswith("from_scratch.toml")
+    assert any(ln.split()[0] == "lr" and "range test" in ln for ln in lines[1:])
+    assert any(ln.split()[0] == "min_lr_ratio" and "fixed at 0.1" in ln for ln in lines[1:])
+    bad = tunekit("spaces", "nope")
+    assert bad.returncode == 2 and "unknown space 'nope'" in bad.stderr

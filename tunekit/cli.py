@@ -256,8 +256,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dir", metavar="DIR", help="a directory written by tunekit search")
     p.set_defaults(func=cmd_report)
 
-    p = sub.add_parser("spaces", help="list the shipped search spaces",
-                       epilog="examples:\n  tunekit spaces\n", formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser("spaces", help="list the shipped search spaces, or show one",
+                       epilog="examples:\n  tunekit spaces\n  tunekit spaces from_scratch\n  tunekit spaces my_space.toml\n",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("name", nargs="?", metavar="NAME", help="a shipped space or a .toml file: show its entries and its file")
     p.set_defaults(func=cmd_spaces)
 
     p = sub.add_parser("train", help="train a task with warmup + decay through the shared step",
@@ -405,8 +407,13 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_spaces(args: argparse.Namespace) -> int:
-    from .space import list_spaces
+    from .space import list_spaces, load_space, space_path
 
+    if args.name:
+        space = load_space(args.name)  # an unknown name or a bad file is one usage line
+        print(space.table())
+        print(f"file: {space_path(args.name)}")
+        return 0
     spaces = list_spaces()
     width = max(map(len, spaces))
     for name, desc in spaces.items():

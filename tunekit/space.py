@@ -24,7 +24,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["Entry", "SearchSpace", "load_space", "list_spaces", "lr_bounds_from_curve", "batch_centre", "batch_choices",
+__all__ = ["Entry", "SearchSpace", "load_space", "space_path", "list_spaces", "lr_bounds_from_curve", "batch_centre", "batch_choices",
            "reference_batch"]
 
 TRAIN_KEYS = {"lr", "warmup", "weight_decay", "schedule", "min_lr_ratio", "clip_grad_norm", "batch_size",
@@ -155,6 +155,25 @@ class SearchSpace:
     def fixed(self) -> dict[str, Any]:
         return {n: e.value for n, e in self.entries.items() if e.type == "fixed"}
 
+    def table(self) -> str:
+        """One line an entry: what it is, and where a seeded one's values come from."""
+        width = max((len(n) for n in self.entries), default=4)
+        lines = [f"{self.name}: {self.description}"] if self.description else [self.name]
+        for name, e in self.entries.items():
+            if e.seeded == "probe":
+                what = f"effective batches x {e.around_critical} around the critical batch (from the probe)"
+            elif e.seeded == "lr_find":
+                what = (f"log range from the range test's descent, +/- {e.margin:g} decades; {e.low:g}..{e.high:g} "
+                        f"without a confident range test; rescaled with the batch: {e.scale_with_batch}")
+            elif e.type in ("float", "int"):
+                what = f"{e.type} {e.low:g}..{e.high:g}" + (" (log)" if e.log else "")
+            elif e.type == "categorical":
+                what = f"one of {e.choices}"
+            else:
+                what = f"fixed at {e.value!r}"
+            lines.append(f"  {name:<{width}}  {what}")
+        return "\n".join(lines)
+
 
 def reference_batch(lr_find: Any) -> int | None:
     """The effective batch the LR range test ran at (None without a range test, or one saved without it)."""
@@ -242,6 +261,14 @@ def list_spaces() -> dict[str, str]:
         if f.name.endswith(".toml"):
             out[f.name[:-5]] = tomllib.loads(f.read_text()).get("description", "")
     return out
+
+
+def space_path(spec: str | Path) -> str:
+    """Where the space's file is: a shipped one inside the package, else the path given."""
+    spec_s = str(spec)
+    if spec_s.endswith(".toml") or "/" in spec_s:
+        return str(Path(spec_s).resolve())
+    return str(resources.files("tunekit.search_spaces") / f"{spec_s}.toml")
 
 
 def load_space(spec: str | Path) -> SearchSpace:
