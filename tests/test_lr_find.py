@@ -298,3 +298,17 @@ def test_frozen_param_group_stays_frozen() -> None:
     step = TrainStep(nn.Sequential(a, b), opt, LossComputer(nn.MSELoss(), None), device=torch.device("cpu"))
     step.set_lr(0.5)
     assert [g["lr"] for g in opt.param_groups] == [0.0, 0.5]
+
+
+def test_a_curve_without_a_finite_loss_says_so_in_its_plot() -> None:
+    import math
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from tunekit.lr_find import LRFindResult
+
+    r = LRFindResult(lrs=[1e-3], losses=[math.nan], smoothed=[], suggestions={}, default_rule="tunekit",
+                     suggestion=None, confidence=0.0, confident=False, reasons=[], diverged=True,
+                     diverged_at_lr=1e-3, seconds=0.0, settings={})
+    assert [t.get_text() for t in r.plot().texts] == ["no finite loss: the range test diverged at once"]

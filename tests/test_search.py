@@ -519,3 +519,12 @@ def test_a_search_result_prints_short_and_loads_back(tmp_path: Path) -> None:
     assert text.startswith("SearchResult(study='tunekit-regression-space', trials=2") and len(text) < 200
     back = type(r).from_json(tmp_path / "o" / "search.json")
     assert back.trials == r.trials and back.compute == r.compute == sum(t["samples"] for t in r.trials)
+
+
+def test_importances_from_a_few_trials_are_called_a_guess(tmp_path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    space = write_space(tmp_path, SMALL)
+    r = search(regression_task(), str(space), trials=3, max_steps=10, prune=False, device="cpu")
+    assert r.plot_importances().get_xlabel() == "importance (Optuna, 3 complete trials: a rough guess)"

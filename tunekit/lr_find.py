@@ -86,6 +86,9 @@ class LRFindResult(Result):
             lo, hi = min(finite), max(finite)
             first = finite[0]
             ax.set_ylim(lo - 0.1 * (first - lo + 1e-12), max(first, lo) + 0.5 * (first - lo + 1e-12) if first > lo else hi)
+        elif not any(math.isfinite(v) for v in self.losses):
+            ax.text(0.5, 0.5, "no finite loss: the range test diverged at once", ha="center", va="center",
+                    transform=ax.transAxes)
         ax.set_xlabel("learning rate")
         ax.set_ylabel("validation loss" if self.settings.get("loss_on") == "val" else "training loss")
         ax.set_title("LR range test")

@@ -182,12 +182,14 @@ class SearchResult(Result):
 
         ax = new_axes(ax)
         imp = self.importances()
+        n = sum(t["state"] == "COMPLETE" and t["value"] is not None for t in self.trials)
         if imp:
             names = list(imp)[::-1]
             ax.barh(names, [imp[n] for n in names], color="C2")
         else:
             ax.text(0.5, 0.5, "too few completed trials", ha="center", va="center", transform=ax.transAxes)
-        ax.set_xlabel("importance (Optuna)")
+        # A forest fitted to a handful of points says little: say so where it is read.
+        ax.set_xlabel(f"importance (Optuna, {n} complete trials{': a rough guess' if n < 10 else ''})")
         return ax
 
     def plot(self, ax: Any = None) -> Any:
