@@ -184,3 +184,16 @@ def test_param_group_lr_ratios_are_kept() -> None:
     step = _step(model, opt, 1)
     step.set_lr(0.5)
     assert [g["lr"] for g in opt.param_groups] == pytest.approx([0.5, 0.05])
+
+
+def test_results_print_one_short_line_and_a_table() -> None:
+    from tunekit import lr_find, probe
+
+    task = classification_task()
+    r = train(task, lr=1e-2, max_steps=10, eval_every=5, device="cpu")
+    assert repr(r).startswith("TrainResult(task='classification', lr=0.01, updates=10, final loss ") and len(repr(r)) < 120
+    assert r.table().splitlines()[-1].startswith("final val loss ") and "after 10 updates (320 samples)" in r.table()
+    lf = lr_find(task, steps=20, device="cpu")
+    assert repr(lf).startswith("LRFindResult(suggestion=") and len(repr(lf)) < 120
+    pr = probe(task, memory_budget="256MiB", device="cpu", throughput_points=2, noise_repeats=2)
+    assert repr(pr).startswith("ProbeResult(device='cpu', max_batch=") and len(repr(pr)) < 150

@@ -433,7 +433,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.clip_grad_norm is not None:
         overrides["clip_grad_norm"] = None if args.clip_grad_norm == "none" else args.clip_grad_norm
     result = train(task, progress=not args.quiet, **overrides)
-    print(format_train_summary(result))
+    print(result.table())
     if out is not None:
         result.to_json(out / "train.json")
         save_plot(result.plot, str(out / "train.png"))
@@ -441,37 +441,6 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def format_train_summary(result: Any, rows: int = 8) -> str:
-    """A short table of the curve: train loss averaged over each stretch, and evaluations."""
-    import numpy as np
-
-    cfg = result.config
-    lines = [
-        f"task {result.task}: lr {cfg['lr']:.3g}, {cfg['schedule']} after {cfg['warmup']} warmup, "
-        f"batch {cfg['batch_size']} x {cfg['accumulation_steps']} accumulation, {cfg['precision']}, {result.device}"
-    ]
-    evals = {int(e["step"]): e for e in result.evals}
-    n = len(result.losses)
-    if n:
-        edges = np.unique(np.linspace(0, n, min(rows, n) + 1).astype(int))
-        lines.append(f"{'update':>8} {'lr':>10} {'train loss':>11} {'val loss':>9} {'val acc':>8}")
-        for lo, hi in zip(edges[:-1], edges[1:]):
-            step = result.steps[hi - 1] + 1
-            ev = evals.get(step) or {}
-            val = f"{ev['loss']:.4f}" if "loss" in ev else ""
-            acc = f"{ev['accuracy']:.3f}" if "accuracy" in ev else ""
-            lines.append(f"{step:>8} {result.lrs[hi - 1]:>10.3g} {np.mean(result.losses[lo:hi]):>11.4f} {val:>9} {acc:>8}")
-    if result.diverged:
-        lines.append(f"DIVERGED at update {result.diverged_at}: the loss became non-finite; try a lower --lr")
-    else:
-        last = result.evals[-1] if result.evals else {}
-        final = f"val loss {last['loss']:.4f}" if last else f"train loss {result.final_loss:.4f}"
-        if "accuracy" in last:
-            final += f", val accuracy {last['accuracy']:.3f}"
-        lines.append(f"final {final} after {result.updates} updates ({result.samples} samples) in {result.seconds:.1f}s")
-    if result.skipped_steps:
-        lines.append(f"{result.skipped_steps} steps skipped by the fp16 GradScaler (not counted as updates)")
-    return "\n".join(lines)
 
 
 def _join_negative_values(argv: Sequence[str]) -> list[str]:

@@ -59,6 +59,11 @@ class LRFindResult(Result):
     repeats: list[dict[str, Any]] = field(default_factory=list)
     lr_range: Optional[tuple[float, float]] = None
 
+    def __repr__(self) -> str:  # the curves run to kilobytes: table() has the detail
+        sugg = "none" if self.suggestion is None else f"{self.suggestion:.3g}"
+        return (f"LRFindResult(suggestion={sugg}, confident={self.confident}, points={len(self.lrs)}, "
+                f"samples={self.samples})")
+
     def plot(self, ax: Any = None) -> Any:
         """Loss against LR on a log axis, with the suggestions marked; returns the Axes."""
         from .plotting import new_axes

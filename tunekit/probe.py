@@ -93,6 +93,11 @@ class ProbeResult(Result):
     def predicted_peak(self, batch: int) -> float:
         return self.memory_model().peak(batch)
 
+    def __repr__(self) -> str:  # the memory model and timings run long: table() has the detail
+        crit = "none" if self.critical_batch is None else f"{self.critical_batch:.0f}"
+        return (f"ProbeResult(device={self.device!r}, max_batch={self.max_batch}, knee_batch={self.knee_batch}, "
+                f"critical_batch={crit}, samples={self.samples})")
+
     def plot(self, ax: Any = None) -> Any:
         """Predicted peak memory against batch size with the budget, and throughput on a second axis."""
         from .plotting import new_axes

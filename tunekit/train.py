@@ -143,6 +143,40 @@ class TrainResult(Result):
         tail = self.losses[-10:]
         return float(np.mean(tail)) if tail else math.nan
 
+    def table(self, rows: int = 8) -> str:
+        """A short table of the curve: train loss averaged over each stretch, and evaluations."""
+        cfg = self.config
+        lines = [
+            f"task {self.task}: lr {cfg['lr']:.3g}, {cfg['schedule']} after {cfg['warmup']} warmup, "
+            f"batch {cfg['batch_size']} x {cfg['accumulation_steps']} accumulation, {cfg['precision']}, {self.device}"
+        ]
+        evals = {int(e["step"]): e for e in self.evals}
+        n = len(self.losses)
+        if n:
+            edges = np.unique(np.linspace(0, n, min(rows, n) + 1).astype(int))
+            lines.append(f"{'update':>8} {'lr':>10} {'train loss':>11} {'val loss':>9} {'val acc':>8}")
+            for lo, hi in zip(edges[:-1], edges[1:]):
+                step = self.steps[hi - 1] + 1
+                ev = evals.get(step) or {}
+                val = f"{ev['loss']:.4f}" if "loss" in ev else ""
+                acc = f"{ev['accuracy']:.3f}" if "accuracy" in ev else ""
+                lines.append(f"{step:>8} {self.lrs[hi - 1]:>10.3g} {np.mean(self.losses[lo:hi]):>11.4f} {val:>9} {acc:>8}")
+        if self.diverged:
+            lines.append(f"DIVERGED at update {self.diverged_at}: the loss became non-finite; try a lower --lr")
+        else:
+            last = self.evals[-1] if self.evals else {}
+            final = f"val loss {last['loss']:.4f}" if last else f"train loss {self.final_loss:.4f}"
+            if "accuracy" in last:
+                final += f", val accuracy {last['accuracy']:.3f}"
+            lines.append(f"final {final} after {self.updates} updates ({self.samples} samples) in {self.seconds:.1f}s")
+        if self.skipped_steps:
+            lines.append(f"{self.skipped_steps} steps skipped by the fp16 GradScaler (not counted as updates)")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:  # the curves run to kilobytes: table() has the detail
+        state = f"diverged at update {self.diverged_at}" if self.diverged else f"final loss {self.final_loss:.4g}"
+        return f"TrainResult(task={self.task!r}, lr={self.config.get('lr'):.3g}, updates={self.updates}, {state})"
+
     def plot(self, ax: Any = None) -> Any:
         """Training loss (and validation loss) against optimizer updates; returns the Axes."""
         from .plotting import new_axes
