@@ -279,7 +279,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (default)")
     p.add_argument("--seed", type=_seed, default=0, help="seed of the model's weights and the data order (default 0)")
     p.add_argument("--eval-every", type=int, help="evaluate on validation data every N updates")
-    p.add_argument("--out", metavar="DIR", help="write DIR/train.json and DIR/train.png")
+    p.add_argument("--out", metavar="DIR", default="tunekit_runs",
+                   help="where to write train.json and train.png (default tunekit_runs)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_train)
     return parser
@@ -439,8 +440,6 @@ def cmd_train(args: argparse.Namespace) -> int:
         save_plot(result.plot, str(out / "train.png"))
         print(f"wrote {out / 'train.json'} and {out / 'train.png'}")
     return 0
-
-
 
 
 def _join_negative_values(argv: Sequence[str]) -> list[str]:
