@@ -13,6 +13,7 @@ pytest.importorskip("ray")
 
 from tunekit import SearchResult  # noqa: E402
 
+from .test_cli import ROOT  # noqa: E402
 from .test_cli import tunekit as run_cli  # noqa: E402
 from .test_search import SMALL, kill_then_resume, write_space  # noqa: E402
 
@@ -40,7 +41,8 @@ def test_join_a_real_local_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         space = write_space(tmp_path, SMALL)
         r = run_cli("search", "--task", "tests.tasks:regression_task", "--space", str(space), "--trials", "3",
                     "--budget", "160samples", "--no-prune", "--device", "cpu", "--backend", "ray", "--address", address,
-                    "--storage-path", str(tmp_path / "shared"), "--out", str(tmp_path / "out"), "--quiet")
+                    "--storage-path", str(tmp_path / "shared"), "--out", str(tmp_path / "out"), "--quiet",
+                    cwd=ROOT)  # the cluster's workers find tests.tasks through the driver's folder
         assert r.returncode == 0, r.stderr[-3000:]
         assert "Configuration for experiment" not in r.stdout + r.stderr  # Ray's tables stay off the console
         res = SearchResult.from_json(tmp_path / "out" / "search.json")
