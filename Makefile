@@ -1,6 +1,7 @@
 # All set-up happens here, so each of the README's two commands works on a fresh clone.
 #   make run   set up, then run the main job (tunekit lr-find) on a built-in task
-#   make test  set up, then run the tests
+#   make test  set up, then run the tests (all of them; make test-fast leaves out the slow ones:
+#              Ray, subprocesses, kill-and-resume)
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
@@ -11,7 +12,7 @@ STAMP  := $(VENV)/.installed
 TORCH_CPU   ?= torch==2.13.0
 TORCH_INDEX ?=
 
-.PHONY: setup run test bench clean
+.PHONY: setup run test test-fast bench clean
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml Makefile
@@ -30,6 +31,9 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not slow"
 
 bench: $(STAMP)
 	$(PY) benchmarks/step_overhead.py

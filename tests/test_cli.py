@@ -8,6 +8,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
+pytestmark = pytest.mark.slow  # each test runs the CLI in a subprocess
+
 
 def tunekit(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     """`python -m tunekit ARGS`, in a temporary folder (where its default tunekit_runs/ lands) unless told,

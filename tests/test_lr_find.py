@@ -222,6 +222,7 @@ def test_bad_arguments(kwargs: dict, pattern: str) -> None:
         lr_find(task, device="cpu", **kwargs)
 
 
+@pytest.mark.slow  # a subprocess
 def test_cli_lr_find_writes_files(tmp_path: Path) -> None:
     r = run_cli("lr-find", "--steps", "30", "--out", str(tmp_path), "--quiet")
     assert r.returncode == 0, r.stderr
@@ -243,6 +244,7 @@ def test_cli_lr_find_writes_files(tmp_path: Path) -> None:
         (["--task", "nope"], "unknown task 'nope'"),
     ],
 )
+@pytest.mark.slow  # a subprocess
 def test_cli_lr_find_usage_errors(args: list[str], needle: str, tmp_path: Path) -> None:
     r = run_cli("lr-find", "--out", str(tmp_path), *args)
     assert r.returncode == 2

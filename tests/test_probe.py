@@ -224,6 +224,7 @@ def test_probe_result_round_trip_and_plot(tmp_path: Path) -> None:
     assert r._repr_png_()[:4] == b"\x89PNG"
 
 
+@pytest.mark.slow  # a subprocess
 def test_cli_probe(tmp_path: Path) -> None:
     r = run_cli("probe", "--memory-budget", "2GiB", "--out", str(tmp_path), "--quiet")
     assert r.returncode == 0, r.stderr
@@ -235,6 +236,7 @@ def test_cli_probe(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("args, needle", [(["--memory-budget", "lots"], "memory size 'lots'"),
                                           (["--memory-budget", "1KiB"], "does not fit even at batch 1")])
+@pytest.mark.slow  # a subprocess
 def test_cli_probe_usage_errors(args: list[str], needle: str, tmp_path: Path) -> None:
     r = run_cli("probe", "--out", str(tmp_path), "--quiet", *args)
     assert r.returncode == 2

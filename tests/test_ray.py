@@ -9,6 +9,8 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
+pytestmark = pytest.mark.slow  # Ray instances and Tune runs
+
 
 from tunekit import UsageError, search  # noqa: E402
 from tunekit.search.ray.backend import DONE_KEY, ERROR_KEY, _recorder, _scheduler, _searcher, check_packing, trainable  # noqa: E402

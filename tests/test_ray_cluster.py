@@ -17,6 +17,8 @@ from .test_cli import ROOT  # noqa: E402
 from .test_cli import tunekit as run_cli  # noqa: E402
 from .test_search import SMALL, kill_then_resume, write_space  # noqa: E402
 
+pytestmark = pytest.mark.slow  # real Ray clusters and kill-resume
+
 
 def _free_port() -> int:
     import socket

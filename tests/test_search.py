@@ -287,10 +287,12 @@ def kill_then_resume(tmp_path: Path, extra: list[str], deadline_s: float = 120) 
     return after
 
 
+@pytest.mark.slow  # kill and resume
 def test_resume_after_the_process_is_killed(tmp_path: Path) -> None:
     kill_then_resume(tmp_path, [])
 
 
+@pytest.mark.slow  # a subprocess
 def test_cli_search_usage_errors(tmp_path: Path) -> None:
     bad = write_space(tmp_path, '[lr]\ntype = "float"\nlow = 1\nhigh = 0.5\n')
     for args, needle in ((["--space", str(bad)], "entry [lr] has low 1 >= high 0.5"),
@@ -308,6 +310,7 @@ def test_cli_search_usage_errors(tmp_path: Path) -> None:
         assert len(lines) == 1 and needle in lines[0], r.stderr
 
 
+@pytest.mark.slow  # a subprocess
 def test_cli_search_with_a_budget_in_epochs(tmp_path: Path) -> None:
     space = write_space(tmp_path, SMALL)
     r = run_cli("search", "--task", "tests.tasks:regression_task", "--space", str(space), "--trials", "2",
@@ -318,6 +321,7 @@ def test_cli_search_with_a_budget_in_epochs(tmp_path: Path) -> None:
     assert [t["samples"] for t in res["trials"]] == [128, 128] and "epochs" in r.stdout
 
 
+@pytest.mark.slow  # a subprocess
 def test_report_redraws(tmp_path: Path) -> None:
     space = write_space(tmp_path, SMALL)
     search(regression_task(), str(space), trials=3, max_steps=10, device="cpu", out=tmp_path / "s")
@@ -477,6 +481,7 @@ def test_one_directory_holds_one_study(tmp_path: Path) -> None:
         search(regression_task(), str(space), trials=2, max_steps=20, device="cpu", out=tmp_path / "o", resume=True)
 
 
+@pytest.mark.slow  # a subprocess
 def test_cli_search_takes_fixed_task_settings(tmp_path: Path) -> None:
     """--set KEY=VALUE fixes a task setting for every trial (and the probes)."""
     space = write_space(tmp_path, SMALL)
