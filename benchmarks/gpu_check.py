@@ -1,0 +1,148 @@
+"""A self-check of tunekit's CUDA paths, for when a GPU is at hand.
+
+Each check prints PASS or FAIL with its figures; the script exits 1 if any
+fails, and 0 with one SKIP line where there is no CUDA device.
+
+1. fp16 with a GradScaler: a step the scaler skips is not counted as an update,
+   and the range test still gives a finite, confident-or-not suggestion.
+2. A real out-of-memory error in the largest-batch search: caught by its type,
+   the next try smaller, and the allocated memory back to its baseline.
+3. The probe's predicted peak against torch.cuda.max_memory_allocated of one
+   real step, at 3 batch sizes, within 5%.
+4. A fractional-GPU packing that the real GPU's memory cannot hold is refused.
+5. Ray trials on 2 logical slices of one GPU: each trial trains on CUDA.
+
+    python benchmarks/gpu_check.py
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import hardware  # noqa: E402
+
+import tunekit  # noqa: E402
+
+
+def check_fp16_scaler() -> str:
+    task = tunekit.load_task("shapes")
+    r = tunekit.train(task, lr=3e-3, max_steps=30, precision="fp16", device="cuda")
+    # A scale of 2**40 overflows fp16 gradients at once: the first steps are skipped, and retried
+    # at the same LR without being counted as points of the sweep.
+    scaler = torch.amp.GradScaler("cuda", init_scale=2.0**40)
+    lf = tunekit.lr_find(task, steps=50, precision="fp16", device="cuda", scaler=scaler)
+    ok = r.updates == 30 and lf.skipped_steps > 0 and 10 < len(lf.losses) <= 51
+    return _verdict(ok, f"train: {r.updates} of 30 updates, {r.skipped_steps} skipped; range test: {len(lf.losses)} "
+                        f"points, {lf.skipped_steps} skipped, suggestion {lf.suggestion}")
+
+
+def check_real_oom() -> str:
+    from tunekit.probe import _largest_batch, _Run  # the stage itself, with a step that really allocates
+
+    dev = torch.device("cuda")
+    free, total = torch.cuda.mem_get_info(dev)
+    base = torch.cuda.memory_allocated(dev)
+    per_sample = 64 * 2**20  # 64 MiB a sample: 0.5 GiB of budget holds 7
+    budget = base + 512 * 2**20
+
+    class Step:
+        def __call__(self, batches: Any) -> None:
+            n = len(batches[0][0])
+            x = torch.empty(n * per_sample // 4, dtype=torch.float32, device=dev)
+            del x
+
+    class Sub:
+        model = torch.nn.Linear(1, 1)
+        optimizer = None
+
+    class Snap:
+        def restore(self) -> None:
+            pass
+
+    data = torch.utils.data.TensorDataset(torch.zeros(64, 1), torch.zeros(64))
+    run = _Run(Sub(), data, dev, Snap(), lambda m, o: Step(), {}, None, 0, 1)
+    confirmed, tried = _largest_batch(run, predicted=16, budget=budget)
+    after = torch.cuda.memory_allocated(dev)
+    ok = confirmed >= 1 and any(not t["ok"] for t in tried) and after == base
+    return _verdict(ok, f"tried {[(t['batch'], t['ok']) for t in tried]}, confirmed {confirmed}; allocated "
+                        f"{base} before, {after} after ({free / 2**30:.1f} of {total / 2**30:.1f} GiB free)")
+
+
+def check_memory_model() -> str:
+    from probe_accuracy import measure, predict
+
+    ratios = {}
+    for batch in (64, 256, 1024):
+        measured = measure("shapes", batch, "fp32", "cuda")["measured"]
+        ratios[batch] = predict("shapes", batch, "fp32", "cuda") / measured
+    ok = all(abs(r - 1) <= 0.05 for r in ratios.values())
+    return _verdict(ok, "predicted / measured peak: " + ", ".join(f"batch {b}: {r:.3f}" for b, r in ratios.items()))
+
+
+def check_packing_refused() -> str:
+    task = tunekit.load_task("shapes")
+    pr = tunekit.probe(task, device="cuda", throughput_points=0, noise_repeats=0)
+    need = pr.predicted_peak(pr.max_batch)  # the largest batch that fits: one trial fills the GPU
+    from tunekit.search.ray import check_packing
+
+    try:
+        check_packing(0.25, need, pr.usable_bytes, f"micro-batch {pr.max_batch}")
+    except tunekit.UsageError as exc:
+        return _verdict(True, f"refused: {exc}")
+    return _verdict(False, f"4 trials of {need / 2**30:.2f} GiB were let onto {pr.usable_bytes / 2**30:.2f} GiB")
+
+
+def check_ray_slices() -> str:
+    import ray
+
+    with tempfile.TemporaryDirectory() as out:
+        r = tunekit.search("shapes", "from_scratch", trials=4, max_steps=40, backend="ray", gpus_per_trial=0.5,
+                           cpus_per_trial=1, out=out, ray_init={"num_gpus": 1, "num_cpus": 4})
+    if ray.is_initialized():
+        ray.shutdown()
+    devices = [t.get("worker", {}).get("device") for t in r.trials]
+    gpus = [tuple(t.get("worker", {}).get("gpu_ids") or ()) for t in r.trials]
+    ok = len(r.trials) == 4 and all(d == "cuda" for d in devices) and all(g == ("0",) for g in gpus)
+    return _verdict(ok, f"trials on {devices}, GPU ids {gpus}, states {[t['state'] for t in r.trials]}")
+
+
+def _verdict(ok: bool, figures: str) -> str:
+    return f"{'PASS' if ok else 'FAIL'}  {figures}"
+
+
+CHECKS: dict[str, Callable[[], str]] = {
+    "fp16 GradScaler: skipped steps not counted": check_fp16_scaler,
+    "a real OOM in the largest-batch search": check_real_oom,
+    "memory model against max_memory_allocated": check_memory_model,
+    "packing refused against real GPU memory": check_packing_refused,
+    "Ray trials on 2 slices of one GPU": check_ray_slices,
+}
+
+
+def main() -> int:
+    print(f"hardware: {hardware()}")
+    if not torch.cuda.is_available():
+        print("SKIP  no CUDA device: nothing to check here")
+        return 0
+    failed = 0
+    for name, check in CHECKS.items():
+        try:
+            line = check()
+        except Exception as exc:  # a check that crashes is a failure, with its reason
+            line = f"FAIL  {type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}"
+        failed += line.startswith("FAIL")
+        print(f"{name}: {line}", flush=True)
+    print(f"{len(CHECKS) - failed}/{len(CHECKS)} checks passed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
