@@ -533,3 +533,23 @@ def test_importances_from_a_few_trials_are_called_a_guess(tmp_path: Path) -> Non
     space = write_space(tmp_path, SMALL)
     r = search(regression_task(), str(space), trials=3, max_steps=10, prune=False, device="cpu")
     assert r.plot_importances().get_xlabel() == "importance (Optuna, 3 complete trials: a rough guess)"
+
+
+@pytest.mark.slow  # subprocesses
+def test_the_best_config_reruns_exactly(tmp_path: Path) -> None:
+    """`tunekit train --config DIR/search.json` trains the best trial again and gets its value, to the bit."""
+    space = write_space(tmp_path, SMALL)
+    out = tmp_path / "s"
+    r = run_cli("search", "--task", "tests.tasks:regression_task", "--space", str(space), "--trials", "3",
+                "--max-steps", "20", "--device", "cpu", "--out", str(out), "--quiet")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert f"tunekit train --config {out}/search.json" in r.stdout
+    best = json.loads((out / "search.json").read_text())["best_value"]
+    again = run_cli("train", "--config", str(out / "search.json"), "--out", str(tmp_path / "t"), "--quiet")
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert json.loads((tmp_path / "t" / "train.json").read_text())["evals"][-1]["loss"] == best
+    assert "(the same)" in again.stdout
+    refused = run_cli("train", "--config", str(out), "--lr", "0.1", "--quiet")
+    assert refused.returncode == 2 and "--lr would change it" in refused.stderr
+    missing = run_cli("train", "--config", str(out), "--trial", "99", "--quiet")
+    assert missing.returncode == 2 and "has no trial 99" in missing.stderr

@@ -279,6 +279,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (default)")
     p.add_argument("--seed", type=_seed, default=0, help="seed of the model's weights and the data order (default 0)")
     p.add_argument("--eval-every", type=int, help="evaluate on validation data every N updates")
+    p.add_argument("--config", metavar="SEARCH_JSON", help="re-run a search's trial exactly: DIR/search.json (its best "
+                   "trial, or --trial N); other settings are refused")
+    p.add_argument("--trial", type=int, metavar="N", help="with --config: the trial to re-run (default: the best)")
     p.add_argument("--out", metavar="DIR", default="tunekit_runs",
                    help="where to write train.json and train.png (default tunekit_runs)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -388,6 +391,8 @@ def cmd_search(args: argparse.Namespace) -> int:
                     storage_path=args.storage_path)
     print(result.table())
     print(f"search took {result.seconds:.1f}s; wrote {out}/search.json, trials.csv, search.png; study '{result.study_name}' in {result.storage}")
+    if result.best_value is not None:
+        print(f"re-run the best trial exactly: tunekit train --config {out}/search.json")
     return 0
 
 
@@ -427,19 +432,52 @@ def cmd_train(args: argparse.Namespace) -> int:
     from .train import train
 
     out = _out_dir(args.out)
-    task = _load(args)
     keys = ("lr", "max_steps", "batch_size", "accumulation_steps", "warmup", "schedule", "min_lr_ratio",
-            "weight_decay", "precision", "device", "seed", "eval_every")
-    overrides = {k: getattr(args, k) for k in keys if getattr(args, k) is not None}
+            "weight_decay", "precision", "seed", "eval_every")
+    overrides = {k: getattr(args, k) for k in keys if getattr(args, k) is not None and k != "seed"}
     if args.clip_grad_norm is not None:
         overrides["clip_grad_norm"] = None if args.clip_grad_norm == "none" else args.clip_grad_norm
-    result = train(task, progress=not args.quiet, **overrides)
+    if args.config:
+        task, config, trial = _from_search(args, overrides)
+    else:
+        if args.trial is not None:
+            raise UsageError("--trial goes with --config DIR/search.json: add it, or drop --trial")
+        task, config, trial = _load(args), {**overrides, "seed": args.seed, "device": args.device}, None
+    result = train(task, config, progress=not args.quiet)
     print(result.table())
+    if trial is not None:
+        same = "the same" if result.final_loss == trial["value"] else "NOT the same"
+        print(f"trial {trial['number']} of the search: value {trial['value']}; this run: {result.final_loss} ({same})")
     if out is not None:
         result.to_json(out / "train.json")
         save_plot(result.plot, str(out / "train.png"))
         print(f"wrote {out / 'train.json'} and {out / 'train.png'}")
     return 0
+
+
+def _from_search(args: argparse.Namespace, overrides: dict[str, Any]) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+    """(the task, the training config, the trial) of a search's trial, for an exact re-run."""
+    from .loading import load_task
+    from .search import SearchResult
+
+    if overrides or args.task_config:
+        flag = "--" + next(iter(overrides)).replace("_", "-") if overrides else "--set"
+        raise UsageError(f"--config re-runs a trial exactly: {flag} would change it; drop it, or train without --config")
+    path = Path(args.config)
+    if path.is_dir():
+        path = path / "search.json"
+    if not path.is_file():
+        raise UsageError(f"--config '{args.config}' does not exist: give a search's DIR/search.json")
+    try:
+        result = SearchResult.from_json(path)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"--config '{path}' is not a search.json of this tunekit ({exc})") from None
+    trial = result.trial(args.trial)
+    spec = args.task or result.task
+    if spec is None:
+        raise UsageError("the search ran a Task object, not a spec: give the same task with --task")
+    config = {**trial["config"], "device": args.device}
+    return load_task(spec, trial.get("task_config") or None), config, trial
 
 
 def _join_negative_values(argv: Sequence[str]) -> list[str]:

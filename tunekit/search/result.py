@@ -16,6 +16,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from ..errors import UsageError
 from ..results import Result
 
 __all__ = ["SearchResult", "write_report"]
@@ -37,6 +38,7 @@ class SearchResult(Result):
     seed_params: dict[str, Any]
     distributions: dict[str, str]
     budget: dict[str, Any] = field(default_factory=dict)
+    task: Optional[str] = None  # the task's spec, when the search was given one (what `tunekit train --config` loads)
     plan: dict[str, Any] = field(default_factory=dict)
     probe_samples: int = 0
     seconds: float = 0.0
@@ -67,6 +69,19 @@ class SearchResult(Result):
     @property
     def unit(self) -> str:
         return str(self.budget.get("unit", "samples"))
+
+    def trial(self, number: Optional[int] = None) -> dict[str, Any]:
+        """Trial ``number``, or the best complete one."""
+        if number is None:
+            best = _best(self.trials)
+            if best is None:
+                raise UsageError(f"study '{self.study_name}' has no complete trial to re-run: pass --trial N")
+            return best
+        for t in self.trials:
+            if t["number"] == number:
+                return t
+        raise UsageError(f"study '{self.study_name}' has no trial {number}: give one of "
+                         f"{', '.join(str(t['number']) for t in self.trials)}")
 
     def write_csv(self, path: str | Path) -> None:
         keys = sorted({k for t in self.trials for k in t.get("params", {})})

@@ -155,7 +155,7 @@ def search(
                           max_failures=max_failures, address=address, storage_path=storage_path, **(ray_init or {})))
     finally:
         result = _result(study, name, store, storage, sp, dists, seed_params, bud, plan, probes, seed, sampler_seed,
-                         time.perf_counter() - start)
+                         time.perf_counter() - start, task if isinstance(task, str) else None)
         if out_dir is not None:
             write_report(result, out_dir)
     return result
@@ -469,7 +469,7 @@ def _best_trial(study: Any) -> Any:
 
 def _result(study: Any, name: str, store: Any, storage: Optional[str], sp: SearchSpace, dists: dict[str, Any],
             seed_params: dict[str, Any], bud: Budget, plan: Plan, probes: _Probes, seed: int, sampler_seed: int,
-            seconds: float) -> SearchResult:
+            seconds: float, task_spec: Optional[str]) -> SearchResult:
     import optuna
 
     trials = trial_dicts(study)
@@ -481,7 +481,7 @@ def _result(study: Any, name: str, store: Any, storage: Optional[str], sp: Searc
         direction="minimize", best_value=best["value"] if best else None, best_params=best["params"] if best else {},
         best_config=best["config"] if best else {}, trials=trials, seed_params=seed_params,
         distributions={n: optuna.distributions.distribution_to_json(d) for n, d in dists.items()},
-        budget=bud.to_dict(), plan=plan.to_dict(), probe_samples=probes.samples, seconds=seconds, seed=seed,
+        budget=bud.to_dict(), task=task_spec, plan=plan.to_dict(), probe_samples=probes.samples, seconds=seconds, seed=seed,
         sampler_seed=sampler_seed,
         lr_find={"suggestion": lf.suggestion, "samples": lf.samples,
                  "lr_bounds": list(lr_bounds_from_curve(lf, sp.entries["lr"].margin))}

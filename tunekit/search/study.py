@@ -165,7 +165,8 @@ def trial_dicts(study: Any) -> list[dict[str, Any]]:
         ua = t.user_attrs
         d: dict[str, Any] = {
             "number": t.number, "state": t.state.name, "value": t.value, "params": dict(t.params),
-            "config": ua.get("config", {}), "curve": ua.get("curve", []), "samples": ua.get("samples"),
+            "config": ua.get("config", {}), "task_config": ua.get("task_config", {}), "curve": ua.get("curve", []),
+            "samples": ua.get("samples"),
             "updates": ua.get("updates"), "micro_batch": ua.get("micro_batch"),
             "accumulation_steps": ua.get("accumulation_steps"), "effective_batch": ua.get("effective_batch"),
             "seconds": ua.get("seconds"), "diverged": bool(ua.get("diverged", False)),

@@ -57,7 +57,7 @@ class Outcome:
 
 def start_attrs(cfg: TrialConfig) -> dict[str, Any]:
     """What a trial records as it starts: the run it trains (the LR as trained) and its batch split."""
-    return {"config": {k: v for k, v in cfg.train.items() if k != "device"},
+    return {"config": {k: v for k, v in cfg.train.items() if k != "device"}, "task_config": dict(cfg.task),
             "micro_batch": int(cfg.train["batch_size"]), "accumulation_steps": int(cfg.train["accumulation_steps"]),
             "effective_batch": cfg.effective_batch}
 
