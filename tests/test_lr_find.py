@@ -314,3 +314,14 @@ def test_a_curve_without_a_finite_loss_says_so_in_its_plot() -> None:
                      suggestion=None, confidence=0.0, confident=False, reasons=[], diverged=True,
                      diverged_at_lr=1e-3, seconds=0.0, settings={})
     assert [t.get_text() for t in r.plot().texts] == ["no finite loss: the range test diverged at once"]
+
+
+@pytest.mark.slow  # a subprocess
+def test_cli_repeats_summary_counts_every_run(tmp_path: Path) -> None:
+    from .test_cli import tunekit as run_cli
+
+    r = run_cli("lr-find", "--steps", "20", "--repeats", "2", "--out", str(tmp_path), "--quiet")
+    assert r.returncode == 0, r.stderr[-2000:]
+    result = json.loads((tmp_path / "lr_find.json").read_text())
+    line = next(ln for ln in r.stdout.splitlines() if " samples over 2 runs " in ln)
+    assert line.startswith(f"{result['samples']} samples over 2 runs ({len(result['losses'])} updates in the first)")

@@ -553,3 +553,15 @@ def test_the_best_config_reruns_exactly(tmp_path: Path) -> None:
     assert refused.returncode == 2 and "--lr would change it" in refused.stderr
     missing = run_cli("train", "--config", str(out), "--trial", "99", "--quiet")
     assert missing.returncode == 2 and "has no trial 99" in missing.stderr
+
+
+@pytest.mark.slow  # subprocesses
+def test_report_prints_no_optuna_log_and_probes_are_written_with_their_plots(tmp_path: Path) -> None:
+    out = tmp_path / "s"
+    r = run_cli("search", "--task", "tests.tasks:classification_task", "--trials", "4", "--max-steps", "40",
+                "--device", "cpu", "--out", str(out), "--quiet")
+    assert r.returncode == 0, r.stderr[-2000:]
+    for name in ("lr_find", "probe"):  # each JSON with its plot, as the standalone commands write them
+        assert (out / f"{name}.json").is_file() and (out / f"{name}.png").stat().st_size > 1000
+    rep = run_cli("report", str(out))
+    assert rep.returncode == 0 and "A new study created" not in rep.stderr + rep.stdout and rep.stderr == ""
