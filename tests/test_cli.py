@@ -136,3 +136,11 @@ def test_spaces_name_shows_the_entries_and_the_file() -> None:
     assert any(ln.split()[0] == "min_lr_ratio" and "fixed at 0.1" in ln for ln in lines[1:])
     bad = tunekit("spaces", "nope")
     assert bad.returncode == 2 and "unknown space 'nope'" in bad.stderr
+
+
+def test_a_failed_command_leaves_no_empty_output_folder(tmp_path: Path) -> None:
+    r = tunekit("train", "--task", "nope", "--out", str(tmp_path / "new" / "out"))
+    assert r.returncode == 2 and not (tmp_path / "new").exists()
+    (tmp_path / "kept").mkdir()
+    r = tunekit("train", "--task", "nope", "--out", str(tmp_path / "kept"))
+    assert r.returncode == 2 and (tmp_path / "kept").is_dir()  # a folder that was there stays

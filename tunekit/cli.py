@@ -308,17 +308,30 @@ def _load(args: argparse.Namespace) -> Any:
     return load_task(args.task or DEFAULT_TASK, _task_config(args.task_config))
 
 
+# Output folders this process created: a command that fails leaves none of them behind empty.
+_CREATED: list[Path] = []
+
+
 def _out_dir(path: str | None) -> Path | None:
     if path is None:
         return None
     out = Path(path)
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {path!r} is a file, not a directory: give a directory path")
+    _CREATED.extend(p for p in reversed([out, *out.parents]) if not p.exists())
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"--out {path!r} cannot be created ({exc.strerror}): give a writable directory") from None
     return out
+
+
+def _remove_empty_outputs() -> None:
+    for out in reversed(_CREATED):
+        try:
+            out.rmdir()  # only an empty folder: anything written there stays
+        except OSError:
+            pass
 
 
 def cmd_lr_find(args: argparse.Namespace) -> int:
@@ -499,6 +512,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "command", None):
         parser.print_help()
         return 2
+    code = 1
+    try:
+        code = _run(args)
+    except BaseException:
+        code = 1
+        raise
+    finally:
+        if code != 0:
+            _remove_empty_outputs()  # a failed command leaves no empty --out folder behind
+        _CREATED.clear()
+    return code
+
+
+def _run(args: argparse.Namespace) -> int:
+    """The command, with its errors said the way the CLI says them."""
     try:
         return int(args.func(args))
     except UsageError as exc:
