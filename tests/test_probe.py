@@ -17,7 +17,7 @@ from tunekit.sizes import parse_size
 from tunekit.step import TrainStep
 from tunekit.task import LossComputer
 
-from .tasks import MLP
+from .tasks import MLP, classification_task
 from .test_cli import tunekit as run_cli
 
 CPU = torch.device("cpu")
@@ -298,3 +298,18 @@ def test_plan_batches_never_invents_a_speed() -> None:
     assert by_micro[8] == pytest.approx(100.0) and by_micro[32] == pytest.approx(400.0) and 100.0 < by_micro[16] < 400.0
     assert math.isnan(by_micro[4]) and math.isnan(by_micro[64]) and math.isnan(by_micro[1])
     assert [p["micro_batch"] for p in plan][:3] == [32, 16, 8]  # timed (or between timed) first, fastest first
+
+
+def test_the_probe_says_when_its_answers_are_not_to_be_trusted() -> None:
+    """A noise scale measured on an untrained model in hand is flagged, and so are noisy timings."""
+    from tunekit.probe import _warnings
+
+    task = classification_task()
+    model = task.make_model(0)
+    r = probe(model, task.train_data, nn.CrossEntropyLoss(), memory_budget="256MiB", device="cpu",
+              throughput_points=2, noise_repeats=4)
+    assert any("without training it first" in w for w in r.warnings) and "WARNING: the noise scale" in r.table()
+    assert all("spread" in t for t in r.throughput)
+    fine = _warnings([{"batch": 8, "samples_per_s": 1.0, "spread": 0.05}], None, 50)
+    noisy = _warnings([{"batch": 8, "samples_per_s": 1.0, "spread": 0.6}], None, 50)
+    assert fine == [] and "timings spread by up to 60% (at batch 8)" in noisy[0]

@@ -75,6 +75,7 @@ class ProbeResult(Result):
     settings: dict[str, Any] = field(default_factory=dict)
     updates: int = 0  # every real optimizer update the probe ran
     samples: int = 0  # the training samples those updates drew (the probe's compute cost)
+    warnings: list[str] = field(default_factory=list)  # where an answer is not to be trusted, and why
 
     @property
     def real_steps(self) -> int:
@@ -152,6 +153,8 @@ class ProbeResult(Result):
                 mark = "  <- knee" if t["batch"] == self.knee_batch else ""
                 lines.append(f"{t['batch']:>8} {t['samples_per_s']:>10.1f}{mark}")
             lines.append(f"fastest batch {self.fastest_batch}; knee (within 5% of the best) {self.knee_batch}")
+        for w in self.warnings:
+            lines.append(f"WARNING: {w}")
         if self.critical_batch is not None and self.critical_batch_range is not None:
             lo, hi = self.critical_batch_range
             lines.append(f"critical batch (gradient noise scale B_simple): {self.critical_batch:.0f} "
@@ -340,6 +343,7 @@ def probe(
     critical = noise["b_simple"] if noise and math.isfinite(noise["b_simple"]) else None
     crit_range = (noise["low"], noise["high"]) if critical is not None else None
     plan, lr_scaling = _plan(target_batch, critical, confirmed, throughput, mm, lr, lr_batch)
+    warnings = _warnings(throughput, noise, noise_warmup)
     bar.close()
     return ProbeResult(
         device=str(dev), precision=sub.precision, accumulation_steps=accumulation_steps,
@@ -348,8 +352,26 @@ def probe(
         throughput=throughput, knee_batch=knee, fastest_batch=fastest, critical_batch=critical,
         critical_batch_range=crit_range, noise=noise, plan=plan, lr_scaling=lr_scaling, dataset_size=n_data,
         seconds=time.perf_counter() - start, settings=settings, updates=counter["updates"],
-        samples=counter["samples"],
+        samples=counter["samples"], warnings=warnings,
     )
+
+
+# Timed steps that spread by more than this (max - min over the median) make the knee a guess.
+NOISY_TIMINGS = 0.25
+
+
+def _warnings(throughput: list[dict[str, float]], noise: Optional[dict[str, Any]], noise_warmup: int) -> list[str]:
+    out = []
+    noisy = [t for t in throughput if t.get("spread", 0.0) > NOISY_TIMINGS]
+    if noisy:
+        worst = max(noisy, key=lambda t: t["spread"])
+        out.append(f"timings spread by up to {worst['spread']:.0%} (at batch {worst['batch']}): the machine is busy, "
+                   "so the fastest batch and the knee may move between runs")
+    if noise is not None and noise_warmup == 0:
+        out.append("the noise scale was measured on the model as given, without training it first: at "
+                   "initialisation it is much smaller than during training, so the critical batch is likely too "
+                   "small (pass noise_warmup=50, or probe a Task)")
+    return out
 
 
 def _plan(target: Optional[int], critical: Optional[float], confirmed: int, throughput: list[dict[str, float]],
@@ -546,7 +568,10 @@ def _throughput(make_step: Any, sub: Any, snap: Any, data: Data, sizes: list[int
             t0 = time.perf_counter()
             step(stream.take(accumulation_steps))  # the loss read inside syncs the device
             times.append(time.perf_counter() - t0)
-        throughput.append({"batch": pb, "samples_per_s": pb * accumulation_steps / statistics.median(times)})
+        # The spread of the timed steps (max - min over the median) says how noisy the machine was.
+        spread = (max(times) - min(times)) / statistics.median(times)
+        throughput.append({"batch": pb, "samples_per_s": pb * accumulation_steps / statistics.median(times),
+                           "spread": spread})
         snap.restore()
         sub.model.train()
     return throughput
