@@ -51,7 +51,7 @@ def test_tasks_lists_builtins() -> None:
         (["train", "--task", "nope"], "unknown task 'nope'"),
         (["train", "--lr", "abc"], "'abc' is not a number"),
         (["train", "--lr", "-1"], "'-1' must be > 0"),
-        (["train", "--steps", "0"], "max_steps must be a positive integer, got 0"),
+        (["train", "--steps", "0"], "--steps must be a positive integer, got 0: pass e.g. --steps 200"),
         (["train", "--precision", "fp8"], "invalid choice: 'fp8'"),
         (["train", "--task", "missing/file.py:f"], "does not exist"),
         (["train", "--task", "no_such_module_xyz:f"], "module 'no_such_module_xyz'"),

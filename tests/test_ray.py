@@ -84,9 +84,9 @@ def test_packing_refused_when_memory_holds_fewer_trials() -> None:
     gib = 2**30
     check_packing(0.5, 3 * gib, 8 * gib, "batch 64")  # two of 3 GiB fit in 8 GiB
     check_packing(1, 30 * gib, 8 * gib, "batch 64")  # whole GPUs: not a packing question
-    with pytest.raises(UsageError, match=r"--gpus-per-trial 0.5 packs 2 trials on a GPU, but one trial needs up to 5.00 GiB"):
+    with pytest.raises(UsageError, match=r"gpus_per_trial=0.5 packs 2 trials on a GPU, but one trial needs up to 5.00 GiB"):
         check_packing(0.5, 5 * gib, 8 * gib, "batch 64")
-    with pytest.raises(UsageError, match=r"use --gpus-per-trial 0.5 or more"):
+    with pytest.raises(UsageError, match=r"use gpus_per_trial=0.5 or more"):
         check_packing(0.25, 3 * gib, 8 * gib, "batch 64")
 
 
@@ -171,14 +171,14 @@ def test_a_wrong_cluster_address_is_one_line_at_once(tmp_path: Path) -> None:
     r = run_cli("search", "--backend", "ray", "--address", f"127.0.0.1:{port}", "--out", str(tmp_path / "o"), "--quiet")
     assert r.returncode == 2 and time.perf_counter() - t0 < 60
     lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and f"--address 127.0.0.1:{port}: no Ray cluster answers there" in lines[0], r.stderr
+    assert len(lines) == 1 and f"address 127.0.0.1:{port}: no Ray cluster answers there" in lines[0], r.stderr
     r = run_cli("search", "--backend", "ray", "--address", "head-node", "--out", str(tmp_path / "o"), "--quiet")
     assert r.returncode == 2 and "is neither auto nor HOST:PORT" in r.stderr
 
 
 def test_ray_flags_refused_on_the_local_backend(tmp_path: Path) -> None:
     r = run_cli("search", "--out", str(tmp_path / "o"), "--quiet", "--gpus-per-trial", "0.5")
-    assert r.returncode == 2 and "apply to --backend ray" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert r.returncode == 2 and "apply to the Ray backend: pass --backend ray" in r.stderr and "--max-failures ..." in r.stderr and len(r.stderr.strip().splitlines()) == 1
     r = run_cli("search", "--out", str(tmp_path / "o"), "--quiet", "--backend", "ray", "--cpus-per-trial", "0",
                 "--gpus-per-trial", "0")
     assert r.returncode == 2 and "a trial needs some resource" in r.stderr
@@ -237,7 +237,7 @@ def test_search_refuses_a_packing_the_probed_gpu_cannot_hold(tmp_path: Path) -> 
     pr = probe(task, memory_budget="256MiB", device="cpu", throughput_points=2, noise_repeats=4)
     # A GPU that holds one trial of any batch, never two.
     on_gpu = dataclasses.replace(pr, device="cuda:0", usable_bytes=int(pr.predicted_peak(1) * 1.5))
-    with pytest.raises(UsageError, match=r"--gpus-per-trial 0.5 packs 2 trials on a GPU.*use --gpus-per-trial 1 or more"):
+    with pytest.raises(UsageError, match=r"gpus_per_trial=0.5 packs 2 trials on a GPU.*use gpus_per_trial=1 or more"):
         search(task, "from_scratch", trials=2, max_steps=10, backend="ray", gpus_per_trial=0.5,
                lr_find_result=lf, probe_result=on_gpu, out=tmp_path / "o")
     storage = f"sqlite:///{tmp_path / 'o' / 'study.db'}"

@@ -297,13 +297,13 @@ def test_cli_search_usage_errors(tmp_path: Path) -> None:
     bad = write_space(tmp_path, '[lr]\ntype = "float"\nlow = 1\nhigh = 0.5\n')
     for args, needle in ((["--space", str(bad)], "entry [lr] has low 1 >= high 0.5"),
                          (["--space", "nope"], "unknown space 'nope'"),
-                         (["--trials", "0"], "trials must be a positive integer"),
+                         (["--trials", "0"], "--trials must be a positive integer, got 0: pass e.g. --trials 12"),
                          (["--lr-find", str(tmp_path / "none.json")], "does not exist"),
                          (["--storage", str(tmp_path / "missing" / "j.log")], "does not exist"),
-                         (["--max-steps", "1"], "max_steps must be >= 2"),
+                         (["--max-steps", "1"], "--max-steps must be >= 2"),
                          (["--budget", "4000 bananas"], "budget '4000 bananas' is not an amount with a unit"),
                          (["--budget", "10samples", "--max-steps", "5"], "give the budget once"),
-                         (["--resume"], "there is no study")):
+                         (["--resume"], "--resume: there is no study")):
         r = run_cli("search", "--out", str(tmp_path / "o"), "--quiet", *args)
         assert r.returncode == 2, (args, r.stderr)
         lines = r.stderr.strip().splitlines()
@@ -463,7 +463,7 @@ def test_rungs_wait_until_the_first_complete_trial_has_learned() -> None:
 def test_a_saved_range_test_of_another_task_is_refused(tmp_path: Path) -> None:
     lf = lr_find(regression_task(), steps=20, device="cpu")
     lf.to_json(tmp_path / "lr_find.json")
-    with pytest.raises(UsageError, match=r"--lr-find: the saved result is for task 'regression', this search runs task 'classification'"):
+    with pytest.raises(UsageError, match=r"the saved lr_find result is for task 'regression', this search runs task 'classification'"):
         search(classification_task(), "from_scratch", trials=1, max_steps=10, device="cpu",
                lr_find_result=tmp_path / "lr_find.json")
 

@@ -86,7 +86,7 @@ def test_rising_curve_has_no_steepest_descent() -> None:
 
 def test_still_falling_at_the_end_is_flagged() -> None:
     c = prepare(LRS, 2.0 - 0.1 * X)
-    assert any("raise --max-lr" in r for r in assess(c).reasons)
+    assert any("end the sweep higher" in r for r in assess(c).reasons)
 
 
 def test_tiny_curves_do_not_crash() -> None:

@@ -149,3 +149,29 @@ def test_bad_task_arguments() -> None:
         train(Task(model=MLP, train_data=regression_data(32), loss=nn.MSELoss()), batch_size=1000, device="cpu")
     with pytest.raises(UsageError, match="unknown training setting 'learning_rate'"):
         train(Task(model=MLP, train_data=regression_data(32), loss=nn.MSELoss()), learning_rate=1e-3)
+
+
+class _TupleModel(nn.Module):
+    """Returns (logits, features), as many models do; a criterion cannot take that."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.net(x), x
+
+
+def test_a_tuple_returning_model_gets_the_compute_loss_hint() -> None:
+    task = Task(model=_TupleModel, train_data=classification_data(n=64), loss=nn.CrossEntropyLoss(), batch_size=16)
+    with pytest.raises(UsageError) as exc:
+        train(task, max_steps=2, progress=False)
+    msg = _one_line(exc)
+    assert "the model returned a tuple of 2, not a tensor" in msg and "compute_loss=" in msg
+    assert isinstance(exc.value.__cause__, TypeError)  # what the criterion said is kept
+
+
+def test_a_loss_that_takes_the_tuple_is_left_alone() -> None:
+    task = Task(model=_TupleModel, train_data=classification_data(n=64), batch_size=16,
+                loss=lambda out, y: nn.functional.cross_entropy(out[0], y))
+    assert len(train(task, max_steps=2, progress=False).losses) == 2

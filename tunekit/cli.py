@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import traceback
 from collections.abc import Sequence
@@ -286,6 +287,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where to write train.json and train.png (default tunekit_runs)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_train)
+    for command in sub.choices.values():  # to say an API error's hints as this command's flags
+        command.set_defaults(usage=command.format_usage)
     return parser
 
 
@@ -530,7 +533,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         return int(args.func(args))
     except UsageError as exc:
-        print(f"tunekit {args.command}: error: {exc}", file=sys.stderr)
+        print(f"tunekit {args.command}: error: {in_cli_terms(str(exc), args.usage())}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         hint = ""
@@ -551,6 +554,39 @@ def _run(args: argparse.Namespace) -> int:
             traceback.print_exc()
         print(f"tunekit {args.command}: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
+
+
+# API parameters whose flag is not their name with dashes.
+_FLAG_OF = {"max_steps": "--steps", "clip_grad_norm": "--clip", "lr_find_result": "--lr-find",
+            "probe_result": "--probe", "config": "--set", "task_config": "--set"}
+_SUBJECT = re.compile(r"^([a-z][a-z0-9_]*)(?=[ :])")
+_ASSIGNMENT = re.compile(r"(?<![\w./-])([a-z][a-z0-9_]*)=([^\s,;)]+)")
+
+
+def in_cli_terms(message: str, usage: str) -> str:
+    """An API message said as the command's flags: its ``name=value`` hints as ``--name value``,
+    and its subject (``max_steps must be ...``) as the flag it came from.
+
+    The library's errors name Python parameters, since most of its callers are notebooks;
+    only the parameters that the command has a flag for are rewritten.
+    """
+    def option(name: str) -> str | None:
+        options = ["--" + name.replace("_", "-"), _FLAG_OF.get(name, "")]
+        return next((o for o in options if o and re.search(re.escape(o) + r"(?![\w-])", usage)), None)
+
+    def assignment(match: re.Match[str]) -> str:
+        name, value = match.group(1), match.group(2)
+        tail = value[len(value.rstrip(".:")):]  # the sentence's own punctuation stays outside
+        value = value.rstrip(".:").strip("'\"")
+        flag = option(name)
+        if flag is None:
+            return match.group(0)
+        return (flag if value == "True" else f"{flag} {value}") + tail
+
+    def subject(match: re.Match[str]) -> str:  # "max_steps must be ..." -> "--steps must be ..."
+        return option(match.group(1)) or match.group(1)
+
+    return _SUBJECT.sub(subject, _ASSIGNMENT.sub(assignment, message), count=1)
 
 
 def _user_frames(exc: BaseException) -> list[traceback.FrameSummary]:

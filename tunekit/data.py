@@ -107,12 +107,12 @@ class BatchStream:
         if isinstance(data, TensorDataset):
             n = len(data)
             if batch_size is None:
-                raise UsageError("a Dataset needs a batch size: pass batch_size=... (or --batch-size)")
+                raise UsageError("a Dataset needs a batch size: pass e.g. batch_size=32")
             if batch_size > n:
                 raise UsageError(f"batch size {batch_size} is larger than the dataset ({n} samples): use a smaller batch size")
         elif isinstance(data, Dataset) and not isinstance(data, IterableDataset):
             if batch_size is None:
-                raise UsageError("a Dataset needs a batch size: pass batch_size=... (or --batch-size)")
+                raise UsageError("a Dataset needs a batch size: pass e.g. batch_size=32")
             if batch_size > len(data):  # type: ignore[arg-type]
                 raise UsageError(
                     f"batch size {batch_size} is larger than the dataset ({len(data)} samples): use a smaller batch size"  # type: ignore[arg-type]

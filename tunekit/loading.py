@@ -128,7 +128,7 @@ def load_task(spec: str | Task, config: dict[str, Any] | None = None) -> Task:
     fn = resolve_task_function(spec)
     config = dict(config or {})
     if config and not _takes_config(fn):
-        raise UsageError(f"task '{spec}' takes no config, but --set gave {sorted(config)}: drop --set, or let the function take a config dict")
+        raise UsageError(f"task '{spec}' takes no config, but was given config {sorted(config)}: drop the config, or let the function take a config dict")
     try:
         task = fn(config) if _takes_config(fn) else fn()
     except UsageError:

@@ -112,19 +112,19 @@ class LRFindResult(Result):
 def _check_args(min_lr: float, max_lr: float, steps: int, mode: str, repeats: int, diverge_threshold: float,
                 batch_size: int | None, accumulation_steps: int, clip_grad_norm: float | None) -> None:
     if batch_size is not None:
-        check_int("batch_size", batch_size, hint="pass e.g. --batch-size 32")
-    check_int("accumulation_steps", accumulation_steps, hint="pass e.g. --accumulation-steps 2")
+        check_int("batch_size", batch_size, hint="pass e.g. batch_size=32")
+    check_int("accumulation_steps", accumulation_steps, hint="pass e.g. accumulation_steps=2")
     if clip_grad_norm is not None and not clip_grad_norm > 0:
         raise UsageError(f"clip_grad_norm must be > 0 (or None for no clipping), got {clip_grad_norm!r}")
     for name, v in (("min_lr", min_lr), ("max_lr", max_lr)):
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v > 0 and math.isfinite(v)):
-            raise UsageError(f"{name} must be a positive number, got {v!r}: pass e.g. --{name.replace('_', '-')} 1e-6")
+            raise UsageError(f"{name} must be a positive number, got {v!r}: pass e.g. {name}={1e-6 if name == 'min_lr' else 10}")
     if min_lr >= max_lr:
-        raise UsageError(f"min_lr {min_lr:g} must be below max_lr {max_lr:g}: e.g. --min-lr 1e-7 --max-lr 10")
-    check_int("steps", steps, 10, hint="the curve needs points, e.g. --steps 100")
+        raise UsageError(f"min_lr {min_lr:g} must be below max_lr {max_lr:g}: pass e.g. min_lr=1e-7 max_lr=10")
+    check_int("steps", steps, 10, hint="the curve needs points: pass e.g. steps=100")
     if mode not in ("exp", "linear"):
         raise UsageError(f"mode {mode!r} is unknown: use exp (the default) or linear")
-    check_int("repeats", repeats, hint="e.g. --repeats 3")
+    check_int("repeats", repeats, hint="pass e.g. repeats=3")
     if not diverge_threshold > 1:
         raise UsageError(f"diverge_threshold must be > 1 (a multiple of the best loss), got {diverge_threshold!r}")
 

@@ -318,7 +318,7 @@ def probe(
         if predicted < 1:
             raise UsageError(
                 f"the model does not fit even at batch 1: predicted peak {format_size(mm.peak(1))} > usable "
-                f"{format_size(usable)} ({format_size(budget)} less {headroom:.0%} headroom): raise --memory-budget, "
+                f"{format_size(usable)} ({format_size(budget)} less {headroom:.0%} headroom): raise memory_budget, "
                 "use bf16, or a smaller model"
             )
 
@@ -392,9 +392,9 @@ def _check_args(headroom: float, accumulation_steps: int, target_batch: Optional
                 lr_batch: Optional[int]) -> None:
     if not 0 <= headroom < 1:
         raise UsageError(f"headroom must be in [0, 1), got {headroom!r}: e.g. 0.15 keeps 15% free")
-    check_int("accumulation_steps", accumulation_steps, hint="pass e.g. --accumulation-steps 2")
+    check_int("accumulation_steps", accumulation_steps, hint="pass e.g. accumulation_steps=2")
     if target_batch is not None:
-        check_int("target batch", target_batch, hint="pass e.g. --target-batch 256")
+        check_int("target_batch", target_batch, hint="pass e.g. target_batch=256")
     if (lr is None) != (lr_batch is None):
         raise UsageError("give lr and lr_batch together: the LR you found and the effective batch it was found at")
     if lr_batch is not None:
@@ -406,7 +406,7 @@ def _check_args(headroom: float, accumulation_steps: int, target_batch: Optional
 def _budget_bytes(memory_budget: int | str | None, dev: torch.device) -> tuple[int, str]:
     """(the memory budget in bytes, where it came from)."""
     if memory_budget is not None:
-        return parse_size(memory_budget), "--memory-budget"
+        return parse_size(memory_budget), "given"
     if dev.type == "cuda":
         free, _ = torch.cuda.mem_get_info(dev)
         return int(free + torch.cuda.memory_allocated(dev)), "free GPU memory"
@@ -509,7 +509,7 @@ def _largest_batch(run: _Run, predicted: int, budget: Optional[int]) -> tuple[in
         if fraction_set:
             torch.cuda.set_per_process_memory_fraction(1.0, dev)
     if confirmed < 1:
-        raise UsageError(f"no batch size ran within the budget (tried {[t['batch'] for t in tried]}): raise --memory-budget")
+        raise UsageError(f"no batch size ran within the budget (tried {[t['batch'] for t in tried]}): raise memory_budget")
     return confirmed, tried
 
 

@@ -198,7 +198,7 @@ def batch_centre(probe: Any, ref_batch: int | None = None) -> float:
     the centre; without a noise-scale estimate (it can fail), the reference batch is.
     """
     if probe is None:
-        raise UsageError("the space's [batch] is seeded by the probe: run it (tunekit probe) or pass --probe FILE")
+        raise UsageError("the space's [batch] is seeded by the probe: run it (tunekit probe) or pass probe=FILE")
     crit = probe.critical_batch or probe.knee_batch or probe.max_batch
     interval = getattr(probe, "critical_batch_range", None)
     if ref_batch and not (probe.critical_batch and interval):
@@ -239,7 +239,7 @@ def lr_bounds_from_curve(result: Any, margin: float) -> tuple[float, float]:
 
     c = prepare(result.lrs, result.losses)
     if len(c.smooth) < 3:
-        raise UsageError("the range test has too few finite points to bound the LR: rerun it with more --steps")
+        raise UsageError("the range test has too few finite points to bound the LR: rerun it with more steps")
     end = int(np.argmin(c.smooth))
     start = float(c.smooth[0])
     drop = start - float(c.smooth[end])

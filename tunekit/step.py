@@ -42,7 +42,7 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
     except (RuntimeError, TypeError):
         raise UsageError(f"device {device!r} is not a device: use cpu, cuda, cuda:N or auto") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
-        raise UsageError(f"device {device!r} asked for, but this machine has no CUDA GPU: use --device cpu")
+        raise UsageError(f"device {device!r} asked for, but this machine has no CUDA GPU: pass device=cpu")
     if dev.type not in ("cpu", "cuda"):
         raise UsageError(f"device {device!r} is not supported: use cpu, cuda, cuda:N or auto")
     return dev

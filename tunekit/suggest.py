@@ -185,12 +185,12 @@ def assess(c: Curve, min_drop: float = 0.05) -> Assessment:
     noise = float(np.std((c.losses - c.smooth)[: end + 1])) or 1e-12
     span = float(c.x[end] - c.x[0]) if end > 0 else 0.0
     if end <= max(1, n // 20):
-        reasons.append("the loss never falls: its minimum is at the start of the sweep (lower --min-lr?)")
+        reasons.append("the loss never falls: its minimum is at the start of the sweep (start the sweep lower)")
     if rel_drop < min_drop:
         reasons.append(f"the loss falls by only {100 * max(rel_drop, 0):.1f}% before its minimum")
     if drop < 2 * noise:
-        reasons.append("the descent is within the noise of the curve (more --steps, a larger batch, or --repeats)")
+        reasons.append("the descent is within the noise of the curve (sweep more steps, a larger batch, or repeat it)")
     if end >= n - 2 and n > 5:
-        reasons.append("the loss was still falling at the end of the sweep (raise --max-lr)")
+        reasons.append("the loss was still falling at the end of the sweep (end the sweep higher)")
     score = float(np.clip(rel_drop / (4 * min_drop), 0, 1) * np.clip(drop / (6 * noise), 0, 1) * np.clip(span / 1.0, 0, 1))
     return Assessment(score, not reasons, reasons)

@@ -167,11 +167,24 @@ class LossComputer:
                 )
             *inputs, targets = batch
             out = model(*inputs)
-            return self.loss(out, targets), out, targets
+            try:
+                return self.loss(out, targets), out, targets
+            except TypeError as exc:
+                if isinstance(out, torch.Tensor):
+                    raise
+                raise UsageError(_not_a_tensor(out, exc)) from exc
         raise UsageError(
             f"cannot read a batch of type {type(batch).__name__}: tunekit takes (inputs, targets) tuples or dicts; "
             "for anything else pass compute_loss=(model, batch) -> loss"
         )
+
+
+def _not_a_tensor(out: Any, exc: TypeError) -> str:
+    """The hint for a model whose output a criterion cannot take (a tuple, a dict, a model output)."""
+    what = f"a {type(out).__name__}" + (f" of {len(out)}" if isinstance(out, (tuple, list)) else "")
+    return (f"the model returned {what}, not a tensor, and loss(outputs, targets) cannot take it "
+            f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}): pass "
+            "compute_loss=lambda model, batch: criterion(model(batch[0])[0], batch[1]), or return the logits alone")
 
 
 def accuracy_counts(outputs: Any, targets: Any) -> tuple[int, int] | None:

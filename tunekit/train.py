@@ -27,8 +27,8 @@ __all__ = ["TrainConfig", "TrainResult", "train", "evaluate", "EvalCallback"]
 EvalCallback = Callable[[int, dict[str, float]], Optional[bool]]
 
 
-def _positive_int(name: str, value: Any, flag: str) -> None:
-    check_int(name, value, hint=f"pass e.g. {flag} 100")
+def _positive_int(name: str, value: Any, example: int) -> None:
+    check_int(name, value, hint=f"pass e.g. {name}={example}")
 
 
 @dataclass
@@ -63,26 +63,26 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         if isinstance(self.lr, bool) or not isinstance(self.lr, (int, float)) or not (self.lr > 0 and math.isfinite(self.lr)):
-            raise UsageError(f"lr must be a positive number, got {self.lr!r}: pass e.g. --lr 3e-4")
-        _positive_int("max_steps", self.max_steps, "--steps")
+            raise UsageError(f"lr must be a positive number, got {self.lr!r}: pass e.g. lr=3e-4")
+        _positive_int("max_steps", self.max_steps, 200)
         if self.batch_size is not None:
-            _positive_int("batch_size", self.batch_size, "--batch-size")
-        _positive_int("accumulation_steps", self.accumulation_steps, "--accumulation-steps")
+            _positive_int("batch_size", self.batch_size, 32)
+        _positive_int("accumulation_steps", self.accumulation_steps, 2)
         warmup_steps(self.warmup, self.max_steps)
         if self.schedule not in DECAYS:
             raise UsageError(f"schedule {self.schedule!r} is unknown: use one of {', '.join(DECAYS)}")
         if not (0.0 <= self.min_lr_ratio <= 1.0):
-            raise UsageError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio!r}: pass e.g. --min-lr-ratio 0.1")
+            raise UsageError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio!r}: pass e.g. min_lr_ratio=0.1")
         if self.clip_grad_norm is not None and not self.clip_grad_norm > 0:
             raise UsageError(f"clip_grad_norm must be > 0 (or None for no clipping), got {self.clip_grad_norm!r}")
         if self.precision is not None and self.precision not in PRECISIONS:
             raise UsageError(f"precision {self.precision!r} is unknown: use one of {', '.join(PRECISIONS)}")
         if self.eval_every is not None:
-            _positive_int("eval_every", self.eval_every, "--eval-every")
+            _positive_int("eval_every", self.eval_every, 50)
         if self.eval_batches is not None:
-            _positive_int("eval_batches", self.eval_batches, "--eval-batches")
+            _positive_int("eval_batches", self.eval_batches, 20)
         if self.eval_batch_size is not None:
-            _positive_int("eval_batch_size", self.eval_batch_size, "--eval-batch-size")
+            _positive_int("eval_batch_size", self.eval_batch_size, 256)
         if self.weight_decay is not None and not self.weight_decay >= 0:
             raise UsageError(f"weight_decay must be >= 0, got {self.weight_decay!r}")
 
@@ -162,7 +162,7 @@ class TrainResult(Result):
                 acc = f"{ev['accuracy']:.3f}" if "accuracy" in ev else ""
                 lines.append(f"{step:>8} {self.lrs[hi - 1]:>10.3g} {np.mean(self.losses[lo:hi]):>11.4f} {val:>9} {acc:>8}")
         if self.diverged:
-            lines.append(f"DIVERGED at update {self.diverged_at}: the loss became non-finite; try a lower --lr")
+            lines.append(f"DIVERGED at update {self.diverged_at}: the loss became non-finite; try a lower lr")
         else:
             last = self.evals[-1] if self.evals else {}
             final = f"val loss {last['loss']:.4f}" if last else f"train loss {self.final_loss:.4f}"

@@ -61,7 +61,7 @@ def parse_budget(spec: Any) -> Optional[tuple[float, str]]:
     if isinstance(spec, Budget):
         return spec.amount, spec.unit
     if isinstance(spec, bool):
-        raise UsageError(f"budget must be an amount with a unit, got {spec!r}: pass e.g. --budget 4000samples")
+        raise UsageError(f"budget must be an amount with a unit, got {spec!r}: pass e.g. budget=4000samples")
     if isinstance(spec, (int, float)):
         amount, unit = float(spec), "samples"
     else:
@@ -69,10 +69,10 @@ def parse_budget(spec: Any) -> Optional[tuple[float, str]]:
         unit = _ALIASES.get(m.group(2).lower() if m and m.group(2) else "samples") if m else None
         if m is None or unit is None:
             raise UsageError(f"budget {spec!r} is not an amount with a unit ({', '.join(UNITS)}): "
-                             "pass e.g. --budget 4000samples, 2epochs or 1e6tokens")
+                             "pass e.g. budget=4000samples, 2epochs or 1e6tokens")
         amount = float(m.group(1))
     if not (amount > 0 and math.isfinite(amount)):
-        raise UsageError(f"budget must be positive, got {spec!r}: pass e.g. --budget 4000samples")
+        raise UsageError(f"budget must be positive, got {spec!r}: pass e.g. budget=4000samples")
     return amount, unit
 
 

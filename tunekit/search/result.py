@@ -75,7 +75,7 @@ class SearchResult(Result):
         if number is None:
             best = _best(self.trials)
             if best is None:
-                raise UsageError(f"study '{self.study_name}' has no complete trial to re-run: pass --trial N")
+                raise UsageError(f"study '{self.study_name}' has no complete trial to re-run: pass trial=N")
             return best
         for t in self.trials:
             if t["number"] == number:

@@ -168,9 +168,9 @@ def _budget_spec(budget: Any, max_steps: Optional[int]) -> Any:
     if max_steps is None:
         return budget
     if budget is not None:
-        raise UsageError("give the budget once: budget (e.g. 4000samples) or max_steps, not both")
+        raise UsageError("give the budget once: budget (e.g. budget=4000samples) or max_steps, not both")
     if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 2:
-        raise UsageError(f"max_steps must be >= 2, got {max_steps!r}: pass e.g. --max-steps 200")
+        raise UsageError(f"max_steps must be >= 2, got {max_steps!r}: pass e.g. max_steps=200")
     return f"{max_steps}updates"
 
 
@@ -189,13 +189,13 @@ def _open(storage: Optional[str], out_dir: Optional[Path], name: str,
         other = json.loads(report.read_text()).get("study_name")
         if other and other != name:
             raise UsageError(f"{out_dir} holds the report of study '{other}': give this search (study '{name}') "
-                             "another --out, so neither overwrites the other")
+                             "another out=DIR, so neither overwrites the other")
     store = make_storage(storage, out_dir)
     existing = study_exists(store, name)
     if existing and not resume and storage is None:
-        raise UsageError(f"study '{name}' already exists in {out_dir}: pass --resume to continue it, or another --out or --study")
+        raise UsageError(f"study '{name}' already exists in {out_dir}: pass resume=True to continue it, or another out=DIR or study=NAME")
     if resume and storage is None and out_dir is not None and not existing:
-        raise UsageError(f"--resume: there is no study '{name}' in {out_dir} to continue: drop --resume to start one")
+        raise UsageError(f"resume: there is no study '{name}' in {out_dir} to continue: drop resume=True to start one")
     old_plan, old_dists = stored_plan(store, name) if existing else ({}, {})
     return store, existing, old_plan, old_dists
 
@@ -205,33 +205,33 @@ def _check_args(backend: str, trials: int, reduction_factor: int, evals: int, ma
                 storage_path: Optional[str], sampler: str, rungs: Optional[int], design: Optional[int]) -> None:
     if backend not in ("local", "ray"):
         raise UsageError(f"backend {backend!r} is unknown: use local or ray")
-    check_int("trials", trials, hint="pass e.g. --trials 12")
-    check_int("reduction_factor", reduction_factor, minimum=2, hint="pass e.g. --reduction-factor 3")
-    check_int("evals", evals, hint="evaluations per trial, e.g. 8")
-    check_int("max_failures", max_failures, minimum=0, hint="pass e.g. --max-failures 2")
+    check_int("trials", trials, hint="pass e.g. trials=12")
+    check_int("reduction_factor", reduction_factor, minimum=2, hint="pass e.g. reduction_factor=3")
+    check_int("evals", evals, hint="evaluations per trial: pass e.g. evals=8")
+    check_int("max_failures", max_failures, minimum=0, hint="pass e.g. max_failures=2")
     if rungs is not None:
-        check_int("rungs", rungs, minimum=0, hint="pass e.g. --rungs 2")
+        check_int("rungs", rungs, minimum=0, hint="pass e.g. rungs=2")
     if design is not None:
-        check_int("design", design, minimum=0, hint="pass e.g. --design 5")
+        check_int("design", design, minimum=0, hint="pass e.g. design=5")
     if max_concurrent is not None:
-        check_int("max_concurrent", max_concurrent, hint="pass e.g. --max-concurrent 4")
+        check_int("max_concurrent", max_concurrent, hint="pass e.g. max_concurrent=4")
     for flag, v in (("cpus_per_trial", cpus), ("gpus_per_trial", gpus)):
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v >= 0 and math.isfinite(v)):
-            raise UsageError(f"{flag} must be a number >= 0, got {v!r}: pass e.g. --{flag.replace('_', '-')} 1")
+            raise UsageError(f"{flag} must be a number >= 0, got {v!r}: pass e.g. {flag}=1")
     if cpus <= 0 and gpus <= 0:
-        raise UsageError("a trial needs some resource: give --cpus-per-trial or --gpus-per-trial above 0")
+        raise UsageError("a trial needs some resource: pass e.g. cpus_per_trial=1, or gpus_per_trial above 0")
     if gpus > 1 and gpus != int(gpus):
         raise UsageError(f"gpus_per_trial {gpus:g} is above 1 but not whole: use a fraction below 1 or a whole number")
     if backend == "local" and (address or storage_path or gpus or max_concurrent or max_failures):
-        raise UsageError("--address, --storage-path, --gpus-per-trial, --max-concurrent and --max-failures apply to "
-                         "--backend ray: add --backend ray, or drop them")
+        raise UsageError("address=..., storage_path=..., gpus_per_trial=..., max_concurrent=... and max_failures=... apply to "
+                         "the Ray backend: pass backend=ray, or drop them")
     if sampler not in ("tpe", "random"):
         raise UsageError(f"sampler {sampler!r} is unknown: use tpe or random")
     if backend == "ray":
         from .ray.cluster import check_address, ray_available
 
         if not ray_available():
-            raise UsageError("--backend ray needs Ray Tune: pip install 'tunekit[ray]' (or 'ray[tune]')")
+            raise UsageError("backend=ray needs Ray Tune: pip install 'tunekit[ray]' (or 'ray[tune]')")
         if address:
             check_address(address)  # before the probes: a wrong address fails at once
 
@@ -339,8 +339,8 @@ def _check_saved(kind: str, settings: dict[str, Any], task_name: str, precision:
     for key, value in want.items():
         have = settings.get(key)
         if have is not None and str(have) != str(value):
-            raise UsageError(f"--{kind.replace('_', '-')}: the saved result is for {key} {have!r}, this search runs "
-                             f"{key} {value!r}: run tunekit {kind.replace('_', '-')} for it again, or drop the flag")
+            raise UsageError(f"the saved {kind} result is for {key} {have!r}, this search runs {key} {value!r}: "
+                             f"run tunekit {kind.replace('_', '-')} for it again, or leave the saved result out")
 
 
 def _load_result(value: Any, kind: str) -> Any:
@@ -349,7 +349,7 @@ def _load_result(value: Any, kind: str) -> Any:
     path = Path(value)
     flag = kind.replace("_", "-")
     if not path.is_file():
-        raise UsageError(f"--{flag} file '{path}' does not exist: run tunekit {flag} first, or drop the flag")
+        raise UsageError(f"the saved {kind} file '{path}' does not exist: run tunekit {flag} first, or leave it out")
     if kind == "lr_find":
         from ..lr_find import LRFindResult
 

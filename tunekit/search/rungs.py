@@ -41,7 +41,7 @@ def ladder(budget_samples: int, trials: int, reduction_factor: int = 3, evals: i
     """The fixed ladder, in evaluations: ``budget / rf**k, ..., budget / rf`` (``k`` = ``rungs``), or from
     ``first_rung`` (a fraction of the budget) up by factors of rf. None before the first evaluation."""
     if first_rung is not None and not 0 < first_rung < 1:
-        raise UsageError(f"first_rung must be a fraction of the budget in (0, 1), got {first_rung!r}: pass e.g. 0.1")
+        raise UsageError(f"first_rung must be a fraction of the budget in (0, 1), got {first_rung!r}: pass e.g. first_rung=0.1")
     k = rungs if rungs is not None else default_rungs(trials, reduction_factor)
     start = first_rung if first_rung is not None else reduction_factor ** -k
     at = max(1, int(math.ceil(start * evals - 1e-9)))

@@ -48,9 +48,9 @@ def check_packing(gpus_per_trial: float, need_bytes: float, gpu_bytes: float, wh
         n_fit = max(1, int(gpu_bytes // max(need_bytes, 1)))
         gib = 2**30
         raise UsageError(
-            f"--gpus-per-trial {gpus_per_trial:g} packs {per_gpu} trials on a GPU, but one trial needs up to "
+            f"gpus_per_trial={gpus_per_trial:g} packs {per_gpu} trials on a GPU, but one trial needs up to "
             f"{need_bytes / gib:.2f} GiB ({what}) and a GPU has {gpu_bytes / gib:.2f} GiB usable: "
-            f"use --gpus-per-trial {1 / n_fit:g} or more")
+            f"use gpus_per_trial={1 / n_fit:g} or more")
 
 
 def fits(resources: dict[str, float], cpus: float, gpus: float) -> int:
@@ -233,7 +233,7 @@ def run_ray(*, study: Any, dists: dict[str, Any], make_config: Callable[[dict[st
 
     prepare_env(address)
     if not ray_available():
-        raise UsageError("--backend ray needs Ray Tune: pip install 'tunekit[ray]' (or 'ray[tune]')")
+        raise UsageError("backend=ray needs Ray Tune: pip install 'tunekit[ray]' (or 'ray[tune]')")
     import ray
     from ray import tune
 

@@ -34,13 +34,13 @@ def check_address(address: str) -> None:
         return
     host, _, port_s = address.rpartition(":")
     if not host or not port_s.isdigit():
-        raise UsageError(f"--address {address!r} is neither auto nor HOST:PORT: pass e.g. --address 10.0.0.5:6379")
+        raise UsageError(f"address {address!r} is neither auto nor HOST:PORT: pass e.g. address=10.0.0.5:6379")
     if host in ("127.0.0.1", "localhost"):
         stay_on_loopback()
     try:
         socket.create_connection((host, int(port_s)), timeout=5).close()
     except OSError as exc:
-        raise UsageError(f"--address {address}: no Ray cluster answers there ({exc.strerror or exc}): start one with "
+        raise UsageError(f"address {address}: no Ray cluster answers there ({exc.strerror or exc}): start one with "
                          f"`ray start --head --port={port_s}`, or check the address") from None
 
 
@@ -103,12 +103,12 @@ def init_ray(address: Optional[str], cpus: Optional[int], gpus: Optional[float])
         try:
             ray.init(address=address, **kwargs)
         except ConnectionError as exc:
-            raise UsageError(f"--address {address}: cannot join a Ray cluster there ({str(exc).splitlines()[0]}): "
+            raise UsageError(f"address {address}: cannot join a Ray cluster there ({str(exc).splitlines()[0]}): "
                              "start one with `ray start --head`, check the address, and give this machine the "
                              "head node's ~/.ray/auth_token (or RAY_AUTH_TOKEN)") from None
         except Exception as exc:
             if "auth" in type(exc).__name__.lower() or "token" in str(exc).lower():
-                raise UsageError(f"--address {address}: the cluster refused this process ({type(exc).__name__}): "
+                raise UsageError(f"address {address}: the cluster refused this process ({type(exc).__name__}): "
                                  "copy the head node's ~/.ray/auth_token here, or set RAY_AUTH_TOKEN") from None
             raise
         return True
