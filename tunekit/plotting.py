@@ -26,21 +26,25 @@ def new_axes(ax: Any = None, figsize: tuple[float, float] = (6.4, 4.0)) -> Any:
     return ax
 
 
+def _figure_of(drawn: Any) -> Any:
+    """The Figure of what a plot returned: an Axes or a Figure."""
+    from matplotlib.figure import Figure
+
+    return drawn if isinstance(drawn, Figure) else drawn.figure
+
+
 def save_plot(draw: Callable[..., Any], path: str, **kwargs: Any) -> None:
-    """Draw into a new figure and write it to ``path``."""
+    """Draw into a new figure (``draw`` returns its Axes or Figure) and write it to ``path``."""
     plt = _pyplot()
-    ax = draw(**kwargs)
-    fig = ax.figure if hasattr(ax, "figure") else ax
+    fig = _figure_of(draw(**kwargs))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
-def figure_png(draw: Callable[..., Any]) -> bytes:
-    """PNG bytes of a fresh figure drawn by ``draw(ax=None)``, for notebooks' ``_repr_png_``."""
+def figure_png(fig: Any) -> bytes:
+    """PNG bytes of ``fig``, closed after, for notebooks' ``_repr_png_``."""
     plt = _pyplot()
-    ax = draw()
-    fig = ax.figure
     buf = io.BytesIO()
     fig.tight_layout()
     fig.savefig(buf, format="png", dpi=100)

@@ -100,26 +100,34 @@ class ProbeResult(Result):
                 f"critical_batch={crit}, samples={self.samples})")
 
     def plot(self, ax: Any = None) -> Any:
-        """Predicted peak memory against batch size with the budget, and throughput on a second axis."""
+        """Predicted peak memory against batch size with the budget, and throughput on a second axis.
+
+        Memory is on a log axis: a budget of tens of GiB and a model of a few MiB are both read
+        off it, and so is each phase's share.
+        """
+        from matplotlib.ticker import FuncFormatter
+
         from .plotting import new_axes
 
         ax = new_axes(ax, figsize=(7.0, 4.2))
         mm = self.memory_model()
         top = max(self.max_batch, self.predicted_max_batch, 2)
         bs = np.unique(np.geomspace(1, top * 1.5, 60).astype(int))
-        gib = 2**30
         for (phase, fit), color in zip(mm.phases.items(), ("C0", "C1", "C9")):
-            ax.plot(bs, [fit(b) / gib for b in bs], lw=1, ls="--", color=color, label=f"{phase} (predicted)")
-        ax.plot(bs, [mm.peak(b) / gib for b in bs], color="k", lw=2, label="step peak (predicted)")
+            ax.plot(bs, [max(fit(b), 1.0) for b in bs], lw=1, ls="--", color=color, label=f"{phase} (predicted)")
+        ax.plot(bs, [mm.peak(b) for b in bs], color="k", lw=2, label="step peak (predicted)")
         ok = [t for t in self.tried if t.get("peak_bytes")]
         if ok:
-            ax.plot([t["batch"] for t in ok], [t["peak_bytes"] / gib for t in ok], "ko", label="measured")
-        ax.axhline(self.budget_bytes / gib, color="C3", lw=1.5, label=f"budget ({self.budget_source})")
-        ax.axhline(self.usable_bytes / gib, color="C3", lw=1, ls=":", label=f"budget less {self.headroom:.0%} headroom")
+            ax.plot([t["batch"] for t in ok], [t["peak_bytes"] for t in ok], "ko", label="measured")
+        ax.axhline(self.budget_bytes, color="C3", lw=1.5, label=f"budget ({self.budget_source})")
+        ax.axhline(self.usable_bytes, color="C3", lw=1, ls=":", label=f"budget less {self.headroom:.0%} headroom")
         ax.axvline(self.max_batch, color="C3", lw=1, alpha=0.6)
         ax.set_xscale("log", base=2)
+        ax.set_yscale("log", base=2)
+        ax.set_ylim(bottom=max(1.0, 0.5 * min(mm.peak(1), min(max(f(1), 1.0) for f in mm.phases.values()))))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: format_size(v).replace(".00", "")))
         ax.set_xlabel("micro-batch size")
-        ax.set_ylabel("memory (GiB)")
+        ax.set_ylabel("memory (log scale)")
         if self.throughput:
             ax2 = ax.twinx()
             ax2.plot([t["batch"] for t in self.throughput], [t["samples_per_s"] for t in self.throughput],

@@ -41,14 +41,19 @@ class Result:
         return cls(**data)
 
     def plot(self, ax: Any = None) -> Any:  # pragma: no cover - each result draws its own
+        """Draw the result on ``ax`` (a new figure's Axes if None) and return that Axes.
+
+        Every result plots this way; one that has more to show adds ``plot_*`` methods that take
+        and return an Axes the same way, and a :meth:`figure` that puts them together.
+        """
         raise NotImplementedError
 
+    def figure(self) -> Any:
+        """The figure a notebook shows for this result: by default its :meth:`plot`."""
+        return self.plot().figure
+
     def _repr_png_(self) -> bytes:
-        """Notebooks show a result as its plot."""
+        """Notebooks show a result as its figure."""
         from .plotting import figure_png
 
-        def first_axes() -> Any:
-            ax = self.plot()
-            return ax.flat[0] if hasattr(ax, "flat") else ax
-
-        return figure_png(first_axes)
+        return figure_png(self.figure())

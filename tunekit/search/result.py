@@ -208,19 +208,28 @@ class SearchResult(Result):
         return ax
 
     def plot(self, ax: Any = None) -> Any:
-        """All four plots; ``ax`` may be a 2x2 array of Axes. Returns the array."""
+        """The headline: best value against compute spent (:meth:`plot_best`); returns the Axes.
+
+        :meth:`plot_overview` draws it with the curves, the LRs and the importances.
+        """
+        return self.plot_best(ax)
+
+    def plot_overview(self, fig: Any = None) -> Any:
+        """All four plots on ``fig`` (a new figure if None); returns the Figure."""
         from ..plotting import _pyplot
 
-        if ax is None:
-            _, ax = _pyplot().subplots(2, 2, figsize=(11, 7.5))
-        axes = np.asarray(ax).reshape(2, 2)
+        fig = fig if fig is not None else _pyplot().figure(figsize=(11, 7.5))
+        axes = fig.subplots(2, 2)
         self.plot_best(axes[0, 0])
         self.plot_curves(axes[0, 1])
         self.plot_lr(axes[1, 0])
         self.plot_importances(axes[1, 1])
         best = "none" if self.best_value is None else f"{self.best_value:.4f}"
-        axes[0, 0].figure.suptitle(f"search {self.study_name}: best {best}")
-        return axes
+        fig.suptitle(f"search {self.study_name}: best {best}")
+        return fig
+
+    def figure(self) -> Any:
+        return self.plot_overview()
 
     def table(self) -> str:
         counts: dict[str, int] = {}
@@ -258,4 +267,4 @@ def write_report(result: SearchResult, out_dir: Path) -> None:
 
     result.to_json(out_dir / "search.json")
     result.write_csv(out_dir / "trials.csv")
-    save_plot(lambda: result.plot()[0, 0], str(out_dir / "search.png"))
+    save_plot(result.plot_overview, str(out_dir / "search.png"))
