@@ -1,7 +1,16 @@
-"""Tiny seeded tasks shared by the tests (after pytorch-lr-finder's tests/task.py)."""
+"""Tiny seeded tasks shared by the tests (after pytorch-lr-finder's tests/task.py), and the
+helpers that several test modules use: the CLI in a subprocess, spaces, kill and resume."""
 
 from __future__ import annotations
 
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -132,3 +141,154 @@ def picky_regression_task(config: dict[str, Any] | None = None) -> Task:
     if int(config.get("hidden", 16)) == 13:
         raise RuntimeError("hidden=13 is unlucky")
     return regression_task(config)
+
+
+# --- helpers shared by the test modules -----------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """`python -m tunekit ARGS`, in a temporary folder (where its default tunekit_runs/ lands) unless told,
+    with the repo on the path for tests.tasks."""
+    import tempfile
+
+    env = dict(os.environ, OMP_NUM_THREADS="1", MPLBACKEND="Agg",
+               PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p))
+    with tempfile.TemporaryDirectory(prefix="tunekit-cli-") as tmp:
+        return subprocess.run([sys.executable, "-m", "tunekit", *args], capture_output=True, text=True,
+                              cwd=cwd or tmp, env=env, timeout=300)
+
+
+def write_space(tmp_path: Path, text: str, name: str = "space.toml") -> Path:
+    p = tmp_path / name
+    p.write_text(textwrap.dedent(text))
+    return p
+
+
+SMALL = """
+[lr]
+type = "float"
+log = true
+low = 1e-3
+high = 1e-1
+
+[warmup]
+type = "fixed"
+value = 0.1
+"""
+
+
+# lr 1e12 diverges at once; 1e-2 trains.
+DIVERGING = """
+[lr]
+type = "categorical"
+choices = [1e12, 1e-2]
+
+[clip_grad_norm]
+type = "fixed"
+value = 1e9
+"""
+
+# tests.tasks:picky_regression_task raises for hidden = 13.
+FAILING = """
+[lr]
+type = "fixed"
+value = 1e-2
+
+[task.hidden]
+type = "categorical"
+choices = [13, 16]
+"""
+
+
+def fingerprint(r: Any) -> list[tuple[Any, ...]]:
+    """What must be the same in two searches of one seed."""
+    return [(t["number"], t["state"], t["value"], t["params"], t["samples"], t["micro_batch"], t["accumulation_steps"])
+            for t in r.trials]
+
+
+
+def _trials(storage: str, name: str) -> list[Any] | None:
+    """The study's trials, or None while it does not exist (never creating its database)."""
+    import optuna
+    from sqlalchemy.exc import OperationalError
+
+    if not Path(storage.removeprefix("sqlite:///")).is_file():
+        return None
+    try:
+        return list(optuna.load_study(study_name=name, storage=storage).trials)
+    except KeyError:  # the database, but no study in it yet
+        return None
+    except OperationalError:  # its tables being created right now
+        return None
+
+
+def _kill_at_random(proc: subprocess.Popen[bytes], rng: random.Random, storage: str, name: str,
+                    window_s: float, deadline: float) -> bool:
+    """SIGKILL the search's process group at a random point of this life: while it starts (one time
+    in five), else a random time after its first new trial. False if it ended first."""
+    start, before = time.time(), len(_trials(storage, name) or [])
+    at = start + rng.uniform(0, 3 * window_s) if rng.random() < 0.2 else None
+    while proc.poll() is None and time.time() < deadline:
+        if at is None and len(_trials(storage, name) or []) > before:
+            at = time.time() + rng.uniform(0, window_s)
+        if at is not None and time.time() >= at:
+            os.killpg(proc.pid, signal.SIGKILL)  # no cleanup: its trials stay RUNNING; Ray's processes die too
+            proc.wait()
+            return True
+        time.sleep(0.05)
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise AssertionError("the search made no progress before the deadline")
+    return False
+
+
+def kill_and_resume(tmp_path: Path, extra: list[str], kills: int = 5, seed: int = 0, trials: int = 10,
+                    window_s: float = 1.5, deadline_s: float = 600) -> list[Any]:
+    """Run `tunekit search`, SIGKILL it at ``kills`` random points, resuming each time, then let it
+    finish. After every kill and at the end: no completed trial lost or changed. At the end: the
+    requested count finished, none twice, and each interrupted trial re-run with its parameters.
+    Returns the study's trials."""
+    import optuna
+
+    space = write_space(tmp_path, SMALL)
+    out = tmp_path / "run"
+    args = ["search", "--task", "tests.tasks:slow_regression_task", "--space", str(space), "--trials", str(trials),
+            "--max-steps", "30", "--no-prune", "--device", "cpu", "--out", str(out), "--quiet", *extra]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    storage, name = f"sqlite:///{out / 'study.db'}", "tunekit-regression-space"  # tunekit-TASK-SPACE
+    rng, deadline = random.Random(seed), time.time() + deadline_s
+    done: dict[int, tuple[Any, Any]] = {}
+    interrupted: dict[int, dict[str, Any]] = {}
+    for k in range(kills):
+        resume = ["--resume"] if _trials(storage, name) is not None else []
+        proc = subprocess.Popen([sys.executable, "-m", "tunekit", *args, *resume], cwd=tmp_path, env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        assert _kill_at_random(proc, rng, storage, name, window_s, deadline), f"the search ended before kill {k + 1}"
+        now = _trials(storage, name) or []
+        _check_kept(done, now, f"after kill {k + 1}")
+        done.update({t.number: (t.value, t.params) for t in now if t.state.name == "COMPLETE"})
+        interrupted.update({t.number: t.params for t in now if t.state.name == "RUNNING"})
+    r = run_cli(*args, "--resume", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    after = optuna.load_study(study_name=name, storage=storage).trials
+    _check_kept(done, after, "at the end")
+    marked = set(optuna.load_study(study_name=name, storage=storage).user_attrs.get("tunekit_interrupted", []))
+    assert set(interrupted) <= marked
+    finished = [t for t in after if t.state.name in ("COMPLETE", "PRUNED")
+                or (t.state.name == "FAIL" and t.number not in marked)]
+    assert len(finished) == trials, [(t.number, t.state.name) for t in after]  # none missing, none extra
+    for number, params in interrupted.items():  # re-run with its parameters (a kill between a trial's
+        if params:                              # creation and its sampling leaves none: sampled anew)
+            again = [u for u in finished if u.number > number and u.params == params]
+            assert len(again) == 1, (number, params, [(u.number, u.params) for u in after])
+    return after
+
+
+def _check_kept(done: dict[int, tuple[Any, Any]], trials: list[Any], when: str) -> None:
+    by_number = {t.number: t for t in trials}
+    assert len(by_number) == len(trials), when
+    for n, (value, params) in done.items():
+        t = by_number.get(n)
+        assert t is not None and t.state.name == "COMPLETE" and t.value == value and t.params == params, (when, n)

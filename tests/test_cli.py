@@ -1,26 +1,14 @@
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-
 pytestmark = pytest.mark.slow  # each test runs the CLI in a subprocess
 
-
-def tunekit(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """`python -m tunekit ARGS`, in a temporary folder (where its default tunekit_runs/ lands) unless told,
-    with the repo on the path for tests.tasks."""
-    import tempfile
-
-    env = dict(os.environ, OMP_NUM_THREADS="1", MPLBACKEND="Agg",
-               PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p))
-    with tempfile.TemporaryDirectory(prefix="tunekit-cli-") as tmp:
-        return subprocess.run([sys.executable, "-m", "tunekit", *args], capture_output=True, text=True,
-                              cwd=cwd or tmp, env=env, timeout=300)
+from .tasks import ROOT  # noqa: E402
+from .tasks import run_cli as tunekit  # noqa: E402
 
 
 def test_train_runs_and_writes_files(tmp_path: Path) -> None:

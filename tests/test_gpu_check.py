@@ -6,7 +6,7 @@ import sys
 import pytest
 import torch
 
-from .test_cli import ROOT
+from .tasks import ROOT
 
 
 @pytest.mark.slow  # a subprocess

@@ -14,7 +14,7 @@ from tunekit.step import TrainStep
 from tunekit.task import LossComputer
 
 from .tasks import HFStyleModel, classification_data, classification_task, dict_batches, regression_data
-from .test_cli import tunekit as run_cli
+from .tasks import run_cli
 
 
 class Net(nn.Module):
@@ -318,7 +318,7 @@ def test_a_curve_without_a_finite_loss_says_so_in_its_plot() -> None:
 
 @pytest.mark.slow  # a subprocess
 def test_cli_repeats_summary_counts_every_run(tmp_path: Path) -> None:
-    from .test_cli import tunekit as run_cli
+    from .tasks import run_cli
 
     r = run_cli("lr-find", "--steps", "20", "--repeats", "2", "--out", str(tmp_path), "--quiet")
     assert r.returncode == 0, r.stderr[-2000:]

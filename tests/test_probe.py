@@ -18,7 +18,7 @@ from tunekit.step import TrainStep
 from tunekit.task import LossComputer
 
 from .tasks import MLP, classification_task
-from .test_cli import tunekit as run_cli
+from .tasks import run_cli
 
 CPU = torch.device("cpu")
 

@@ -16,8 +16,8 @@ from tunekit import UsageError, search  # noqa: E402
 from tunekit.search.ray.backend import DONE_KEY, ERROR_KEY, _recorder, _scheduler, _searcher, check_packing, trainable  # noqa: E402
 
 from .tasks import slow_regression_task  # noqa: E402
-from .test_cli import tunekit as run_cli  # noqa: E402
-from .test_search import DIVERGING, FAILING, SMALL, write_space  # noqa: E402
+from .tasks import run_cli  # noqa: E402
+from .tasks import DIVERGING, FAILING, SMALL, write_space  # noqa: E402
 
 
 WIDE = SMALL.replace("1e-3", "1e-5").replace("high = 1e-1", "high = 1.0")
@@ -247,9 +247,9 @@ def test_search_refuses_a_packing_the_probed_gpu_cannot_hold(tmp_path: Path) -> 
 def test_same_seed_same_search_on_ray_one_trial_at_a_time(local_ray, tmp_path: Path) -> None:
     """One trial at a time, Ray gives the same trials twice. (With several in flight, the order in which
     trials finish decides what TPE and the pruner see, so only the seed trial and design stay the same.)"""
-    from .test_search import _fingerprint
+    from .tasks import fingerprint
 
     runs = [search("tests.tasks:regression_task", str(write_space(tmp_path, WIDE)), trials=5, max_steps=20, seed=2,
                    backend="ray", max_concurrent=1, out=tmp_path / f"r{i}", device="cpu") for i in range(2)]
-    assert _fingerprint(runs[0]) == _fingerprint(runs[1])
+    assert fingerprint(runs[0]) == fingerprint(runs[1])
     assert len(runs[0].trials) == 5

@@ -1,10 +1,4 @@
 import json
-import os
-import signal
-import subprocess
-import sys
-import textwrap
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -17,51 +11,8 @@ from tunekit import UsageError, load_space, lr_find, probe, search
 from tunekit.lr_find import LRFindResult
 from tunekit.space import batch_centre, batch_choices, list_spaces, lr_bounds_from_curve, reference_batch
 
-from .tasks import classification_task, regression_task
-from .test_cli import ROOT
-from .test_cli import tunekit as run_cli
-
-
-def write_space(tmp_path: Path, text: str, name: str = "space.toml") -> Path:
-    p = tmp_path / name
-    p.write_text(textwrap.dedent(text))
-    return p
-
-
-SMALL = """
-[lr]
-type = "float"
-log = true
-low = 1e-3
-high = 1e-1
-
-[warmup]
-type = "fixed"
-value = 0.1
-"""
-
-
-# lr 1e12 diverges at once; 1e-2 trains.
-DIVERGING = """
-[lr]
-type = "categorical"
-choices = [1e12, 1e-2]
-
-[clip_grad_norm]
-type = "fixed"
-value = 1e9
-"""
-
-# tests.tasks:picky_regression_task raises for hidden = 13.
-FAILING = """
-[lr]
-type = "fixed"
-value = 1e-2
-
-[task.hidden]
-type = "categorical"
-choices = [13, 16]
-"""
+from .tasks import (DIVERGING, FAILING, SMALL, classification_task, fingerprint, kill_and_resume, regression_task,
+                    run_cli, write_space)
 
 
 def test_shipped_spaces_parse() -> None:
@@ -231,65 +182,9 @@ def test_diverged_and_failed_trials_are_recorded_and_the_search_goes_on(tmp_path
     assert {t["state"] for t in r.trials} == {"FAIL", "COMPLETE"}
 
 
-def kill_then_resume(tmp_path: Path, extra: list[str], deadline_s: float = 120) -> list[optuna.trial.FrozenTrial]:
-    """Run `tunekit search` (6 trials), SIGKILL it once two trials are complete and one runs, then
-    `--resume` it; check that nothing finished was lost, changed or repeated. Returns the trials after."""
-    space = write_space(tmp_path, SMALL)
-    out = tmp_path / "run"
-    args = ["search", "--task", "tests.tasks:slow_regression_task", "--space", str(space), "--trials", "6",
-            "--max-steps", "15", "--no-prune", "--device", "cpu", "--out", str(out), "--quiet", *extra]
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.Popen([sys.executable, "-m", "tunekit", *args], cwd=ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    storage = f"sqlite:///{out / 'study.db'}"
-    name = "tunekit-regression-space"  # tunekit-TASK-SPACE
-    deadline = time.time() + deadline_s
-    try:
-        while time.time() < deadline:
-            time.sleep(0.1)
-            try:
-                trials = optuna.load_study(study_name=name, storage=storage).trials
-            except Exception:
-                continue
-            complete = [t for t in trials if t.state.name == "COMPLETE"]
-            running = [t for t in trials if t.state.name == "RUNNING"]
-            if len(complete) >= 2 and running:
-                proc.send_signal(signal.SIGKILL)  # a real kill: no cleanup, the trial stays RUNNING
-                proc.wait()
-                break
-        else:
-            pytest.fail("the search never reached two complete trials")
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    trials = optuna.load_study(study_name=name, storage=storage).trials
-    done_before = {t.number: (t.value, t.params) for t in trials if t.state.name == "COMPLETE"}
-    interrupted = [t for t in trials if t.state.name == "RUNNING"]
-    assert interrupted
-
-    r = run_cli(*args, "--resume")
-    assert r.returncode == 0, r.stderr[-3000:]
-    after = optuna.load_study(study_name=name, storage=storage).trials
-    numbers = [t.number for t in after]
-    assert len(numbers) == len(set(numbers))  # no duplicate trial
-    for n, (v, p) in done_before.items():  # no completed trial lost or changed
-        assert after[n].state.name == "COMPLETE" and after[n].value == v and after[n].params == p
-    interrupted_numbers = set(optuna.load_study(study_name=name, storage=storage).user_attrs["tunekit_interrupted"])
-    assert {t.number for t in interrupted} <= interrupted_numbers
-    finished = [t for t in after if t.state.name in ("COMPLETE", "PRUNED")
-                or (t.state.name == "FAIL" and t.number not in interrupted_numbers)]
-    assert len(finished) == 6  # none missing, none extra
-    # The interrupted trial ran again with its parameters. (A kill can land between a trial's
-    # creation and its sampling: a trial with no parameters yet is simply sampled anew.)
-    for t in interrupted:
-        if t.params:
-            assert any(u.number > t.number and u.params == t.params and u.state.name == "COMPLETE" for u in after), (t, after)
-    return after
-
-
 @pytest.mark.slow  # kill and resume
-def test_resume_after_the_process_is_killed(tmp_path: Path) -> None:
-    kill_then_resume(tmp_path, [])
+def test_resume_after_the_process_is_killed_at_random_points(tmp_path: Path) -> None:
+    kill_and_resume(tmp_path, [], kills=5, seed=0)
 
 
 @pytest.mark.slow  # a subprocess
@@ -332,23 +227,18 @@ def test_report_redraws(tmp_path: Path) -> None:
     assert run_cli("report", str(tmp_path / "nothing")).returncode == 2
 
 
-def _fingerprint(r) -> list[tuple]:
-    return [(t["number"], t["state"], t["value"], t["params"], t["samples"], t["micro_batch"], t["accumulation_steps"])
-            for t in r.trials]
-
-
 def test_same_seed_same_search(tmp_path: Path) -> None:
     """Probes included: the same seed gives the same trials (params, values, states, splits)."""
     runs = [search(classification_task(), "from_scratch", trials=6, max_steps=40, seed=3, device="cpu",
                    out=tmp_path / f"run{i}") for i in range(2)]
-    assert _fingerprint(runs[0]) == _fingerprint(runs[1])
+    assert fingerprint(runs[0]) == fingerprint(runs[1])
     assert runs[0].probe_samples == runs[1].probe_samples > 0
     assert {t["state"] for t in runs[0].trials} & {"COMPLETE", "PRUNED"}
     # Another sampler seed, the same trial seed: the seed trial and design are the same runs, TPE's are not.
     other = search(classification_task(), "from_scratch", trials=6, max_steps=40, seed=3, sampler_seed=4,
                    device="cpu", lr_find_result=tmp_path / "run0" / "lr_find.json",
                    probe_result=tmp_path / "run0" / "probe.json")
-    assert _fingerprint(other)[:5] == _fingerprint(runs[0])[:5]
+    assert fingerprint(other)[:5] == fingerprint(runs[0])[:5]
     assert other.sampler_seed == 4 and other.seed == 3
 
 

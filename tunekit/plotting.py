@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -36,10 +37,14 @@ def _figure_of(drawn: Any) -> Any:
 def save_plot(draw: Callable[..., Any], path: str, **kwargs: Any) -> None:
     """Draw into a new figure (``draw`` returns its Axes or Figure) and write it to ``path``."""
     plt = _pyplot()
+    from .results import write_file
+
     fig = _figure_of(draw(**kwargs))
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    buf = io.BytesIO()
+    fig.savefig(buf, format=os.path.splitext(path)[1][1:] or "png", dpi=110)
     plt.close(fig)
+    write_file(path, buf.getvalue())
 
 
 def figure_png(fig: Any) -> bytes:

@@ -4,12 +4,31 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import tempfile
 from pathlib import Path
 from typing import Any, TypeVar
 
-__all__ = ["Result"]
+__all__ = ["Result", "write_file"]
 
 R = TypeVar("R", bound="Result")
+
+
+def write_file(path: str | Path, data: str | bytes) -> None:
+    """Write ``path`` whole or not at all: a process killed mid-write leaves the old file.
+
+    The data go to a temporary file beside it, which then replaces it (atomic on POSIX and
+    Windows), so a search killed while it writes its report can still be resumed and reported.
+    """
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 class Result:
@@ -25,7 +44,7 @@ class Result:
         """The result as JSON text; also written to ``path`` when given."""
         text = json.dumps(self.to_dict(), indent=1, default=str)
         if path is not None:
-            Path(path).write_text(text)
+            write_file(path, text)
         return text
 
     @classmethod

@@ -8,16 +8,16 @@ included) and shown in the budget's unit; wall seconds are reported beside it.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-import numpy as np
 
 from ..errors import UsageError
-from ..results import Result
+from ..results import Result, write_file
 
 __all__ = ["SearchResult", "write_report"]
 
@@ -85,12 +85,13 @@ class SearchResult(Result):
 
     def write_csv(self, path: str | Path) -> None:
         keys = sorted({k for t in self.trials for k in t.get("params", {})})
-        with open(path, "w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow([*CSV_FIELDS, "lr_trained", *keys])
-            for t in self.trials:
-                w.writerow([t.get(k) for k in CSV_FIELDS] + [t.get("config", {}).get("lr")]
-                           + [t["params"].get(k) for k in keys])
+        buf = io.StringIO(newline="")
+        w = csv.writer(buf)
+        w.writerow([*CSV_FIELDS, "lr_trained", *keys])
+        for t in self.trials:
+            w.writerow([t.get(k) for k in CSV_FIELDS] + [t.get("config", {}).get("lr")]
+                       + [t["params"].get(k) for k in keys])
+        write_file(path, buf.getvalue())
 
     # --- plots: each takes ax=None and returns what it drew on --------------------
     def plot_best(self, ax: Any = None) -> Any:

@@ -27,8 +27,8 @@ from .budget import Budget, parse_budget, resolve_budget
 from .plan import MIN_UPDATES, Plan, initial_design, lr_rule_for, trial_config
 from .result import SearchResult, write_report
 from .rungs import ladder, make_pruner
-from .study import (check_resume, default_name, finished_count, keep_plan, make_sampler, make_storage, open_study,
-                    stored_plan, study_exists, trial_dicts)
+from .study import (check_resume, default_name, enqueue_design, finished_count, keep_plan, make_sampler, make_storage,
+                    open_study, stored_plan, study_exists, trial_dicts)
 from .study import resume as resume_study
 
 __all__ = ["search"]
@@ -427,9 +427,7 @@ def _enqueue_design(study: Any, dists: dict[str, Any], probes: _Probes, n: int, 
     lr = lf.suggestion if lf is not None and lf.suggestion and lf.confident else None
     centre = batch_centre(pr, reference_batch(lf)) if "batch" in dists else None
     points = initial_design(dists, lr, centre, max(1, n), recipe)
-    if not study.trials:
-        for params in points[:trials]:
-            study.enqueue_trial(params)
+    enqueue_design(study, points[:trials])
     return points[0]
 
 

@@ -16,12 +16,15 @@ from ..errors import UsageError
 from .trial import INTERRUPTED
 
 __all__ = ["make_storage", "study_exists", "make_sampler", "open_study", "check_resume", "mark_interrupted",
-           "requeue_interrupted", "resume", "trial_dicts", "finished_count", "PLAN_KEY", "DISTS_KEY"]
+           "requeue_interrupted", "resume", "trial_dicts", "finished_count", "enqueue", "enqueue_design", "PLAN_KEY",
+           "DISTS_KEY"]
 
 PLAN_KEY = "tunekit_plan"
 DISTS_KEY = "tunekit_distributions"
 INTERRUPTED_KEY = "tunekit_interrupted"
 REQUEUED_KEY = "tunekit_requeued"
+ENQUEUED_KEY = "tunekit_enqueued"  # a queued trial's params, on the trial
+DESIGN_KEY = "tunekit_design_queued"
 
 
 def make_storage(url: str | None, out: Path | None) -> Any:
@@ -125,6 +128,21 @@ def resume(study: Any, shared: bool) -> None:
     requeue_interrupted(study)
 
 
+def enqueue(study: Any, params: dict[str, Any]) -> None:
+    """Queue a trial with these params, noted on the trial as well: a trial killed between leaving the
+    queue and taking its params (Optuna sets them as they are suggested) can still be re-run."""
+    study.enqueue_trial(params, user_attrs={ENQUEUED_KEY: params}, skip_if_exists=False)
+
+
+def enqueue_design(study: Any, points: list[dict[str, Any]]) -> None:
+    """The initial design, queued once per study, also when a kill cut the queueing short."""
+    if study.user_attrs.get(DESIGN_KEY):
+        return
+    for params in points:
+        study.enqueue_trial(params, user_attrs={ENQUEUED_KEY: params}, skip_if_exists=True)
+    study.set_user_attr(DESIGN_KEY, True)
+
+
 def requeue_interrupted(study: Any) -> None:
     """Interrupted trials (killed, or stopped with Ctrl-C) run again with their params, once each."""
     import optuna
@@ -134,8 +152,9 @@ def requeue_interrupted(study: Any) -> None:
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.FAIL,)):
         if (t.number in interrupted or t.user_attrs.get("error") == INTERRUPTED) and t.number not in requeued:
             requeued.add(t.number)
-            if t.params:  # a trial killed before its params were sampled has none to re-run with
-                study.enqueue_trial(dict(t.params), skip_if_exists=False)
+            params = t.params or t.user_attrs.get(ENQUEUED_KEY)  # killed before it took its queued params
+            if params:  # else killed before the sampler drew any: there is nothing to re-run
+                enqueue(study, dict(params))
     study.set_user_attr(REQUEUED_KEY, sorted(requeued))
 
 
