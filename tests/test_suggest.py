@@ -89,9 +89,15 @@ def test_still_falling_at_the_end_is_flagged() -> None:
     assert any("end the sweep higher" in r for r in assess(c).reasons)
 
 
-def test_tiny_curves_do_not_crash() -> None:
+def test_tiny_curves_give_no_confident_answer_and_no_lr_outside_the_sweep() -> None:
     for n in (0, 1, 2, 3):
         c = prepare(LRS[:n], bowl_curve()[:n])
-        for rule in RULES.values():
-            rule(c) if n >= 1 else None
         assert not assess(c).confident
+        if n == 0:
+            continue
+        picks = {name: rule(c) for name, rule in RULES.items()}
+        if n == 1:  # one point locates nothing
+            assert set(picks.values()) == {None}, picks
+        for name, lr in picks.items():  # min/10 may sit a tenth below the sweep's start, nothing else may
+            low = LRS[0] / 10 if name == "min/10" else LRS[0]
+            assert lr is None or (math.isfinite(lr) and low * (1 - 1e-9) <= lr <= LRS[n - 1]), (n, name, lr)
