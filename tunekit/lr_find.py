@@ -25,6 +25,7 @@ from .state import preserved, seed_everything_for
 from .step import TrainStep, Updates, make_scaler
 from .suggest import DEFAULT_RULE, RULES, assess, prepare
 from .subject import resolve_subject
+from .precision import Precision
 from .task import ComputeLoss, LossFn, Task
 from .train import evaluate
 
@@ -145,7 +146,7 @@ def lr_find(
     mode: Literal["exp", "linear"] = "exp",
     batch_size: int | None = None,
     accumulation_steps: int = 1,
-    precision: str | None = None,
+    precision: Precision | None = None,
     clip_grad_norm: float | None = None,
     device: str = "auto",
     seed: int = 0,
@@ -179,7 +180,7 @@ def lr_find(
         raise UsageError(f"loss_on must be 'train' or 'val', got {loss_on!r}")
     if loss_on == "val" and vdata is None:
         raise UsageError("loss_on='val' needs validation data: pass val_data=... (or give the task val_data)")
-    scaler = scaler if scaler is not None else make_scaler(precision, dev)  # type: ignore[arg-type]
+    scaler = scaler if scaler is not None else make_scaler(precision, dev)
     lrs = sweep_lrs(min_lr, max_lr, steps, mode)
 
     settings = dict(min_lr=min_lr, max_lr=max_lr, steps=steps, mode=mode, batch_size=batch_size,
@@ -195,7 +196,7 @@ def lr_find(
                 initial.restore()
             seed_everything_for(seed + r, dev)
             user_model.train()
-            step = TrainStep(user_model, user_opt, compute, device=dev, precision=precision,  # type: ignore[arg-type]
+            step = TrainStep(user_model, user_opt, compute, device=dev, precision=precision,
                              accumulation_steps=accumulation_steps, clip_grad_norm=clip_grad_norm, scaler=scaler)
             batches = BatchStream(data, batch_size, seed=seed + r)
             run = _sweep(step, batches, lrs, diverge_threshold, bar,

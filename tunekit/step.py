@@ -28,7 +28,8 @@ from torch import nn
 
 from .data import Batch, batch_size_of, to_device
 from .errors import UsageError
-from .task import PRECISIONS, LossComputer, Precision
+from .precision import Precision, check_precision
+from .task import LossComputer
 
 __all__ = ["StepOutput", "TrainStep", "Updates", "resolve_device", "autocast_context", "make_scaler"]
 
@@ -94,8 +95,7 @@ class TrainStep:
         clip_grad_norm: float | None = None,
         scaler: torch.amp.GradScaler | None = None,
     ) -> None:
-        if precision not in PRECISIONS:
-            raise UsageError(f"precision {precision!r} is unknown: use one of {', '.join(PRECISIONS)}")
+        precision = check_precision(precision)
         if accumulation_steps < 1:
             raise UsageError(f"accumulation_steps must be >= 1, got {accumulation_steps}")
         self.model = model

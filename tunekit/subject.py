@@ -17,7 +17,8 @@ from torch import nn
 from .data import Data
 from .errors import UsageError
 from .step import resolve_device
-from .task import PRECISIONS, ComputeLoss, LossComputer, LossFn, Task, default_optimizer
+from .precision import Precision, check_precision
+from .task import ComputeLoss, LossComputer, LossFn, Task, default_optimizer
 
 __all__ = ["Subject", "resolve_subject"]
 
@@ -31,7 +32,7 @@ class Subject:
     val_data: Data | None
     compute: LossComputer
     batch_size: int | None
-    precision: str
+    precision: Precision
     device: torch.device
 
 
@@ -45,7 +46,7 @@ def resolve_subject(
     compute_loss: ComputeLoss | None = None,
     val_data: Data | None = None,
     batch_size: int | None = None,
-    precision: str | None = None,
+    precision: Precision | None = None,
     device: str | None = "auto",
     seed: int = 0,
 ) -> Subject:
@@ -89,6 +90,4 @@ def resolve_subject(
         data, vdata = train_data, val_data
         user_model = model
         precision = precision or "fp32"
-    if precision not in PRECISIONS:
-        raise UsageError(f"precision {precision!r} is unknown: use one of {', '.join(PRECISIONS)}")
-    return Subject(task, user_model, user_opt, data, vdata, task.loss_computer(), batch_size, precision, dev)
+    return Subject(task, user_model, user_opt, data, vdata, task.loss_computer(), batch_size, check_precision(precision), dev)

@@ -18,18 +18,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Optional
+from typing import Any, Optional
 
 import torch
 from torch import nn
 
 from .data import Batch, Data, check_data
 from .errors import UsageError
+from .precision import Precision, check_precision
 
-__all__ = ["Task", "Precision", "PRECISIONS", "LossFn", "ComputeLoss", "OptimizerFactory", "default_optimizer", "LossComputer"]
+__all__ = ["Task", "LossFn", "ComputeLoss", "OptimizerFactory", "default_optimizer", "LossComputer"]
 
-Precision = Literal["fp32", "bf16", "fp16"]
-PRECISIONS: tuple[str, ...] = ("fp32", "bf16", "fp16")
 LossFn = Callable[[Any, Any], torch.Tensor]
 ComputeLoss = Callable[[nn.Module, Batch], torch.Tensor]
 OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
@@ -88,8 +87,7 @@ class Task:
             raise UsageError(f"loss must be callable as loss(outputs, targets), got {self.loss!r}")
         if self.compute_loss is not None and not callable(self.compute_loss):
             raise UsageError(f"compute_loss must be callable as compute_loss(model, batch), got {self.compute_loss!r}")
-        if self.precision not in PRECISIONS:
-            raise UsageError(f"precision {self.precision!r} is unknown: use one of {', '.join(PRECISIONS)}")
+        self.precision = check_precision(self.precision)
         if self.batch_size is not None and (not isinstance(self.batch_size, int) or self.batch_size < 1):
             raise UsageError(f"batch_size must be a positive int, got {self.batch_size!r}")
         check_data(self.train_data, "train_data")

@@ -19,7 +19,8 @@ from .results import Result
 from .schedule import DECAYS, Warmup, lr_schedule, warmup_steps
 from .state import seed_everything_for
 from .step import TrainStep, Updates, autocast_context, resolve_device
-from .task import PRECISIONS, LossComputer, Task, accuracy_counts
+from .precision import Precision, check_precision
+from .task import LossComputer, Task, accuracy_counts
 
 __all__ = ["TrainConfig", "TrainResult", "train", "evaluate", "EvalCallback"]
 
@@ -53,7 +54,7 @@ class TrainConfig:
     schedule: str = "cosine"
     min_lr_ratio: float = 0.1
     clip_grad_norm: Optional[float] = 1.0
-    precision: Optional[str] = None
+    precision: Optional[Precision] = None
     device: str = "auto"
     seed: int = 0
     eval_every: Optional[int] = None
@@ -75,8 +76,8 @@ class TrainConfig:
             raise UsageError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio!r}: pass e.g. min_lr_ratio=0.1")
         if self.clip_grad_norm is not None and not self.clip_grad_norm > 0:
             raise UsageError(f"clip_grad_norm must be > 0 (or None for no clipping), got {self.clip_grad_norm!r}")
-        if self.precision is not None and self.precision not in PRECISIONS:
-            raise UsageError(f"precision {self.precision!r} is unknown: use one of {', '.join(PRECISIONS)}")
+        if self.precision is not None:
+            check_precision(self.precision)
         if self.eval_every is not None:
             _positive_int("eval_every", self.eval_every, 50)
         if self.eval_batches is not None:
@@ -202,7 +203,7 @@ def evaluate(
     compute: LossComputer,
     *,
     device: torch.device,
-    precision: str = "fp32",
+    precision: Precision = "fp32",
     batch_size: int | None = None,
     max_batches: int | None = None,
 ) -> dict[str, float]:
@@ -216,7 +217,7 @@ def evaluate(
     try:
         for batch in iterate_once(data, batch_size, max_batches):
             batch = to_device(batch, device)
-            with autocast_context(precision, device):  # type: ignore[arg-type]
+            with autocast_context(precision, device):
                 loss, outputs, targets = compute(model, batch)
             n = batch_size_of(batch) or 1
             total += float(loss) * n
@@ -255,7 +256,7 @@ def train(
     """
     cfg = TrainConfig.for_task(task, config, **overrides)
     device = resolve_device(cfg.device)
-    precision = cfg.precision or task.precision
+    precision = check_precision(cfg.precision or task.precision)
     result = TrainResult(config=dataclasses.asdict(cfg) | {"precision": precision}, task=task.name, device=str(device))
 
     cuda_devices = [device.index if device.index is not None else torch.cuda.current_device()] if device.type == "cuda" else []
@@ -273,7 +274,7 @@ def train(
             optimizer,
             compute,
             device=device,
-            precision=precision,  # type: ignore[arg-type]
+            precision=precision,
             accumulation_steps=cfg.accumulation_steps,
             clip_grad_norm=cfg.clip_grad_norm,
         )
