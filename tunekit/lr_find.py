@@ -21,6 +21,7 @@ from .data import BatchStream, Data
 from .errors import UsageError, check_int
 from .results import Result
 from .schedule import sweep_lrs
+from .progress import bar
 from .state import preserved, seed_everything_for
 from .step import TrainStep, Updates, make_scaler
 from .suggest import DEFAULT_RULE, RULES, assess, prepare
@@ -189,8 +190,8 @@ def lr_find(
                     loss_on=loss_on, task=task.name)
     start = time.perf_counter()
     runs: list[dict[str, Any]] = []
-    bar = _progress(steps * repeats) if progress else None
-    with preserved(user_model, user_opt, scaler, data) as initial:
+    with bar(steps * repeats, "lr-find", "step", progress) as steps_bar, \
+            preserved(user_model, user_opt, scaler, data) as initial:
         for r in range(repeats):
             if r > 0:  # each repeat starts from the same weights and optimizer state
                 initial.restore()
@@ -199,18 +200,16 @@ def lr_find(
             step = TrainStep(user_model, user_opt, compute, device=dev, precision=precision,
                              accumulation_steps=accumulation_steps, clip_grad_norm=clip_grad_norm, scaler=scaler)
             batches = BatchStream(data, batch_size, seed=seed + r)
-            run = _sweep(step, batches, lrs, diverge_threshold, bar,
+            run = _sweep(step, batches, lrs, diverge_threshold, steps_bar,
                          (lambda: evaluate(user_model, vdata, compute, device=dev, precision=precision,
                                            batch_size=batch_size, max_batches=val_batches)["loss"])
                          if loss_on == "val" else None)
             runs.append(run)
-    if bar is not None:
-        bar.close()
     seconds = time.perf_counter() - start
     return _result(runs, settings, seconds)
 
 
-def _sweep(step: TrainStep, batches: BatchStream, lrs: np.ndarray, threshold: float, bar: Any,
+def _sweep(step: TrainStep, batches: BatchStream, lrs: np.ndarray, threshold: float, steps_bar: Any,
            val_loss: Callable[[], float] | None) -> dict[str, Any]:
     """One sweep through the shared step; stops on divergence."""
     rec_lrs: list[float] = []
@@ -224,8 +223,7 @@ def _sweep(step: TrainStep, batches: BatchStream, lrs: np.ndarray, threshold: fl
         loss = val_loss() if val_loss is not None else out.loss
         rec_lrs.append(lr)
         rec_losses.append(loss)
-        if bar is not None:
-            bar.update(1)
+        steps_bar.update(1)
         if not math.isfinite(loss):
             diverged_at = lr
             break
@@ -240,8 +238,8 @@ def _sweep(step: TrainStep, batches: BatchStream, lrs: np.ndarray, threshold: fl
         diverged_at = float(lrs[loop.diverged_at])
         rec_lrs.append(diverged_at)
         rec_losses.append(math.nan)
-    if bar is not None and len(rec_lrs) < len(lrs):
-        bar.update(len(lrs) - len(rec_lrs))
+    if len(rec_lrs) < len(lrs):  # a sweep stopped early: its steps count as done
+        steps_bar.update(len(lrs) - len(rec_lrs))
     return {"lrs": rec_lrs, "losses": rec_losses, "diverged_at_lr": diverged_at, "skipped": loop.skipped, "samples": samples}
 
 
@@ -301,8 +299,3 @@ def _result(runs: list[dict[str, Any]], settings: dict[str, Any], seconds: float
         lr_range=lr_range,
     )
 
-
-def _progress(total: int) -> Any:
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc="lr-find", unit="step", leave=False, dynamic_ncols=True, disable=None)

@@ -15,6 +15,7 @@ from torch import nn
 
 from .data import Data, batch_size_of, iterate_once, to_device, BatchStream
 from .errors import UsageError, check_int
+from .progress import bar
 from .results import Result
 from .schedule import DECAYS, Warmup, lr_schedule, warmup_steps
 from .state import seed_everything_for
@@ -291,25 +292,24 @@ def train(
             result.evals.append({"step": at, **metrics})
             return bool(callback(at, metrics)) if callback is not None else False
 
-        bar = _progress(cfg.max_steps, task.name) if progress else None
         start = time.perf_counter()
         loop = Updates(step, batches, lrs)
         update = 0
-        for i, lr, out in loop:
-            update = i + 1
-            result.steps.append(i)
-            result.lrs.append(lr)
-            result.losses.append(out.loss)
-            result.grad_norms.append(out.grad_norm)
-            result.samples += out.samples
-            if bar is not None:
-                bar.update(1)
+        with bar(cfg.max_steps, task.name, "step", progress) as steps_bar:
+            for i, lr, out in loop:
+                update = i + 1
+                result.steps.append(i)
+                result.lrs.append(lr)
+                result.losses.append(out.loss)
+                result.grad_norms.append(out.grad_norm)
+                result.samples += out.samples
+                steps_bar.update(1)
                 if update % 10 == 0:
-                    bar.set_postfix(loss=f"{out.loss:.4f}", refresh=False)
-            if cfg.eval_every and update % cfg.eval_every == 0 and update < cfg.max_steps:
-                if run_eval(update):
-                    result.stopped_early = True
-                    break
+                    steps_bar.set_postfix(loss=f"{out.loss:.4f}", refresh=False)
+                if cfg.eval_every and update % cfg.eval_every == 0 and update < cfg.max_steps:
+                    if run_eval(update):
+                        result.stopped_early = True
+                        break
         result.skipped_steps = loop.skipped
         if loop.diverged_at is not None:
             result.diverged, result.diverged_at = True, loop.diverged_at
@@ -317,13 +317,4 @@ def train(
         if not result.diverged and not result.stopped_early:
             run_eval(update)
         result.seconds = time.perf_counter() - start
-        if bar is not None:
-            bar.close()
     return result
-
-
-def _progress(total: int, desc: str) -> Any:
-    from tqdm.auto import tqdm
-
-    # disable=None: no bar when stderr is not a terminal (CI logs, pipes).
-    return tqdm(total=total, desc=desc, unit="step", leave=False, dynamic_ncols=True, disable=None)
