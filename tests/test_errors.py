@@ -43,3 +43,9 @@ def test_in_cli_terms_rewrites_only_the_commands_flags() -> None:
     assert in_cli_terms("evals must be 1: pass e.g. evals=8", search_usage) == "evals must be 1: pass e.g. evals=8"  # no flag
     assert in_cli_terms("max_steps must be >= 2: pass e.g. max_steps=2", search_usage) == "--max-steps must be >= 2: pass e.g. --max-steps 2"
     assert in_cli_terms("rejected its config {'width': 'x=1'}", search_usage) == "rejected its config {'width': 'x=1'}"
+
+
+def test_a_storage_that_cannot_be_opened_is_one_line(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/no/such/folder/study.db"
+    with pytest.raises(UsageError, match=r"storage 'sqlite:///.*' cannot be opened: OperationalError: "):
+        search(classification_task(), "from_scratch", trials=1, storage=url, device="cpu")

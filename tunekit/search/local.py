@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ..errors import UsageError
 from .plan import TrialConfig
 from .study import finished_count, note_interrupted
 from .trial import Outcome, TrialFailed, conclude, run_trial, start_attrs
@@ -39,7 +40,7 @@ def run_local(*, study: Any, dists: dict[str, Any], make_config: Callable[[dict[
     def objective(trial: Any) -> float:
         try:
             cfg = make_config(suggest(trial, dists))
-        except Exception as exc:  # a config that cannot run (no micro-batch fits) fails as its own trial
+        except UsageError as exc:  # a config that cannot run (no micro-batch fits) fails as its own trial
             return conclude(trial, Outcome("FAIL", error=f"{type(exc).__name__}: {exc}"))
         for key, value in start_attrs(cfg).items():
             trial.set_user_attr(key, value)

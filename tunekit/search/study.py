@@ -30,6 +30,7 @@ DESIGN_KEY = "tunekit_design_queued"
 def make_storage(url: str | None, out: Path | None) -> Any:
     """An Optuna storage: a SQLAlchemy URL, a journal file (*.log, *.jsonl), or SQLite in ``out``."""
     import optuna
+    from sqlalchemy.exc import SQLAlchemyError  # Optuna's RDB storage is built on it
 
     if url is None:
         if out is None:
@@ -55,7 +56,7 @@ def make_storage(url: str | None, out: Path | None) -> Any:
                 heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1))
     except (ImportError, ValueError) as exc:
         raise UsageError(f"storage {url!r} cannot be opened: {exc}") from None
-    except Exception as exc:  # sqlalchemy's errors, without importing it here
+    except SQLAlchemyError as exc:  # a URL it cannot reach, a database it cannot read
         raise UsageError(f"storage {url!r} cannot be opened: {type(exc).__name__}: {str(exc).splitlines()[0]}") from None
 
 

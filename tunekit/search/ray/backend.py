@@ -144,7 +144,7 @@ def _searcher(study: Any, dists: dict[str, Any], make_config: Callable[[dict[str
             book[trial.number] = trial
             try:
                 cfg = make_config(dict(trial.params))
-            except Exception as exc:
+            except UsageError as exc:
                 # A config that cannot run (no micro-batch fits) fails as its own trial.
                 return {"number": trial.number, "config_error": f"{type(exc).__name__}: {exc}"}
             for key, value in start_attrs(cfg).items():
