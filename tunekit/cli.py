@@ -413,7 +413,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from .search import SearchResult, write_report
+    from .results import SearchResult, write_report
 
     path = Path(args.dir) / "search.json"
     if not path.is_file():

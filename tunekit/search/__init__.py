@@ -7,11 +7,11 @@
 - :mod:`.rungs`: successive halving's rungs, in samples;
 - :mod:`.trial`: one trial's run and how its outcome is recorded;
 - :mod:`.local`, :mod:`.ray`: the backends;
-- :mod:`.result`: :class:`SearchResult` (no training code).
+- its result, :class:`~tunekit.results.SearchResult`, lives with the others in :mod:`tunekit.results`.
 """
 
 from .budget import Budget, parse_budget
-from .result import SearchResult, write_report
+from ..results import SearchResult, write_report
 from .run import search
 from .study import make_storage
 

@@ -25,7 +25,7 @@ from ..errors import UsageError, check_int
 from ..space import SearchSpace, batch_centre, load_space, lr_bounds_from_curve, reference_batch
 from .budget import Budget, parse_budget, resolve_budget
 from .plan import MIN_UPDATES, Plan, initial_design, lr_rule_for, trial_config
-from .result import SearchResult, write_report
+from ..results import SearchResult, write_report
 from .rungs import ladder, make_pruner
 from .study import (check_resume, default_name, enqueue_design, finished_count, keep_plan, make_sampler, make_storage,
                     open_study, stored_plan, study_exists, trial_dicts)
@@ -474,7 +474,7 @@ def _result(study: Any, name: str, store: Any, storage: Optional[str], sp: Searc
     complete = [t for t in trials if t["state"] == "COMPLETE" and t["value"] is not None]
     best = min(complete, key=lambda t: t["value"]) if complete else None
     lf, pr = probes.lr_find, probes.probe
-    return SearchResult(
+    result = SearchResult(
         study_name=name, storage=str(getattr(store, "url", storage or "in-memory")), space=sp.name,
         direction="minimize", best_value=best["value"] if best else None, best_params=best["params"] if best else {},
         best_config=best["config"] if best else {}, trials=trials, seed_params=seed_params,
@@ -487,3 +487,5 @@ def _result(study: Any, name: str, store: Any, storage: Optional[str], sp: Searc
         probe={"max_batch": pr.max_batch, "critical_batch": pr.critical_batch, "samples": pr.samples,
                "critical_batch_range": pr.critical_batch_range} if pr is not None else None,
     )
+    result.param_importances = result.importances()
+    return result

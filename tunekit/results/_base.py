@@ -1,4 +1,4 @@
-"""What every result object shares: JSON in and out, and a plot for notebooks."""
+"""What every result object shares: JSON in and out, a plot for notebooks, whole-file writes."""
 
 from __future__ import annotations
 
@@ -73,6 +73,6 @@ class Result:
 
     def _repr_png_(self) -> bytes:
         """Notebooks show a result as its figure."""
-        from .plotting import figure_png
+        from ..plotting import figure_png
 
         return figure_png(self.figure())

@@ -15,9 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-
 from ..errors import UsageError
-from ..results import Result, write_file
+from ._base import Result, write_file
 
 __all__ = ["SearchResult", "write_report"]
 
@@ -46,6 +45,8 @@ class SearchResult(Result):
     sampler_seed: int = 0
     lr_find: Optional[dict[str, Any]] = None
     probe: Optional[dict[str, Any]] = None
+    # Computed by the search, where Optuna is at hand, so that a report needs no Optuna.
+    param_importances: Optional[dict[str, float]] = None
 
     def _amount(self, samples: float) -> str:
         """``samples`` in the budget's unit, as people write it: 19,040 samples, 1.5 epochs."""
@@ -174,7 +175,9 @@ class SearchResult(Result):
 
     def importances(self) -> dict[str, float]:
         """Optuna's parameter importances over the completed trials (empty with fewer than 3)."""
-        import optuna
+        if self.param_importances is not None:
+            return dict(self.param_importances)
+        import optuna  # a result written before param_importances was stored
 
         done = [t for t in self.trials if t["state"] == "COMPLETE" and t["value"] is not None]
         names = sorted({k for t in done for k in t["params"]})
@@ -189,7 +192,7 @@ class SearchResult(Result):
                 study.add_trial(optuna.trial.create_trial(params={n: t["params"][n] for n in multi},
                                                           distributions=dists, value=t["value"]))
         try:
-            return dict(optuna.importance.get_param_importances(study))
+            return dict(optuna.importance.get_param_importances(study))  # PED-ANOVA: deterministic
         except (RuntimeError, ValueError):  # too few distinct trials for the forest
             return {}
 
