@@ -169,22 +169,13 @@ def _add_step_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], help="fp32, bf16, or fp16 with a GradScaler (default: the task's)")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog="tunekit",
-        description="Find the learning rate, batch size and training recipe before you spend GPU-hours on a sweep.",
-        epilog=EPILOG_MAIN,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    from . import __version__
-
-    parser.add_argument("--version", action="version", version=f"tunekit {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-
+def _add_tasks_command(sub: Any) -> None:
     p = sub.add_parser("tasks", help="list the built-in tasks",
                        epilog="examples:\n  tunekit tasks\n", formatter_class=argparse.RawDescriptionHelpFormatter)
     p.set_defaults(func=cmd_tasks)
 
+
+def _add_lr_find_command(sub: Any) -> None:
     p = sub.add_parser("lr-find", help="LR range test: suggest a peak LR for a warmup + cosine run",
                        description="Sweep the LR up over N optimizer updates of the shared step and suggest a peak LR. "
                                    "Writes DIR/lr_find.json and DIR/lr_find.png.",
@@ -200,6 +191,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_args(p, "lr_find.json and lr_find.png")
     p.set_defaults(func=cmd_lr_find)
 
+
+def _add_probe_command(sub: Any) -> None:
     p = sub.add_parser("probe", help="memory and throughput probe: largest, fastest and critical batch size",
                        description="Predict a training step's peak memory from a trace on fake tensors, confirm the "
                                    "largest batch that fits with a real step, measure throughput and the gradient noise "
@@ -215,6 +208,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_args(p, "probe.json and probe.png")
     p.set_defaults(func=cmd_probe)
 
+
+def _add_search_command(sub: Any) -> None:
     p = sub.add_parser("search", help="seeded Optuna TPE search with ASHA early stopping",
                        description="Run the probes the space needs, seed the space from them, and search it with "
                                    "Optuna (TPE) and successive-halving early stopping. Writes DIR/search.json, "
@@ -252,17 +247,23 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_args(p, "search.json, trials.csv, search.png and study.db")
     p.set_defaults(func=cmd_search)
 
+
+def _add_report_command(sub: Any) -> None:
     p = sub.add_parser("report", help="redraw a search's table and plots from DIR/search.json",
                        epilog="examples:\n  tunekit report tunekit_runs\n", formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("dir", metavar="DIR", help="a directory written by tunekit search")
     p.set_defaults(func=cmd_report)
 
+
+def _add_spaces_command(sub: Any) -> None:
     p = sub.add_parser("spaces", help="list the shipped search spaces, or show one",
                        epilog="examples:\n  tunekit spaces\n  tunekit spaces from_scratch\n  tunekit spaces my_space.toml\n",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("name", nargs="?", metavar="NAME", help="a shipped space or a .toml file: show its entries and its file")
     p.set_defaults(func=cmd_spaces)
 
+
+def _add_train_command(sub: Any) -> None:
     p = sub.add_parser("train", help="train a task with warmup + decay through the shared step",
                        description="Train a fresh model of a task through tunekit's shared training step and print its curve.",
                        epilog=EPILOG_TRAIN, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -287,6 +288,26 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where to write train.json and train.png (default tunekit_runs)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_train)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="tunekit",
+        description="Find the learning rate, batch size and training recipe before you spend GPU-hours on a sweep.",
+        epilog=EPILOG_MAIN,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    from . import __version__
+
+    parser.add_argument("--version", action="version", version=f"tunekit {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    _add_tasks_command(sub)
+    _add_lr_find_command(sub)
+    _add_probe_command(sub)
+    _add_search_command(sub)
+    _add_report_command(sub)
+    _add_spaces_command(sub)
+    _add_train_command(sub)
     for command in sub.choices.values():  # to say an API error's hints as this command's flags
         command.set_defaults(usage=command.format_usage)
     return parser
