@@ -91,10 +91,14 @@ def test_no_command_prints_help_and_exits_2() -> None:
 
 
 def test_import_is_light() -> None:
-    code = "import sys, tunekit; print(sorted(m for m in ('matplotlib', 'ray', 'optuna') if m in sys.modules))"
+    code = "import sys, tunekit; print(sorted(m for m in ('matplotlib', 'ray', 'optuna', 'torch') if m in sys.modules))"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "[]"
+    # The first name that needs torch imports it; Ray and matplotlib wait until a search or a plot needs them.
+    code = "import sys, tunekit; tunekit.probe; print(sorted(m for m in ('matplotlib', 'ray', 'torch') if m in sys.modules))"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "['torch']", (r.stdout, r.stderr)
 
 
 @pytest.mark.parametrize(

@@ -311,7 +311,7 @@ def test_a_curve_without_a_finite_loss_says_so_in_its_plot() -> None:
     import matplotlib
 
     matplotlib.use("Agg")
-    from tunekit.lr_find import LRFindResult
+    from tunekit._lr_find import LRFindResult
 
     r = LRFindResult(lrs=[1e-3], losses=[math.nan], smoothed=[], suggestions={}, default_rule="tunekit",
                      suggestion=None, confidence=0.0, confident=False, reasons=[], diverged=True,

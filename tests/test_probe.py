@@ -12,8 +12,8 @@ from tunekit import Task, UsageError, probe
 from tunekit.data import BatchStream
 from tunekit.memory import Trace, fit_memory_model, static_bytes, trace_step
 from tunekit.noise_scale import noise_scale
-from tunekit.probe import plan_batches, scale_lr
-from tunekit.sizes import parse_size
+from tunekit._probe import plan_batches, scale_lr
+from tunekit.bytesize import parse_bytes
 from tunekit.step import TrainStep
 from tunekit.task import LossComputer
 
@@ -170,13 +170,13 @@ def test_plan_and_lr_scaling() -> None:
 
 @pytest.mark.parametrize("text, value", [("512MiB", 512 * 2**20), ("8GiB", 8 * 2**30), ("2.5GB", 2_500_000_000), ("1e9", 10**9), (1024, 1024)])
 def test_parse_size(text: object, value: int) -> None:
-    assert parse_size(text) == value  # type: ignore[arg-type]
+    assert parse_bytes(text) == value  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("bad", ["2XB", "-1GiB", "GiB", "0"])
 def test_bad_sizes(bad: str) -> None:
     with pytest.raises(UsageError, match="memory size"):
-        parse_size(bad)
+        parse_bytes(bad)
 
 
 def test_probe_refuses_fixed_batches_and_bad_arguments() -> None:
@@ -302,7 +302,7 @@ def test_plan_batches_never_invents_a_speed() -> None:
 
 def test_the_probe_says_when_its_answers_are_not_to_be_trusted() -> None:
     """A noise scale measured on an untrained model in hand is flagged, and so are noisy timings."""
-    from tunekit.probe import _warnings
+    from tunekit._probe import _warnings
 
     task = classification_task()
     model = task.make_model(0)

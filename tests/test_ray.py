@@ -13,7 +13,7 @@ pytestmark = pytest.mark.slow  # Ray instances and Tune runs
 
 
 from tunekit import UsageError, search  # noqa: E402
-from tunekit.search.ray.backend import DONE_KEY, ERROR_KEY, _recorder, _scheduler, _searcher, check_packing, trainable  # noqa: E402
+from tunekit._search.ray.backend import DONE_KEY, ERROR_KEY, _recorder, _scheduler, _searcher, check_packing, trainable  # noqa: E402
 
 from .tasks import slow_regression_task  # noqa: E402
 from .tasks import run_cli  # noqa: E402
@@ -30,7 +30,7 @@ def local_ray():
     On loopback by tunekit's own switch, though Ray was imported before it."""
     import logging
 
-    from tunekit.search.ray.cluster import stay_on_loopback
+    from tunekit._search.ray.cluster import stay_on_loopback
 
     stay_on_loopback()
     ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)

@@ -1,42 +1,55 @@
-"""tunekit: choose the learning rate, batch size and recipe before the sweep.
+"""tunekit: choose the learning rate, batch size and training recipe before the sweep.
 
 Everything the CLI does is a function here that a notebook can call with
 objects in hand.
+
+The names below are imported on first use (PEP 562), so ``import tunekit`` and
+loading a saved result stay light: torch is imported by the first name that
+needs it, never by ``tunekit report`` or ``tunekit.results``. The functions live
+in private modules (``tunekit._probe`` ...), so ``tunekit.probe`` is always the
+function, whatever was imported before.
 """
 
 from __future__ import annotations
 
-from .errors import UsageError
-from .loading import list_tasks, load_task
-from .lr_find import LRFindResult, lr_find
-from .probe import ProbeResult, probe
-from .search import SearchResult, search
-from .space import list_spaces, load_space
-from .schedule import lr_at, lr_schedule
-from .step import StepOutput, TrainStep
-from .task import Task
-from .train import TrainConfig, TrainResult, evaluate, train
+import importlib
+from typing import TYPE_CHECKING, Any
 
-__all__ = [
-    "Task",
-    "TrainConfig",
-    "TrainResult",
-    "TrainStep",
-    "StepOutput",
-    "UsageError",
-    "evaluate",
-    "list_tasks",
-    "LRFindResult",
-    "lr_find",
-    "ProbeResult",
-    "probe",
-    "SearchResult",
-    "search",
-    "list_spaces",
-    "load_space",
-    "load_task",
-    "lr_at",
-    "lr_schedule",
-    "train",
-]
+from .errors import UsageError
+
+if TYPE_CHECKING:  # what the names are, for type checkers and editors
+    from ._lr_find import lr_find
+    from ._probe import ProbeResult, probe
+    from ._search import search
+    from ._train import TrainConfig, evaluate, train
+    from .results import LRFindResult, SearchResult, TrainResult
+    from .schedule import lr_at, lr_schedule
+    from .space import list_spaces, load_space
+    from .step import StepOutput, TrainStep
+    from .task import Task
+    from .task_spec import list_tasks, load_task
+
+# name -> the module that defines it
+_LAZY = {
+    "Task": ".task", "TrainConfig": "._train", "TrainStep": ".step", "StepOutput": ".step",
+    "evaluate": "._train", "train": "._train", "lr_find": "._lr_find", "probe": "._probe", "search": "._search",
+    "TrainResult": ".results", "LRFindResult": ".results", "SearchResult": ".results", "ProbeResult": "._probe",
+    "list_tasks": ".task_spec", "load_task": ".task_spec", "list_spaces": ".space", "load_space": ".space",
+    "lr_at": ".schedule", "lr_schedule": ".schedule",
+}
+
+__all__ = ["UsageError", *_LAZY]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tunekit' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # once: later lookups do not come here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -315,7 +315,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def cmd_tasks(args: argparse.Namespace) -> int:
     from .builtin import DEFAULT_TASK
-    from .loading import list_tasks
+    from .task_spec import list_tasks
 
     tasks = list_tasks()
     width = max(map(len, tasks))
@@ -327,7 +327,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 
 def _load(args: argparse.Namespace) -> Any:
     from .builtin import DEFAULT_TASK
-    from .loading import load_task
+    from .task_spec import load_task
 
     return load_task(args.task or DEFAULT_TASK, _task_config(args.task_config))
 
@@ -359,7 +359,7 @@ def _remove_empty_outputs() -> None:
 
 
 def cmd_lr_find(args: argparse.Namespace) -> int:
-    from .lr_find import lr_find
+    from ._lr_find import lr_find
     from .plotting import save_plot
 
     out = _out_dir(args.out)
@@ -391,13 +391,13 @@ def cmd_lr_find(args: argparse.Namespace) -> int:
 
 def cmd_probe(args: argparse.Namespace) -> int:
     from .plotting import save_plot
-    from .probe import probe
+    from ._probe import probe
 
     out = _out_dir(args.out)
     if args.memory_budget is not None:
-        from .sizes import parse_size
+        from .bytesize import parse_bytes
 
-        parse_size(args.memory_budget)  # a bad size fails before the task loads
+        parse_bytes(args.memory_budget)  # a bad size fails before the task loads
     task = _load(args)
     result = probe(task, memory_budget=args.memory_budget, headroom=args.headroom, device=args.device,
                    precision=args.precision, accumulation_steps=args.accumulation_steps,
@@ -413,7 +413,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    from .search import search
+    from ._search import search
 
     out = _out_dir(args.out)
     result = search(args.task or "shapes", args.space, task_config=_task_config(args.task_config) or None,
@@ -466,7 +466,7 @@ def cmd_spaces(args: argparse.Namespace) -> int:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from .plotting import save_plot
-    from .train import train
+    from ._train import train
 
     out = _out_dir(args.out)
     keys = ("lr", "max_steps", "batch_size", "accumulation_steps", "warmup", "schedule", "min_lr_ratio",
@@ -494,8 +494,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def _from_search(args: argparse.Namespace, overrides: dict[str, Any]) -> tuple[Any, dict[str, Any], dict[str, Any]]:
     """(the task, the training config, the trial) of a search's trial, for an exact re-run."""
-    from .loading import load_task
-    from .search import SearchResult
+    from .task_spec import load_task
+    from ._search import SearchResult
 
     if overrides or args.task_config:
         flag = "--" + next(iter(overrides)).replace("_", "-") if overrides else "--set"

@@ -8,7 +8,7 @@ the study and decides early stopping, as on the local backend:
 - ``PrunerScheduler`` reports each evaluation to the study and stops a trial
   when the study's pruner (successive halving on samples) says so;
 - ``Recorder`` turns each trial's end into an :class:`Outcome` and records it
-  through :func:`tunekit.search.trial.record`, the path the local backend uses.
+  through :func:`tunekit._search.trial.record`, the path the local backend uses.
 
 Ray's own ``OptunaSearch`` reports a stopped trial as COMPLETE with its partial
 value, which mixes short and full runs in TPE's model; here it is PRUNED.

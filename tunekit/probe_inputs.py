@@ -20,11 +20,11 @@ from .step import resolve_device
 from .precision import Precision, check_precision
 from .task import ComputeLoss, LossComputer, LossFn, Task, default_optimizer
 
-__all__ = ["Subject", "resolve_subject"]
+__all__ = ["ProbeInputs", "resolve_inputs"]
 
 
 @dataclass
-class Subject:
+class ProbeInputs:
     task: Task
     model: nn.Module
     optimizer: torch.optim.Optimizer
@@ -36,7 +36,7 @@ class Subject:
     device: torch.device
 
 
-def resolve_subject(
+def resolve_inputs(
     what: str,
     model: nn.Module | Task,
     train_data: Data | None,
@@ -49,7 +49,7 @@ def resolve_subject(
     precision: Precision | None = None,
     device: str | None = "auto",
     seed: int = 0,
-) -> Subject:
+) -> ProbeInputs:
     if isinstance(model, Task):
         task = model
         if train_data is not None or loss_fn is not None:
@@ -90,4 +90,4 @@ def resolve_subject(
         data, vdata = train_data, val_data
         user_model = model
         precision = precision or "fp32"
-    return Subject(task, user_model, user_opt, data, vdata, task.loss_computer(), batch_size, check_precision(precision), dev)
+    return ProbeInputs(task, user_model, user_opt, data, vdata, task.loss_computer(), batch_size, check_precision(precision), dev)

@@ -24,10 +24,10 @@ from .progress import bar
 from .state import preserved, seed_everything_for
 from .step import TrainStep, Updates, make_scaler
 from .suggest import DEFAULT_RULE, RULES, assess, prepare
-from .subject import resolve_subject
+from .probe_inputs import resolve_inputs
 from .precision import Precision
 from .task import ComputeLoss, LossFn, Task
-from .train import evaluate
+from ._train import evaluate
 
 __all__ = ["lr_find", "LRFindResult"]
 
@@ -94,7 +94,7 @@ def lr_find(
     batches of ``val_data`` (a fixed subset) instead of the training loss.
     """
     _check_args(min_lr, max_lr, steps, mode, repeats, diverge_threshold, batch_size, accumulation_steps, clip_grad_norm)
-    sub = resolve_subject("lr_find", model, train_data, loss_fn, optimizer, compute_loss=compute_loss,
+    sub = resolve_inputs("lr_find", model, train_data, loss_fn, optimizer, compute_loss=compute_loss,
                           val_data=val_data, batch_size=batch_size, precision=precision, device=device, seed=seed)
     task, user_model, user_opt, data, vdata = sub.task, sub.model, sub.optimizer, sub.data, sub.val_data
     compute, batch_size, precision, dev = sub.compute, sub.batch_size, sub.precision, sub.device

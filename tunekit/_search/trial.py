@@ -69,9 +69,9 @@ def run_config(task: Any, cfg: TrialConfig, report: Callable[[int, dict[str, flo
     ``cache`` keeps the last task built, so trials with the same task config
     (most of them) do not rebuild its data; train() starts a fresh model each time.
     """
-    from ..loading import load_task
+    from ..task_spec import load_task
     from ..task import Task
-    from ..train import train
+    from .._train import train
 
     if isinstance(task, Task):
         run_task = task

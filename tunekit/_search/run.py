@@ -5,7 +5,7 @@
    trials' own step settings: the LR range test bounds the LR at its batch, the
    batch probe gives the effective batches near the critical batch and the
    memory model that splits them into micro-batches.
-3. A :class:`~tunekit.search.plan.Plan` fixes what every trial shares: the
+3. A :class:`~tunekit._search.plan.Plan` fixes what every trial shares: the
    budget in samples, the LR's reference batch and rescaling rule, the largest
    micro-batch, the seed, the validation set.
 4. The seed trial and a small design around it are enqueued; TPE samples the rest.
@@ -105,7 +105,7 @@ def search(
     sp = space if isinstance(space, SearchSpace) else load_space(space)
     sp = _with_task_config(sp, task, task_config)
     base_task = _base_task(task, sp)
-    from ..train import TrainConfig
+    from .._train import TrainConfig
 
     base_cfg = TrainConfig.for_task(base_task, device=device)
     out_dir = Path(out) if out is not None else None
@@ -251,7 +251,7 @@ def _with_task_config(sp: SearchSpace, task: Any, task_config: Optional[dict[str
 
 
 def _base_task(task: Any, sp: SearchSpace) -> Any:
-    from ..loading import load_task
+    from ..task_spec import load_task
     from ..task import Task
 
     if isinstance(task, Task) and any(n.startswith("task.") for n in sp.entries):
@@ -265,7 +265,7 @@ def _base_task(task: Any, sp: SearchSpace) -> Any:
 
 
 def _budget(spec: Any, task: Any, cfg: Any) -> Budget:
-    from ..probe import _dataset_size
+    from .._probe import _dataset_size
 
     task_batch = int(cfg.batch_size or task.batch_size or 1) * int(cfg.accumulation_steps or 1)
     tokens = _tokens_per_sample(task, cfg) if isinstance(spec, str) and "token" in spec else None
@@ -302,14 +302,14 @@ def _probes(task: Any, sp: SearchSpace, cfg: Any, bud: Budget, out_dir: Optional
         if saved is not None:
             _check_saved(kind, saved.settings, task.name, precision or task.precision, device)
     if sp.needs_lr_find and found.lr_find is None:
-        from ..lr_find import lr_find
+        from .._lr_find import lr_find
 
         found.lr_find = lr_find(task, device=device, seed=seed, progress=progress, clip_grad_norm=clip,
                                 accumulation_steps=int(cfg.accumulation_steps), precision=precision)
         found.samples += found.lr_find.samples
         _save(found.lr_find, out_dir, "lr_find")
     if sp.needs_probe and found.probe is None:
-        from ..probe import probe
+        from .._probe import probe
 
         # Timings decide nothing in a search (they vary with the machine's load), so the
         # throughput sweep is skipped; no batch above what the budget can use is tried.
@@ -351,10 +351,10 @@ def _load_result(value: Any, kind: str) -> Any:
     if not path.is_file():
         raise UsageError(f"the saved {kind} file '{path}' does not exist: run tunekit {flag} first, or leave it out")
     if kind == "lr_find":
-        from ..lr_find import LRFindResult
+        from .._lr_find import LRFindResult
 
         return LRFindResult.from_json(path)
-    from ..probe import ProbeResult
+    from .._probe import ProbeResult
 
     return ProbeResult.from_json(path)
 
@@ -370,7 +370,7 @@ def _plan(sp: SearchSpace, task: Any, cfg: Any, bud: Budget, probes: _Probes, se
             rule = lr_rule_for(task.make_optimizer(task.make_model(seed)))
     task_batch = int(cfg.batch_size or task.batch_size or 1)
     eval_bs = int(task.batch_size or cfg.batch_size or 1)
-    from ..probe import _dataset_size
+    from .._probe import _dataset_size
 
     n_val = _dataset_size(task.val_data)
     eval_batches = None if n_val is None or n_val <= EVAL_SAMPLES else max(1, EVAL_SAMPLES // eval_bs)

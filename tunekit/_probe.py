@@ -36,10 +36,10 @@ from .errors import UsageError, check_int
 from .results import Result
 from .memory import MemoryModel, calibrate, fit_memory_model, real_step_peak, trace_step
 from .noise_scale import noise_scale
-from .sizes import format_size, parse_size
+from .bytesize import format_bytes, parse_bytes
 from .state import preserved, seed_everything_for
 from .step import TrainStep, make_scaler
-from .subject import resolve_subject
+from .probe_inputs import resolve_inputs
 from .task import ComputeLoss, LossFn, Task
 
 __all__ = ["probe", "ProbeResult", "plan_batches", "scale_lr"]
@@ -125,7 +125,7 @@ class ProbeResult(Result):
         ax.set_xscale("log", base=2)
         ax.set_yscale("log", base=2)
         ax.set_ylim(bottom=max(1.0, 0.5 * min(mm.peak(1), min(max(f(1), 1.0) for f in mm.phases.values()))))
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: format_size(v).replace(".00", "")))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: format_bytes(v).replace(".00", "")))
         ax.set_xlabel("micro-batch size")
         ax.set_ylabel("memory (log scale)")
         if self.throughput:
@@ -146,13 +146,13 @@ class ProbeResult(Result):
         st = mm.static
         lines = [
             f"memory model ({self.precision}, accumulation {self.accumulation_steps}, {self.device}):",
-            f"  parameters {format_size(st['params'])}, gradients {format_size(st['grads'])}, "
-            f"optimizer state {format_size(st['optimizer'])}, buffers {format_size(st['buffers'])}",
-            "  per-sample: " + ", ".join(f"{p} {format_size(f.per_sample)}" for p, f in mm.phases.items()),
-            f"budget {format_size(self.budget_bytes)} ({self.budget_source}), headroom {self.headroom:.0%} "
-            f"-> usable {format_size(self.usable_bytes)}",
+            f"  parameters {format_bytes(st['params'])}, gradients {format_bytes(st['grads'])}, "
+            f"optimizer state {format_bytes(st['optimizer'])}, buffers {format_bytes(st['buffers'])}",
+            "  per-sample: " + ", ".join(f"{p} {format_bytes(f.per_sample)}" for p, f in mm.phases.items()),
+            f"budget {format_bytes(self.budget_bytes)} ({self.budget_source}), headroom {self.headroom:.0%} "
+            f"-> usable {format_bytes(self.usable_bytes)}",
             f"largest batch that fits: {self.max_batch} (predicted {self.predicted_max_batch}, "
-            f"peak {format_size(mm.peak(max(self.max_batch, 1)))}; {self.real_steps} real step(s))"
+            f"peak {format_bytes(mm.peak(max(self.max_batch, 1)))}; {self.real_steps} real step(s))"
             + (f"; capped by the dataset ({self.dataset_size} samples)" if self.dataset_size and self.max_batch >= self.dataset_size else ""),
         ]
         if self.throughput:
@@ -171,7 +171,7 @@ class ProbeResult(Result):
             lines.append(f"plan for effective batch {self.plan[0]['effective_batch']}, fastest first:")
             for p in self.plan[:5]:
                 lines.append(f"  micro-batch {p['micro_batch']:>6} x {p['accumulation_steps']:>3} accumulation"
-                             f"   ~{p['samples_per_s']:.0f} samples/s, peak {format_size(p['peak_bytes'])}")
+                             f"   ~{p['samples_per_s']:.0f} samples/s, peak {format_bytes(p['peak_bytes'])}")
         for rule, v in self.lr_scaling.items():
             if isinstance(v, dict):
                 lines.append(f"LR {v['from_lr']:.3g} at batch {v['from_batch']} -> {v['lr']:.3g} at batch {v['to_batch']} ({rule} rule)")
@@ -290,7 +290,7 @@ def probe(
     _check_args(headroom, accumulation_steps, target_batch, lr, lr_batch)
     if noise_warmup is None:  # a fresh model of a task trains a little first; a model in hand is measured as it is
         noise_warmup = 50 if isinstance(model, Task) else 0
-    sub = resolve_subject("probe", model, train_data, loss_fn, optimizer, compute_loss=compute_loss,
+    sub = resolve_inputs("probe", model, train_data, loss_fn, optimizer, compute_loss=compute_loss,
                           precision=precision, device=device, seed=seed)
     data, dev = sub.data, sub.device
     n_data = _dataset_size(data)
@@ -325,8 +325,8 @@ def probe(
         predicted = min(mm.largest_batch(usable), limit)
         if predicted < 1:
             raise UsageError(
-                f"the model does not fit even at batch 1: predicted peak {format_size(mm.peak(1))} > usable "
-                f"{format_size(usable)} ({format_size(budget)} less {headroom:.0%} headroom): raise memory_budget, "
+                f"the model does not fit even at batch 1: predicted peak {format_bytes(mm.peak(1))} > usable "
+                f"{format_bytes(usable)} ({format_bytes(budget)} less {headroom:.0%} headroom): raise memory_budget, "
                 "use bf16, or a smaller model"
             )
 
@@ -414,7 +414,7 @@ def _check_args(headroom: float, accumulation_steps: int, target_batch: Optional
 def _budget_bytes(memory_budget: int | str | None, dev: torch.device) -> tuple[int, str]:
     """(the memory budget in bytes, where it came from)."""
     if memory_budget is not None:
-        return parse_size(memory_budget), "given"
+        return parse_bytes(memory_budget), "given"
     if dev.type == "cuda":
         free, _ = torch.cuda.mem_get_info(dev)
         return int(free + torch.cuda.memory_allocated(dev)), "free GPU memory"

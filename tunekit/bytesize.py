@@ -6,7 +6,7 @@ import re
 
 from .errors import UsageError
 
-__all__ = ["parse_size", "format_size"]
+__all__ = ["parse_bytes", "format_bytes"]
 
 _UNITS = {
     "": 1, "b": 1,
@@ -16,7 +16,7 @@ _UNITS = {
 }
 
 
-def parse_size(text: str | int | float) -> int:
+def parse_bytes(text: str | int | float) -> int:
     """Bytes from '512MiB', '8GiB', '2.5GB', '1e9' or a number."""
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         value = float(text)
@@ -30,7 +30,7 @@ def parse_size(text: str | int | float) -> int:
     return int(value)
 
 
-def format_size(n: float) -> str:
+def format_bytes(n: float) -> str:
     for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if abs(n) >= scale:
             return f"{n / scale:.2f} {unit}"
