@@ -3,6 +3,7 @@ helpers that several test modules use: the CLI in a subprocess, spaces, kill and
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
@@ -210,9 +211,9 @@ def fingerprint(r: Any) -> list[tuple[Any, ...]]:
 
 
 def _trials(storage: str, name: str) -> list[Any] | None:
-    """The study's trials, or None while it does not exist (never creating its database)."""
+    """The study's trials, or None while it does not exist. Only while no search runs: opening an
+    Optuna storage may create its tables, which would race the search's own creating them."""
     import optuna
-    from sqlalchemy.exc import OperationalError
 
     if not Path(storage.removeprefix("sqlite:///")).is_file():
         return None
@@ -220,18 +221,30 @@ def _trials(storage: str, name: str) -> list[Any] | None:
         return list(optuna.load_study(study_name=name, storage=storage).trials)
     except KeyError:  # the database, but no study in it yet
         return None
-    except OperationalError:  # its tables being created right now
-        return None
+
+
+def _trial_count(storage: str) -> int:
+    """How many trials the database holds, read without writing anything (while a search runs)."""
+    import sqlite3
+
+    path = Path(storage.removeprefix("sqlite:///"))
+    if not path.is_file():
+        return 0
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)) as db:
+            return int(db.execute("SELECT COUNT(*) FROM trials").fetchone()[0])
+    except sqlite3.OperationalError:  # no tables yet, or locked past the timeout
+        return 0
 
 
 def _kill_at_random(proc: subprocess.Popen[bytes], rng: random.Random, storage: str, name: str,
                     window_s: float, deadline: float) -> bool:
     """SIGKILL the search's process group at a random point of this life: while it starts (one time
     in five), else a random time after its first new trial. False if it ended first."""
-    start, before = time.time(), len(_trials(storage, name) or [])
+    start, before = time.time(), _trial_count(storage)
     at = start + rng.uniform(0, 3 * window_s) if rng.random() < 0.2 else None
     while proc.poll() is None and time.time() < deadline:
-        if at is None and len(_trials(storage, name) or []) > before:
+        if at is None and _trial_count(storage) > before:
             at = time.time() + rng.uniform(0, window_s)
         if at is not None and time.time() >= at:
             os.killpg(proc.pid, signal.SIGKILL)  # no cleanup: its trials stay RUNNING; Ray's processes die too
