@@ -43,13 +43,28 @@ def _output_fn(model: nn.Module, compute: LossComputer, batch: Batch) -> Callabl
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    scale = float(a.abs().max()) if a.numel() else 0.0
-    return a.shape == b.shape and bool(torch.allclose(a, b, rtol=RTOL, atol=RTOL * max(scale, 1e-12)))
+    if a.shape != b.shape:
+        return False
+    finite = a[torch.isfinite(a)]
+    scale = float(finite.abs().max()) if finite.numel() else 0.0
+    return bool(torch.allclose(a, b, rtol=RTOL, atol=RTOL * max(scale, 1e-12), equal_nan=True))
 
 
-def _differing(model: nn.Module, run: Callable[[], torch.Tensor], base: torch.Tensor) -> list[tuple[str, nn.Module]]:
+class _Buffers:
+    """The model's buffers, to put back after a forward in train mode (BatchNorm updates its running stats)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.saved = [(b, b.detach().clone()) for b in model.buffers()]
+
+    @torch.no_grad()
+    def restore(self) -> None:
+        for b, value in self.saved:
+            b.copy_(value)
+
+
+def _differing(model: nn.Module, run: Callable[[], torch.Tensor], base: torch.Tensor,
+               buffers: _Buffers) -> list[tuple[str, nn.Module]]:
     """The modules whose own train flag, set alone (every other module in eval), changes the output."""
-    buffers = {n: b.detach().clone() for n, b in model.named_buffers()}
     found = []
     for name, module in model.named_modules():
         module.training = True  # this module only: .train() would recurse into its children
@@ -57,9 +72,7 @@ def _differing(model: nn.Module, run: Callable[[], torch.Tensor], base: torch.Te
             changed = not _same(run(), base)
         finally:
             module.training = False
-            with torch.no_grad():  # a BatchNorm in train mode updated its running stats: undo that
-                for n, b in model.named_buffers():
-                    b.copy_(buffers[n])
+            buffers.restore()
         if changed:
             found.append((name or type(model).__name__, module))
     return found
@@ -69,14 +82,17 @@ def check_modes(model: nn.Module, compute: LossComputer, batch: Batch) -> list[F
     """Compare train() and eval() outputs on ``batch``; name the modules that make them differ, and
     warn about those that are neither dropout nor normalisation."""
     run = _output_fn(model, compute, batch)
+    buffers = _Buffers(model)
     try:
         model.eval()
         base = run()
         model.train()
-        if _same(run(), base):
+        same = _same(run(), base)
+        buffers.restore()
+        if same:
             return [Finding(CHECK, "pass", "train() and eval() give the same output")]
         model.eval()
-        found = _differing(model, run, base)
+        found = _differing(model, run, base, buffers)
     except Exception as exc:
         return [raised(CHECK, exc, "the forward")]
     expected = [f"{n} ({type(m).__name__})" for n, m in found if isinstance(m, EXPECTED_MODE_MODULES)]

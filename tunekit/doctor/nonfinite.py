@@ -54,7 +54,8 @@ class _Watch:
         self.events: list[tuple[int, str, str, bool]] = []  # (tensor id, module, "in"/"out", finite)
         self.handles: list[Any] = []
         for name, module in model.named_modules():
-            self.handles.append(module.register_forward_hook(self._hook(name or type(model).__name__)))
+            label = f"{name or type(model).__name__} ({type(module).__name__})" if name else type(model).__name__
+            self.handles.append(module.register_forward_hook(self._hook(label)))
 
     def _hook(self, name: str) -> Any:
         def hook(module: nn.Module, inputs: Any, output: Any) -> None:
@@ -99,7 +100,7 @@ def _forward_backward(model: nn.Module, compute: LossComputer, batch: Batch, wat
                       anomaly: bool) -> Optional[Finding]:
     fw = forward(model, compute, batch)
     if watch.forward_first is not None:
-        return Finding(CHECK, "fail", f"the forward output of '{watch.forward_first}' is the first to become NaN/Inf",
+        return Finding(CHECK, "fail", f"the forward output of {watch.forward_first} is the first to become NaN/Inf",
                        {"module": watch.forward_first, "phase": "forward"},
                        "look for log/sqrt/division of values that can be <= 0, or overflow; add an epsilon or clamp")
     if not bool(torch.isfinite(fw.loss.detach()).all()):
@@ -112,12 +113,12 @@ def _forward_backward(model: nn.Module, compute: LossComputer, batch: Batch, wat
     where = watch.backward_first()
     if where is not None:
         name, kind = where
-        what = f"inside '{name}' (its output gradient is finite, its input gradient is not)" if kind == "in" \
-            else f"arriving at the output of '{name}'"
+        what = f"inside {name} (its output gradient is finite, its input gradient is not)" if kind == "in" \
+            else f"arriving at the output of {name}"
         return Finding(CHECK, "fail", f"the gradient first becomes NaN/Inf {what}",
                        {"module": name, "phase": "backward", "side": kind},
-                       "a function with an infinite derivative at the values it sees (sqrt at 0, norm of a zero "
-                       "vector, log near 0): add an epsilon inside it")
+                       "a function with an infinite or NaN derivative at the values it sees (sqrt or log at 0, "
+                       "the NaN branch of a torch.where, the norm of a zero vector): add an epsilon or clamp its input")
     bad = [n for n, p in model.named_parameters() if p.grad is not None and not _finite(p.grad)]
     if bad:
         return Finding(CHECK, "fail", f"non-finite gradient in parameter '{bad[0]}' ({len(bad)} in all)",

@@ -37,7 +37,7 @@ SHUFFLE_BATCHES = 16  # consecutive batches in the data's own order, for the shu
 TINY_BATCH = 4  # samples of the tiny-batch overfit ("2 to 8")
 RECIPE_RANGE_STEPS = 50  # the quick range test the intended LR is compared with
 MEMORY_TRACE = 8  # largest batch traced for the memory model (and half of it)
-STAGES = ("data", "model", "gradients", "nonfinite", "loss", "modes", "overfit", "recipe")
+STAGES = ("data", "model and loss", "gradients", "nonfinite", "modes", "overfit", "recipe")
 
 
 @dataclass
@@ -101,14 +101,29 @@ def _model_batch(run: _Run) -> Optional[Batch]:
 
 
 def stage_model(run: _Run, batch: Batch) -> bool:
-    """One forward: a model that raises fails here, once, and the model checks are skipped."""
+    """One forward, then the loss: a model or a loss that raises fails here, once, and the checks
+    that need a loss are skipped (they would all fail the same way)."""
+    sub = run.sub
     try:
         with torch.no_grad():
-            forward(run.sub.model, run.sub.compute, batch)
+            outputs_of(sub.model, sub.compute, batch)
     except UsageError:
         raise
     except Exception as exc:
         run.findings.append(raised("model", exc, "the forward"))
+        return False
+    run.reset()
+    # The loss contract first: it says why a loss raises (labels out of range, float labels).
+    contract = check_loss_contract(sub.model, sub.compute, batch)
+    run.findings += contract
+    try:
+        with torch.no_grad():
+            forward(sub.model, sub.compute, batch)
+    except UsageError:
+        raise
+    except Exception as exc:
+        if not any(f.status == "fail" for f in contract):
+            run.findings.append(raised("loss", exc, "the loss"))
         return False
     return True
 
@@ -225,10 +240,9 @@ def _stages(run: _Run, progress_bar: Any, lr: Optional[float], warmup: Optional[
     run.reset()
     if not stage_model(run, batch):
         return
-    done("model")
+    done("model and loss")
     checks = (("gradients", lambda: check_gradient_flow(sub.model, sub.compute, batch)),
               ("nonfinite", lambda: check_nonfinite(sub.model, sub.compute, batch, anomaly=anomaly)),
-              ("loss", lambda: check_loss_contract(sub.model, sub.compute, batch)),
               ("modes", lambda: check_modes(sub.model, sub.compute, batch)),
               ("overfit", lambda: stage_overfit(run, batch, sub.precision)))
     for name, check in checks:
