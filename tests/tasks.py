@@ -132,3 +132,15 @@ def picky_regression_task(config: dict[str, Any] | None = None) -> Task:
     if int(config.get("hidden", 16)) == 13:
         raise RuntimeError("hidden=13 is unlucky")
     return regression_task(config)
+
+
+def softmax_task() -> Task:
+    """A classifier with a softmax before CrossEntropyLoss: tunekit doctor fails it."""
+    return Task(
+        model=lambda: nn.Sequential(MLP(8, 16, 4), nn.Softmax(dim=1)),
+        train_data=classification_data(256),
+        val_data=classification_data(128, seed=1),
+        loss=nn.CrossEntropyLoss(),
+        batch_size=32,
+        name="softmax",
+    )
