@@ -6,6 +6,7 @@ objects in hand.
 
 from __future__ import annotations
 
+from .doctor import DoctorResult, doctor
 from .errors import UsageError
 from .loading import list_tasks, load_task
 from .lr_find import LRFindResult, lr_find
@@ -24,6 +25,8 @@ __all__ = [
     "TrainStep",
     "StepOutput",
     "UsageError",
+    "doctor",
+    "DoctorResult",
     "evaluate",
     "list_tasks",
     "LRFindResult",

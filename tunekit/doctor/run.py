@@ -123,7 +123,7 @@ def stage_model(run: _Run, batch: Batch) -> bool:
         raise
     except Exception as exc:
         if not any(f.status == "fail" for f in contract):
-            run.findings.append(raised("loss", exc, "the loss"))
+            run.findings.append(raised("loss", exc, "the forward with the loss"))
         return False
     return True
 
@@ -162,9 +162,13 @@ def stage_recipe(run: _Run, batch: Batch, lr: Optional[float], warmup: Optional[
     n = min(MEMORY_TRACE, batch_size_of(batch))
     sizes = sorted({max(1, n // 2), n})
 
+    # fp16 is traced as bf16: the same two bytes a value, while the GradScaler's step reads a flag
+    # (found_inf) that fake tensors cannot give; the scaler itself holds no memory worth counting.
+    traced = "bf16" if sub.precision == "fp16" else sub.precision
+
     def make_step(m: nn.Module, o: Any) -> TrainStep:
-        return TrainStep(m, o, sub.compute, device=sub.device, precision=sub.precision,  # type: ignore[arg-type]
-                         clip_grad_norm=1.0, scaler=make_scaler(sub.precision, sub.device))  # type: ignore[arg-type]
+        return TrainStep(m, o, sub.compute, device=sub.device, precision=traced,  # type: ignore[arg-type]
+                         clip_grad_norm=1.0)
 
     run.findings += check_memory(sub.model, sub.optimizer, make_step, [slice_batch(batch, s) for s in sizes],
                                  run.batch_size, budget, source, sub.device, accumulation_steps)
