@@ -131,7 +131,7 @@ def test_overfit_passes_a_healthy_model_and_fails_bounded_logits() -> None:
 
 
 def test_overfit_trains_through_the_shared_step(monkeypatch: pytest.MonkeyPatch) -> None:
-    import tunekit.doctor.overfit as overfit
+    from tunekit.doctor import overfit
 
     calls = []
 
@@ -550,3 +550,15 @@ def test_cli_doctor_subprocess_on_builtin_tasks_under_30s(task: str, tmp_path: P
     seconds = time.perf_counter() - start
     assert r.returncode == 0, r.stdout + r.stderr
     assert seconds < 30 and f"doctor {task}: ok" in r.stdout
+
+
+def test_an_unshuffled_loader_is_not_also_a_constant_label() -> None:
+    from tunekit.doctor.run import drawn_batches
+
+    x, y = classification_data(2048).tensors
+    order = torch.argsort(y, stable=True)
+    loader = DataLoader(TensorDataset(x[order], y[order]), batch_size=32, shuffle=False)
+    assert statuses(check_constant_label(drawn_batches(loader, None, 0))) == ["pass"]
+    result = doctor(MLP(8, 16, 4), loader, nn.CrossEntropyLoss())
+    assert [(f.check, f.status) for f in result.items() if f.status == "fail"] == [("data", "fail")]
+    assert any("not shuffled" in f.message for f in result.by_check("data"))

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import itertools
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+import numpy as np
 import torch
 from torch import nn
-from torch.utils.data import TensorDataset
+from torch.utils.data import DataLoader, Dataset, IterableDataset, TensorDataset
 
-from ..data import Batch, BatchStream, Data, batch_size_of, to_device
+from ..data import Batch, BatchStream, Data, _rebatched_loader, batch_size_of, to_device
 from ..errors import UsageError, check_int
 from ..lr_find import lr_find
 from ..progress import bar
@@ -36,6 +39,7 @@ DATA_BATCHES = 8  # batches drawn across the data for its checks: enough samples
 SHUFFLE_BATCHES = 16  # consecutive batches in the data's own order, for the shuffling check
 TINY_BATCH = 4  # samples of the tiny-batch overfit ("2 to 8")
 RECIPE_RANGE_STEPS = 50  # the quick range test the intended LR is compared with
+MODES_BATCH = 8  # one forward per module at this batch: cheap, and enough samples for batch statistics
 MEMORY_TRACE = 8  # largest batch traced for the memory model (and half of it)
 STAGES = ("data", "model and loss", "gradients", "nonfinite", "modes", "overfit", "recipe")
 
@@ -79,11 +83,21 @@ def _recipe_defaults(task: Task, lr: Optional[float], warmup: Optional[Warmup], 
             cfg.max_steps if steps is None else steps)
 
 
-def stage_data(run: _Run) -> None:
+def drawn_batches(data: Data, batch_size: Optional[int], seed: int, n: int = DATA_BATCHES) -> list[Batch]:
+    """``n`` batches drawn across the data, not its first ones: a loader that does not shuffle
+    would otherwise show one class only (the shuffling check's finding, not a constant label)."""
+    if isinstance(data, DataLoader) and not isinstance(data.dataset, IterableDataset):
+        size = batch_size or data.batch_size or 1
+        return list(itertools.islice(_rebatched_loader(data, size, torch.Generator().manual_seed(seed)), n))
+    if isinstance(data, Sequence) and not isinstance(data, Dataset) and len(data) > n:
+        return [data[i] for i in np.linspace(0, len(data) - 1, n).astype(int).tolist()]
+    return BatchStream(data, batch_size, seed=seed).take(n)
+
+
+def stage_data(run: _Run, seed: int) -> None:
     """The data on its own: finite values, scale, shuffling, a constant label, leakage."""
     sub = run.sub
-    stream = BatchStream(sub.data, sub.batch_size, seed=0)
-    run.batches = [to_device(b, sub.device) for b in stream.take(DATA_BATCHES)]
+    run.batches = [to_device(b, sub.device) for b in drawn_batches(sub.data, sub.batch_size, seed)]
     whole = [tuple(sub.data.tensors)] if isinstance(sub.data, TensorDataset) else run.batches
     run.findings += check_data_finite(whole) or [Finding("nonfinite", "pass", "inputs and targets are finite")]
     run.findings += check_input_scale(run.batches)
@@ -235,7 +249,7 @@ def _stages(run: _Run, progress_bar: Any, lr: Optional[float], warmup: Optional[
         progress_bar.set_postfix_str(stage)
         progress_bar.update(1)
 
-    stage_data(run)
+    stage_data(run, seed)
     done("data")
     batch = _model_batch(run)
     if batch is None:
@@ -247,7 +261,7 @@ def _stages(run: _Run, progress_bar: Any, lr: Optional[float], warmup: Optional[
     done("model and loss")
     checks = (("gradients", lambda: check_gradient_flow(sub.model, sub.compute, batch)),
               ("nonfinite", lambda: check_nonfinite(sub.model, sub.compute, batch, anomaly=anomaly)),
-              ("modes", lambda: check_modes(sub.model, sub.compute, batch)),
+              ("modes", lambda: check_modes(sub.model, sub.compute, slice_batch(batch, MODES_BATCH))),
               ("overfit", lambda: stage_overfit(run, batch, sub.precision)))
     for name, check in checks:
         run.reset()
