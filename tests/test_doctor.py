@@ -457,8 +457,12 @@ def test_a_model_that_raises_is_a_failure_finding_and_is_restored(ok_calls: int)
 
 
 def test_a_batch_tunekit_cannot_read_is_a_usage_error() -> None:
+    m = HFStyleModel()
+    opt = torch.optim.AdamW(m.parameters())
+    before = _state(m, opt)
     with pytest.raises(tunekit.UsageError, match="needs a model that returns .loss"):
-        doctor(HFStyleModel(), [{"input_values": torch.randn(4, 8)}])
+        doctor(m, [{"input_values": torch.randn(4, 8)}], optimizer=opt)
+    _assert_same(before, _state(m, opt))
     with pytest.raises(tunekit.UsageError, match="lr must be a positive number"):
         doctor(classification_task(), lr=-1.0)
     with pytest.raises(tunekit.UsageError, match="warmup"):
@@ -562,3 +566,20 @@ def test_an_unshuffled_loader_is_not_also_a_constant_label() -> None:
     result = doctor(MLP(8, 16, 4), loader, nn.CrossEntropyLoss())
     assert [(f.check, f.status) for f in result.items() if f.status == "fail"] == [("data", "fail")]
     assert any("not shuffled" in f.message for f in result.by_check("data"))
+
+
+def test_fp16_reports_the_scalers_skips() -> None:
+    result = doctor(classification_task(), precision="fp16")
+    (skips,) = [f for f in result.items() if "GradScaler" in f.message]
+    assert skips.check == "nonfinite" and skips.status in ("pass", "info") and skips.evidence["steps"] > 0
+    assert not result.failed, result.table()
+
+
+@pytest.mark.slow
+def test_the_zoo_finds_every_fault_and_passes_every_healthy_setup(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks.doctor_zoo import main as zoo
+
+    code = zoo()
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert code == 0, last
+    assert "0 failures" in last and "(100%)" in last

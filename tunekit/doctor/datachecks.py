@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from typing import Any, Optional
+from typing import Optional
 
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
