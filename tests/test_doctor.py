@@ -459,9 +459,10 @@ def test_a_model_that_raises_is_a_failure_finding_and_is_restored(ok_calls: int)
 def test_a_batch_tunekit_cannot_read_is_a_usage_error() -> None:
     m = HFStyleModel()
     opt = torch.optim.AdamW(m.parameters())
+    unlabelled = [{"input_values": torch.randn(4, 8)}]
     before = _state(m, opt)
     with pytest.raises(tunekit.UsageError, match="needs a model that returns .loss"):
-        doctor(m, [{"input_values": torch.randn(4, 8)}], optimizer=opt)
+        doctor(m, unlabelled, optimizer=opt)
     _assert_same(before, _state(m, opt))
     with pytest.raises(tunekit.UsageError, match="lr must be a positive number"):
         doctor(classification_task(), lr=-1.0)
