@@ -259,6 +259,8 @@ class Setup:
 SETUPS: list[Setup] = [
     Setup("detached encoder", lambda: classify(Detached()), "gradients", "fail", "encoder output .detach()'ed"),
     Setup("constant torch.where", lambda: classify(ConstantGate()), "gradients", "fail", "a branch behind a never-true gate"),
+    Setup("layer left out of the optimizer", lambda: classify(mlp(), optimizer=lambda params: torch.optim.AdamW(
+          list(params)[2:])), "gradients", "fail", "the optimizer built from the last layer only"),
     Setup("deep sigmoid MLP", lambda: classify(deep_sigmoid()), "gradients", "warn", "vanishing gradients (18 sigmoid layers)"),
     Setup("bounded logits", lambda: classify(Bounded()), "overfit", "fail", "0.1*tanh on the logits"),
     Setup("log of activations", lambda: classify(nn.Sequential(nn.Linear(DIM, 64), Log(), nn.Linear(64, CLASSES))),
@@ -312,7 +314,7 @@ def run(setup: Setup) -> tuple[list[Any], float]:
 def main() -> int:
     torch.set_num_threads(1)
     found = faults = healthy_fail = healthy_warn = 0
-    print(f"{'set-up':<30} {'expected':<16} {'verdict':<8} {'s':>5}  findings (fail/warn)")
+    print(f"{'set-up':<32} {'expected':<16} {'verdict':<8} {'s':>5}  findings (fail/warn)")
     for setup in SETUPS:
         findings, seconds = run(setup)
         shown = "; ".join(f"{f.status} {f.check}: {f.message[:70]}" for f in findings) or "-"
@@ -327,7 +329,7 @@ def main() -> int:
             hit = any(f.check == setup.check and f.status == setup.status for f in findings)
             found += hit
             verdict, expected = ("found" if hit else "MISSED"), f"{setup.status} {setup.check}"
-        print(f"{setup.name:<30} {expected:<16} {verdict:<8} {seconds:>5.1f}  {shown}")
+        print(f"{setup.name:<32} {expected:<16} {verdict:<8} {seconds:>5.1f}  {shown}")
     healthy = sum(s.check is None for s in SETUPS)
     print(f"detection rate {found}/{faults} ({found / faults:.0%}) faults found by their check; false positives on "
           f"{healthy} healthy set-ups: {healthy_fail} failures, {healthy_warn} warnings")

@@ -87,6 +87,14 @@ def test_gradient_flow_reports_frozen_as_information_and_passes_healthy() -> Non
     assert statuses(found) == ["info", "pass"] and found[0].evidence["frozen"] == ["net.0.weight"]
 
 
+def test_gradient_flow_names_parameters_the_optimizer_does_not_hold() -> None:
+    m = model()
+    opt = torch.optim.AdamW(m.net[3].parameters())
+    found = check_gradient_flow(m, CE, batch(), opt)
+    assert [f.evidence.get("not_in_optimizer") for f in found if f.status == "fail"] == [["net.0.weight", "net.0.bias"]]
+    assert statuses(check_gradient_flow(m, CE, batch(), torch.optim.AdamW(m.parameters()))) == ["pass"]
+
+
 def test_gradient_flow_vanishing_and_exploding_layers() -> None:
     torch.manual_seed(0)
     deep = nn.Sequential(*[m for _ in range(16) for m in (nn.Linear(8, 8), nn.Sigmoid())], nn.Linear(8, 4))

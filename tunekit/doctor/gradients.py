@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import numpy as np
 import torch
@@ -74,6 +75,20 @@ def _missing(model: nn.Module) -> list[Finding]:
     return out
 
 
+def _not_optimized(model: nn.Module, optimizer: Optional[torch.optim.Optimizer]) -> list[Finding]:
+    """Parameters that require grad but that the optimizer does not hold: they get gradients and
+    never change (a layer added after the optimizer was built, a param group forgotten)."""
+    if optimizer is None:
+        return []
+    held = {id(p) for g in optimizer.param_groups for p in g["params"]}
+    missing = [n for n, p in model.named_parameters() if p.requires_grad and id(p) not in held]
+    if not missing:
+        return []
+    return [Finding(CHECK, "fail", f"{len(missing)} trainable parameter(s) are not in the optimizer, so never "
+                    f"updated: {_names(missing)}", {"not_in_optimizer": missing},
+                    "build the optimizer after the model is complete, from model.parameters()")]
+
+
 def _spread(ratios: dict[str, float], sparse: set[str]) -> list[Finding]:
     """Layers whose relative gradient is far below (vanishing) or far above (exploding) the median layer's."""
     finite = {n: r for n, r in ratios.items() if math.isfinite(r) and r > 0}
@@ -98,8 +113,10 @@ def _spread(ratios: dict[str, float], sparse: set[str]) -> list[Finding]:
     return out
 
 
-def check_gradient_flow(model: nn.Module, compute: LossComputer, batch: Batch) -> list[Finding]:
-    """One backward of ``batch``'s loss (no update), then what reached each parameter.
+def check_gradient_flow(model: nn.Module, compute: LossComputer, batch: Batch,
+                        optimizer: Optional[torch.optim.Optimizer] = None) -> list[Finding]:
+    """One backward of ``batch``'s loss (no update), then what reached each parameter, and (given the
+    ``optimizer``) whether it will update every parameter that requires grad.
 
     The last finding's evidence holds ``ratios``: |grad|/|param| per layer, for the plot.
     """
@@ -113,7 +130,7 @@ def check_gradient_flow(model: nn.Module, compute: LossComputer, batch: Batch) -
     if any(not bool(torch.isfinite(g).all()) for g in grads):
         return [Finding(CHECK, "info", "gradients are not finite: see the nonfinite check; gradient flow not judged")]
     ratios, sparse = layer_ratios(model)
-    out = _missing(model) + _spread(ratios, sparse)
+    out = _missing(model) + _not_optimized(model, optimizer) + _spread(ratios, sparse)
     if not any(f.status in ("fail", "warn") for f in out):
         out.append(Finding(CHECK, "pass", f"every trainable parameter gets a gradient; {len(ratios)} layers within "
                            f"{math.log10(VANISHING ** -1):.0f} decades of the median |grad|/|param|"))

@@ -259,7 +259,7 @@ def _stages(run: _Run, progress_bar: Any, lr: Optional[float], warmup: Optional[
     if not stage_model(run, batch):
         return
     done("model and loss")
-    checks = (("gradients", lambda: check_gradient_flow(sub.model, sub.compute, batch)),
+    checks = (("gradients", lambda: check_gradient_flow(sub.model, sub.compute, batch, sub.optimizer)),
               ("nonfinite", lambda: check_nonfinite(sub.model, sub.compute, batch, anomaly=anomaly)),
               ("modes", lambda: check_modes(sub.model, sub.compute, slice_batch(batch, MODES_BATCH))),
               ("overfit", lambda: stage_overfit(run, batch, sub.precision)))
