@@ -88,7 +88,9 @@ def drawn_batches(data: Data, batch_size: Optional[int], seed: int, n: int = DAT
     would otherwise show one class only (the shuffling check's finding, not a constant label)."""
     if isinstance(data, DataLoader) and not isinstance(data.dataset, IterableDataset):
         size = batch_size or data.batch_size or 1
-        return list(itertools.islice(_rebatched_loader(data, size, torch.Generator().manual_seed(seed)), n))
+        drawn = list(itertools.islice(_rebatched_loader(data, size, torch.Generator().manual_seed(seed)), n))
+        if drawn:  # else fewer samples than a batch (drop_last): the stream says so, in one line
+            return drawn
     if isinstance(data, Sequence) and not isinstance(data, Dataset) and len(data) > n:
         return [data[i] for i in np.linspace(0, len(data) - 1, n).astype(int).tolist()]
     return BatchStream(data, batch_size, seed=seed).take(n)
@@ -253,6 +255,8 @@ def _stages(run: _Run, progress_bar: Any, lr: Optional[float], warmup: Optional[
     done("data")
     batch = _model_batch(run)
     if batch is None:
+        run.findings.append(Finding("model", "info", f"every one of the {len(run.batches)} batches drawn holds a "
+                                    "NaN/Inf: the model checks need clean data, and did not run"))
         return
     run.batch_size = sub.batch_size or batch_size_of(batch)
     run.reset()
