@@ -183,6 +183,26 @@ class BNCNN(nn.Module):
         return self.head(self.drop(self.features(x).flatten(1)))
 
 
+class ZeroInitResidual(nn.Module):
+    """Residual blocks whose last layer starts at zero (as torchvision's zero_init_residual): the
+    layers before it get no gradient at initialisation only."""
+
+    def __init__(self, blocks: int = 2) -> None:
+        super().__init__()
+        self.inp, self.head = nn.Linear(DIM, 64), nn.Linear(64, CLASSES)
+        self.blocks = nn.ModuleList(nn.Sequential(nn.LayerNorm(64), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 64))
+                                    for _ in range(blocks))
+        for block in self.blocks:
+            nn.init.zeros_(block[-1].weight)
+            nn.init.zeros_(block[-1].bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.inp(x)
+        for block in self.blocks:
+            h = h + block(h)
+        return self.head(h)
+
+
 def shapes_data(n: int, seed: int) -> TensorDataset:
     return make_shapes(n, seed=seed)
 
@@ -294,6 +314,7 @@ SETUPS: list[Setup] = [
     # healthy
     Setup("MLP classifier", lambda: classify(mlp())),
     Setup("MLP regression", lambda: classify(mlp(out=1), train=regression(), val=regression(seed=1), loss=nn.MSELoss())),
+    Setup("residual MLP, zero-init branches", lambda: classify(ZeroInitResidual())),
     Setup("CNN with BatchNorm", lambda: classify(BNCNN(), train=shapes_data(1024, 1), val=shapes_data(256, 2))),
     Setup("LSTM classifier", lambda: classify(LSTMClassifier(), train=sequences(), val=sequences(seed=1))),
     Setup("HF-style GPT, dict batches", lambda: dict(model=TinyGPT(), train_data=token_batches(16, 0),

@@ -87,6 +87,32 @@ def test_gradient_flow_reports_frozen_as_information_and_passes_healthy() -> Non
     assert statuses(found) == ["info", "pass"] and found[0].evidence["frozen"] == ["net.0.weight"]
 
 
+class ZeroInitResidual(nn.Module):
+    """A residual branch whose last layer starts at zero (as zero_init_residual): healthy."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inp, self.fc1, self.fc2, self.head = nn.Linear(8, 16), nn.Linear(16, 16), nn.Linear(16, 16), nn.Linear(16, 4)
+        nn.init.zeros_(self.fc2.weight)
+        nn.init.zeros_(self.fc2.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = F.relu(self.inp(x))
+        return self.head(h + self.fc2(F.relu(self.fc1(h))))
+
+
+def test_gradient_flow_a_zero_initialised_layer_blocks_only_at_initialisation() -> None:
+    torch.manual_seed(0)
+    m = ZeroInitResidual()
+    assert statuses(check_gradient_flow(m, CE, batch()), "gradients")[0] == "fail"  # without an optimizer: as seen
+    opt = torch.optim.AdamW(m.parameters())
+    before = [p.detach().clone() for p in m.parameters()]
+    assert statuses(check_gradient_flow(m, CE, batch(), opt)) == ["pass"]
+    assert all(torch.equal(a, b) for a, b in zip(before, m.parameters())) and not opt.state  # the update undone
+    found = check_gradient_flow(Gated(), CE, batch(), torch.optim.AdamW(Gated().parameters()))
+    assert statuses(found)[0] == "fail"
+
+
 def test_gradient_flow_names_parameters_the_optimizer_does_not_hold() -> None:
     m = model()
     opt = torch.optim.AdamW(m.net[3].parameters())

@@ -10,6 +10,8 @@ import torch
 from torch import nn
 
 from ..data import Batch
+from ..state import Snapshot
+from ..step import TrainStep
 from ..task import LossComputer
 from .common import forward, raised
 from .result import Finding
@@ -28,6 +30,9 @@ VANISHING = 1e-3
 EXPLODING = 1e3
 # Relative comparisons need a few layers to make a median of.
 MIN_LAYERS = 3
+# The LR of the one update after which blocked gradients are looked at again: an ordinary small LR
+# moves a zero-initialised weight off zero and changes little else.
+RECHECK_LR = 1e-3
 # Names listed in one line of the report; the evidence holds them all.
 SHOWN = 4
 
@@ -55,11 +60,37 @@ def layer_ratios(model: nn.Module) -> tuple[dict[str, float], set[str]]:
     return ratios, sparse
 
 
-def _missing(model: nn.Module) -> list[Finding]:
-    """Parameters that require grad but got none, or an all-zero one; frozen ones as information."""
-    out: list[Finding] = []
+def _blocked(model: nn.Module) -> tuple[list[str], list[str]]:
+    """(parameters that require grad but got no gradient, those whose gradient is all zeros)."""
     none = [n for n, p in model.named_parameters() if p.requires_grad and p.grad is None]
     zero = [n for n, p in model.named_parameters() if p.requires_grad and p.grad is not None and not bool(p.grad.any())]
+    return none, zero
+
+
+def _still_blocked(model: nn.Module, optimizer: torch.optim.Optimizer, compute: LossComputer,
+                   batch: Batch) -> tuple[list[str], list[str]]:
+    """:func:`_blocked` after one update of the shared step, which is undone afterwards.
+
+    A zero-initialised layer (a residual branch's last layer or norm gain, a zero head) blocks the
+    gradient of the layers before it at initialisation only; one update moves it off zero. A
+    detached path or a constant branch blocks them after any number of updates.
+    """
+    snap = Snapshot(model, optimizer)
+    try:
+        device = next(model.parameters()).device
+        step = TrainStep(model, optimizer, compute, device=device, clip_grad_norm=1.0)
+        step.set_lr(RECHECK_LR)
+        step([batch])
+        model.zero_grad(set_to_none=True)
+        forward(model, compute, batch).loss.float().backward()
+        return _blocked(model)
+    finally:
+        snap.restore()
+
+
+def _missing(model: nn.Module, none: list[str], zero: list[str]) -> list[Finding]:
+    """Parameters that require grad but got none, or an all-zero one; frozen ones as information."""
+    out: list[Finding] = []
     frozen = [n for n, p in model.named_parameters() if not p.requires_grad]
     if none:
         out.append(Finding(CHECK, "fail", f"no gradient reaches {len(none)} parameter(s) that require grad: {_names(none)}",
@@ -115,8 +146,9 @@ def _spread(ratios: dict[str, float], sparse: set[str]) -> list[Finding]:
 
 def check_gradient_flow(model: nn.Module, compute: LossComputer, batch: Batch,
                         optimizer: Optional[torch.optim.Optimizer] = None) -> list[Finding]:
-    """One backward of ``batch``'s loss (no update), then what reached each parameter, and (given the
-    ``optimizer``) whether it will update every parameter that requires grad.
+    """One backward of ``batch``'s loss, then what reached each parameter, and (given the ``optimizer``)
+    whether it will update every parameter that requires grad. Given the optimizer, a parameter
+    without a gradient is looked at again after one update (undone): only one that stays blocked fails.
 
     The last finding's evidence holds ``ratios``: |grad|/|param| per layer, for the plot.
     """
@@ -130,7 +162,15 @@ def check_gradient_flow(model: nn.Module, compute: LossComputer, batch: Batch,
     if any(not bool(torch.isfinite(g).all()) for g in grads):
         return [Finding(CHECK, "info", "gradients are not finite: see the nonfinite check; gradient flow not judged")]
     ratios, sparse = layer_ratios(model)
-    out = _missing(model) + _not_optimized(model, optimizer) + _spread(ratios, sparse)
+    none, zero = _blocked(model)
+    if (none or zero) and optimizer is not None:
+        try:
+            later_none, later_zero = _still_blocked(model, optimizer, compute, batch)
+        except Exception as exc:
+            return [raised(CHECK, exc, "one update")]
+        blocked = none + zero
+        none, zero = [n for n in blocked if n in later_none], [n for n in blocked if n in later_zero]
+    out = _missing(model, none, zero) + _not_optimized(model, optimizer) + _spread(ratios, sparse)
     if not any(f.status in ("fail", "warn") for f in out):
         out.append(Finding(CHECK, "pass", f"every trainable parameter gets a gradient; {len(ratios)} layers within "
                            f"{math.log10(VANISHING ** -1):.0f} decades of the median |grad|/|param|"))
