@@ -603,6 +603,18 @@ def test_an_unshuffled_loader_is_not_also_a_constant_label() -> None:
     assert any("not shuffled" in f.message for f in result.by_check("data"))
 
 
+def test_a_loss_with_a_floor_of_its_own() -> None:
+    """A loss with a constant term that does not vanish fails the overfit unless its floor is given."""
+    compute = lambda m, b: F.cross_entropy(m(b[0]), b[1]) + 1.0  # noqa: E731
+    data = classification_data(128)
+    bad = doctor(model(), data, compute_loss=compute, batch_size=32)
+    assert [f.status for f in bad.by_check("overfit")] == ["fail"]
+    ok = doctor(model(), data, compute_loss=compute, batch_size=32, overfit_floor=1.0)
+    assert [f.status for f in ok.by_check("overfit")] == ["pass"]
+    with pytest.raises(tunekit.UsageError, match="overfit_floor"):
+        doctor(model(), data, compute_loss=compute, batch_size=32, overfit_floor=-1)
+
+
 def test_fp16_reports_the_scalers_skips() -> None:
     result = doctor(classification_task(), precision="fp16")
     (skips,) = [f for f in result.items() if "GradScaler" in f.message]

@@ -236,6 +236,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, help="the updates of the run you intend, for the warmup check (default: the task's)")
     p.add_argument("--memory-budget", metavar="SIZE", help="memory to check the batch against, e.g. 8GiB (default: free memory)")
     p.add_argument("--anomaly", action="store_true", help="also run the backward under autograd's anomaly mode (slow)")
+    p.add_argument("--loss-floor", type=_nonnegative_float, help="the lowest loss the tiny batch can reach, for a loss "
+                   "with terms that do not vanish (default 0, or label smoothing's floor)")
     _add_run_args(p, "doctor.json and doctor.png")
     p.set_defaults(func=cmd_doctor)
 
@@ -425,7 +427,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     task = _load(args)
     result = doctor(task, batch_size=args.batch_size, accumulation_steps=args.accumulation_steps,
                     precision=args.precision, device=args.device, seed=args.seed, lr=args.lr, warmup=args.warmup,
-                    steps=args.steps, memory_budget=args.memory_budget, anomaly=args.anomaly, progress=not args.quiet)
+                    steps=args.steps, memory_budget=args.memory_budget, anomaly=args.anomaly,
+                    overfit_floor=args.loss_floor, progress=not args.quiet)
     print(result.table())
     assert out is not None
     result.to_json(out / "doctor.json")

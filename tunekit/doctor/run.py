@@ -54,6 +54,7 @@ class _Run:
     batch_size: int
     batches: list[Batch] = field(default_factory=list)  # drawn across the training data, on the device
     findings: list[Finding] = field(default_factory=list)
+    floor: Optional[float] = None  # the lowest loss reachable, where the user knows it
 
     def reset(self) -> None:
         """Each model check starts from the user's model as it was."""
@@ -152,7 +153,7 @@ def stage_overfit(run: _Run, batch: Batch, precision: str) -> None:
             out, y = outputs_of(sub.model, sub.compute, tiny)
         except Exception:
             out, y = None, None
-    floor = loss_floor(sub.compute.loss, out, y)
+    floor = run.floor if run.floor is not None else loss_floor(sub.compute.loss, out, y)
     found = check_overfit(sub.model, sub.optimizer, sub.compute, tiny, device=sub.device, precision=precision,
                           scaler=run.scaler, floor=floor)
     run.findings += found
@@ -209,6 +210,7 @@ def doctor(
     memory_budget: int | str | None = None,
     scaler: torch.amp.GradScaler | None = None,
     anomaly: bool = False,
+    overfit_floor: float | None = None,
     progress: bool = False,
 ) -> DoctorResult:
     """Pre-flight triage of a training set-up: every check's findings, before any LR or batch is tuned.
@@ -218,6 +220,8 @@ def doctor(
     factory; AdamW by default). ``lr``, ``warmup`` and ``steps`` describe the run you intend
     (for a Task, its own recipe by default); ``memory_budget`` defaults to the free memory.
     ``anomaly=True`` runs the non-finite check's backward under autograd's anomaly mode.
+    ``overfit_floor`` is the lowest loss the tiny batch can reach, for a loss with terms that do
+    not vanish (a KL term, an auxiliary loss); by default 0, or label smoothing's floor.
 
     The model, optimizer, scaler, RNGs and DataLoader generators are restored bitwise afterwards,
     also when the model raises. An exception raised by the model or loss during a check is a
@@ -225,6 +229,8 @@ def doctor(
     (data or loss that tunekit cannot read) is raised as :class:`UsageError`.
     """
     _check_args(lr, warmup, steps, accumulation_steps)
+    if overfit_floor is not None and not (isinstance(overfit_floor, (int, float)) and overfit_floor >= 0):
+        raise UsageError(f"overfit_floor must be a loss value >= 0, got {overfit_floor!r}: e.g. --loss-floor 0.5")
     if memory_budget is not None:
         parse_size(memory_budget)  # a bad size fails before anything runs
     sub = resolve_subject("doctor", model, train_data, loss_fn, optimizer, compute_loss=compute_loss,
@@ -235,11 +241,12 @@ def doctor(
     with preserved(sub.model, sub.optimizer, scaler, sub.data) as snap, \
             bar(len(STAGES), "doctor", "check", enabled=progress) as progress_bar:
         seed_everything_for(seed, sub.device)
-        run = _Run(sub, scaler, snap, batch_size=0)
+        run = _Run(sub, scaler, snap, batch_size=0, floor=overfit_floor)
         _stages(run, progress_bar, lr, warmup, steps, memory_budget, accumulation_steps, seed, anomaly)
     return _result(run, time.perf_counter() - start, dict(
         lr=lr, warmup=warmup, steps=steps, batch_size=run.batch_size, accumulation_steps=accumulation_steps,
-        precision=sub.precision, device=str(sub.device), seed=seed, memory_budget=memory_budget, anomaly=anomaly))
+        precision=sub.precision, device=str(sub.device), seed=seed, memory_budget=memory_budget, anomaly=anomaly,
+        overfit_floor=overfit_floor))
 
 
 def _stages(run: _Run, progress_bar: Any, lr: Optional[float], warmup: Optional[Warmup], steps: Optional[int],
