@@ -126,6 +126,7 @@ def test_gradient_flow_vanishing_and_exploding_layers() -> None:
     deep = nn.Sequential(*[m for _ in range(16) for m in (nn.Linear(8, 8), nn.Sigmoid())], nn.Linear(8, 4))
     found = check_gradient_flow(deep, CE, batch())
     assert any(f.status == "warn" and "vanishing" in f.message and "0" in f.evidence["vanishing"] for f in found)
+    assert len([f for f in found if f.status == "warn"]) == 1  # one decaying gradient: one finding
     m = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 4))
     with torch.no_grad():
         m[0].weight.mul_(1e-6)  # a tiny weight with an ordinary gradient: steps huge for its size

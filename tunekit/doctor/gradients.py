@@ -129,6 +129,12 @@ def _spread(ratios: dict[str, float], sparse: set[str]) -> list[Finding]:
     low = [n for n, r in finite.items() if r < VANISHING * median and n not in sparse]
     high = [n for n, r in finite.items() if r > EXPLODING * median]
     out: list[Finding] = []
+    if low and high:  # one gradient decaying through the depth: the same fault seen from both ends
+        span = math.log10(max(finite[n] for n in high) / min(finite[n] for n in low))
+        return [Finding(CHECK, "warn", f"gradients spread over {span:.0f} decades of |grad|/|param|: vanishing in "
+                        f"{_names(low)}, largest in {_names(high)}", {"vanishing": low, "exploding": high,
+                        "median_ratio": median}, "use normalisation layers, residual connections, ReLU/GELU "
+                        "instead of sigmoid/tanh, or a better initialisation")]
     if low:
         worst = min(finite[n] for n in low)
         out.append(Finding(CHECK, "warn", f"vanishing gradients in {len(low)} layer(s): {_names(low)} "
