@@ -305,3 +305,13 @@ def _check_kept(done: dict[int, tuple[Any, Any]], trials: list[Any], when: str) 
     for n, (value, params) in done.items():
         t = by_number.get(n)
         assert t is not None and t.state.name == "COMPLETE" and t.value == value and t.params == params, (when, n)
+def softmax_task() -> Task:
+    """A classifier with a softmax before CrossEntropyLoss: tunekit doctor fails it."""
+    return Task(
+        model=lambda: nn.Sequential(MLP(8, 16, 4), nn.Softmax(dim=1)),
+        train_data=classification_data(256),
+        val_data=classification_data(128, seed=1),
+        loss=nn.CrossEntropyLoss(),
+        batch_size=32,
+        name="softmax",
+    )

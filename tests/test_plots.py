@@ -7,7 +7,7 @@ from typing import Any
 import matplotlib
 import pytest
 
-from tunekit import lr_find, probe, search, train
+from tunekit import doctor, lr_find, probe, search, train
 
 from .tasks import classification_task, regression_task
 
@@ -26,10 +26,11 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "probe": probe(classification_task(), memory_budget="16GiB", device="cpu", throughput_points=2, noise_repeats=2),
         "train": train(classification_task(), max_steps=5),
         "search": search(regression_task(), str(space), trials=2, max_steps=10, device="cpu", out=out / "s"),
+        "doctor": doctor(classification_task(), device="cpu"),
     }
 
 
-@pytest.mark.parametrize("kind", ["lr_find", "probe", "train", "search"])
+@pytest.mark.parametrize("kind", ["lr_find", "probe", "train", "search", "doctor"])
 def test_plot_draws_on_the_axes_it_is_given_and_returns_it(results: dict[str, Any], kind: str) -> None:
     import matplotlib.pyplot as plt
 
@@ -43,10 +44,12 @@ def test_plot_draws_on_the_axes_it_is_given_and_returns_it(results: dict[str, An
     plt.close("all")
 
 
-def test_a_search_figure_is_its_four_plots(results: dict[str, Any]) -> None:
-    fig = results["search"].plot_overview()
-    assert len(fig.axes) == 4 and all(a.has_data() or a.texts for a in fig.axes)
-    assert fig.axes[0].get_xlabel() == results["search"].plot().get_xlabel()  # the headline comes first
+@pytest.mark.parametrize("kind, panels", [("search", 4), ("doctor", 2)])
+def test_an_overview_figure_holds_its_plots_headline_first(results: dict[str, Any], kind: str, panels: int) -> None:
+    fig = results[kind].plot_overview()
+    assert len(fig.axes) == panels and all(a.has_data() or a.texts for a in fig.axes)
+    assert fig.axes[0].get_title() == results[kind].plot().get_title()
+    assert fig.axes[0].get_xlabel() == results[kind].plot().get_xlabel()
 
 
 def test_probe_plot_shows_a_small_model_under_a_large_budget(results: dict[str, Any]) -> None:

@@ -6,7 +6,7 @@ objects in hand.
 The names below are imported on first use (PEP 562), so ``import tunekit`` and
 loading a saved result stay light: torch is imported by the first name that
 needs it, never by ``tunekit report`` or ``tunekit.results``. The functions live
-in private modules (``tunekit._probe`` ...), so ``tunekit.probe`` is always the
+in private modules (``tunekit._probe``, ``tunekit._doctor`` ...), so ``tunekit.probe`` is always the
 function, whatever was imported before.
 """
 
@@ -18,11 +18,12 @@ from typing import TYPE_CHECKING, Any
 from .errors import UsageError
 
 if TYPE_CHECKING:  # what the names are, for type checkers and editors
+    from ._doctor import doctor
     from ._lr_find import lr_find
     from ._probe import ProbeResult, probe
     from ._search import search
     from ._train import TrainConfig, evaluate, train
-    from .results import LRFindResult, SearchResult, TrainResult
+    from .results import DoctorResult, LRFindResult, SearchResult, TrainResult
     from .schedule import lr_at, lr_schedule
     from .space import list_spaces, load_space
     from .step import StepOutput, TrainStep
@@ -33,7 +34,8 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors
 _LAZY = {
     "Task": ".task", "TrainConfig": "._train", "TrainStep": ".step", "StepOutput": ".step",
     "evaluate": "._train", "train": "._train", "lr_find": "._lr_find", "probe": "._probe", "search": "._search",
-    "TrainResult": ".results", "LRFindResult": ".results", "SearchResult": ".results", "ProbeResult": "._probe",
+    "doctor": "._doctor", "DoctorResult": ".results", "TrainResult": ".results", "LRFindResult": ".results",
+    "SearchResult": ".results", "ProbeResult": "._probe",
     "list_tasks": ".task_spec", "load_task": ".task_spec", "list_spaces": ".space", "load_space": ".space",
     "lr_at": ".schedule", "lr_schedule": ".schedule",
 }

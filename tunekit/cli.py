@@ -25,6 +25,7 @@ EPILOG_MAIN = """examples:
   tunekit tasks                                  list the built-in tasks
   tunekit lr-find                                find a peak LR for the default built-in task
   tunekit probe --memory-budget 2GiB             largest batch, fastest batch, critical batch
+  tunekit doctor                                 pre-flight check of the default built-in task
   tunekit search --trials 12                     seeded Optuna search with ASHA early stopping
   tunekit report tunekit_runs                    redraw a search's table and plots
   tunekit spaces                                 list the shipped search spaces
@@ -49,6 +50,14 @@ EPILOG_PROBE = """examples:
   tunekit probe --task charlm --memory-budget 512MiB --target-batch 256
   tunekit probe --task my_project.tasks:cifar --device cuda --precision bf16 --accumulation-steps 4
   tunekit probe --lr 3e-3 --lr-batch 64 --target-batch 512   rescale an LR to the planned batch
+"""
+
+EPILOG_DOCTOR = """examples:
+  tunekit doctor                                 the default built-in task, written to tunekit_runs/
+  tunekit doctor --task charlm --lr 3e-3 --warmup 0.05 --steps 2000
+  tunekit doctor --task my_project.tasks:cifar --precision fp16 --batch-size 256 --memory-budget 16GiB
+
+exit status: 0 when no check failed, 1 when one did, 2 on a usage error.
 """
 
 EPILOG_SEARCH = """examples:
@@ -209,6 +218,26 @@ def _add_probe_command(sub: Any) -> None:
     p.set_defaults(func=cmd_probe)
 
 
+def _add_doctor_command(sub: Any) -> None:
+    p = sub.add_parser("doctor", help="pre-flight check: what would make a training run fail, before tuning",
+                       description="Check the task's model, loss and data before any LR or batch is tuned: gradient "
+                                   "flow, a tiny-batch overfit, NaN/Inf, the loss contract, the data, train/eval modes "
+                                   "and the recipe. Writes DIR/doctor.json and DIR/doctor.png; exits 1 when a check fails.",
+                       epilog=EPILOG_DOCTOR, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_task_args(p)
+    p.add_argument("--batch-size", type=int, help="micro-batch size (default: the task's)")
+    _add_step_args(p)
+    p.add_argument("--lr", type=_positive_float, help="the peak LR you intend, compared with a quick range test (default: the task's)")
+    p.add_argument("--warmup", type=_warmup, help="the warmup you intend: a fraction (0.05) or updates (20) (default: the task's)")
+    p.add_argument("--steps", type=int, help="the updates of the run you intend, for the warmup check (default: the task's)")
+    p.add_argument("--memory-budget", metavar="SIZE", help="memory to check the batch against, e.g. 8GiB (default: free memory)")
+    p.add_argument("--anomaly", action="store_true", help="also run the backward under autograd's anomaly mode (slow)")
+    p.add_argument("--loss-floor", type=_nonnegative_float, help="the lowest loss the tiny batch can reach, for a loss "
+                   "with terms that do not vanish (default 0, or label smoothing's floor)")
+    _add_run_args(p, "doctor.json and doctor.png")
+    p.set_defaults(func=cmd_doctor)
+
+
 def _add_search_command(sub: Any) -> None:
     p = sub.add_parser("search", help="seeded Optuna TPE search with ASHA early stopping",
                        description="Run the probes the space needs, seed the space from them, and search it with "
@@ -304,6 +333,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_tasks_command(sub)
     _add_lr_find_command(sub)
     _add_probe_command(sub)
+    _add_doctor_command(sub)
     _add_search_command(sub)
     _add_report_command(sub)
     _add_spaces_command(sub)
@@ -410,6 +440,28 @@ def cmd_probe(args: argparse.Namespace) -> int:
     save_plot(result.plot, str(out / "probe.png"))
     print(f"wrote {out / 'probe.json'} and {out / 'probe.png'}")
     return 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from ._doctor import doctor
+    from .plotting import save_plot
+
+    out = _out_dir(args.out)
+    if args.memory_budget is not None:
+        from .bytesize import parse_bytes
+
+        parse_bytes(args.memory_budget)  # a bad size fails before the task loads
+    task = _load(args)
+    result = doctor(task, batch_size=args.batch_size, accumulation_steps=args.accumulation_steps,
+                    precision=args.precision, device=args.device, seed=args.seed, lr=args.lr, warmup=args.warmup,
+                    steps=args.steps, memory_budget=args.memory_budget, anomaly=args.anomaly,
+                    overfit_floor=args.loss_floor, progress=not args.quiet)
+    print(result.table())
+    assert out is not None
+    result.to_json(out / "doctor.json")
+    save_plot(result.plot_overview, str(out / "doctor.png"))
+    print(f"wrote {out / 'doctor.json'} and {out / 'doctor.png'}")
+    return result.exit_code
 
 
 def cmd_search(args: argparse.Namespace) -> int:

@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, TensorDataset
 
 from .errors import UsageError
 
-__all__ = ["Batch", "Data", "to_device", "batch_size_of", "BatchStream", "iterate_once", "check_data"]
+__all__ = ["Batch", "Data", "to_device", "batch_size_of", "BatchStream", "iterate_once", "check_data", "rebatched_loader"]
 
 Batch = Any
 Data = Any  # Dataset | DataLoader | Iterable[Batch]
@@ -69,7 +69,7 @@ def check_data(data: Data, what: str = "train_data") -> None:
         raise UsageError(f"{what} of type {type(data).__name__} is not iterable: pass a Dataset, a DataLoader or a list of batches")
 
 
-def _rebatched_loader(loader: DataLoader, batch_size: int, generator: torch.Generator) -> DataLoader:
+def rebatched_loader(loader: DataLoader, batch_size: int, generator: torch.Generator) -> DataLoader:
     """A copy of ``loader`` that draws ``batch_size`` samples per batch, shuffled by ``generator``."""
     return DataLoader(
         loader.dataset,
@@ -136,7 +136,7 @@ class BatchStream:
                     f"cannot re-batch a DataLoader over an IterableDataset to batch size {self.batch_size}: "
                     "leave batch_size unset or pass a map-style Dataset"
                 )
-            yield from _rebatched_loader(data, self.batch_size, self.generator)
+            yield from rebatched_loader(data, self.batch_size, self.generator)
         else:
             yield from data
 
