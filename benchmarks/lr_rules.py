@@ -55,10 +55,15 @@ Rule = Callable[[suggest.Curve], "float | None"]
 # --- range tests (cached) -------------------------------------------------------------------------
 
 
-def range_tests(names: list[str], refind: bool) -> dict[str, list[dict[str, Any]]]:
+def curves_path(clip: float | None) -> Path:
+    return CURVES_JSON if clip is None else CURVES_JSON.with_name(f"lr_find_curves_clip{clip:g}.json")
+
+
+def range_tests(names: list[str], refind: bool, clip: float | None = None) -> dict[str, list[dict[str, Any]]]:
     data: dict[str, Any] = {}
-    if CURVES_JSON.exists() and not refind:
-        with open(CURVES_JSON) as f:
+    path = curves_path(clip)
+    if path.exists() and not refind:
+        with open(path) as f:
             data = json.load(f)
     data.setdefault("tasks", {})
     for name in names:
@@ -68,19 +73,20 @@ def range_tests(names: list[str], refind: bool) -> dict[str, list[dict[str, Any]
         task = TASKS[name].make()
         runs = []
         for seed in FINDER_SEEDS:
-            found = tunekit.lr_find(task, seed=seed, device="cpu")
+            found = tunekit.lr_find(task, seed=seed, device="cpu", clip_grad_norm=clip)
             runs.append({"seed": seed, "lrs": found.lrs, "losses": [v if math.isfinite(v) else None for v in found.losses],
                          "suggestion": found.suggestion, "confident": found.confident, "reasons": found.reasons,
                          "seconds": round(found.seconds, 3)})
         data["tasks"][name] = runs
         picked = ", ".join(f"{r['suggestion']:.3g}" if r["suggestion"] else "None" for r in runs)
         print(f"  range tests of {name}: {picked} ({sum(r['seconds'] for r in runs):.1f}s)", flush=True)
-        data["settings"] = "tunekit.lr_find(task, seed=s, device='cpu') with its defaults, s in " + str(FINDER_SEEDS)
+        data["settings"] = (f"tunekit.lr_find(task, seed=s, device='cpu', clip_grad_norm={clip}), otherwise its defaults, "
+                            f"s in {FINDER_SEEDS}")
         data["hardware"] = hardware()
-        tmp = CURVES_JSON.with_suffix(f".tmp{os.getpid()}")
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
         with open(tmp, "w") as f:
             json.dump(data, f)
-        tmp.replace(CURVES_JSON)
+        tmp.replace(path)
     return {n: data["tasks"][n] for n in names}
 
 
@@ -123,19 +129,23 @@ def kind(name: str) -> str:
 
 
 def regrets_of(rules: dict[str, Rule], names: list[str], grid: dict[str, Any],
-               tests: dict[str, list[dict[str, Any]]]) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, list]]]:
-    """regret[rule][task] (mean over range tests), and the LRs each rule picked."""
+               tests: dict[str, list[dict[str, Any]]], normalized: bool = False,
+               ) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, list]]]:
+    """regret[rule][task] (mean over range tests), and the LRs each rule picked.
+
+    ``normalized``: (L - L*) / (L0 - L*) instead, the share of what training can gain that the LR loses."""
     regret: dict[str, dict[str, float]] = {r: {} for r in rules}
     picks: dict[str, dict[str, list]] = {r: {} for r in rules}
     for name in names:
         entry = grid["tasks"][name]
         _, log_lrs, mean = curve(entry)
         best = float(mean.min())
+        scale = entry["untrained_loss"] - best if normalized else best
         cs = curves_of(tests[name])
         for r, rule in rules.items():
             lrs = [rule(c) if len(c.lrs) >= 3 else None for c in cs]
             picks[r][name] = lrs
-            regret[r][name] = float(np.mean([(loss_at(lr, log_lrs, mean, entry["untrained_loss"]) - best) / best
+            regret[r][name] = float(np.mean([(loss_at(lr, log_lrs, mean, entry["untrained_loss"]) - best) / scale
                                              for lr in lrs]))
     return regret, picks
 
@@ -171,6 +181,13 @@ def before_table(names: list[str], grid: dict[str, Any], tests: dict[str, list[d
     spreads = [spread(picks[d][n]) for n in names]
     lines.append(f"default ({d}) suggestion spread over range tests: mean {np.nanmean(spreads):.2f}, "
                  f"max {np.nanmax(spreads):.2f} decades")
+    norm, _ = regrets_of(rules, names, grid, tests, normalized=True)
+    lines += ["", "the same, normalized: (L(suggested) - L*) / (L0 - L*), L0 the untrained loss "
+              "(the share of what training gains that the suggested LR loses; 1 = no better than untrained)",
+              f"{'task':<20}" + "".join(f"{c:>10}" for c in cols)]
+    lines += [f"{n:<20}" + "".join(f"{norm[c][n]:>10.3f}" for c in cols) for n in names]
+    lines.append(f"{'mean':<20}" + "".join(f"{np.mean([norm[c][n] for n in names]):>10.3f}" for c in cols))
+    lines.append(f"{'worst':<20}" + "".join(f"{max(norm[c][n] for n in names):>10.3f}" for c in cols))
     return "\n".join(lines)
 
 
@@ -208,6 +225,9 @@ def main() -> None:
     ap.add_argument("--tasks", default=None, help="comma-separated task names (default: all with a grid)")
     ap.add_argument("--refind", action="store_true", help="rerun the range tests instead of reading the cached curves")
     ap.add_argument("--loto", action="store_true", help="also leave-one-task-out rule selection")
+    ap.add_argument("--finder-clip", type=float, default=None,
+                    help="run the range tests with clip_grad_norm=X (default: lr_find's default, no clipping); "
+                         "their curves go to lr_find_curves_clipX.json")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -218,7 +238,9 @@ def main() -> None:
         sys.exit(f"no grid for {', '.join(missing)}: run python benchmarks/lr_grid.py --tasks {','.join(missing)}")
     print(f"hardware: {hardware()}", flush=True)
     start = time.perf_counter()
-    tests = range_tests(names, args.refind)
+    tests = range_tests(names, args.refind, args.finder_clip)
+    if args.finder_clip is not None:
+        print(f"range tests with clip_grad_norm={args.finder_clip:g} (lr_find's default is no clipping)")
     print(f"range tests ready in {time.perf_counter() - start:.0f}s\n")
     print(before_table(names, grid, tests))
     if args.loto:
