@@ -105,10 +105,12 @@ def summary(entry: dict[str, Any]) -> dict[str, Any]:
     best, untrained = float(mean[i]), entry["untrained_loss"]
     top_gap = (float(mean[-1]) - best) / max(untrained - best, 1e-12)
     top_runs = [r for r in entry["runs"] if r["k"] == ks[-1]]
+    at_best = [capped(r["final_loss"], untrained) for r in entry["runs"] if r["k"] == ks[i]]
     return {
         "best_lr": lr_of(int(ks[i])), "best_k": int(ks[i]), "L*": best, "untrained": untrained,
         "below": float(mean[i - 1]) if i > 0 else None, "above": float(mean[i + 1]) if i + 1 < len(mean) else None,
         "interior": 0 < i < len(mean) - 1, "top_gap": top_gap,
+        "seed_sd": float(np.std(at_best, ddof=1)) if len(at_best) > 1 else math.nan,
         "top_diverged": any(r["diverged"] for r in top_runs), "lo": lr_of(int(ks[0])), "hi": lr_of(int(ks[-1])),
         "points": len(ks), "runs": len(entry["runs"]),
         "seconds_per_run": float(np.mean([r["seconds"] for r in entry["runs"]])) if entry["runs"] else 0.0,
@@ -187,7 +189,7 @@ def run_task(name: str, data: dict[str, Any], seeds: int, save_to: Path) -> None
 
 def table(data: dict[str, Any], names: list[str]) -> str:
     head = (f"{'task':<20}{'optimizer':<14}{'loss':<10}{'arch':<15}{'regime':<9}{'bs':>4}{'steps':>6}"
-            f"{'best lr':>10}{'L*':>9}{'L(-1/3)':>9}{'L(+1/3)':>9}{'L0':>8}{'top':>11}  interior  grid")
+            f"{'best lr':>10}{'L*':>9}{'sd%':>6}{'L(-1/3)':>9}{'L(+1/3)':>9}{'L0':>8}{'top':>11}  interior  grid")
     lines = [head, "-" * len(head)]
     for name in names:
         entry = data["tasks"].get(name)
@@ -200,9 +202,11 @@ def table(data: dict[str, Any], names: list[str]) -> str:
             return f"{v:9.4f}" if v is not None else f"{'-':>9}"
 
         lines.append(f"{name:<20}{c['optimizer']:<14}{c['loss']:<10}{c['arch']:<15}{c['regime']:<9}{c['batch']:>4}"
-                     f"{c['steps']:>6}{s['best_lr']:>10.3g}{s['L*']:>9.4f}{f(s['below'])}{f(s['above'])}"
+                     f"{c['steps']:>6}{s['best_lr']:>10.3g}{s['L*']:>9.4f}{100 * s['seed_sd'] / s['L*']:>6.2f}{f(s['below'])}{f(s['above'])}"
                      f"{s['untrained']:>8.3f}{top:>11}  {'yes' if s['interior'] else 'NO':<8}  "
                      f"{s['lo']:.0e}..{s['hi']:.0e} ({s['points']}x{entry['seeds']})")
+    lines.append("sd%: the seeds' standard deviation of the final loss at the best LR, in % of L* (a regret below "
+                 "about sd%/100 is within seed noise)")
     lines.append("L(-1/3), L(+1/3): seed-mean loss a third of a decade below / above the best LR; L0: untrained loss; "
                  "top: the highest LR's runs diverged, or its loss gap over L* as a share of (L0 - L*)")
     return "\n".join(lines)
