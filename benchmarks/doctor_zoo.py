@@ -33,6 +33,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tunekit.builtin import builtin_task  # noqa: E402
 from tunekit.builtin.shapes import make_shapes  # noqa: E402
 from tunekit._doctor import doctor  # noqa: E402
+from tunekit.data import BatchStream  # noqa: E402
+from tunekit.errors import UsageError  # noqa: E402
+from tunekit.probe_inputs import resolve_inputs  # noqa: E402
+from tunekit.step import TrainStep  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import hardware  # noqa: E402
 
 DIM, CLASSES, N = 16, 4, 512
 
@@ -324,6 +331,27 @@ SETUPS: list[Setup] = [
 ]
 
 
+def smoke_run(setup: Setup) -> bool:
+    """The peer: what Lightning's ``fast_dev_run`` checks, one training update and one validation
+    batch through the same step. A fault counts as found when they raise or give a non-finite loss."""
+    torch.manual_seed(0)
+    kw = setup.make()
+    try:
+        sub = resolve_inputs("smoke run", kw["model"], kw.get("train_data"), kw.get("loss_fn"), kw.get("optimizer"),
+                             val_data=kw.get("val_data"), batch_size=kw.get("batch_size"), device="cpu")
+        step = TrainStep(sub.model, sub.optimizer, sub.compute, device=sub.device, precision=sub.precision)
+        step.set_lr(kw.get("lr") or 1e-3)
+        out = step(BatchStream(sub.data, sub.batch_size, seed=0).take(1))
+        val = sub.val_data if sub.val_data is not None else sub.data
+        with torch.no_grad():
+            loss = sub.compute(sub.model, next(iter(BatchStream(val, sub.batch_size or 64, seed=1).take(1))))[0]
+        return not (math.isfinite(out.loss) and math.isfinite(float(loss)))
+    except UsageError:  # a mistake of this harness, not a finding
+        raise
+    except Exception:  # anything else the smoke run raises is what it finds
+        return True
+
+
 def run(setup: Setup) -> tuple[list[Any], float]:
     torch.manual_seed(0)
     kwargs = setup.make()
@@ -334,9 +362,15 @@ def run(setup: Setup) -> tuple[list[Any], float]:
 
 def main() -> int:
     torch.set_num_threads(1)
-    found = faults = healthy_fail = healthy_warn = 0
-    print(f"{'set-up':<32} {'expected':<16} {'verdict':<8} {'s':>5}  findings (fail/warn)")
+    print(f"hardware: {hardware()}")
+    found = faults = healthy_fail = healthy_warn = smoke_found = smoke_false = 0
+    print(f"{'set-up':<32} {'expected':<16} {'verdict':<8} {'smoke':<6} {'s':>5}  findings (fail/warn)")
     for setup in SETUPS:
+        smoke = smoke_run(setup)
+        if setup.check is None:
+            smoke_false += smoke
+        else:
+            smoke_found += smoke
         findings, seconds = run(setup)
         shown = "; ".join(f"{f.status} {f.check}: {f.message[:70]}" for f in findings) or "-"
         if setup.check is None:
@@ -350,8 +384,10 @@ def main() -> int:
             hit = any(f.check == setup.check and f.status == setup.status for f in findings)
             found += hit
             verdict, expected = ("found" if hit else "MISSED"), f"{setup.status} {setup.check}"
-        print(f"{setup.name:<32} {expected:<16} {verdict:<8} {seconds:>5.1f}  {shown}")
+        print(f"{setup.name:<32} {expected:<16} {verdict:<8} {'found' if smoke else '-':<6} {seconds:>5.1f}  {shown}")
     healthy = sum(s.check is None for s in SETUPS)
+    print(f"peer (a fast_dev_run-style smoke run: one update, one validation batch): {smoke_found}/{faults} faults "
+          f"found ({smoke_found / faults:.0%}), {smoke_false} false positives on {healthy} healthy set-ups")
     print(f"detection rate {found}/{faults} ({found / faults:.0%}) faults found by their check; false positives on "
           f"{healthy} healthy set-ups: {healthy_fail} failures, {healthy_warn} warnings")
     return 0 if found == faults and healthy_fail == 0 and healthy_warn <= 1 else 1
