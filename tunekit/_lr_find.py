@@ -212,8 +212,8 @@ def _sweep(step: TrainStep, batches: BatchStream, lrs: np.ndarray, threshold: fl
     return {"lrs": rec_lrs, "losses": rec_losses, "diverged_at_lr": diverged_at, "skipped": loop.skipped, "samples": samples}
 
 
-def _suggest(lrs: list[float], losses: list[float]) -> tuple[dict[str, float | None], Any, Any]:
-    curve = prepare(lrs, losses)
+def _suggest(lrs: list[float], losses: list[float], family: str | None = None) -> tuple[dict[str, float | None], Any, Any]:
+    curve = prepare(lrs, losses, family=family)
     suggestions = {name: (rule(curve) if len(curve.lrs) >= 3 else None) for name, rule in RULES.items()}
     return suggestions, curve, assess(curve)
 
@@ -221,7 +221,7 @@ def _suggest(lrs: list[float], losses: list[float]) -> tuple[dict[str, float | N
 def _result(runs: list[dict[str, Any]], settings: dict[str, Any], seconds: float) -> LRFindResult:
     per_run = []
     for run in runs:
-        sugg, curve, a = _suggest(run["lrs"], run["losses"])
+        sugg, curve, a = _suggest(run["lrs"], run["losses"], settings.get("family"))
         per_run.append((run, sugg, curve, a))
     run0, sugg0, curve0, a0 = per_run[0]
     suggestions = dict(sugg0)
