@@ -296,6 +296,104 @@ def stability_and_confidence(names: list[str], grid: dict[str, Any], tests: dict
     return "\n".join(lines)
 
 
+def repeats_table(names: list[str], grid: dict[str, Any], refind: bool, repeats: int) -> str:
+    """What a user gets from lr_find(task, repeats=R): its suggestion (the median over the repeats) for 5 seeds.
+
+    Seeds 100, 100 + R, ...: each call's repeats draw seeds s .. s + R - 1, none shared between calls."""
+    path = CURVES_JSON.with_name(f"lr_find_repeats{repeats}.json")
+    data: dict[str, Any] = {"tasks": {}}
+    if path.exists() and not refind:
+        with open(path) as f:
+            data = json.load(f)
+    seeds = [FINDER_SEEDS[0] + repeats * i for i in range(len(FINDER_SEEDS))]
+    for n in names:
+        if len(data["tasks"].get(n, [])) >= len(seeds):
+            continue
+        task = TASKS[n].make()
+        data["tasks"][n] = []
+        for s in seeds:
+            r = tunekit.lr_find(task, seed=s, device="cpu", repeats=repeats)
+            data["tasks"][n].append({"seed": s, "suggestion": r.suggestion, "confident": r.confident,
+                                     "confidence": r.confidence, "samples": r.samples, "seconds": round(r.seconds, 3)})
+        data["settings"] = f"tunekit.lr_find(task, seed=s, device='cpu', repeats={repeats}), s in {seeds}"
+        data["hardware"] = hardware()
+        with open(path, "w") as f:
+            json.dump(data, f)
+    head = f"{'task':<20}{'spread':>8}{'regret':>8}{'samples/call':>14}  " + "".join(f"{'seed ' + str(s):>11}" for s in seeds)
+    lines = [f"lr_find(task, repeats={repeats}): the default suggestion (median over the {repeats} repeats) for "
+             f"{len(seeds)} seeds; spread = log10(max/min) in decades, regret the mean over the seeds", "",
+             head, "-" * len(head)]
+    sps, regs = [], []
+    for n in names:
+        entry = grid["tasks"][n]
+        _, log_lrs, mean = curve(entry)
+        best = float(mean.min())
+        runs = data["tasks"][n]
+        lrs = [r["suggestion"] for r in runs]
+        reg = float(np.mean([(loss_at(lr, log_lrs, mean, entry["untrained_loss"]) - best) / best for lr in lrs]))
+        sps.append(spread(lrs))
+        regs.append(reg)
+        lines.append(f"{n:<20}{sps[-1]:>8.2f}{reg:>8.3f}{np.mean([r['samples'] for r in runs]):>14.0f}  "
+                     + "".join(f"{('none' if x is None else f'{x:.3g}'):>11}" for x in lrs))
+    lines.append("-" * len(head))
+    lines.append(f"spread: median {np.nanmedian(sps):.2f}, mean {np.nanmean(sps):.2f}, max {np.nanmax(sps):.2f} decades; "
+                 f"regret (in-sample rule) mean {np.mean(regs):.3f}, worst {max(regs):.3f}")
+    return "\n".join(lines)
+
+
+COST_TASKS = ("mlp_huber_sgdm", "mlp_bce_adam", "head_cnn_adam", "lstm_charlm_adam")
+
+
+def cost_table(rounds: int = 7) -> str:
+    """lr_find(task) against the same number of plain updates of the shared step, interleaved in one run.
+
+    The plain side builds what a user would to train that many updates: a fresh model and optimizer, a
+    TrainStep (clipped at 1.0, like the finder's default) and a BatchStream, at a constant LR. Both sides
+    are timed whole, so lr_find's fixed per-call costs (state snapshot and restore, seeding, the rules)
+    count. The ratio is of the medians over ``rounds`` alternating pairs, after one warm-up pair."""
+    from tunekit.data import BatchStream
+    from tunekit.step import TrainStep, Updates, resolve_device
+
+    dev = resolve_device("cpu")
+    lines = [f"cost: lr_find(task) vs the same number of plain TrainStep updates, interleaved, median of {rounds} "
+             "pairs (1 thread, core 0)", "",
+             f"{'task':<20}{'updates':>8}{'lr_find s':>11}{'plain s':>9}{'ratio':>7}"]
+    ratios = []
+    for n in COST_TASKS:
+        task = TASKS[n].make()
+        found = tunekit.lr_find(task, seed=0, device="cpu")
+        updates = sum(1 for v in found.losses if math.isfinite(v))
+
+        def finder() -> float:
+            t = time.perf_counter()
+            tunekit.lr_find(task, seed=0, device="cpu")
+            return time.perf_counter() - t
+
+        def plain() -> float:
+            t = time.perf_counter()
+            model = task.make_model(0).to(dev)
+            model.train()
+            step = TrainStep(model, task.make_optimizer(model), task.loss_computer(), device=dev, precision="fp32",
+                             clip_grad_norm=1.0)
+            for _ in Updates(step, BatchStream(task.train_data, task.batch_size, seed=0), [1e-4] * updates):
+                pass
+            return time.perf_counter() - t
+
+        finder(), plain()  # warm-up
+        a, b = [], []
+        for i in range(rounds):
+            if i % 2:
+                b.append(plain())
+                a.append(finder())
+            else:
+                a.append(finder())
+                b.append(plain())
+        ratios.append(float(np.median(a) / np.median(b)))
+        lines.append(f"{n:<20}{updates:>8}{np.median(a):>11.3f}{np.median(b):>9.3f}{ratios[-1]:>7.2f}")
+    lines.append(f"cost ratio: max {max(ratios):.2f}, median {np.median(ratios):.2f} (target <= 1.15)")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tasks", default=None, help="comma-separated task names (default: all with a grid)")
@@ -304,6 +402,9 @@ def main() -> None:
     ap.add_argument("--finder-clip", default="task",
                     help="run the range tests with clip_grad_norm=X, or 'none' (default 'task': lr_find's default, "
                          "the task's clipping as in train); their curves go to lr_find_curves_clipX.json / _noclip")
+    ap.add_argument("--repeats", type=int, default=0,
+                    help="also the spread of lr_find(task, repeats=R)'s suggestion over 5 seeds (cached)")
+    ap.add_argument("--cost", action="store_true", help="only the interleaved cost of lr_find against plain updates")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -313,6 +414,9 @@ def main() -> None:
     if missing:
         sys.exit(f"no grid for {', '.join(missing)}: run python benchmarks/lr_grid.py --tasks {','.join(missing)}")
     print(f"hardware: {hardware()}", flush=True)
+    if args.cost:
+        print(cost_table())
+        return
     start = time.perf_counter()
     clip = TASK_DEFAULT if args.finder_clip == "task" else None if args.finder_clip == "none" else float(args.finder_clip)
     tests = range_tests(names, args.refind, clip)
@@ -325,6 +429,9 @@ def main() -> None:
         print(loto_table(names, grid, tests)[0])
     print()
     print(stability_and_confidence(names, grid, tests))
+    if args.repeats > 1:
+        print()
+        print(repeats_table(names, grid, args.refind, args.repeats))
 
 
 if __name__ == "__main__":
