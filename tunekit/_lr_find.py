@@ -198,7 +198,9 @@ def _sweep(step: TrainStep, batches: BatchStream, lrs: np.ndarray, threshold: fl
             break
         # Divergence on a robust, lag-free signal: the median of the last three
         # losses against the best such median so far.
-        recent = float(np.median(rec_losses[-3:]))
+        # (sorted() on three floats: np.median costs ~60 us a call, 8% of a small model's sweep)
+        last = sorted(rec_losses[-3:])
+        recent = float(last[len(last) // 2]) if len(last) % 2 else (last[0] + last[1]) / 2
         best = min(best, recent)
         if len(rec_losses) >= 5 and recent > threshold * best:
             diverged_at = lr
