@@ -1,27 +1,27 @@
 """Score tunekit's LR suggestion rules against the LR benchmark's ground truth (issue 11).
 
 For every task of ``lr_tasks.py`` with a grid in ``benchmarks/data/lr_grid.json``
-(see ``lr_grid.py``), three range tests with lr_find's default settings (seeds
-100, 101, 102; 100 updates from 1e-7 to 10) are run once and their curves kept
-in ``benchmarks/data/lr_find_curves.json``. Every rule of
-``tunekit.suggest.RULES`` is applied to the same curves, and its regret on a
-task is the mean over the three curves of
+(see ``lr_grid.py``), five range tests with lr_find's default settings (seeds
+100..104; 100 updates from 1e-7 to 10; clipping, accumulation and precision the
+task's, as train) are run once and their curves kept in
+``benchmarks/data/lr_find_curves.json``. Every rule is applied to the same
+curves, and its regret on a task is the mean over the curves of
 
     (L(suggested LR) - L*) / L*,
 
 L interpolated over log LR on the grid's seed-mean curve (diverged runs count
 as the untrained loss; beyond the grid, the edge's value; no suggestion at all
-counts as the untrained loss). Also printed: the default suggestion over the
-best grid LR (log10), and its spread over the three range tests in decades,
-log10(max / min).
+counts as the untrained loss).
 
-With ``--loto``, leave-one-task-out selection among candidate rules: for each
-task, the candidate with the lowest mean regret on the *other* tasks is picked
-and its regret on the held-out task is reported (and likewise for a divisor of
-the smoothed minimum chosen per optimizer kind, adaptive or SGD, on the other
-tasks of that kind).
+``--loto``: leave-one-task-out selection among the candidates (a point of the
+curve, ``suggest.ANCHORS``, divided by k in DIVISORS, one k for all or one per
+optimizer family): for each task the rule is chosen on the other tasks and only
+its regret on the held-out task is the figure. Then the default's spread over
+the seeds per task and its regret by lr_find's confidence. ``--repeats R``: the
+spread of ``lr_find(task, repeats=R)``. ``--cost``: the finder against the same
+number of plain updates, interleaved.
 
-    python benchmarks/lr_rules.py [--tasks a,b] [--refind] [--loto]
+    python benchmarks/lr_rules.py [--tasks a,b] [--refind] [--loto] [--repeats 3] [--cost]
 """
 
 from __future__ import annotations
