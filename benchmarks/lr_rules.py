@@ -1,27 +1,27 @@
 """Score tunekit's LR suggestion rules against the LR benchmark's ground truth (issue 11).
 
 For every task of ``lr_tasks.py`` with a grid in ``benchmarks/data/lr_grid.json``
-(see ``lr_grid.py``), three range tests with lr_find's default settings (seeds
-100, 101, 102; 100 updates from 1e-7 to 10) are run once and their curves kept
-in ``benchmarks/data/lr_find_curves.json``. Every rule of
-``tunekit.suggest.RULES`` is applied to the same curves, and its regret on a
-task is the mean over the three curves of
+(see ``lr_grid.py``), five range tests with lr_find's default settings (seeds
+100..104; 100 updates from 1e-7 to 10; clipping, accumulation and precision the
+task's, as train) are run once and their curves kept in
+``benchmarks/data/lr_find_curves.json``. Every rule is applied to the same
+curves, and its regret on a task is the mean over the curves of
 
     (L(suggested LR) - L*) / L*,
 
 L interpolated over log LR on the grid's seed-mean curve (diverged runs count
 as the untrained loss; beyond the grid, the edge's value; no suggestion at all
-counts as the untrained loss). Also printed: the default suggestion over the
-best grid LR (log10), and its spread over the three range tests in decades,
-log10(max / min).
+counts as the untrained loss).
 
-With ``--loto``, leave-one-task-out selection among candidate rules: for each
-task, the candidate with the lowest mean regret on the *other* tasks is picked
-and its regret on the held-out task is reported (and likewise for a divisor of
-the smoothed minimum chosen per optimizer kind, adaptive or SGD, on the other
-tasks of that kind).
+``--loto``: leave-one-task-out selection among the candidates (a point of the
+curve, ``suggest.ANCHORS``, divided by k in DIVISORS, one k for all or one per
+optimizer family): for each task the rule is chosen on the other tasks and only
+its regret on the held-out task is the figure. Then the default's spread over
+the seeds per task and its regret by lr_find's confidence. ``--repeats R``: the
+spread of ``lr_find(task, repeats=R)``. ``--cost``: the finder against the same
+number of plain updates, interleaved.
 
-    python benchmarks/lr_rules.py [--tasks a,b] [--refind] [--loto]
+    python benchmarks/lr_rules.py [--tasks a,b] [--refind] [--loto] [--repeats 3] [--cost]
 """
 
 from __future__ import annotations
@@ -46,20 +46,25 @@ from lr_tasks import TASKS  # noqa: E402
 
 import tunekit  # noqa: E402
 from tunekit import suggest  # noqa: E402
+from tunekit._lr_find import TASK_DEFAULT  # noqa: E402
 
 CURVES_JSON = GRID_JSON.parent / "lr_find_curves.json"
-FINDER_SEEDS = (100, 101, 102)
+FINDER_SEEDS = (100, 101, 102, 103, 104)
 Rule = Callable[[suggest.Curve], "float | None"]
 
 
 # --- range tests (cached) -------------------------------------------------------------------------
 
 
-def curves_path(clip: float | None) -> Path:
-    return CURVES_JSON if clip is None else CURVES_JSON.with_name(f"lr_find_curves_clip{clip:g}.json")
+def curves_path(clip: Any) -> Path:
+    if clip is TASK_DEFAULT:
+        return CURVES_JSON
+    return CURVES_JSON.with_name("lr_find_curves_noclip.json" if clip is None else f"lr_find_curves_clip{clip:g}.json")
 
 
-def range_tests(names: list[str], refind: bool, clip: float | None = None) -> dict[str, list[dict[str, Any]]]:
+def range_tests(names: list[str], refind: bool, clip: Any = TASK_DEFAULT,
+                seeds: tuple[int, ...] = FINDER_SEEDS) -> dict[str, list[dict[str, Any]]]:
+    """``len(seeds)`` range tests per task with lr_find's defaults (clipping: the task's, as train), cached."""
     data: dict[str, Any] = {}
     path = curves_path(clip)
     if path.exists() and not refind:
@@ -68,61 +73,48 @@ def range_tests(names: list[str], refind: bool, clip: float | None = None) -> di
     data.setdefault("tasks", {})
     for name in names:
         have = data["tasks"].get(name, [])
-        if len(have) == len(FINDER_SEEDS):
+        if len(have) >= len(seeds):
             continue
         task = TASKS[name].make()
         runs = []
-        for seed in FINDER_SEEDS:
+        for seed in seeds:
             found = tunekit.lr_find(task, seed=seed, device="cpu", clip_grad_norm=clip)
             runs.append({"seed": seed, "lrs": found.lrs, "losses": [v if math.isfinite(v) else None for v in found.losses],
                          "suggestion": found.suggestion, "confident": found.confident, "reasons": found.reasons,
-                         "seconds": round(found.seconds, 3)})
+                         "family": found.settings["family"], "clip_grad_norm": found.settings["clip_grad_norm"],
+                         "samples": found.samples, "seconds": round(found.seconds, 3)})
         data["tasks"][name] = runs
         picked = ", ".join(f"{r['suggestion']:.3g}" if r["suggestion"] else "None" for r in runs)
         print(f"  range tests of {name}: {picked} ({sum(r['seconds'] for r in runs):.1f}s)", flush=True)
-        data["settings"] = (f"tunekit.lr_find(task, seed=s, device='cpu', clip_grad_norm={clip}), otherwise its defaults, "
-                            f"s in {FINDER_SEEDS}")
+        data["settings"] = (f"tunekit.lr_find(task, seed=s, device='cpu', clip_grad_norm={clip!r}), otherwise its "
+                            f"defaults, s in {seeds}")
         data["hardware"] = hardware()
         tmp = path.with_suffix(f".tmp{os.getpid()}")
         with open(tmp, "w") as f:
             json.dump(data, f)
         tmp.replace(path)
-    return {n: data["tasks"][n] for n in names}
+    return {n: data["tasks"][n][: len(seeds)] for n in names}
 
 
 def curves_of(runs: list[dict[str, Any]]) -> list[suggest.Curve]:
-    return [suggest.prepare(r["lrs"], [math.nan if v is None else v for v in r["losses"]]) for r in runs]
+    return [suggest.prepare(r["lrs"], [math.nan if v is None else v for v in r["losses"]], family=r.get("family"))
+            for r in runs]
 
 
 # --- candidate rules -------------------------------------------------------------------------------
+# A small family: a point of the curve (suggest.ANCHORS) divided by k, k one of DIVISORS, either one k
+# for every task or one per optimizer family (sgd / adaptive, from lr_find's settings["family"]).
 
-
-def min_div(k: float) -> Rule:
-    def rule(c: suggest.Curve) -> float | None:
-        return float(c.lrs[int(np.argmin(c.smooth))] / k) if len(c.smooth) > 1 else None
-    return rule
-
-
-def scaled(rule: Rule, factor: float) -> Rule:
-    def scaled_rule(c: suggest.Curve) -> float | None:
-        lr = rule(c)
-        return None if lr is None else lr * factor
-    return scaled_rule
+DIVISORS = (1, 1.5, 2, 3, 5, 10)
+FAMILIES = ("sgd", "adaptive")
 
 
 def candidates() -> dict[str, Rule]:
-    out: dict[str, Rule] = dict(suggest.RULES)
-    for k in (2, 3, 5, 20, 30):
-        out[f"min/{k}"] = min_div(k)
-    for f in (0.3, 0.5, 2.0, 3.0):
-        out[f"tunekit*{f:g}"] = scaled(suggest.tunekit_rule, f)
-    for f in (2.0, 3.0, 5.0):
-        out[f"steepest*{f:g}"] = scaled(suggest.steepest, f)
-    return out
+    return {f"{a}/{k:g}": suggest.divided(a, k) for a in suggest.ANCHORS for k in DIVISORS}
 
 
-def kind(name: str) -> str:
-    return "sgd" if TASKS[name].optimizer.startswith("sgd") else "adaptive"
+def family_of(name: str, tests: dict[str, list[dict[str, Any]]]) -> str:
+    return str(tests[name][0].get("family") or ("sgd" if TASKS[name].optimizer.startswith("sgd") else "adaptive"))
 
 
 # --- scoring ----------------------------------------------------------------------------------------
@@ -162,16 +154,18 @@ def before_table(names: list[str], grid: dict[str, Any], tests: dict[str, list[d
     cols = list(rules)
     head = (f"{'task':<20}{'best lr':>9}{'default':>10}{'log10 d/best':>13}{'spread':>8}{'conf':>6}"
             + "".join(f"{c:>10}" for c in cols))
-    lines = ["regret (L(suggested) - L*) / L* per rule, mean over 3 range tests (lower is better);",
-             "'default' is the median over the 3 range tests of the default rule's LR, 'spread' their log10(max/min),",
-             "'conf' how many of the 3 range tests lr_find called confident", "", head, "-" * len(head)]
+    k = len(tests[names[0]])
+    lines = [f"regret (L(suggested) - L*) / L* per rule, mean over {k} range tests (lower is better; in-sample for "
+             "the default, whose rule was chosen on these tasks: --loto has the held-out figure);",
+             f"'default' is the median over the {k} range tests of the default rule's LR, 'spread' their log10(max/min),",
+             f"'conf' how many of the {k} range tests lr_find called confident", "", head, "-" * len(head)]
     for n in names:
         s = summary(grid["tasks"][n])
         dl = [x for x in picks[d][n] if x]
         med = float(10 ** np.median(np.log10(dl))) if dl else math.nan
         ratio = math.log10(med / s["best_lr"]) if dl else math.nan
-        conf = sum(bool(r["confident"]) for r in tests[n])
-        lines.append(f"{n:<20}{s['best_lr']:>9.3g}{med:>10.3g}{ratio:>+13.2f}{spread(picks[d][n]):>8.2f}{conf:>4}/3"
+        conf = sum(bool(suggest.assess(c).confident) for c in curves_of(tests[n]))
+        lines.append(f"{n:<20}{s['best_lr']:>9.3g}{med:>10.3g}{ratio:>+13.2f}{spread(picks[d][n]):>8.2f}{conf:>4}/{k}"
                      + "".join(f"{regret[c][n]:>10.3f}" for c in cols))
     lines.append("-" * len(head))
     lines.append(f"{'mean':<20}{'':>46}" + "".join(f"{np.mean([regret[c][n] for n in names]):>10.3f}" for c in cols))
@@ -191,32 +185,212 @@ def before_table(names: list[str], grid: dict[str, Any], tests: dict[str, list[d
     return "\n".join(lines)
 
 
-def loto_table(names: list[str], grid: dict[str, Any], tests: dict[str, list[dict[str, Any]]]) -> str:
+def loto_select(names: list[str], regret: dict[str, dict[str, float]], tests: dict[str, list[dict[str, Any]]],
+                held: str) -> tuple[str, str | None, dict[str, float] | None]:
+    """The rule chosen on every task but ``held``: (anchor, one-k candidate name or None, per-family k or None).
+
+    Two kinds compete: "anchor/k" with one k, and "anchor/k(family)" with k chosen per optimizer family on
+    the other tasks of that family; the one with the lower mean regret over the other tasks wins."""
+    others = [m for m in names if m != held]
+
+    def mean(rule: str, tasks: list[str]) -> float:
+        return float(np.mean([regret[rule][m] for m in tasks]))
+
+    one = min(regret, key=lambda r: mean(r, others))
+    best_fam: tuple[float, str, dict[str, float]] | None = None
+    for a in suggest.ANCHORS:
+        ks: dict[str, float] = {}
+        for fam in FAMILIES:
+            same = [m for m in others if family_of(m, tests) == fam] or others
+            ks[fam] = min(DIVISORS, key=lambda k: mean(f"{a}/{k:g}", same))
+        score = float(np.mean([regret[f"{a}/{ks[family_of(m, tests)]:g}"][m] for m in others]))
+        if best_fam is None or score < best_fam[0]:
+            best_fam = (score, a, ks)
+    assert best_fam is not None
+    if mean(one, others) <= best_fam[0]:
+        return one.split("/")[0], one, None
+    return best_fam[1], None, best_fam[2]
+
+
+def spec_name(anchor: str, one: str | None, ks: dict[str, float] | None) -> str:
+    return one if one is not None else f"{anchor}/(" + ",".join(f"{f} {k:g}" for f, k in (ks or {}).items()) + ")"
+
+
+def loto_table(names: list[str], grid: dict[str, Any], tests: dict[str, list[dict[str, Any]]]) -> tuple[str, list[str]]:
     rules = candidates()
     regret, _ = regrets_of(rules, names, grid, tests)
-    divisors = (1, 2, 3, 5, 10, 20, 30)
-    div_rules = {k: min_div(k) for k in divisors}
-    div_regret, _ = regrets_of({f"min/{k}": r for k, r in div_rules.items()}, names, grid, tests)
-    lines = [f"leave-one-task-out selection among {len(rules)} candidate rules: " + ", ".join(rules), "",
-             f"{'held-out task':<20}{'picked (on the others)':>24}{'held-out regret':>17}{'default':>9}"
-             f"{'per-kind min/k':>16}{'regret':>8}"]
-    held, held_kind, default = [], [], []
+    head = f"{'held-out task':<20}{'family':>9}{'rule chosen on the other 11':>30}{'held-out regret':>17}{'old default':>12}"
+    lines = [f"leave-one-task-out selection among {len(rules)} one-k rules (anchor/k, anchors "
+             f"{', '.join(suggest.ANCHORS)}; k in {', '.join(f'{k:g}' for k in DIVISORS)}) and "
+             f"{len(suggest.ANCHORS)} per-family rules (anchor/k(family), k chosen per optimizer family);",
+             "each task's figure is the regret of the rule chosen without it (mean over its range tests)", "",
+             head, "-" * len(head)]
+    old_rules = {"old": suggest.geometric_steepest_min}
+    old, _ = regrets_of(old_rules, names, grid, tests)
+    held, picks = [], []
     for n in names:
-        others = [m for m in names if m != n]
-        pick = min(rules, key=lambda r: np.mean([regret[r][m] for m in others]))
-        same = [m for m in others if kind(m) == kind(n)] or others
-        kpick = min(divisors, key=lambda k: np.mean([div_regret[f"min/{k}"][m] for m in same]))
-        held.append(regret[pick][n])
-        held_kind.append(div_regret[f"min/{kpick}"][n])
-        default.append(regret[suggest.DEFAULT_RULE][n])
-        lines.append(f"{n:<20}{pick:>24}{held[-1]:>17.3f}{default[-1]:>9.3f}{f'{kind(n)} min/{kpick}':>16}"
-                     f"{held_kind[-1]:>8.3f}")
-    lines.append(f"{'mean':<20}{'':>24}{np.mean(held):>17.3f}{np.mean(default):>9.3f}{'':>16}{np.mean(held_kind):>8.3f}")
-    lines.append(f"{'worst':<20}{'':>24}{max(held):>17.3f}{max(default):>9.3f}{'':>16}{max(held_kind):>8.3f}")
+        anchor, one, ks = loto_select(names, regret, tests, n)
+        if one is not None:
+            r = regret[one][n]
+        else:
+            assert ks is not None
+            r = regret[f"{anchor}/{ks[family_of(n, tests)]:g}"][n]
+        held.append(r)
+        picks.append(spec_name(anchor, one, ks))
+        lines.append(f"{n:<20}{family_of(n, tests):>9}{picks[-1]:>30}{r:>17.3f}{old['old'][n]:>12.3f}")
+    lines.append("-" * len(head))
+    lines.append(f"{'mean':<59}{np.mean(held):>17.3f}{np.mean([old['old'][n] for n in names]):>12.3f}")
+    lines.append(f"{'worst':<59}{max(held):>17.3f}{max(old['old'][n] for n in names):>12.3f}")
+    lines.append(f"{'median':<59}{np.median(held):>17.3f}")
+    counts = {p: picks.count(p) for p in dict.fromkeys(picks)}
+    lines.append("chosen: " + ", ".join(f"{p} x{c}" for p, c in sorted(counts.items(), key=lambda t: -t[1])))
     lines.append("")
-    lines.append("in-sample mean regret of every candidate (for reference; not a held-out number):")
-    for r in sorted(rules, key=lambda r: np.mean([regret[r][m] for m in names])):
+    lines.append("in-sample mean regret of the best one-k candidates (for reference; not a held-out number):")
+    for r in sorted(rules, key=lambda r: np.mean([regret[r][m] for m in names]))[:8]:
         lines.append(f"  {r:<14}{np.mean([regret[r][m] for m in names]):.3f}  worst {max(regret[r][m] for m in names):.3f}")
+    return "\n".join(lines), picks
+
+
+def stability_and_confidence(names: list[str], grid: dict[str, Any], tests: dict[str, list[dict[str, Any]]]) -> str:
+    """The default's spread over the range tests per task, and its regret by lr_find's confidence."""
+    rule = suggest.RULES[suggest.DEFAULT_RULE]
+    rows, points = [], []  # points: (confidence, confident, regret) per range test
+    for n in names:
+        entry = grid["tasks"][n]
+        _, log_lrs, mean = curve(entry)
+        best = float(mean.min())
+        lrs, regs = [], []
+        for c in curves_of(tests[n]):
+            lr = rule(c) if len(c.lrs) >= 3 else None
+            a = suggest.assess(c)
+            reg = (loss_at(lr, log_lrs, mean, entry["untrained_loss"]) - best) / best
+            lrs.append(lr)
+            regs.append(reg)
+            points.append((a.confidence, a.confident and lr is not None, reg))
+        rows.append((n, lrs, spread(lrs), regs))
+    k = len(tests[names[0]])
+    head = f"{'task':<20}{'spread':>8}  " + "".join(f"{'seed ' + str(r['seed']):>11}" for r in tests[names[0]])
+    lines = [f"default rule ({suggest.DEFAULT_RULE}: {suggest.DEFAULT_SPEC[0]}/{suggest.DEFAULT_SPEC[1]}) over {k} "
+             "range-test seeds: its LR per seed, spread = log10(max/min) in decades", "", head, "-" * len(head)]
+    for n, lrs, sp, _ in rows:
+        lines.append(f"{n:<20}{sp:>8.2f}  " + "".join(f"{('none' if x is None else f'{x:.3g}'):>11}" for x in lrs))
+    sps = [sp for _, _, sp, _ in rows]
+    lines.append("-" * len(head))
+    lines.append(f"spread: median {np.nanmedian(sps):.2f}, mean {np.nanmean(sps):.2f}, max {np.nanmax(sps):.2f} decades "
+                 f"(target: median <= 0.15)")
+    lines += ["", f"regret of the default by lr_find's confidence ({len(points)} range tests, {k} per task):",
+              f"{'bucket':<34}{'tests':>6}{'mean regret':>13}{'median':>8}{'worst':>8}"]
+    conf = np.array([p[0] for p in points])
+    flag = np.array([p[1] for p in points])
+    reg = np.array([p[2] for p in points])
+    t1, t2 = np.quantile(conf, [1 / 3, 2 / 3])
+    buckets = [("confident", flag), ("not confident", ~flag),
+               (f"confidence <= {t1:.2f} (low third)", conf <= t1),
+               (f"{t1:.2f} < confidence <= {t2:.2f}", (conf > t1) & (conf <= t2)),
+               (f"confidence > {t2:.2f} (high third)", conf > t2)]
+    for label, m in buckets:
+        if m.any():
+            lines.append(f"{label:<34}{int(m.sum()):>6}{reg[m].mean():>13.3f}{np.median(reg[m]):>8.3f}{reg[m].max():>8.3f}")
+        else:
+            lines.append(f"{label:<34}{0:>6}")
+    return "\n".join(lines)
+
+
+def repeats_table(names: list[str], grid: dict[str, Any], refind: bool, repeats: int) -> str:
+    """What a user gets from lr_find(task, repeats=R): its suggestion (the median over the repeats) for 5 seeds.
+
+    Seeds 100, 100 + R, ...: each call's repeats draw seeds s .. s + R - 1, none shared between calls."""
+    path = CURVES_JSON.with_name(f"lr_find_repeats{repeats}.json")
+    data: dict[str, Any] = {"tasks": {}}
+    if path.exists() and not refind:
+        with open(path) as f:
+            data = json.load(f)
+    seeds = [FINDER_SEEDS[0] + repeats * i for i in range(len(FINDER_SEEDS))]
+    for n in names:
+        if len(data["tasks"].get(n, [])) >= len(seeds):
+            continue
+        task = TASKS[n].make()
+        data["tasks"][n] = []
+        for s in seeds:
+            r = tunekit.lr_find(task, seed=s, device="cpu", repeats=repeats)
+            data["tasks"][n].append({"seed": s, "suggestion": r.suggestion, "confident": r.confident,
+                                     "confidence": r.confidence, "samples": r.samples, "seconds": round(r.seconds, 3)})
+        data["settings"] = f"tunekit.lr_find(task, seed=s, device='cpu', repeats={repeats}), s in {seeds}"
+        data["hardware"] = hardware()
+        with open(path, "w") as f:
+            json.dump(data, f)
+    head = f"{'task':<20}{'spread':>8}{'regret':>8}{'samples/call':>14}  " + "".join(f"{'seed ' + str(s):>11}" for s in seeds)
+    lines = [f"lr_find(task, repeats={repeats}): the default suggestion (median over the {repeats} repeats) for "
+             f"{len(seeds)} seeds; spread = log10(max/min) in decades, regret the mean over the seeds", "",
+             head, "-" * len(head)]
+    sps, regs = [], []
+    for n in names:
+        entry = grid["tasks"][n]
+        _, log_lrs, mean = curve(entry)
+        best = float(mean.min())
+        runs = data["tasks"][n]
+        lrs = [r["suggestion"] for r in runs]
+        reg = float(np.mean([(loss_at(lr, log_lrs, mean, entry["untrained_loss"]) - best) / best for lr in lrs]))
+        sps.append(spread(lrs))
+        regs.append(reg)
+        lines.append(f"{n:<20}{sps[-1]:>8.2f}{reg:>8.3f}{np.mean([r['samples'] for r in runs]):>14.0f}  "
+                     + "".join(f"{('none' if x is None else f'{x:.3g}'):>11}" for x in lrs))
+    lines.append("-" * len(head))
+    lines.append(f"spread: median {np.nanmedian(sps):.2f}, mean {np.nanmean(sps):.2f}, max {np.nanmax(sps):.2f} decades; "
+                 f"regret (in-sample rule) mean {np.mean(regs):.3f}, worst {max(regs):.3f}")
+    return "\n".join(lines)
+
+
+COST_TASKS = ("mlp_huber_sgdm", "mlp_bce_adam", "head_cnn_adam", "lstm_charlm_adam")
+
+
+def cost_table(rounds: int = 7) -> str:
+    """lr_find(task) against the same number of plain updates of the shared step, interleaved in one run.
+
+    The plain side builds what a user would to train that many updates: a fresh model and optimizer, a
+    TrainStep (clipped at 1.0, like the finder's default) and a BatchStream, at a constant LR. Both sides
+    are timed whole, so lr_find's fixed per-call costs (state snapshot and restore, seeding, the rules)
+    count. The ratio is of the medians over ``rounds`` alternating pairs, after one warm-up pair."""
+    from tunekit.data import BatchStream
+    from tunekit.step import TrainStep, Updates, resolve_device
+
+    dev = resolve_device("cpu")
+    lines = [f"cost: lr_find(task) vs the same number of plain TrainStep updates, interleaved, median of {rounds} "
+             "pairs (1 thread, core 0)", "",
+             f"{'task':<20}{'updates':>8}{'lr_find s':>11}{'plain s':>9}{'ratio':>7}"]
+    ratios = []
+    for n in COST_TASKS:
+        task = TASKS[n].make()
+        found = tunekit.lr_find(task, seed=0, device="cpu")
+        updates = sum(1 for v in found.losses if math.isfinite(v))
+
+        def finder() -> float:
+            t = time.perf_counter()
+            tunekit.lr_find(task, seed=0, device="cpu")
+            return time.perf_counter() - t
+
+        def plain() -> float:
+            t = time.perf_counter()
+            model = task.make_model(0).to(dev)
+            model.train()
+            step = TrainStep(model, task.make_optimizer(model), task.loss_computer(), device=dev, precision="fp32",
+                             clip_grad_norm=1.0)
+            for _ in Updates(step, BatchStream(task.train_data, task.batch_size, seed=0), [1e-4] * updates):
+                pass
+            return time.perf_counter() - t
+
+        finder(), plain()  # warm-up
+        a, b = [], []
+        for i in range(rounds):
+            if i % 2:
+                b.append(plain())
+                a.append(finder())
+            else:
+                a.append(finder())
+                b.append(plain())
+        ratios.append(float(np.median(a) / np.median(b)))
+        lines.append(f"{n:<20}{updates:>8}{np.median(a):>11.3f}{np.median(b):>9.3f}{ratios[-1]:>7.2f}")
+    lines.append(f"cost ratio: max {max(ratios):.2f}, median {np.median(ratios):.2f} (target <= 1.15)")
     return "\n".join(lines)
 
 
@@ -225,9 +399,12 @@ def main() -> None:
     ap.add_argument("--tasks", default=None, help="comma-separated task names (default: all with a grid)")
     ap.add_argument("--refind", action="store_true", help="rerun the range tests instead of reading the cached curves")
     ap.add_argument("--loto", action="store_true", help="also leave-one-task-out rule selection")
-    ap.add_argument("--finder-clip", type=float, default=None,
-                    help="run the range tests with clip_grad_norm=X (default: lr_find's default, no clipping); "
-                         "their curves go to lr_find_curves_clipX.json")
+    ap.add_argument("--finder-clip", default="task",
+                    help="run the range tests with clip_grad_norm=X, or 'none' (default 'task': lr_find's default, "
+                         "the task's clipping as in train); their curves go to lr_find_curves_clipX.json / _noclip")
+    ap.add_argument("--repeats", type=int, default=0,
+                    help="also the spread of lr_find(task, repeats=R)'s suggestion over 5 seeds (cached)")
+    ap.add_argument("--cost", action="store_true", help="only the interleaved cost of lr_find against plain updates")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -237,15 +414,24 @@ def main() -> None:
     if missing:
         sys.exit(f"no grid for {', '.join(missing)}: run python benchmarks/lr_grid.py --tasks {','.join(missing)}")
     print(f"hardware: {hardware()}", flush=True)
+    if args.cost:
+        print(cost_table())
+        return
     start = time.perf_counter()
-    tests = range_tests(names, args.refind, args.finder_clip)
-    if args.finder_clip is not None:
-        print(f"range tests with clip_grad_norm={args.finder_clip:g} (lr_find's default is no clipping)")
+    clip = TASK_DEFAULT if args.finder_clip == "task" else None if args.finder_clip == "none" else float(args.finder_clip)
+    tests = range_tests(names, args.refind, clip)
+    if clip is not TASK_DEFAULT:
+        print(f"range tests with clip_grad_norm={clip} (lr_find's default is the task's, as train)")
     print(f"range tests ready in {time.perf_counter() - start:.0f}s\n")
     print(before_table(names, grid, tests))
     if args.loto:
         print()
-        print(loto_table(names, grid, tests))
+        print(loto_table(names, grid, tests)[0])
+    print()
+    print(stability_and_confidence(names, grid, tests))
+    if args.repeats > 1:
+        print()
+        print(repeats_table(names, grid, args.refind, args.repeats))
 
 
 if __name__ == "__main__":

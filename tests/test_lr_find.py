@@ -328,3 +328,77 @@ def test_cli_repeats_summary_counts_every_run(tmp_path: Path) -> None:
     result = json.loads((tmp_path / "lr_find.json").read_text())
     line = next(ln for ln in r.stdout.splitlines() if " samples over 2 runs " in ln)
     assert line.startswith(f"{result['samples']} samples over 2 runs ({len(result['losses'])} updates in the first)")
+
+
+def _spy_steps(monkeypatch: pytest.MonkeyPatch) -> list[dict]:
+    """The keyword settings of every TrainStep that lr_find builds."""
+    import tunekit._lr_find as mod
+
+    seen: list[dict] = []
+
+    class Spy(TrainStep):
+        def __init__(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            seen.append(kwargs)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(mod, "TrainStep", Spy)
+    return seen
+
+
+def test_the_sweep_runs_trainings_step_settings_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = _spy_steps(monkeypatch)
+    plain = classification_task()
+    r = lr_find(plain, steps=12, device="cpu")
+    assert seen[-1]["clip_grad_norm"] == 1.0 and r.settings["clip_grad_norm"] == 1.0  # train's default
+    assert seen[-1]["accumulation_steps"] == 1
+    own = classification_task()
+    own.defaults = {"clip_grad_norm": 0.25, "accumulation_steps": 2, "precision": "bf16"}
+    r = lr_find(own, steps=12, device="cpu")
+    assert seen[-1]["clip_grad_norm"] == 0.25 and seen[-1]["accumulation_steps"] == 2
+    assert r.settings["precision"] == "bf16" and r.settings["accumulation_steps"] == 2
+    r = lr_find(own, steps=12, device="cpu", clip_grad_norm=None, accumulation_steps=1, precision="fp32")
+    assert seen[-1]["clip_grad_norm"] is None and seen[-1]["accumulation_steps"] == 1
+    assert r.settings["clip_grad_norm"] is None and r.settings["precision"] == "fp32"
+    off = classification_task()
+    off.defaults = {"clip_grad_norm": None}  # the task trains unclipped: so does its sweep
+    lr_find(off, steps=12, device="cpu")
+    assert seen[-1]["clip_grad_norm"] is None
+
+
+def test_the_sweep_resolves_clipping_as_train_does() -> None:
+    from tunekit._train import TrainConfig
+
+    for defaults in ({}, {"clip_grad_norm": 0.5}, {"clip_grad_norm": None}):
+        task = classification_task()
+        task.defaults = defaults
+        r = lr_find(task, steps=12, device="cpu")
+        assert r.settings["clip_grad_norm"] == TrainConfig.for_task(task).clip_grad_norm
+
+
+def test_the_result_names_the_optimizer_family() -> None:
+    task = classification_task()
+    assert lr_find(task, steps=12, device="cpu").settings["family"] == "adaptive"  # AdamW by default
+    sgd = lr_find(task, steps=12, device="cpu", optimizer=lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9))
+    assert sgd.settings["family"] == "sgd" and sgd.settings["optimizer"] == "SGD"
+
+
+def test_cli_lr_find_clip_flag(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from tunekit import cli
+    from tunekit._lr_find import TASK_DEFAULT
+    import tunekit._lr_find as mod
+
+    got: list[dict] = []
+    real = mod.lr_find
+
+    def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
+        got.append(kwargs)
+        return real(*args, **{**kwargs, "steps": 10})
+
+    monkeypatch.setattr(mod, "lr_find", spy)
+    monkeypatch.setattr("tunekit.plotting.save_plot", lambda *a, **k: None)
+    for flags, want in (([], TASK_DEFAULT), (["--clip", "none"], None), (["--clip", "0.5"], 0.5)):
+        assert cli.main(["lr-find", "--steps", "10", "--device", "cpu", "--quiet", "--out", str(tmp_path), *flags]) == 0
+        assert got[-1]["clip_grad_norm"] is want or got[-1]["clip_grad_norm"] == want
+        assert got[-1]["accumulation_steps"] is None  # the task's
+    with pytest.raises(SystemExit):
+        cli.main(["lr-find", "--clip", "-1", "--out", str(tmp_path)])

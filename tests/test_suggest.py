@@ -98,6 +98,41 @@ def test_tiny_curves_give_no_confident_answer_and_no_lr_outside_the_sweep() -> N
         picks = {name: rule(c) for name, rule in RULES.items()}
         if n == 1:  # one point locates nothing
             assert set(picks.values()) == {None}, picks
-        for name, lr in picks.items():  # min/10 may sit a tenth below the sweep's start, nothing else may
-            low = LRS[0] / 10 if name == "min/10" else LRS[0]
+        for name, lr in picks.items():  # min/10 and the default (a divisor of a point) may sit below the start
+            low = LRS[0] / 10 if name in ("min/10", "tunekit") else LRS[0]
             assert lr is None or (math.isfinite(lr) and low * (1 - 1e-9) <= lr <= LRS[n - 1]), (n, name, lr)
+
+
+def test_bottom_and_leave_bracket_the_minimum() -> None:
+    from tunekit.suggest import bottom, leave_bottom, minimum
+
+    c = prepare(LRS, bowl_curve())
+    m, b, lv = minimum(c), bottom(c), leave_bottom(c)
+    assert m is not None and b is not None and lv is not None
+    assert lv >= m and abs(math.log10(b) - math.log10(m)) < 1.0
+
+
+def test_steepest_ignores_the_first_bandwidth() -> None:
+    loss = bowl_curve()
+    loss[:2] -= 0.5  # a noisy drop at the very start of the sweep
+    c = prepare(LRS, loss)
+    s = steepest(c)
+    assert s is None or s >= LRS[0] * 10 ** c.bandwidth * (1 - 1e-9)
+
+
+def test_default_divides_the_minimum_by_the_family_factor() -> None:
+    from tunekit.suggest import DEFAULT_SPEC, minimum, tunekit_rule
+
+    anchor, ks = DEFAULT_SPEC
+    assert anchor == "min" and isinstance(ks, dict)
+    for fam, k in ks.items():
+        c = prepare(LRS, bowl_curve(), family=fam)
+        assert tunekit_rule(c) == pytest.approx(minimum(c) / k)
+    other = prepare(LRS, bowl_curve(), family="other")
+    lo, hi = minimum(other) / max(ks.values()), minimum(other) / min(ks.values())
+    assert lo * (1 - 1e-9) <= tunekit_rule(other) <= hi * (1 + 1e-9)
+
+
+def test_no_descent_gives_no_default_suggestion() -> None:
+    rising = np.linspace(1.0, 3.0, len(LRS))
+    assert RULES["tunekit"](prepare(LRS, rising, family="adaptive")) is None

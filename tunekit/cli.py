@@ -195,7 +195,10 @@ def _add_lr_find_command(sub: Any) -> None:
     p.add_argument("--steps", type=int, default=100, help="optimizer updates in the sweep, at least 10 (default 100)")
     p.add_argument("--mode", choices=["exp", "linear"], default="exp", help="LR spacing (default exp)")
     p.add_argument("--batch-size", type=int, help="micro-batch size (default: the task's)")
-    _add_step_args(p)
+    # The sweep runs training's step: these default to the task's, as in `tunekit train`.
+    p.add_argument("--accumulation-steps", type=int, help="micro-batches per optimizer update (default: the task's, else 1)")
+    p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], help="fp32, bf16, or fp16 with a GradScaler (default: the task's)")
+    p.add_argument("--clip", type=_clip, dest="clip_grad_norm", help="clip the global grad norm at this value; 'none' to disable (default: the task's, else 1.0, as in train)")
     p.add_argument("--repeats", type=int, default=1, help="repeat with other seeds and data orders; report the spread (default 1)")
     _add_run_args(p, "lr_find.json and lr_find.png")
     p.set_defaults(func=cmd_lr_find)
@@ -394,10 +397,12 @@ def cmd_lr_find(args: argparse.Namespace) -> int:
 
     out = _out_dir(args.out)
     task = _load(args)
+    from ._lr_find import TASK_DEFAULT
+    clip = TASK_DEFAULT if args.clip_grad_norm is None else None if args.clip_grad_norm == "none" else args.clip_grad_norm
     result = lr_find(task, min_lr=args.min_lr, max_lr=args.max_lr, steps=args.steps, mode=args.mode,
                      batch_size=args.batch_size, accumulation_steps=args.accumulation_steps,
-                     precision=args.precision, repeats=args.repeats, seed=args.seed, device=args.device,
-                     progress=not args.quiet)
+                     precision=args.precision, clip_grad_norm=clip, repeats=args.repeats, seed=args.seed,
+                     device=args.device, progress=not args.quiet)
     print(result.table())
     if result.suggestion is None:
         print("no suggestion: " + "; ".join(result.reasons))
