@@ -153,3 +153,10 @@ def deep_task(config: dict | None = None) -> tunekit.Task:
 
 def deep_ckpt_task(config: dict | None = None) -> tunekit.Task:
     return _deep(True)
+
+
+def cnn_task(config: dict | None = None) -> tunekit.Task:
+    """The built-in `shapes` CNN, on more samples so that the batch that fills the budget exists."""
+    from tunekit.builtin.shapes import shapes_task
+
+    return shapes_task({"n_train": 16384})

@@ -497,21 +497,28 @@ def _quiet_fd2() -> Any:
 def calibrate(model: MemoryModel, traces: dict[int, Trace], real: dict[int, int]) -> MemoryModel:
     """Add the memory that real steps take beyond the trace, as a line in the batch size.
 
-    ``real`` maps batch sizes to :func:`real_step_peak` results; the extra at each is
-    (real peak) - (traced peak above the resident state), and may be negative where the
-    trace over-counts. Two or more points: the line through the two largest batches, the
-    ones nearest the batch the probe recommends. One point: proportional to the batch,
-    as kernel workspaces (RNNs, im2col, attention) are.
+    ``real`` maps batch sizes to :func:`real_step_peak` results, in the order they were
+    measured; the extra at each is (real peak) - (traced peak above the resident state), and
+    may be negative where the trace over-counts. The line goes through the last point (the
+    one nearest the batch the probe recommends) and the nearest other point at least 25% away
+    from it; with none so far away, it is proportional to the batch through the last point,
+    as kernel workspaces (RNNs, im2col, attention) are: a slope through two nearly equal
+    batches would be mostly measurement noise.
     """
-    sizes = sorted(b for b in real if b in traces)
+    sizes = [b for b in real if b in traces]
     if not sizes:
         return model
     extra = {b: real[b] - (max(traces[b].peaks.values()) - traces[b].resident) for b in sizes}
-    if len(sizes) == 1:
-        b = sizes[0]
-        model.extra = PhaseFit(0.0, float(extra[b]) / b)
-    else:
-        b1, b2 = sizes[-2], sizes[-1]
-        slope = (extra[b2] - extra[b1]) / (b2 - b1)
-        model.extra = PhaseFit(float(extra[b1] - slope * b1), float(slope))
+    last = sizes[-1]
+    apart = [b for b in sizes if abs(b - last) >= SLOPE_GAP * max(b, last)]
+    if not apart:
+        model.extra = PhaseFit(0.0, float(extra[last]) / last)
+        return model
+    other = min(apart, key=lambda b: abs(b - last))
+    slope = (extra[last] - extra[other]) / (last - other)
+    model.extra = PhaseFit(float(extra[last] - slope * last), float(slope))
     return model
+
+
+# Two measured batches closer than this (relative) give no slope worth fitting.
+SLOPE_GAP = 0.25

@@ -508,12 +508,16 @@ def find_largest_batch(run_step: Callable[[int], Optional[float]], refit: Callab
         fits = peak is None or peak <= usable
         tried.append({"batch": b, "ok": fits, "peak_bytes": peak, "predicted_bytes": predicted})
         best, ceiling = (max(best, b), ceiling) if fits else (best, min(ceiling, b))
-        if peak is None or (fits and abs(peak - predicted) <= tolerance * predicted):
+        # Below a batch measured over, by more than the measurement's own wobble: no creeping down one by one.
+        step_below = int(ceiling * (1 - tolerance / 2))
+        if peak is None:
             break
         measured[b] = peak
-        model = refit(measured)
-        b = min(model.largest_batch(usable), limit, ceiling - 1)
-        if b <= best:  # the refitted model agrees that nothing larger fits
+        model = refit(measured)  # every measured point in, the confirming one too: the model reports peaks
+        if fits and abs(peak - predicted) <= tolerance * predicted:
+            break
+        b = min(model.largest_batch(usable), limit, step_below)
+        if b <= best * (1 + tolerance):  # nothing larger fits, or too little larger to tell apart
             break
     return best, tried, model
 
