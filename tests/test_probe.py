@@ -138,6 +138,12 @@ def test_the_search_refits_on_a_measurement_and_confirms_again() -> None:
     assert best == 2020 and half.largest_batch(4100) == 2025
 
 
+def test_the_search_reaches_the_dataset_when_everything_fits() -> None:
+    """Over-predicted, capped by the dataset: the refit goes up to the whole dataset, not 1.5% short of it."""
+    best, tried, _ = find_largest_batch(lambda b: 0.5 * b, secant_refit(LinearMemory(0.0, 1.0)), 1000, 1500)
+    assert [t["batch"] for t in tried] == [1000, 1500] and best == 1500
+
+
 def test_the_search_never_answers_a_batch_that_was_measured_over() -> None:
     """Memory that jumps at large batches (a kernel switching algorithms): every answer ran within the budget."""
     def peak(b: int) -> float:

@@ -330,13 +330,7 @@ def probe(
         sizes = sorted({min(s, limit) for s in trace_sizes})
         mm, traces = _memory_model(run, sizes)
         bar("memory model")
-        predicted = min(mm.largest_batch(usable), limit)
-        if predicted < 1:
-            raise UsageError(
-                f"the model does not fit even at batch 1: predicted peak {format_size(mm.peak(1))} > usable "
-                f"{format_size(usable)} ({format_size(budget)} less {headroom:.0%} headroom): raise memory_budget, "
-                "use bf16, or a smaller model"
-            )
+        predicted = _predicted_largest(mm, usable, limit, budget, headroom)
 
         # 2. Real steps at the batch the model recommends, measured; the model is refitted until
         # one agrees with it. What kernels allocate out of the trace's sight is found here.
@@ -347,11 +341,7 @@ def probe(
         # 3. Throughput up to the confirmed batch (none with throughput_points=0).
         throughput = _throughput(make_step, sub, snap, data, sizes, confirmed, throughput_points, timing_steps,
                                  accumulation_steps, seed)
-        knee = fastest = None
-        if throughput:
-            best = max(t["samples_per_s"] for t in throughput)
-            fastest = max(throughput, key=lambda t: t["samples_per_s"])["batch"]
-            knee = min(t["batch"] for t in throughput if t["samples_per_s"] >= 0.95 * best)
+        knee, fastest = _knee(throughput)
         bar("throughput")
 
         # 4. Gradient noise scale.
@@ -372,6 +362,27 @@ def probe(
         seconds=time.perf_counter() - start, settings=settings, updates=counter["updates"],
         samples=counter["samples"], warnings=warnings,
     )
+
+
+def _predicted_largest(mm: MemoryModel, usable: int, limit: int, budget: int, headroom: float) -> int:
+    """The traced model's largest batch, the first one the real steps try; a UsageError if not even 1 fits."""
+    predicted = min(mm.largest_batch(usable), limit)
+    if predicted < 1:
+        raise UsageError(
+            f"the model does not fit even at batch 1: predicted peak {format_size(mm.peak(1))} > usable "
+            f"{format_size(usable)} ({format_size(budget)} less {headroom:.0%} headroom): raise memory_budget, "
+            "use bf16, or a smaller model"
+        )
+    return predicted
+
+
+def _knee(throughput: list[dict[str, float]]) -> tuple[Optional[int], Optional[int]]:
+    """(the smallest batch within 5% of the best throughput, the fastest batch), None without timings."""
+    if not throughput:
+        return None, None
+    best = max(t["samples_per_s"] for t in throughput)
+    fastest = max(throughput, key=lambda t: t["samples_per_s"])["batch"]
+    return min(t["batch"] for t in throughput if t["samples_per_s"] >= 0.95 * best), fastest
 
 
 # Timed steps that spread by more than this (max - min over the median) make the knee a guess.
@@ -509,7 +520,7 @@ def find_largest_batch(run_step: Callable[[int], Optional[float]], refit: Callab
         tried.append({"batch": b, "ok": fits, "peak_bytes": peak, "predicted_bytes": predicted})
         best, ceiling = (max(best, b), ceiling) if fits else (best, min(ceiling, b))
         # Below a batch measured over, by more than the measurement's own wobble: no creeping down one by one.
-        step_below = int(ceiling * (1 - tolerance / 2))
+        step_below = int(ceiling * (1 - tolerance / 2)) if ceiling <= limit else limit
         if peak is None:
             break
         measured[b] = peak
