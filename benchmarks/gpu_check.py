@@ -22,7 +22,6 @@ import tempfile
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -45,7 +44,7 @@ def check_fp16_scaler() -> str:
 
 
 def check_real_oom() -> str:
-    from tunekit._probe import _largest_batch, _Run  # the stage itself, with a step that really allocates
+    from tunekit._probe import cuda_budget, find_largest_batch  # the search itself, with a step that really allocates
 
     dev = torch.device("cuda")
     free, total = torch.cuda.mem_get_info(dev)
@@ -53,23 +52,22 @@ def check_real_oom() -> str:
     per_sample = 64 * 2**20  # 64 MiB a sample: 0.5 GiB of budget holds 7
     budget = base + 512 * 2**20
 
-    class Step:
-        def __call__(self, batches: Any) -> None:
-            n = len(batches[0][0])
-            x = torch.empty(n * per_sample // 4, dtype=torch.float32, device=dev)
-            del x
+    def run_step(n: int) -> float:
+        torch.cuda.reset_peak_memory_stats(dev)
+        x = torch.empty(n * per_sample // 4, dtype=torch.float32, device=dev)
+        del x
+        return float(torch.cuda.max_memory_allocated(dev))
 
-    class Sub:
-        model = torch.nn.Linear(1, 1)
-        optimizer = None
+    class Predicts16:  # a memory model that is far off: 16 samples fit, it says
+        def largest_batch(self, budget: float, limit: int = 1 << 24) -> int:
+            return 16
 
-    class Snap:
-        def restore(self) -> None:
-            pass
+        def peak(self, b: float) -> float:
+            return budget * b / 16
 
-    data = torch.utils.data.TensorDataset(torch.zeros(64, 1), torch.zeros(64))
-    run = _Run(Sub(), data, dev, Snap(), lambda m, o: Step(), {}, None, 0, 1)
-    confirmed, tried = _largest_batch(run, predicted=16, budget=budget)
+    with cuda_budget(dev, budget):
+        confirmed, tried, _ = find_largest_batch(run_step, lambda measured: Predicts16(), budget, 64,
+                                                 free=torch.cuda.empty_cache)
     after = torch.cuda.memory_allocated(dev)
     ok = confirmed >= 1 and any(not t["ok"] for t in tried) and after == base
     return _verdict(ok, f"tried {[(t['batch'], t['ok']) for t in tried]}, confirmed {confirmed}; allocated "

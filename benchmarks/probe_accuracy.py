@@ -1,17 +1,31 @@
-"""How well does the probe's memory model predict a real step's peak memory?
+"""How well does the probe predict a real step's peak memory, and the largest batch that fits?
 
-For each model (an MLP, the `shapes` CNN, the `charlm` Transformer) and batch
-size, the prediction (a trace on fake tensors at batch 8 and 16, extrapolated,
-plus what two real steps at those sizes allocate inside kernels, as the probe does)
-is compared with a real step measured in a fresh subprocess: peak resident
-memory during the step (VmHWM, reset just before it) minus the resident memory
-before it, with glibc's mmap threshold pinned (MALLOC_MMAP_THRESHOLD_=65536) so
-that freed tensors go back to the OS. Memory resident before the step
-(parameters, buffers, the batch) is subtracted from the prediction too. On CUDA
-the comparison is against torch.cuda.max_memory_allocated.
+Models (benchmarks/probe_models.py): an MLP, the `shapes` CNN, a 2-layer LSTM classifier, a
+causal Transformer fed dict batches, and a deep pre-norm residual MLP without and with
+activation checkpointing, in fp32 and bf16. For each, the probe runs under a stated budget
+with headroom 0; its answer is the recommended batch. Then at 4 batch sizes (1/64, 1/8 and
+1/2 of the recommended batch, and the recommended batch) three predictions of one step's
+peak memory are set against a measurement:
 
-Then the whole probe runs on each task under a budget: the real steps its
-search for the largest batch took, and its wall time.
+* probe v2: the probe's final memory model (fake-tensor traces, calibrated on the real steps
+  near the recommended batch that confirmed it);
+* small: the probe before issue 14, calibrated on two real steps at batch 8 and 16 (the
+  allocator timeline of PyTorch's profiler);
+* naive: 16 bytes a parameter (weights, gradients, AdamW's two moments) plus the activations
+  that the forward pass saves.
+
+The measurement is one real step in a fresh subprocess: peak resident memory during the step
+(VmHWM, reset just before it) minus the resident memory before it, with glibc's mmap threshold
+pinned (MALLOC_MMAP_THRESHOLD_=65536) so that freed tensors go back to the OS. Memory resident
+before the step (parameters, buffers, the batch) is subtracted from the predictions too. On
+CUDA the measurement is torch.cuda.max_memory_allocated.
+
+Each probe runs in a fresh subprocess too, as a user's run would (without the pinned mmap
+threshold: the probe pins it itself while it measures a step).
+
+The true largest batch is searched with that measurement: the line through the measurements
+at 1/2 and 1 of the recommended batch gives a first guess, then brackets of 0.3% are measured
+until one batch fits and the next does not.
 
     python benchmarks/probe_accuracy.py
 """
@@ -21,39 +35,40 @@ from __future__ import annotations
 import copy
 import gc
 import json
+import math
 import os
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
-from torch import nn
-from torch.utils.data import TensorDataset
+from torch.utils._pytree import tree_flatten
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import hardware  # noqa: E402
 
 import tunekit  # noqa: E402
+from tunekit.bytesize import parse_bytes  # noqa: E402
 from tunekit.data import BatchStream  # noqa: E402
-from tunekit.memory import calibrate, fit_memory_model, real_step_peak, trace_step  # noqa: E402
+from tunekit.memory import MemoryModel, allocator_peak, calibrate, fit_memory_model, trace_step  # noqa: E402
 from tunekit.step import TrainStep  # noqa: E402
 
+ROOT = Path(__file__).resolve().parents[1]
+# (model, precision, budget)
+CASES = [("mlp", "fp32", "256MiB"), ("mlp", "bf16", "256MiB"), ("cnn", "bf16", "256MiB"),
+         ("lstm", "bf16", "512MiB"), ("lstm", "fp32", "512MiB"), ("gpt", "fp32", "2GiB"), ("gpt", "bf16", "512MiB"),
+         ("deep", "fp32", "512MiB"), ("deep_ckpt", "fp32", "256MiB")]
+TARGET = 0.05
+# A step that raises VmHWM by less than this is not measured: the warm-up step leaves kernel
+# scratchpads and heap chunks resident that a small step reuses (the bf16 CNN reads 0 at batch 240).
+MIN_MEASURABLE = 4 * 2**20
 
-def mlp_task(config: dict | None = None) -> tunekit.Task:
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(8192, 784, generator=g)
-    y = torch.randint(0, 10, (8192,), generator=g)
-    return tunekit.Task(
-        model=lambda: nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10)),
-        train_data=TensorDataset(x, y), loss=nn.CrossEntropyLoss(), batch_size=64, name="mlp")
 
-
-TASKS = {"mlp": "benchmarks.probe_accuracy:mlp_task", "shapes": "shapes", "charlm": "charlm"}
-CASES = [("mlp", 64, "fp32"), ("mlp", 1024, "fp32"), ("mlp", 256, "bf16"),
-         ("shapes", 256, "fp32"), ("shapes", 2048, "fp32"), ("shapes", 512, "bf16"),
-         ("charlm", 64, "fp32"), ("charlm", 512, "fp32"), ("charlm", 64, "bf16")]
+def spec_of(name: str) -> str:
+    return f"benchmarks.probe_models:{name}_task"
 
 
 def _rss() -> int:
@@ -95,61 +110,168 @@ def measure(spec: str, batch: int, precision: str, device: str) -> dict:
     return {"measured": _hwm() - before}
 
 
-def predict(spec: str, batch: int, precision: str, device: str) -> float:
-    dev = torch.device(device)
-    task = tunekit.load_task(spec)
+def measured(spec: str, batch: int, precision: str, device: str) -> int:
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    out = subprocess.run([sys.executable, __file__, "--child", spec, str(batch), precision, device],
+                         capture_output=True, text=True, env=env, check=True)
+    return int(json.loads(out.stdout.strip().splitlines()[-1])["measured"])
+
+
+def resident(task: tunekit.Task, model: torch.nn.Module, batch: int) -> int:
+    """Bytes resident before the step: parameters, buffers and the batch."""
+    b0 = BatchStream(task.train_data, batch, seed=0).take(1)[0]
+    tensors = [t for t in tree_flatten(b0)[0] if isinstance(t, torch.Tensor)]
+    return (sum(p.numel() * p.element_size() for p in model.parameters())
+            + sum(b.numel() * b.element_size() for b in model.buffers()) + sum(t.numel() * t.element_size() for t in tensors))
+
+
+def small_model(task: tunekit.Task, precision: str, dev: torch.device) -> MemoryModel:
+    """The probe before issue 14: traces at 8 and 16, two real steps there measured by the allocator timeline."""
     model = task.make_model(0).to(dev)
-    traces = {}
-    for b in (8, 16):
-        mk = lambda m, o: TrainStep(m, o, task.loss_computer(), device=dev, precision=precision)  # noqa: E731
-        traces[b] = trace_step(model, task.optimizer, mk, BatchStream(task.train_data, b, seed=0).take(1), dev)
-    mm = fit_memory_model(traces)
-    # As the probe does: two small real steps (on a copy) calibrate what kernels allocate internally.
+    mk = lambda m, o: TrainStep(m, o, task.loss_computer(), device=dev, precision=precision)  # noqa: E731
+    traces = {b: trace_step(model, task.optimizer, mk, BatchStream(task.train_data, b, seed=0).take(1), dev) for b in (8, 16)}
     real = {}
     for b in (8, 16):
         twin = copy.deepcopy(model)
-        step = TrainStep(twin, task.optimizer(twin.parameters()), task.loss_computer(), device=dev, precision=precision)
+        step = mk(twin, task.optimizer(twin.parameters()))
         batches = BatchStream(task.train_data, b, seed=0).take(1)
-        measured = real_step_peak(lambda: step(batches), dev)
-        if measured is not None:
-            real[b] = measured
-    mm = calibrate(mm, traces, real)
-    batch0 = BatchStream(task.train_data, batch, seed=0).take(1)[0]
-    resident = mm.static["params"] + mm.static["buffers"] + sum(t.numel() * t.element_size() for t in batch0)
-    return mm.peak(batch) - resident
+        peak = allocator_peak(lambda: step(batches))
+        if peak is not None:
+            real[b] = peak
+    return calibrate(fit_memory_model(traces), traces, real)
+
+
+def small_peak(mm: MemoryModel, b: int) -> float:
+    """As it predicted then: the extra memory never below zero."""
+    top = max(f(b) for f in mm.phases.values())
+    return top + (max(0.0, mm.extra(b)) if mm.extra is not None else 0.0)
+
+
+def naive_peak(mm: MemoryModel, b: int) -> float:
+    n_params = mm.static["params"] / 4  # fp32 master weights
+    return 16 * n_params + mm.activations(b)
+
+
+def true_largest(spec: str, precision: str, device: str, budget: int, total: Any, rec: int, half: int,
+                 limit: int) -> tuple[int, int]:
+    """(the largest batch whose measured total fits ``budget``, subprocess runs it took).
+
+    ``total(b)`` is the measured peak plus the resident bytes, with the measurements at the
+    recommended batch and half of it cached."""
+    slope = (total(rec) - total(half)) / max(rec - half, 1)
+    guess = min(limit, rec + int((budget - total(rec)) / max(slope, 1.0)))
+    lo, hi, runs = 0, limit + 1, 0
+    for b in (rec, guess):
+        if b in (lo, hi):
+            continue
+        runs += b != rec
+        lo, hi = (max(lo, b), hi) if total(b) <= budget else (lo, min(hi, b))
+    while hi - lo > max(1, int(0.003 * lo)) and runs < 8:
+        if lo == 0:
+            b = hi // 2
+        elif hi > limit:
+            b = min(limit, int(lo * 1.05) + 1)
+        else:
+            b = (lo + hi) // 2 if runs >= 3 else min(hi - 1, lo + max(1, int(0.003 * lo)))
+        runs += 1
+        lo, hi = (max(lo, b), hi) if total(b) <= budget else (lo, min(hi, b))
+    return lo, runs
+
+
+def probe_case(name: str, precision: str, budget_text: str, device: str) -> dict[str, Any]:
+    """Run in the subprocess: the probe, as a user's fresh process runs it, under the budget with headroom 0."""
+    torch.set_num_threads(1)
+    t0 = time.perf_counter()
+    r = tunekit.probe(tunekit.load_task(spec_of(name)), memory_budget=budget_text, headroom=0.0, precision=precision,
+                      device=device, throughput_points=0, noise_repeats=0)
+    return {"result": json.loads(r.to_json()), "wall": time.perf_counter() - t0}
+
+
+def probe_in_child(name: str, precision: str, budget_text: str, device: str) -> tuple[tunekit.ProbeResult, float]:
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    out = subprocess.run([sys.executable, __file__, "--probe", name, precision, budget_text, device],
+                         capture_output=True, text=True, env=env, check=True)
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    return tunekit.ProbeResult.from_json(json.dumps(got["result"])), got["wall"]
+
+
+def run_case(name: str, precision: str, budget_text: str, device: str) -> dict[str, Any]:
+    spec = spec_of(name)
+    task = tunekit.load_task(spec)
+    dev = torch.device(device)
+    budget = parse_bytes(budget_text)
+    r, wall = probe_in_child(name, precision, budget_text, device)
+    model = task.make_model(0)
+    small = small_model(task, precision, dev)
+    cache: dict[int, int] = {}
+
+    def meas(b: int) -> int:
+        if b not in cache:
+            cache[b] = measured(spec, b, precision, device)
+        return cache[b]
+
+    rec = r.max_batch
+    points = sorted({max(1, rec // 16), max(1, rec // 4), max(1, rec // 2), rec})
+    rows = []
+    for b in points:
+        res = resident(task, model, b)
+        m = meas(b)
+        if m < MIN_MEASURABLE:
+            print(f"{name:<10} {precision:>5} {b:>7} {m / 2**20:>10.1f}MiB  (below what VmHWM resolves: left out)")
+            continue
+        rows.append({"batch": b, "measured": m, "v2": (r.predicted_peak(b) - res) / m,
+                     "small": (small_peak(small, b) - res) / m, "naive": (naive_peak(small, b) - res) / m})
+        print(f"{name:<10} {precision:>5} {b:>7} {m / 2**20:>10.1f}MiB {rows[-1]['v2']:>9.3f} {rows[-1]['small']:>9.3f} "
+              f"{rows[-1]['naive']:>9.3f}{'  <- recommended' if b == rec else ''}", flush=True)
+    limit = r.dataset_size or rec
+    true, runs = true_largest(spec, precision, device, budget, lambda b: meas(b) + resident(task, model, b),
+                              rec, max(1, rec // 2), limit)
+    small_pred = small.largest_batch(budget, limit)
+    return {"name": name, "precision": precision, "budget": budget_text, "rows": rows, "rec": rec, "true": true,
+            "small_rec": small_pred, "real_steps": r.real_steps, "samples": r.samples, "wall": wall, "runs": runs,
+            "capped": rec == limit}
+
+
+def summary(cases: list[dict[str, Any]]) -> None:
+    print(f"\n{'model':<10} {'prec':>5} {'budget':>7} | {'worst |ratio-1|: v2':>19} {'small':>7} {'naive':>7} | "
+          f"{'largest: probe':>14} {'true':>7} {'err':>7} {'small':>7} {'err':>7} | {'steps':>5} {'wall':>6}")
+    for c in cases:
+        worst = {arm: max(abs(row[arm] - 1) for row in c["rows"]) for arm in ("v2", "small", "naive")}
+        err = c["rec"] / c["true"] - 1
+        serr = c["small_rec"] / c["true"] - 1
+        print(f"{c['name']:<10} {c['precision']:>5} {c['budget']:>7} | {worst['v2']:>19.3f} {worst['small']:>7.3f} "
+              f"{worst['naive']:>7.3f} | {c['rec']:>14} {c['true']:>7} {err:>+7.3f} {c['small_rec']:>7} {serr:>+7.3f} | "
+              f"{c['real_steps']:>5} {c['wall']:>5.1f}s" + ("  (capped by the dataset)" if c["capped"] else ""))
+    for arm in ("v2", "small", "naive"):
+        errs = [abs(row[arm] - 1) for c in cases for row in c["rows"]]
+        print(f"peak error, {arm:<5}: median {statistics.median(errs):.3f}, worst {max(errs):.3f} over {len(errs)} points"
+              + (f" (target <= {TARGET})" if arm == "v2" else ""))
+    errs = [c["rec"] / c["true"] - 1 for c in cases]
+    print(f"largest batch, probe v2: worst {max(abs(e) for e in errs):.3f} off the true largest, "
+          f"{sum(e > 0 for e in errs)} of {len(errs)} above it (target: within {TARGET}, never above)")
+    serrs = [c["small_rec"] / c["true"] - 1 for c in cases]
+    print(f"largest batch, small:    worst {max(abs(e) for e in serrs):.3f}, {sum(e > 0 for e in serrs)} of {len(serrs)} above")
+    print(f"real steps to calibrate and confirm: median {statistics.median(c['real_steps'] for c in cases)}, "
+          f"max {max(c['real_steps'] for c in cases)} (target: median <= 3)")
 
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        print(json.dumps(measure(*sys.argv[2:3], int(sys.argv[3]), sys.argv[4], sys.argv[5])))
+        print(json.dumps(measure(sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5])))
         return
+    if len(sys.argv) > 1 and sys.argv[1] == "--probe":
+        print(json.dumps(probe_case(*sys.argv[2:6])))
+        return
+    only = set(sys.argv[1:])
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    torch.set_num_threads(1)
     print(f"hardware: {hardware()}")
-    print(f"device: {device}; CPU measurement: VmHWM delta in a subprocess, MALLOC_MMAP_THRESHOLD_=65536\n")
-    print(f"{'model':<8} {'batch':>6} {'prec':>5} {'predicted':>12} {'measured':>12} {'ratio':>7}")
-    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", OMP_NUM_THREADS="1",
-               PYTHONPATH=str(Path(__file__).resolve().parents[1]))
-    errors = []
-    for name, batch, precision in CASES:
-        spec = TASKS[name]
-        pred = predict(spec, batch, precision, device)
-        out = subprocess.run([sys.executable, __file__, "--child", spec, str(batch), precision, device],
-                             capture_output=True, text=True, env=env, check=True)
-        meas = json.loads(out.stdout.strip().splitlines()[-1])["measured"]
-        ratio = pred / meas
-        errors.append(abs(ratio - 1))
-        print(f"{name:<8} {batch:>6} {precision:>5} {pred / 2**20:>10.2f}MB {meas / 2**20:>10.2f}MB {ratio:>7.3f}", flush=True)
-    print(f"\nworst |predicted/measured - 1|: {max(errors):.3f} (target <= 0.05); median {statistics.median(errors):.3f}\n")
-
-    print(f"{'task':<8} {'budget':>8} {'max batch':>10} {'predicted':>10} {'real steps':>11} {'probe wall':>11}")
-    steps = []
-    for name, budget in (("mlp", "256MiB"), ("shapes", "64MiB"), ("charlm", "512MiB")):
-        task = tunekit.load_task(TASKS[name])
-        t0 = time.perf_counter()
-        r = tunekit.probe(task, memory_budget=budget, device=device, noise_repeats=8)
-        steps.append(r.real_steps)
-        print(f"{name:<8} {budget:>8} {r.max_batch:>10} {r.predicted_max_batch:>10} {r.real_steps:>11} {time.perf_counter() - t0:>10.1f}s", flush=True)
-    print(f"\nmedian real steps to find the largest batch: {statistics.median(steps)} (target <= 3)")
+    print(f"device: {device}; measurement: VmHWM delta in a subprocess, MALLOC_MMAP_THRESHOLD_=65536; headroom 0\n")
+    print(f"{'model':<10} {'prec':>5} {'batch':>7} {'measured':>13} {'v2 ratio':>9} {'small':>9} {'naive':>9}")
+    t0 = time.perf_counter()
+    cases = [run_case(n, p, bud, device) for n, p, bud in CASES if not only or n in only]
+    summary(cases)
+    print(f"benchmark wall time {time.perf_counter() - t0:.0f}s")
 
 
 if __name__ == "__main__":

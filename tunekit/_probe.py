@@ -3,9 +3,13 @@
 1. Trace the shared step on fake tensors at a few small batch sizes and fit a
    memory model (:mod:`tunekit.memory`).
 2. Predict the largest micro-batch that fits the budget less a headroom, and
-   confirm it with a real step; on CUDA an out-of-memory error is caught by its
-   type, memory is freed outside the except block, and the next try is smaller.
-   On the CPU no real OOM is ever provoked: the budget is checked against the model.
+   confirm it with a real step whose peak is measured (CUDA: max_memory_allocated;
+   CPU: peak resident memory). Off by more than 3%, the model is refitted with
+   that point and the new largest batch confirmed again: kernel workspaces that
+   grow with the batch (RNNs, cuDNN, attention) are found where they matter. On
+   CUDA an out-of-memory error is caught by its type, memory is freed outside the
+   except block, and the next try is smaller. On the CPU the budget is checked
+   against the measurement.
 3. Measure throughput at a few batch sizes up to that one; the knee is the
    smallest batch within 5% of the best throughput.
 4. Estimate the gradient noise scale (the critical batch size).
@@ -17,14 +21,16 @@ generators are restored when the probe ends, however it ends.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
 import math
 import os
 import statistics
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, Protocol
 
 import numpy as np
 import torch
@@ -34,15 +40,16 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset
 from .data import BatchStream, Data
 from .errors import UsageError, check_int
 from .results import Result
-from .memory import MemoryModel, calibrate, fit_memory_model, real_step_peak, trace_step
+from .memory import MemoryModel, Trace, calibrate, fit_memory_model, real_step_peak, trace_step
 from .noise_scale import noise_scale
 from .bytesize import format_bytes, parse_bytes
 from .state import preserved, seed_everything_for
-from .step import TrainStep, make_scaler
+from .schedule import lr_schedule
+from .step import TrainStep, Updates, make_scaler
 from .probe_inputs import resolve_inputs
 from .task import ComputeLoss, LossFn, Task
 
-__all__ = ["probe", "ProbeResult", "plan_batches", "scale_lr"]
+__all__ = ["probe", "ProbeResult", "plan_batches", "scale_lr", "find_largest_batch"]
 
 
 @dataclass
@@ -61,7 +68,7 @@ class ProbeResult(Result):
     memory: dict[str, Any]  # MemoryModel.to_dict()
     predicted_max_batch: int
     max_batch: int  # confirmed by real steps
-    tried: list[dict[str, Any]]  # real confirmation steps: {"batch", "ok", "peak_bytes"}
+    tried: list[dict[str, Any]]  # real confirmation steps: {"batch", "ok", "peak_bytes", "predicted_bytes"}
     throughput: list[dict[str, float]]  # {"batch", "samples_per_s"}
     knee_batch: Optional[int]
     fastest_batch: Optional[int]
@@ -283,9 +290,10 @@ def probe(
     Task's fresh model, 0 for a model in hand), at ``lr`` or the task's default LR;
     those updates are undone with everything else.
 
-    With ``calibrate_steps`` (default), two small real steps at the traced batch
-    sizes measure the memory that kernels allocate internally, which no trace
-    sees, and the memory model adds it.
+    With ``calibrate_steps`` (default), the real steps that confirm the largest
+    batch are measured, and where one is more than 3% off the prediction the
+    memory model is refitted with it (adding what kernels allocate internally,
+    which no trace sees) and the new largest batch is confirmed again.
     """
     _check_args(headroom, accumulation_steps, target_batch, lr, lr_batch)
     if noise_warmup is None:  # a fresh model of a task trains a little first; a model in hand is measured as it is
@@ -318,30 +326,22 @@ def probe(
         sub.model.train()
         run = _Run(sub, data, dev, snap, make_step, counter, scaler, seed, accumulation_steps)
 
-        # 1. The memory model, on fake tensors; small real steps add what kernels allocate unseen.
+        # 1. The memory model, on fake tensors.
         sizes = sorted({min(s, limit) for s in trace_sizes})
-        mm = _memory_model(run, sizes, calibrate_steps)
+        mm, traces = _memory_model(run, sizes)
         bar("memory model")
-        predicted = min(mm.largest_batch(usable), limit)
-        if predicted < 1:
-            raise UsageError(
-                f"the model does not fit even at batch 1: predicted peak {format_bytes(mm.peak(1))} > usable "
-                f"{format_bytes(usable)} ({format_bytes(budget)} less {headroom:.0%} headroom): raise memory_budget, "
-                "use bf16, or a smaller model"
-            )
+        predicted = _predicted_largest(mm, usable, limit, budget, headroom)
 
-        # 2. Confirm with real steps, shrinking on a (CUDA) out-of-memory error.
-        confirmed, tried = _largest_batch(run, predicted, budget if memory_budget is not None else None)
+        # 2. Real steps at the batch the model recommends, measured; the model is refitted until
+        # one agrees with it. What kernels allocate out of the trace's sight is found here.
+        confirmed, tried, mm = _largest_batch(run, mm, traces, usable, limit,
+                                              budget if memory_budget is not None else None, calibrate_steps)
         bar("largest batch")
 
         # 3. Throughput up to the confirmed batch (none with throughput_points=0).
         throughput = _throughput(make_step, sub, snap, data, sizes, confirmed, throughput_points, timing_steps,
                                  accumulation_steps, seed)
-        knee = fastest = None
-        if throughput:
-            best = max(t["samples_per_s"] for t in throughput)
-            fastest = max(throughput, key=lambda t: t["samples_per_s"])["batch"]
-            knee = min(t["batch"] for t in throughput if t["samples_per_s"] >= 0.95 * best)
+        knee, fastest = _knee(throughput)
         bar("throughput")
 
         # 4. Gradient noise scale.
@@ -362,6 +362,27 @@ def probe(
         seconds=time.perf_counter() - start, settings=settings, updates=counter["updates"],
         samples=counter["samples"], warnings=warnings,
     )
+
+
+def _predicted_largest(mm: MemoryModel, usable: int, limit: int, budget: int, headroom: float) -> int:
+    """The traced model's largest batch, the first one the real steps try; a UsageError if not even 1 fits."""
+    predicted = min(mm.largest_batch(usable), limit)
+    if predicted < 1:
+        raise UsageError(
+            f"the model does not fit even at batch 1: predicted peak {format_bytes(mm.peak(1))} > usable "
+            f"{format_bytes(usable)} ({format_bytes(budget)} less {headroom:.0%} headroom): raise memory_budget, "
+            "use bf16, or a smaller model"
+        )
+    return predicted
+
+
+def _knee(throughput: list[dict[str, float]]) -> tuple[Optional[int], Optional[int]]:
+    """(the smallest batch within 5% of the best throughput, the fastest batch), None without timings."""
+    if not throughput:
+        return None, None
+    best = max(t["samples_per_s"] for t in throughput)
+    fastest = max(throughput, key=lambda t: t["samples_per_s"])["batch"]
+    return min(t["batch"] for t in throughput if t["samples_per_s"] >= 0.95 * best), fastest
 
 
 # Timed steps that spread by more than this (max - min over the median) make the knee a guess.
@@ -440,85 +461,135 @@ class _Run:
         self.sub.model.train()
 
 
-def _memory_model(run: _Run, sizes: list[int], calibrate_steps: bool) -> MemoryModel:
+def _memory_model(run: _Run, sizes: list[int]) -> tuple[MemoryModel, dict[int, Trace]]:
     """Traces at ``sizes`` on fake tensors (two micro-batches when accumulating: the second runs with
-    the first one's gradients alive), then two small real steps that measure what kernels allocate
-    out of the trace's sight."""
-    sub, dev = run.sub, run.dev
-    traces = {}
+    the first one's gradients alive), and the memory model fitted to them."""
+    traces = {b: _trace_at(run, b) for b in sizes}
+    return fit_memory_model(traces, run.k), traces
+
+
+def _trace_at(run: _Run, b: int) -> Trace:
     k_trace = min(run.k, 2)
-    for b in sizes:
-        batches = BatchStream(run.data, b, seed=run.seed).take(k_trace)
-        traces[b] = trace_step(sub.model, sub.optimizer, lambda m, o: run.make_step(m, o, k_trace), batches, dev)
-    mm = fit_memory_model(traces, run.k)
-    if not calibrate_steps:
-        return mm
-    real: dict[int, int] = {}
-    for b in sizes[-2:]:
-        batches = BatchStream(run.data, b, seed=run.seed).take(k_trace)
-        step = run.make_step(sub.model, sub.optimizer, k_trace)
-        oom = False
-        try:
-            measured = real_step_peak(lambda: step(batches), dev)
-        except Exception as exc:
-            if not _is_oom(exc):
-                raise
-            oom, measured = True, None
-        del step, batches
-        run.reset()
-        if oom:
-            _free_memory(dev)  # after leaving the except block and its traceback
-            break
-        if measured is not None:
-            real[b] = measured
-    return calibrate(mm, traces, real)
+    batches = BatchStream(run.data, b, seed=run.seed).take(k_trace)
+    return trace_step(run.sub.model, run.sub.optimizer, lambda m, o: run.make_step(m, o, k_trace), batches, run.dev)
 
 
-def _largest_batch(run: _Run, predicted: int, budget: Optional[int]) -> tuple[int, list[dict[str, Any]]]:
-    """One real step at the predicted batch; on an out-of-memory error 20% smaller, then half, a few
-    tries at most. On CUDA a given ``budget`` is enforced with the per-process memory fraction."""
-    dev = run.dev
+# A confirmation step whose measured peak is within this of the prediction confirms the model;
+# further off, the model is refitted with that point and the new largest batch confirmed again.
+CONFIRM_TOLERANCE = 0.03
+
+
+class _Predictor(Protocol):
+    def largest_batch(self, budget_bytes: float, limit: int = ...) -> int: ...
+
+    def peak(self, batch: int | float) -> float: ...
+
+
+def find_largest_batch(run_step: Callable[[int], Optional[float]], refit: Callable[[dict[int, float]], _Predictor],
+                       usable: float, limit: int, *, tolerance: float = CONFIRM_TOLERANCE, max_steps: int = 6,
+                       free: Callable[[], None] = gc.collect) -> tuple[int, list[dict[str, Any]], _Predictor]:
+    """The largest micro-batch that fits ``usable`` bytes, confirmed by real steps: (batch, tries, model).
+
+    ``run_step(b)`` runs one real step at micro-batch ``b`` and returns its measured peak, on the
+    prediction's scale (None where it cannot be measured); it raises ``torch.OutOfMemoryError``
+    where the batch does not fit. ``refit(measured)`` is the memory model refitted with the
+    measured {batch: peak} points. Each try runs at the batch the latest model says is the
+    largest; a measurement more than ``tolerance`` off the prediction refits the model and tries
+    again, so the tries land on the recommended batch. The answer is the largest batch that
+    ran and was measured within ``usable``, never one that was only predicted to fit.
+    """
     tried: list[dict[str, Any]] = []
-    b, confirmed = predicted, 0
-    fraction_set = False
-    if dev.type == "cuda" and budget is not None:
-        total = torch.cuda.get_device_properties(dev).total_memory
-        torch.cuda.set_per_process_memory_fraction(min(1.0, budget / total), dev)
-        fraction_set = True
-    try:
-        for _ in range(6):
-            if b < 1:
+    measured: dict[int, float] = {}
+    model = refit(measured)
+    best, ceiling = 0, limit + 1  # the largest batch seen to fit, the smallest seen not to
+    b = min(model.largest_batch(usable), limit)
+    while 1 <= b < ceiling and len(tried) < max_steps:
+        predicted = model.peak(b)
+        peak, oom = _attempt(run_step, b)
+        if oom:
+            free()  # outside the except block, whose traceback held the step's tensors
+            tried.append({"batch": b, "ok": False, "peak_bytes": None, "predicted_bytes": predicted})
+            # One OOM: the prediction was a little off, step back 20%. Two: it is badly off
+            # (memory outside the step), so halve.
+            ooms = sum(t["peak_bytes"] is None and not t["ok"] for t in tried)
+            ceiling, b = b, int(b * (0.8 if ooms == 1 else 0.5))
+            if b <= best:  # a batch that ran is as far as the search gets below this one
                 break
-            stream = BatchStream(run.data, b, seed=run.seed)
-            oom, peak = False, None
-            try:
-                if dev.type == "cuda":
-                    torch.cuda.reset_peak_memory_stats(dev)
-                run.make_step(run.sub.model, run.sub.optimizer)(stream.take(run.k))
-                if dev.type == "cuda":
-                    peak = int(torch.cuda.max_memory_allocated(dev))
-            except Exception as exc:
-                if not _is_oom(exc):
-                    raise
-                oom = True  # free memory only after leaving the except block and its traceback
-            del stream
-            run.reset()
-            if oom:
-                _free_memory(dev)
-                tried.append({"batch": b, "ok": False, "peak_bytes": None})
-                # One OOM: the prediction was a little off, step back 20%. Two: it
-                # is badly off (memory outside the step), so halve.
-                b = int(b * (0.8 if len(tried) == 1 else 0.5))
-                continue
-            tried.append({"batch": b, "ok": True, "peak_bytes": peak})
-            confirmed = b
+            continue
+        fits = peak is None or peak <= usable
+        tried.append({"batch": b, "ok": fits, "peak_bytes": peak, "predicted_bytes": predicted})
+        best, ceiling = (max(best, b), ceiling) if fits else (best, min(ceiling, b))
+        # Below a batch measured over, by more than the measurement's own wobble: no creeping down one by one.
+        step_below = int(ceiling * (1 - tolerance / 2)) if ceiling <= limit else limit
+        if peak is None:
             break
+        measured[b] = peak
+        model = refit(measured)  # every measured point in, the confirming one too: the model reports peaks
+        if fits and abs(peak - predicted) <= tolerance * predicted:
+            break
+        b = min(model.largest_batch(usable), limit, step_below)
+        if b <= best * (1 + tolerance):  # nothing larger fits, or too little larger to tell apart
+            break
+    return best, tried, model
+
+
+def _attempt(run_step: Callable[[int], Optional[float]], b: int) -> tuple[Optional[float], bool]:
+    """(measured peak, False), or (None, True) on an out-of-memory error; any other error propagates."""
+    try:
+        return run_step(b), False
+    except Exception as exc:
+        if not _is_oom(exc):
+            raise
+    return None, True
+
+
+@contextlib.contextmanager
+def cuda_budget(dev: torch.device, budget: Optional[int]) -> Iterator[None]:
+    """On CUDA, a given budget enforced with the per-process memory fraction, so a batch over it
+    raises an out-of-memory error; lifted afterwards."""
+    if dev.type != "cuda" or budget is None:
+        yield
+        return
+    total = torch.cuda.get_device_properties(dev).total_memory
+    torch.cuda.set_per_process_memory_fraction(min(1.0, budget / total), dev)
+    try:
+        yield
     finally:
-        if fraction_set:
-            torch.cuda.set_per_process_memory_fraction(1.0, dev)
+        torch.cuda.set_per_process_memory_fraction(1.0, dev)
+
+
+def _largest_batch(run: _Run, mm: MemoryModel, traces: dict[int, Trace], usable: int, limit: int,
+                   budget: Optional[int], calibrate_steps: bool) -> tuple[int, list[dict[str, Any]], MemoryModel]:
+    """The probe's search for the largest batch: real steps through the shared step at the batches
+    the memory model recommends, each measured and traced, the model calibrated on them.
+    Without ``calibrate_steps`` one step confirms the trace's prediction and nothing is refitted."""
+    real: dict[int, int] = {}  # peak above the level before the step, as real_step_peak measures it
+
+    def run_step(b: int) -> Optional[float]:
+        if b not in traces:
+            traces[b] = _trace_at(run, b)  # fake tensors: no memory, a fraction of a second
+        batches = BatchStream(run.data, b, seed=run.seed).take(run.k)
+        step = run.make_step(run.sub.model, run.sub.optimizer)
+        try:
+            delta = real_step_peak(lambda: step(batches), run.dev)
+        finally:
+            del step, batches
+            run.reset()
+        if delta is None or not calibrate_steps:
+            return None
+        real[b] = delta
+        return traces[b].resident + delta
+
+    def refit(measured: dict[int, float]) -> MemoryModel:
+        if not measured:
+            return mm
+        return calibrate(fit_memory_model(traces, run.k), traces, {b: real[b] for b in measured})
+
+    with cuda_budget(run.dev, budget):
+        confirmed, tried, model = find_largest_batch(run_step, refit, usable, limit, free=lambda: _free_memory(run.dev))
     if confirmed < 1:
         raise UsageError(f"no batch size ran within the budget (tried {[t['batch'] for t in tried]}): raise memory_budget")
-    return confirmed, tried
+    return confirmed, tried, model  # type: ignore[return-value]
 
 
 def _noise(run: _Run, confirmed: int, limit: int, repeats: int, warmup: int, lr: Optional[float]) -> Optional[dict[str, Any]]:
@@ -531,13 +602,7 @@ def _noise(run: _Run, confirmed: int, limit: int, repeats: int, warmup: int, lr:
     if repeats < 2:
         return None
     if warmup > 0:
-        warm_lr = lr or float(sub.task.defaults.get("lr", 1e-3))
-        step = run.make_step(sub.model, sub.optimizer)
-        stream = BatchStream(run.data, min(32, confirmed), seed=run.seed + 2)
-        for i in range(warmup):
-            step.set_lr(warm_lr * min(1.0, (i + 1) / max(1, warmup // 5)))
-            if not step(stream.take(run.k)).finite:
-                break
+        _warm_up(run, warmup, lr or float(sub.task.defaults.get("lr", 1e-3)), min(32, confirmed))
     b_small = max(1, min(8, confirmed, limit // 64 or 1))
     k_big = max(2, min(16, limit // b_small))
     norms: dict[int, list[float]] = {1: [], k_big: []}
@@ -554,6 +619,15 @@ def _noise(run: _Run, confirmed: int, limit: int, repeats: int, warmup: int, lr:
     if len(norms[1]) < 2 or len(norms[k_big]) < 2:
         return None
     return dataclasses.asdict(noise_scale(norms[1], norms[k_big], b_small, b_small * k_big, seed=run.seed))
+
+
+def _warm_up(run: _Run, updates: int, lr: float, batch: int) -> None:
+    """Train for ``updates`` updates on the shared schedule (linear warm-up over the first fifth, then
+    constant), as ``train()`` would; a divergence ends it early."""
+    lrs = lr_schedule(updates, lr, warmup=updates // 5, decay="constant")
+    stream = BatchStream(run.data, batch, seed=run.seed + 2)
+    for _ in Updates(run.make_step(run.sub.model, run.sub.optimizer), stream, lrs):
+        pass
 
 
 def _throughput(make_step: Any, sub: Any, snap: Any, data: Data, sizes: list[int], confirmed: int, points_n: int,
@@ -592,11 +666,10 @@ class _CountingStep(TrainStep):
         super().__init__(*args, **kwargs)
         self.counter = counter
 
-    def __call__(self, micro_batches: Any, *, mark: Any = None) -> Any:
-        out = super().__call__(micro_batches, mark=mark)
-        if mark is None:
-            self.counter["updates"] += 1
-            self.counter["samples"] += int(out.samples)
+    def __call__(self, micro_batches: Any) -> Any:
+        out = super().__call__(micro_batches)
+        self.counter["updates"] += 1
+        self.counter["samples"] += int(out.samples)
         return out
 
 

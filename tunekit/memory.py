@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import gc
 import inspect
 import math
 import os
 import sys
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -36,7 +37,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
 __all__ = ["MemoryModel", "PhaseFit", "StorageCounter", "Trace", "trace_step", "fit_memory_model", "static_bytes",
-           "real_step_peak", "calibrate"]
+           "real_step_peak", "resident_peak", "allocator_peak", "calibrate"]
 
 PHASES = ("forward", "backward", "optimizer")
 
@@ -151,14 +152,15 @@ class MemoryModel:
     static: dict[str, int]
     traces: dict[int, dict[str, int]] = field(default_factory=dict)
     accumulation_steps: int = 1
-    # Memory that kernels allocate internally, below the dispatcher, where no
-    # trace sees it (CPU im2col buffers, cuDNN workspaces): measured on small real steps.
+    # Memory that kernels allocate internally, below the dispatcher, where no trace
+    # sees it (RNN and cuDNN workspaces, CPU im2col buffers), less what the trace counts
+    # and a real step does not take: measured on real steps near the recommended batch.
     extra: Optional[PhaseFit] = None
 
     def peak(self, batch: int | float) -> float:
         """Predicted peak bytes of one step at micro-batch ``batch``: the largest phase, plus kernel-internal memory."""
         top = max(fit(batch) for fit in self.phases.values())
-        return top + (max(0.0, self.extra(batch)) if self.extra is not None else 0.0)
+        return top + (self.extra(batch) if self.extra is not None else 0.0)
 
     def peak_phase(self, batch: int | float) -> str:
         return max(self.phases, key=lambda p: self.phases[p](batch))
@@ -176,7 +178,7 @@ class MemoryModel:
         ea, ec = (self.extra.fixed, self.extra.per_sample) if self.extra is not None else (0.0, 0.0)
         for fit in self.phases.values():
             for a, c in fit.lines or [(fit.fixed, fit.per_sample)]:
-                a, c = a + max(ea, 0.0), c + max(ec, 0.0)
+                a, c = a + ea, c + ec
                 if c <= 0:
                     continue
                 b = int(np.floor((budget_bytes - a) / c))
@@ -242,6 +244,19 @@ class Trace:
     resident: int = 0  # bytes live before the step: parameters, buffers, the micro-batches
 
 
+def _marked_step(step: Any, batches: Sequence[Any], mark: Callable[[str], None]) -> None:
+    """The shared step's pieces in its order, with a mark after each phase; no value is read, so
+    it runs on fake tensors (the loss check and the GradScaler's update are the caller's, not memory)."""
+    step.zero_grad()
+    for batch in batches:
+        loss, _ = step.forward(batch)
+        mark("forward")
+        step.backward(loss)
+        mark("backward")
+    step.apply()
+    mark("optimizer")
+
+
 def trace_step(
     model: nn.Module,
     optimizer: torch.optim.Optimizer | Callable[..., torch.optim.Optimizer],
@@ -269,7 +284,7 @@ def trace_step(
         counter.peak = counter.live
         resident = counter.live
         with counter:
-            step(fake_batches, mark=counter.mark)
+            _marked_step(step, fake_batches, counter.mark)
         peaks: dict[str, int] = {}
         for name, value in counter.phase_peaks:
             peaks[name] = max(peaks.get(name, 0), value)
@@ -343,11 +358,11 @@ def fit_memory_model(traces: dict[int, Trace], accumulation_steps: int = 1) -> M
 
 
 def real_step_peak(run_step: Callable[[], Any], device: torch.device) -> Optional[int]:
-    """Peak bytes allocated by one real step above the level before it, or None where it cannot be measured.
+    """Peak bytes that one real step takes above the level before it, or None where it cannot be measured.
 
-    CUDA: ``torch.cuda.max_memory_allocated``. CPU: the allocator events that
-    PyTorch's profiler records (``profile_memory=True``), which include what
-    kernels allocate internally.
+    CUDA: ``torch.cuda.max_memory_allocated``. CPU: the peak resident memory of the process
+    (:func:`resident_peak`), where Linux lets it be reset; elsewhere the allocator events of
+    PyTorch's profiler (:func:`allocator_peak`).
     """
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -356,10 +371,92 @@ def real_step_peak(run_step: Callable[[], Any], device: torch.device) -> Optiona
         run_step()
         torch.cuda.synchronize(device)
         return int(torch.cuda.max_memory_allocated(device) - before)
+    if _can_reset_peak_rss():
+        return resident_peak(run_step)
+    return allocator_peak(run_step)
+
+
+def _read_proc(path: str, field: str) -> int:
+    with open(path) as f:
+        for line in f:
+            if line.startswith(field):
+                return int(line.split()[1]) * 1024
+    raise OSError(f"no {field} in {path}")
+
+
+def _can_reset_peak_rss() -> bool:
+    try:
+        _read_proc("/proc/self/status", "VmHWM")
+        with open("/proc/self/clear_refs", "w"):
+            pass
+        return True
+    except OSError:
+        return False
+
+
+def _libc() -> Any:
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None)
+        return libc if hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim") else None
+    except OSError:
+        return None
+
+
+# glibc's mallopt parameters, and the static defaults that they are put back to.
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+GLIBC_DEFAULT_THRESHOLD = 128 * 1024
+PINNED_MMAP_THRESHOLD = 64 * 1024
+
+
+@contextlib.contextmanager
+def _tensors_in_own_pages() -> Iterator[None]:
+    """During the measured step, every allocation over 64 KiB is mmapped and unmapped when freed.
+
+    Otherwise glibc serves tensors of up to 32 MiB from its heap, where freed chunks stay
+    resident and fragment: the same step at the same batch then reads 5-30% apart from one
+    run to the next (a deep MLP, 27% over its live tensors). Pinned, resident memory follows
+    the live tensors, as in a fresh process started with MALLOC_MMAP_THRESHOLD_=65536. glibc
+    has no way back to its dynamic thresholds, so they are left at their static defaults.
+    """
+    libc = _libc()
+    if libc is None:  # not glibc: measured as it is
+        yield
+        return
+    libc.malloc_trim(0)  # hand free heap pages back, so that what the step reuses shows in RSS
+    libc.mallopt(M_MMAP_THRESHOLD, PINNED_MMAP_THRESHOLD)
+    try:
+        yield
+    finally:
+        libc.mallopt(M_MMAP_THRESHOLD, GLIBC_DEFAULT_THRESHOLD)
+        libc.mallopt(M_TRIM_THRESHOLD, GLIBC_DEFAULT_THRESHOLD)
+
+
+def resident_peak(run_step: Callable[[], Any]) -> int:
+    """Peak resident memory during ``run_step`` above the resident memory before it (Linux).
+
+    Resident, not allocated: a kernel may allocate a workspace it only partly touches (the
+    fused LSTM of oneDNN allocates about twice what it writes), and untouched pages take no
+    memory. The high-water mark is reset through /proc/self/clear_refs just before the step.
+    """
+    gc.collect()
+    with _tensors_in_own_pages():
+        before = _read_proc("/proc/self/status", "VmRSS")
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # resets VmHWM to the current RSS
+        run_step()
+        return max(0, _read_proc("/proc/self/status", "VmHWM") - before)
+
+
+def allocator_peak(run_step: Callable[[], Any]) -> Optional[int]:
+    """Peak bytes allocated through PyTorch's CPU allocator during ``run_step``: the allocator
+    events that the profiler records (``profile_memory=True``), which include what kernels
+    allocate internally; None with a torch that lacks the memory profiler."""
     try:
         from torch.profiler import ProfilerActivity, profile
         from torch.profiler._memory_profiler import Action, MemoryProfile
-    except ImportError:  # a torch without the memory profiler: no calibration
+    except ImportError:
         return None
     with _quiet_fd2(), profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True) as prof:
         run_step()
@@ -398,19 +495,30 @@ def _quiet_fd2() -> Any:
 
 
 def calibrate(model: MemoryModel, traces: dict[int, Trace], real: dict[int, int]) -> MemoryModel:
-    """Add the memory that real steps allocate beyond the trace, as a line in the batch size.
+    """Add the memory that real steps take beyond the trace, as a line in the batch size.
 
-    ``real`` maps batch sizes to :func:`real_step_peak` results; the extra at
-    each is (real peak) - (traced peak above the resident state).
+    ``real`` maps batch sizes to :func:`real_step_peak` results, in the order they were
+    measured; the extra at each is (real peak) - (traced peak above the resident state), and
+    may be negative where the trace over-counts. The line goes through the last point (the
+    one nearest the batch the probe recommends) and the nearest other point at least 25% away
+    from it; with none so far away, it is proportional to the batch through the last point,
+    as kernel workspaces (RNNs, im2col, attention) are: a slope through two nearly equal
+    batches would be mostly measurement noise.
     """
-    sizes = sorted(b for b in real if b in traces)
+    sizes = [b for b in real if b in traces]
     if not sizes:
         return model
     extra = {b: real[b] - (max(traces[b].peaks.values()) - traces[b].resident) for b in sizes}
-    if len(sizes) == 1:
-        model.extra = PhaseFit(float(max(extra[sizes[0]], 0)), 0.0)
-    else:
-        b1, b2 = sizes[-2], sizes[-1]
-        slope = (extra[b2] - extra[b1]) / (b2 - b1)
-        model.extra = PhaseFit(float(extra[b1] - slope * b1), float(slope))
+    last = sizes[-1]
+    apart = [b for b in sizes if abs(b - last) >= SLOPE_GAP * max(b, last)]
+    if not apart:
+        model.extra = PhaseFit(0.0, float(extra[last]) / last)
+        return model
+    other = min(apart, key=lambda b: abs(b - last))
+    slope = (extra[last] - extra[other]) / (last - other)
+    model.extra = PhaseFit(float(extra[last] - slope * last), float(slope))
     return model
+
+
+# Two measured batches closer than this (relative) give no slope worth fitting.
+SLOPE_GAP = 0.25

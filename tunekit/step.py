@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -130,54 +130,55 @@ class TrainStep:
             scaled = self.scaler.scale(scaled)
         scaled.backward()
 
-    def __call__(self, micro_batches: Sequence[Batch], *, mark: Callable[[str], None] | None = None) -> StepOutput:
-        """One update. ``mark(phase)``, when given, is called after each phase
-        ("forward", "backward", "optimizer") and makes the step sync-free, so it
-        can run on fake tensors for the memory model (no values are read)."""
-        if len(micro_batches) != self.accumulation_steps:
-            raise ValueError(f"expected {self.accumulation_steps} micro-batches, got {len(micro_batches)}")
+    def zero_grad(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)
-        total = None
+
+    def accumulate(self, micro_batches: Sequence[Batch]) -> tuple[torch.Tensor, int]:
+        """Zero the gradients, then forward and backward each micro-batch: (summed loss, samples).
+
+        The loss stays a tensor: nothing here reads a value, so the memory tracer runs
+        the same pieces on fake tensors."""
+        self.zero_grad()
+        total: torch.Tensor | None = None
         samples = 0
         for batch in micro_batches:
             loss, n = self.forward(batch)
-            if mark is not None:
-                mark("forward")
             self.backward(loss)
-            if mark is not None:
-                mark("backward")
             total = loss.detach().float() if total is None else total + loss.detach().float()
             samples += n
+        return total, samples  # type: ignore[return-value]
 
-        if mark is None:
-            loss_value = float(total) / self.accumulation_steps  # type: ignore[arg-type]  # the one host sync
-            if not math.isfinite(loss_value):
-                # Divergence: drop these gradients rather than step on them.
-                self.optimizer.zero_grad(set_to_none=True)
-                return StepOutput(loss_value, math.nan, skipped=False, finite=False, samples=samples)
-        else:
-            loss_value = math.nan
+    def apply(self) -> torch.Tensor:
+        """Unscale (fp16), clip by global norm and step the optimizer: the norm before clipping, unread.
 
+        The GradScaler's ``update`` is left to the caller, which reads the scale to learn of a skip."""
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
         norm = nn.utils.clip_grad_norm_(self.params, self.max_norm)
-
         if self.scaler is None:
             self.optimizer.step()
-            skipped = False
-        elif mark is not None:
-            self.scaler.step(self.optimizer)
-            skipped = False
         else:
-            # The scaler skips optimizer.step() on inf/nan gradients and lowers its
-            # scale; a lower scale after update() is how we learn that it skipped.
-            scale_before = self.scaler.get_scale()
             self.scaler.step(self.optimizer)
+        return norm
+
+    def __call__(self, micro_batches: Sequence[Batch]) -> StepOutput:
+        """One update: accumulate, read the loss (the one host sync), apply."""
+        if len(micro_batches) != self.accumulation_steps:
+            raise ValueError(f"expected {self.accumulation_steps} micro-batches, got {len(micro_batches)}")
+        total, samples = self.accumulate(micro_batches)
+        loss_value = float(total) / self.accumulation_steps
+        if not math.isfinite(loss_value):
+            # Divergence: drop these gradients rather than step on them.
+            self.zero_grad()
+            return StepOutput(loss_value, math.nan, skipped=False, finite=False, samples=samples)
+        # The scaler skips optimizer.step() on inf/nan gradients and lowers its
+        # scale; a lower scale after update() is how we learn that it skipped.
+        scale_before = self.scaler.get_scale() if self.scaler is not None else 0.0
+        norm = self.apply()
+        skipped = False
+        if self.scaler is not None:
             self.scaler.update()
             skipped = self.scaler.get_scale() < scale_before
-        if mark is not None:
-            mark("optimizer")
-            return StepOutput(loss_value, math.nan, skipped=False, finite=True, samples=samples)
         return StepOutput(loss_value, float(norm), skipped=skipped, finite=True, samples=samples)
 
 

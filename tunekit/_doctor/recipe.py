@@ -83,7 +83,7 @@ def check_memory(model: nn.Module, optimizer: torch.optim.Optimizer, make_step: 
     what = f"predicted peak {format_bytes(peak)} at batch {batch_size} of {format_bytes(budget)} ({source})"
     if peak > budget:
         return [Finding(CHECK, "fail", f"out of memory: {what}", evidence,
-                        "lower the micro-batch and accumulate (--accumulation-steps), or use bf16 (tunekit probe)")]
+                        "lower the micro-batch and accumulate (accumulation_steps=...), or use bf16 (tunekit probe)")]
     if free < HEADROOM:
         return [Finding(CHECK, "warn", f"only {free:.0%} memory headroom: {what}", evidence,
                         f"keep {HEADROOM:.0%} free: a smaller micro-batch with accumulation (tunekit probe)")]

@@ -1,0 +1,162 @@
+"""The models of benchmarks/probe_accuracy.py, as tasks that a fresh subprocess can load by spec.
+
+Each is small enough that a step at the batch that fills 512 MiB takes a few seconds on
+one core, and each has a way for memory to escape a trace or a small-batch calibration:
+
+* ``mlp``: wide linear layers, whose matmuls run at large batches (MKL's own buffers);
+* ``lstm``: a 2-layer LSTM classifier, whose fused kernel keeps a workspace that grows with
+  the batch (bf16 autocast is the case the issue found 4.4x under-predicted);
+* ``gpt``: a causal Transformer fed dict batches ({"input_ids", "labels"}) and returning an
+  object with ``.loss``, as a Hugging Face model does; attention through
+  scaled_dot_product_attention;
+* ``deep`` / ``deep_ckpt``: a deep pre-norm residual MLP, without and with activation
+  checkpointing (the recomputation lives in backward, not forward).
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from torch.utils.checkpoint import checkpoint
+from torch.utils.data import DataLoader, Dataset, TensorDataset
+
+import tunekit
+
+
+def _gen() -> torch.Generator:
+    return torch.Generator().manual_seed(0)
+
+
+def mlp_task(config: dict | None = None) -> tunekit.Task:
+    g = _gen()
+    x = torch.randn(24576, 784, generator=g)
+    y = torch.randint(0, 10, (24576,), generator=g)
+    return tunekit.Task(
+        model=lambda: nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10)),
+        train_data=TensorDataset(x, y), loss=nn.CrossEntropyLoss(), batch_size=64, name="mlp")
+
+
+class LSTMClassifier(nn.Module):
+    def __init__(self, vocab: int = 64, dim: int = 64, hidden: int = 128, classes: int = 8) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, dim)
+        self.lstm = nn.LSTM(dim, hidden, num_layers=2, batch_first=True)
+        self.head = nn.Linear(hidden, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out, _ = self.lstm(self.embed(x))
+        return self.head(out[:, -1])
+
+
+def lstm_task(config: dict | None = None) -> tunekit.Task:
+    g = _gen()
+    x = torch.randint(0, 64, (8192, 32), generator=g)
+    y = torch.randint(0, 8, (8192,), generator=g)
+    return tunekit.Task(model=LSTMClassifier, train_data=TensorDataset(x, y), loss=nn.CrossEntropyLoss(),
+                        batch_size=64, name="lstm")
+
+
+class Block(nn.Module):
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        att = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(att.transpose(1, 2).reshape(b, t, d))
+        return x + self.mlp(self.ln2(x))
+
+
+class TinyGPT(nn.Module):
+    """input_ids (and labels) in, an object with .loss and .logits out, as a Hugging Face causal LM."""
+
+    def __init__(self, vocab: int = 96, dim: int = 64, heads: int = 4, layers: int = 2, context: int = 64) -> None:
+        super().__init__()
+        self.tok, self.pos = nn.Embedding(vocab, dim), nn.Embedding(context, dim)
+        self.blocks = nn.ModuleList(Block(dim, heads) for _ in range(layers))
+        self.ln, self.head = nn.LayerNorm(dim), nn.Linear(dim, vocab)
+
+    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None) -> SimpleNamespace:
+        x = self.tok(input_ids) + self.pos(torch.arange(input_ids.shape[1], device=input_ids.device))
+        for block in self.blocks:
+            x = block(x)
+        logits = self.head(self.ln(x))
+        loss = None if labels is None else F.cross_entropy(logits[:, :-1].flatten(0, 1), labels[:, 1:].flatten())
+        return SimpleNamespace(loss=loss, logits=logits)
+
+
+class TokenDicts(Dataset):
+    """Dict samples; ``__getitems__`` hands the DataLoader a whole collated batch (no per-sample collation)."""
+
+    def __init__(self, ids: torch.Tensor) -> None:
+        self.ids = ids
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        return {"input_ids": self.ids[i], "labels": self.ids[i]}
+
+    def __getitems__(self, idx: list[int]) -> dict[str, torch.Tensor]:
+        ids = self.ids[torch.as_tensor(idx)]
+        return {"input_ids": ids, "labels": ids.clone()}
+
+
+def _as_is(batch: Any) -> Any:
+    return batch
+
+
+def gpt_task(config: dict | None = None) -> tunekit.Task:
+    ids = torch.randint(0, 96, (8192, 64), generator=_gen())
+    loader = DataLoader(TokenDicts(ids), batch_size=16, collate_fn=_as_is)
+    return tunekit.Task(model=TinyGPT, train_data=loader, batch_size=16, name="gpt")
+
+
+class DeepMLP(nn.Module):
+    """Pre-norm residual blocks; with ``ckpt`` each block is recomputed in backward."""
+
+    def __init__(self, dim: int = 256, depth: int = 12, ckpt: bool = False) -> None:
+        super().__init__()
+        self.ckpt = ckpt
+        self.inp = nn.Linear(64, dim)
+        self.blocks = nn.ModuleList(nn.Sequential(nn.LayerNorm(dim), nn.Linear(dim, dim), nn.GELU(), nn.Linear(dim, dim))
+                                    for _ in range(depth))
+        self.out = nn.Linear(dim, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.inp(x)
+        for block in self.blocks:
+            x = x + (checkpoint(block, x, use_reentrant=False) if self.ckpt and self.training else block(x))
+        return self.out(x)
+
+
+def _deep(ckpt: bool) -> tunekit.Task:
+    g = _gen()
+    x = torch.randn(32768, 64, generator=g)
+    y = torch.randint(0, 10, (32768,), generator=g)
+    return tunekit.Task(model=lambda: DeepMLP(ckpt=ckpt), train_data=TensorDataset(x, y), loss=nn.CrossEntropyLoss(),
+                        batch_size=64, name="deep_ckpt" if ckpt else "deep")
+
+
+def deep_task(config: dict | None = None) -> tunekit.Task:
+    return _deep(False)
+
+
+def deep_ckpt_task(config: dict | None = None) -> tunekit.Task:
+    return _deep(True)
+
+
+def cnn_task(config: dict | None = None) -> tunekit.Task:
+    """The built-in `shapes` CNN, on more samples so that the batch that fills the budget exists."""
+    from tunekit.builtin.shapes import shapes_task
+
+    return shapes_task({"n_train": 16384})
