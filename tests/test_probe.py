@@ -397,3 +397,13 @@ def test_the_probe_says_when_its_answers_are_not_to_be_trusted() -> None:
     fine = _warnings([{"batch": 8, "samples_per_s": 1.0, "spread": 0.05}], None, 50)
     noisy = _warnings([{"batch": 8, "samples_per_s": 1.0, "spread": 0.6}], None, 50)
     assert fine == [] and "timings spread by up to 60% (at batch 8)" in noisy[0]
+
+
+def test_an_fp16_step_with_its_grad_scaler_is_traced() -> None:
+    """The scaler's inf check reads a value that fake tensors cannot give: the trace steps without it,
+    and fp16 holds half of fp32's activations."""
+    task = small_task(512)
+    fp16 = probe(task, memory_budget="256MiB", device="cpu", precision="fp16", throughput_points=0, noise_repeats=0)
+    fp32 = probe(task, memory_budget="256MiB", device="cpu", precision="fp32", throughput_points=0, noise_repeats=0)
+    assert fp16.precision == "fp16" and fp16.max_batch == fp32.max_batch == 512  # capped by the dataset
+    assert fp16.memory_model().activations(256) < fp32.memory_model().activations(256)

@@ -49,7 +49,7 @@ from .step import TrainStep, Updates, make_scaler
 from .probe_inputs import resolve_inputs
 from .task import ComputeLoss, LossFn, Task
 
-__all__ = ["probe", "ProbeResult", "plan_batches", "scale_lr", "find_largest_batch"]
+__all__ = ["probe", "ProbeResult", "plan_batches", "scale_lr", "find_largest_batch", "budget_bytes"]
 
 
 @dataclass
@@ -306,7 +306,7 @@ def probe(
         raise UsageError("probe varies the batch size: pass a map-style Dataset or a DataLoader over one, not a list of batches")
     limit = min(n_data, max_batch or n_data)
 
-    budget, source = _budget_bytes(memory_budget, dev)
+    budget, source = budget_bytes(memory_budget, dev)
     usable = int(budget * (1 - headroom))
     scaler = make_scaler(sub.precision, dev)  # type: ignore[arg-type]
     settings = dict(memory_budget=memory_budget, headroom=headroom, device=str(dev), precision=sub.precision,
@@ -432,7 +432,7 @@ def _check_args(headroom: float, accumulation_steps: int, target_batch: Optional
         raise UsageError(f"lr must be a positive number, got {lr!r}")
 
 
-def _budget_bytes(memory_budget: int | str | None, dev: torch.device) -> tuple[int, str]:
+def budget_bytes(memory_budget: int | str | None, dev: torch.device) -> tuple[int, str]:
     """(the memory budget in bytes, where it came from)."""
     if memory_budget is not None:
         return parse_bytes(memory_budget), "given"

@@ -148,14 +148,17 @@ class TrainStep:
             samples += n
         return total, samples  # type: ignore[return-value]
 
-    def apply(self) -> torch.Tensor:
+    def apply(self, assume_finite: bool = False) -> torch.Tensor:
         """Unscale (fp16), clip by global norm and step the optimizer: the norm before clipping, unread.
 
-        The GradScaler's ``update`` is left to the caller, which reads the scale to learn of a skip."""
+        The GradScaler's ``update`` is left to the caller, which reads the scale to learn of a skip.
+        ``assume_finite`` steps without the scaler's check for inf/NaN gradients, which reads a value:
+        for the memory trace on fake tensors, where none can be read (a finite step is the one that
+        allocates the optimizer's memory)."""
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
         norm = nn.utils.clip_grad_norm_(self.params, self.max_norm)
-        if self.scaler is None:
+        if self.scaler is None or assume_finite:
             self.optimizer.step()
         else:
             self.scaler.step(self.optimizer)

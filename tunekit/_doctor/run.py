@@ -173,19 +173,14 @@ def stage_recipe(run: _Run, batch: Batch, lr: Optional[float], warmup: Optional[
         suggestion, confident = res.suggestion, res.confident
     run.findings += check_lr(lr, suggestion, confident)
     run.findings += check_warmup(warmup, steps)
-    from .._probe import _budget_bytes
+    from .._probe import budget_bytes
 
-    budget, source = _budget_bytes(memory_budget, sub.device)
+    budget, source = budget_bytes(memory_budget, sub.device)
     n = min(MEMORY_TRACE, batch_size_of(batch))
     sizes = sorted({max(1, n // 2), n})
 
-    # fp16 is traced as bf16: the same two bytes a value, while the GradScaler's step reads a flag
-    # (found_inf) that fake tensors cannot give; the scaler itself holds no memory worth counting.
-    traced = "bf16" if sub.precision == "fp16" else sub.precision
-
     def make_step(m: nn.Module, o: Any) -> TrainStep:
-        return TrainStep(m, o, sub.compute, device=sub.device, precision=traced,  # type: ignore[arg-type]
-                         clip_grad_norm=1.0)
+        return TrainStep(m, o, sub.compute, device=sub.device, precision=sub.precision, clip_grad_norm=1.0)
 
     run.findings += check_memory(sub.model, sub.optimizer, make_step, [slice_batch(batch, s) for s in sizes],
                                  run.batch_size, budget, source, sub.device, accumulation_steps)
