@@ -20,10 +20,10 @@ from .errors import UsageError
 if TYPE_CHECKING:  # what the names are, for type checkers and editors
     from ._doctor import doctor
     from ._lr_find import lr_find
-    from ._probe import ProbeResult, probe
+    from ._probe import probe
     from ._search import search
     from ._train import TrainConfig, evaluate, train
-    from .results import DoctorResult, LRFindResult, SearchResult, TrainResult
+    from .results import DoctorResult, LRFindResult, ProbeResult, SearchResult, TrainResult
     from .schedule import lr_at, lr_schedule
     from .space import list_spaces, load_space
     from .step import StepOutput, TrainStep
@@ -35,7 +35,7 @@ _LAZY = {
     "Task": ".task", "TrainConfig": "._train", "TrainStep": ".step", "StepOutput": ".step",
     "evaluate": "._train", "train": "._train", "lr_find": "._lr_find", "probe": "._probe", "search": "._search",
     "doctor": "._doctor", "DoctorResult": ".results", "TrainResult": ".results", "LRFindResult": ".results",
-    "SearchResult": ".results", "ProbeResult": "._probe",
+    "SearchResult": ".results", "ProbeResult": ".results",
     "list_tasks": ".task_spec", "load_task": ".task_spec", "list_spaces": ".space", "load_space": ".space",
     "lr_at": ".schedule", "lr_schedule": ".schedule",
 }

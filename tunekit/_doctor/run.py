@@ -151,7 +151,7 @@ def stage_overfit(run: _Run, batch: Batch, precision: str) -> None:
     with torch.no_grad():
         try:
             out, y = outputs_of(sub.model, sub.compute, tiny)
-        except Exception:
+        except Exception:  # the model raised: the forward stage has reported it; the floor is then 0
             out, y = None, None
     floor = run.floor if run.floor is not None else loss_floor(sub.compute.loss, out, y)
     found = check_overfit(sub.model, sub.optimizer, sub.compute, tiny, device=sub.device, precision=precision,

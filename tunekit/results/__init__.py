@@ -8,7 +8,8 @@ returns it; ``figure()`` is what a notebook shows.
 from ._base import Result, write_file
 from ._doctor import DoctorResult, Finding
 from ._lr_find import LRFindResult
+from ._probe import ProbeResult
 from ._search import SearchResult, write_report
 from ._train import TrainResult
 
-__all__ = ["Result", "write_file", "DoctorResult", "Finding", "LRFindResult", "SearchResult", "TrainResult", "write_report"]
+__all__ = ["Result", "write_file", "DoctorResult", "Finding", "LRFindResult", "ProbeResult", "SearchResult", "TrainResult", "write_report"]
