@@ -117,7 +117,7 @@ def main() -> None:
     import ray
 
     t0 = time.perf_counter()
-    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
+    ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
     startup = time.perf_counter() - t0
     with tempfile.TemporaryDirectory() as tmp:
         space = Path(tmp) / "fixed.toml"

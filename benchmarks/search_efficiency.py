@@ -220,7 +220,7 @@ def start_ray() -> float:
     if ray.is_initialized():
         return 0.0
     t0 = time.perf_counter()
-    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
     host = ray.util.get_node_ip_address()
     if host != "127.0.0.1":
         raise SystemExit(f"Ray listens on {host}, not on loopback: refusing to run")

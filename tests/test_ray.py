@@ -33,7 +33,8 @@ def local_ray():
     from tunekit._search.ray.cluster import stay_on_loopback
 
     stay_on_loopback()
-    ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
+    ray.init(address="local", num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False,
+             logging_level=logging.ERROR)
     yield
     ray.shutdown()
 

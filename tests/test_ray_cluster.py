@@ -55,6 +55,13 @@ def test_join_a_real_local_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         assert {t["worker"]["node"] for t in res.trials} == {"127.0.0.1"}
         # Tune's trial directories went to --storage-path (a shared filesystem on a real cluster).
         assert (tmp_path / "shared" / res.study_name).is_dir() and not (tmp_path / "out" / "ray").exists()
+        # Without --address, a search starts a Ray of its own, even with that cluster up on this machine.
+        alone = run_cli("search", "--task", "tests.tasks:regression_task", "--space", str(space), "--trials", "2",
+                        "--budget", "160samples", "--no-prune", "--device", "cpu", "--backend", "ray",
+                        "--out", str(tmp_path / "alone"), "--quiet", cwd=ROOT)
+        assert alone.returncode == 0, alone.stderr[-3000:]
+        own = SearchResult.from_json(tmp_path / "alone" / "search.json")
+        assert len(own.trials) == 2 and address not in {t["worker"]["cluster"] for t in own.trials}
     finally:
         subprocess.run([ray_bin, "stop", "--force"], env=env, capture_output=True, timeout=120)
 

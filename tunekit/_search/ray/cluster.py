@@ -113,7 +113,9 @@ def init_ray(address: Optional[str], cpus: Optional[int], gpus: Optional[float])
             raise
         return True
     stay_on_loopback()
-    ray.init(num_cpus=cpus, num_gpus=gpus, **kwargs)
+    # address="local": a Ray of its own, even where `ray start` left a cluster on this machine
+    # (ray.init() would join that one, with other resources, or refuse num_cpus).
+    ray.init(address="local", num_cpus=cpus, num_gpus=gpus, **kwargs)
     return True
 
 
