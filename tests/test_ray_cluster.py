@@ -1,8 +1,9 @@
 """Ray backend tests that run their own Ray: a real local cluster joined with --address,
 and resume after the driver process is killed. No Ray instance of the test process runs
-meanwhile (`ray stop` would end it)."""
+meanwhile."""
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -28,6 +29,22 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _wait_for_head(head: subprocess.Popen[bytes], port: int, timeout_s: float = 120) -> None:
+    import socket
+    import time
+
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        assert head.poll() is None, (head.stderr.read() if head.stderr else b"")[-2000:]
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            time.sleep(2)  # the GCS answers before the raylet has registered
+            return
+        except OSError:
+            time.sleep(0.5)
+    raise AssertionError("the Ray head did not start")
+
+
 def test_join_a_real_local_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`ray start --head` on 127.0.0.1, a search joined to it with --address, the cluster stopped after."""
     monkeypatch.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # everything on loopback
@@ -35,11 +52,13 @@ def test_join_a_real_local_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     ray_bin = str(Path(sys.executable).parent / "ray")
     port = _free_port()
     address = f"127.0.0.1:{port}"
-    start = subprocess.run([ray_bin, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}", "--num-cpus=2",
-                            "--num-gpus=0", "--include-dashboard=false", "--disable-usage-stats"],
-                           env=env, capture_output=True, text=True, timeout=120)
-    assert start.returncode == 0, start.stderr[-2000:]
+    # --block keeps the head in this process group, so the test stops its own cluster and nothing
+    # else: `ray stop` would end every Ray on the machine, other people's included.
+    head = subprocess.Popen([ray_bin, "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={port}",
+                             "--num-cpus=2", "--num-gpus=0", "--include-dashboard=false", "--disable-usage-stats"],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     try:
+        _wait_for_head(head, port)
         space = write_space(tmp_path, SMALL)
         r = run_cli("search", "--task", "tests.tasks:regression_task", "--space", str(space), "--trials", "3",
                     "--budget", "160samples", "--no-prune", "--device", "cpu", "--backend", "ray", "--address", address,
@@ -63,7 +82,12 @@ def test_join_a_real_local_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         own = SearchResult.from_json(tmp_path / "alone" / "search.json")
         assert len(own.trials) == 2 and address not in {t["worker"]["cluster"] for t in own.trials}
     finally:
-        subprocess.run([ray_bin, "stop", "--force"], env=env, capture_output=True, timeout=120)
+        os.killpg(head.pid, signal.SIGTERM)  # the head and the node processes it started
+        try:
+            head.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(head.pid, signal.SIGKILL)
+            head.wait()
 
 
 def test_resume_after_the_driver_is_killed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
