@@ -27,7 +27,7 @@ from typing import Any, Optional
 from ...errors import UsageError
 from ..plan import TrialConfig
 from ..study import note_interrupted
-from ..trial import Outcome, outcome_of, record, run_config, start_attrs
+from ..trial import Outcome, final_step, outcome_of, record, run_config, start_attrs
 
 __all__ = ["run_ray", "check_packing", "fits"]
 
@@ -107,11 +107,12 @@ def trainable(config: dict[str, Any], task: Any = None) -> None:
         # send the text as a last report, then fail (Ray retries up to --max-failures).
         _report({ERROR_KEY: f"{type(exc).__name__}: {exc}"[:2000], "curve": curve, "worker": worker})
         raise
-    outcome = outcome_of(result, curve, time.perf_counter() - t0)
+    outcome = outcome_of(result, curve, time.perf_counter() - t0, final_step(cfg))
     worker["finished"] = time.time()
     tune.report({DONE_KEY: outcome.state, "value": outcome.value, "samples": outcome.samples,
                  "updates": outcome.updates, "seconds": outcome.seconds, "error": outcome.error,
-                 "diverged": outcome.diverged, "curve": curve, "worker": worker, "initial_loss": outcome.initial_loss})
+                 "diverged": outcome.diverged, "curve": curve, "worker": worker, "initial_loss": outcome.initial_loss,
+                 "final_step": outcome.final_step})
 
 
 def _finite(loss: float) -> float:
@@ -210,7 +211,7 @@ def _outcome(last: dict[str, Any]) -> Outcome:
     return Outcome(state, last.get("value"), curve, seen, int(last.get("updates") or 0),
                    float(last.get("seconds") or last.get("time_total_s") or 0.0),
                    last.get("error") or last.get(ERROR_KEY), bool(last.get("diverged")), last.get("worker"),
-                   last.get("initial_loss"))
+                   last.get("initial_loss"), last.get("final_step"))
 
 
 def _error_text(trial: Any) -> str:
