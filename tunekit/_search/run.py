@@ -29,6 +29,7 @@ from ..results import SearchResult, write_report
 from .rungs import ladder, make_pruner
 from .study import (check_resume, default_name, enqueue_design, finished_count, keep_plan, make_sampler, make_storage,
                     open_study, stored_plan, study_exists, trial_dicts)
+from .study import SPEC_KEY
 from .study import resume as resume_study
 from .shared import (check_spec, claim_creation, default_threads, register_worker, space_dict, spec_probes,
                      wait_for_spec, worker_seed)
@@ -131,7 +132,7 @@ def search(
     #    which runs the probes; the others join: they take its spec and run no probe.
     name = default_name(base_task.name, sp.name, study_name)
     store, existing, old_plan, old_dists = _open(storage, out_dir, name, resume, grace_period)
-    spec, creator = _join(store, name, storage is not None, existing, join_timeout)
+    spec = _join(store, name, storage is not None, existing, join_timeout)
     if spec is not None:
         existing, (old_plan, old_dists) = True, stored_plan(store, name)
         lr_find_result, probe_result = _spec_probes(spec, lr_find_result, probe_result)
@@ -185,8 +186,10 @@ def search(
         seed_params = dict(spec.get("seed_params") or {})
     elif seed_trial or n_design:
         seed_params = _enqueue_design(study, dists, probes, n_design, trials, _recipe(base_task, base_cfg, seed))
+    if spec is None and SPEC_KEY not in study.user_attrs:  # the creator, last: joining workers wait for it
+        study.set_user_attr(SPEC_KEY, {**mine, "seed_params": seed_params})
     if shared:
-        _become_worker(study, creator, spec, mine, seed_params, wid, smp_seed, threads)
+        _become_worker(study, wid, smp_seed, threads)
 
     # 5. Run until the study holds `trials` finished trials. Interrupted (Ctrl-C), the
     #    report of what finished is written all the same, and --resume goes on from it.
@@ -243,13 +246,11 @@ def _open(storage: Optional[str], out_dir: Optional[Path], name: str, resume: bo
     return store, existing, old_plan, old_dists
 
 
-def _join(store: Any, name: str, shared: bool, existing: bool, timeout: float) -> tuple[Optional[dict[str, Any]], bool]:
-    """(the study's spec when this worker joins one, whether this worker creates the study)."""
-    if not shared:
-        return None, False
-    if not existing and claim_creation(store, name):
-        return None, True
-    return wait_for_spec(store, name, timeout), False
+def _join(store: Any, name: str, shared: bool, existing: bool, timeout: float) -> Optional[dict[str, Any]]:
+    """The study's spec when this worker joins a shared study; None when it creates it (or none is shared)."""
+    if not shared or not existing and claim_creation(store, name):
+        return None
+    return wait_for_spec(store, name, timeout)
 
 
 def _spec_probes(spec: dict[str, Any], lr_find_result: Any, probe_result: Any) -> tuple[Any, Any]:
@@ -279,13 +280,8 @@ def _spec(task: Any, task_config: Optional[dict[str, Any]], sp: SearchSpace, tri
     return json.loads(json.dumps(out, default=str))
 
 
-def _become_worker(study: Any, creator: bool, spec: Optional[dict[str, Any]], mine: dict[str, Any],
-                   seed_params: dict[str, Any], wid: str, smp_seed: int, threads: Optional[int]) -> None:
-    """The creator stores the spec (last: joiners wait for it); every worker registers and sets its threads."""
-    from .study import SPEC_KEY
-
-    if creator or spec is None and SPEC_KEY not in study.user_attrs:
-        study.set_user_attr(SPEC_KEY, {**mine, "seed_params": seed_params})
+def _become_worker(study: Any, wid: str, smp_seed: int, threads: Optional[int]) -> None:
+    """Every worker registers (its id, seed and threads) and sets its torch threads."""
     if threads is not None:
         check_int("threads", threads, hint="pass e.g. threads=4")
     n = threads or default_threads(study)

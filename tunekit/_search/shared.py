@@ -216,8 +216,12 @@ def reap_study(study: Any, store: Any = None, workers: Optional[list[str]] = Non
     process of this host that is gone, and those of the ``workers`` named (``host:pid``)."""
     import optuna
 
+    import warnings
+
     before = set(_stopped_numbers(study))
-    optuna.storages.fail_stale_trials(study)  # no-op without heartbeats (a journal file)
+    with warnings.catch_warnings():  # "experimental" in Optuna's words
+        warnings.simplefilter("ignore")
+        optuna.storages.fail_stale_trials(study)  # no-op without heartbeats (a journal file)
     host, named = socket.gethostname(), set(workers or ())
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
         w = t.user_attrs.get("worker") or {}

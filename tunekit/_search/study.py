@@ -161,7 +161,8 @@ def check_resume(stored: dict[str, Any], plan: dict[str, Any], where: str) -> No
     for key in ("budget_samples", "seed", "evals", "ref_batch", "lr_rule", "fixed"):
         if key in stored and stored[key] != plan.get(key):
             raise UsageError(f"study {where} was run with {key} = {stored[key]!r}, this run asks for {plan.get(key)!r}: "
-                             f"resume with the same settings, or start a new study (another --out or --study)")
+                             f"use the same settings (a worker: drop the flag, to take the study's), or start a new study "
+                             "(another --out or --study)")
 
 
 def mark_interrupted(study: Any) -> None:
