@@ -57,6 +57,15 @@ def _check_exact(url: str, name: str, n: int) -> list[Any]:
     return usable
 
 
+def _wait_mid_trial(url: str, name: str, pid: int, timeout: float = 120) -> None:
+    """Until worker ``pid`` runs a trial that has its params (it is training)."""
+    deadline = time.time() + timeout
+    while not any(t.state.name == "RUNNING" and t.params and t.user_attrs.get("worker", {}).get("pid") == pid
+                  for t in _trials(url, name)):
+        assert time.time() < deadline, "the worker never started a trial"
+        time.sleep(0.2)
+
+
 @pytest.mark.slow  # three processes
 def test_three_workers_started_together_on_a_fresh_database_finish_exactly_n(tmp_path: Path, postgres: Any) -> None:
     url, space = postgres(), write_space(tmp_path, SMALL)
@@ -81,11 +90,10 @@ def test_a_killed_worker_costs_one_trial_and_its_trial_is_rerun_once(tmp_path: P
     assert created.returncode == 0, created.stderr[-2000:]
     work = ["worker", "--storage", url, "--study", "k", "--grace-period", "4", "--quiet"]
     procs = [_start(work, tmp_path) for _ in range(3)]
-    victim, deadline = procs[0], time.time() + 120
-    while time.time() < deadline and not any(t.state.name == "RUNNING" and t.user_attrs.get("worker", {}).get("pid") == victim.pid
-                                             for t in _trials(url, "k")):
-        time.sleep(0.2)
+    victim = procs[0]
+    _wait_mid_trial(url, "k", victim.pid)
     os.killpg(victim.pid, signal.SIGKILL)
+    victim.wait()
     killed_at = time.time()
     for p in procs[1:]:
         _, err = p.communicate(timeout=300)
@@ -108,11 +116,10 @@ def test_journal_workers_recover_a_killed_worker(tmp_path: Path) -> None:
                       "--out", str(tmp_path / "c"), *SLOW)
     assert created.returncode == 0, created.stderr[-2000:]
     procs = [_start(["worker", "--storage", journal, "--study", "j", "--quiet"], tmp_path) for _ in range(2)]
-    victim, deadline = procs[0], time.time() + 120
-    while time.time() < deadline and not any(t.state.name == "RUNNING" and t.user_attrs.get("worker", {}).get("pid") == victim.pid
-                                             for t in _trials(journal, "j")):
-        time.sleep(0.2)
+    victim = procs[0]
+    _wait_mid_trial(journal, "j", victim.pid)
     os.killpg(victim.pid, signal.SIGKILL)
+    victim.wait()
     _, err = procs[1].communicate(timeout=300)
     assert procs[1].returncode == 0, err[-2000:]
     _check_exact(journal, "j", 5)

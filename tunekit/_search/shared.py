@@ -53,13 +53,18 @@ def register_worker(study: Any, wid: str, seed: int, threads: Optional[int]) -> 
 
 
 def _alive(pid: int) -> bool:
+    """Whether process ``pid`` of this machine runs (a zombie, killed but not yet waited for, does not)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # another user's process: alive
         return True
-    return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] != "Z"
+    except (OSError, IndexError):  # no /proc (macOS): os.kill said it exists
+        return True
 
 
 def default_threads(study: Any) -> int:
