@@ -223,3 +223,19 @@ def test_a_shared_search_in_process_reports_the_study_and_the_dashboard_fields(t
     back = study_result(journal, "d")
     assert [t["value"] for t in back.trials] == [t["value"] for t in r.trials] and back.best_value == r.best_value
     assert back.seed_params == r.seed_params and back.plan == r.plan
+
+
+def test_pruned_and_failed_trials_carry_their_reasons(tmp_path: Path) -> None:
+    from .tasks import DIVERGING, classification_task
+
+    space = write_space(tmp_path, SMALL.replace("1e-3", "1e-5").replace("high = 1e-1", "high = 1.0"))
+    search(classification_task(), str(space), trials=10, max_steps=40, device="cpu", seed=1, out=tmp_path / "o")
+    diverging = write_space(tmp_path, DIVERGING, "diverging.toml")
+    search("tests.tasks:regression_task", str(diverging), trials=3, max_steps=10, device="cpu", seed=0,
+           seed_trial=False, prune=False, sampler="random", out=tmp_path / "d")
+    trials = [t for d in ("o", "d") for s in optuna.get_all_study_names(f"sqlite:///{tmp_path / d / 'study.db'}")
+              for t in optuna.load_study(study_name=s, storage=f"sqlite:///{tmp_path / d / 'study.db'}").trials]
+    pruned = [t for t in trials if t.state.name == "PRUNED"]
+    failed = [t for t in trials if t.state.name == "FAIL"]
+    assert pruned and all(t.user_attrs["reason"].startswith("pruned at ") for t in pruned)
+    assert failed and all(t.user_attrs["reason"].startswith("diverged at update") for t in failed)

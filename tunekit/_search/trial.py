@@ -41,6 +41,7 @@ class Outcome:
     worker: Optional[dict[str, Any]] = None
     initial_loss: Optional[float] = None  # the first update's training loss: where the trial started
     final_step: Optional[int] = None  # where the final value is reported (in samples), as the last intermediate value
+    reason: Optional[str] = None  # why a PRUNED trial stopped (a FAIL's reason is its error)
 
     def attrs(self) -> dict[str, Any]:
         out: dict[str, Any] = {"curve": self.curve, "samples": self.samples, "updates": self.updates,
@@ -49,6 +50,8 @@ class Outcome:
             out["initial_loss"] = self.initial_loss
         if self.error:
             out["error"] = self.error
+        if self.reason or self.error:  # one attribute a dashboard shows for pruned and failed trials alike
+            out["reason"] = self.reason or self.error
         if self.diverged:
             out["diverged"] = True
         if self.worker:
@@ -121,10 +124,10 @@ def run_trial(task: Any, trial: Any, cfg: TrialConfig, *, prune: bool, cache: Op
 
     try:
         result = run_config(task, cfg, report, cache)
-    except optuna.TrialPruned:
+    except optuna.TrialPruned as exc:
         seen = int(curve[-1][0]) if curve else 0
         return Outcome("PRUNED", curve=curve, samples=seen, updates=seen // cfg.effective_batch,
-                       seconds=time.perf_counter() - t0)
+                       seconds=time.perf_counter() - t0, reason=str(exc))
     except Exception as exc:  # the user's task or model raised: the trial fails, the search goes on
         seen = int(curve[-1][0]) if curve else 0
         return Outcome("FAIL", curve=curve, samples=seen, updates=seen // cfg.effective_batch,
@@ -174,7 +177,7 @@ def conclude(trial: Any, outcome: Outcome) -> float:
 
     _write(trial, outcome)
     if outcome.state == "PRUNED":
-        raise optuna.TrialPruned(outcome.error or "pruned")
+        raise optuna.TrialPruned(outcome.reason or "pruned")
     if outcome.state == "FAIL":
         raise TrialFailed(outcome.error or "failed")
     return float(outcome.value)  # type: ignore[arg-type]

@@ -208,10 +208,12 @@ def _outcome(last: dict[str, Any]) -> Outcome:
     curve = [list(p) for p in last.get("curve") or []]
     seen = int(last.get("seen") or last.get("samples") or (curve[-1][0] if curve else 0))
     state = last.get(DONE_KEY) or "PRUNED"
+    reason = (f"pruned at {int(last['samples'])} samples with validation loss {float(last['loss']):.4f}"
+              if state == "PRUNED" and "samples" in last and "loss" in last else None)
     return Outcome(state, last.get("value"), curve, seen, int(last.get("updates") or 0),
                    float(last.get("seconds") or last.get("time_total_s") or 0.0),
                    last.get("error") or last.get(ERROR_KEY), bool(last.get("diverged")), last.get("worker"),
-                   last.get("initial_loss"), last.get("final_step"))
+                   last.get("initial_loss"), last.get("final_step"), reason)
 
 
 def _error_text(trial: Any) -> str:
