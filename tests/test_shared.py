@@ -239,3 +239,20 @@ def test_pruned_and_failed_trials_carry_their_reasons(tmp_path: Path) -> None:
     failed = [t for t in trials if t.state.name == "FAIL"]
     assert pruned and all(t.user_attrs["reason"].startswith("pruned at ") for t in pruned)
     assert failed and all(t.user_attrs["reason"].startswith("diverged at update") for t in failed)
+
+
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed to be used with Study.optimize")
+def test_a_stale_heartbeat_fails_the_trial_with_its_workers_name_and_queues_one_rerun(postgres: Any) -> None:
+    """A worker elsewhere whose heartbeat stopped (no process here to look at): found by the grace period."""
+    url = postgres()
+    store = make_storage(url, None, grace_period=2)
+    study = optuna.create_study(study_name="h", storage=store)
+    t = study.ask({"x": optuna.distributions.FloatDistribution(0, 1)})
+    t.set_user_attr("worker", {"host": "elsewhere", "pid": 1})
+    store.record_heartbeat(store.get_trial_id_from_study_id_trial_number(store.get_study_id_from_name("h"), t.number))
+    assert reap_study(url, "h", grace_period=2) == []  # within the grace period: alive
+    time.sleep(3)
+    assert reap_study(url, "h", grace_period=2) == [t.number]
+    study = optuna.load_study(study_name="h", storage=store)
+    assert study.user_attrs[f"tunekit_stopped:{t.number}"] == "worker elsewhere:1 stopped"
+    assert [x.user_attrs["tunekit_retry_of"] for x in study.trials if x.state.name == "WAITING"] == [t.number]
