@@ -41,6 +41,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/probe_accuracy.py
 	$(PY) benchmarks/search_efficiency.py
 	$(PY) benchmarks/ray_overhead.py
+	$(PY) benchmarks/shared_study.py
 
 clean:
 	rm -rf $(VENV) *.egg-info

@@ -188,8 +188,7 @@ def search(
         seed_params = _enqueue_design(study, dists, probes, n_design, trials, _recipe(base_task, base_cfg, seed))
     if spec is None and SPEC_KEY not in study.user_attrs:  # the creator, last: joining workers wait for it
         study.set_user_attr(SPEC_KEY, {**mine, "seed_params": seed_params})
-    if shared:
-        _become_worker(study, wid, smp_seed, threads)
+    threads_before = _become_worker(study, wid, smp_seed, threads, shared)
 
     # 5. Run until the study holds `trials` finished trials. Interrupted (Ctrl-C), the
     #    report of what finished is written all the same, and --resume goes on from it.
@@ -200,6 +199,7 @@ def search(
                               max_concurrent=max_concurrent, max_failures=max_failures, address=address,
                               storage_path=storage_path, **(ray_init or {})))
     finally:
+        _set_threads(threads_before)  # the caller's (a notebook's) threads again
         result = _result(study, name, store, storage, sp, dists, seed_params, bud, plan, probes, seed, sampler_seed,
                          time.perf_counter() - start, task if isinstance(task, str) else None)
         if out_dir is not None:
@@ -280,15 +280,27 @@ def _spec(task: Any, task_config: Optional[dict[str, Any]], sp: SearchSpace, tri
     return json.loads(json.dumps(out, default=str))
 
 
-def _become_worker(study: Any, wid: str, smp_seed: int, threads: Optional[int]) -> None:
-    """Every worker registers (its id, seed and threads) and sets its torch threads."""
+def _become_worker(study: Any, wid: str, smp_seed: int, threads: Optional[int], shared: bool) -> Optional[int]:
+    """A worker of a shared study registers (its id, seed and threads); it, or a search given ``threads``,
+    sets its torch threads. Returns the threads before (None when unchanged)."""
     if threads is not None:
         check_int("threads", threads, hint="pass e.g. threads=4")
+    if not shared and threads is None:
+        return None
     n = threads or default_threads(study)
-    register_worker(study, wid, smp_seed, n)
+    if shared:
+        register_worker(study, wid, smp_seed, n)
+    return _set_threads(n)
+
+
+def _set_threads(n: Optional[int]) -> Optional[int]:
+    if n is None:
+        return None
     import torch
 
+    before = torch.get_num_threads()
     torch.set_num_threads(n)
+    return before
 
 
 def _check_args(backend: str, trials: int, reduction_factor: int, evals: int, max_failures: int,

@@ -111,7 +111,9 @@ def counts(study: Any) -> tuple[int, int]:
 
 def mark_surplus(trial: Any, target: int) -> None:
     trial.set_user_attr(SURPLUS, True)
-    trial.set_user_attr("error", f"surplus: the study's {target} trials were taken by others; not run")
+    reason = f"surplus: the study's {target} trials were taken by others; not run"
+    trial.set_user_attr("error", reason)
+    trial.set_user_attr("reason", reason)
 
 
 # --- creation and joining -------------------------------------------------------------
