@@ -256,3 +256,99 @@ def test_a_stale_heartbeat_fails_the_trial_with_its_workers_name_and_queues_one_
     study = optuna.load_study(study_name="h", storage=store)
     assert study.user_attrs[f"tunekit_stopped:{t.number}"] == "worker elsewhere:1 stopped"
     assert [x.user_attrs["tunekit_retry_of"] for x in study.trials if x.state.name == "WAITING"] == [t.number]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_line(proc: subprocess.Popen[str], needle: str, timeout: float = 60) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        line = proc.stdout.readline() if proc.stdout else ""
+        if needle in line:
+            return
+        if proc.poll() is not None:
+            raise AssertionError(proc.stderr.read() if proc.stderr else "exited")
+    raise AssertionError(f"no {needle!r} within {timeout}s")
+
+
+@pytest.mark.slow  # a server process
+def test_serve_proxies_a_database_to_workers_over_grpc(tmp_path: Path) -> None:
+    pytest.importorskip("grpc", reason="tunekit serve needs grpcio (the serve extra)")
+    db, port = f"sqlite:///{tmp_path / 'served.db'}", _free_port()
+    server = _start(["serve", "--storage", db, "--port", str(port)], tmp_path)
+    try:
+        _wait_line(server, "workers use --storage grpc://127.0.0.1:")
+        space = write_space(tmp_path, SMALL)
+        r = search("tests.tasks:regression_task", str(space), trials=3, max_steps=10, device="cpu", prune=False,
+                   storage=f"grpc://127.0.0.1:{port}", study_name="g")
+        assert len(r.trials) == 3
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
+    assert [t.state.name for t in _trials(db, "g")] == ["COMPLETE"] * 3  # in the database behind the server
+
+
+@pytest.mark.slow  # a dashboard process, over HTTP
+def test_the_dashboard_shows_the_study_with_its_metric_name_and_reasons(tmp_path: Path) -> None:
+    pytest.importorskip("optuna_dashboard", reason="tunekit dashboard needs optuna-dashboard (the dashboard extra)")
+    import urllib.request
+
+    from .tasks import DIVERGING
+
+    space = write_space(tmp_path, DIVERGING)
+    search("tests.tasks:regression_task", str(space), trials=3, max_steps=10, device="cpu", seed=0, seed_trial=False,
+           prune=False, sampler="random", out=tmp_path / "o")
+    port = _free_port()
+    dash = _start(["dashboard", str(tmp_path / "o"), "--port", str(port)], tmp_path)
+    try:
+        _wait_line(dash, "optuna-dashboard on http://127.0.0.1:")
+        deadline, studies = time.time() + 30, None
+        while studies is None:
+            try:
+                studies = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/api/studies", timeout=5).read())
+            except OSError:
+                assert time.time() < deadline, "the dashboard never answered"
+                time.sleep(0.5)
+        sid = studies["study_summaries"][0]["study_id"]
+        body = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/api/studies/{sid}", timeout=5).read())
+    finally:
+        os.killpg(dash.pid, signal.SIGTERM)
+        dash.wait(timeout=30)
+    assert body["objective_names"] == ["validation loss"]  # what the dashboard calls the metric names
+    failed = [t for t in body["trials"] if t["state"] == "Fail"]
+    assert failed and all(any(a["key"] == "reason" and "diverged at update" in a["value"] for a in t["user_attrs"])
+                          for t in failed)
+
+
+def test_the_creator_attaches_the_probes_and_the_report_its_plot_as_artifacts(tmp_path: Path) -> None:
+    from optuna.artifacts import get_all_artifact_meta
+
+    from tunekit._search.service import write_study_report
+
+    from .tasks import classification_task  # noqa: F401 - the spec below names it
+
+    journal = str(tmp_path / "a.log")
+    search("tests.tasks:classification_task", "from_scratch", trials=1, max_steps=20, device="cpu", storage=journal,
+           study_name="a", out=tmp_path / "o", artifacts=str(tmp_path / "art"))
+    study = optuna.load_study(study_name="a", storage=make_storage(journal, None))
+    names = sorted(m.filename for m in get_all_artifact_meta(study))
+    assert names == ["lr_find.json", "lr_find.png", "probe.json", "probe.png"]
+    write_study_report(journal, "a", tmp_path / "r")  # the study knows its artifact folder
+    assert "search.png" in {m.filename for m in get_all_artifact_meta(study)}
+
+
+def test_serve_and_dashboard_refuse_what_they_cannot_serve(tmp_path: Path) -> None:
+    from tunekit._search.server import dashboard, serve
+
+    with pytest.raises(UsageError, match="a journal file needs no server"):
+        serve(str(tmp_path / "j.log"))
+    with pytest.raises(UsageError, match="holds no study.db"):
+        dashboard(str(tmp_path))
+    with pytest.raises(UsageError, match=r"is not grpc://HOST:PORT: write e.g. grpc://127.0.0.1:13000"):
+        make_storage("grpc://nohost", None)

@@ -279,7 +279,9 @@ def _add_search_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-failures", type=int, default=0, metavar="N", help="retries of a trial that raises (default 0)")
     g.add_argument("--address", metavar="ADDR", help="join a running Ray cluster: auto or HOST:PORT (default: start a local one)")
     g.add_argument("--storage-path", metavar="DIR", help="Tune's trial directories; a shared filesystem for several machines (default DIR/ray)")
-    _add_worker_args(p.add_argument_group("shared study (--storage URL)"))
+    g = p.add_argument_group("shared study (--storage URL)")
+    _add_worker_args(g)
+    _add_artifacts_arg(g)
     _add_run_args(p, "search.json, trials.csv, search.png and study.db")
 
 
@@ -289,6 +291,11 @@ def _add_worker_args(g: Any) -> None:
     g.add_argument("--threads", type=int, metavar="N", help="torch threads of this worker (default: the cores divided "
                    "among the study's workers on this machine)")
     g.add_argument("--worker-id", metavar="ID", help="this worker's name, from which its sampler seed comes (default HOST:PID)")
+
+
+def _add_artifacts_arg(g: Any) -> None:
+    g.add_argument("--artifacts", metavar="DIR", help="Optuna artifact store (a folder every machine sees): the probes' "
+                   "JSON and plots, and the report's search.png, attached to the study for optuna-dashboard")
 
 
 EPILOG_WORKER = """examples:
@@ -323,6 +330,50 @@ def _add_worker_command(sub: Any) -> None:
     p.set_defaults(func=cmd_worker)
 
 
+def _add_serve_command(sub: Any) -> None:
+    p = sub.add_parser("serve", help="serve a study's database to workers (Optuna's gRPC storage proxy)",
+                       description="Run Optuna's gRPC storage proxy in front of a database; workers use "
+                                   "--storage grpc://HOST:PORT. It listens on 127.0.0.1 unless --host says otherwise, "
+                                   "and has no authentication or encryption: see the README before exposing it.",
+                       epilog="examples:\n  tunekit serve --storage postgresql://db/tk --port 13000 --dashboard-port 8080\n",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--storage", metavar="URL", required=True, help="the database (postgresql://..., sqlite:///...)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=13000, help="gRPC port (default 13000)")
+    p.add_argument("--dashboard-port", type=int, metavar="PORT", help="also serve optuna-dashboard on this port")
+    _add_artifacts_arg(p)
+    p.set_defaults(func=cmd_serve)
+
+
+def _add_dashboard_command(sub: Any) -> None:
+    p = sub.add_parser("dashboard", help="optuna-dashboard on a search's study (pip install 'tunekit[dashboard]')",
+                       epilog="examples:\n  tunekit dashboard tunekit_runs\n  tunekit dashboard postgresql://db/tk --port 8080\n",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("target", metavar="DIR|URL", help="a directory written by tunekit search, a storage URL or a journal file")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8080, help="HTTP port (default 8080)")
+    _add_artifacts_arg(p)
+    p.set_defaults(func=cmd_dashboard)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from ._search.server import serve
+
+    ready = lambda: print(f"serving {args.storage} on {args.host}:{args.port}: workers use "  # noqa: E731
+                          f"--storage grpc://{args.host}:{args.port}", flush=True)
+    serve(args.storage, host=args.host, port=args.port, dashboard_port=args.dashboard_port, artifacts=args.artifacts,
+          on_ready=ready)
+    return 0
+
+
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    from ._search.server import dashboard
+
+    dashboard(args.target, host=args.host, port=args.port, artifacts=args.artifacts,
+              on_ready=lambda: print(f"optuna-dashboard on http://{args.host}:{args.port}", flush=True))
+    return 0
+
+
 def _add_study_command(sub: Any) -> None:
     p = sub.add_parser("study", help="create a shared study, or reap its stopped workers",
                        epilog=EPILOG_WORKER, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -351,6 +402,7 @@ def _add_report_command(sub: Any) -> None:
     p.add_argument("--storage", metavar="URL", help="report the whole study in this storage instead (with --study)")
     p.add_argument("--study", metavar="NAME", help="the study's name (with --storage)")
     p.add_argument("--out", metavar="DIR", help="where the study's report goes (default: DIR, else tunekit_runs)")
+    _add_artifacts_arg(p)
     p.set_defaults(func=cmd_report)
 
 
@@ -407,6 +459,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_search_command(sub)
     _add_worker_command(sub)
     _add_study_command(sub)
+    _add_serve_command(sub)
+    _add_dashboard_command(sub)
     _add_report_command(sub)
     _add_spaces_command(sub)
     _add_train_command(sub)
@@ -550,7 +604,7 @@ def cmd_search(args: argparse.Namespace) -> int:
                     cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial,
                     max_concurrent=args.max_concurrent, max_failures=args.max_failures, address=args.address,
                     storage_path=args.storage_path, grace_period=args.grace_period, threads=args.threads,
-                    worker_id=args.worker_id)
+                    worker_id=args.worker_id, artifacts=args.artifacts)
     print(result.table())
     print(f"search took {result.seconds:.1f}s; wrote {out}/search.json, trials.csv, search.png; study '{result.study_name}' in {result.storage}")
     if result.best_value is not None:
@@ -584,7 +638,7 @@ def _report_study(args: argparse.Namespace) -> int:
     from ._search.service import write_study_report
 
     out = _out_dir(args.out or args.dir or "tunekit_runs")
-    result = write_study_report(args.storage, args.study, out)
+    result = write_study_report(args.storage, args.study, out, artifacts=args.artifacts)
     print(result.table())
     print(f"wrote {out}/search.json, trials.csv, search.png: study '{args.study}', {len(result.trials)} trials")
     return 0
@@ -616,7 +670,8 @@ def cmd_study_create(args: argparse.Namespace) -> int:
                           lr_find_result=args.lr_find, probe_result=args.probe, sampler=args.sampler,
                           prune=not args.no_prune, memory_budget=args.memory_budget, device=args.device,
                           progress=not args.quiet, rungs=args.rungs, first_rung=args.first_rung,
-                          reduction_factor=args.reduction_factor, grace_period=args.grace_period)
+                          reduction_factor=args.reduction_factor, grace_period=args.grace_period,
+                          artifacts=args.artifacts)
     print(f"study '{result.study_name}' is ready for {args.trials} trials: on each machine run "
           f"tunekit worker --storage {args.storage} --study {result.study_name}")
     return 0

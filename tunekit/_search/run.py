@@ -89,6 +89,7 @@ def search(
     threads: Optional[int] = None,
     run_trials: bool = True,
     join_timeout: float = 1800.0,
+    artifacts: Optional[str] = None,
 ) -> SearchResult:
     """Search a space for the best training configuration of ``task``.
 
@@ -110,7 +111,8 @@ def search(
     without a heartbeat after which a worker's trial is failed and re-run, ``worker_id`` names this
     worker (default ``host:pid``), ``threads`` its torch threads (default: the cores divided among
     the study's workers on this machine), ``join_timeout`` how long to wait for a study's creator.
-    ``run_trials=False`` creates the study (probes, plan, seed trial) and runs none.
+    ``run_trials=False`` creates the study (probes, plan, seed trial) and runs none. ``artifacts``: a
+    folder for Optuna's artifact store; the study's creator attaches the probes' JSON and plots there.
     """
     import optuna
 
@@ -187,6 +189,10 @@ def search(
     elif seed_trial or n_design:
         seed_params = _enqueue_design(study, dists, probes, n_design, trials, _recipe(base_task, base_cfg, seed))
     if spec is None and SPEC_KEY not in study.user_attrs:  # the creator, last: joining workers wait for it
+        if artifacts is not None and out_dir is not None:
+            from .server import attach
+
+            attach(study, artifacts, [out_dir / f"{n}.{x}" for n in ("lr_find", "probe") for x in ("json", "png")])
         study.set_user_attr(SPEC_KEY, {**mine, "seed_params": seed_params})
     threads_before = _become_worker(study, wid, smp_seed, threads, shared)
 

@@ -120,10 +120,20 @@ def study_result(storage: str, study_name: str) -> Any:
                    int(spec["seed"]), int(spec["sampler_seed"]), seconds, spec.get("task"))
 
 
-def write_study_report(storage: str, study_name: str, out: str | Path) -> Any:
+def write_study_report(storage: str, study_name: str, out: str | Path, artifacts: Optional[str] = None) -> Any:
+    """The study's report in ``out``; with ``artifacts`` (or the study's own artifact folder), search.png
+    is attached to the study too."""
+    import optuna
+
     from ..results import write_report
+    from .server import ARTIFACTS_KEY, attach
+    from .study import make_storage
 
     result = study_result(storage, study_name)
     Path(out).mkdir(parents=True, exist_ok=True)
     write_report(result, Path(out))
+    study = optuna.load_study(study_name=study_name, storage=make_storage(storage, None))
+    folder = artifacts or study.user_attrs.get(ARTIFACTS_KEY)
+    if folder:
+        attach(study, folder, [Path(out) / "search.png"])
     return result

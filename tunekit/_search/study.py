@@ -35,6 +35,7 @@ SURPLUS = "tunekit_surplus"  # on a trial that found the study's slots taken: it
 # the others and re-run once. Optuna's default check runs only as a worker starts a trial;
 # tunekit's workers also check while they wait (local.py), so a death costs about the grace.
 GRACE_PERIOD = 60
+GRPC_WAIT = 30.0  # seconds a worker waits for `tunekit serve` to answer
 # SQLAlchemy URL schemes and the package each needs (the `postgres` extra installs psycopg).
 DRIVERS = {"postgresql": ("psycopg", "tunekit[postgres]"), "postgres": ("psycopg", "tunekit[postgres]"),
            "mysql": ("pymysql", "pymysql")}
@@ -52,6 +53,8 @@ def make_storage(url: str | None, out: Path | None, grace_period: Optional[int] 
         url = f"sqlite:///{(out / 'study.db').resolve()}"
     if "://" not in url:
         return _journal(url)
+    if url.startswith("grpc://"):
+        return _grpc(url)
     grace = GRACE_PERIOD if grace_period is None else grace_period
     if isinstance(grace, bool) or not isinstance(grace, int) or grace < 2:
         raise UsageError(f"grace_period must be a whole number of seconds >= 2, got {grace!r}: pass e.g. grace_period=60")
@@ -72,6 +75,29 @@ def _journal(url: str) -> Any:
         return optuna.storages.JournalStorage(JournalFileBackend(url))
     except OSError as exc:
         raise UsageError(f"storage {url!r} cannot be opened ({exc.strerror}): give a writable path") from None
+
+
+def _grpc(url: str) -> Any:
+    """A worker's storage through `tunekit serve` (Optuna's gRPC proxy). It keeps no heartbeats:
+    a stopped worker is found by its process (same machine) or by `tunekit study reap --worker`."""
+    import optuna
+
+    host, _, port = url[len("grpc://"):].rstrip("/").rpartition(":")
+    if not host or not port.isdigit():
+        raise UsageError(f"storage {url!r} is not grpc://HOST:PORT: write e.g. grpc://127.0.0.1:13000")
+    try:
+        import grpc  # noqa: F401 - Optuna's proxy client needs it
+    except ImportError:
+        raise UsageError(f"storage {url!r} needs grpcio: pip install 'tunekit[serve]'") from None
+    with warnings.catch_warnings():  # "experimental" in Optuna's words
+        warnings.simplefilter("ignore")
+        proxy = optuna.storages.GrpcStorageProxy(host=host, port=int(port))
+    try:
+        proxy.wait_server_ready(timeout=GRPC_WAIT)  # a server started just before its workers
+    except Exception:  # grpc.FutureTimeoutError: nothing answers there
+        raise UsageError(f"no tunekit serve answers at {url} after {GRPC_WAIT:.0f}s: start it there, or give its "
+                         "HOST:PORT") from None
+    return proxy
 
 
 def _with_driver(url: str) -> str:
