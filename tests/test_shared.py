@@ -352,3 +352,23 @@ def test_serve_and_dashboard_refuse_what_they_cannot_serve(tmp_path: Path) -> No
         dashboard(str(tmp_path))
     with pytest.raises(UsageError, match=r"is not grpc://HOST:PORT: write e.g. grpc://127.0.0.1:13000"):
         make_storage("grpc://nohost", None)
+
+
+def test_threads_default_to_the_cores_divided_among_this_machines_live_workers() -> None:
+    from tunekit._search.shared import default_threads, register_worker, worker_seed
+
+    study = optuna.create_study()
+    cores = len(os.sched_getaffinity(0))
+    assert default_threads(study) == cores
+    register_worker(study, "a", 1, None)  # this process
+    study.set_user_attr("tunekit_worker:b", {"host": os.uname().nodename, "pid": os.getppid()})  # another, alive
+    study.set_user_attr("tunekit_worker:c", {"host": "elsewhere", "pid": os.getppid()})  # another machine's
+    assert default_threads(study) == max(1, cores // 2)
+    assert len({worker_seed(0, w) for w in ("h:1", "h:2", "g:1")}) == 3 and worker_seed(0, "h:1") == worker_seed(0, "h:1")
+
+
+def test_a_report_does_not_show_the_databases_password() -> None:
+    from tunekit._search.study import _safe
+
+    assert _safe("postgresql://tk:s3cret@db:5432/tk") == "postgresql://tk:***@db:5432/tk"
+    assert _safe("sqlite:////tmp/a.db") == "sqlite:////tmp/a.db"

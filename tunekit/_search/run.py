@@ -29,7 +29,7 @@ from ..results import SearchResult, write_report
 from .rungs import ladder, make_pruner
 from .study import (check_resume, default_name, enqueue_design, finished_count, keep_plan, make_sampler, make_storage,
                     open_study, stored_plan, study_exists, trial_dicts)
-from .study import SPEC_KEY
+from .study import SPEC_KEY, _safe
 from .study import resume as resume_study
 from .shared import (check_spec, claim_creation, default_threads, register_worker, space_dict, spec_probes,
                      wait_for_spec, worker_seed)
@@ -584,7 +584,7 @@ def _result(study: Any, name: str, store: Any, storage: Optional[str], sp: Searc
     best = min(complete, key=lambda t: t["value"]) if complete else None
     lf, pr = probes.lr_find, probes.probe
     result = SearchResult(
-        study_name=name, storage=str(getattr(store, "url", storage or "in-memory")), space=sp.name,
+        study_name=name, storage=_safe(str(getattr(store, "url", storage or "in-memory"))), space=sp.name,
         direction="minimize", best_value=best["value"] if best else None, best_params=best["params"] if best else {},
         best_config=best["config"] if best else {}, trials=trials, seed_params=seed_params,
         distributions={n: optuna.distributions.distribution_to_json(d) for n, d in dists.items()},

@@ -119,7 +119,7 @@ def _with_driver(url: str) -> str:
 
 
 def _safe(url: str) -> str:
-    """The URL without its password, for messages."""
+    """The URL without its password, for messages and reports."""
     import re
 
     return re.sub(r"(://[^:/@]*):[^@/]*@", r"\1:***@", url)
