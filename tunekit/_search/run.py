@@ -165,20 +165,11 @@ def search(
     shared = storage is not None
     n_design = _design_size(design, sp, probes, seed_trial)
     wid = worker_id or default_worker_id()
-    if shared:
-        smp_seed = worker_seed(sampler_seed, wid)
-    else:
-        smp_seed = sampler_seed + (len(optuna.load_study(study_name=name, storage=store).trials) if existing else 0)
+    smp_seed = _sampler_seed(shared, sampler_seed, wid, store, name, existing)
     smp = make_sampler(sampler, smp_seed, n_design or max(3, min(10, trials // 3)), parallel=backend == "ray" or shared)
     rung_list = ladder(bud.samples, trials, reduction_factor, evals, rungs, first_rung)
     study = open_study(store, name, smp, make_pruner(bud.samples // evals, evals, rung_list, reduction_factor, prune,
                                                      adaptive=rungs is None and first_rung is None))
-    if not study.metric_names:  # what a dashboard calls the value
-        import warnings
-
-        with warnings.catch_warnings():  # "experimental" in Optuna's words
-            warnings.simplefilter("ignore")
-            study.set_metric_names(["validation loss"])
     keep_plan(study, {**plan.to_dict(), "probe_samples": probes.samples, "budget": bud.to_dict(),
                       "sampler_seed": sampler_seed, "rungs": rung_list}, dists)
     if resume:
@@ -189,11 +180,7 @@ def search(
     elif seed_trial or n_design:
         seed_params = _enqueue_design(study, dists, probes, n_design, trials, _recipe(base_task, base_cfg, seed))
     if spec is None and SPEC_KEY not in study.user_attrs:  # the creator, last: joining workers wait for it
-        if artifacts is not None and out_dir is not None:
-            from .server import attach
-
-            attach(study, artifacts, [out_dir / f"{n}.{x}" for n in ("lr_find", "probe") for x in ("json", "png")])
-        study.set_user_attr(SPEC_KEY, {**mine, "seed_params": seed_params})
+        _keep_spec(study, {**mine, "seed_params": seed_params}, artifacts, out_dir)
     threads_before = _become_worker(study, wid, smp_seed, threads, shared)
 
     # 5. Run until the study holds `trials` finished trials. Interrupted (Ctrl-C), the
@@ -284,6 +271,25 @@ def _spec(task: Any, task_config: Optional[dict[str, Any]], sp: SearchSpace, tri
            "lr_find": probes.lr_find.to_dict() if probes.lr_find is not None else None,
            "probe": probes.probe.to_dict() if probes.probe is not None else None}
     return json.loads(json.dumps(out, default=str))
+
+
+def _sampler_seed(shared: bool, sampler_seed: int, wid: str, store: Any, name: str, existing: bool) -> int:
+    """A shared study's worker: its own seed. One process: the study's, moved on by the trials it holds
+    (a resumed search does not replay the first run's proposals)."""
+    if shared:
+        return worker_seed(sampler_seed, wid)
+    import optuna
+
+    return sampler_seed + (len(optuna.load_study(study_name=name, storage=store).trials) if existing else 0)
+
+
+def _keep_spec(study: Any, spec: dict[str, Any], artifacts: Optional[str], out_dir: Optional[Path]) -> None:
+    """The study's spec (and, with an artifact folder, the probes' files attached to the study)."""
+    if artifacts is not None and out_dir is not None:
+        from .server import attach
+
+        attach(study, artifacts, [out_dir / f"{n}.{x}" for n in ("lr_find", "probe") for x in ("json", "png")])
+    study.set_user_attr(SPEC_KEY, spec)
 
 
 def _become_worker(study: Any, wid: str, smp_seed: int, threads: Optional[int], shared: bool) -> Optional[int]:

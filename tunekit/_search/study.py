@@ -323,7 +323,13 @@ def stored_plan(store: Any, name: str) -> tuple[dict[str, Any], dict[str, str]]:
 
 
 def keep_plan(study: Any, plan: dict[str, Any], dists: dict[str, Any]) -> None:
+    """The plan and the distributions, once; and the value's name, for dashboards."""
     import optuna
+
+    if not study.metric_names:
+        with warnings.catch_warnings():  # "experimental" in Optuna's words
+            warnings.simplefilter("ignore")
+            study.set_metric_names(["validation loss"])
 
     if PLAN_KEY not in study.user_attrs:
         study.set_user_attr(PLAN_KEY, plan)
