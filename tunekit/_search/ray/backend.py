@@ -185,6 +185,13 @@ def _recorder(study: Any, book: dict[int, Any], on_end: Callable[[str], None]) -
             if ot is not None:
                 self._end(ot, _outcome(trial.last_result or {}))
 
+        def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+            # A trial Tune runs again (its node died, or it raised, within --max-failures): the same
+            # Optuna trial, recorded once when it ends; its attempts are noted meanwhile.
+            ot = book.get(trial.config.get("number"))
+            if ot is not None:
+                ot.set_user_attr("attempts", int(getattr(trial, "num_failures", 1) or 1) + 1)
+
         def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
             ot = book.pop(trial.config.get("number"), None)
             if ot is None:
