@@ -69,7 +69,7 @@ def test_resume_after_the_driver_is_killed(tmp_path: Path, monkeypatch: pytest.M
     assert len({round(t.params["lr"], 12) for t in finished}) == len(finished)
 
 
-def test_a_node_that_dies_mid_search_costs_retries_not_trials(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_node_that_dies_mid_search_costs_retries_not_trials(tmp_path: Path) -> None:
     """Three nodes on loopback (ray.cluster_utils.Cluster); a worker node is removed while trials run on it: its
     trials re-run within --max-failures, each recorded once; the search finishes the requested count."""
     import sqlite3
@@ -82,8 +82,12 @@ def test_a_node_that_dies_mid_search_costs_retries_not_trials(tmp_path: Path, mo
     from tunekit import search
     from tunekit._search.ray.cluster import prepare_env
 
-    prepare_env("127.0.0.1:1")  # the nodes and the driver alike: token auth with the tests' token
-    monkeypatch.setenv("RAY_AUTH_MODE", os.environ.get("RAY_AUTH_MODE", "token"))
+    import ray
+
+    if ray.is_initialized():  # another test's Ray in this process: the search would run there
+        ray.shutdown()
+    saved = dict(os.environ)  # prepare_env sets Ray's variables for the process: undone at the end
+    prepare_env("127.0.0.1:1")  # before the nodes start: they and the driver use token auth, the tests' token
     loopback = {"node_ip_address": "127.0.0.1", "include_dashboard": False}
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, **loopback})
     nodes = [cluster.add_node(num_cpus=1, **loopback) for _ in range(2)]
@@ -119,6 +123,8 @@ def test_a_node_that_dies_mid_search_costs_retries_not_trials(tmp_path: Path, mo
         thread.join(timeout=300)
     finally:
         cluster.shutdown()
+        os.environ.clear()
+        os.environ.update(saved)
     assert "error" not in done, done.get("error")
     trials = optuna.load_study(study_name="tunekit-regression-space", storage=f"sqlite:///{db}").trials
     assert removed, "the search ended before a node could be removed"
