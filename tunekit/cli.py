@@ -28,6 +28,8 @@ EPILOG_MAIN = """examples:
   tunekit doctor                                 pre-flight check of the default built-in task
   tunekit search --trials 12                     seeded Optuna search with ASHA early stopping
   tunekit report tunekit_runs                    redraw a search's table and plots
+  tunekit study create --storage URL --study S   a study many workers share (probes run once)
+  tunekit worker --storage URL --study S         join it from any machine
   tunekit spaces                                 list the shipped search spaces
   tunekit train                                  train the default built-in task
   tunekit train --task charlm --lr 3e-3 --steps 300 --precision bf16
