@@ -200,6 +200,7 @@ def test_reap_fails_a_dead_workers_trial_with_its_reason_and_queues_one_rerun(tm
     study = optuna.load_study(study_name="r", storage=make_storage(journal, None))
     states = {x.number: x.state.name for x in study.trials}
     assert states[t.number] == "FAIL" and states[live.number] == "RUNNING"
+    assert study.trials[t.number].user_attrs["reason"] == f"worker {os.uname().nodename}:{gone.pid} stopped"
     assert study.user_attrs[f"tunekit_stopped:{t.number}"] == f"worker {os.uname().nodename}:{gone.pid} stopped"
     rerun = [x for x in study.trials if x.state.name == "WAITING"]
     assert len(rerun) == 1 and rerun[0].user_attrs["tunekit_enqueued"] == t.params and rerun[0].user_attrs["tunekit_retry_of"] == t.number

@@ -202,6 +202,10 @@ def _where(trial: Any) -> str:
 def note_stopped(study: Any, trial: Any, reason: str) -> None:
     """Note why ``trial`` failed, and queue its one re-run (a re-run that stops is not re-run again)."""
     study.set_user_attr(f"{STOPPED_PREFIX}{trial.number}", reason)
+    _queue_rerun(study, trial, reason)
+
+
+def _queue_rerun(study: Any, trial: Any, reason: str) -> None:
     if RETRY_OF in trial.user_attrs:
         return
     params = dict(trial.params) or trial.user_attrs.get(ENQUEUED_KEY)
@@ -233,17 +237,28 @@ def reap_study(study: Any, store: Any = None, workers: Optional[list[str]] = Non
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
         w = t.user_attrs.get("worker") or {}
         dead = (w.get("host") == host and w.get("pid") and not _alive(int(w["pid"]))) or _where(t) in named
-        if dead and _fail(study, store, t):
-            note_stopped(study, t, f"worker {_where(t)} stopped")
+        if not dead:
+            continue
+        reason = f"worker {_where(t)} stopped"
+        # Noted before the trial is failed: no worker ever counts it as a finished trial meanwhile.
+        study.set_user_attr(f"{STOPPED_PREFIX}{t.number}", reason)
+        if _fail(study, store, t, reason):
+            _queue_rerun(study, t, reason)
+        elif study.get_trials(deepcopy=False)[t.number].state != optuna.trial.TrialState.FAIL:
+            # It ended on its own just before its process did: it counts after all (Optuna keeps
+            # study attributes for good, so the note is emptied rather than removed).
+            study.set_user_attr(f"{STOPPED_PREFIX}{t.number}", "")
     return sorted(set(_stopped_numbers(study)) - before)
 
 
 def _stopped_numbers(study: Any) -> list[int]:
-    return [int(k[len(STOPPED_PREFIX):]) for k in study.user_attrs if k.startswith(STOPPED_PREFIX)]
+    from .study import stopped
+
+    return list(stopped(study))
 
 
-def _fail(study: Any, store: Any, trial: Any) -> bool:
-    """Fail another process's trial; True in the one process whose call did it."""
+def _fail(study: Any, store: Any, trial: Any, reason: str) -> bool:
+    """Fail another process's trial, its reason on it (for dashboards); True in the one process whose call did it."""
     import optuna
 
     if store is None:
@@ -252,6 +267,7 @@ def _fail(study: Any, store: Any, trial: Any) -> bool:
     sid = store.get_study_id_from_name(study.study_name)
     tid = store.get_trial_id_from_study_id_trial_number(sid, trial.number)
     try:
+        store.set_trial_user_attr(tid, "reason", reason)
         return bool(store.set_trial_state_values(tid, state=optuna.trial.TrialState.FAIL))
     except optuna.exceptions.UpdateFinishedTrialError:  # another reaper (or the trial itself) was first
         return False

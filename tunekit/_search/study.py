@@ -265,7 +265,7 @@ def stopped(study: Any) -> dict[int, str]:
     """Trials whose worker stopped (heartbeat stale, or reaped): number -> the reason.
 
     One study attribute per trial: two workers reaping at once never overwrite each other's."""
-    return {int(k[len(STOPPED_PREFIX):]): str(v) for k, v in study.user_attrs.items() if k.startswith(STOPPED_PREFIX)}
+    return {int(k[len(STOPPED_PREFIX):]): str(v) for k, v in study.user_attrs.items() if k.startswith(STOPPED_PREFIX) and v}
 
 
 def excluded(study: Any) -> set[int]:
