@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml Makefile
 	else \
 	  $(PIP) install -q "$(TORCH_CPU)" $(TORCH_INDEX); \
 	fi
-	$(PIP) install -q -e ".[test,ray]"
+	$(PIP) install -q -e ".[test,ray]"  # test: pytest, and pgserver + psycopg for the shared-study tests
 	$(PY) -c "import torch, tunekit; print('tunekit', tunekit.__version__, '| torch', torch.__version__, '| cuda' if torch.cuda.is_available() else '| cpu')"
 	touch $(STAMP)
 
@@ -41,6 +41,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/probe_accuracy.py
 	$(PY) benchmarks/search_efficiency.py
 	$(PY) benchmarks/ray_overhead.py
+	$(PY) benchmarks/shared_study.py
 
 clean:
 	rm -rf $(VENV) *.egg-info

@@ -21,3 +21,34 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """A real PostgreSQL (pgserver's binaries) on a Unix socket in a temporary folder, for the session.
+
+    Yields ``fresh()``: the SQLAlchemy URL of a new, empty database on it (each test its own)."""
+    pgserver = pytest.importorskip("pgserver", reason="the shared-study tests need pgserver (the test extra)")
+    import itertools
+    import shutil
+    import tempfile
+
+    import psycopg
+
+    # Its own folder in /tmp (not pytest's, which PostgreSQL's user could not enter to stop it).
+    data = tempfile.mkdtemp(prefix="tunekit-pg-")
+    srv = pgserver.get_server(data, cleanup_mode="stop")
+    uri = srv.get_uri()  # postgresql://postgres:@/postgres?host=/tmp/...
+    numbers = itertools.count()
+
+    def fresh() -> str:
+        name = f"tk{next(numbers)}"
+        with psycopg.connect(uri, autocommit=True) as conn:
+            conn.execute(f"CREATE DATABASE {name}")
+        return uri.replace("/postgres?", f"/{name}?")
+
+    try:
+        yield fresh
+    finally:
+        srv.cleanup()
+        shutil.rmtree(data, ignore_errors=True)

@@ -98,3 +98,66 @@ def test_resume_after_the_driver_is_killed(tmp_path: Path, monkeypatch: pytest.M
     # TPE went on from the stored trials: the params after resume are not a replay of a fresh start.
     finished = [t for t in after if t.state.name == "COMPLETE"]
     assert len({round(t.params["lr"], 12) for t in finished}) == len(finished)
+
+
+def test_a_node_that_dies_mid_search_costs_retries_not_trials(tmp_path: Path) -> None:
+    """Three nodes on loopback (ray.cluster_utils.Cluster); a worker node is removed while trials run on it: its
+    trials re-run within --max-failures, each recorded once; the search finishes the requested count."""
+    import sqlite3
+    import threading
+    import time
+
+    import optuna
+    from ray.cluster_utils import Cluster
+
+    from tunekit import search
+    from tunekit._search.ray.cluster import prepare_env
+
+    import ray
+
+    if ray.is_initialized():  # another test's Ray in this process: the search would run there
+        ray.shutdown()
+    saved = dict(os.environ)  # prepare_env sets Ray's variables for the process: undone at the end
+    prepare_env("127.0.0.1:1")  # before the nodes start: they and the driver use token auth, the tests' token
+    loopback = {"node_ip_address": "127.0.0.1", "include_dashboard": False}
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, **loopback})
+    nodes = [cluster.add_node(num_cpus=1, **loopback) for _ in range(2)]
+    cluster.wait_for_nodes()
+    db, done, removed = tmp_path / "o" / "study.db", {}, []
+    space = write_space(tmp_path, SMALL)
+
+    def run() -> None:
+        try:
+            done["result"] = search("tests.tasks:slow_regression_task", str(space), trials=6, max_steps=40, prune=False,
+                                    device="cpu", backend="ray", address=cluster.address, max_failures=2,
+                                    out=tmp_path / "o")
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            done["error"] = exc
+
+    thread = threading.Thread(target=run)
+    try:
+        thread.start()
+        deadline = time.time() + 240
+        while time.time() < deadline and thread.is_alive():
+            states: list[str] = []
+            if db.is_file():
+                with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5) as conn:
+                    try:
+                        states = [r[0] for r in conn.execute("SELECT state FROM trials")]
+                    except sqlite3.OperationalError:
+                        pass
+            if states.count("COMPLETE") >= 1 and states.count("RUNNING") >= 2:
+                cluster.remove_node(nodes[0])  # one of the two running trials is on it
+                removed.append(time.time())
+                break
+            time.sleep(0.2)
+        thread.join(timeout=300)
+    finally:
+        cluster.shutdown()
+        os.environ.clear()
+        os.environ.update(saved)
+    assert "error" not in done, done.get("error")
+    trials = optuna.load_study(study_name="tunekit-regression-space", storage=f"sqlite:///{db}").trials
+    assert removed, "the search ended before a node could be removed"
+    assert [t.state.name for t in trials] == ["COMPLETE"] * 6  # recorded once each, none left RUNNING
+    assert max(t.user_attrs.get("attempts", 1) for t in trials) == 2  # the dead node's trial ran again

@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors
     from ._doctor import doctor
     from ._lr_find import lr_find
     from ._probe import probe
-    from ._search import search
+    from ._search import create_study, join_study, reap_study, search, study_result
     from ._train import TrainConfig, evaluate, train
     from .results import DoctorResult, LRFindResult, ProbeResult, SearchResult, TrainResult
     from .schedule import lr_at, lr_schedule
@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors
 _LAZY = {
     "Task": ".task", "TrainConfig": "._train", "TrainStep": ".step", "StepOutput": ".step",
     "evaluate": "._train", "train": "._train", "lr_find": "._lr_find", "probe": "._probe", "search": "._search",
+    "create_study": "._search", "join_study": "._search", "reap_study": "._search", "study_result": "._search",
     "doctor": "._doctor", "DoctorResult": ".results", "TrainResult": ".results", "LRFindResult": ".results",
     "SearchResult": ".results", "ProbeResult": ".results",
     "list_tasks": ".task_spec", "load_task": ".task_spec", "list_spaces": ".space", "load_space": ".space",

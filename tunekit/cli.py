@@ -28,6 +28,8 @@ EPILOG_MAIN = """examples:
   tunekit doctor                                 pre-flight check of the default built-in task
   tunekit search --trials 12                     seeded Optuna search with ASHA early stopping
   tunekit report tunekit_runs                    redraw a search's table and plots
+  tunekit study create --storage URL --study S   a study many workers share (probes run once)
+  tunekit worker --storage URL --study S         join it from any machine
   tunekit spaces                                 list the shipped search spaces
   tunekit train                                  train the default built-in task
   tunekit train --task charlm --lr 3e-3 --steps 300 --precision bf16
@@ -247,6 +249,12 @@ def _add_search_command(sub: Any) -> None:
                                    "Optuna (TPE) and successive-halving early stopping. Writes DIR/search.json, "
                                    "DIR/trials.csv, DIR/search.png and the study (DIR/study.db).",
                        epilog=EPILOG_SEARCH, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_search_flags(p)
+    p.set_defaults(func=cmd_search)
+
+
+def _add_search_flags(p: argparse.ArgumentParser) -> None:
+    """The flags of a search (and of `tunekit study create`, which is one that runs no trial)."""
     _add_task_args(p)
     p.add_argument("--space", default="from_scratch", help="a shipped space (tunekit spaces) or a .toml file (default from_scratch)")
     p.add_argument("--trials", type=int, default=12, help="finished trials the study should hold (default 12)")
@@ -276,14 +284,130 @@ def _add_search_command(sub: Any) -> None:
     g.add_argument("--max-failures", type=int, default=0, metavar="N", help="retries of a trial that raises (default 0)")
     g.add_argument("--address", metavar="ADDR", help="join a running Ray cluster: auto or HOST:PORT (default: start a local one)")
     g.add_argument("--storage-path", metavar="DIR", help="Tune's trial directories; a shared filesystem for several machines (default DIR/ray)")
+    g = p.add_argument_group("shared study (--storage URL)")
+    _add_worker_args(g)
+    _add_artifacts_arg(g)
     _add_run_args(p, "search.json, trials.csv, search.png and study.db")
-    p.set_defaults(func=cmd_search)
+
+
+def _add_worker_args(g: Any) -> None:
+    g.add_argument("--grace-period", type=int, metavar="S", help="seconds without a heartbeat after which a worker's "
+                   "trial is failed and re-run once (default 60; RDB storages)")
+    g.add_argument("--threads", type=int, metavar="N", help="torch threads of this worker (default: the cores divided "
+                   "among the study's workers on this machine)")
+    g.add_argument("--worker-id", metavar="ID", help="this worker's name, from which its sampler seed comes (default HOST:PID)")
+
+
+def _add_artifacts_arg(g: Any) -> None:
+    g.add_argument("--artifacts", metavar="DIR", help="Optuna artifact store (a folder every machine sees): the probes' "
+                   "JSON and plots, and the report's search.png, attached to the study for optuna-dashboard")
+
+
+EPILOG_WORKER = """examples:
+  tunekit study create --storage postgresql://db/tk --study cifar --task my_tasks:cifar --trials 60
+  tunekit worker --storage postgresql://db/tk --study cifar          on each machine, as many as you like
+  tunekit report --storage postgresql://db/tk --study cifar --out runs/cifar
+  tunekit study reap --storage runs/journal.log --study cifar        fail the trials of stopped workers now
+"""
+
+
+def _add_worker_command(sub: Any) -> None:
+    p = sub.add_parser("worker", help="join a shared study and run its trials (no probe runs)",
+                       description="Join a study created by `tunekit study create` (or a first `tunekit search "
+                                   "--storage URL --study NAME`): its settings are the study's, and a flag that "
+                                   "disagrees with them is refused.",
+                       epilog=EPILOG_WORKER, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--storage", metavar="URL", required=True, help="the study's SQLAlchemy URL or journal file")
+    p.add_argument("--study", metavar="NAME", required=True, help="the study's name")
+    _add_task_args(p)
+    p.add_argument("--trials", type=int, help="must agree with the study's")
+    p.add_argument("--budget", metavar="AMOUNT", help="must agree with the study's")
+    p.add_argument("--max-steps", type=int, help="must agree with the study's budget")
+    p.add_argument("--seed", type=_seed, help="must agree with the study's")
+    p.add_argument("--sampler-seed", type=_seed, metavar="N", help="must agree with the study's")
+    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (default)")
+    p.add_argument("--timeout", type=_positive_float, default=1800, metavar="S",
+                   help="how long to wait for the study's creator to store its settings (default 1800)")
+    _add_worker_args(p)
+    p.add_argument("--out", metavar="DIR", help="also write this worker's snapshot of the study there (default: none; "
+                   "tunekit report --storage URL --study NAME reports the whole study)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_worker)
+
+
+def _add_serve_command(sub: Any) -> None:
+    p = sub.add_parser("serve", help="serve a study's database to workers (Optuna's gRPC storage proxy)",
+                       description="Run Optuna's gRPC storage proxy in front of a database; workers use "
+                                   "--storage grpc://HOST:PORT. It listens on 127.0.0.1 unless --host says otherwise, "
+                                   "and has no authentication or encryption: see the README before exposing it.",
+                       epilog="examples:\n  tunekit serve --storage postgresql://db/tk --port 13000 --dashboard-port 8080\n",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--storage", metavar="URL", required=True, help="the database (postgresql://..., sqlite:///...)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=13000, help="gRPC port (default 13000)")
+    p.add_argument("--dashboard-port", type=int, metavar="PORT", help="also serve optuna-dashboard on this port")
+    _add_artifacts_arg(p)
+    p.set_defaults(func=cmd_serve)
+
+
+def _add_dashboard_command(sub: Any) -> None:
+    p = sub.add_parser("dashboard", help="optuna-dashboard on a search's study (pip install 'tunekit[dashboard]')",
+                       epilog="examples:\n  tunekit dashboard tunekit_runs\n  tunekit dashboard postgresql://db/tk --port 8080\n",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("target", metavar="DIR|URL", help="a directory written by tunekit search, a storage URL or a journal file")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8080, help="HTTP port (default 8080)")
+    _add_artifacts_arg(p)
+    p.set_defaults(func=cmd_dashboard)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from ._search.server import serve
+
+    ready = lambda: print(f"serving {args.storage} on {args.host}:{args.port}: workers use "  # noqa: E731
+                          f"--storage grpc://{args.host}:{args.port}", flush=True)
+    serve(args.storage, host=args.host, port=args.port, dashboard_port=args.dashboard_port, artifacts=args.artifacts,
+          on_ready=ready)
+    return 0
+
+
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    from ._search.server import dashboard
+
+    dashboard(args.target, host=args.host, port=args.port, artifacts=args.artifacts,
+              on_ready=lambda: print(f"optuna-dashboard on http://{args.host}:{args.port}", flush=True))
+    return 0
+
+
+def _add_study_command(sub: Any) -> None:
+    p = sub.add_parser("study", help="create a shared study, or reap its stopped workers",
+                       epilog=EPILOG_WORKER, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ss = p.add_subparsers(dest="study_command", metavar="ACTION", parser_class=_Parser, required=True)
+    c = ss.add_parser("create", help="run the probes once and store what every worker must agree on",
+                      description="A search that runs no trial: the probes, the plan, the seed trial and the study's "
+                                  "spec go into --storage; then start workers with tunekit worker.")
+    _add_search_flags(c)
+    c.set_defaults(func=cmd_study_create, usage=c.format_usage)
+    r = ss.add_parser("reap", help="fail the trials of stopped workers now, and queue their re-runs",
+                      description="Fail the RUNNING trials whose worker stopped: a stale heartbeat (RDB), a process "
+                                  "of this machine that is gone, or a --worker named; each is re-run once.")
+    r.add_argument("--storage", metavar="URL", required=True, help="the study's SQLAlchemy URL or journal file")
+    r.add_argument("--study", metavar="NAME", required=True, help="the study's name")
+    r.add_argument("--worker", action="append", metavar="HOST:PID", help="a worker known to have stopped (repeatable)")
+    r.add_argument("--grace-period", type=int, metavar="S", help="heartbeat grace period (default 60)")
+    r.set_defaults(func=cmd_study_reap, usage=r.format_usage)
 
 
 def _add_report_command(sub: Any) -> None:
-    p = sub.add_parser("report", help="redraw a search's table and plots from DIR/search.json",
-                       epilog="examples:\n  tunekit report tunekit_runs\n", formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("dir", metavar="DIR", help="a directory written by tunekit search")
+    p = sub.add_parser("report", help="redraw a search's table and plots from DIR/search.json, or report a whole study",
+                       epilog="examples:\n  tunekit report tunekit_runs\n"
+                              "  tunekit report --storage postgresql://db/tk --study cifar --out runs/cifar\n",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("dir", metavar="DIR", nargs="?", help="a directory written by tunekit search")
+    p.add_argument("--storage", metavar="URL", help="report the whole study in this storage instead (with --study)")
+    p.add_argument("--study", metavar="NAME", help="the study's name (with --storage)")
+    p.add_argument("--out", metavar="DIR", help="where the study's report goes (default: DIR, else tunekit_runs)")
+    _add_artifacts_arg(p)
     p.set_defaults(func=cmd_report)
 
 
@@ -338,6 +462,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_probe_command(sub)
     _add_doctor_command(sub)
     _add_search_command(sub)
+    _add_worker_command(sub)
+    _add_study_command(sub)
+    _add_serve_command(sub)
+    _add_dashboard_command(sub)
     _add_report_command(sub)
     _add_spaces_command(sub)
     _add_train_command(sub)
@@ -482,7 +610,8 @@ def cmd_search(args: argparse.Namespace) -> int:
                     rungs=args.rungs, first_rung=args.first_rung, reduction_factor=args.reduction_factor,
                     cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial,
                     max_concurrent=args.max_concurrent, max_failures=args.max_failures, address=args.address,
-                    storage_path=args.storage_path)
+                    storage_path=args.storage_path, grace_period=args.grace_period, threads=args.threads,
+                    worker_id=args.worker_id, artifacts=args.artifacts)
     print(result.table())
     print(f"search took {result.seconds:.1f}s; wrote {out}/search.json, trials.csv, search.png; study '{result.study_name}' in {result.storage}")
     if result.best_value is not None:
@@ -493,6 +622,10 @@ def cmd_search(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from .results import SearchResult, write_report
 
+    if args.storage or args.study:
+        return _report_study(args)
+    if args.dir is None:
+        raise UsageError("give a directory written by tunekit search, or --storage URL --study NAME")
     path = Path(args.dir) / "search.json"
     if not path.is_file():
         raise UsageError(f"'{path}' does not exist: give a directory written by tunekit search")
@@ -503,6 +636,60 @@ def cmd_report(args: argparse.Namespace) -> int:
     write_report(result, Path(args.dir))
     print(result.table())
     print(f"redrew {Path(args.dir) / 'search.png'} and trials.csv")
+    return 0
+
+
+def _report_study(args: argparse.Namespace) -> int:
+    if not (args.storage and args.study):
+        raise UsageError("a study's report needs both --storage URL and --study NAME")
+    from ._search.service import write_study_report
+
+    out = _out_dir(args.out or args.dir or "tunekit_runs")
+    result = write_study_report(args.storage, args.study, out, artifacts=args.artifacts)
+    print(result.table())
+    print(f"wrote {out}/search.json, trials.csv, search.png: study '{args.study}', {len(result.trials)} trials")
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from ._search import join_study
+
+    out = _out_dir(args.out)
+    result = join_study(args.storage, args.study, task=args.task, out=out, device=args.device, progress=not args.quiet,
+                        worker_id=args.worker_id, threads=args.threads, grace_period=args.grace_period,
+                        timeout=args.timeout, trials=args.trials, budget=args.budget, max_steps=args.max_steps,
+                        seed=args.seed, sampler_seed=args.sampler_seed, task_config=_task_config(args.task_config) or None)
+    mine = [t for t in result.trials if (t.get("worker") or {}).get("pid") == os.getpid()]
+    print(f"worker done: ran {len(mine)} of the study's {len(result.trials)} trials; "
+          f"tunekit report --storage {args.storage} --study {args.study} reports the whole study")
+    return 0
+
+
+def cmd_study_create(args: argparse.Namespace) -> int:
+    from ._search import create_study
+
+    if not args.storage:
+        raise UsageError("tunekit study create needs --storage URL (postgresql://..., sqlite:///..., or a journal file *.log)")
+    out = _out_dir(args.out)
+    result = create_study(args.task or "shapes", args.space, task_config=_task_config(args.task_config) or None,
+                          trials=args.trials, budget=args.budget, max_steps=args.max_steps, storage=args.storage,
+                          study_name=args.study, seed=args.seed, sampler_seed=args.sampler_seed, out=out,
+                          lr_find_result=args.lr_find, probe_result=args.probe, sampler=args.sampler,
+                          prune=not args.no_prune, memory_budget=args.memory_budget, device=args.device,
+                          progress=not args.quiet, rungs=args.rungs, first_rung=args.first_rung,
+                          reduction_factor=args.reduction_factor, grace_period=args.grace_period,
+                          artifacts=args.artifacts)
+    print(f"study '{result.study_name}' is ready for {args.trials} trials: on each machine run "
+          f"tunekit worker --storage {args.storage} --study {result.study_name}")
+    return 0
+
+
+def cmd_study_reap(args: argparse.Namespace) -> int:
+    from ._search import reap_study
+
+    numbers = reap_study(args.storage, args.study, workers=args.worker, grace_period=args.grace_period)
+    print(f"failed {len(numbers)} trial(s) of stopped workers{': ' + ', '.join(map(str, numbers)) if numbers else ''}"
+          f"{'; each is re-run once by the next worker' if numbers else ''}")
     return 0
 
 

@@ -14,5 +14,8 @@ from .budget import Budget, parse_budget
 from ..results import SearchResult, write_report
 from .run import search
 from .study import make_storage
+from .service import create_study, join_study, study_result
+from .service import reap as reap_study
 
-__all__ = ["search", "SearchResult", "write_report", "make_storage", "Budget", "parse_budget"]
+__all__ = ["search", "SearchResult", "write_report", "make_storage", "Budget", "parse_budget", "create_study",
+           "join_study", "reap_study", "study_result"]

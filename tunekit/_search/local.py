@@ -6,12 +6,15 @@ going, so on a shared database a worker that dies has its trial re-run by anothe
 
 from __future__ import annotations
 
+import os
+import socket
+import time
 from collections.abc import Callable
 from typing import Any
 
 from ..errors import UsageError
 from .plan import TrialConfig
-from .study import finished_count, note_interrupted
+from .study import finished_count, note_interrupted, stopped
 from .trial import Outcome, TrialFailed, conclude, run_trial, start_attrs
 
 __all__ = ["run_local", "suggest"]
@@ -33,29 +36,67 @@ def suggest(trial: Any, dists: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_local(*, study: Any, dists: dict[str, Any], make_config: Callable[[dict[str, Any]], TrialConfig], task: Any,
-              target: int, prune: bool, on_end: Callable[[str], None]) -> None:
-    """Run trials until the study holds ``target`` finished ones (other workers' included)."""
+              target: int, prune: bool, on_end: Callable[[str], None], store: Any = None, shared: bool = False,
+              poll: float = 0.5) -> None:
+    """Run trials until the study holds ``target`` finished ones (other workers' included).
+
+    One ``study.optimize`` call a trial, so that between trials a shared worker can see
+    the study: it stops when the target is reached, waits while the others' running trials
+    would reach it (failing those whose worker stopped, and running their re-runs), and
+    claims its slot (:func:`~tunekit._search.shared.claim`) before a trial trains."""
+    import optuna
+
+    from .shared import claim, counts, mark_surplus, reap_study
+
     cache: dict[str, Any] = {}
+    me = {"host": socket.gethostname(), "pid": os.getpid()}
+    current: dict[str, int] = {}
 
     def objective(trial: Any) -> float:
-        try:
-            cfg = make_config(suggest(trial, dists))
-        except UsageError as exc:  # a config that cannot run (no micro-batch fits) fails as its own trial
-            return conclude(trial, Outcome("FAIL", error=f"{type(exc).__name__}: {exc}"))
-        for key, value in start_attrs(cfg).items():
-            trial.set_user_attr(key, value)
-        try:
-            outcome = run_trial(task, trial, cfg, prune=prune, cache=cache)
-        except KeyboardInterrupt:
-            note_interrupted(study, [trial.number])  # Optuna fails the trial; --resume runs it again
-            raise
-        return conclude(trial, outcome)
+        current["number"] = trial.number
+        trial.set_user_attr("worker", me)
+        if shared and not claim(study, trial.number, target):
+            mark_surplus(trial, target)
+            raise Surplus("surplus")
+        return _objective(trial, study, dists, make_config, task, prune, cache)
 
     def after(study: Any, trial: Any) -> None:
-        on_end(trial.state.name)
-        if finished_count(study) >= target:
-            study.stop()
+        if not trial.user_attrs.get("tunekit_surplus"):
+            on_end(trial.state.name)
 
-    remaining = target - finished_count(study)
-    if remaining > 0:
-        study.optimize(objective, n_trials=remaining, catch=(TrialFailed,), callbacks=[after])
+    while True:
+        if shared:
+            reap_study(study, store)
+        finished, running = counts(study) if shared else (finished_count(study), 0)
+        if finished >= target:
+            return
+        if finished + running >= target:  # the others' trials may finish it; if a worker stopped, we re-run its trial
+            time.sleep(poll)
+            continue
+        try:
+            study.optimize(objective, n_trials=1, catch=(TrialFailed,), callbacks=[after])
+        except (optuna.exceptions.UpdateFinishedTrialError, RuntimeError, ValueError):
+            # Our trial was failed under us (our heartbeat was late: another worker took us for
+            # stopped, and re-runs it); anything else is an error.
+            if not shared or current.get("number") not in stopped(study):
+                raise
+
+
+def _objective(trial: Any, study: Any, dists: dict[str, Any], make_config: Callable[[dict[str, Any]], TrialConfig],
+               task: Any, prune: bool, cache: dict[str, Any]) -> float:
+    try:
+        cfg = make_config(suggest(trial, dists))
+    except UsageError as exc:  # a config that cannot run (no micro-batch fits) fails as its own trial
+        return conclude(trial, Outcome("FAIL", error=f"{type(exc).__name__}: {exc}"))
+    for key, value in start_attrs(cfg).items():
+        trial.set_user_attr(key, value)
+    try:
+        outcome = run_trial(task, trial, cfg, prune=prune, cache=cache)
+    except KeyboardInterrupt:
+        note_interrupted(study, [trial.number])  # Optuna fails the trial; --resume runs it again
+        raise
+    return conclude(trial, outcome)
+
+
+class Surplus(TrialFailed):
+    """A trial that found the study's slots taken: failed before it trains, and not counted."""

@@ -29,7 +29,11 @@ from ..results import SearchResult, write_report
 from .rungs import ladder, make_pruner
 from .study import (check_resume, default_name, enqueue_design, finished_count, keep_plan, make_sampler, make_storage,
                     open_study, stored_plan, study_exists, trial_dicts)
+from .study import SPEC_KEY, _safe
 from .study import resume as resume_study
+from .shared import (check_spec, claim_creation, default_threads, register_worker, space_dict, spec_probes,
+                     wait_for_spec, worker_seed)
+from .shared import worker_id as default_worker_id
 
 __all__ = ["search"]
 
@@ -80,6 +84,12 @@ def search(
     address: Optional[str] = None,
     storage_path: Optional[str] = None,
     ray_init: Optional[dict[str, Any]] = None,
+    grace_period: Optional[int] = None,
+    worker_id: Optional[str] = None,
+    threads: Optional[int] = None,
+    run_trials: bool = True,
+    join_timeout: float = 1800.0,
+    artifacts: Optional[str] = None,
 ) -> SearchResult:
     """Search a space for the best training configuration of ``task``.
 
@@ -95,6 +105,14 @@ def search(
     (a fraction of the budget), keeping the best 1 / ``reduction_factor``. ``backend="ray"``:
     Ray Tune runs the trials (``cpus_per_trial``, ``gpus_per_trial``, ``max_concurrent``,
     ``max_failures``, ``address``, ``storage_path``, ``ray_init``). See the README for each.
+
+    A ``storage`` URL or journal file is shared: the first search creates the study and runs the
+    probes, the others join it (see :mod:`tunekit._search.shared`); ``grace_period`` is the seconds
+    without a heartbeat after which a worker's trial is failed and re-run, ``worker_id`` names this
+    worker (default ``host:pid``), ``threads`` its torch threads (default: the cores divided among
+    the study's workers on this machine), ``join_timeout`` how long to wait for a study's creator.
+    ``run_trials=False`` creates the study (probes, plan, seed trial) and runs none. ``artifacts``: a
+    folder for Optuna's artifact store; the study's creator attaches the probes' JSON and plots there.
     """
     import optuna
 
@@ -112,9 +130,14 @@ def search(
     start = time.perf_counter()
     sampler_seed = seed if sampler_seed is None else sampler_seed
 
-    # 1. The study's storage, before any probe runs.
+    # 1. The study's storage, before any probe runs. A shared study is created by one worker,
+    #    which runs the probes; the others join: they take its spec and run no probe.
     name = default_name(base_task.name, sp.name, study_name)
-    store, existing, old_plan, old_dists = _open(storage, out_dir, name, resume)
+    store, existing, old_plan, old_dists = _open(storage, out_dir, name, resume, grace_period)
+    spec = _join(store, name, storage is not None, existing, join_timeout)
+    if spec is not None:
+        existing, (old_plan, old_dists) = True, stored_plan(store, name)
+        lr_find_result, probe_result = _spec_probes(spec, lr_find_result, probe_result)
 
     # 2. Probes (or their saved results), with the trials' step settings.
     bud = _budget(budget, base_task, base_cfg)
@@ -129,31 +152,47 @@ def search(
     if old_dists:  # the space a study started with stays its space
         dists = {n: optuna.distributions.json_to_distribution(d) for n, d in old_dists.items()}
         check_resume(old_plan, plan.to_dict(), f"'{name}'")
+    mine = _spec(task, task_config, sp, trials, budget, seed, sampler_seed, sampler, prune, reduction_factor, rungs,
+                 first_rung, seed_trial, design, evals, probes, plan, dists)
+    if spec is not None:
+        check_spec(spec, mine, name)
     if backend == "ray":
         _check_packing(gpus_per_trial, dists, plan, probes.probe)
 
-    # 4. The study, its seed trial and design.
+    # 4. The study, its seed trial and design. Each worker of a shared study samples with its
+    #    own seed (from the study's and its id), and with constant_liar, so none proposes what
+    #    another runs; only the creator enqueues the seed trial and design.
+    shared = storage is not None
     n_design = _design_size(design, sp, probes, seed_trial)
-    n_before = len(optuna.load_study(study_name=name, storage=store).trials) if existing else 0
-    smp = make_sampler(sampler, sampler_seed + n_before, n_design or max(3, min(10, trials // 3)),
-                       parallel=backend == "ray")
+    wid = worker_id or default_worker_id()
+    smp_seed = _sampler_seed(shared, sampler_seed, wid, store, name, existing)
+    smp = make_sampler(sampler, smp_seed, n_design or max(3, min(10, trials // 3)), parallel=backend == "ray" or shared)
     rung_list = ladder(bud.samples, trials, reduction_factor, evals, rungs, first_rung)
     study = open_study(store, name, smp, make_pruner(bud.samples // evals, evals, rung_list, reduction_factor, prune,
                                                      adaptive=rungs is None and first_rung is None))
     keep_plan(study, {**plan.to_dict(), "probe_samples": probes.samples, "budget": bud.to_dict(),
                       "sampler_seed": sampler_seed, "rungs": rung_list}, dists)
     if resume:
-        resume_study(study, shared=storage is not None)
-    seed_params = (_enqueue_design(study, dists, probes, n_design, trials, _recipe(base_task, base_cfg, seed))
-                   if seed_trial or n_design else {})
+        resume_study(study, shared=shared, store=store)
+    seed_params: dict[str, Any] = {}
+    if spec is not None:  # a joining worker: the creator has queued the seed trial and design, once
+        seed_params = dict(spec.get("seed_params") or {})
+    elif seed_trial or n_design:
+        seed_params = _enqueue_design(study, dists, probes, n_design, trials, _recipe(base_task, base_cfg, seed))
+    if spec is None and SPEC_KEY not in study.user_attrs:  # the creator, last: joining workers wait for it
+        _keep_spec(study, {**mine, "seed_params": seed_params}, artifacts, out_dir)
+    threads_before = _become_worker(study, wid, smp_seed, threads, shared)
 
     # 5. Run until the study holds `trials` finished trials. Interrupted (Ctrl-C), the
     #    report of what finished is written all the same, and --resume goes on from it.
     try:
-        _run_backend(backend, study, dists, plan, task, trials, prune, progress, out_dir,
-                     dict(cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial, max_concurrent=max_concurrent,
-                          max_failures=max_failures, address=address, storage_path=storage_path, **(ray_init or {})))
+        if run_trials:
+            _run_backend(backend, study, dists, plan, task, trials, prune, progress, out_dir, store, shared,
+                         dict(cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial,
+                              max_concurrent=max_concurrent, max_failures=max_failures, address=address,
+                              storage_path=storage_path, **(ray_init or {})))
     finally:
+        _set_threads(threads_before)  # the caller's (a notebook's) threads again
         result = _result(study, name, store, storage, sp, dists, seed_params, bud, plan, probes, seed, sampler_seed,
                          time.perf_counter() - start, task if isinstance(task, str) else None)
         if out_dir is not None:
@@ -174,8 +213,8 @@ def _budget_spec(budget: Any, max_steps: Optional[int]) -> Any:
     return f"{max_steps}updates"
 
 
-def _open(storage: Optional[str], out_dir: Optional[Path], name: str,
-          resume: bool) -> tuple[Any, bool, dict[str, Any], dict[str, str]]:
+def _open(storage: Optional[str], out_dir: Optional[Path], name: str, resume: bool,
+          grace_period: Optional[int] = None) -> tuple[Any, bool, dict[str, Any], dict[str, str]]:
     """(storage, whether the study exists, its stored plan and distributions); clashes refused."""
     import optuna
 
@@ -190,7 +229,7 @@ def _open(storage: Optional[str], out_dir: Optional[Path], name: str,
         if other and other != name:
             raise UsageError(f"{out_dir} holds the report of study '{other}': give this search (study '{name}') "
                              "another out=DIR, so neither overwrites the other")
-    store = make_storage(storage, out_dir)
+    store = make_storage(storage, out_dir, grace_period)
     existing = study_exists(store, name)
     if existing and not resume and storage is None:
         raise UsageError(f"study '{name}' already exists in {out_dir}: pass resume=True to continue it, or another out=DIR or study=NAME")
@@ -198,6 +237,82 @@ def _open(storage: Optional[str], out_dir: Optional[Path], name: str,
         raise UsageError(f"resume: there is no study '{name}' in {out_dir} to continue: drop resume=True to start one")
     old_plan, old_dists = stored_plan(store, name) if existing else ({}, {})
     return store, existing, old_plan, old_dists
+
+
+def _join(store: Any, name: str, shared: bool, existing: bool, timeout: float) -> Optional[dict[str, Any]]:
+    """The study's spec when this worker joins a shared study; None when it creates it (or none is shared)."""
+    if not shared or not existing and claim_creation(store, name):
+        return None
+    return wait_for_spec(store, name, timeout)
+
+
+def _spec_probes(spec: dict[str, Any], lr_find_result: Any, probe_result: Any) -> tuple[Any, Any]:
+    if lr_find_result is not None or probe_result is not None:
+        raise UsageError("a worker that joins a study takes the study's probes: drop lr_find_result= and probe_result=")
+    return spec_probes(spec)
+
+
+def _spec(task: Any, task_config: Optional[dict[str, Any]], sp: SearchSpace, trials: int, budget: Any, seed: int,
+          sampler_seed: int, sampler: str, prune: bool, reduction_factor: int, rungs: Optional[int],
+          first_rung: Optional[float], seed_trial: bool, design: Optional[int], evals: int, probes: _Probes,
+          plan: Plan, dists: dict[str, Any]) -> dict[str, Any]:
+    """What every worker of a shared study must agree on, as the study keeps it (JSON)."""
+    import json
+
+    from .. import __version__
+    from .plan import split_batch
+
+    batches = sorted({int(b) for n in ("batch", "batch_size") if n in dists for b in getattr(dists[n], "choices", ())})
+    splits = {str(b): list(split_batch(b, plan.max_micro)) for b in batches}
+    out = {"version": __version__, "task": task if isinstance(task, str) else None, "task_config": task_config or {},
+           "space": space_dict(sp), "trials": trials, "budget": budget, "seed": seed, "sampler_seed": sampler_seed,
+           "sampler": sampler, "prune": prune, "reduction_factor": reduction_factor, "rungs": rungs,
+           "first_rung": first_rung, "seed_trial": seed_trial, "design": design, "evals": evals, "splits": splits,
+           "lr_find": probes.lr_find.to_dict() if probes.lr_find is not None else None,
+           "probe": probes.probe.to_dict() if probes.probe is not None else None}
+    return json.loads(json.dumps(out, default=str))
+
+
+def _sampler_seed(shared: bool, sampler_seed: int, wid: str, store: Any, name: str, existing: bool) -> int:
+    """A shared study's worker: its own seed. One process: the study's, moved on by the trials it holds
+    (a resumed search does not replay the first run's proposals)."""
+    if shared:
+        return worker_seed(sampler_seed, wid)
+    import optuna
+
+    return sampler_seed + (len(optuna.load_study(study_name=name, storage=store).trials) if existing else 0)
+
+
+def _keep_spec(study: Any, spec: dict[str, Any], artifacts: Optional[str], out_dir: Optional[Path]) -> None:
+    """The study's spec (and, with an artifact folder, the probes' files attached to the study)."""
+    if artifacts is not None and out_dir is not None:
+        from .server import attach
+
+        attach(study, artifacts, [out_dir / f"{n}.{x}" for n in ("lr_find", "probe") for x in ("json", "png")])
+    study.set_user_attr(SPEC_KEY, spec)
+
+
+def _become_worker(study: Any, wid: str, smp_seed: int, threads: Optional[int], shared: bool) -> Optional[int]:
+    """A worker of a shared study registers (its id, seed and threads); it, or a search given ``threads``,
+    sets its torch threads. Returns the threads before (None when unchanged)."""
+    if threads is not None:
+        check_int("threads", threads, hint="pass e.g. threads=4")
+    if not shared and threads is None:
+        return None
+    n = threads or default_threads(study)
+    if shared:
+        register_worker(study, wid, smp_seed, n)
+    return _set_threads(n)
+
+
+def _set_threads(n: Optional[int]) -> Optional[int]:
+    if n is None:
+        return None
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    return before
 
 
 def _check_args(backend: str, trials: int, reduction_factor: int, evals: int, max_failures: int,
@@ -432,7 +547,7 @@ def _enqueue_design(study: Any, dists: dict[str, Any], probes: _Probes, n: int, 
 
 
 def _run_backend(backend: str, study: Any, dists: dict[str, Any], plan: Plan, task: Any, trials: int, prune: bool,
-                 progress: bool, out_dir: Optional[Path], ray_kw: dict[str, Any]) -> None:
+                 progress: bool, out_dir: Optional[Path], store: Any, shared: bool, ray_kw: dict[str, Any]) -> None:
     from ..progress import bar
 
     target = trials
@@ -455,7 +570,7 @@ def _run_backend(backend: str, study: Any, dists: dict[str, Any], plan: Plan, ta
             from .local import run_local
 
             run_local(study=study, dists=dists, make_config=make_config, task=task, target=target, prune=prune,
-                      on_end=on_end)
+                      on_end=on_end, store=store, shared=shared)
 
 
 def _best_trial(study: Any) -> Any:
@@ -475,7 +590,7 @@ def _result(study: Any, name: str, store: Any, storage: Optional[str], sp: Searc
     best = min(complete, key=lambda t: t["value"]) if complete else None
     lf, pr = probes.lr_find, probes.probe
     result = SearchResult(
-        study_name=name, storage=str(getattr(store, "url", storage or "in-memory")), space=sp.name,
+        study_name=name, storage=_safe(str(getattr(store, "url", storage or "in-memory"))), space=sp.name,
         direction="minimize", best_value=best["value"] if best else None, best_params=best["params"] if best else {},
         best_config=best["config"] if best else {}, trials=trials, seed_params=seed_params,
         distributions={n: optuna.distributions.distribution_to_json(d) for n, d in dists.items()},

@@ -87,7 +87,8 @@ class Rungs:
         if not done:
             return []
         first = min(done, key=lambda t: t.number)
-        curve = sorted(first.intermediate_values.items())
+        final = first.user_attrs.get("tunekit_final_step")  # the final value: not an evaluation along the way
+        curve = sorted((s, v) for s, v in first.intermediate_values.items() if s != final)
         point = learning_point(curve, float(first.user_attrs.get("initial_loss", math.nan)), float(first.value), self.evals)
         if point is None:
             return self.ladder

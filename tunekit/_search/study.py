@@ -17,7 +17,7 @@ from .trial import INTERRUPTED
 
 __all__ = ["make_storage", "study_exists", "make_sampler", "open_study", "check_resume", "mark_interrupted",
            "requeue_interrupted", "resume", "trial_dicts", "finished_count", "enqueue", "enqueue_design", "PLAN_KEY",
-           "DISTS_KEY"]
+           "DISTS_KEY", "SPEC_KEY", "excluded", "stopped"]
 
 PLAN_KEY = "tunekit_plan"
 DISTS_KEY = "tunekit_distributions"
@@ -25,39 +25,133 @@ INTERRUPTED_KEY = "tunekit_interrupted"
 REQUEUED_KEY = "tunekit_requeued"
 ENQUEUED_KEY = "tunekit_enqueued"  # a queued trial's params, on the trial
 DESIGN_KEY = "tunekit_design_queued"
+SPEC_KEY = "tunekit_spec"  # what every worker of a shared study must agree on (shared.py)
+STOPPED_PREFIX = "tunekit_stopped:"  # + a trial number: the reason its worker's trial was failed
+RETRY_OF = "tunekit_retry_of"  # on a re-run: the number of the trial it re-runs
+SURPLUS = "tunekit_surplus"  # on a trial that found the study's slots taken: it did not run
 
 
-def make_storage(url: str | None, out: Path | None) -> Any:
-    """An Optuna storage: a SQLAlchemy URL, a journal file (*.log, *.jsonl), or SQLite in ``out``."""
-    import optuna
-    from sqlalchemy.exc import SQLAlchemyError  # Optuna's RDB storage is built on it
+# Heartbeats: a worker's trial whose heartbeat is older than the grace period is failed by
+# the others and re-run once. Optuna's default check runs only as a worker starts a trial;
+# tunekit's workers also check while they wait (local.py), so a death costs about the grace.
+GRACE_PERIOD = 60
+GRPC_WAIT = 30.0  # seconds a worker waits for `tunekit serve` to answer
+# SQLAlchemy URL schemes and the package each needs (the `postgres` extra installs psycopg).
+DRIVERS = {"postgresql": ("psycopg", "tunekit[postgres]"), "postgres": ("psycopg", "tunekit[postgres]"),
+           "mysql": ("pymysql", "pymysql")}
 
+
+def make_storage(url: str | None, out: Path | None, grace_period: Optional[int] = None,
+                 on_stale: Any = None) -> Any:
+    """An Optuna storage: a SQLAlchemy URL, a journal file (*.log, *.jsonl), or SQLite in ``out``.
+
+    ``grace_period``: seconds without a heartbeat after which another worker fails a trial;
+    ``on_stale(study, trial)``: what then (by default, tunekit's: the reason noted, one re-run)."""
     if url is None:
         if out is None:
             return None
         url = f"sqlite:///{(out / 'study.db').resolve()}"
     if "://" not in url:
-        if not url.endswith((".log", ".jsonl", ".journal")):
-            raise UsageError(f"storage {url!r} is neither a URL (sqlite:///study.db, postgresql://...) nor a journal file (*.log)")
-        from optuna.storages.journal import JournalFileBackend
+        return _journal(url)
+    if url.startswith("grpc://"):
+        return _grpc(url)
+    grace = GRACE_PERIOD if grace_period is None else grace_period
+    if isinstance(grace, bool) or not isinstance(grace, int) or grace < 2:
+        raise UsageError(f"grace_period must be a whole number of seconds >= 2, got {grace!r}: pass e.g. grace_period=60")
+    if on_stale is None:
+        from .shared import on_stale_trial as on_stale
+    return _rdb(_with_driver(url), grace, on_stale)
 
-        if not Path(url).resolve().parent.is_dir():
-            raise UsageError(f"storage {url!r}: the folder {str(Path(url).parent)!r} does not exist: create it or give another path")
-        try:
-            return optuna.storages.JournalStorage(JournalFileBackend(url))
-        except OSError as exc:
-            raise UsageError(f"storage {url!r} cannot be opened ({exc.strerror}): give a writable path") from None
+
+def _journal(url: str) -> Any:
+    import optuna
+    from optuna.storages.journal import JournalFileBackend
+
+    if not url.endswith((".log", ".jsonl", ".journal")):
+        raise UsageError(f"storage {url!r} is neither a URL (sqlite:///study.db, postgresql://...) nor a journal file (*.log)")
+    if not Path(url).resolve().parent.is_dir():
+        raise UsageError(f"storage {url!r}: the folder {str(Path(url).parent)!r} does not exist: create it or give another path")
     try:
-        with warnings.catch_warnings():  # heartbeats are "experimental" in Optuna's words
-            warnings.simplefilter("ignore")
-            # Heartbeats let the other workers of a shared study re-run a trial whose process died.
-            return optuna.storages.RDBStorage(
-                url, heartbeat_interval=10, grace_period=60,
-                heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1))
-    except (ImportError, ValueError) as exc:
-        raise UsageError(f"storage {url!r} cannot be opened: {exc}") from None
-    except SQLAlchemyError as exc:  # a URL it cannot reach, a database it cannot read
-        raise UsageError(f"storage {url!r} cannot be opened: {type(exc).__name__}: {str(exc).splitlines()[0]}") from None
+        return optuna.storages.JournalStorage(JournalFileBackend(url))
+    except OSError as exc:
+        raise UsageError(f"storage {url!r} cannot be opened ({exc.strerror}): give a writable path") from None
+
+
+def _grpc(url: str) -> Any:
+    """A worker's storage through `tunekit serve` (Optuna's gRPC proxy). It keeps no heartbeats:
+    a stopped worker is found by its process (same machine) or by `tunekit study reap --worker`."""
+    import optuna
+
+    host, _, port = url[len("grpc://"):].rstrip("/").rpartition(":")
+    if not host or not port.isdigit():
+        raise UsageError(f"storage {url!r} is not grpc://HOST:PORT: write e.g. grpc://127.0.0.1:13000")
+    try:
+        import grpc  # noqa: F401 - Optuna's proxy client needs it
+    except ImportError:
+        raise UsageError(f"storage {url!r} needs grpcio: pip install 'tunekit[serve]'") from None
+    with warnings.catch_warnings():  # "experimental" in Optuna's words
+        warnings.simplefilter("ignore")
+        proxy = optuna.storages.GrpcStorageProxy(host=host, port=int(port))
+    try:
+        proxy.wait_server_ready(timeout=GRPC_WAIT)  # a server started just before its workers
+    except Exception:  # grpc.FutureTimeoutError: nothing answers there
+        raise UsageError(f"no tunekit serve answers at {url} after {GRPC_WAIT:.0f}s: start it there, or give its "
+                         "HOST:PORT") from None
+    return proxy
+
+
+def _with_driver(url: str) -> str:
+    """``postgresql://`` with the driver that is installed: SQLAlchemy's default for it is psycopg2,
+    but the ``postgres`` extra installs psycopg (3); a missing driver is one line naming the package."""
+    import importlib.util
+
+    scheme, rest = url.split("://", 1)
+    if "+" in scheme or scheme not in DRIVERS:
+        return url
+    if scheme.startswith("postgres"):
+        if importlib.util.find_spec("psycopg2") is not None:
+            return url
+        scheme = "postgresql+psycopg"
+    module, package = DRIVERS[url.split("://", 1)[0]]
+    if importlib.util.find_spec(module) is None:
+        raise UsageError(f"storage {_safe(url)!r} needs the database driver {module!r}: pip install '{package}'")
+    return f"{scheme}://{rest}"
+
+
+def _safe(url: str) -> str:
+    """The URL without its password, for messages and reports."""
+    import re
+
+    return re.sub(r"(://[^:/@]*):[^@/]*@", r"\1:***@", url)
+
+
+def _rdb(url: str, grace: int, on_stale: Any) -> Any:
+    import time
+
+    import optuna
+    from sqlalchemy.exc import IntegrityError, ProgrammingError, SQLAlchemyError  # Optuna's RDB storage is built on it
+
+    for attempt in range(6):
+        try:
+            with warnings.catch_warnings():  # heartbeats are "experimental" in Optuna's words
+                warnings.simplefilter("ignore")
+                return optuna.storages.RDBStorage(url, heartbeat_interval=max(1, min(10, grace // 4)), grace_period=grace,
+                                                  heartbeat_stale_trial_callback=on_stale)
+        except (IntegrityError, ProgrammingError):
+            # Workers that start together on a fresh database race to create its tables (PostgreSQL:
+            # pg_type_typname_nsp_index); the loser finds them there when it tries again.
+            if attempt == 5:
+                raise
+            time.sleep(0.2 * (attempt + 1))
+        except ImportError as exc:
+            module = getattr(exc.__cause__, "name", None) or "the database driver"
+            raise UsageError(f"storage {_safe(url)!r} needs {module}: pip install it (for PostgreSQL: pip install "
+                             "'tunekit[postgres]')") from None
+        except ValueError as exc:
+            raise UsageError(f"storage {_safe(url)!r} cannot be opened: {exc}") from None
+        except SQLAlchemyError as exc:  # a URL it cannot reach, a database it cannot read
+            raise UsageError(f"storage {_safe(url)!r} cannot be opened: {type(exc).__name__}: {str(exc).splitlines()[0]}") from None
+    raise AssertionError("unreachable")
 
 
 def study_exists(store: Any, name: str) -> bool:
@@ -93,7 +187,8 @@ def check_resume(stored: dict[str, Any], plan: dict[str, Any], where: str) -> No
     for key in ("budget_samples", "seed", "evals", "ref_batch", "lr_rule", "fixed"):
         if key in stored and stored[key] != plan.get(key):
             raise UsageError(f"study {where} was run with {key} = {stored[key]!r}, this run asks for {plan.get(key)!r}: "
-                             f"resume with the same settings, or start a new study (another --out or --study)")
+                             f"use the same settings (a worker: drop the flag, to take the study's), or start a new study "
+                             "(another --out or --study)")
 
 
 def mark_interrupted(study: Any) -> None:
@@ -114,7 +209,7 @@ def note_interrupted(study: Any, numbers: list[int]) -> None:
     study.set_user_attr(INTERRUPTED_KEY, sorted(done | set(numbers)))
 
 
-def resume(study: Any, shared: bool) -> None:
+def resume(study: Any, shared: bool, store: Any = None) -> None:
     """Trials that died with their process fail, and the interrupted ones are queued again.
 
     On our own storage (one process) a RUNNING trial died with the process; on a
@@ -123,7 +218,9 @@ def resume(study: Any, shared: bool) -> None:
     import optuna
 
     if shared:
-        optuna.storages.fail_stale_trials(study)
+        from .shared import reap_study
+
+        reap_study(study, store)
     else:
         mark_interrupted(study)
     requeue_interrupted(study)
@@ -164,24 +261,38 @@ def _interrupted(study: Any) -> set[int]:
     return numbers | {t.number for t in study.get_trials(deepcopy=False) if t.user_attrs.get("error") == INTERRUPTED}
 
 
+def stopped(study: Any) -> dict[int, str]:
+    """Trials whose worker stopped (heartbeat stale, or reaped): number -> the reason.
+
+    One study attribute per trial: two workers reaping at once never overwrite each other's."""
+    return {int(k[len(STOPPED_PREFIX):]): str(v) for k, v in study.user_attrs.items() if k.startswith(STOPPED_PREFIX) and v}
+
+
+def excluded(study: Any) -> set[int]:
+    """Trials that do not count toward the requested total: interrupted, stopped (re-run
+    once, the re-run counts) and surplus ones (they never ran)."""
+    out = _interrupted(study) | set(stopped(study))
+    return out | {t.number for t in study.get_trials(deepcopy=False) if t.user_attrs.get(SURPLUS)}
+
+
 def finished_count(study: Any) -> int:
-    """Finished trials that count toward the requested total (interrupted ones do not)."""
+    """Finished trials that count toward the requested total (interrupted, stopped and surplus ones do not)."""
     import optuna
 
     S = optuna.trial.TrialState
-    skip = _interrupted(study)
+    skip = excluded(study)
     return sum(1 for t in study.get_trials(deepcopy=False, states=(S.COMPLETE, S.PRUNED, S.FAIL)) if t.number not in skip)
 
 
 def trial_dicts(study: Any) -> list[dict[str, Any]]:
     """Every trial that ran (or runs), as search.json holds it."""
-    skip = _interrupted(study)
+    skip, reasons = _interrupted(study), stopped(study)
     out = []
     import optuna
 
     for t in study.get_trials(deepcopy=False):
-        if t.state == optuna.trial.TrialState.WAITING:
-            continue  # enqueued, never run
+        if t.state == optuna.trial.TrialState.WAITING or t.user_attrs.get(SURPLUS):
+            continue  # enqueued, never run; or found the study's slots taken, and did not run
         ua = t.user_attrs
         d: dict[str, Any] = {
             "number": t.number, "state": t.state.name, "value": t.value, "params": dict(t.params),
@@ -190,9 +301,13 @@ def trial_dicts(study: Any) -> list[dict[str, Any]]:
             "updates": ua.get("updates"), "micro_batch": ua.get("micro_batch"),
             "accumulation_steps": ua.get("accumulation_steps"), "effective_batch": ua.get("effective_batch"),
             "seconds": ua.get("seconds"), "diverged": bool(ua.get("diverged", False)),
-            "error": INTERRUPTED if t.number in skip else ua.get("error"),
+            "error": INTERRUPTED if t.number in skip else reasons.get(t.number, ua.get("error")),
             "finished": t.datetime_complete.timestamp() if t.datetime_complete else None,
         }
+        if t.number in reasons:
+            d["stopped"] = True  # its worker stopped: it does not count, and was re-run once
+        if RETRY_OF in ua:
+            d["retry_of"] = ua[RETRY_OF]
         for extra in ("worker", "attempts"):
             if extra in ua:
                 d[extra] = ua[extra]
@@ -208,7 +323,13 @@ def stored_plan(store: Any, name: str) -> tuple[dict[str, Any], dict[str, str]]:
 
 
 def keep_plan(study: Any, plan: dict[str, Any], dists: dict[str, Any]) -> None:
+    """The plan and the distributions, once; and the value's name, for dashboards."""
     import optuna
+
+    if not study.metric_names:
+        with warnings.catch_warnings():  # "experimental" in Optuna's words
+            warnings.simplefilter("ignore")
+            study.set_metric_names(["validation loss"])
 
     if PLAN_KEY not in study.user_attrs:
         study.set_user_attr(PLAN_KEY, plan)

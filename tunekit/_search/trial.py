@@ -40,6 +40,8 @@ class Outcome:
     diverged: bool = False
     worker: Optional[dict[str, Any]] = None
     initial_loss: Optional[float] = None  # the first update's training loss: where the trial started
+    final_step: Optional[int] = None  # where the final value is reported (in samples), as the last intermediate value
+    reason: Optional[str] = None  # why a PRUNED trial stopped (a FAIL's reason is its error)
 
     def attrs(self) -> dict[str, Any]:
         out: dict[str, Any] = {"curve": self.curve, "samples": self.samples, "updates": self.updates,
@@ -48,6 +50,8 @@ class Outcome:
             out["initial_loss"] = self.initial_loss
         if self.error:
             out["error"] = self.error
+        if self.reason or self.error:  # one attribute a dashboard shows for pruned and failed trials alike
+            out["reason"] = self.reason or self.error
         if self.diverged:
             out["diverged"] = True
         if self.worker:
@@ -86,14 +90,14 @@ def run_config(task: Any, cfg: TrialConfig, report: Callable[[int, dict[str, flo
     return train(run_task, cfg.train, callback=report)
 
 
-def outcome_of(result: Any, curve: list[list[float]], seconds: float) -> Outcome:
+def outcome_of(result: Any, curve: list[list[float]], seconds: float, final_step: Optional[int] = None) -> Outcome:
     """The outcome of a training run that went to its end (or diverged)."""
     if result.diverged:
         return Outcome("FAIL", curve=curve, samples=int(result.samples), updates=int(result.updates),
                        seconds=seconds, error=f"diverged at update {result.diverged_at}", diverged=True)
     first = float(result.losses[0]) if result.losses else None
     return Outcome("COMPLETE", float(result.final_loss), curve, int(result.samples), int(result.updates), seconds,
-                   initial_loss=first)
+                   initial_loss=first, final_step=final_step)
 
 
 def run_trial(task: Any, trial: Any, cfg: TrialConfig, *, prune: bool, cache: Optional[dict[str, Any]] = None) -> Outcome:
@@ -120,24 +124,40 @@ def run_trial(task: Any, trial: Any, cfg: TrialConfig, *, prune: bool, cache: Op
 
     try:
         result = run_config(task, cfg, report, cache)
-    except optuna.TrialPruned:
+    except optuna.TrialPruned as exc:
         seen = int(curve[-1][0]) if curve else 0
         return Outcome("PRUNED", curve=curve, samples=seen, updates=seen // cfg.effective_batch,
-                       seconds=time.perf_counter() - t0)
+                       seconds=time.perf_counter() - t0, reason=str(exc))
     except Exception as exc:  # the user's task or model raised: the trial fails, the search goes on
         seen = int(curve[-1][0]) if curve else 0
         return Outcome("FAIL", curve=curve, samples=seen, updates=seen // cfg.effective_batch,
                        seconds=time.perf_counter() - t0, error=f"{type(exc).__name__}: {exc}")
-    return outcome_of(result, curve, time.perf_counter() - t0)
+    return outcome_of(result, curve, time.perf_counter() - t0, final_step(cfg))
+
+
+def final_step(cfg: TrialConfig) -> int:
+    """Where the final value is reported: after the last evaluation's step, even when the run's
+    last update falls in the same reporting interval as that evaluation."""
+    steps, every = int(cfg.train["max_steps"]), int(cfg.train.get("eval_every") or 1)
+    last_eval = ((steps - 1) // every) * every  # the last evaluation before the final one
+    return max(cfg.reported(steps), cfg.reported(last_eval) + 1) if last_eval > 0 else cfg.reported(steps)
 
 
 class TrialFailed(Exception):
     """A trial that diverged or raised: Optuna records it as FAIL; its error is in its attributes."""
 
 
+FINAL_STEP = "tunekit_final_step"  # the step of the final value among the intermediate ones (rungs.py skips it)
+
+
 def _write(trial: Any, outcome: Outcome) -> None:
     for key, value in outcome.attrs().items():
         trial.set_user_attr(key, value)
+    if outcome.state == "COMPLETE" and outcome.final_step is not None and outcome.value is not None:
+        # The final value as the last intermediate value: a learning curve (optuna-dashboard's
+        # included) ends where the trial did, not one evaluation early.
+        trial.set_user_attr(FINAL_STEP, int(outcome.final_step))
+        trial.report(float(outcome.value), int(outcome.final_step))
 
 
 def record(study: Any, trial: Any, outcome: Outcome) -> None:
@@ -157,7 +177,7 @@ def conclude(trial: Any, outcome: Outcome) -> float:
 
     _write(trial, outcome)
     if outcome.state == "PRUNED":
-        raise optuna.TrialPruned(outcome.error or "pruned")
+        raise optuna.TrialPruned(outcome.reason or "pruned")
     if outcome.state == "FAIL":
         raise TrialFailed(outcome.error or "failed")
     return float(outcome.value)  # type: ignore[arg-type]

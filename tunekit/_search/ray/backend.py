@@ -27,7 +27,7 @@ from typing import Any, Optional
 from ...errors import UsageError
 from ..plan import TrialConfig
 from ..study import note_interrupted
-from ..trial import Outcome, outcome_of, record, run_config, start_attrs
+from ..trial import Outcome, final_step, outcome_of, record, run_config, start_attrs
 
 __all__ = ["run_ray", "check_packing", "fits"]
 
@@ -107,11 +107,12 @@ def trainable(config: dict[str, Any], task: Any = None) -> None:
         # send the text as a last report, then fail (Ray retries up to --max-failures).
         _report({ERROR_KEY: f"{type(exc).__name__}: {exc}"[:2000], "curve": curve, "worker": worker})
         raise
-    outcome = outcome_of(result, curve, time.perf_counter() - t0)
+    outcome = outcome_of(result, curve, time.perf_counter() - t0, final_step(cfg))
     worker["finished"] = time.time()
     tune.report({DONE_KEY: outcome.state, "value": outcome.value, "samples": outcome.samples,
                  "updates": outcome.updates, "seconds": outcome.seconds, "error": outcome.error,
-                 "diverged": outcome.diverged, "curve": curve, "worker": worker, "initial_loss": outcome.initial_loss})
+                 "diverged": outcome.diverged, "curve": curve, "worker": worker, "initial_loss": outcome.initial_loss,
+                 "final_step": outcome.final_step})
 
 
 def _finite(loss: float) -> float:
@@ -184,6 +185,13 @@ def _recorder(study: Any, book: dict[int, Any], on_end: Callable[[str], None]) -
             if ot is not None:
                 self._end(ot, _outcome(trial.last_result or {}))
 
+        def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+            # A trial Tune runs again (its node died, or it raised, within --max-failures): the same
+            # Optuna trial, recorded once when it ends; its attempts are noted meanwhile.
+            ot = book.get(trial.config.get("number"))
+            if ot is not None:
+                ot.set_user_attr("attempts", int(getattr(trial, "num_failures", 1) or 1) + 1)
+
         def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
             ot = book.pop(trial.config.get("number"), None)
             if ot is None:
@@ -207,10 +215,12 @@ def _outcome(last: dict[str, Any]) -> Outcome:
     curve = [list(p) for p in last.get("curve") or []]
     seen = int(last.get("seen") or last.get("samples") or (curve[-1][0] if curve else 0))
     state = last.get(DONE_KEY) or "PRUNED"
+    reason = (f"pruned at {int(last['samples'])} samples with validation loss {float(last['loss']):.4f}"
+              if state == "PRUNED" and "samples" in last and "loss" in last else None)
     return Outcome(state, last.get("value"), curve, seen, int(last.get("updates") or 0),
                    float(last.get("seconds") or last.get("time_total_s") or 0.0),
                    last.get("error") or last.get(ERROR_KEY), bool(last.get("diverged")), last.get("worker"),
-                   last.get("initial_loss"))
+                   last.get("initial_loss"), last.get("final_step"), reason)
 
 
 def _error_text(trial: Any) -> str:

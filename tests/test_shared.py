@@ -1,0 +1,375 @@
+"""Shared studies: several workers on one study, on a real PostgreSQL (pgserver) and on a journal file.
+
+The multi-process tests are slow (each worker imports torch); the in-process ones take seconds."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+
+from tunekit import UsageError, search
+from tunekit._search import create_study, join_study, reap_study, study_result
+from tunekit._search.shared import claim, mark_surplus
+from tunekit._search.study import excluded, finished_count, make_storage
+
+from .tasks import ROOT, SMALL, run_cli, write_space
+
+FAST = ["--task", "tests.tasks:regression_task", "--max-steps", "20", "--no-prune", "--device", "cpu", "--quiet"]
+SLOW = ["--task", "tests.tasks:slow_regression_task", "--max-steps", "40", "--no-prune", "--device", "cpu", "--quiet"]
+
+
+def _start(args: list[str], cwd: Path) -> subprocess.Popen[str]:
+    env = dict(os.environ, OMP_NUM_THREADS="1", MPLBACKEND="Agg", PYTHONPATH=str(ROOT))
+    return subprocess.Popen([sys.executable, "-m", "tunekit", *args], cwd=cwd, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+
+
+def _trials(url: str, name: str) -> list[Any]:
+    return list(optuna.load_study(study_name=name, storage=make_storage(url, None)).trials)
+
+
+def _usable(url: str, name: str) -> list[Any]:
+    study = optuna.load_study(study_name=name, storage=make_storage(url, None))
+    skip = excluded(study)
+    return [t for t in study.trials if t.state.is_finished() and t.number not in skip]
+
+
+def _check_exact(url: str, name: str, n: int) -> list[Any]:
+    """Exactly ``n`` usable trials, no config twice, the seed trial once, none left running, each with its worker."""
+    usable = _usable(url, name)
+    assert len(usable) == n, [(t.number, t.state.name, t.user_attrs.get("error")) for t in _trials(url, name)]
+    configs = [json.dumps(t.params, sort_keys=True) for t in usable]
+    assert len(set(configs)) == n, configs
+    assert not [t for t in _trials(url, name) if t.state.name == "RUNNING"]
+    assert all({"host", "pid"} <= set(t.user_attrs["worker"]) for t in usable)
+    seed = optuna.load_study(study_name=name, storage=make_storage(url, None)).user_attrs["tunekit_spec"]["seed_params"]
+    assert sum(t.params == seed for t in usable) == 1
+    return usable
+
+
+def _wait_mid_trial(url: str, name: str, pid: int, timeout: float = 120) -> None:
+    """Until worker ``pid`` runs a trial that has its params (it is training)."""
+    deadline = time.time() + timeout
+    while not any(t.state.name == "RUNNING" and t.params and t.user_attrs.get("worker", {}).get("pid") == pid
+                  for t in _trials(url, name)):
+        assert time.time() < deadline, "the worker never started a trial"
+        time.sleep(0.2)
+
+
+@pytest.mark.slow  # three processes
+def test_three_workers_started_together_on_a_fresh_database_finish_exactly_n(tmp_path: Path, postgres: Any) -> None:
+    url, space = postgres(), write_space(tmp_path, SMALL)
+    args = ["search", "--space", str(space), "--trials", "7", "--storage", url, "--study", "s", *FAST]
+    procs = [_start([*args, "--out", str(tmp_path / f"w{i}")], tmp_path) for i in range(3)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], [e[-1500:] for _, e in outs]
+    usable = _check_exact(url, "s", 7)
+    per_worker = {t.user_attrs["worker"]["pid"] for t in usable}
+    assert len(per_worker) >= 2  # the work was shared
+    # Every worker agrees on each batch's split and ran no probe of its own: one spec, one plan.
+    study = optuna.load_study(study_name="s", storage=make_storage(url, None))
+    assert sum(k.startswith("tunekit_worker:") for k in study.user_attrs) == 3
+    assert len({w["seed"] for k, w in study.user_attrs.items() if k.startswith("tunekit_worker:")}) == 3
+
+
+@pytest.mark.slow  # three processes, one killed
+def test_a_killed_worker_costs_one_trial_and_its_trial_is_rerun_once(tmp_path: Path, postgres: Any) -> None:
+    url, space = postgres(), write_space(tmp_path, SMALL)
+    created = run_cli("study", "create", "--space", str(space), "--trials", "6", "--storage", url, "--study", "k",
+                      "--out", str(tmp_path / "c"), *SLOW)
+    assert created.returncode == 0, created.stderr[-2000:]
+    work = ["worker", "--storage", url, "--study", "k", "--grace-period", "4", "--quiet"]
+    procs = [_start(work, tmp_path) for _ in range(3)]
+    victim = procs[0]
+    _wait_mid_trial(url, "k", victim.pid)
+    os.killpg(victim.pid, signal.SIGKILL)
+    victim.wait()
+    killed_at = time.time()
+    for p in procs[1:]:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err[-2000:]
+    usable = _check_exact(url, "k", 6)
+    dead = [t for t in _trials(url, "k") if t.user_attrs.get("worker", {}).get("pid") == victim.pid and t.state.name == "FAIL"]
+    assert len(dead) == 1
+    result = study_result(url, "k")
+    row = next(t for t in result.trials if t["number"] == dead[0].number)
+    assert row["error"] == f"worker {dead[0].user_attrs['worker']['host']}:{victim.pid} stopped" and row["stopped"]
+    again = [t for t in usable if t.params == dead[0].params]
+    assert len(again) == 1 and again[0].user_attrs["tunekit_retry_of"] == dead[0].number
+    assert again[0].datetime_start.timestamp() - killed_at < 30  # about the grace period, not a new start
+
+
+@pytest.mark.slow  # two processes on a journal file, one killed; reaped by the survivor (no heartbeats there)
+def test_journal_workers_recover_a_killed_worker(tmp_path: Path) -> None:
+    space, journal = write_space(tmp_path, SMALL), str(tmp_path / "study.log")
+    created = run_cli("study", "create", "--space", str(space), "--trials", "5", "--storage", journal, "--study", "j",
+                      "--out", str(tmp_path / "c"), *SLOW)
+    assert created.returncode == 0, created.stderr[-2000:]
+    procs = [_start(["worker", "--storage", journal, "--study", "j", "--quiet"], tmp_path) for _ in range(2)]
+    victim = procs[0]
+    _wait_mid_trial(journal, "j", victim.pid)
+    os.killpg(victim.pid, signal.SIGKILL)
+    victim.wait()
+    _, err = procs[1].communicate(timeout=300)
+    assert procs[1].returncode == 0, err[-2000:]
+    _check_exact(journal, "j", 5)
+    report = run_cli("report", "--storage", journal, "--study", "j", "--out", str(tmp_path / "r"))
+    assert report.returncode == 0, report.stderr[-2000:]
+    rows = json.loads((tmp_path / "r" / "search.json").read_text())["trials"]
+    assert sum(r.get("stopped", False) for r in rows) == 1 and sum(not r.get("stopped") for r in rows) == 5
+
+
+def test_a_joining_worker_with_another_budget_or_seed_is_refused(tmp_path: Path, postgres: Any) -> None:
+    url, space = postgres(), write_space(tmp_path, SMALL)
+    create_study("tests.tasks:regression_task", str(space), storage=url, study_name="m", trials=3, max_steps=10,
+                 device="cpu", prune=False)
+    for given, needle in ((dict(max_steps=20), "run with budget_samples = 160, this run asks for 320"),
+                          (dict(seed=1), "run with seed = 0, this run asks for 1"),
+                          (dict(trials=4), "created with trials = 3, this worker has 4: drop --trials")):
+        with pytest.raises(UsageError, match=needle) as exc:
+            join_study(url, "m", device="cpu", **given)
+        assert "\n" not in str(exc.value)
+    assert _trials(url, "m")[0].state.name == "WAITING"  # refused before any trial ran: the seed trial waits
+    with pytest.raises(UsageError, match="there is no study 'nope'"):
+        join_study(url, "nope")
+    r = run_cli("worker", "--storage", url, "--study", "m", "--max-steps", "20", "--quiet")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "budget_samples" in r.stderr
+
+
+def test_schema_creation_is_safe_when_workers_start_together(postgres: Any) -> None:
+    url, errors = postgres(), []
+
+    def open_it() -> None:
+        try:
+            make_storage(url, None)
+        except Exception as exc:  # noqa: BLE001 - the test reports any
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_it) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+def test_a_missing_driver_is_one_line_naming_the_package() -> None:
+    with pytest.raises(UsageError, match=r"needs the database driver 'pymysql': pip install 'pymysql'"):
+        make_storage("mysql://u:secret@db/tk", None)
+    with pytest.raises(UsageError) as exc:
+        make_storage("mysql+mysqldb://u:secret@db/tk", None)
+    assert "MySQLdb" in str(exc.value) and "secret" not in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_the_claim_rule_gives_exactly_the_target() -> None:
+    """Trials racing for the last slots: the lowest-numbered run, the rest are surplus; waiting trials hold slots."""
+    study = optuna.create_study()
+    d = {"x": optuna.distributions.FloatDistribution(0, 1)}
+    for _ in range(2):
+        study.tell(study.ask(d), 1.0)
+    racing = [study.ask(d) for _ in range(3)]  # three workers asked at once, one slot left of 3
+    assert [claim(study, t.number, 3) for t in racing] == [True, False, False]
+    for t in racing[1:]:  # as a worker does with a surplus trial: noted, failed, not counted
+        mark_surplus(t, 3)
+        study.tell(t, state=optuna.trial.TrialState.FAIL)
+    study.enqueue_trial({"x": 0.5})  # a re-run waiting: it holds a slot, ahead of trials asked after it
+    later = study.ask(d)
+    assert later.params == {"x": 0.5} and claim(study, later.number, 4) and not claim(study, study.ask(d).number, 4)
+
+
+def test_reap_fails_a_dead_workers_trial_with_its_reason_and_queues_one_rerun(tmp_path: Path) -> None:
+    journal = str(tmp_path / "j.log")
+    study = optuna.create_study(study_name="r", storage=make_storage(journal, None))
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a pid of this machine that is no longer alive
+    t = study.ask({"x": optuna.distributions.FloatDistribution(0, 1)})
+    t.set_user_attr("worker", {"host": os.uname().nodename, "pid": gone.pid})
+    live = study.ask({"x": optuna.distributions.FloatDistribution(0, 1)})
+    live.set_user_attr("worker", {"host": os.uname().nodename, "pid": os.getpid()})
+    assert reap_study(journal, "r") == [t.number]
+    study = optuna.load_study(study_name="r", storage=make_storage(journal, None))
+    states = {x.number: x.state.name for x in study.trials}
+    assert states[t.number] == "FAIL" and states[live.number] == "RUNNING"
+    assert study.trials[t.number].user_attrs["reason"] == f"worker {os.uname().nodename}:{gone.pid} stopped"
+    assert study.user_attrs[f"tunekit_stopped:{t.number}"] == f"worker {os.uname().nodename}:{gone.pid} stopped"
+    rerun = [x for x in study.trials if x.state.name == "WAITING"]
+    assert len(rerun) == 1 and rerun[0].user_attrs["tunekit_enqueued"] == t.params and rerun[0].user_attrs["tunekit_retry_of"] == t.number
+    assert t.number in excluded(study) and finished_count(study) == 0
+    assert reap_study(journal, "r") == []  # once
+    with pytest.raises(UsageError, match="is not HOST:PID"):
+        reap_study(journal, "r", workers=["nohost"])
+
+
+def test_a_shared_search_in_process_reports_the_study_and_the_dashboard_fields(tmp_path: Path) -> None:
+    """One worker on a journal file: the study reports itself; the final value is the last intermediate value;
+    the metric is named; each trial carries its worker."""
+    journal, space = str(tmp_path / "s.log"), write_space(tmp_path, SMALL)
+    r = search("tests.tasks:regression_task", str(space), trials=3, max_steps=10, device="cpu", storage=journal,
+               study_name="d", prune=False)
+    study = optuna.load_study(study_name="d", storage=make_storage(journal, None))
+    assert study.metric_names == ["validation loss"]
+    for t in study.trials:
+        assert t.state.name == "COMPLETE" and t.intermediate_values[max(t.intermediate_values)] == t.value
+        assert t.user_attrs["worker"]["pid"] == os.getpid()
+    back = study_result(journal, "d")
+    assert [t["value"] for t in back.trials] == [t["value"] for t in r.trials] and back.best_value == r.best_value
+    assert back.seed_params == r.seed_params and back.plan == r.plan
+
+
+def test_pruned_and_failed_trials_carry_their_reasons(tmp_path: Path) -> None:
+    from .tasks import DIVERGING, classification_task
+
+    space = write_space(tmp_path, SMALL.replace("1e-3", "1e-5").replace("high = 1e-1", "high = 1.0"))
+    search(classification_task(), str(space), trials=10, max_steps=40, device="cpu", seed=1, out=tmp_path / "o")
+    diverging = write_space(tmp_path, DIVERGING, "diverging.toml")
+    search("tests.tasks:regression_task", str(diverging), trials=3, max_steps=10, device="cpu", seed=0,
+           seed_trial=False, prune=False, sampler="random", out=tmp_path / "d")
+    trials = [t for d in ("o", "d") for s in optuna.get_all_study_names(f"sqlite:///{tmp_path / d / 'study.db'}")
+              for t in optuna.load_study(study_name=s, storage=f"sqlite:///{tmp_path / d / 'study.db'}").trials]
+    pruned = [t for t in trials if t.state.name == "PRUNED"]
+    failed = [t for t in trials if t.state.name == "FAIL"]
+    assert pruned and all(t.user_attrs["reason"].startswith("pruned at ") for t in pruned)
+    assert failed and all(t.user_attrs["reason"].startswith("diverged at update") for t in failed)
+
+
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed to be used with Study.optimize")
+def test_a_stale_heartbeat_fails_the_trial_with_its_workers_name_and_queues_one_rerun(postgres: Any) -> None:
+    """A worker elsewhere whose heartbeat stopped (no process here to look at): found by the grace period."""
+    url = postgres()
+    store = make_storage(url, None, grace_period=2)
+    study = optuna.create_study(study_name="h", storage=store)
+    t = study.ask({"x": optuna.distributions.FloatDistribution(0, 1)})
+    t.set_user_attr("worker", {"host": "elsewhere", "pid": 1})
+    store.record_heartbeat(store.get_trial_id_from_study_id_trial_number(store.get_study_id_from_name("h"), t.number))
+    assert reap_study(url, "h", grace_period=2) == []  # within the grace period: alive
+    time.sleep(3)
+    assert reap_study(url, "h", grace_period=2) == [t.number]
+    study = optuna.load_study(study_name="h", storage=store)
+    assert study.user_attrs[f"tunekit_stopped:{t.number}"] == "worker elsewhere:1 stopped"
+    assert [x.user_attrs["tunekit_retry_of"] for x in study.trials if x.state.name == "WAITING"] == [t.number]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_line(proc: subprocess.Popen[str], needle: str, timeout: float = 60) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        line = proc.stdout.readline() if proc.stdout else ""
+        if needle in line:
+            return
+        if proc.poll() is not None:
+            raise AssertionError(proc.stderr.read() if proc.stderr else "exited")
+    raise AssertionError(f"no {needle!r} within {timeout}s")
+
+
+@pytest.mark.slow  # a server process
+def test_serve_proxies_a_database_to_workers_over_grpc(tmp_path: Path) -> None:
+    pytest.importorskip("grpc", reason="tunekit serve needs grpcio (the serve extra)")
+    db, port = f"sqlite:///{tmp_path / 'served.db'}", _free_port()
+    server = _start(["serve", "--storage", db, "--port", str(port)], tmp_path)
+    try:
+        _wait_line(server, "workers use --storage grpc://127.0.0.1:")
+        space = write_space(tmp_path, SMALL)
+        r = search("tests.tasks:regression_task", str(space), trials=3, max_steps=10, device="cpu", prune=False,
+                   storage=f"grpc://127.0.0.1:{port}", study_name="g")
+        assert len(r.trials) == 3
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
+    assert [t.state.name for t in _trials(db, "g")] == ["COMPLETE"] * 3  # in the database behind the server
+
+
+@pytest.mark.slow  # a dashboard process, over HTTP
+def test_the_dashboard_shows_the_study_with_its_metric_name_and_reasons(tmp_path: Path) -> None:
+    pytest.importorskip("optuna_dashboard", reason="tunekit dashboard needs optuna-dashboard (the dashboard extra)")
+    import urllib.request
+
+    from .tasks import DIVERGING
+
+    space = write_space(tmp_path, DIVERGING)
+    search("tests.tasks:regression_task", str(space), trials=3, max_steps=10, device="cpu", seed=0, seed_trial=False,
+           prune=False, sampler="random", out=tmp_path / "o")
+    port = _free_port()
+    dash = _start(["dashboard", str(tmp_path / "o"), "--port", str(port)], tmp_path)
+    try:
+        _wait_line(dash, "optuna-dashboard on http://127.0.0.1:")
+        deadline, studies = time.time() + 30, None
+        while studies is None:
+            try:
+                studies = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/api/studies", timeout=5).read())
+            except OSError:
+                assert time.time() < deadline, "the dashboard never answered"
+                time.sleep(0.5)
+        sid = studies["study_summaries"][0]["study_id"]
+        body = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/api/studies/{sid}", timeout=5).read())
+    finally:
+        os.killpg(dash.pid, signal.SIGTERM)
+        dash.wait(timeout=30)
+    assert body["objective_names"] == ["validation loss"]  # what the dashboard calls the metric names
+    failed = [t for t in body["trials"] if t["state"] == "Fail"]
+    assert failed and all(any(a["key"] == "reason" and "diverged at update" in a["value"] for a in t["user_attrs"])
+                          for t in failed)
+
+
+def test_the_creator_attaches_the_probes_and_the_report_its_plot_as_artifacts(tmp_path: Path) -> None:
+    from optuna.artifacts import get_all_artifact_meta
+
+    from tunekit._search.service import write_study_report
+
+    from .tasks import classification_task  # noqa: F401 - the spec below names it
+
+    journal = str(tmp_path / "a.log")
+    search("tests.tasks:classification_task", "from_scratch", trials=1, max_steps=20, device="cpu", storage=journal,
+           study_name="a", out=tmp_path / "o", artifacts=str(tmp_path / "art"))
+    study = optuna.load_study(study_name="a", storage=make_storage(journal, None))
+    names = sorted(m.filename for m in get_all_artifact_meta(study))
+    assert names == ["lr_find.json", "lr_find.png", "probe.json", "probe.png"]
+    write_study_report(journal, "a", tmp_path / "r")  # the study knows its artifact folder
+    assert "search.png" in {m.filename for m in get_all_artifact_meta(study)}
+
+
+def test_serve_and_dashboard_refuse_what_they_cannot_serve(tmp_path: Path) -> None:
+    from tunekit._search.server import dashboard, serve
+
+    with pytest.raises(UsageError, match="a journal file needs no server"):
+        serve(str(tmp_path / "j.log"))
+    with pytest.raises(UsageError, match="holds no study.db"):
+        dashboard(str(tmp_path))
+    with pytest.raises(UsageError, match=r"is not grpc://HOST:PORT: write e.g. grpc://127.0.0.1:13000"):
+        make_storage("grpc://nohost", None)
+
+
+def test_threads_default_to_the_cores_divided_among_this_machines_live_workers() -> None:
+    from tunekit._search.shared import default_threads, register_worker, worker_seed
+
+    study = optuna.create_study()
+    cores = len(os.sched_getaffinity(0))
+    assert default_threads(study) == cores
+    register_worker(study, "a", 1, None)  # this process
+    study.set_user_attr("tunekit_worker:b", {"host": os.uname().nodename, "pid": os.getppid()})  # another, alive
+    study.set_user_attr("tunekit_worker:c", {"host": "elsewhere", "pid": os.getppid()})  # another machine's
+    assert default_threads(study) == max(1, cores // 2)
+    assert len({worker_seed(0, w) for w in ("h:1", "h:2", "g:1")}) == 3 and worker_seed(0, "h:1") == worker_seed(0, "h:1")
+
+
+def test_a_report_does_not_show_the_databases_password() -> None:
+    from tunekit._search.study import _safe
+
+    assert _safe("postgresql://tk:s3cret@db:5432/tk") == "postgresql://tk:***@db:5432/tk"
+    assert _safe("sqlite:////tmp/a.db") == "sqlite:////tmp/a.db"
