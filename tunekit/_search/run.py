@@ -106,35 +106,23 @@ def search(
     Ray Tune runs the trials (``cpus_per_trial``, ``gpus_per_trial``, ``max_concurrent``,
     ``max_failures``, ``address``, ``storage_path``, ``ray_init``). See the README for each.
 
-    A ``storage`` URL or journal file is shared: the first search creates the study and runs the
-    probes, the others join it (see :mod:`tunekit._search.shared`); ``grace_period`` is the seconds
-    without a heartbeat after which a worker's trial is failed and re-run, ``worker_id`` names this
-    worker (default ``host:pid``), ``threads`` its torch threads (default: the cores divided among
-    the study's workers on this machine), ``join_timeout`` how long to wait for a study's creator.
-    ``run_trials=False`` creates the study (probes, plan, seed trial) and runs none. ``artifacts``: a
-    folder for Optuna's artifact store; the study's creator attaches the probes' JSON and plots there.
+    A ``storage`` is shared: the first search creates the study and runs the probes, the others
+    join it (:mod:`tunekit._search.shared`: ``grace_period``, ``worker_id``, ``threads``,
+    ``join_timeout``, ``artifacts``); ``run_trials=False`` creates the study and runs no trial.
     """
     import optuna
 
     _check_args(backend, trials, reduction_factor, evals, max_failures, max_concurrent, cpus_per_trial,
                 gpus_per_trial, address, storage_path, sampler, rungs, design)
-    budget = _budget_spec(budget, max_steps)
-    parse_budget(budget)  # a bad budget fails before anything else
-    sp = space if isinstance(space, SearchSpace) else load_space(space)
-    sp = _with_task_config(sp, task, task_config)
-    base_task = _base_task(task, sp)
-    from .._train import TrainConfig
-
-    base_cfg = TrainConfig.for_task(base_task, device=device)
-    out_dir = Path(out) if out is not None else None
-    start = time.perf_counter()
-    sampler_seed = seed if sampler_seed is None else sampler_seed
+    start, shared = time.perf_counter(), storage is not None
+    budget, sp, base_task, base_cfg = _inputs(task, space, task_config, budget, max_steps, device)
+    out_dir, sampler_seed = Path(out) if out is not None else None, seed if sampler_seed is None else sampler_seed
 
     # 1. The study's storage, before any probe runs. A shared study is created by one worker,
     #    which runs the probes; the others join: they take its spec and run no probe.
     name = default_name(base_task.name, sp.name, study_name)
     store, existing, old_plan, old_dists = _open(storage, out_dir, name, resume, grace_period)
-    spec = _join(store, name, storage is not None, existing, join_timeout)
+    spec = _join(store, name, shared, existing, join_timeout)
     if spec is not None:
         existing, (old_plan, old_dists) = True, stored_plan(store, name)
         lr_find_result, probe_result = _spec_probes(spec, lr_find_result, probe_result)
@@ -159,10 +147,59 @@ def search(
     if backend == "ray":
         _check_packing(gpus_per_trial, dists, plan, probes.probe)
 
-    # 4. The study, its seed trial and design. Each worker of a shared study samples with its
-    #    own seed (from the study's and its id), and with constant_liar, so none proposes what
-    #    another runs; only the creator enqueues the seed trial and design.
-    shared = storage is not None
+    # 4. The study, its seed trial and design (once, by the creator), this worker's sampler.
+    study, seed_params, threads_before = _worker_study(
+        store, name, spec, mine, existing, resume, sp, dists, plan, probes, bud, base_task, base_cfg, seed,
+        sampler=sampler, sampler_seed=sampler_seed, trials=trials, seed_trial=seed_trial, design=design,
+        backend=backend, shared=shared, worker_id=worker_id, threads=threads, prune=prune,
+        reduction_factor=reduction_factor, evals=evals, rungs=rungs, first_rung=first_rung, artifacts=artifacts,
+        out_dir=out_dir)
+
+    # 5. Run until the study holds `trials` finished trials. Interrupted (Ctrl-C), the
+    #    report of what finished is written all the same, and --resume goes on from it.
+    try:
+        if run_trials:
+            ray_kw = dict(cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial, max_concurrent=max_concurrent,
+                          max_failures=max_failures, address=address, storage_path=storage_path, **(ray_init or {}))
+            _run_backend(backend, study, dists, plan, task, trials, prune, progress, out_dir, store, shared, ray_kw)
+    finally:
+        _set_threads(threads_before)  # the caller's (a notebook's) threads again
+        result = _result(study, name, store, storage, sp, dists, seed_params, bud, plan, probes, seed, sampler_seed,
+                         time.perf_counter() - start, task if isinstance(task, str) else None)
+        if out_dir is not None:
+            write_report(result, out_dir)
+    return result
+
+
+# --- stages ---------------------------------------------------------------------------
+
+
+def _inputs(task: Any, space: str | SearchSpace, task_config: Optional[dict[str, Any]], budget: Any,
+            max_steps: Optional[int], device: str) -> tuple[Any, SearchSpace, Any, Any]:
+    """(the budget's spec, the space with the fixed task settings, the task at them, its recipe).
+    A bad budget or space fails here, before anything runs."""
+    from .._train import TrainConfig
+
+    budget = _budget_spec(budget, max_steps)
+    parse_budget(budget)
+    sp = space if isinstance(space, SearchSpace) else load_space(space)
+    sp = _with_task_config(sp, task, task_config)
+    base_task = _base_task(task, sp)
+    return budget, sp, base_task, TrainConfig.for_task(base_task, device=device)
+
+
+def _worker_study(store: Any, name: str, spec: Optional[dict[str, Any]], mine: dict[str, Any], existing: bool,
+                  resume: bool, sp: SearchSpace, dists: dict[str, Any], plan: Plan, probes: _Probes, bud: Budget,
+                  base_task: Any, base_cfg: Any, seed: int, *, sampler: str, sampler_seed: int, trials: int,
+                  seed_trial: bool, design: Optional[int], backend: str, shared: bool, worker_id: Optional[str],
+                  threads: Optional[int], prune: bool, reduction_factor: int, evals: int, rungs: Optional[int],
+                  first_rung: Optional[float], artifacts: Optional[str],
+                  out_dir: Optional[Path]) -> tuple[Any, dict[str, Any], Optional[int]]:
+    """The study opened for this worker: (study, the seed trial's params, the threads to restore after).
+
+    Each worker of a shared study samples with its own seed (from the study's and its id), and
+    with constant_liar, so none proposes what another runs; only the creator enqueues the seed
+    trial and design, and stores the spec that joining workers wait for."""
     n_design = _design_size(design, sp, probes, seed_trial)
     wid = worker_id or default_worker_id()
     smp_seed = _sampler_seed(shared, sampler_seed, wid, store, name, existing)
@@ -181,26 +218,7 @@ def search(
         seed_params = _enqueue_design(study, dists, probes, n_design, trials, _recipe(base_task, base_cfg, seed))
     if spec is None and SPEC_KEY not in study.user_attrs:  # the creator, last: joining workers wait for it
         _keep_spec(study, {**mine, "seed_params": seed_params}, artifacts, out_dir)
-    threads_before = _become_worker(study, wid, smp_seed, threads, shared)
-
-    # 5. Run until the study holds `trials` finished trials. Interrupted (Ctrl-C), the
-    #    report of what finished is written all the same, and --resume goes on from it.
-    try:
-        if run_trials:
-            _run_backend(backend, study, dists, plan, task, trials, prune, progress, out_dir, store, shared,
-                         dict(cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial,
-                              max_concurrent=max_concurrent, max_failures=max_failures, address=address,
-                              storage_path=storage_path, **(ray_init or {})))
-    finally:
-        _set_threads(threads_before)  # the caller's (a notebook's) threads again
-        result = _result(study, name, store, storage, sp, dists, seed_params, bud, plan, probes, seed, sampler_seed,
-                         time.perf_counter() - start, task if isinstance(task, str) else None)
-        if out_dir is not None:
-            write_report(result, out_dir)
-    return result
-
-
-# --- stages ---------------------------------------------------------------------------
+    return study, seed_params, _become_worker(study, wid, smp_seed, threads, shared)
 
 
 def _budget_spec(budget: Any, max_steps: Optional[int]) -> Any:
