@@ -373,3 +373,31 @@ def test_a_report_does_not_show_the_databases_password() -> None:
 
     assert _safe("postgresql://tk:s3cret@db:5432/tk") == "postgresql://tk:***@db:5432/tk"
     assert _safe("sqlite:////tmp/a.db") == "sqlite:////tmp/a.db"
+
+
+@pytest.mark.slow  # the dashboard in a subprocess
+def test_the_dashboard_serves_the_probes_plots_as_artifacts(tmp_path: Path) -> None:
+    pytest.importorskip("optuna_dashboard", reason="tunekit dashboard needs optuna-dashboard (the dashboard extra)")
+    import urllib.request
+
+    journal = str(tmp_path / "a.log")
+    search("tests.tasks:classification_task", "from_scratch", trials=1, max_steps=20, device="cpu", storage=journal,
+           study_name="a", out=tmp_path / "o", artifacts=str(tmp_path / "art"))
+    port = _free_port()
+    dash = _start(["dashboard", journal, "--port", str(port)], tmp_path)
+    try:
+        _wait_line(dash, "optuna-dashboard on http://127.0.0.1:")
+        deadline, studies = time.time() + 30, None
+        while studies is None:
+            try:
+                studies = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/api/studies", timeout=5).read())
+            except OSError:
+                assert time.time() < deadline, "the dashboard never answered"
+                time.sleep(0.5)
+        sid = studies["study_summaries"][0]["study_id"]
+        body = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/api/studies/{sid}", timeout=5).read())
+    finally:
+        os.killpg(dash.pid, signal.SIGTERM)
+        dash.wait(timeout=30)
+    # What the dashboard's study page lists, and shows for the images: the range test and the probe.
+    assert {a["filename"] for a in body["artifacts"]} >= {"lr_find.png", "lr_find.json", "probe.png", "probe.json"}
