@@ -26,6 +26,8 @@ from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 import tunekit
 
+from .search_tasks import Block  # the same pre-norm Transformer block
+
 
 def _gen() -> torch.Generator:
     return torch.Generator().manual_seed(0)
@@ -58,22 +60,6 @@ def lstm_task(config: dict | None = None) -> tunekit.Task:
     y = torch.randint(0, 8, (8192,), generator=g)
     return tunekit.Task(model=LSTMClassifier, train_data=TensorDataset(x, y), loss=nn.CrossEntropyLoss(),
                         batch_size=64, name="lstm")
-
-
-class Block(nn.Module):
-    def __init__(self, dim: int, heads: int) -> None:
-        super().__init__()
-        self.heads = heads
-        self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
-        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
-        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, d = x.shape
-        q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
-        att = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(att.transpose(1, 2).reshape(b, t, d))
-        return x + self.mlp(self.ln2(x))
 
 
 class TinyGPT(nn.Module):

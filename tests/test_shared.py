@@ -267,6 +267,29 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _dashboard_study(where: str, cwd: Path) -> dict[str, Any]:
+    """`tunekit dashboard WHERE` in a subprocess: its API's page of the one study, fetched over HTTP."""
+    import urllib.request
+
+    port = _free_port()
+    dash = _start(["dashboard", where, "--port", str(port)], cwd)
+    try:
+        _wait_line(dash, "optuna-dashboard on http://127.0.0.1:")
+        deadline, studies = time.time() + 30, None
+        while studies is None:
+            try:
+                studies = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/api/studies", timeout=5).read())
+            except OSError:
+                assert time.time() < deadline, "the dashboard never answered"
+                time.sleep(0.5)
+        sid = studies["study_summaries"][0]["study_id"]
+        body = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/api/studies/{sid}", timeout=5).read())
+    finally:
+        os.killpg(dash.pid, signal.SIGTERM)
+        dash.wait(timeout=30)
+    return body
+
+
 def _wait_line(proc: subprocess.Popen[str], needle: str, timeout: float = 60) -> None:
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -298,29 +321,13 @@ def test_serve_proxies_a_database_to_workers_over_grpc(tmp_path: Path) -> None:
 @pytest.mark.slow  # a dashboard process, over HTTP
 def test_the_dashboard_shows_the_study_with_its_metric_name_and_reasons(tmp_path: Path) -> None:
     pytest.importorskip("optuna_dashboard", reason="tunekit dashboard needs optuna-dashboard (the dashboard extra)")
-    import urllib.request
 
     from .tasks import DIVERGING
 
     space = write_space(tmp_path, DIVERGING)
     search("tests.tasks:regression_task", str(space), trials=3, max_steps=10, device="cpu", seed=0, seed_trial=False,
            prune=False, sampler="random", out=tmp_path / "o")
-    port = _free_port()
-    dash = _start(["dashboard", str(tmp_path / "o"), "--port", str(port)], tmp_path)
-    try:
-        _wait_line(dash, "optuna-dashboard on http://127.0.0.1:")
-        deadline, studies = time.time() + 30, None
-        while studies is None:
-            try:
-                studies = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/api/studies", timeout=5).read())
-            except OSError:
-                assert time.time() < deadline, "the dashboard never answered"
-                time.sleep(0.5)
-        sid = studies["study_summaries"][0]["study_id"]
-        body = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/api/studies/{sid}", timeout=5).read())
-    finally:
-        os.killpg(dash.pid, signal.SIGTERM)
-        dash.wait(timeout=30)
+    body = _dashboard_study(str(tmp_path / "o"), tmp_path)
     assert body["objective_names"] == ["validation loss"]  # what the dashboard calls the metric names
     failed = [t for t in body["trials"] if t["state"] == "Fail"]
     assert failed and all(any(a["key"] == "reason" and "diverged at update" in a["value"] for a in t["user_attrs"])
@@ -378,26 +385,10 @@ def test_a_report_does_not_show_the_databases_password() -> None:
 @pytest.mark.slow  # the dashboard in a subprocess
 def test_the_dashboard_serves_the_probes_plots_as_artifacts(tmp_path: Path) -> None:
     pytest.importorskip("optuna_dashboard", reason="tunekit dashboard needs optuna-dashboard (the dashboard extra)")
-    import urllib.request
 
     journal = str(tmp_path / "a.log")
     search("tests.tasks:classification_task", "from_scratch", trials=1, max_steps=20, device="cpu", storage=journal,
            study_name="a", out=tmp_path / "o", artifacts=str(tmp_path / "art"))
-    port = _free_port()
-    dash = _start(["dashboard", journal, "--port", str(port)], tmp_path)
-    try:
-        _wait_line(dash, "optuna-dashboard on http://127.0.0.1:")
-        deadline, studies = time.time() + 30, None
-        while studies is None:
-            try:
-                studies = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/api/studies", timeout=5).read())
-            except OSError:
-                assert time.time() < deadline, "the dashboard never answered"
-                time.sleep(0.5)
-        sid = studies["study_summaries"][0]["study_id"]
-        body = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/api/studies/{sid}", timeout=5).read())
-    finally:
-        os.killpg(dash.pid, signal.SIGTERM)
-        dash.wait(timeout=30)
+    body = _dashboard_study(journal, tmp_path)
     # What the dashboard's study page lists, and shows for the images: the range test and the probe.
     assert {a["filename"] for a in body["artifacts"]} >= {"lr_find.png", "lr_find.json", "probe.png", "probe.json"}
