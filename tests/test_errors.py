@@ -49,3 +49,11 @@ def test_a_storage_that_cannot_be_opened_is_one_line(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/no/such/folder/study.db"
     with pytest.raises(UsageError, match=r"storage 'sqlite:///.*' cannot be opened: OperationalError: "):
         search(classification_task(), "from_scratch", trials=1, storage=url, device="cpu")
+
+
+def test_a_zero_batch_size_is_refused_not_taken_for_the_default() -> None:
+    from tunekit import doctor
+
+    for call in (lambda t: lr_find(t, batch_size=0), lambda t: doctor(t, batch_size=0)):
+        with pytest.raises(UsageError, match=r"batch_size must be a positive integer, got 0: pass e.g. batch_size=32"):
+            call(classification_task())

@@ -823,7 +823,7 @@ def _run(args: argparse.Namespace) -> int:
 
 # API parameters whose flag is not their name with dashes.
 _FLAG_OF = {"max_steps": "--steps", "clip_grad_norm": "--clip", "lr_find_result": "--lr-find",
-            "probe_result": "--probe", "config": "--set", "task_config": "--set"}
+            "probe_result": "--probe", "config": "--set", "task_config": "--set", "overfit_floor": "--loss-floor"}
 _SUBJECT = re.compile(r"^([a-z][a-z0-9_]*)(?=[ :])")
 _ASSIGNMENT = re.compile(r"(?<![\w./-])([a-z][a-z0-9_]*)=([^\s,;)]+)")
 

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from .data import Data
-from .errors import UsageError
+from .errors import UsageError, check_int
 from .step import resolve_device
 from .precision import Precision, check_precision
 from .task import ComputeLoss, LossComputer, LossFn, Task, default_optimizer
@@ -50,6 +50,8 @@ def resolve_inputs(
     device: str | None = "auto",
     seed: int = 0,
 ) -> ProbeInputs:
+    if batch_size is not None:
+        check_int("batch_size", batch_size, hint="pass e.g. batch_size=32")
     if isinstance(model, Task):
         task = model
         if train_data is not None or loss_fn is not None:

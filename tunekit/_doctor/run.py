@@ -64,12 +64,12 @@ class _Run:
 
 def _check_args(lr: Optional[float], warmup: Optional[Warmup], steps: Optional[int], accumulation_steps: int) -> None:
     if lr is not None and (isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0):
-        raise UsageError(f"lr must be a positive number, got {lr!r}: pass e.g. --lr 3e-4")
+        raise UsageError(f"lr must be a positive number, got {lr!r}: pass e.g. lr=3e-4")
     if steps is not None:
-        check_int("steps", steps, hint="the updates of the run you plan, e.g. --steps 1000")
+        check_int("steps", steps, hint="the updates of the run you plan: pass e.g. steps=1000")
     if warmup is not None:
         warmup_steps(warmup, steps or 1000)  # validates it, with its own one-line message
-    check_int("accumulation_steps", accumulation_steps, hint="pass e.g. --accumulation-steps 2")
+    check_int("accumulation_steps", accumulation_steps, hint="pass e.g. accumulation_steps=2")
 
 
 def _recipe_defaults(task: Task, lr: Optional[float], warmup: Optional[Warmup], steps: Optional[int],
@@ -225,7 +225,7 @@ def doctor(
     """
     _check_args(lr, warmup, steps, accumulation_steps)
     if overfit_floor is not None and not (isinstance(overfit_floor, (int, float)) and overfit_floor >= 0):
-        raise UsageError(f"overfit_floor must be a loss value >= 0, got {overfit_floor!r}: e.g. --loss-floor 0.5")
+        raise UsageError(f"overfit_floor must be a loss value >= 0, got {overfit_floor!r}: pass e.g. overfit_floor=0.5")
     if memory_budget is not None:
         parse_bytes(memory_budget)  # a bad size fails before anything runs
     sub = resolve_inputs("doctor", model, train_data, loss_fn, optimizer, compute_loss=compute_loss,

@@ -91,7 +91,7 @@ def reap(storage: str, study_name: str, workers: Optional[list[str]] = None,
                          f"{', '.join(optuna.get_all_study_names(store)) or '(none)'}")
     for w in workers or ():
         if w.count(":") < 1 or not w.rpartition(":")[2].isdigit():
-            raise UsageError(f"worker {w!r} is not HOST:PID: write e.g. --worker gpu-3:41722")
+            raise UsageError(f"worker {w!r} is not HOST:PID: pass e.g. worker=gpu-3:41722")
     return reap_study(optuna.load_study(study_name=study_name, storage=store), store, workers)
 
 
