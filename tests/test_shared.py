@@ -129,6 +129,7 @@ def test_journal_workers_recover_a_killed_worker(tmp_path: Path) -> None:
     assert sum(r.get("stopped", False) for r in rows) == 1 and sum(not r.get("stopped") for r in rows) == 5
 
 
+@pytest.mark.slow  # a PostgreSQL server process
 def test_a_joining_worker_with_another_budget_or_seed_is_refused(tmp_path: Path, postgres: Any) -> None:
     url, space = postgres(), write_space(tmp_path, SMALL)
     create_study("tests.tasks:regression_task", str(space), storage=url, study_name="m", trials=3, max_steps=10,
@@ -146,6 +147,7 @@ def test_a_joining_worker_with_another_budget_or_seed_is_refused(tmp_path: Path,
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "budget_samples" in r.stderr
 
 
+@pytest.mark.slow  # a PostgreSQL server process
 def test_schema_creation_is_safe_when_workers_start_together(postgres: Any) -> None:
     url, errors = postgres(), []
 
@@ -226,6 +228,7 @@ def test_a_shared_search_in_process_reports_the_study_and_the_dashboard_fields(t
     assert back.seed_params == r.seed_params and back.plan == r.plan
 
 
+@pytest.mark.slow  # three short searches
 def test_pruned_and_failed_trials_carry_their_reasons(tmp_path: Path) -> None:
     from .tasks import DIVERGING, classification_task
 
@@ -243,6 +246,7 @@ def test_pruned_and_failed_trials_carry_their_reasons(tmp_path: Path) -> None:
 
 
 @pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed to be used with Study.optimize")
+@pytest.mark.slow  # a PostgreSQL server process and a heartbeat's grace period
 def test_a_stale_heartbeat_fails_the_trial_with_its_workers_name_and_queues_one_rerun(postgres: Any) -> None:
     """A worker elsewhere whose heartbeat stopped (no process here to look at): found by the grace period."""
     url = postgres()
