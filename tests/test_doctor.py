@@ -378,6 +378,7 @@ def test_modes_warns_on_a_custom_mode_dependent_module() -> None:
 def test_lr_against_the_range_test() -> None:
     assert statuses(check_lr(1e-3, 3e-3, True)) == ["pass"]
     found = check_lr(1.0, 3e-3, True)
+    assert found[0].fix.startswith("try lr=0.003")  # the API's terms; the CLI says --lr (test below)
     assert statuses(found) == ["warn"] and "above" in found[0].message
     assert "below" in check_lr(1e-6, 3e-3, True)[0].message
     assert statuses(check_lr(None, 3e-3, True)) == ["info"]
@@ -552,6 +553,14 @@ def test_cli_doctor_healthy_task_exits_0_and_writes_files(tmp_path: Path, capsys
     data = json.loads((tmp_path / "doctor.json").read_text())
     assert data["task"] == "shapes" and data["grad_norms"] and data["overfit_losses"]
     assert (tmp_path / "doctor.png").stat().st_size > 1000
+
+
+def test_cli_doctor_says_its_fixes_as_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tunekit.cli import main
+
+    main(["doctor", "--lr", "5", "--warmup", "300", "--out", str(tmp_path), "--quiet"])
+    out = capsys.readouterr().out
+    assert "-> try --lr 0.0" in out and "e.g. --warmup 0.05" in out and "lr=" not in out
 
 
 def test_cli_doctor_failing_task_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

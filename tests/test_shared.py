@@ -136,7 +136,7 @@ def test_a_joining_worker_with_another_budget_or_seed_is_refused(tmp_path: Path,
                  device="cpu", prune=False)
     for given, needle in ((dict(max_steps=20), "run with budget_samples = 160, this run asks for 320"),
                           (dict(seed=1), "run with seed = 0, this run asks for 1"),
-                          (dict(trials=4), "created with trials = 3, this worker has 4: drop --trials")):
+                          (dict(trials=4), r"created with trials = 3, this worker has 4: leave out trials=\.\.\.")):
         with pytest.raises(UsageError, match=needle) as exc:
             join_study(url, "m", device="cpu", **given)
         assert "\n" not in str(exc.value)
@@ -145,6 +145,8 @@ def test_a_joining_worker_with_another_budget_or_seed_is_refused(tmp_path: Path,
         join_study(url, "nope")
     r = run_cli("worker", "--storage", url, "--study", "m", "--max-steps", "20", "--quiet")
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "budget_samples" in r.stderr
+    r = run_cli("worker", "--storage", url, "--study", "m", "--trials", "4", "--quiet")  # the fix as the flag
+    assert r.returncode == 2 and "leave out --trials ... to take the study's" in r.stderr, r.stderr
 
 
 @pytest.mark.slow  # a PostgreSQL server process

@@ -589,7 +589,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
                     precision=args.precision, device=args.device, seed=args.seed, lr=args.lr, warmup=args.warmup,
                     steps=args.steps, memory_budget=args.memory_budget, anomaly=args.anomaly,
                     overfit_floor=args.loss_floor, progress=not args.quiet)
-    print(result.table())
+    print(in_cli_terms(result.table(), args.usage()))  # its fixes as this command's flags
     assert out is not None
     result.to_json(out / "doctor.json")
     save_plot(result.plot_overview, str(out / "doctor.png"))
@@ -823,7 +823,8 @@ def _run(args: argparse.Namespace) -> int:
 
 # API parameters whose flag is not their name with dashes.
 _FLAG_OF = {"max_steps": "--steps", "clip_grad_norm": "--clip", "lr_find_result": "--lr-find",
-            "probe_result": "--probe", "config": "--set", "task_config": "--set", "overfit_floor": "--loss-floor"}
+            "probe_result": "--probe", "config": "--set", "task_config": "--set", "overfit_floor": "--loss-floor",
+            "prune": "--no-prune"}
 _SUBJECT = re.compile(r"^([a-z][a-z0-9_]*)(?=[ :])")
 _ASSIGNMENT = re.compile(r"(?<![\w./-])([a-z][a-z0-9_]*)=([^\s,;)]+)")
 

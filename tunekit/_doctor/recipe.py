@@ -33,7 +33,7 @@ HEADROOM = 0.15
 def check_lr(lr: Optional[float], suggestion: Optional[float], confident: bool) -> list[Finding]:
     """Where the intended ``lr`` sits against a quick range test's ``suggestion``."""
     if lr is None:
-        return [Finding(CHECK, "info", "no LR given (--lr): the range test's suggestion is "
+        return [Finding(CHECK, "info", "no LR given (lr=...): the range test's suggestion is "
                         f"{'none' if suggestion is None else f'{suggestion:.3g}'}", {"suggestion": suggestion})]
     if suggestion is None or not confident:
         return [Finding(CHECK, "info", f"lr {lr:.3g}: the quick range test has no confident suggestion to compare with",
@@ -44,7 +44,7 @@ def check_lr(lr: Optional[float], suggestion: Optional[float], confident: bool) 
         side = "above" if ratio > 1 else "below"
         times = ratio if ratio > 1 else 1 / ratio
         return [Finding(CHECK, "warn", f"lr {lr:.3g} is {times:.0f}x {side} the range test's suggestion {suggestion:.3g}",
-                        evidence, f"try --lr {suggestion:.2g} (tunekit lr-find for the full curve)")]
+                        evidence, f"try lr={suggestion:.2g} (tunekit lr-find for the full curve)")]
     return [Finding(CHECK, "pass", f"lr {lr:.3g} is within {LR_FAR:.0f}x of the range test's suggestion {suggestion:.3g}",
                     evidence)]
 
@@ -57,13 +57,13 @@ def check_warmup(warmup: Optional[Warmup], steps: Optional[int]) -> list[Finding
         if isinstance(warmup, float) and warmup < 1:
             steps = 1000  # a fraction is a fraction of any run
         else:
-            return [Finding(CHECK, "info", f"warmup {warmup} updates: give --steps to compare it with the run")]
+            return [Finding(CHECK, "info", f"warmup {warmup} updates: give steps=... to compare it with the run")]
     n = warmup_steps(warmup, steps)
     frac = n / steps
     evidence = {"warmup_updates": n, "steps": steps, "fraction": frac}
     if frac > WARMUP_MAX:
         return [Finding(CHECK, "warn", f"warmup is {frac:.0%} of the run ({n} of {steps} updates), over {WARMUP_MAX:.0%}",
-                        evidence, f"warm up over at most {WARMUP_MAX:.0%} of the run, e.g. --warmup {min(0.05, WARMUP_MAX):g}")]
+                        evidence, f"warm up over at most {WARMUP_MAX:.0%} of the run, e.g. warmup={min(0.05, WARMUP_MAX):g}")]
     return [Finding(CHECK, "pass", f"warmup is {frac:.0%} of the run", evidence)]
 
 

@@ -34,8 +34,6 @@ WORKER_PREFIX = "tunekit_worker:"  # + worker id: one study attribute per worker
 # by check_resume: budget, seed, evals, LR rule, fixed entries).
 SPEC_CHECKED = ("version", "task", "task_config", "space", "trials", "sampler", "sampler_seed", "prune",
                 "reduction_factor", "rungs", "first_rung", "seed_trial", "design")
-FLAG = {"sampler_seed": "--sampler-seed", "prune": "--no-prune", "task_config": "--set", "first_rung": "--first-rung",
-        "reduction_factor": "--reduction-factor", "seed_trial": "seed_trial", "version": "tunekit version"}
 
 
 def worker_id() -> str:
@@ -154,9 +152,11 @@ def check_spec(stored: dict[str, Any], mine: dict[str, Any], name: str) -> None:
     """Refuse, in one line, a worker whose settings disagree with the study's."""
     for key in SPEC_CHECKED:
         if key in stored and _norm(stored[key]) != _norm(mine.get(key)):
-            flag = FLAG.get(key, "--" + key.replace("_", "-"))
+            # The fix names the parameter as key=...; the CLI says it as its flag.
+            fix = ("install the study's tunekit version" if key == "version"
+                   else f"leave out {key}=... to take the study's")
             raise UsageError(f"study '{name}' was created with {key} = {stored[key]!r}, this worker has "
-                             f"{mine.get(key)!r}: drop {flag} to take the study's, or join another study")
+                             f"{mine.get(key)!r}: {fix}, or join another study")
 
 
 def _norm(value: Any) -> Any:
