@@ -13,7 +13,8 @@ pytestmark = pytest.mark.slow  # Ray instances and Tune runs
 
 
 from tunekit import UsageError, search  # noqa: E402
-from tunekit._search.ray.backend import DONE_KEY, ERROR_KEY, _recorder, _scheduler, _searcher, check_packing, trainable  # noqa: E402
+from tunekit._search.ray.backend import (DONE_KEY, ERROR_KEY, Ledger, _recorder, _scheduler, _searcher,  # noqa: E402
+                                         check_packing, trainable)
 
 from .tasks import slow_regression_task  # noqa: E402
 from .tasks import run_cli  # noqa: E402
@@ -48,8 +49,9 @@ def test_scheduler_and_recorder_map_trial_ends_into_optuna_states() -> None:
     intermediate values; its own last report decides COMPLETE or FAIL (divergence, error)."""
     study = optuna.create_study(pruner=optuna.pruners.SuccessiveHalvingPruner(min_resource=5, reduction_factor=2))
     ended: list[str] = []
-    book: dict[int, optuna.trial.Trial] = {}
-    rec, sched = _recorder(study, book, ended.append), _scheduler(book, prune=True)
+    ledger = Ledger(n_trials=4, max_failures=1)
+    book = ledger.book
+    rec, sched = _recorder(study, ledger, ended.append), _scheduler(book, prune=True)
 
     def run(results: list[dict], error: bool = False) -> tuple[optuna.trial.FrozenTrial, list[str]]:
         ot = study.ask({"lr": optuna.distributions.FloatDistribution(1e-4, 1, log=True)})
@@ -206,22 +208,63 @@ def test_resumed_scheduler_prunes_against_the_stored_trials() -> None:
     assert sched.on_trial_result(None, SimpleNamespace(config={"number": better.number}), {"samples": 5, "loss": 0.1}) == "CONTINUE"
 
 
+def test_a_trial_tune_gives_up_on_within_its_retries_runs_again_as_the_same_optuna_trial() -> None:
+    """Tune ends a trial that fails while it is (re)started, a dead node's second failure included, though its
+    failures are within max_failures: the searcher hands the same Optuna trial to a new Tune trial, it is
+    recorded once, and the search ends when nothing is left to run. Past its retries, it fails."""
+    from ray.tune.search import Searcher
+
+    from tunekit._search.plan import TrialConfig
+
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    ledger = Ledger(n_trials=2, max_failures=2)
+    ended: list[str] = []
+    searcher = _searcher(study, {"lr": optuna.distributions.FloatDistribution(1e-4, 1, log=True)},
+                         lambda params: TrialConfig({"lr": params["lr"], "batch_size": 8, "accumulation_steps": 1,
+                                                     "max_steps": 10}, {}), ledger)
+    rec = _recorder(study, ledger, ended.append)
+    first, second = searcher.suggest("a"), searcher.suggest("b")
+    assert [first["number"], second["number"]] == [0, 1] and searcher.suggest("c") is None  # both still run
+
+    def tune_trial(config: dict, failures: int, last: dict | None = None) -> SimpleNamespace:
+        return SimpleNamespace(config=config, num_failures=failures, last_result=last or {},
+                               get_error=lambda: "ray.exceptions.ActorDiedError: its node has died")
+
+    rec.on_trial_recover(0, [], tune_trial(first, 1))  # the node dies: Tune retries ...
+    rec.on_trial_error(0, [], tune_trial(first, 2))  # ... and gives up on the retry's second failure
+    assert study.trials[0].state.name == "RUNNING" and ended == []
+    again = searcher.suggest("d")
+    assert again == first  # the same trial, params and all
+    rec.on_trial_complete(0, [], tune_trial(again, 0, {DONE_KEY: "COMPLETE", "value": 0.2, "samples": 8, "curve": []}))
+    assert study.trials[0].state.name == "COMPLETE" and study.trials[0].user_attrs["attempts"] == 3
+    assert len(study.trials) == 2 and searcher.suggest("e") is None  # trial 1 runs still
+
+    rec.on_trial_error(0, [], tune_trial(second, 2))  # gives up early: runs again ...
+    rerun = searcher.suggest("f")
+    rec.on_trial_error(0, [], tune_trial(rerun, 1))  # ... but 3 failures exceed max_failures=2
+    assert study.trials[1].state.name == "FAIL" and study.trials[1].user_attrs["attempts"] == 3
+    assert "ActorDiedError" in study.trials[1].user_attrs["error"]
+    assert ended == ["COMPLETE", "FAIL"] and searcher.suggest("g") == Searcher.FINISHED
+    assert len(study.trials) == 2
+
+
 @pytest.mark.filterwarnings("ignore:.*report. is meant:UserWarning")
 def test_a_config_that_cannot_run_fails_as_its_own_trial() -> None:
     study = optuna.create_study()
-    book: dict = {}
+    ledger = Ledger(n_trials=1)
+    book = ledger.book
 
     def make_config(params):
         raise UsageError("effective batch 4096 has no micro-batch that fits (largest 512)")
 
-    searcher = _searcher(study, {"lr": optuna.distributions.FloatDistribution(1e-4, 1, log=True)}, make_config, book)
+    searcher = _searcher(study, {"lr": optuna.distributions.FloatDistribution(1e-4, 1, log=True)}, make_config, ledger)
     config = searcher.suggest("t1")
     assert config == {"number": 0, "config_error": "UsageError: effective batch 4096 has no micro-batch that fits (largest 512)"}
     assert 0 in book  # still the recorder's to tell
     trainable(config)  # reports the error as its last result and ends
     ended: list[str] = []
     last = {DONE_KEY: "FAIL", ERROR_KEY: config["config_error"]}
-    _recorder(study, book, ended.append).on_trial_complete(0, [], SimpleNamespace(config=config, last_result=last))
+    _recorder(study, ledger, ended.append).on_trial_complete(0, [], SimpleNamespace(config=config, last_result=last))
     assert study.trials[0].state.name == "FAIL" and "no micro-batch that fits" in study.trials[0].user_attrs["error"]
 
 

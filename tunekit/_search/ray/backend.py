@@ -21,6 +21,7 @@ import os
 import time
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
@@ -133,16 +134,61 @@ def _report(metrics: dict[str, Any]) -> None:
 # --- driver side --------------------------------------------------------------------
 
 
+@dataclass
+class Ledger:
+    """The driver's account of this run's Optuna trials, shared by the searcher and the recorder.
+
+    ``book`` holds the trials asked and not yet told. Tune retries a trial whose actor dies
+    within ``max_failures``, but gives up on one that fails while it is being (re)started,
+    a second failure of the same dead actor included, though its failures are under the limit.
+    Such a trial goes to ``again`` and runs as a new Tune trial, the same Optuna trial:
+    the requested count finishes, and each trial is recorded once.
+    """
+
+    n_trials: int
+    max_failures: int = 0
+    book: dict[int, Any] = field(default_factory=dict)
+    configs: dict[int, dict[str, Any]] = field(default_factory=dict)
+    again: list[int] = field(default_factory=list)
+    spent: dict[int, int] = field(default_factory=dict)  # failures in earlier Tune trials of the same number
+    asked: int = 0
+
+    def failures(self, trial: Any) -> int:
+        """Failures of this Optuna trial so far, over all the Tune trials that ran it."""
+        return self.spent.get(trial.config.get("number"), 0) + int(getattr(trial, "num_failures", 0) or 0)
+
+    def run_again(self, trial: Any) -> bool:
+        """Queue a trial Tune gave up on within ``max_failures``; False when it has had its retries."""
+        number, failed = trial.config.get("number"), self.failures(trial)
+        if number not in self.book or int(getattr(trial, "num_failures", 0) or 0) > self.max_failures \
+                or failed > self.max_failures:
+            return False
+        self.spent[number] = failed  # the new Tune trial counts its own failures from 0
+        self.again.append(number)
+        return True
+
+
 def _searcher(study: Any, dists: dict[str, Any], make_config: Callable[[dict[str, Any]], TrialConfig],
-              book: dict[int, Any]) -> Any:
+              ledger: Ledger) -> Any:
     from ray.tune.search import Searcher
 
     class StudySearcher(Searcher):
         """A Tune searcher that asks the Optuna study: enqueued trials first, then its sampler."""
 
         def suggest(self, trial_id: str) -> Optional[dict[str, Any]]:
+            if ledger.again:
+                return ledger.configs[ledger.again.pop(0)]
+            if ledger.asked >= ledger.n_trials:
+                # Done once nothing runs that could still need another go.
+                return None if ledger.book else Searcher.FINISHED
+            ledger.asked += 1
             trial = study.ask(fixed_distributions=dists)
-            book[trial.number] = trial
+            ledger.book[trial.number] = trial
+            ledger.configs[trial.number] = config = self._config(trial)
+            return config
+
+        @staticmethod
+        def _config(trial: Any) -> dict[str, Any]:
             try:
                 cfg = make_config(dict(trial.params))
             except UsageError as exc:
@@ -174,8 +220,10 @@ def _scheduler(book: dict[int, Any], prune: bool) -> Any:
     return PrunerScheduler()
 
 
-def _recorder(study: Any, book: dict[int, Any], on_end: Callable[[str], None]) -> Any:
+def _recorder(study: Any, ledger: Ledger, on_end: Callable[[str], None]) -> Any:
     from ray.tune import Callback
+
+    book = ledger.book
 
     class Recorder(Callback):
         """Each trial's end, as an Outcome recorded in the study."""
@@ -190,16 +238,20 @@ def _recorder(study: Any, book: dict[int, Any], on_end: Callable[[str], None]) -
             # Optuna trial, recorded once when it ends; its attempts are noted meanwhile.
             ot = book.get(trial.config.get("number"))
             if ot is not None:
-                ot.set_user_attr("attempts", int(getattr(trial, "num_failures", 1) or 1) + 1)
+                ot.set_user_attr("attempts", ledger.failures(trial) + 1)
 
         def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-            ot = book.pop(trial.config.get("number"), None)
+            number = trial.config.get("number")
+            if ledger.run_again(trial):
+                book[number].set_user_attr("attempts", ledger.spent[number] + 1)
+                return
+            ot = book.pop(number, None)
             if ot is None:
                 return
             last = trial.last_result or {}
             outcome = _outcome(last)
             outcome.state, outcome.error = "FAIL", last.get(ERROR_KEY) or _error_text(trial)
-            ot.set_user_attr("attempts", int(getattr(trial, "num_failures", 1) or 1))
+            ot.set_user_attr("attempts", max(1, ledger.failures(trial)))
             self._end(ot, outcome)
 
         @staticmethod
@@ -248,7 +300,8 @@ def run_ray(*, study: Any, dists: dict[str, Any], make_config: Callable[[dict[st
     from ray import tune
 
     started = init_ray(address, num_cpus, num_gpus)
-    book: dict[int, Any] = {}
+    ledger = Ledger(n_trials, max_failures)
+    book = ledger.book
     try:
         if max_concurrent is None:
             # Tune lets a custom searcher keep only one trial pending unless a limit is
@@ -265,14 +318,15 @@ def run_ray(*, study: Any, dists: dict[str, Any], make_config: Callable[[dict[st
         tuner = tune.Tuner(
             tune.with_resources(run_fn, {"cpu": cpus_per_trial, "gpu": gpus_per_trial}),
             param_space={"task": task if isinstance(task, str) else None, "cpus": cpus_per_trial},
-            tune_config=tune.TuneConfig(search_alg=_searcher(study, dists, make_config, book),
-                                        scheduler=_scheduler(book, prune), num_samples=n_trials,
+            tune_config=tune.TuneConfig(search_alg=_searcher(study, dists, make_config, ledger),
+                                        scheduler=_scheduler(book, prune),
+                                        num_samples=n_trials * (1 + max_failures),  # room for trials run again
                                         max_concurrent_trials=max_concurrent, reuse_actors=True),
             run_config=tune.RunConfig(
                 name=study.study_name, storage_path=str(root.resolve()), verbose=0,
                 failure_config=tune.FailureConfig(max_failures=max_failures),
                 checkpoint_config=tune.CheckpointConfig(checkpoint_at_end=False),
-                callbacks=[_recorder(study, book, on_end)], log_to_file=True),
+                callbacks=[_recorder(study, ledger, on_end)], log_to_file=True),
         )
         with warnings.catch_warnings():
             # Optuna warns that ask-and-tell trials send no heartbeat: the driver here is
