@@ -174,7 +174,11 @@ def test_an_end_to_end_probe_with_a_fake_out_of_memory_error(monkeypatch: pytest
     r1 = probe(model, data, nn.CrossEntropyLoss(), opt, **kw)
     assert [(t["batch"], t["ok"]) for t in r1.tried][:2] == [(4096, False), (3276, False)]
     # Then half, 1638, ran; measured below its prediction, the refit tries just under the OOM and stops there.
-    assert r1.max_batch == max(t["batch"] for t in r1.tried if t["ok"]) == 1638 and r1.real_steps <= 4
+    assert r1.max_batch == max(t["batch"] for t in r1.tried if t["ok"]) == 1638 and r1.real_steps <= 5
+    # Last, one small step anchors the memory model at 1/16 of the answer: the model goes through it.
+    anchor = r1.tried[-1]
+    assert anchor.get("anchor") and anchor["batch"] == 1638 // 16 and not any(t.get("anchor") for t in r1.tried[:-1])
+    assert r1.memory_model().peak(anchor["batch"]) == pytest.approx(anchor["peak_bytes"], rel=0.02)
     assert not model.training
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
     assert opt.state_dict()["state"] == {}
