@@ -453,31 +453,9 @@ def _largest_batch(run: _Run, mm: MemoryModel, traces: dict[int, Trace], usable:
 
     with cuda_budget(run.dev, budget):
         confirmed, tried, model = find_largest_batch(run_step, refit, usable, limit, free=lambda: _free_memory(run.dev))
-        if confirmed < 1:
-            raise UsageError(f"no batch size ran within the budget (tried {[t['batch'] for t in tried]}): raise memory_budget")
-        anchor = _anchor_batch(confirmed, [b for b in real])
-        if calibrate_steps and anchor is not None:
-            # The steps so far ran near the recommended batch, and a line through points that
-            # close is steep with their noise far below them: one small step (1/16 of a step's
-            # samples) pins the model where the search picks micro-batches for smaller batches.
-            peak, oom = _attempt(run_step, anchor)
-            if not oom and peak is not None:
-                tried.append({"batch": anchor, "ok": True, "peak_bytes": peak, "predicted_bytes": model.peak(anchor),
-                              "anchor": True})
-                model = calibrate(fit_memory_model(traces, run.k), traces, dict(real), through=confirmed)
+    if confirmed < 1:
+        raise UsageError(f"no batch size ran within the budget (tried {[t['batch'] for t in tried]}): raise memory_budget")
     return confirmed, tried, model  # type: ignore[return-value]
-
-
-# The small step that anchors the memory model: this fraction of the recommended batch.
-ANCHOR_FRACTION = 1 / 16
-
-
-def _anchor_batch(confirmed: int, measured: list[int]) -> Optional[int]:
-    """The batch of the anchoring step, or None where the measured batches already span a wide range."""
-    anchor = int(confirmed * ANCHOR_FRACTION)
-    if anchor < 1 or not measured or min(measured) <= 4 * anchor:
-        return None
-    return anchor
 
 
 def _noise(run: _Run, confirmed: int, limit: int, repeats: int, warmup: int, lr: Optional[float]) -> Optional[dict[str, Any]]:
