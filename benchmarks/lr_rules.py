@@ -78,7 +78,7 @@ def range_tests(names: list[str], refind: bool, clip: Any = TASK_DEFAULT,
         task = TASKS[name].make()
         runs = []
         for seed in seeds:
-            found = tunekit.lr_find(task, seed=seed, device="cpu", clip_grad_norm=clip)
+            found = tunekit.lr_find(task, seed=seed, device="cpu", clip_grad_norm=clip, refine=False)
             runs.append({"seed": seed, "lrs": found.lrs, "losses": [v if math.isfinite(v) else None for v in found.losses],
                          "suggestion": found.suggestion, "confident": found.confident, "reasons": found.reasons,
                          "family": found.settings["family"], "clip_grad_norm": found.settings["clip_grad_norm"],
@@ -216,7 +216,8 @@ def spec_name(anchor: str, one: str | None, ks: dict[str, float] | None) -> str:
     return one if one is not None else f"{anchor}/(" + ",".join(f"{f} {k:g}" for f, k in (ks or {}).items()) + ")"
 
 
-def loto_table(names: list[str], grid: dict[str, Any], tests: dict[str, list[dict[str, Any]]]) -> tuple[str, list[str]]:
+def loto_table(names: list[str], grid: dict[str, Any], tests: dict[str, list[dict[str, Any]]]) -> tuple[str, dict[str, float]]:
+    """The held-out table, and each task's held-out regret."""
     rules = candidates()
     regret, _ = regrets_of(rules, names, grid, tests)
     head = f"{'held-out task':<20}{'family':>9}{'rule chosen on the other 11':>30}{'held-out regret':>17}{'old default':>12}"
@@ -248,7 +249,7 @@ def loto_table(names: list[str], grid: dict[str, Any], tests: dict[str, list[dic
     lines.append("in-sample mean regret of the best one-k candidates (for reference; not a held-out number):")
     for r in sorted(rules, key=lambda r: np.mean([regret[r][m] for m in names]))[:8]:
         lines.append(f"  {r:<14}{np.mean([regret[r][m] for m in names]):.3f}  worst {max(regret[r][m] for m in names):.3f}")
-    return "\n".join(lines), picks
+    return "\n".join(lines), dict(zip(names, held))
 
 
 def stability_and_confidence(names: list[str], grid: dict[str, Any], tests: dict[str, list[dict[str, Any]]]) -> str:
@@ -312,7 +313,7 @@ def repeats_table(names: list[str], grid: dict[str, Any], refind: bool, repeats:
         task = TASKS[n].make()
         data["tasks"][n] = []
         for s in seeds:
-            r = tunekit.lr_find(task, seed=s, device="cpu", repeats=repeats)
+            r = tunekit.lr_find(task, seed=s, device="cpu", repeats=repeats, refine=False)
             data["tasks"][n].append({"seed": s, "suggestion": r.suggestion, "confident": r.confident,
                                      "confidence": r.confidence, "samples": r.samples, "seconds": round(r.seconds, 3)})
         data["settings"] = f"tunekit.lr_find(task, seed=s, device='cpu', repeats={repeats}), s in {seeds}"
@@ -341,6 +342,93 @@ def repeats_table(names: list[str], grid: dict[str, Any], refind: bool, repeats:
     return "\n".join(lines)
 
 
+REFINED_JSON = CURVES_JSON.with_name("lr_find_refined.json")
+REFINE_STEPS = (50, 100, 200)  # the candidates for refine_steps, chosen leave-one-task-out
+
+
+def refined_runs(names: list[str], refind: bool) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    """lr_find(task, seed=s, refine_steps=H) for the finder seeds and each H, cached: {str(H): {task: runs}}."""
+    data: dict[str, Any] = {"runs": {}}
+    if REFINED_JSON.exists() and not refind:
+        with open(REFINED_JSON) as f:
+            data = json.load(f)
+    for h in REFINE_STEPS:
+        have = data["runs"].setdefault(str(h), {})
+        for n in names:
+            if len(have.get(n, [])) >= len(FINDER_SEEDS):
+                continue
+            task = TASKS[n].make()
+            have[n] = []
+            for seed in FINDER_SEEDS:
+                r = tunekit.lr_find(task, seed=seed, device="cpu", refine_steps=h)
+                have[n].append({"seed": seed, "suggestion": r.suggestion, "confident": r.confident,
+                                "confidence": r.confidence, "curve_suggestion": (r.refinement or {}).get("curve_suggestion"),
+                                "refinement": r.refinement, "samples": r.samples, "seconds": round(r.seconds, 3)})
+            print(f"  refined (H={h}) {n}: " + ", ".join("none" if x["suggestion"] is None else f"{x['suggestion']:.3g}"
+                                                       for x in have[n]), flush=True)
+            data["settings"] = f"tunekit.lr_find(task, seed=s, device='cpu', refine_steps=H), s in {FINDER_SEEDS}"
+            data["hardware"] = hardware()
+            tmp = REFINED_JSON.with_suffix(f".tmp{os.getpid()}")
+            with open(tmp, "w") as f:
+                json.dump(data, f)
+            tmp.replace(REFINED_JSON)
+    return data["runs"]
+
+
+def refined_table(names: list[str], grid: dict[str, Any], refind: bool) -> str:
+    """The refined suggestion: per task its regret (H chosen on the other tasks), spread, cost; confidence buckets."""
+    runs = refined_runs(names, refind)
+    regret: dict[str, dict[str, float]] = {}
+    for h in map(str, REFINE_STEPS):
+        regret[h] = {}
+        for n in names:
+            entry = grid["tasks"][n]
+            _, log_lrs, mean = curve(entry)
+            best = float(mean.min())
+            regret[h][n] = float(np.mean([(loss_at(r["suggestion"], log_lrs, mean, entry["untrained_loss"]) - best) / best
+                                          for r in runs[h][n]]))
+    head = (f"{'held-out task':<20}{'H chosen':>9}{'best lr':>9}{'refined':>9}{'spread':>8}{'regret':>8}"
+            f"{'curve only':>11}{'samples':>9}{'x sweep':>8}")
+    lines = ["lr_find(task) refined by short warmup + cosine runs (the default): refine_steps H chosen among "
+             f"{REFINE_STEPS} on the other 11 tasks, its regret on the held-out one (mean over {len(FINDER_SEEDS)} "
+             "seeds); 'curve only' is the held-out regret of the curve's rule (--loto), 'x sweep' the samples "
+             "against the 100-update sweep alone", "", head, "-" * len(head)]
+    held, spreads, points = [], [], []
+    curve_only = loto_table(names, grid, range_tests(names, False))[1]
+    for n in names:
+        others = [m for m in names if m != n]
+        h = min(regret, key=lambda k: (np.mean([regret[k][m] for m in others]), int(k)))
+        lrs = [r["suggestion"] for r in runs[h][n]]
+        s = summary(grid["tasks"][n])
+        med = float(10 ** np.median(np.log10([x for x in lrs if x]))) if any(lrs) else math.nan
+        sweep = TASKS[n].batch * 100
+        samples = float(np.mean([r["samples"] for r in runs[h][n]]))
+        held.append(regret[h][n])
+        spreads.append(spread(lrs))
+        entry = grid["tasks"][n]
+        _, log_lrs, mean = curve(entry)
+        best = float(mean.min())
+        for r in runs[h][n]:
+            points.append((r["confidence"], r["confident"] and r["suggestion"] is not None,
+                           (loss_at(r["suggestion"], log_lrs, mean, entry["untrained_loss"]) - best) / best))
+        lines.append(f"{n:<20}{h:>9}{s['best_lr']:>9.3g}{med:>9.3g}{spreads[-1]:>8.2f}{held[-1]:>8.3f}"
+                     f"{curve_only.get(n, math.nan):>11.3f}{samples:>9.0f}{samples / sweep:>8.1f}")
+    lines.append("-" * len(head))
+    lines.append(f"held-out regret: mean {np.mean(held):.3f}, worst {max(held):.3f} (targets: mean <= 0.03, worst <= 0.10); "
+                 f"spread over seeds: median {np.nanmedian(spreads):.2f} decades (target <= 0.15)")
+    for h in map(str, REFINE_STEPS):
+        lines.append(f"  in-sample with H={h}: mean {np.mean(list(regret[h].values())):.3f}, "
+                     f"worst {max(regret[h].values()):.3f}")
+    flag = np.array([p[1] for p in points])
+    reg = np.array([p[2] for p in points])
+    lines += ["", f"regret of the refined suggestion by its confidence ({len(points)} calls):",
+              f"{'bucket':<20}{'calls':>6}{'mean regret':>13}{'median':>8}{'worst':>8}"]
+    for label, m in (("confident", flag), ("not confident", ~flag)):
+        if m.any():
+            lines.append(f"{label:<20}{int(m.sum()):>6}{reg[m].mean():>13.3f}{np.median(reg[m]):>8.3f}{reg[m].max():>8.3f}")
+    return "\n".join(lines)
+
+
 COST_TASKS = ("mlp_huber_sgdm", "mlp_bce_adam", "head_cnn_adam", "lstm_charlm_adam")
 
 
@@ -362,7 +450,8 @@ def cost_table(rounds: int = 7) -> str:
     for n in COST_TASKS:
         task = TASKS[n].make()
         found = tunekit.lr_find(task, seed=0, device="cpu")
-        updates = sum(1 for v in found.losses if math.isfinite(v))
+        # Every update it ran, the refinement's short runs included (their scoring passes are overhead).
+        updates = found.samples // task.batch_size
 
         def finder() -> float:
             t = time.perf_counter()
@@ -404,6 +493,8 @@ def main() -> None:
                          "the task's clipping as in train); their curves go to lr_find_curves_clipX.json / _noclip")
     ap.add_argument("--repeats", type=int, default=0,
                     help="also the spread of lr_find(task, repeats=R)'s suggestion over 5 seeds (cached)")
+    ap.add_argument("--refined", action="store_true",
+                    help="also the refined suggestion (lr_find's default): held-out regret, spread, cost (cached)")
     ap.add_argument("--cost", action="store_true", help="only the interleaved cost of lr_find against plain updates")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
@@ -432,6 +523,9 @@ def main() -> None:
     if args.repeats > 1:
         print()
         print(repeats_table(names, grid, args.refind, args.repeats))
+    if args.refined:
+        print()
+        print(refined_table(names, grid, args.refind))
 
 
 if __name__ == "__main__":

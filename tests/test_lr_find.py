@@ -134,7 +134,7 @@ def test_sweep_counts_updates_with_accumulation() -> None:
         return nn.functional.mse_loss(m(batch[0]), batch[1])
 
     task = Task(model=lambda: nn.Linear(8, 1), train_data=regression_data(256), compute_loss=compute, batch_size=8)
-    r = lr_find(task, min_lr=1e-5, max_lr=1e-3, steps=20, accumulation_steps=3, device="cpu")
+    r = lr_find(task, min_lr=1e-5, max_lr=1e-3, steps=20, accumulation_steps=3, device="cpu", refine=False)
     assert len(r.losses) == 20 and not r.diverged
     assert seen["micro"] == 60
     np.testing.assert_allclose(r.lrs, sweep_lrs(1e-5, 1e-3, 20))
@@ -179,7 +179,7 @@ def test_hf_style_dict_batches_without_a_loss() -> None:
 
 def test_val_loss_mode_and_repeats() -> None:
     task = classification_task()
-    r = lr_find(task, steps=30, loss_on="val", device="cpu", repeats=3)
+    r = lr_find(task, steps=30, loss_on="val", device="cpu", repeats=3, refine=False)
     assert r.settings["loss_on"] == "val"
     assert len(r.repeats) == 3
     sugg = [rep["suggestions"]["tunekit"] for rep in r.repeats if rep["suggestions"]["tunekit"]]
@@ -225,11 +225,14 @@ def test_bad_arguments(kwargs: dict, pattern: str) -> None:
 
 @pytest.mark.slow  # a subprocess
 def test_cli_lr_find_writes_files(tmp_path: Path) -> None:
-    r = run_cli("lr-find", "--steps", "30", "--out", str(tmp_path), "--quiet")
+    r = run_cli("lr-find", "--steps", "30", "--refine-steps", "20", "--out", str(tmp_path), "--quiet")
     assert r.returncode == 0, r.stderr
     data = json.loads((tmp_path / "lr_find.json").read_text())
     assert data["suggestions"]["tunekit"] is not None  # the default task has a clear descent
-    assert f"suggested peak LR: {data['suggestions']['tunekit']:.3g}" in r.stdout
+    assert data["refinement"]["curve_suggestion"] == data["suggestions"]["tunekit"]
+    n = len(data["refinement"]["lrs"])
+    assert f"suggested peak LR: {data['suggestion']:.3g}  [best of {n} short runs of 20 updates" in r.stdout
+    assert f"{'refined':<10} {format(data['suggestion'], '.3g'):>10}  <- suggested" in r.stdout
     for rule in ("tunekit", "steepest", "valley", "min/10"):
         assert rule in r.stdout
     data = json.loads((tmp_path / "lr_find.json").read_text())
@@ -402,3 +405,61 @@ def test_cli_lr_find_clip_flag(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
         assert got[-1]["accumulation_steps"] is None  # the task's
     with pytest.raises(SystemExit):
         cli.main(["lr-find", "--clip", "-1", "--out", str(tmp_path)])
+
+
+def _curve_result(suggestion: float | None, confident: bool) -> LRFindResult:
+    lrs = list(np.logspace(-7, 1, 100))
+    x = np.log10(lrs)
+    losses = list(2.0 + np.where(x > -1.0, 3 * (x + 1.0) ** 2, 0.0))  # flat, then comes apart past 0.1
+    return LRFindResult(lrs=lrs, losses=losses, smoothed=losses, suggestions={"tunekit": suggestion},
+                        default_rule="tunekit", suggestion=suggestion, confidence=1.0 if confident else 0.0,
+                        confident=confident, reasons=[], diverged=False, diverged_at_lr=None, seconds=0.0,
+                        settings={}, samples=1000)
+
+
+def test_refinement_brackets_the_best_short_run_and_takes_the_parabola_vertex() -> None:
+    from tunekit._lr_find import _refine
+
+    ran: list[float] = []
+
+    def short_run(lr: float) -> tuple[float, int]:  # a run's loss: a bowl in log LR, lowest at 10**-2.3
+        ran.append(lr)
+        return (np.log10(lr) + 2.3) ** 2, 500
+
+    r = _curve_result(10 ** -2.5, confident=True)
+    _refine(r, short_run)
+    assert np.log10(ran) == pytest.approx([-3.0, -2.5, -2.0])
+    assert r.suggestion == pytest.approx(10 ** -2.3) and r.confident and r.refinement["bracketed"]
+    assert r.refinement["curve_suggestion"] == 10 ** -2.5 and r.samples == 1000 + 3 * 500
+
+    # Two decades off: the bracket walks up twice, then says the best is at its edge.
+    ran.clear()
+    r = _curve_result(10 ** -4.5, confident=True)
+    _refine(r, short_run)
+    assert np.log10(ran) == pytest.approx([-5.0, -4.5, -4.0, -3.5, -3.0])
+    assert r.suggestion == pytest.approx(10 ** -3.0) and not r.confident and not r.refinement["bracketed"]
+    assert any("edge" in reason for reason in r.reasons)
+
+
+def test_an_untrusted_curve_is_refined_from_below_its_blowup() -> None:
+    from tunekit._lr_find import refine_start
+
+    assert refine_start(_curve_result(1e-3, confident=True)) == 1e-3
+    # Not confident: its minimum means nothing on a flat curve; half a decade below where it comes apart.
+    start = refine_start(_curve_result(1e-6, confident=False))
+    assert start is not None and -1.9 < np.log10(start) < -1.2
+
+
+def test_refined_lr_find_is_the_best_of_its_short_runs() -> None:
+    task = classification_task()
+    r = lr_find(task, device="cpu", refine_steps=20)
+    ref = r.refinement
+    assert ref is not None and 3 <= len(ref["lrs"]) <= 5 and ref["samples"] == len(ref["lrs"]) * 20 * task.batch_size
+    best = int(np.argmin(ref["scores"]))
+    step = np.log10(ref["lrs"][1] / ref["lrs"][0])
+    assert abs(np.log10(r.suggestion / ref["lrs"][best])) <= step / 2 + 1e-9  # at the best run, or between it and a neighbour
+    plain = lr_find(task, device="cpu", refine=False)
+    assert plain.refinement is None and plain.suggestion == plain.suggestions["tunekit"] == ref["curve_suggestion"]
+    assert r.samples == plain.samples + ref["samples"]
+    again = LRFindResult.from_json(r.to_json())
+    assert again.refinement == ref

@@ -354,11 +354,9 @@ def test_calibration_adds_what_kernels_allocate_out_of_the_traces_sight() -> Non
     calibrate(mm, traces, {b: real(b) for b in (64, 128)})
     assert mm.peak(256) - traces[256].resident == pytest.approx(actual, rel=0.05)
     assert mm.peak(256) - traces[256].resident >= traced_only
-    # One point: the extra is taken as proportional to the batch.
-    calibrate(mm, traces, {128: real(128)})
+    # The extra is proportional to the batch, through the last point measured, however many there are.
     assert mm.extra is not None and mm.extra.fixed == 0.0
-    # Two points less than 2x apart (the confirming steps near the answer): proportional too, through the last.
-    calibrate(mm, traces, {200: real(200), 256: actual})
+    calibrate(mm, traces, {8: real(8), 200: real(200), 256: actual})
     assert mm.extra.fixed == 0.0 and mm.peak(256) - traces[256].resident == pytest.approx(actual, rel=1e-6)
 
 

@@ -136,3 +136,35 @@ def test_default_divides_the_minimum_by_the_family_factor() -> None:
 def test_no_descent_gives_no_default_suggestion() -> None:
     rising = np.linspace(1.0, 3.0, len(LRS))
     assert RULES["tunekit"](prepare(LRS, rising, family="adaptive")) is None
+
+
+def test_blowup_is_where_the_sweep_comes_apart_even_on_a_flat_curve() -> None:
+    from tunekit.suggest import blowup
+
+    rng = np.random.default_rng(0)
+    flat = 2.0 + 0.01 * rng.standard_normal(len(X)) + np.where(X > -1.5, 3 * (X + 1.5) ** 2, 0.0)
+    up = blowup(prepare(LRS, flat))
+    # 10% above the minimum of 2.0: 3 (x + 1.5)^2 = 0.2 at x = -1.24, less what the smoothing spreads.
+    assert up is not None and -1.6 < math.log10(up) < -1.1
+    assert blowup(prepare(LRS, 2.0 - 0.1 * (X + 6))) is None  # still falling: it never came apart
+
+
+def test_bracket_search_steps_past_the_lower_end_and_stops_inside() -> None:
+    from tunekit.suggest import bracket_minimum, bracket_next
+
+    assert bracket_next([-3.0, -2.5, -2.0], [0.5, 0.6, 0.7], 0.5) == -3.5  # best at the low end
+    assert bracket_next([-3.0, -2.5, -2.0], [0.7, 0.6, 0.5], 0.5) == -1.5  # at the high end
+    assert bracket_next([-3.0, -2.5, -2.0], [0.7, 0.5, 0.6], 0.5) is None  # bracketed
+    # The parabola through a quadratic's three points is the quadratic: its vertex exactly.
+    xs = [-3.0, -2.5, -2.0]
+    assert bracket_minimum(xs, [(x + 2.3) ** 2 for x in xs]) == pytest.approx(-2.3)
+    assert bracket_minimum(xs, [0.5, 0.6, 0.7]) == -3.0  # at an end: the end, no extrapolation
+    assert bracket_minimum(xs, [math.inf, 0.5, 0.6]) == -2.5  # a diverged neighbour: no parabola
+
+
+def test_blowup_skips_an_early_bump_the_curve_recovers_from() -> None:
+    from tunekit.suggest import blowup
+
+    bumpy = 2.0 + 0.5 * np.exp(-((X + 5) / 0.2) ** 2) + np.where(X > -1.5, 3 * (X + 1.5) ** 2, 0.0)
+    up = blowup(prepare(LRS, bumpy))
+    assert up is not None and -1.6 < math.log10(up) < -1.1  # not the bump at 1e-5

@@ -16,18 +16,18 @@ import numpy as np
 import torch
 from torch import nn
 
-from .data import BatchStream, Data
+from .data import BatchStream, Data, batch_size_of
 from .errors import UsageError, check_int
 from .results import LRFindResult
-from .schedule import sweep_lrs
+from .schedule import lr_schedule, sweep_lrs
 from .progress import bar
 from .state import preserved, seed_everything_for
 from .step import TrainStep, Updates, make_scaler
-from .suggest import DEFAULT_RULE, RULES, assess, prepare
+from .suggest import DEFAULT_RULE, RULES, assess, blowup, bracket_minimum, bracket_next, prepare
 from .probe_inputs import resolve_inputs
 from .precision import Precision
 from .task import ComputeLoss, LossFn, Task
-from ._train import evaluate
+from ._train import TrainConfig, evaluate
 
 __all__ = ["lr_find", "LRFindResult", "TASK_DEFAULT", "optimizer_family"]
 
@@ -112,6 +112,8 @@ def lr_find(
     seed: int = 0,
     repeats: int = 1,
     diverge_threshold: float = 4.0,
+    refine: bool = True,
+    refine_steps: int = 100,
     scaler: torch.amp.GradScaler | None = None,
     progress: bool = False,
 ) -> LRFindResult:
@@ -137,10 +139,22 @@ def lr_find(
 
     With ``loss_on="val"``, each point is the loss on the first ``val_batches``
     batches of ``val_data`` (a fixed subset) instead of the training loss.
+
+    ``refine`` (the default) then checks the curve's suggestion with short real
+    runs: warmup + cosine schedules of ``refine_steps`` updates from the same
+    starting point, at half-decade steps around it (around the point where the
+    sweep comes apart, less half a decade, when the curve is not to be trusted),
+    extended until one has a worse run on each side; the suggestion is the
+    parabola's vertex through the best and its neighbours. Each run is scored on
+    a fixed subset of ``val_data`` (else of the training data), at most 2048 samples. A range test's
+    curve alone puts the best peak LR anywhere from 0.2x to 25x its minimum
+    (benchmarks/lr_rules.py); the runs cost 3-5x the sweep's samples, counted in
+    ``samples``. ``refine=False`` gives the curve's suggestion alone.
     """
     clip_grad_norm, accumulation_steps, precision = _resolve_step_settings(model, clip_grad_norm, accumulation_steps,
                                                                            precision)
     _check_args(min_lr, max_lr, steps, mode, repeats, diverge_threshold, batch_size, accumulation_steps, clip_grad_norm)
+    check_int("refine_steps", refine_steps, 10, hint="a short run needs updates: pass e.g. refine_steps=100")
     sub = resolve_inputs("lr_find", model, train_data, loss_fn, optimizer, compute_loss=compute_loss,
                           val_data=val_data, batch_size=batch_size, precision=precision, device=device, seed=seed)
     task, user_model, user_opt, data, vdata = sub.task, sub.model, sub.optimizer, sub.data, sub.val_data
@@ -156,26 +170,137 @@ def lr_find(
                     accumulation_steps=accumulation_steps, precision=precision, clip_grad_norm=clip_grad_norm,
                     device=str(dev), seed=seed, repeats=repeats, diverge_threshold=diverge_threshold,
                     loss_on=loss_on, task=task.name, optimizer=type(user_opt).__name__,
-                    family=optimizer_family(user_opt))
+                    family=optimizer_family(user_opt), refine=refine, refine_steps=refine_steps if refine else None)
     start = time.perf_counter()
     runs: list[dict[str, Any]] = []
-    with bar(steps * repeats, "lr-find", "step", progress) as steps_bar, \
+    total = steps * repeats + (REFINE_RUNS * refine_steps if refine else 0)
+    with bar(total, "lr-find", "step", progress) as steps_bar, \
             preserved(user_model, user_opt, scaler, data) as initial:
+
+        def make_step() -> TrainStep:
+            user_model.train()
+            return TrainStep(user_model, user_opt, compute, device=dev, precision=precision,
+                             accumulation_steps=accumulation_steps, clip_grad_norm=clip_grad_norm, scaler=scaler)
+
         for r in range(repeats):
             if r > 0:  # each repeat starts from the same weights and optimizer state
                 initial.restore()
             seed_everything_for(seed + r, dev)
-            user_model.train()
-            step = TrainStep(user_model, user_opt, compute, device=dev, precision=precision,
-                             accumulation_steps=accumulation_steps, clip_grad_norm=clip_grad_norm, scaler=scaler)
             batches = BatchStream(data, batch_size, seed=seed + r)
-            run = _sweep(step, batches, lrs, diverge_threshold, steps_bar,
+            run = _sweep(make_step(), batches, lrs, diverge_threshold, steps_bar,
                          (lambda: evaluate(user_model, vdata, compute, device=dev, precision=precision,
                                            batch_size=batch_size, max_batches=val_batches)["loss"])
                          if loss_on == "val" else None)
             runs.append(run)
-    seconds = time.perf_counter() - start
-    return _result(runs, settings, seconds)
+        result = _result(runs, settings, 0.0)
+        if refine:
+            # Scored on a fixed subset, the same for every run: forward passes worth at most a quarter
+            # of a run's training samples (about 8% of its compute), 2048 samples at most.
+            per = batch_size or batch_size_of(BatchStream(data, batch_size, seed=seed).take(1)[0]) or 1
+            eval_batches = max(1, min(REFINE_EVAL_SAMPLES, refine_steps * accumulation_steps * per // 4) // per)
+
+            def short_run(lr: float) -> tuple[float, int]:
+                initial.restore()  # every run starts where the user's objects were, with the same batches
+                seed_everything_for(seed, dev)
+                return _short_run(make_step(), BatchStream(data, batch_size, seed=seed),
+                                  lr_schedule(refine_steps, lr, *_schedule_of(model)), diverge_threshold, steps_bar,
+                                  lambda: evaluate(user_model, vdata if vdata is not None else data, compute, device=dev,
+                                                   precision=precision, batch_size=batch_size,
+                                                   max_batches=eval_batches)["loss"])
+
+            _refine(result, short_run)
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+# The short runs of the refinement: the first bracket, at most two more past its ends (three to five runs).
+REFINE_OFFSETS = (-0.5, 0.0, 0.5)  # decades around the starting point
+REFINE_EXTENSIONS = 2
+REFINE_RUNS = len(REFINE_OFFSETS) + REFINE_EXTENSIONS
+REFINE_EVAL_SAMPLES = 2048  # each run's score: its loss on at most this many samples
+
+
+def _schedule_of(model: Any) -> tuple[Any, str, float]:
+    """(warmup, decay, min_lr_ratio) of the runs the suggestion is for: the task's, else train's defaults."""
+    defaults = model.defaults if isinstance(model, Task) else {}
+    cfg = TrainConfig()
+    return (defaults.get("warmup", cfg.warmup), defaults.get("schedule", cfg.schedule),
+            defaults.get("min_lr_ratio", cfg.min_lr_ratio))
+
+
+def _short_run(step: TrainStep, batches: BatchStream, lrs: np.ndarray, threshold: float, steps_bar: Any,
+               score: Callable[[], float]) -> tuple[float, int]:
+    """One warmup + cosine run through the shared step: (its score, samples drawn); inf if it diverged."""
+    samples, losses, best = 0, [], math.inf
+    loop = Updates(step, batches, lrs.tolist())
+    for _, _, out in loop:
+        samples += int(out.samples)
+        steps_bar.update(1)
+        losses.append(out.loss)
+        recent = sorted(losses[-3:])[len(losses[-3:]) // 2]
+        best = min(best, recent)
+        if len(losses) >= 5 and recent > threshold * best:  # blown up: no schedule recovers from this
+            break
+    steps_bar.update(len(lrs) - len(losses))
+    if loop.diverged_at is not None or len(losses) < len(lrs):
+        return math.inf, samples
+    value = score()
+    return (value if math.isfinite(value) else math.inf), samples
+
+
+def _refine(result: LRFindResult, short_run: Callable[[float], tuple[float, int]]) -> None:
+    """Check the curve's suggestion with short real runs around it; the result takes their answer."""
+    start = refine_start(result)
+    if start is None:
+        result.reasons.append("no suggestion to refine: the curve has neither a minimum nor a blow-up")
+        return
+    step = REFINE_OFFSETS[1] - REFINE_OFFSETS[0]
+    scores: dict[float, float] = {}
+    samples = 0
+
+    def at(x: float) -> float:
+        nonlocal samples
+        x = round(x, 6)
+        if x not in scores:
+            scores[x], n = short_run(float(10 ** x))
+            samples += n
+        return scores[x]
+
+    for off in REFINE_OFFSETS:
+        at(math.log10(start) + off)
+    for _ in range(REFINE_EXTENSIONS):
+        xs = sorted(scores)
+        nxt = bracket_next(xs, [scores[x] for x in xs], step)
+        if nxt is None:
+            break
+        at(nxt)
+    xs = sorted(scores)
+    ys = [scores[x] for x in xs]
+    bracketed = bracket_next(xs, ys, step) is None and math.isfinite(min(ys))
+    lr = float(10 ** bracket_minimum(xs, ys)) if math.isfinite(min(ys)) else None
+    result.refinement = {"start": start, "lrs": [float(10 ** x) for x in xs], "scores": ys, "samples": samples,
+                         "bracketed": bracketed, "curve_suggestion": result.suggestion}
+    result.samples += samples
+    if lr is None:
+        result.reasons.append("every short run of the refinement diverged: the curve's suggestion is kept")
+        return
+    result.suggestion = lr
+    if not bracketed:
+        result.confident = False
+        result.reasons.append("the short runs' best is at the edge of the LRs they tried: the suggestion may lie "
+                              "beyond it (widen the sweep)")
+
+
+def refine_start(result: LRFindResult) -> float | None:
+    """Where the refinement starts: the curve's suggestion when it is confident, else half a decade
+    below the point where the sweep came apart (a flat, noisy curve's minimum wanders over decades)."""
+    if result.confident and result.suggestion is not None:
+        return result.suggestion
+    c = prepare(result.lrs, result.losses, family=result.settings.get("family"))
+    up = blowup(c)
+    if up is not None:
+        return float(up / 10 ** 0.5)
+    return result.suggestion
 
 
 def _sweep(step: TrainStep, batches: BatchStream, lrs: np.ndarray, threshold: float, steps_bar: Any,

@@ -202,6 +202,10 @@ def _add_lr_find_command(sub: Any) -> None:
     p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], help="fp32, bf16, or fp16 with a GradScaler (default: the task's)")
     p.add_argument("--clip", type=_clip, dest="clip_grad_norm", help="clip the global grad norm at this value; 'none' to disable (default: the task's, else 1.0, as in train)")
     p.add_argument("--repeats", type=int, default=1, help="repeat with other seeds and data orders; report the spread (default 1)")
+    p.add_argument("--no-refine", action="store_true",
+                   help="the curve's suggestion alone, without the short runs that check it (3-5x the sweep's samples)")
+    p.add_argument("--refine-steps", type=int, default=100, metavar="N",
+                   help="updates of each short warmup + cosine run that checks the suggestion (default 100)")
     _add_run_args(p, "lr_find.json and lr_find.png")
     p.set_defaults(func=cmd_lr_find)
 
@@ -530,7 +534,8 @@ def cmd_lr_find(args: argparse.Namespace) -> int:
     result = lr_find(task, min_lr=args.min_lr, max_lr=args.max_lr, steps=args.steps, mode=args.mode,
                      batch_size=args.batch_size, accumulation_steps=args.accumulation_steps,
                      precision=args.precision, clip_grad_norm=clip, repeats=args.repeats, seed=args.seed,
-                     device=args.device, progress=not args.quiet)
+                     refine=not args.no_refine, refine_steps=args.refine_steps, device=args.device,
+                     progress=not args.quiet)
     print(result.table())
     if result.suggestion is None:
         print("no suggestion: " + "; ".join(result.reasons))
@@ -538,7 +543,10 @@ def cmd_lr_find(args: argparse.Namespace) -> int:
         spread = ""
         if result.lr_range is not None:
             spread = f" (range over {args.repeats} repeats: {result.lr_range[0]:.3g} .. {result.lr_range[1]:.3g})"
-        print(f"suggested peak LR: {result.suggestion:.3g}{spread}  [{result.default_rule} rule, confidence {result.confidence:.2f}]")
+        ref = result.refinement
+        how = (f"best of {len(ref['lrs'])} short runs of {args.refine_steps} updates" if ref is not None
+               else f"{result.default_rule} rule")
+        print(f"suggested peak LR: {result.suggestion:.3g}{spread}  [{how}, confidence {result.confidence:.2f}]")
         if not result.confident:
             print("LOW CONFIDENCE, do not trust this number blindly: " + "; ".join(result.reasons))
     stop = f", stopped at lr {result.diverged_at_lr:.3g} (diverged)" if result.diverged_at_lr else ""

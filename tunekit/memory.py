@@ -417,32 +417,22 @@ def _quiet_fd2() -> Any:
 
 
 def calibrate(model: MemoryModel, traces: dict[int, Trace], real: dict[int, int]) -> MemoryModel:
-    """Add the memory that real steps take beyond the trace, as a line in the batch size.
+    """Add the memory that real steps take beyond the trace, proportional to the batch size.
 
     ``real`` maps batch sizes to :func:`real_step_peak` results, in the order they were
     measured; the extra at each is (real peak) - (traced peak above the resident state), and
-    may be negative where the trace over-counts. By default the extra is proportional to the
+    may be negative where the trace over-counts. The extra is taken as proportional to the
     batch, through the last point (the one nearest the batch the probe recommends), as kernel
     workspaces (RNNs, im2col, attention) are: the fused LSTM's extra is 0.305 MiB a sample
-    from batch 83 to 1339, within 1%. Only a point at most half as large (or twice) gives it
-    a fixed part, a line through the two: through the nearly equal batches that confirm the
-    largest one, a slope is mostly measurement noise, and its intercept was 8% of the LSTM's
-    step at a sixteenth of the batch.
+    from batch 83 to 1339, within 1%. No fixed part is fitted: a line through two measured
+    points puts their noise into its intercept (0.1% of a step measured at 5x the budget gave
+    the LSTM an intercept 8% of its step at batch 83), and on CPU a step's resident memory
+    moves by a few MiB with the heap's state anyway.
     """
     sizes = [b for b in real if b in traces]
     if not sizes:
         return model
-    extra = {b: real[b] - (max(traces[b].peaks.values()) - traces[b].resident) for b in sizes}
     last = sizes[-1]
-    apart = [b for b in sizes if abs(b - last) >= SLOPE_GAP * max(b, last)]
-    if not apart:
-        model.extra = PhaseFit(0.0, float(extra[last]) / last)
-        return model
-    other = min(apart, key=lambda b: abs(b - last))
-    slope = (extra[last] - extra[other]) / (last - other)
-    model.extra = PhaseFit(float(extra[last] - slope * last), float(slope))
+    extra = real[last] - (max(traces[last].peaks.values()) - traces[last].resident)
+    model.extra = PhaseFit(0.0, float(extra) / last)
     return model
-
-
-# Two measured batches closer than this (relative: at most half, or twice) give no slope worth fitting.
-SLOPE_GAP = 0.5

@@ -27,6 +27,9 @@ __all__ = [
     "bottom",
     "leave_bottom",
     "geometric_steepest_min",
+    "blowup",
+    "bracket_next",
+    "bracket_minimum",
     "ANCHORS",
     "divided",
     "DEFAULT_SPEC",
@@ -212,6 +215,48 @@ def geometric_steepest_min(c: Curve) -> float | None:
     return None if s is None or m is None else float(math.sqrt(s * m))
 
 
+def blowup(c: Curve, rise: float = 0.1) -> float | None:
+    """Where the sweep comes apart for good: past the smoothed minimum, the LR where the smoothed
+    loss last rises through ``rise`` (relative to the minimum) above it, never to come back. It
+    holds still on a flat, noisy curve whose minimum wanders over decades (a descent of 1%), and
+    an early bump that the curve recovers from is not it. None when the loss ends below that."""
+    if len(c.smooth) < 3:
+        return None
+    end = _descent_end(c)
+    low = float(c.smooth[end])
+    cut = low + rise * max(abs(low), 1e-12)
+    after = c.smooth[end:]
+    below = np.flatnonzero(after < cut)
+    j = int(below[-1]) if len(below) else 0
+    if j >= len(after) - 1:
+        return None
+    return float(10 ** _crossing(c.x[end + j:], after[j:], cut))
+
+
+def bracket_next(xs: list[float], ys: list[float], step: float) -> float | None:
+    """The next log10 LR of a bracketing search: one ``step`` past the end that holds the lowest
+    loss (``xs`` ascending), or None once the lowest loss has a higher one on each side."""
+    i = int(np.argmin(ys))
+    if i == 0:
+        return float(xs[0] - step)
+    if i == len(xs) - 1:
+        return float(xs[-1] + step)
+    return None
+
+
+def bracket_minimum(xs: list[float], ys: list[float]) -> float:
+    """The log10 LR of the lowest loss, moved to the vertex of the parabola through it and its two
+    neighbours when it has both (evenly spaced ``xs``), and never past them."""
+    i = int(np.argmin(ys))
+    if 0 < i < len(xs) - 1 and all(math.isfinite(v) for v in ys[i - 1: i + 2]):
+        y0, y1, y2 = ys[i - 1], ys[i], ys[i + 1]
+        curvature = y0 - 2 * y1 + y2
+        if curvature > 0:
+            half = (xs[i + 1] - xs[i - 1]) / 2
+            return float(xs[i] + float(np.clip(0.5 * half * (y0 - y2) / curvature, -half / 2, half / 2)))
+    return float(xs[i])
+
+
 #: The points of a curve the rules are built from: each a pure function of the curve.
 ANCHORS: dict[str, Callable[[Curve], float | None]] = {
     "min": minimum,
@@ -219,6 +264,7 @@ ANCHORS: dict[str, Callable[[Curve], float | None]] = {
     "leave": leave_bottom,
     "steepest": steepest,
     "geo": geometric_steepest_min,
+    "blowup": blowup,
 }
 
 
