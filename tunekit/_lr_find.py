@@ -194,21 +194,9 @@ def lr_find(
             runs.append(run)
         result = _result(runs, settings, 0.0)
         if refine:
-            # Scored on a fixed subset, the same for every run: forward passes worth at most a quarter
-            # of a run's training samples (about 8% of its compute), 2048 samples at most.
-            per = batch_size or batch_size_of(BatchStream(data, batch_size, seed=seed).take(1)[0]) or 1
-            eval_batches = max(1, min(REFINE_EVAL_SAMPLES, refine_steps * accumulation_steps * per // 4) // per)
-
-            def short_run(lr: float) -> tuple[float, int]:
-                initial.restore()  # every run starts where the user's objects were, with the same batches
-                seed_everything_for(seed, dev)
-                return _short_run(make_step(), BatchStream(data, batch_size, seed=seed),
-                                  lr_schedule(refine_steps, lr, *_schedule_of(model)), diverge_threshold, steps_bar,
-                                  lambda: evaluate(user_model, vdata if vdata is not None else data, compute, device=dev,
-                                                   precision=precision, batch_size=batch_size,
-                                                   max_batches=eval_batches)["loss"])
-
-            _refine(result, short_run)
+            _refine(result, _short_runner(model, initial, make_step, data, vdata if vdata is not None else data,
+                                          compute, dev, precision, batch_size, accumulation_steps, seed, refine_steps,
+                                          diverge_threshold, steps_bar))
     result.seconds = time.perf_counter() - start
     return result
 
@@ -226,6 +214,28 @@ def _schedule_of(model: Any) -> tuple[Any, str, float]:
     cfg = TrainConfig()
     return (defaults.get("warmup", cfg.warmup), defaults.get("schedule", cfg.schedule),
             defaults.get("min_lr_ratio", cfg.min_lr_ratio))
+
+
+def _short_runner(model: Any, initial: Any, make_step: Callable[[], TrainStep], data: Data, score_data: Data,
+                  compute: Any, dev: torch.device, precision: Any, batch_size: int | None, accumulation_steps: int,
+                  seed: int, refine_steps: int, threshold: float, steps_bar: Any) -> Callable[[float], tuple[float, int]]:
+    """``short_run(lr)``: one short run from the user's objects as they were, scored on a fixed subset of
+    ``score_data``, the same for every run: forward passes worth at most a quarter of a run's training
+    samples (about 8% of its compute), 2048 samples at most."""
+    per = batch_size or batch_size_of(BatchStream(data, batch_size, seed=seed).take(1)[0]) or 1
+    eval_batches = max(1, min(REFINE_EVAL_SAMPLES, refine_steps * accumulation_steps * per // 4) // per)
+    schedule = _schedule_of(model)
+
+    def short_run(lr: float) -> tuple[float, int]:
+        initial.restore()  # every run starts where the user's objects were, with the same batches
+        seed_everything_for(seed, dev)
+        step = make_step()
+        return _short_run(step, BatchStream(data, batch_size, seed=seed), lr_schedule(refine_steps, lr, *schedule),
+                          threshold, steps_bar,
+                          lambda: evaluate(step.model, score_data, compute, device=dev, precision=precision,
+                                           batch_size=batch_size, max_batches=eval_batches)["loss"])
+
+    return short_run
 
 
 def _short_run(step: TrainStep, batches: BatchStream, lrs: np.ndarray, threshold: float, steps_bar: Any,

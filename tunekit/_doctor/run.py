@@ -169,7 +169,8 @@ def stage_recipe(run: _Run, batch: Batch, lr: Optional[float], warmup: Optional[
     if lr is not None:
         res = lr_find(sub.model, sub.data, optimizer=sub.optimizer, compute_loss=lambda m, b: sub.compute(m, b)[0],
                       batch_size=sub.batch_size, accumulation_steps=accumulation_steps, precision=sub.precision,
-                      device=str(sub.device), seed=seed, steps=RECIPE_RANGE_STEPS, scaler=run.scaler)
+                      device=str(sub.device), seed=seed, steps=RECIPE_RANGE_STEPS, scaler=run.scaler,
+                      refine=False)  # a pre-flight check: the curve's order of magnitude is enough
         suggestion, confident = res.suggestion, res.confident
     run.findings += check_lr(lr, suggestion, confident)
     run.findings += check_warmup(warmup, steps)

@@ -438,7 +438,8 @@ def _probes(task: Any, sp: SearchSpace, cfg: Any, bud: Budget, out_dir: Optional
         from .._lr_find import lr_find
 
         found.lr_find = lr_find(task, device=device, seed=seed, progress=progress, clip_grad_norm=clip,
-                                accumulation_steps=int(cfg.accumulation_steps), precision=precision)
+                                accumulation_steps=int(cfg.accumulation_steps), precision=precision,
+                                refine=False)  # the space spans decades around it: the sweep alone seeds it
         found.samples += found.lr_find.samples
         _save(found.lr_find, out_dir, "lr_find")
     if sp.needs_probe and found.probe is None:
