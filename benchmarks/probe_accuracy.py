@@ -60,7 +60,7 @@ from _common import hardware  # noqa: E402
 import tunekit  # noqa: E402
 from tunekit.bytesize import parse_bytes  # noqa: E402
 from tunekit.data import BatchStream  # noqa: E402
-from tunekit.memory import MemoryModel, allocator_peak, calibrate, fit_memory_model, trace_step  # noqa: E402
+from tunekit.memory import MemoryModel, PhaseFit, allocator_peak, calibrate, fit_memory_model, trace_step  # noqa: E402
 from tunekit.step import TrainStep  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -151,7 +151,18 @@ def small_model(task: tunekit.Task, precision: str, dev: torch.device) -> Memory
         peak = allocator_peak(lambda: step(batches))
         if peak is not None:
             real[b] = peak
-    return calibrate(fit_memory_model(traces), traces, real)
+    return _calibrate_v1(fit_memory_model(traces), traces, real)
+
+
+def _calibrate_v1(mm: MemoryModel, traces: dict, real: dict[int, int]) -> MemoryModel:
+    """The calibration of the probe before issue 14: the extra memory as the line through the two points."""
+    if len(real) < 2:
+        return calibrate(mm, traces, real)
+    (b1, b2) = sorted(real)[:2]
+    e1, e2 = (real[b] - (max(traces[b].peaks.values()) - traces[b].resident) for b in (b1, b2))
+    slope = (e2 - e1) / (b2 - b1)
+    mm.extra = PhaseFit(float(e2 - slope * b2), float(slope))
+    return mm
 
 
 def small_peak(mm: MemoryModel, b: int) -> float:

@@ -432,12 +432,18 @@ def test_refinement_brackets_the_best_short_run_and_takes_the_parabola_vertex() 
     assert r.suggestion == pytest.approx(10 ** -2.3) and r.confident and r.refinement["bracketed"]
     assert r.refinement["curve_suggestion"] == 10 ** -2.5 and r.samples == 1000 + 3 * 500
 
-    # Two decades off: the bracket walks up twice, then says the best is at its edge.
+    # A start a little apart snaps to the same half-decade lattice: the same runs, the same answer.
+    ran.clear()
+    r = _curve_result(10 ** -2.4, confident=True)
+    _refine(r, short_run)
+    assert np.log10(ran) == pytest.approx([-3.0, -2.5, -2.0]) and r.suggestion == pytest.approx(10 ** -2.3)
+
+    # Two decades off: the bracket walks up three times, then says the best is at its edge.
     ran.clear()
     r = _curve_result(10 ** -4.5, confident=True)
     _refine(r, short_run)
-    assert np.log10(ran) == pytest.approx([-5.0, -4.5, -4.0, -3.5, -3.0])
-    assert r.suggestion == pytest.approx(10 ** -3.0) and not r.confident and not r.refinement["bracketed"]
+    assert np.log10(ran) == pytest.approx([-5.0, -4.5, -4.0, -3.5, -3.0, -2.5])
+    assert r.suggestion == pytest.approx(10 ** -2.5) and not r.confident and not r.refinement["bracketed"]
     assert any("edge" in reason for reason in r.reasons)
 
 

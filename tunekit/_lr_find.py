@@ -113,7 +113,7 @@ def lr_find(
     repeats: int = 1,
     diverge_threshold: float = 4.0,
     refine: bool = True,
-    refine_steps: int = 100,
+    refine_steps: int = 200,
     scaler: torch.amp.GradScaler | None = None,
     progress: bool = False,
 ) -> LRFindResult:
@@ -145,11 +145,12 @@ def lr_find(
     starting point, at half-decade steps around it (around the point where the
     sweep comes apart, less half a decade, when the curve is not to be trusted),
     extended until one has a worse run on each side; the suggestion is the
-    parabola's vertex through the best and its neighbours. Each run is scored on
-    a fixed subset of ``val_data`` (else of the training data), at most 2048 samples. A range test's
-    curve alone puts the best peak LR anywhere from 0.2x to 25x its minimum
-    (benchmarks/lr_rules.py); the runs cost 3-5x the sweep's samples, counted in
-    ``samples``. ``refine=False`` gives the curve's suggestion alone.
+    parabola's vertex through the best and its neighbours. Each run is scored
+    on a fixed subset of ``val_data`` (else of the training data), at most 2048
+    samples. A range test's curve alone puts the best peak LR anywhere from 0.2x
+    to 25x its minimum (benchmarks/lr_rules.py). The 3-6 runs cost a fixed
+    600-1200 updates, whatever the run's length, counted in ``samples``;
+    ``refine=False`` gives the curve's suggestion alone, for 100 updates.
     """
     clip_grad_norm, accumulation_steps, precision = _resolve_step_settings(model, clip_grad_norm, accumulation_steps,
                                                                            precision)
@@ -201,9 +202,9 @@ def lr_find(
     return result
 
 
-# The short runs of the refinement: the first bracket, at most two more past its ends (three to five runs).
+# The short runs of the refinement: the first bracket, at most three more past its ends (three to six runs).
 REFINE_OFFSETS = (-0.5, 0.0, 0.5)  # decades around the starting point
-REFINE_EXTENSIONS = 2
+REFINE_EXTENSIONS = 3
 REFINE_RUNS = len(REFINE_OFFSETS) + REFINE_EXTENSIONS
 REFINE_EVAL_SAMPLES = 2048  # each run's score: its loss on at most this many samples
 
@@ -276,8 +277,11 @@ def _refine(result: LRFindResult, short_run: Callable[[float], tuple[float, int]
             samples += n
         return scores[x]
 
+    # On a fixed lattice of half decades: range tests with other seeds start a little apart and
+    # still try the same LRs, so their answers differ by the runs' scores, not by where they began.
+    centre = round(math.log10(start) / step) * step
     for off in REFINE_OFFSETS:
-        at(math.log10(start) + off)
+        at(centre + off)
     for _ in range(REFINE_EXTENSIONS):
         xs = sorted(scores)
         nxt = bracket_next(xs, [scores[x] for x in xs], step)

@@ -203,9 +203,9 @@ def _add_lr_find_command(sub: Any) -> None:
     p.add_argument("--clip", type=_clip, dest="clip_grad_norm", help="clip the global grad norm at this value; 'none' to disable (default: the task's, else 1.0, as in train)")
     p.add_argument("--repeats", type=int, default=1, help="repeat with other seeds and data orders; report the spread (default 1)")
     p.add_argument("--no-refine", action="store_true",
-                   help="the curve's suggestion alone, without the short runs that check it (3-5x the sweep's samples)")
-    p.add_argument("--refine-steps", type=int, default=100, metavar="N",
-                   help="updates of each short warmup + cosine run that checks the suggestion (default 100)")
+                   help="the curve's suggestion alone, without the 3-6 short runs that check it")
+    p.add_argument("--refine-steps", type=int, default=200, metavar="N",
+                   help="updates of each short warmup + cosine run that checks the suggestion (default 200)")
     _add_run_args(p, "lr_find.json and lr_find.png")
     p.set_defaults(func=cmd_lr_find)
 
