@@ -25,7 +25,8 @@ The instrument's resolution: a small step is measured a second time without mall
 Then free heap pages left by the warm-up absorb part of the step, and the two readings differ
 by a few MiB whatever the model predicts (the bf16 CNN at batch 496: 18 MiB trimmed, 4-8 MiB
 not). A point where they differ by more than the 5% target is below what RSS resolves; it is
-listed, with both readings, and not scored.
+listed, with both readings and the peak of PyTorch's CPU allocator (the profiler's count of
+allocated bytes, what CUDA's max_memory_allocated counts on a GPU), and not scored.
 
 Each probe runs in a fresh subprocess too, as a user's run would (without the pinned mmap
 threshold: the probe pins it itself while it measures a step).
@@ -93,8 +94,9 @@ def _hwm() -> int:
     raise RuntimeError("no VmHWM")
 
 
-def measure(spec: str, batch: int, precision: str, device: str, trim: bool = True) -> dict:
-    """Run in the subprocess: one real step, its peak memory above what was resident before it."""
+def measure(spec: str, batch: int, precision: str, device: str, trim: bool = True, alloc: bool = False) -> dict:
+    """Run in the subprocess: one real step, its peak memory above what was resident before it
+    (``alloc``: the peak of PyTorch's CPU allocator instead, as the profiler records it)."""
     torch.set_num_threads(1)
     dev = torch.device(device)
     task = tunekit.load_task(spec)
@@ -112,6 +114,8 @@ def measure(spec: str, batch: int, precision: str, device: str, trim: bool = Tru
         torch.cuda.reset_peak_memory_stats(dev)
         step(batches)
         return {"measured": torch.cuda.max_memory_allocated(dev) - before}
+    if alloc:
+        return {"measured": allocator_peak(lambda: step(batches))}
     if trim:
         import ctypes
 
@@ -123,9 +127,10 @@ def measure(spec: str, batch: int, precision: str, device: str, trim: bool = Tru
     return {"measured": _hwm() - before}
 
 
-def measured(spec: str, batch: int, precision: str, device: str, trim: bool = True) -> int:
+def measured(spec: str, batch: int, precision: str, device: str, trim: bool = True, alloc: bool = False) -> int:
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-    out = subprocess.run([sys.executable, __file__, "--child", spec, str(batch), precision, device, str(int(trim))],
+    out = subprocess.run([sys.executable, __file__, "--child", spec, str(batch), precision, device, str(int(trim)),
+                          str(int(alloc))],
                          capture_output=True, text=True, env=env, check=True)
     return int(json.loads(out.stdout.strip().splitlines()[-1])["measured"])
 
@@ -244,9 +249,12 @@ def run_case(name: str, precision: str, budget_text: str, device: str) -> dict[s
         slack = measured(spec, b, precision, device, trim=False) if device == "cpu" and m < RESOLVED_ABOVE else m
         v2 = (r.predicted_peak(b) - res) / m
         if m < MIN_MEASURABLE or abs(slack / m - 1) > TARGET:
-            unresolved.append({"batch": b, "measured": m, "untrimmed": slack, "v2": v2})
+            counted = measured(spec, b, precision, device, alloc=True)
+            unresolved.append({"batch": b, "measured": m, "untrimmed": slack, "v2": v2, "allocated": counted,
+                               "v2_alloc": (r.predicted_peak(b) - res) / counted})
             print(f"{name:<10} {precision:>5} {b:>7} {m / 2**20:>10.1f}MiB {v2:>9.3f}   (untrimmed {slack / 2**20:.1f}MiB: "
-                  "below what RSS resolves, not scored)", flush=True)
+                  f"below what RSS resolves, not scored; allocated {counted / 2**20:.1f}MiB, ratio "
+                  f"{unresolved[-1]['v2_alloc']:.3f})", flush=True)
             continue
         rows.append({"batch": b, "measured": m, "v2": v2,
                      "small": (small_peak(small, b) - res) / m, "naive": (naive_peak(small, b) - res) / m})
@@ -279,7 +287,8 @@ def summary(cases: list[dict[str, Any]]) -> None:
     left = [(c["name"], c["precision"], u) for c in cases for u in c["unresolved"]]
     print(f"points below the instrument's resolution (not scored): {len(left)}" + "".join(
         f"\n  {n} {p} batch {u['batch']}: {u['measured'] / 2**20:.1f} MiB trimmed, {u['untrimmed'] / 2**20:.1f} MiB not; "
-        f"v2 ratio {u['v2']:.3f} to the trimmed reading" for n, p, u in left))
+        f"v2 ratio {u['v2']:.3f} to the trimmed reading; PyTorch's allocator peak {u['allocated'] / 2**20:.1f} MiB, "
+        f"v2 ratio {u['v2_alloc']:.3f} to it" for n, p, u in left))
     errs = [c["rec"] / c["true"] - 1 for c in cases]
     print(f"largest batch, probe v2: worst {max(abs(e) for e in errs):.3f} off the true largest, "
           f"{sum(e > 0 for e in errs)} of {len(errs)} above it (target: within {TARGET}, never above)")
@@ -291,7 +300,8 @@ def summary(cases: list[dict[str, Any]]) -> None:
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        print(json.dumps(measure(sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6] == "1")))
+        print(json.dumps(measure(sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6] == "1",
+                                 sys.argv[7] == "1")))
         return
     if len(sys.argv) > 1 and sys.argv[1] == "--probe":
         print(json.dumps(probe_case(*sys.argv[2:6])))
