@@ -342,37 +342,44 @@ def repeats_table(names: list[str], grid: dict[str, Any], refind: bool, repeats:
     return "\n".join(lines)
 
 
-REFINED_JSON = CURVES_JSON.with_name("lr_find_refined.json")
-REFINE_STEPS = (50, 100, 200)  # the candidates for refine_steps, chosen leave-one-task-out
+REFINE_STEPS = (100, 200)  # the candidates for refine_steps, chosen leave-one-task-out (50 lost on every task set)
 
 
-def refined_runs(names: list[str], refind: bool) -> dict[str, dict[str, list[dict[str, Any]]]]:
-    """lr_find(task, seed=s, refine_steps=H) for the finder seeds and each H, cached: {str(H): {task: runs}}."""
-    data: dict[str, Any] = {"runs": {}}
-    if REFINED_JSON.exists() and not refind:
-        with open(REFINED_JSON) as f:
-            data = json.load(f)
-    for h in REFINE_STEPS:
-        have = data["runs"].setdefault(str(h), {})
+def refined_path(h: int) -> Path:
+    return CURVES_JSON.with_name(f"lr_find_refined_H{h}.json")
+
+
+def refined_runs(names: list[str], refind: bool, only: int | None = None) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    """lr_find(task, seed=s, refine_steps=H) for the finder seeds and each H (or ``only``), cached per H:
+    {str(H): {task: runs}}."""
+    out: dict[str, Any] = {}
+    for h in REFINE_STEPS if only is None else (only,):
+        path = refined_path(h)
+        data: dict[str, Any] = {"runs": {}}
+        if path.exists() and not refind:
+            with open(path) as f:
+                data = json.load(f)
         for n in names:
-            if len(have.get(n, [])) >= len(FINDER_SEEDS):
+            if len(data["runs"].get(n, [])) >= len(FINDER_SEEDS):
                 continue
             task = TASKS[n].make()
-            have[n] = []
+            data["runs"][n] = []
             for seed in FINDER_SEEDS:
                 r = tunekit.lr_find(task, seed=seed, device="cpu", refine_steps=h)
-                have[n].append({"seed": seed, "suggestion": r.suggestion, "confident": r.confident,
-                                "confidence": r.confidence, "curve_suggestion": (r.refinement or {}).get("curve_suggestion"),
-                                "refinement": r.refinement, "samples": r.samples, "seconds": round(r.seconds, 3)})
+                data["runs"][n].append({"seed": seed, "suggestion": r.suggestion, "confident": r.confident,
+                                        "confidence": r.confidence,
+                                        "curve_suggestion": (r.refinement or {}).get("curve_suggestion"),
+                                        "refinement": r.refinement, "samples": r.samples, "seconds": round(r.seconds, 3)})
             print(f"  refined (H={h}) {n}: " + ", ".join("none" if x["suggestion"] is None else f"{x['suggestion']:.3g}"
-                                                       for x in have[n]), flush=True)
-            data["settings"] = f"tunekit.lr_find(task, seed=s, device='cpu', refine_steps=H), s in {FINDER_SEEDS}"
+                                                       for x in data["runs"][n]), flush=True)
+            data["settings"] = f"tunekit.lr_find(task, seed=s, device='cpu', refine_steps={h}), s in {FINDER_SEEDS}"
             data["hardware"] = hardware()
-            tmp = REFINED_JSON.with_suffix(f".tmp{os.getpid()}")
+            tmp = path.with_suffix(f".tmp{os.getpid()}")
             with open(tmp, "w") as f:
                 json.dump(data, f)
-            tmp.replace(REFINED_JSON)
-    return data["runs"]
+            tmp.replace(path)
+        out[str(h)] = data["runs"]
+    return out
 
 
 def refined_table(names: list[str], grid: dict[str, Any], refind: bool) -> str:
@@ -444,7 +451,7 @@ def cost_table(rounds: int = 7) -> str:
 
     dev = resolve_device("cpu")
     lines = [f"cost: lr_find(task) vs the same number of plain TrainStep updates, interleaved, median of {rounds} "
-             "pairs (1 thread, core 0)", "",
+             "pairs (1 thread, on one core of its own)", "",
              f"{'task':<20}{'updates':>8}{'lr_find s':>11}{'plain s':>9}{'ratio':>7}"]
     ratios = []
     for n in COST_TASKS:
@@ -495,6 +502,8 @@ def main() -> None:
                     help="also the spread of lr_find(task, repeats=R)'s suggestion over 5 seeds (cached)")
     ap.add_argument("--refined", action="store_true",
                     help="also the refined suggestion (lr_find's default): held-out regret, spread, cost (cached)")
+    ap.add_argument("--refine-only", type=int, default=None, metavar="H",
+                    help="only run (and cache) the refined range tests with refine_steps=H, for a second process")
     ap.add_argument("--cost", action="store_true", help="only the interleaved cost of lr_find against plain updates")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
@@ -507,6 +516,9 @@ def main() -> None:
     print(f"hardware: {hardware()}", flush=True)
     if args.cost:
         print(cost_table())
+        return
+    if args.refine_only is not None:
+        refined_runs(names, args.refind, only=args.refine_only)
         return
     start = time.perf_counter()
     clip = TASK_DEFAULT if args.finder_clip == "task" else None if args.finder_clip == "none" else float(args.finder_clip)

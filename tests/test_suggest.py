@@ -150,7 +150,7 @@ def test_blowup_is_where_the_sweep_comes_apart_even_on_a_flat_curve() -> None:
 
 
 def test_bracket_search_steps_past_the_lower_end_and_stops_inside() -> None:
-    from tunekit.suggest import bracket_minimum, bracket_next
+    from tunekit.suggest import bracket_minimum, bracket_next, bracket_polish
 
     assert bracket_next([-3.0, -2.5, -2.0], [0.5, 0.6, 0.7], 0.5) == -3.5  # best at the low end
     assert bracket_next([-3.0, -2.5, -2.0], [0.7, 0.6, 0.5], 0.5) == -1.5  # at the high end
@@ -160,6 +160,10 @@ def test_bracket_search_steps_past_the_lower_end_and_stops_inside() -> None:
     assert bracket_minimum(xs, [(x + 2.3) ** 2 for x in xs]) == pytest.approx(-2.3)
     assert bracket_minimum(xs, [0.5, 0.6, 0.7]) == -3.0  # at an end: the end, no extrapolation
     assert bracket_minimum(xs, [math.inf, 0.5, 0.6]) == -2.5  # a diverged neighbour: no parabola
+    uneven = [-3.0, -2.5, -2.25, -2.0]
+    assert bracket_minimum(uneven, [(x + 2.3) ** 2 for x in uneven]) == pytest.approx(-2.3)
+    assert bracket_polish(xs, [0.7, 0.5, 0.6]) == -2.25 and bracket_polish(xs, [0.6, 0.5, 0.7]) == -2.75
+    assert bracket_polish(xs, [0.5, 0.6, 0.7]) is None
 
 
 def test_blowup_skips_an_early_bump_the_curve_recovers_from() -> None:

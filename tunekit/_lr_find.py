@@ -23,7 +23,7 @@ from .schedule import lr_schedule, sweep_lrs
 from .progress import bar
 from .state import preserved, seed_everything_for
 from .step import TrainStep, Updates, make_scaler
-from .suggest import DEFAULT_RULE, RULES, assess, blowup, bracket_minimum, bracket_next, prepare
+from .suggest import DEFAULT_RULE, RULES, assess, blowup, bracket_minimum, bracket_next, bracket_polish, prepare
 from .probe_inputs import resolve_inputs
 from .precision import Precision
 from .task import ComputeLoss, LossFn, Task
@@ -144,12 +144,13 @@ def lr_find(
     runs: warmup + cosine schedules of ``refine_steps`` updates from the same
     starting point, at half-decade steps around it (around the point where the
     sweep comes apart, less half a decade, when the curve is not to be trusted),
-    extended until one has a worse run on each side; the suggestion is the
-    parabola's vertex through the best and its neighbours. Each run is scored
+    extended until one has a worse run on each side, and one more a quarter
+    decade from the best on its better side; the suggestion is the vertex of
+    the parabola through the best and its neighbours. Each run is scored
     on a fixed subset of ``val_data`` (else of the training data), at most 2048
     samples. A range test's curve alone puts the best peak LR anywhere from 0.2x
-    to 25x its minimum (benchmarks/lr_rules.py). The 3-6 runs cost a fixed
-    600-1200 updates, whatever the run's length, counted in ``samples``;
+    to 25x its minimum (benchmarks/lr_rules.py). The 4-7 runs cost a fixed
+    800-1400 updates, whatever the run's length, counted in ``samples``;
     ``refine=False`` gives the curve's suggestion alone, for 100 updates.
     """
     clip_grad_norm, accumulation_steps, precision = _resolve_step_settings(model, clip_grad_norm, accumulation_steps,
@@ -202,10 +203,11 @@ def lr_find(
     return result
 
 
-# The short runs of the refinement: the first bracket, at most three more past its ends (three to six runs).
+# The short runs of the refinement: the first bracket, at most three more past its ends, and one
+# a quarter decade from the best (four to seven runs).
 REFINE_OFFSETS = (-0.5, 0.0, 0.5)  # decades around the starting point
 REFINE_EXTENSIONS = 3
-REFINE_RUNS = len(REFINE_OFFSETS) + REFINE_EXTENSIONS
+REFINE_RUNS = len(REFINE_OFFSETS) + REFINE_EXTENSIONS + 1
 REFINE_EVAL_SAMPLES = 2048  # each run's score: its loss on at most this many samples
 
 
@@ -289,8 +291,12 @@ def _refine(result: LRFindResult, short_run: Callable[[float], tuple[float, int]
             break
         at(nxt)
     xs = sorted(scores)
+    bracketed = bracket_next(xs, [scores[x] for x in xs], step) is None and math.isfinite(min(scores.values()))
+    polish = bracket_polish(xs, [scores[x] for x in xs]) if bracketed else None
+    if polish is not None:  # a quarter decade from the best, on its better side: the parabola's vertex is local
+        at(polish)
+    xs = sorted(scores)
     ys = [scores[x] for x in xs]
-    bracketed = bracket_next(xs, ys, step) is None and math.isfinite(min(ys))
     lr = float(10 ** bracket_minimum(xs, ys)) if math.isfinite(min(ys)) else None
     result.refinement = {"start": start, "lrs": [float(10 ** x) for x in xs], "scores": ys, "samples": samples,
                          "bracketed": bracketed, "curve_suggestion": result.suggestion}

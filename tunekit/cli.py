@@ -552,6 +552,9 @@ def cmd_lr_find(args: argparse.Namespace) -> int:
     stop = f", stopped at lr {result.diverged_at_lr:.3g} (diverged)" if result.diverged_at_lr else ""
     runs = f" over {args.repeats} runs ({len(result.losses)} updates in the first)" if args.repeats > 1 else \
         f" ({len(result.losses)} updates)"
+    if result.refinement is not None:
+        n = len(result.refinement["lrs"])
+        runs += f", {result.refinement['samples']} of them in {n} short runs"
     print(f"{result.samples} samples{runs} in {result.seconds:.1f}s{stop}")
     assert out is not None
     result.to_json(out / "lr_find.json")

@@ -29,6 +29,7 @@ __all__ = [
     "geometric_steepest_min",
     "blowup",
     "bracket_next",
+    "bracket_polish",
     "bracket_minimum",
     "ANCHORS",
     "divided",
@@ -244,16 +245,26 @@ def bracket_next(xs: list[float], ys: list[float], step: float) -> float | None:
     return None
 
 
+def bracket_polish(xs: list[float], ys: list[float]) -> float | None:
+    """Once bracketed, the next log10 LR to try: halfway from the lowest loss to its lower
+    neighbour, where the minimum lies (``xs`` ascending); None while the lowest is at an end."""
+    i = int(np.argmin(ys))
+    if i == 0 or i == len(xs) - 1:
+        return None
+    j = i - 1 if ys[i - 1] <= ys[i + 1] else i + 1
+    return float((xs[i] + xs[j]) / 2)
+
+
 def bracket_minimum(xs: list[float], ys: list[float]) -> float:
     """The log10 LR of the lowest loss, moved to the vertex of the parabola through it and its two
-    neighbours when it has both (evenly spaced ``xs``), and never past them."""
+    neighbours when it has both (``xs`` ascending, spaced as they are), and never past them."""
     i = int(np.argmin(ys))
     if 0 < i < len(xs) - 1 and all(math.isfinite(v) for v in ys[i - 1: i + 2]):
-        y0, y1, y2 = ys[i - 1], ys[i], ys[i + 1]
-        curvature = y0 - 2 * y1 + y2
-        if curvature > 0:
-            half = (xs[i + 1] - xs[i - 1]) / 2
-            return float(xs[i] + float(np.clip(0.5 * half * (y0 - y2) / curvature, -half / 2, half / 2)))
+        (x0, x1, x2), (y0, y1, y2) = xs[i - 1: i + 2], ys[i - 1: i + 2]
+        num = (x1 - x0) ** 2 * (y1 - y2) - (x1 - x2) ** 2 * (y1 - y0)
+        den = (x1 - x0) * (y1 - y2) - (x1 - x2) * (y1 - y0)
+        if den != 0:
+            return float(np.clip(x1 - 0.5 * num / den, x0, x2))
     return float(xs[i])
 
 
