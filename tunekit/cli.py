@@ -554,7 +554,7 @@ def cmd_lr_find(args: argparse.Namespace) -> int:
         f" ({len(result.losses)} updates)"
     if result.refinement is not None:
         n = len(result.refinement["lrs"])
-        runs += f", {result.refinement['samples']} of them in {n} short runs"
+        runs = runs[:-1] + f", then {n} short runs of {args.refine_steps}: {result.refinement['samples']} samples)"
     print(f"{result.samples} samples{runs} in {result.seconds:.1f}s{stop}")
     assert out is not None
     result.to_json(out / "lr_find.json")
