@@ -326,11 +326,13 @@ def test_a_curve_without_a_finite_loss_says_so_in_its_plot() -> None:
 def test_cli_repeats_summary_counts_every_run(tmp_path: Path) -> None:
     from .tasks import run_cli
 
-    r = run_cli("lr-find", "--steps", "20", "--repeats", "2", "--out", str(tmp_path), "--quiet")
+    r = run_cli("lr-find", "--steps", "20", "--repeats", "2", "--refine-steps", "20", "--out", str(tmp_path), "--quiet")
     assert r.returncode == 0, r.stderr[-2000:]
     result = json.loads((tmp_path / "lr_find.json").read_text())
     line = next(ln for ln in r.stdout.splitlines() if " samples over 2 runs " in ln)
-    assert line.startswith(f"{result['samples']} samples over 2 runs ({len(result['losses'])} updates in the first)")
+    ref = result["refinement"]
+    assert line.startswith(f"{result['samples']} samples over 2 runs ({len(result['losses'])} updates in the first, "
+                           f"then {len(ref['lrs'])} short runs of 20: {ref['samples']} samples)")
 
 
 def _spy_steps(monkeypatch: pytest.MonkeyPatch) -> list[dict]:
