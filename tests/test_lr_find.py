@@ -231,7 +231,7 @@ def test_cli_lr_find_writes_files(tmp_path: Path) -> None:
     assert data["suggestions"]["tunekit"] is not None  # the default task has a clear descent
     assert data["refinement"]["curve_suggestion"] == data["suggestions"]["tunekit"]
     n = len(data["refinement"]["lrs"])
-    assert f"suggested peak LR: {data['suggestion']:.3g}  [best of {n} short runs of 20 updates" in r.stdout
+    assert f"suggested peak LR: {data['suggestion']:.3g}  [best of {n} LRs, 2 short runs of 20 updates each" in r.stdout
     assert f"{'refined':<10} {format(data['suggestion'], '.3g'):>10}  <- suggested" in r.stdout
     for rule in ("tunekit", "steepest", "valley", "min/10"):
         assert rule in r.stdout
@@ -332,7 +332,7 @@ def test_cli_repeats_summary_counts_every_run(tmp_path: Path) -> None:
     line = next(ln for ln in r.stdout.splitlines() if " samples over 2 runs " in ln)
     ref = result["refinement"]
     assert line.startswith(f"{result['samples']} samples over 2 runs ({len(result['losses'])} updates in the first, "
-                           f"then {len(ref['lrs'])} short runs of 20: {ref['samples']} samples)")
+                           f"then {len(ref['lrs'])} LRs x 2 short runs of 20: {ref['samples']} samples)")
 
 
 def _spy_steps(monkeypatch: pytest.MonkeyPatch) -> list[dict]:
@@ -463,7 +463,8 @@ def test_refined_lr_find_is_the_best_of_its_short_runs() -> None:
     task = classification_task()
     r = lr_find(task, device="cpu", refine_steps=20)
     ref = r.refinement
-    assert ref is not None and 3 <= len(ref["lrs"]) <= 7 and ref["samples"] == len(ref["lrs"]) * 20 * task.batch_size
+    # Two runs per LR (refine_seeds=2), with other data orders.
+    assert ref is not None and 3 <= len(ref["lrs"]) <= 7 and ref["samples"] == len(ref["lrs"]) * 2 * 20 * task.batch_size
     best = int(np.argmin(ref["scores"]))
     lo, hi = ref["lrs"][max(best - 1, 0)], ref["lrs"][min(best + 1, len(ref["lrs"]) - 1)]
     assert lo <= r.suggestion <= hi  # at the best run, or between it and a neighbour

@@ -160,4 +160,6 @@ def test_a_node_that_dies_mid_search_costs_retries_not_trials(tmp_path: Path) ->
     trials = optuna.load_study(study_name="tunekit-regression-space", storage=f"sqlite:///{db}").trials
     assert removed, "the search ended before a node could be removed"
     assert [t.state.name for t in trials] == ["COMPLETE"] * 6  # recorded once each, none left RUNNING
-    assert max(t.user_attrs.get("attempts", 1) for t in trials) == 2  # the dead node's trial ran again
+    # The dead node's trial ran again, within --max-failures 2. Tune may count the dead actor's failure
+    # twice (a second one while the retry starts): 3 attempts then, the last on the node that lives.
+    assert 2 <= max(t.user_attrs.get("attempts", 1) for t in trials) <= 3

@@ -113,7 +113,8 @@ def lr_find(
     repeats: int = 1,
     diverge_threshold: float = 4.0,
     refine: bool = True,
-    refine_steps: int = 200,
+    refine_steps: int = 100,
+    refine_seeds: int = 2,
     scaler: torch.amp.GradScaler | None = None,
     progress: bool = False,
 ) -> LRFindResult:
@@ -146,17 +147,19 @@ def lr_find(
     sweep comes apart, less half a decade, when the curve is not to be trusted),
     extended until one has a worse run on each side, and one more a quarter
     decade from the best on its better side; the suggestion is the vertex of
-    the parabola through the best and its neighbours. Each run is scored
-    on a fixed subset of ``val_data`` (else of the training data), at most 2048
-    samples. A range test's curve alone puts the best peak LR anywhere from 0.2x
-    to 25x its minimum (benchmarks/lr_rules.py). The 4-7 runs cost a fixed
-    800-1400 updates, whatever the run's length, counted in ``samples``;
+    the parabola through the best and its neighbours. Each LR is scored by the
+    mean over ``refine_seeds`` runs (other data orders) of the loss on a fixed
+    subset of ``val_data`` (else of the training data), at most 2048 samples. A
+    range test's curve alone puts the best peak LR anywhere from 0.2x to 25x its
+    minimum (benchmarks/lr_rules.py). The 4-7 LRs cost a fixed 800-1400 updates
+    by default, whatever the run's length, counted in ``samples``;
     ``refine=False`` gives the curve's suggestion alone, for 100 updates.
     """
     clip_grad_norm, accumulation_steps, precision = _resolve_step_settings(model, clip_grad_norm, accumulation_steps,
                                                                            precision)
     _check_args(min_lr, max_lr, steps, mode, repeats, diverge_threshold, batch_size, accumulation_steps, clip_grad_norm)
     check_int("refine_steps", refine_steps, 10, hint="a short run needs updates: pass e.g. refine_steps=100")
+    check_int("refine_seeds", refine_seeds, hint="pass e.g. refine_seeds=2")
     sub = resolve_inputs("lr_find", model, train_data, loss_fn, optimizer, compute_loss=compute_loss,
                           val_data=val_data, batch_size=batch_size, precision=precision, device=device, seed=seed)
     task, user_model, user_opt, data, vdata = sub.task, sub.model, sub.optimizer, sub.data, sub.val_data
@@ -172,10 +175,11 @@ def lr_find(
                     accumulation_steps=accumulation_steps, precision=precision, clip_grad_norm=clip_grad_norm,
                     device=str(dev), seed=seed, repeats=repeats, diverge_threshold=diverge_threshold,
                     loss_on=loss_on, task=task.name, optimizer=type(user_opt).__name__,
-                    family=optimizer_family(user_opt), refine=refine, refine_steps=refine_steps if refine else None)
+                    family=optimizer_family(user_opt), refine=refine, refine_steps=refine_steps if refine else None,
+                    refine_seeds=refine_seeds if refine else None)
     start = time.perf_counter()
     runs: list[dict[str, Any]] = []
-    total = steps * repeats + (REFINE_RUNS * refine_steps if refine else 0)
+    total = steps * repeats + (REFINE_RUNS * refine_steps * refine_seeds if refine else 0)
     with bar(total, "lr-find", "step", progress) as steps_bar, \
             preserved(user_model, user_opt, scaler, data) as initial:
 
@@ -198,7 +202,7 @@ def lr_find(
         if refine:
             _refine(result, _short_runner(model, initial, make_step, data, vdata if vdata is not None else data,
                                           compute, dev, precision, batch_size, accumulation_steps, seed, refine_steps,
-                                          diverge_threshold, steps_bar))
+                                          refine_seeds, diverge_threshold, steps_bar))
     result.seconds = time.perf_counter() - start
     return result
 
@@ -221,22 +225,27 @@ def _schedule_of(model: Any) -> tuple[Any, str, float]:
 
 def _short_runner(model: Any, initial: Any, make_step: Callable[[], TrainStep], data: Data, score_data: Data,
                   compute: Any, dev: torch.device, precision: Any, batch_size: int | None, accumulation_steps: int,
-                  seed: int, refine_steps: int, threshold: float, steps_bar: Any) -> Callable[[float], tuple[float, int]]:
-    """``short_run(lr)``: one short run from the user's objects as they were, scored on a fixed subset of
-    ``score_data``, the same for every run: forward passes worth at most a quarter of a run's training
-    samples (about 8% of its compute), 2048 samples at most."""
+                  seed: int, refine_steps: int, seeds: int, threshold: float,
+                  steps_bar: Any) -> Callable[[float], tuple[float, int]]:
+    """``short_run(lr)``: ``seeds`` short runs from the user's objects as they were (data orders seed,
+    seed + 1, ...: the same for every LR), their mean score on a fixed subset of ``score_data``: forward
+    passes worth at most a quarter of a run's training samples (about 8% of its compute), 2048 at most."""
     per = batch_size or batch_size_of(BatchStream(data, batch_size, seed=seed).take(1)[0]) or 1
     eval_batches = max(1, min(REFINE_EVAL_SAMPLES, refine_steps * accumulation_steps * per // 4) // per)
     schedule = _schedule_of(model)
 
-    def short_run(lr: float) -> tuple[float, int]:
-        initial.restore()  # every run starts where the user's objects were, with the same batches
-        seed_everything_for(seed, dev)
+    def one(lr: float, s: int) -> tuple[float, int]:
+        initial.restore()  # every run starts where the user's objects were
+        seed_everything_for(s, dev)
         step = make_step()
-        return _short_run(step, BatchStream(data, batch_size, seed=seed), lr_schedule(refine_steps, lr, *schedule),
+        return _short_run(step, BatchStream(data, batch_size, seed=s), lr_schedule(refine_steps, lr, *schedule),
                           threshold, steps_bar,
                           lambda: evaluate(step.model, score_data, compute, device=dev, precision=precision,
                                            batch_size=batch_size, max_batches=eval_batches)["loss"])
+
+    def short_run(lr: float) -> tuple[float, int]:
+        runs = [one(lr, seed + k) for k in range(seeds)]
+        return float(np.mean([v for v, _ in runs])), sum(n for _, n in runs)
 
     return short_run
 

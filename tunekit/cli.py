@@ -203,9 +203,11 @@ def _add_lr_find_command(sub: Any) -> None:
     p.add_argument("--clip", type=_clip, dest="clip_grad_norm", help="clip the global grad norm at this value; 'none' to disable (default: the task's, else 1.0, as in train)")
     p.add_argument("--repeats", type=int, default=1, help="repeat with other seeds and data orders; report the spread (default 1)")
     p.add_argument("--no-refine", action="store_true",
-                   help="the curve's suggestion alone, without the 3-6 short runs that check it")
-    p.add_argument("--refine-steps", type=int, default=200, metavar="N",
-                   help="updates of each short warmup + cosine run that checks the suggestion (default 200)")
+                   help="the curve's suggestion alone, without the short runs that check it")
+    p.add_argument("--refine-steps", type=int, default=100, metavar="N",
+                   help="updates of each short warmup + cosine run that checks the suggestion (default 100)")
+    p.add_argument("--refine-seeds", type=int, default=2, metavar="S",
+                   help="short runs per LR, with other data orders, their scores averaged (default 2)")
     _add_run_args(p, "lr_find.json and lr_find.png")
     p.set_defaults(func=cmd_lr_find)
 
@@ -534,7 +536,8 @@ def cmd_lr_find(args: argparse.Namespace) -> int:
     result = lr_find(task, min_lr=args.min_lr, max_lr=args.max_lr, steps=args.steps, mode=args.mode,
                      batch_size=args.batch_size, accumulation_steps=args.accumulation_steps,
                      precision=args.precision, clip_grad_norm=clip, repeats=args.repeats, seed=args.seed,
-                     refine=not args.no_refine, refine_steps=args.refine_steps, device=args.device,
+                     refine=not args.no_refine, refine_steps=args.refine_steps, refine_seeds=args.refine_seeds,
+                     device=args.device,
                      progress=not args.quiet)
     print(result.table())
     if result.suggestion is None:
@@ -544,7 +547,8 @@ def cmd_lr_find(args: argparse.Namespace) -> int:
         if result.lr_range is not None:
             spread = f" (range over {args.repeats} repeats: {result.lr_range[0]:.3g} .. {result.lr_range[1]:.3g})"
         ref = result.refinement
-        how = (f"best of {len(ref['lrs'])} short runs of {args.refine_steps} updates" if ref is not None
+        how = (f"best of {len(ref['lrs'])} LRs, {args.refine_seeds} short runs of {args.refine_steps} updates each"
+               if ref is not None
                else f"{result.default_rule} rule")
         print(f"suggested peak LR: {result.suggestion:.3g}{spread}  [{how}, confidence {result.confidence:.2f}]")
         if not result.confident:
@@ -554,7 +558,8 @@ def cmd_lr_find(args: argparse.Namespace) -> int:
         f" ({len(result.losses)} updates)"
     if result.refinement is not None:
         n = len(result.refinement["lrs"])
-        runs = runs[:-1] + f", then {n} short runs of {args.refine_steps}: {result.refinement['samples']} samples)"
+        runs = runs[:-1] + (f", then {n} LRs x {args.refine_seeds} short runs of {args.refine_steps}: "
+                            f"{result.refinement['samples']} samples)")
     print(f"{result.samples} samples{runs} in {result.seconds:.1f}s{stop}")
     assert out is not None
     result.to_json(out / "lr_find.json")

@@ -105,7 +105,7 @@ class LRFindResult(Result):
             return ax
         finite = [(lr, v) for lr, v in zip(ref["lrs"], ref["scores"]) if math.isfinite(v)]
         if finite:
-            ax.plot(*zip(*finite), "o-", color="C0", label=f"short runs ({self.settings.get('refine_steps')} updates)")
+            ax.plot(*zip(*finite), "o-", color="C0", label=f"short runs ({self.settings.get('refine_steps')} updates, mean of {self.settings.get('refine_seeds')})")
         for lr, v in zip(ref["lrs"], ref["scores"]):
             if not math.isfinite(v):
                 ax.axvline(lr, color="k", ls="--", lw=0.8, alpha=0.4)
