@@ -450,6 +450,17 @@ def test_refinement_brackets_the_best_short_run_and_takes_the_parabola_vertex() 
     assert any("edge" in reason for reason in r.reasons)
 
 
+def test_a_refinement_whose_runs_all_diverge_keeps_the_curve_and_says_so() -> None:
+    from tunekit._lr_find import _refine
+
+    r = _curve_result(1e-3, confident=True)
+    _refine(r, lambda lr: (float("inf"), 100))
+    assert r.suggestion == 1e-3 and not r.confident and any("diverged" in reason for reason in r.reasons)
+    # It walked down three half-decades looking for an LR that trains: six runs in all.
+    assert r.refinement["samples"] == 600 and not r.refinement["bracketed"]
+    assert np.log10(r.refinement["lrs"]) == pytest.approx([-5.0, -4.5, -4.0, -3.5, -3.0, -2.5])
+
+
 def test_an_untrusted_curve_is_refined_from_below_its_blowup() -> None:
     from tunekit._lr_find import refine_start
 

@@ -311,6 +311,7 @@ def _refine(result: LRFindResult, short_run: Callable[[float], tuple[float, int]
                          "bracketed": bracketed, "curve_suggestion": result.suggestion}
     result.samples += samples
     if lr is None:
+        result.confident = False
         result.reasons.append("every short run of the refinement diverged: the curve's suggestion is kept")
         return
     result.suggestion = lr
