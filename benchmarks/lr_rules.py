@@ -56,6 +56,26 @@ Rule = Callable[[suggest.Curve], "float | None"]
 # --- range tests (cached) -------------------------------------------------------------------------
 
 
+def read_cache(path: Path, refind: bool, key: str) -> dict[str, Any]:
+    """A cached JSON of calls, {key: {task: runs}, ...}, or an empty one when missing or ``refind``."""
+    data: dict[str, Any] = {}
+    if path.exists() and not refind:
+        with open(path) as f:
+            data = json.load(f)
+    data.setdefault(key, {})
+    return data
+
+
+def write_cache(path: Path, data: dict[str, Any], settings: str) -> None:
+    """Write the cache atomically (a rerun interrupted mid-write keeps the old file), with its settings."""
+    data["settings"] = settings
+    data["hardware"] = hardware()
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    with open(tmp, "w") as f:
+        json.dump(data, f)
+    tmp.replace(path)
+
+
 def curves_path(clip: Any) -> Path:
     if clip is TASK_DEFAULT:
         return CURVES_JSON
@@ -65,12 +85,8 @@ def curves_path(clip: Any) -> Path:
 def range_tests(names: list[str], refind: bool, clip: Any = TASK_DEFAULT,
                 seeds: tuple[int, ...] = FINDER_SEEDS) -> dict[str, list[dict[str, Any]]]:
     """``len(seeds)`` range tests per task with lr_find's defaults (clipping: the task's, as train), cached."""
-    data: dict[str, Any] = {}
     path = curves_path(clip)
-    if path.exists() and not refind:
-        with open(path) as f:
-            data = json.load(f)
-    data.setdefault("tasks", {})
+    data = read_cache(path, refind, "tasks")
     for name in names:
         have = data["tasks"].get(name, [])
         if len(have) >= len(seeds):
@@ -86,13 +102,8 @@ def range_tests(names: list[str], refind: bool, clip: Any = TASK_DEFAULT,
         data["tasks"][name] = runs
         picked = ", ".join(f"{r['suggestion']:.3g}" if r["suggestion"] else "None" for r in runs)
         print(f"  range tests of {name}: {picked} ({sum(r['seconds'] for r in runs):.1f}s)", flush=True)
-        data["settings"] = (f"tunekit.lr_find(task, seed=s, device='cpu', clip_grad_norm={clip!r}), otherwise its "
-                            f"defaults, s in {seeds}")
-        data["hardware"] = hardware()
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        with open(tmp, "w") as f:
-            json.dump(data, f)
-        tmp.replace(path)
+        write_cache(path, data, f"tunekit.lr_find(task, seed=s, device='cpu', clip_grad_norm={clip!r}, refine=False), "
+                                f"otherwise its defaults, s in {seeds}")
     return {n: data["tasks"][n][: len(seeds)] for n in names}
 
 
@@ -302,10 +313,7 @@ def repeats_table(names: list[str], grid: dict[str, Any], refind: bool, repeats:
 
     Seeds 100, 100 + R, ...: each call's repeats draw seeds s .. s + R - 1, none shared between calls."""
     path = CURVES_JSON.with_name(f"lr_find_repeats{repeats}.json")
-    data: dict[str, Any] = {"tasks": {}}
-    if path.exists() and not refind:
-        with open(path) as f:
-            data = json.load(f)
+    data = read_cache(path, refind, "tasks")
     seeds = [FINDER_SEEDS[0] + repeats * i for i in range(len(FINDER_SEEDS))]
     for n in names:
         if len(data["tasks"].get(n, [])) >= len(seeds):
@@ -316,10 +324,8 @@ def repeats_table(names: list[str], grid: dict[str, Any], refind: bool, repeats:
             r = tunekit.lr_find(task, seed=s, device="cpu", repeats=repeats, refine=False)
             data["tasks"][n].append({"seed": s, "suggestion": r.suggestion, "confident": r.confident,
                                      "confidence": r.confidence, "samples": r.samples, "seconds": round(r.seconds, 3)})
-        data["settings"] = f"tunekit.lr_find(task, seed=s, device='cpu', repeats={repeats}), s in {seeds}"
-        data["hardware"] = hardware()
-        with open(path, "w") as f:
-            json.dump(data, f)
+        write_cache(path, data, f"tunekit.lr_find(task, seed=s, device='cpu', repeats={repeats}, refine=False), "
+                                f"s in {seeds}")
     head = f"{'task':<20}{'spread':>8}{'regret':>8}{'samples/call':>14}  " + "".join(f"{'seed ' + str(s):>11}" for s in seeds)
     lines = [f"lr_find(task, repeats={repeats}): the default suggestion (median over the {repeats} repeats) for "
              f"{len(seeds)} seeds; spread = log10(max/min) in decades, regret the mean over the seeds", "",
@@ -358,10 +364,7 @@ def refined_runs(names: list[str], refind: bool, only: str | None = None) -> dic
     for h in REFINE_CONFIGS if only is None else (only,):
         path = refined_path(h)
         steps, seeds = REFINE_CONFIGS[h]
-        data: dict[str, Any] = {"runs": {}}
-        if path.exists() and not refind:
-            with open(path) as f:
-                data = json.load(f)
+        data = read_cache(path, refind, "runs")
         for n in names:
             if len(data["runs"].get(n, [])) >= len(FINDER_SEEDS):
                 continue
@@ -375,13 +378,8 @@ def refined_runs(names: list[str], refind: bool, only: str | None = None) -> dic
                                         "refinement": r.refinement, "samples": r.samples, "seconds": round(r.seconds, 3)})
             print(f"  refined (H={h}) {n}: " + ", ".join("none" if x["suggestion"] is None else f"{x['suggestion']:.3g}"
                                                        for x in data["runs"][n]), flush=True)
-            data["settings"] = (f"tunekit.lr_find(task, seed=s, device='cpu', refine_steps={steps}, refine_seeds={seeds}), "
-                                f"s in {FINDER_SEEDS}")
-            data["hardware"] = hardware()
-            tmp = path.with_suffix(f".tmp{os.getpid()}")
-            with open(tmp, "w") as f:
-                json.dump(data, f)
-            tmp.replace(path)
+            write_cache(path, data, f"tunekit.lr_find(task, seed=s, device='cpu', refine_steps={steps}, "
+                                    f"refine_seeds={seeds}), s in {FINDER_SEEDS}")
         out[h] = data["runs"]
     return out
 

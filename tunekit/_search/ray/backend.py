@@ -155,17 +155,21 @@ class Ledger:
 
     def failures(self, trial: Any) -> int:
         """Failures of this Optuna trial so far, over all the Tune trials that ran it."""
-        return self.spent.get(trial.config.get("number"), 0) + int(getattr(trial, "num_failures", 0) or 0)
+        return self.spent.get(trial.config.get("number"), 0) + _tune_failures(trial)
 
     def run_again(self, trial: Any) -> bool:
         """Queue a trial Tune gave up on within ``max_failures``; False when it has had its retries."""
         number, failed = trial.config.get("number"), self.failures(trial)
-        if number not in self.book or int(getattr(trial, "num_failures", 0) or 0) > self.max_failures \
-                or failed > self.max_failures:
+        if number not in self.book or failed > self.max_failures:  # its retries, over all its Tune trials, are spent
             return False
         self.spent[number] = failed  # the new Tune trial counts its own failures from 0
         self.again.append(number)
         return True
+
+
+def _tune_failures(trial: Any) -> int:
+    """How often Tune's trial has failed (its own count, from 0 for each Tune trial)."""
+    return int(getattr(trial, "num_failures", 0) or 0)
 
 
 def _searcher(study: Any, dists: dict[str, Any], make_config: Callable[[dict[str, Any]], TrialConfig],
