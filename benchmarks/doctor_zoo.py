@@ -32,11 +32,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tunekit.builtin import builtin_task  # noqa: E402
 from tunekit.builtin.shapes import make_shapes  # noqa: E402
-from tunekit._doctor import doctor  # noqa: E402
-from tunekit.data import BatchStream  # noqa: E402
+from tunekit.checks import doctor  # noqa: E402
+from tunekit.inputs.data import BatchStream  # noqa: E402
 from tunekit.errors import UsageError  # noqa: E402
-from tunekit.probe_inputs import resolve_inputs  # noqa: E402
-from tunekit.step import TrainStep  # noqa: E402
+from tunekit.inputs.resolve import resolve_inputs  # noqa: E402
+from tunekit.training.step import TrainStep  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import hardware  # noqa: E402

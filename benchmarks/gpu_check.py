@@ -44,7 +44,7 @@ def check_fp16_scaler() -> str:
 
 
 def check_real_oom() -> str:
-    from tunekit._probe import cuda_budget, find_largest_batch  # the search itself, with a step that really allocates
+    from tunekit.probes.batch_probe import cuda_budget, find_largest_batch  # the search itself, with a step that really allocates
 
     dev = torch.device("cuda")
     free, total = torch.cuda.mem_get_info(dev)
@@ -89,7 +89,7 @@ def check_packing_refused() -> str:
     task = tunekit.load_task("shapes")
     pr = tunekit.probe(task, device="cuda", throughput_points=0, noise_repeats=0)
     need = pr.predicted_peak(pr.max_batch)  # the largest batch that fits: one trial fills the GPU
-    from tunekit._search.ray import check_packing
+    from tunekit.hpsearch.backends.ray import check_packing
 
     try:
         check_packing(0.25, need, pr.usable_bytes, f"micro-batch {pr.max_batch}")

@@ -41,8 +41,8 @@ from _common import hardware  # noqa: E402
 from lr_tasks import CACHE, TASKS  # noqa: E402
 
 import tunekit  # noqa: E402
-from tunekit.step import resolve_device  # noqa: E402
-from tunekit._train import TrainConfig, evaluate  # noqa: E402
+from tunekit.training.step import resolve_device  # noqa: E402
+from tunekit.training.loop import TrainConfig, evaluate  # noqa: E402
 
 GRID_JSON = Path(__file__).resolve().parent / "data" / "lr_grid.json"
 PER_DECADE = 3

@@ -35,8 +35,8 @@ from _common import hardware  # noqa: E402
 
 import tunekit  # noqa: E402
 from tunekit import suggest  # noqa: E402
-from tunekit.step import resolve_device  # noqa: E402
-from tunekit._train import evaluate  # noqa: E402
+from tunekit.training.step import resolve_device  # noqa: E402
+from tunekit.training.loop import evaluate  # noqa: E402
 
 # name -> (task spec, task config, grid of log10 peak LRs, training updates)
 TASKS: dict[str, tuple[str, dict[str, object], np.ndarray, int]] = {

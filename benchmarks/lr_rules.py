@@ -46,7 +46,7 @@ from lr_tasks import TASKS  # noqa: E402
 
 import tunekit  # noqa: E402
 from tunekit import suggest  # noqa: E402
-from tunekit._lr_find import TASK_DEFAULT  # noqa: E402
+from tunekit.probes.range_test import TASK_DEFAULT  # noqa: E402
 
 CURVES_JSON = GRID_JSON.parent / "lr_find_curves.json"
 FINDER_SEEDS = (100, 101, 102, 103, 104)
@@ -453,8 +453,8 @@ def cost_table(rounds: int = 7) -> str:
     TrainStep (clipped at 1.0, like the finder's default) and a BatchStream, at a constant LR. Both sides
     are timed whole, so lr_find's fixed per-call costs (state snapshot and restore, seeding, the rules)
     count. The ratio is of the medians over ``rounds`` alternating pairs, after one warm-up pair."""
-    from tunekit.data import BatchStream
-    from tunekit.step import TrainStep, Updates, resolve_device
+    from tunekit.inputs.data import BatchStream
+    from tunekit.training.step import TrainStep, Updates, resolve_device
 
     dev = resolve_device("cpu")
     lines = [f"cost: lr_find(task) vs the same number of plain TrainStep updates, interleaved, median of {rounds} "

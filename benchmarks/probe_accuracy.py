@@ -60,9 +60,9 @@ from _common import hardware  # noqa: E402
 
 import tunekit  # noqa: E402
 from tunekit.bytesize import parse_bytes  # noqa: E402
-from tunekit.data import BatchStream  # noqa: E402
-from tunekit.memory import MemoryModel, PhaseFit, allocator_peak, calibrate, fit_memory_model, trace_step  # noqa: E402
-from tunekit.step import TrainStep  # noqa: E402
+from tunekit.inputs.data import BatchStream  # noqa: E402
+from tunekit.probes.memory_trace import MemoryModel, PhaseFit, allocator_peak, calibrate, fit_memory_model, trace_step  # noqa: E402
+from tunekit.training.step import TrainStep  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 # (model, precision, budget)

@@ -85,13 +85,13 @@ def _popen(cmd: list[str], cwd: Path) -> subprocess.Popen[bytes]:
 def _study(url: str, name: str) -> Any:
     import optuna
 
-    from tunekit._search.study import make_storage
+    from tunekit.hpsearch.study import make_storage
 
     return optuna.load_study(study_name=name, storage=make_storage(url, None))
 
 
 def figures(url: str, name: str, trials: int) -> dict[str, Any]:
-    from tunekit._search.study import excluded
+    from tunekit.hpsearch.study import excluded
 
     study = _study(url, name)
     skip = excluded(study)

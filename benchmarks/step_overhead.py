@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import hardware, median  # noqa: E402
 
 import tunekit  # noqa: E402
-from tunekit.schedule import lr_schedule  # noqa: E402
+from tunekit.training.schedule import lr_schedule  # noqa: E402
 
 
 def handwritten(task: tunekit.Task, steps: int, batch_size: int, k: int, precision: str, seed: int = 0) -> float:

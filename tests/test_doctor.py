@@ -18,15 +18,15 @@ from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 import tunekit
-from tunekit._doctor import (
+from tunekit.checks import (
     DoctorResult, Finding, check_constant_label, check_data_finite, check_gradient_flow, check_input_scale,
     check_leakage, check_loss_contract, check_lr, check_memory, check_modes, check_nonfinite, check_overfit,
     check_scaler_skips, check_shuffled, check_warmup, doctor,
 )
-from tunekit._doctor.datachecks import own_order
-from tunekit._doctor.overfit import loss_floor
-from tunekit.step import TrainStep
-from tunekit.task import LossComputer
+from tunekit.checks.datachecks import own_order
+from tunekit.checks.overfit import loss_floor
+from tunekit.training.step import TrainStep
+from tunekit.inputs.task import LossComputer
 
 from .tasks import MLP, HFStyleModel, classification_data, classification_task, dict_batches, regression_data
 
@@ -166,7 +166,7 @@ def test_overfit_passes_a_healthy_model_and_fails_bounded_logits() -> None:
 
 
 def test_overfit_trains_through_the_shared_step(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tunekit._doctor import overfit
+    from tunekit.checks import overfit
 
     calls = []
 
@@ -224,7 +224,7 @@ def test_nonfinite_passes_healthy_also_in_anomaly_mode() -> None:
 
 
 def test_nonfinite_hooks_are_removed() -> None:
-    from tunekit._doctor.nonfinite import _Watch
+    from tunekit.checks.nonfinite import _Watch
 
     m = nn.Sequential(nn.Linear(8, 16), Log(), nn.Linear(16, 4))
     watch = _Watch(m)
@@ -603,7 +603,7 @@ def test_cli_doctor_subprocess_on_builtin_tasks_under_30s(task: str, tmp_path: P
 
 
 def test_an_unshuffled_loader_is_not_also_a_constant_label() -> None:
-    from tunekit._doctor.run import drawn_batches
+    from tunekit.checks.run import drawn_batches
 
     x, y = classification_data(2048).tensors
     order = torch.argsort(y, stable=True)

@@ -9,9 +9,9 @@ import torch
 from torch import nn
 
 from tunekit import LRFindResult, Task, UsageError, lr_find
-from tunekit.schedule import sweep_lrs
-from tunekit.step import TrainStep
-from tunekit.task import LossComputer
+from tunekit.training.schedule import sweep_lrs
+from tunekit.training.step import TrainStep
+from tunekit.inputs.task import LossComputer
 
 from .tasks import HFStyleModel, classification_data, classification_task, dict_batches, regression_data
 from .tasks import run_cli
@@ -314,7 +314,7 @@ def test_a_curve_without_a_finite_loss_says_so_in_its_plot() -> None:
     import matplotlib
 
     matplotlib.use("Agg")
-    from tunekit._lr_find import LRFindResult
+    from tunekit.probes.range_test import LRFindResult
 
     r = LRFindResult(lrs=[1e-3], losses=[math.nan], smoothed=[], suggestions={}, default_rule="tunekit",
                      suggestion=None, confidence=0.0, confident=False, reasons=[], diverged=True,
@@ -337,7 +337,7 @@ def test_cli_repeats_summary_counts_every_run(tmp_path: Path) -> None:
 
 def _spy_steps(monkeypatch: pytest.MonkeyPatch) -> list[dict]:
     """The keyword settings of every TrainStep that lr_find builds."""
-    import tunekit._lr_find as mod
+    import tunekit.probes.range_test as mod
 
     seen: list[dict] = []
 
@@ -371,7 +371,7 @@ def test_the_sweep_runs_trainings_step_settings_by_default(monkeypatch: pytest.M
 
 
 def test_the_sweep_resolves_clipping_as_train_does() -> None:
-    from tunekit._train import TrainConfig
+    from tunekit.training.loop import TrainConfig
 
     for defaults in ({}, {"clip_grad_norm": 0.5}, {"clip_grad_norm": None}):
         task = classification_task()
@@ -389,8 +389,8 @@ def test_the_result_names_the_optimizer_family() -> None:
 
 def test_cli_lr_find_clip_flag(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from tunekit import cli
-    from tunekit._lr_find import TASK_DEFAULT
-    import tunekit._lr_find as mod
+    from tunekit.probes.range_test import TASK_DEFAULT
+    import tunekit.probes.range_test as mod
 
     got: list[dict] = []
     real = mod.lr_find
@@ -420,7 +420,7 @@ def _curve_result(suggestion: float | None, confident: bool) -> LRFindResult:
 
 
 def test_refinement_brackets_the_best_short_run_and_takes_the_parabola_vertex() -> None:
-    from tunekit._lr_find import _refine
+    from tunekit.probes.range_test import _refine
 
     ran: list[float] = []
 
@@ -451,7 +451,7 @@ def test_refinement_brackets_the_best_short_run_and_takes_the_parabola_vertex() 
 
 
 def test_a_refinement_whose_runs_all_diverge_keeps_the_curve_and_says_so() -> None:
-    from tunekit._lr_find import _refine
+    from tunekit.probes.range_test import _refine
 
     r = _curve_result(1e-3, confident=True)
     _refine(r, lambda lr: (float("inf"), 100))
@@ -462,7 +462,7 @@ def test_a_refinement_whose_runs_all_diverge_keeps_the_curve_and_says_so() -> No
 
 
 def test_an_untrusted_curve_is_refined_from_below_its_blowup() -> None:
-    from tunekit._lr_find import refine_start
+    from tunekit.probes.range_test import refine_start
 
     assert refine_start(_curve_result(1e-3, confident=True)) == 1e-3
     # Not confident: its minimum means nothing on a flat curve; half a decade below where it comes apart.

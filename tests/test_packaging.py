@@ -24,13 +24,21 @@ def test_every_subpackage_is_listed_for_install() -> None:
 
 
 def test_the_functions_are_not_shadowed_by_modules() -> None:
+    """Importing every module of the package (as a user's code or Ray's workers may) leaves each
+    public name of ``tunekit`` what the API says it is: a submodule named like a function would
+    rebind ``tunekit.probe`` to itself."""
     import importlib
+    import pkgutil
 
     import tunekit
 
-    for name in ("lr_find", "probe", "search", "train"):
-        importlib.import_module(f"tunekit._{name}")  # importing the module does not rebind the name
-        assert callable(getattr(tunekit, name)), name
+    for info in pkgutil.walk_packages(tunekit.__path__, "tunekit."):
+        if ".backends.ray" not in info.name and not info.name.endswith("__main__"):  # Ray: not needed here
+            importlib.import_module(info.name)
+    for name in tunekit.__all__:
+        value = getattr(tunekit, name)
+        assert not isinstance(value, type(tunekit)), f"tunekit.{name} is a module"
+        assert value is getattr(importlib.import_module(tunekit._LAZY.get(name, "tunekit.errors")), name), name
 
 
 @pytest.mark.slow  # a subprocess

@@ -9,13 +9,13 @@ from torch.utils.data import TensorDataset
 
 import tunekit
 from tunekit import Task, UsageError, probe
-from tunekit.data import BatchStream
-from tunekit.memory import Trace, fit_memory_model, static_bytes, trace_step
-from tunekit.noise_scale import noise_scale
-from tunekit._probe import find_largest_batch, plan_batches, scale_lr
+from tunekit.inputs.data import BatchStream
+from tunekit.probes.memory_trace import Trace, fit_memory_model, static_bytes, trace_step
+from tunekit.probes.noise_scale import noise_scale
+from tunekit.probes.batch_probe import find_largest_batch, plan_batches, scale_lr
 from tunekit.bytesize import parse_bytes
-from tunekit.step import TrainStep
-from tunekit.task import LossComputer
+from tunekit.training.step import TrainStep
+from tunekit.inputs.task import LossComputer
 
 from .tasks import MLP, classification_task
 from .tasks import run_cli
@@ -325,7 +325,7 @@ def test_cuda_probe_matches_max_memory_allocated() -> None:
 
 def test_calibration_adds_what_kernels_allocate_out_of_the_traces_sight() -> None:
     # bf16 convolutions on the CPU allocate im2col buffers inside the kernel: no trace sees them.
-    from tunekit.memory import allocator_peak, calibrate
+    from tunekit.probes.memory_trace import allocator_peak, calibrate
 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(8, 16, 3, padding=1),
@@ -362,7 +362,7 @@ def test_calibration_adds_what_kernels_allocate_out_of_the_traces_sight() -> Non
 
 def test_resident_peak_counts_touched_pages_not_allocations() -> None:
     """A workspace allocated and left untouched takes no memory; the allocator counts it anyway."""
-    from tunekit.memory import allocator_peak, resident_peak
+    from tunekit.probes.memory_trace import allocator_peak, resident_peak
 
     n = 64 * 2**20 // 4
     touched = resident_peak(lambda: torch.empty(n).fill_(1.0))
@@ -387,7 +387,7 @@ def test_plan_batches_never_invents_a_speed() -> None:
 
 def test_the_probe_says_when_its_answers_are_not_to_be_trusted() -> None:
     """A noise scale measured on an untrained model in hand is flagged, and so are noisy timings."""
-    from tunekit._probe import _warnings
+    from tunekit.probes.batch_probe import _warnings
 
     task = classification_task()
     model = task.make_model(0)

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.slow  # Ray instances and Tune runs
 
 
 from tunekit import UsageError, search  # noqa: E402
-from tunekit._search.ray.backend import (DONE_KEY, ERROR_KEY, Ledger, _recorder, _scheduler, _searcher,  # noqa: E402
+from tunekit.hpsearch.backends.ray.backend import (DONE_KEY, ERROR_KEY, Ledger, _recorder, _scheduler, _searcher,  # noqa: E402
                                          check_packing, trainable)
 
 from .tasks import slow_regression_task  # noqa: E402
@@ -31,7 +31,7 @@ def local_ray():
     On loopback by tunekit's own switch, though Ray was imported before it."""
     import logging
 
-    from tunekit._search.ray.cluster import stay_on_loopback
+    from tunekit.hpsearch.backends.ray.cluster import stay_on_loopback
 
     stay_on_loopback()
     ray.init(address="local", num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False,
@@ -214,7 +214,7 @@ def test_a_trial_tune_gives_up_on_within_its_retries_runs_again_as_the_same_optu
     recorded once, and the search ends when nothing is left to run. Past its retries, it fails."""
     from ray.tune.search import Searcher
 
-    from tunekit._search.plan import TrialConfig
+    from tunekit.hpsearch.plan import TrialConfig
 
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
     ledger = Ledger(n_trials=2, max_failures=2)

@@ -111,7 +111,7 @@ def test_a_node_that_dies_mid_search_costs_retries_not_trials(tmp_path: Path) ->
     from ray.cluster_utils import Cluster
 
     from tunekit import search
-    from tunekit._search.ray.cluster import prepare_env
+    from tunekit.hpsearch.backends.ray.cluster import prepare_env
 
     import ray
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from tunekit import UsageError, lr_at, lr_schedule
-from tunekit.schedule import warmup_steps
+from tunekit.training.schedule import warmup_steps
 
 
 def test_warmup_is_linear_and_never_zero() -> None:

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from tunekit import UsageError, load_space, lr_find, probe, search
-from tunekit._lr_find import LRFindResult
-from tunekit.space import batch_centre, batch_choices, list_spaces, lr_bounds_from_curve, reference_batch
+from tunekit.probes.range_test import LRFindResult
+from tunekit.inputs.space import batch_centre, batch_choices, list_spaces, lr_bounds_from_curve, reference_batch
 
 from .tasks import (DIVERGING, FAILING, SMALL, classification_task, fingerprint, kill_and_resume, regression_task,
                     run_cli, write_space)
@@ -256,7 +256,7 @@ def test_budget_is_samples_whatever_the_batch(tmp_path: Path) -> None:
 
 
 def test_budget_units_parse_and_refuse() -> None:
-    from tunekit._search.budget import parse_budget, resolve_budget
+    from tunekit.hpsearch.budget import parse_budget, resolve_budget
 
     assert parse_budget("4000samples") == (4000.0, "samples")
     assert parse_budget("2 epochs") == (2.0, "epochs")
@@ -276,7 +276,7 @@ def test_budget_units_parse_and_refuse() -> None:
 
 
 def test_plan_splits_from_memory_and_rescales_the_lr() -> None:
-    from tunekit._search.plan import Plan, initial_design, rescale_lr, split_batch, trial_config
+    from tunekit.hpsearch.plan import Plan, initial_design, rescale_lr, split_batch, trial_config
 
     assert split_batch(256, 4096) == (256, 1)
     assert split_batch(256, 100) == (64, 4)  # the largest divisor that fits
@@ -315,7 +315,7 @@ def test_plan_splits_from_memory_and_rescales_the_lr() -> None:
 def test_rungs_wait_until_the_first_complete_trial_has_learned() -> None:
     """No trial stops before one has completed; the first rung is where that trial had covered half its
     drop (a plateau at the start ranks trials by noise); later trials meet rungs at the same samples."""
-    from tunekit._search.rungs import Rungs, ladder, learning_point
+    from tunekit.hpsearch.rungs import Rungs, ladder, learning_point
 
     assert ladder(800, 24, 3, 8) == [3]  # one rung for 24 trials at rf 3: 1/3 -> the third of 8 evaluations
     assert ladder(800, 100, 3, 8) == [1, 3]  # 100 trials: two, from 1/9 (the first evaluation)

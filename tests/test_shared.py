@@ -18,9 +18,9 @@ import optuna
 import pytest
 
 from tunekit import UsageError, search
-from tunekit._search import create_study, join_study, reap_study, study_result
-from tunekit._search.shared import claim, mark_surplus
-from tunekit._search.study import excluded, finished_count, make_storage
+from tunekit.hpsearch import create_study, join_study, reap_study, study_result
+from tunekit.hpsearch.shared.workers import claim, mark_surplus
+from tunekit.hpsearch.study import excluded, finished_count, make_storage
 
 from .tasks import ROOT, SMALL, run_cli, write_space
 
@@ -343,7 +343,7 @@ def test_the_dashboard_shows_the_study_with_its_metric_name_and_reasons(tmp_path
 def test_the_creator_attaches_the_probes_and_the_report_its_plot_as_artifacts(tmp_path: Path) -> None:
     from optuna.artifacts import get_all_artifact_meta
 
-    from tunekit._search.service import write_study_report
+    from tunekit.hpsearch.shared.api import write_study_report
 
     from .tasks import classification_task  # noqa: F401 - the spec below names it
 
@@ -358,7 +358,7 @@ def test_the_creator_attaches_the_probes_and_the_report_its_plot_as_artifacts(tm
 
 
 def test_serve_and_dashboard_refuse_what_they_cannot_serve(tmp_path: Path) -> None:
-    from tunekit._search.server import dashboard, serve
+    from tunekit.hpsearch.shared.server import dashboard, serve
 
     with pytest.raises(UsageError, match="a journal file needs no server"):
         serve(str(tmp_path / "j.log"))
@@ -369,7 +369,7 @@ def test_serve_and_dashboard_refuse_what_they_cannot_serve(tmp_path: Path) -> No
 
 
 def test_threads_default_to_the_cores_divided_among_this_machines_live_workers() -> None:
-    from tunekit._search.shared import default_threads, register_worker, worker_seed
+    from tunekit.hpsearch.shared.workers import default_threads, register_worker, worker_seed
 
     study = optuna.create_study()
     cores = len(os.sched_getaffinity(0))
@@ -382,10 +382,10 @@ def test_threads_default_to_the_cores_divided_among_this_machines_live_workers()
 
 
 def test_a_report_does_not_show_the_databases_password() -> None:
-    from tunekit._search.study import _safe
+    from tunekit.hpsearch.study import safe_url
 
-    assert _safe("postgresql://tk:s3cret@db:5432/tk") == "postgresql://tk:***@db:5432/tk"
-    assert _safe("sqlite:////tmp/a.db") == "sqlite:////tmp/a.db"
+    assert safe_url("postgresql://tk:s3cret@db:5432/tk") == "postgresql://tk:***@db:5432/tk"
+    assert safe_url("sqlite:////tmp/a.db") == "sqlite:////tmp/a.db"
 
 
 @pytest.mark.slow  # the dashboard in a subprocess

@@ -6,8 +6,8 @@ from torch import nn
 
 import tunekit
 from tunekit import Task, TrainStep, train
-from tunekit.step import make_scaler
-from tunekit.task import LossComputer
+from tunekit.training.step import make_scaler
+from tunekit.inputs.task import LossComputer
 
 from .tasks import MLP, classification_task, regression_data, regression_task
 

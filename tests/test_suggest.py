@@ -3,7 +3,7 @@ import math
 import numpy as np
 import pytest
 
-from tunekit.suggest import RULES, assess, minimum_div10, prepare, smooth_loglinear, steepest, valley
+from tunekit.probes.lr_rules import RULES, assess, minimum_div10, prepare, smooth_loglinear, steepest, valley
 
 LRS = np.logspace(-6, 1, 120)
 X = np.log10(LRS)
@@ -104,7 +104,7 @@ def test_tiny_curves_give_no_confident_answer_and_no_lr_outside_the_sweep() -> N
 
 
 def test_bottom_and_leave_bracket_the_minimum() -> None:
-    from tunekit.suggest import bottom, leave_bottom, minimum
+    from tunekit.probes.lr_rules import bottom, leave_bottom, minimum
 
     c = prepare(LRS, bowl_curve())
     m, b, lv = minimum(c), bottom(c), leave_bottom(c)
@@ -121,7 +121,7 @@ def test_steepest_ignores_the_first_bandwidth() -> None:
 
 
 def test_default_divides_the_minimum_by_the_family_factor() -> None:
-    from tunekit.suggest import DEFAULT_SPEC, minimum, tunekit_rule
+    from tunekit.probes.lr_rules import DEFAULT_SPEC, minimum, tunekit_rule
 
     anchor, ks = DEFAULT_SPEC
     assert anchor == "min" and isinstance(ks, dict)
@@ -139,7 +139,7 @@ def test_no_descent_gives_no_default_suggestion() -> None:
 
 
 def test_blowup_is_where_the_sweep_comes_apart_even_on_a_flat_curve() -> None:
-    from tunekit.suggest import blowup
+    from tunekit.probes.lr_rules import blowup
 
     rng = np.random.default_rng(0)
     flat = 2.0 + 0.01 * rng.standard_normal(len(X)) + np.where(X > -1.5, 3 * (X + 1.5) ** 2, 0.0)
@@ -150,7 +150,7 @@ def test_blowup_is_where_the_sweep_comes_apart_even_on_a_flat_curve() -> None:
 
 
 def test_bracket_search_steps_past_the_lower_end_and_stops_inside() -> None:
-    from tunekit.suggest import bracket_minimum, bracket_next, bracket_polish
+    from tunekit.probes.lr_rules import bracket_minimum, bracket_next, bracket_polish
 
     assert bracket_next([-3.0, -2.5, -2.0], [0.5, 0.6, 0.7], 0.5) == -3.5  # best at the low end
     assert bracket_next([-3.0, -2.5, -2.0], [0.7, 0.6, 0.5], 0.5) == -1.5  # at the high end
@@ -167,7 +167,7 @@ def test_bracket_search_steps_past_the_lower_end_and_stops_inside() -> None:
 
 
 def test_blowup_skips_an_early_bump_the_curve_recovers_from() -> None:
-    from tunekit.suggest import blowup
+    from tunekit.probes.lr_rules import blowup
 
     bumpy = 2.0 + 0.5 * np.exp(-((X + 5) / 0.2) ** 2) + np.where(X > -1.5, 3 * (X + 1.5) ** 2, 0.0)
     up = blowup(prepare(LRS, bumpy))

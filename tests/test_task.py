@@ -7,7 +7,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from tunekit import Task, UsageError, load_task, train
-from tunekit.data import BatchStream
+from tunekit.inputs.data import BatchStream
 
 from .tasks import MLP, PlainDictModel, classification_data, dict_batches, hf_task, regression_data
 

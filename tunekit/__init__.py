@@ -5,9 +5,10 @@ objects in hand.
 
 The names below are imported on first use (PEP 562), so ``import tunekit`` and
 loading a saved result stay light: torch is imported by the first name that
-needs it, never by ``tunekit report`` or ``tunekit.results``. The functions live
-in private modules (``tunekit._probe``, ``tunekit._doctor`` ...), so ``tunekit.probe`` is always the
-function, whatever was imported before.
+needs it, never by ``tunekit report`` or ``tunekit.results``. No module under
+``tunekit`` is named after one of these functions (the probe lives in ``tunekit.probes.batch_probe``,
+the search in ``tunekit.hpsearch``), so ``tunekit.probe`` is always the function, whatever was
+imported before.
 """
 
 from __future__ import annotations
@@ -15,41 +16,44 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from .errors import UsageError
+from tunekit.errors import UsageError
 
 if TYPE_CHECKING:  # what the names are, for type checkers and editors
-    from ._doctor import doctor
-    from ._lr_find import lr_find
-    from ._probe import probe
-    from ._search import create_study, join_study, reap_study, search, study_result
-    from ._train import TrainConfig, evaluate, train
-    from .results import DoctorResult, LRFindResult, ProbeResult, SearchResult, TrainResult
-    from .schedule import lr_at, lr_schedule
-    from .space import list_spaces, load_space
-    from .step import StepOutput, TrainStep
-    from .task import Task
-    from .task_spec import list_tasks, load_task
+    from tunekit.checks import doctor
+    from tunekit.probes.range_test import lr_find
+    from tunekit.probes.batch_probe import probe
+    from tunekit.hpsearch import create_study, join_study, reap_study, search, study_result
+    from tunekit.training.loop import TrainConfig, evaluate, train
+    from tunekit.results import DoctorResult, LRFindResult, ProbeResult, SearchResult, TrainResult
+    from tunekit.training.schedule import lr_at, lr_schedule
+    from tunekit.inputs.space import list_spaces, load_space
+    from tunekit.training.step import StepOutput, TrainStep
+    from tunekit.inputs.task import Task
+    from tunekit.inputs.task_spec import list_tasks, load_task
 
 # name -> the module that defines it
 _LAZY = {
-    "Task": ".task", "TrainConfig": "._train", "TrainStep": ".step", "StepOutput": ".step",
-    "evaluate": "._train", "train": "._train", "lr_find": "._lr_find", "probe": "._probe", "search": "._search",
-    "create_study": "._search", "join_study": "._search", "reap_study": "._search", "study_result": "._search",
-    "doctor": "._doctor", "DoctorResult": ".results", "TrainResult": ".results", "LRFindResult": ".results",
-    "SearchResult": ".results", "ProbeResult": ".results",
-    "list_tasks": ".task_spec", "load_task": ".task_spec", "list_spaces": ".space", "load_space": ".space",
-    "lr_at": ".schedule", "lr_schedule": ".schedule",
+    "Task": "tunekit.inputs.task", "TrainConfig": "tunekit.training.loop", "TrainStep": "tunekit.training.step",
+    "StepOutput": "tunekit.training.step", "evaluate": "tunekit.training.loop", "train": "tunekit.training.loop",
+    "lr_find": "tunekit.probes.range_test", "probe": "tunekit.probes.batch_probe", "doctor": "tunekit.checks",
+    "search": "tunekit.hpsearch", "create_study": "tunekit.hpsearch", "join_study": "tunekit.hpsearch",
+    "reap_study": "tunekit.hpsearch", "study_result": "tunekit.hpsearch",
+    "DoctorResult": "tunekit.results", "TrainResult": "tunekit.results", "LRFindResult": "tunekit.results",
+    "SearchResult": "tunekit.results", "ProbeResult": "tunekit.results",
+    "list_tasks": "tunekit.inputs.task_spec", "load_task": "tunekit.inputs.task_spec",
+    "list_spaces": "tunekit.inputs.space", "load_space": "tunekit.inputs.space",
+    "lr_at": "tunekit.training.schedule", "lr_schedule": "tunekit.training.schedule",
 }
 
 __all__ = ["UsageError", *_LAZY]
-__version__ = "0.1.0"
+from tunekit.version import __version__  # noqa: E402  (one place for it)
 
 
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'tunekit' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
+    value = getattr(importlib.import_module(module), name)
     globals()[name] = value  # once: later lookups do not come here
     return value
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from .errors import UsageError
+from tunekit.errors import UsageError
 
 __all__ = ["parse_bytes", "format_bytes"]
 

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from .errors import UsageError
+from tunekit.errors import UsageError
 
 __all__ = ["main", "build_parser"]
 
@@ -368,7 +368,7 @@ def _add_dashboard_command(sub: Any) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from ._search.server import serve
+    from tunekit.hpsearch.shared.server import serve
 
     ready = lambda: print(f"serving {args.storage} on {args.host}:{args.port}: workers use "  # noqa: E731
                           f"--storage grpc://{args.host}:{args.port}", flush=True)
@@ -378,7 +378,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
-    from ._search.server import dashboard
+    from tunekit.hpsearch.shared.server import dashboard
 
     dashboard(args.target, host=args.host, port=args.port, artifacts=args.artifacts,
               on_ready=lambda: print(f"optuna-dashboard on http://{args.host}:{args.port}", flush=True))
@@ -459,7 +459,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG_MAIN,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    from . import __version__
+    from tunekit.version import __version__
 
     parser.add_argument("--version", action="version", version=f"tunekit {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -481,8 +481,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_tasks(args: argparse.Namespace) -> int:
-    from .builtin import DEFAULT_TASK
-    from .task_spec import list_tasks
+    from tunekit.builtin import DEFAULT_TASK
+    from tunekit.inputs.task_spec import list_tasks
 
     tasks = list_tasks()
     width = max(map(len, tasks))
@@ -493,8 +493,8 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 
 
 def _load(args: argparse.Namespace) -> Any:
-    from .builtin import DEFAULT_TASK
-    from .task_spec import load_task
+    from tunekit.builtin import DEFAULT_TASK
+    from tunekit.inputs.task_spec import load_task
 
     return load_task(args.task or DEFAULT_TASK, _task_config(args.task_config))
 
@@ -526,12 +526,12 @@ def _remove_empty_outputs() -> None:
 
 
 def cmd_lr_find(args: argparse.Namespace) -> int:
-    from ._lr_find import lr_find
-    from .plotting import save_plot
+    from tunekit.probes.range_test import lr_find
+    from tunekit.plotting import save_plot
 
     out = _out_dir(args.out)
     task = _load(args)
-    from ._lr_find import TASK_DEFAULT
+    from tunekit.probes.range_test import TASK_DEFAULT
     clip = TASK_DEFAULT if args.clip_grad_norm is None else None if args.clip_grad_norm == "none" else args.clip_grad_norm
     result = lr_find(task, min_lr=args.min_lr, max_lr=args.max_lr, steps=args.steps, mode=args.mode,
                      batch_size=args.batch_size, accumulation_steps=args.accumulation_steps,
@@ -569,12 +569,12 @@ def cmd_lr_find(args: argparse.Namespace) -> int:
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
-    from .plotting import save_plot
-    from ._probe import probe
+    from tunekit.plotting import save_plot
+    from tunekit.probes.batch_probe import probe
 
     out = _out_dir(args.out)
     if args.memory_budget is not None:
-        from .bytesize import parse_bytes
+        from tunekit.bytesize import parse_bytes
 
         parse_bytes(args.memory_budget)  # a bad size fails before the task loads
     task = _load(args)
@@ -592,12 +592,12 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from ._doctor import doctor
-    from .plotting import save_plot
+    from tunekit.checks import doctor
+    from tunekit.plotting import save_plot
 
     out = _out_dir(args.out)
     if args.memory_budget is not None:
-        from .bytesize import parse_bytes
+        from tunekit.bytesize import parse_bytes
 
         parse_bytes(args.memory_budget)  # a bad size fails before the task loads
     task = _load(args)
@@ -614,7 +614,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    from ._search import search
+    from tunekit.hpsearch import search
 
     out = _out_dir(args.out)
     result = search(args.task or "shapes", args.space, task_config=_task_config(args.task_config) or None,
@@ -636,7 +636,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from .results import SearchResult, write_report
+    from tunekit.results import SearchResult, write_report
 
     if args.storage or args.study:
         return _report_study(args)
@@ -658,7 +658,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 def _report_study(args: argparse.Namespace) -> int:
     if not (args.storage and args.study):
         raise UsageError("a study's report needs both --storage URL and --study NAME")
-    from ._search.service import write_study_report
+    from tunekit.hpsearch.shared.api import write_study_report
 
     out = _out_dir(args.out or args.dir or "tunekit_runs")
     result = write_study_report(args.storage, args.study, out, artifacts=args.artifacts)
@@ -668,7 +668,7 @@ def _report_study(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from ._search import join_study
+    from tunekit.hpsearch import join_study
 
     out = _out_dir(args.out)
     result = join_study(args.storage, args.study, task=args.task, out=out, device=args.device, progress=not args.quiet,
@@ -682,7 +682,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def cmd_study_create(args: argparse.Namespace) -> int:
-    from ._search import create_study
+    from tunekit.hpsearch import create_study
 
     if not args.storage:
         raise UsageError("tunekit study create needs --storage URL (postgresql://..., sqlite:///..., or a journal file *.log)")
@@ -701,7 +701,7 @@ def cmd_study_create(args: argparse.Namespace) -> int:
 
 
 def cmd_study_reap(args: argparse.Namespace) -> int:
-    from ._search import reap_study
+    from tunekit.hpsearch import reap_study
 
     numbers = reap_study(args.storage, args.study, workers=args.worker, grace_period=args.grace_period)
     print(f"failed {len(numbers)} trial(s) of stopped workers{': ' + ', '.join(map(str, numbers)) if numbers else ''}"
@@ -710,7 +710,7 @@ def cmd_study_reap(args: argparse.Namespace) -> int:
 
 
 def cmd_spaces(args: argparse.Namespace) -> int:
-    from .space import list_spaces, load_space, space_path
+    from tunekit.inputs.space import list_spaces, load_space, space_path
 
     if args.name:
         space = load_space(args.name)  # an unknown name or a bad file is one usage line
@@ -725,8 +725,8 @@ def cmd_spaces(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from .plotting import save_plot
-    from ._train import train
+    from tunekit.plotting import save_plot
+    from tunekit.training.loop import train
 
     out = _out_dir(args.out)
     keys = ("lr", "max_steps", "batch_size", "accumulation_steps", "warmup", "schedule", "min_lr_ratio",
@@ -754,8 +754,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def _from_search(args: argparse.Namespace, overrides: dict[str, Any]) -> tuple[Any, dict[str, Any], dict[str, Any]]:
     """(the task, the training config, the trial) of a search's trial, for an exact re-run."""
-    from .task_spec import load_task
-    from ._search import SearchResult
+    from tunekit.inputs.task_spec import load_task
+    from tunekit.hpsearch import SearchResult
 
     if overrides or args.task_config:
         flag = "--" + next(iter(overrides)).replace("_", "-") if overrides else "--set"
@@ -826,7 +826,7 @@ def _run(args: argparse.Namespace) -> int:
         theirs = _user_frames(exc)
         if theirs:  # raised in the user's task, model or loss: their frames, and theirs to fix
             print("Traceback (most recent call last):\n" + "".join(traceback.format_list(theirs)).rstrip(), file=sys.stderr)
-            from .builtin import DEFAULT_TASK
+            from tunekit.builtin import DEFAULT_TASK
 
             spec = getattr(args, "task", None) or DEFAULT_TASK
             print(f"tunekit {args.command}: error in your code (task '{spec}'): {type(exc).__name__}: {exc}", file=sys.stderr)

@@ -7,10 +7,13 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["new_axes", "figure_png", "save_plot"]
+from tunekit.files import write_file
+
+__all__ = ["pyplot", "new_axes", "figure_png", "save_plot"]
 
 
-def _pyplot() -> Any:
+def pyplot() -> Any:
+    """matplotlib.pyplot, imported on first use."""
     # matplotlib falls back to the headless Agg backend where there is no
     # display, and a notebook keeps the backend it chose.
     import matplotlib.pyplot as plt
@@ -22,7 +25,7 @@ def new_axes(ax: Any = None, figsize: tuple[float, float] = (6.4, 4.0)) -> Any:
     """``ax`` if given, else the Axes of a new figure."""
     if ax is not None:
         return ax
-    plt = _pyplot()
+    plt = pyplot()
     _, ax = plt.subplots(figsize=figsize)
     return ax
 
@@ -36,8 +39,7 @@ def _figure_of(drawn: Any) -> Any:
 
 def save_plot(draw: Callable[..., Any], path: str, **kwargs: Any) -> None:
     """Draw into a new figure (``draw`` returns its Axes or Figure) and write it to ``path``."""
-    plt = _pyplot()
-    from .results import write_file
+    plt = pyplot()
 
     fig = _figure_of(draw(**kwargs))
     fig.tight_layout()
@@ -49,7 +51,7 @@ def save_plot(draw: Callable[..., Any], path: str, **kwargs: Any) -> None:
 
 def figure_png(fig: Any) -> bytes:
     """PNG bytes of ``fig``, closed after, for notebooks' ``_repr_png_``."""
-    plt = _pyplot()
+    plt = pyplot()
     buf = io.BytesIO()
     fig.tight_layout()
     fig.savefig(buf, format="png", dpi=100)

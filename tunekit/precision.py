@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Literal, cast, get_args
 
-from .errors import UsageError
+from tunekit.errors import UsageError
 
 __all__ = ["Precision", "PRECISIONS", "check_precision"]
 

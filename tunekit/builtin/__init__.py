@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..task import Task
-from ._common import optimizer_from_config
-from .charlm import charlm_task
-from .shapes import shapes_task
+from tunekit.inputs.task import Task
+from tunekit.builtin._common import optimizer_from_config
+from tunekit.builtin.charlm import charlm_task
+from tunekit.builtin.shapes import shapes_task
 
 __all__ = ["BUILTIN_TASKS", "DEFAULT_TASK", "builtin_task", "optimizer_from_config"]
 

@@ -6,8 +6,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import UsageError
-from ..task import OptimizerFactory, default_optimizer
+from tunekit.errors import UsageError
+from tunekit.inputs.task import OptimizerFactory, default_optimizer
 
 
 def _sgd(params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:

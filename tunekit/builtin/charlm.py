@@ -19,9 +19,9 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import TensorDataset
 
-from ..errors import UsageError
-from ..task import Task
-from ._common import check_config, optimizer_from_config
+from tunekit.errors import UsageError
+from tunekit.inputs.task import Task
+from tunekit.builtin._common import check_config, optimizer_from_config
 
 __all__ = ["stdlib_corpus", "VOCAB", "encode", "CharTransformer", "charlm_task"]
 

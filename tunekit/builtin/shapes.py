@@ -14,8 +14,8 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import TensorDataset
 
-from ..task import Task
-from ._common import check_config, optimizer_from_config
+from tunekit.inputs.task import Task
+from tunekit.builtin._common import check_config, optimizer_from_config
 
 __all__ = ["make_shapes", "ShapesCNN", "shapes_task"]
 

@@ -5,11 +5,11 @@ that loads a saved result stay quick. Every result's ``plot(ax=None)`` draws on 
 returns it; ``figure()`` is what a notebook shows.
 """
 
-from ._base import Result, write_file
-from ._doctor import DoctorResult, Finding
-from ._lr_find import LRFindResult
-from ._probe import ProbeResult
-from ._search import SearchResult, write_report
-from ._train import TrainResult
+from tunekit.results.base import Result, write_file
+from tunekit.results.doctor import DoctorResult, Finding
+from tunekit.results.lr_find import LRFindResult
+from tunekit.results.probe import ProbeResult
+from tunekit.results.search import SearchResult, write_report
+from tunekit.results.train import TrainResult
 
 __all__ = ["Result", "write_file", "DoctorResult", "Finding", "LRFindResult", "ProbeResult", "SearchResult", "TrainResult", "write_report"]

@@ -1,0 +1,102 @@
+"""The local backend: trials one after another in this process, through ``study.optimize``.
+
+``study.optimize`` (rather than ask and tell) keeps the storage's heartbeats
+going, so on a shared database a worker that dies has its trial re-run by another.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Callable
+from typing import Any
+
+from tunekit.errors import UsageError
+from tunekit.hpsearch.plan import TrialConfig
+from tunekit.hpsearch.study import finished_count, note_interrupted, stopped
+from tunekit.hpsearch.trial import Outcome, TrialFailed, conclude, run_trial, start_attrs
+
+__all__ = ["run_local", "suggest"]
+
+
+def suggest(trial: Any, dists: dict[str, Any]) -> dict[str, Any]:
+    """The trial's params, drawn by the study's sampler (or taken from an enqueued trial)."""
+    import optuna.distributions as d
+
+    params: dict[str, Any] = {}
+    for name, dist in dists.items():
+        if isinstance(dist, d.FloatDistribution):
+            params[name] = trial.suggest_float(name, dist.low, dist.high, log=dist.log)
+        elif isinstance(dist, d.IntDistribution):
+            params[name] = trial.suggest_int(name, dist.low, dist.high, log=dist.log, step=dist.step)
+        else:
+            params[name] = trial.suggest_categorical(name, dist.choices)
+    return params
+
+
+def run_local(*, study: Any, dists: dict[str, Any], make_config: Callable[[dict[str, Any]], TrialConfig], task: Any,
+              target: int, prune: bool, on_end: Callable[[str], None], store: Any = None, shared: bool = False,
+              poll: float = 0.5) -> None:
+    """Run trials until the study holds ``target`` finished ones (other workers' included).
+
+    One ``study.optimize`` call a trial, so that between trials a shared worker can see
+    the study: it stops when the target is reached, waits while the others' running trials
+    would reach it (failing those whose worker stopped, and running their re-runs), and
+    claims its slot (:func:`~tunekit.hpsearch.shared.workers.claim`) before a trial trains."""
+    import optuna
+
+    from tunekit.hpsearch.shared.workers import claim, counts, mark_surplus, reap_study
+
+    cache: dict[str, Any] = {}
+    me = {"host": socket.gethostname(), "pid": os.getpid()}
+    current: dict[str, int] = {}
+
+    def objective(trial: Any) -> float:
+        current["number"] = trial.number
+        trial.set_user_attr("worker", me)
+        if shared and not claim(study, trial.number, target):
+            mark_surplus(trial, target)
+            raise Surplus("surplus")
+        return _objective(trial, study, dists, make_config, task, prune, cache)
+
+    def after(study: Any, trial: Any) -> None:
+        if not trial.user_attrs.get("tunekit_surplus"):
+            on_end(trial.state.name)
+
+    while True:
+        if shared:
+            reap_study(study, store)
+        finished, running = counts(study) if shared else (finished_count(study), 0)
+        if finished >= target:
+            return
+        if finished + running >= target:  # the others' trials may finish it; if a worker stopped, we re-run its trial
+            time.sleep(poll)
+            continue
+        try:
+            study.optimize(objective, n_trials=1, catch=(TrialFailed,), callbacks=[after])
+        except (optuna.exceptions.UpdateFinishedTrialError, RuntimeError, ValueError):
+            # Our trial was failed under us (our heartbeat was late: another worker took us for
+            # stopped, and re-runs it); anything else is an error.
+            if not shared or current.get("number") not in stopped(study):
+                raise
+
+
+def _objective(trial: Any, study: Any, dists: dict[str, Any], make_config: Callable[[dict[str, Any]], TrialConfig],
+               task: Any, prune: bool, cache: dict[str, Any]) -> float:
+    try:
+        cfg = make_config(suggest(trial, dists))
+    except UsageError as exc:  # a config that cannot run (no micro-batch fits) fails as its own trial
+        return conclude(trial, Outcome("FAIL", error=f"{type(exc).__name__}: {exc}"))
+    for key, value in start_attrs(cfg).items():
+        trial.set_user_attr(key, value)
+    try:
+        outcome = run_trial(task, trial, cfg, prune=prune, cache=cache)
+    except KeyboardInterrupt:
+        note_interrupted(study, [trial.number])  # Optuna fails the trial; --resume runs it again
+        raise
+    return conclude(trial, outcome)
+
+
+class Surplus(TrialFailed):
+    """A trial that found the study's slots taken: failed before it trains, and not counted."""

@@ -1,0 +1,217 @@
+"""From a trial's sampled params to the run it trains: pure functions, no training.
+
+A study fixes a :class:`Plan` once (budget, the LR's reference batch and
+rescaling rule, the largest micro-batch that fits, the trials' seed, the
+validation set); :func:`trial_config` then turns any params into the same
+run on every machine and every time:
+
+- the effective batch runs as the largest micro-batch that fits under the
+  memory headroom and divides it, times accumulation: from the probe's memory
+  model, never from timings, which vary with the machine's load;
+- the trial runs ``budget // batch`` updates, its warmup and decay spanning them;
+- the sampled LR is the LR at the range test's batch, rescaled to the trial's
+  effective batch by the rule of the optimizer's family.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Optional
+
+from tunekit.errors import UsageError
+
+__all__ = ["Plan", "TrialConfig", "split_batch", "lr_rule_for", "rescale_lr", "updates_for", "trial_config",
+           "effective_batch", "initial_design", "LR_RULES"]
+
+LR_RULES = ("sqrt", "linear", "none")
+# Fewer updates than this and warmup plus decay are no schedule at all: batches
+# that leave a trial fewer updates are not offered.
+MIN_UPDATES = 20
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What every trial of one study shares. Stored in the study, so resumed and joining runs agree."""
+
+    budget_samples: int
+    seed: int
+    task_batch: int
+    max_micro: int
+    ref_batch: Optional[int] = None
+    lr_rule: str = "none"
+    evals: int = 8
+    device: str = "auto"
+    eval_batch_size: Optional[int] = None
+    eval_batches: Optional[int] = None
+    fixed: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class TrialConfig:
+    """One trial's run: the training settings for :func:`tunekit.train`, and the task function's config.
+
+    ``eval_samples`` is the budget's share per evaluation: the k-th evaluation is reported
+    to the pruner at k x ``eval_samples`` samples whatever the batch (the samples it really
+    saw differ by less than a batch), so trials at different batches meet at the same rungs.
+    """
+
+    train: dict[str, Any]
+    task: dict[str, Any]
+    eval_samples: int = 0
+
+    def reported(self, step: int) -> int:
+        """The samples the evaluation after update ``step`` is reported at."""
+        if not self.eval_samples:
+            return step * self.effective_batch
+        return (step // int(self.train["eval_every"])) * self.eval_samples
+
+    @property
+    def effective_batch(self) -> int:
+        return int(self.train["batch_size"]) * int(self.train.get("accumulation_steps", 1))
+
+    @property
+    def samples(self) -> int:
+        return self.effective_batch * int(self.train["max_steps"])
+
+
+def split_batch(effective: int, max_micro: int) -> tuple[int, int]:
+    """(micro-batch, accumulation): the largest micro-batch <= ``max_micro`` that divides ``effective``."""
+    if effective < 1 or max_micro < 1:
+        raise UsageError(f"effective batch {effective} with at most {max_micro} per micro-batch: both must be >= 1")
+    for micro in range(min(effective, max_micro), 0, -1):
+        if effective % micro == 0:
+            return micro, effective // micro
+    raise AssertionError("unreachable: 1 divides every batch")
+
+
+def lr_rule_for(optimizer: Any) -> str:
+    """How an LR moves with the batch for this optimizer: linear for SGD (Goyal et al., 2017),
+    square root for adaptive ones (Adam, AdamW, RMSprop, ...; Malladi et al., 2022)."""
+    import torch
+
+    return "linear" if isinstance(optimizer, torch.optim.SGD) else "sqrt"
+
+
+def rescale_lr(lr: float, from_batch: int, to_batch: int, rule: str) -> float:
+    if rule not in LR_RULES:
+        raise UsageError(f"LR rule {rule!r} is unknown: use one of {', '.join(LR_RULES)}")
+    ratio = to_batch / from_batch
+    return lr * (ratio if rule == "linear" else math.sqrt(ratio) if rule == "sqrt" else 1.0)
+
+
+def updates_for(budget_samples: int, batch: int) -> int:
+    """Optimizer updates of a trial at effective batch ``batch`` (at least 2: a warmup and a step)."""
+    return max(2, budget_samples // batch)
+
+
+def effective_batch(plan: Plan, values: dict[str, Any]) -> int:
+    if "batch" in values:
+        return int(values["batch"])
+    return int(values.get("batch_size") or plan.task_batch) * int(values.get("accumulation_steps") or 1)
+
+
+def trial_config(plan: Plan, params: dict[str, Any]) -> TrialConfig:
+    """A trial's params (with the space's fixed entries) -> the run it trains."""
+    values = {**plan.fixed, **params}
+    task_cfg = {k[5:]: v for k, v in values.items() if k.startswith("task.")}
+    train_cfg = {k: v for k, v in values.items() if not k.startswith("task.") and k not in ("batch", "batch_size",
+                                                                                       "accumulation_steps")}
+    batch = effective_batch(plan, values)
+    if "batch" in values or int(values.get("batch_size") or plan.task_batch) > plan.max_micro:
+        micro, k = split_batch(batch, plan.max_micro)
+    else:
+        micro, k = int(values.get("batch_size") or plan.task_batch), int(values.get("accumulation_steps") or 1)
+    updates = updates_for(plan.budget_samples, batch)
+    if "lr" in train_cfg and plan.ref_batch:
+        train_cfg["lr"] = rescale_lr(float(train_cfg["lr"]), plan.ref_batch, batch, plan.lr_rule)
+    train_cfg.update(batch_size=micro, accumulation_steps=k, max_steps=updates,
+                     eval_every=max(1, updates // plan.evals), seed=plan.seed, device=plan.device,
+                     eval_batch_size=plan.eval_batch_size, eval_batches=plan.eval_batches)
+    return TrialConfig(train_cfg, task_cfg, eval_samples=plan.budget_samples // plan.evals)
+
+
+def _mid(dist: Any) -> Any:
+    import optuna.distributions as d
+
+    if isinstance(dist, d.FloatDistribution):
+        return float(math.sqrt(dist.low * dist.high) if dist.log else (dist.low + dist.high) / 2)
+    if isinstance(dist, d.IntDistribution):
+        return int(dist.low + round((dist.high - dist.low) / 2 / dist.step) * dist.step)
+    return dist.choices[0]
+
+
+def _nearest(choices: Any, target: float) -> Any:
+    return min(choices, key=lambda b: abs(math.log(b) - math.log(target)))
+
+
+# The design that replaces TPE's random start-up trials, as (LR, batch multiple) around the
+# probes' answer. The seed trial comes first: when the probes are right, it wins. The range
+# test's suggestion is typically within a factor of 3 of the best peak LR, on either side
+# depending on the optimizer and loss; and under a fixed sample budget a smaller batch buys
+# more updates for the same samples (up to the critical batch, at no cost in samples).
+# LR multiples of the suggestion, when the range test is trusted (a sixth point at 10x, for
+# suggestions far too low, made the benchmark's searches slower to their targets):
+AROUND = ((1.0, 1.0), (1 / 3, 1.0), (3.0, 1.0), (1.0, 0.5), (1.0, 0.25))
+# A suggestion this many times from the task's own LR is not trusted alone: the design tries both.
+FAR = 10.0
+# Without an LR to trust (no range test, or one that saw no clear descent), around the task's
+# own LR, wider: its direction is unknown.
+WIDE = ((1.0, 1.0), (3.0, 1.0), (1 / 3, 1.0), (10.0, 1.0), (1 / 10, 1.0))
+# Without either: points over the LR range on the log axis (0 = its low end, 1 = its high
+# end), middle first.
+SPREAD = ((0.5, 1.0), (0.75, 1.0), (0.25, 1.0), (0.75, 0.5), (0.9, 1.0))
+
+
+def _inside(dist: Any, value: Any) -> Any:
+    """``value`` clipped into ``dist`` (a choice it offers, for a categorical); None when it has no such value."""
+    import optuna.distributions as d
+
+    if value is None:
+        return None
+    if isinstance(dist, d.CategoricalDistribution):
+        return value if value in dist.choices else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    v = min(max(value, dist.low), dist.high)
+    return int(round(v)) if isinstance(dist, d.IntDistribution) else float(v)
+
+
+def initial_design(dists: dict[str, Any], lr: Optional[float], batch: Optional[float], n: int,
+                   recipe: Optional[dict[str, Any]] = None) -> list[dict[str, Any]]:
+    """Up to ``n`` params: the seed trial, then steps around it.
+
+    The seed trial is ``lr`` (the range test's) at ``batch`` and, elsewhere, the task's own
+    ``recipe`` (its weight decay, warmup, schedule: what the user would train with, clipped
+    into the space), or the space's middle where the recipe says nothing. With ``lr`` None,
+    the design centres on the recipe's LR, wider; without that either, it spreads over the
+    space's log range. Duplicates are dropped.
+    """
+    recipe = recipe or {}
+    steps = AROUND
+    own = float(recipe["lr"]) if recipe.get("lr") else None
+    if lr is None and own:
+        lr, steps = own, WIDE
+    elif lr is not None and own and max(lr / own, own / lr) > FAR:
+        # The range test and the task's own recipe disagree by more than the range test's usual
+        # error: the last point tries the recipe's LR instead.
+        steps = (*AROUND[:max(0, n) - 1], (own / lr, 1.0))
+    out: list[dict[str, Any]] = []
+    for lr_at, batch_mult in (steps if lr is not None else SPREAD)[:max(0, n)]:
+        params: dict[str, Any] = {}
+        for name, dist in dists.items():
+            if name == "lr" and lr is not None:
+                params[name] = float(min(max(lr * lr_at, dist.low), dist.high))
+            elif name == "lr" and getattr(dist, "log", False):
+                params[name] = float(dist.low * (dist.high / dist.low) ** lr_at)
+            elif name in ("batch", "batch_size") and batch is not None and hasattr(dist, "choices"):
+                params[name] = _nearest(dist.choices, batch * batch_mult)
+            else:
+                own = _inside(dist, recipe.get(name))
+                params[name] = own if own is not None else _mid(dist)
+        if params not in out:
+            out.append(params)
+    return out

@@ -1,0 +1,143 @@
+"""Early stopping's rungs, in training samples: asynchronous successive halving (ASHA).
+
+A trial reports its validation loss at the k-th of ``evals`` evaluations as
+k x budget / evals samples, whatever its batch; at a rung it goes on only if it
+is in the best 1 / rf of the trials that reached that rung (the rule of ASHA,
+Li et al. 2020, and of Optuna's ``SuccessiveHalvingPruner``). The same pruner
+decides on both backends (the Ray backend's scheduler asks it).
+
+Where the first rung goes matters more than how many there are: a rung placed
+before trials have started to learn ranks them by noise, or by how fast they
+start rather than where they end (short-horizon bias, Wu et al. 2018). So by
+default the first rung waits for the first completed trial's evidence: the
+first evaluation at which that trial's validation loss had covered half of its
+drop from its initial loss to its final one. Later rungs follow by factors of rf.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+from tunekit.errors import UsageError
+
+__all__ = ["ladder", "default_rungs", "make_pruner", "Rungs", "learning_point", "LEARNED"]
+
+# The share of its drop a trial has covered where it has "started to learn".
+LEARNED = 0.5
+
+
+def default_rungs(trials: int, reduction_factor: int) -> int:
+    """As many rungs as leave at least rf trials expected to finish (trials / rf**k >= rf), at least 1.
+
+    On benchmarks/search_efficiency.py one rung (24 trials, rf 3) and two reached their targets
+    as often and as fast (see the README); one leaves a search more complete trials to compare.
+    """
+    return max(1, int(math.log(max(trials, 1)) / math.log(reduction_factor) + 1e-9) - 1)
+
+
+def ladder(budget_samples: int, trials: int, reduction_factor: int = 3, evals: int = 8,
+           rungs: Optional[int] = None, first_rung: Optional[float] = None) -> list[int]:
+    """The fixed ladder, in evaluations: ``budget / rf**k, ..., budget / rf`` (``k`` = ``rungs``), or from
+    ``first_rung`` (a fraction of the budget) up by factors of rf. None before the first evaluation."""
+    if first_rung is not None and not 0 < first_rung < 1:
+        raise UsageError(f"first_rung must be a fraction of the budget in (0, 1), got {first_rung!r}: pass e.g. first_rung=0.1")
+    k = rungs if rungs is not None else default_rungs(trials, reduction_factor)
+    start = first_rung if first_rung is not None else reduction_factor ** -k
+    at = max(1, int(math.ceil(start * evals - 1e-9)))
+    out: list[int] = []
+    while at < evals:
+        out.append(at)
+        at *= reduction_factor
+    return out
+
+
+def learning_point(curve: list[tuple[int, float]], initial: float, final: float, evals: int) -> Optional[int]:
+    """The first evaluation (1-based) at which the loss had covered ``LEARNED`` of its drop from ``initial``
+    to ``final``; None when it did not fall."""
+    drop = initial - final
+    if not (math.isfinite(drop) and drop > 0):
+        return None
+    for k, (_, value) in enumerate(curve[:evals], start=1):
+        if math.isfinite(value) and initial - value >= LEARNED * drop:
+            return k
+    return None
+
+
+class Rungs:
+    """An Optuna pruner (``optuna.pruners.BasePruner``): successive halving at fixed points in samples.
+
+    ``unit`` is the samples per evaluation, ``ladder`` the rungs in evaluations. With
+    ``adaptive``, no trial is stopped before one has completed, and rungs before the
+    completed trial's :func:`learning_point` are dropped (when all are, that point is
+    the one rung). Each decision reads only the study's intermediate values, so it is
+    the same on resume, on Ray, and for the same trials in the same order.
+    """
+
+    def __init__(self, unit: int, evals: int, ladder_evals: list[int], reduction_factor: int, adaptive: bool = True) -> None:
+        self.unit, self.evals, self.ladder, self.rf, self.adaptive = unit, evals, list(ladder_evals), reduction_factor, adaptive
+
+    def rungs(self, study: Any) -> list[int]:
+        """The rungs in force, in evaluations."""
+        if not self.adaptive:
+            return self.ladder
+        import optuna
+
+        done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+        if not done:
+            return []
+        first = min(done, key=lambda t: t.number)
+        final = first.user_attrs.get("tunekit_final_step")  # the final value: not an evaluation along the way
+        curve = sorted((s, v) for s, v in first.intermediate_values.items() if s != final)
+        point = learning_point(curve, float(first.user_attrs.get("initial_loss", math.nan)), float(first.value), self.evals)
+        if point is None:
+            return self.ladder
+        kept = [r for r in self.ladder if r >= point]
+        return kept or ([point] if point < self.evals else [])
+
+    def prune(self, study: Any, trial: Any) -> bool:
+        step = trial.last_step
+        if step is None:
+            return False
+        value = trial.intermediate_values[step]
+        if math.isnan(value):
+            return True
+        others = study.get_trials(deepcopy=False)
+        for rung in self.rungs(study):
+            at = rung * self.unit
+            if step < at:
+                return False
+            mine = _value_at(trial, at)
+            competing = [v for t in others if t.number != trial.number and (v := _value_at(t, at)) is not None]
+            if mine is not None and not _promotable(mine, competing + [mine], self.rf):
+                return True
+        return False
+
+
+def _value_at(trial: Any, at: int) -> Optional[float]:
+    """The trial's value at its first report at or after ``at`` samples."""
+    steps = [s for s in trial.intermediate_values if s >= at]
+    if not steps:
+        return None
+    v = trial.intermediate_values[min(steps)]
+    return v if math.isfinite(v) else math.inf
+
+
+def _promotable(value: float, competing: list[float], rf: int) -> bool:
+    """In the best 1/rf of the competing values (itself included); while fewer than rf have
+    reached the rung, only the best goes on (Optuna's rule for asynchronous halving)."""
+    k = max(0, len(competing) // rf - 1)
+    return value <= sorted(competing)[k]
+
+
+def make_pruner(unit: int, evals: int, ladder_evals: list[int], reduction_factor: int, prune: bool,
+                adaptive: bool) -> Any:
+    import optuna
+
+    if not prune or not ladder_evals:
+        return optuna.pruners.NopPruner()
+
+    class _Pruner(Rungs, optuna.pruners.BasePruner):  # Optuna's public pruner interface
+        pass
+
+    return _Pruner(unit, evals, ladder_evals, reduction_factor, adaptive)

@@ -1,0 +1,139 @@
+"""A shared search as a service: create a study, join it as a worker, reap stopped workers, report it.
+
+Each is a thin layer over :func:`tunekit.search` and the study's spec (:mod:`.shared`):
+``create_study`` is a search that runs the probes and no trial; ``join_study`` is a search
+whose settings come from the study (the ones given must agree with it); ``study_result``
+reads the whole study back, wherever its trials ran.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+from tunekit.errors import UsageError
+
+__all__ = ["create_study", "join_study", "reap", "study_result", "JOIN_SETTINGS"]
+
+# What a joining worker may say; each must agree with the study (or it is refused).
+JOIN_SETTINGS = ("trials", "budget", "max_steps", "seed", "sampler_seed", "sampler", "prune", "evals",
+                 "reduction_factor", "rungs", "first_rung", "design", "seed_trial", "task_config")
+
+
+def create_study(task: Any = "shapes", space: Any = "from_scratch", *, storage: str, study_name: Optional[str] = None,
+                 **kw: Any) -> Any:
+    """Create a shared study: the probes run here, once; the spec, plan and seed trial are stored.
+    Workers then join with :func:`join_study` (``tunekit worker``). Returns the (empty) SearchResult."""
+    if not storage:
+        raise UsageError("create_study needs storage=URL (postgresql://..., sqlite:///..., or a journal file *.log)")
+    from tunekit.hpsearch.run import search
+
+    return search(task, space, storage=storage, study_name=study_name, run_trials=False, **kw)
+
+
+def _load_spec(store: Any, name: str, storage: str, timeout: float) -> dict[str, Any]:
+    import optuna
+
+    from tunekit.hpsearch.shared.workers import wait_for_spec
+
+    if name not in optuna.get_all_study_names(store):
+        raise UsageError(f"there is no study '{name}' in {storage}: create it with tunekit study create "
+                         f"(or tunekit search --storage URL --study {name})")
+    spec = wait_for_spec(store, name, timeout)
+    if spec is None:
+        raise UsageError(f"study '{name}' was created by an older tunekit and keeps no spec: join it with "
+                         "tunekit search and the flags it was created with")
+    return spec
+
+
+def join_study(storage: str, study_name: str, *, task: Any = None, out: Any = None, device: str = "auto",
+               progress: bool = False, worker_id: Optional[str] = None, threads: Optional[int] = None,
+               grace_period: Optional[int] = None, timeout: float = 1800.0, **settings: Any) -> Any:
+    """Join study ``study_name`` as a worker: run its trials until it holds its count; no probe runs.
+
+    ``settings`` (any of :data:`JOIN_SETTINGS`) are checked against the study's and refused in one
+    line when they disagree; those not given are the study's. ``task`` defaults to the study's spec
+    (give the same task object when the study was created with one)."""
+    from tunekit.hpsearch.run import search
+    from tunekit.hpsearch.shared.workers import space_of
+    from tunekit.hpsearch.study import make_storage
+
+    unknown = sorted(set(settings) - set(JOIN_SETTINGS))
+    if unknown:
+        raise UsageError(f"join_study does not take {unknown[0]}=: a worker takes the study's settings; "
+                         f"it may repeat {', '.join(JOIN_SETTINGS)}")
+    spec = _load_spec(make_storage(storage, None, grace_period), study_name, storage, timeout)
+    if task is None and spec.get("task") is None:
+        raise UsageError(f"study '{study_name}' was created with a Task object, not a spec: pass the same task=")
+    kw = {k: spec[k] for k in ("trials", "budget", "seed", "sampler_seed", "sampler", "prune", "evals",
+                               "reduction_factor", "rungs", "first_rung", "design", "seed_trial", "task_config")}
+    given = {k: v for k, v in settings.items() if v is not None}
+    if "budget" in given or "max_steps" in given:
+        kw.pop("budget")  # search() compares the budget it resolves with the study's
+    kw.update(given)
+    return search(spec["task"] if task is None else task, space_of(spec), storage=storage, study_name=study_name,
+                  out=out, device=device, progress=progress, worker_id=worker_id, threads=threads,
+                  grace_period=grace_period, join_timeout=timeout, **kw)
+
+
+def reap(storage: str, study_name: str, workers: Optional[list[str]] = None,
+         grace_period: Optional[int] = None) -> list[int]:
+    """Fail the trials whose worker stopped (stale heartbeat; a process of this machine that is gone;
+    or a worker named ``host:pid`` in ``workers``), note why, queue their one re-run. Their numbers."""
+    import optuna
+
+    from tunekit.hpsearch.shared.workers import reap_study
+    from tunekit.hpsearch.study import make_storage
+
+    store = make_storage(storage, None, grace_period)
+    if study_name not in optuna.get_all_study_names(store):
+        raise UsageError(f"there is no study '{study_name}' in {storage}: give one of "
+                         f"{', '.join(optuna.get_all_study_names(store)) or '(none)'}")
+    for w in workers or ():
+        if w.count(":") < 1 or not w.rpartition(":")[2].isdigit():
+            raise UsageError(f"worker {w!r} is not HOST:PID: pass e.g. worker=gpu-3:41722")
+    return reap_study(optuna.load_study(study_name=study_name, storage=store), store, workers)
+
+
+def study_result(storage: str, study_name: str) -> Any:
+    """The whole study as a SearchResult, from what it keeps (its spec, plan and trials)."""
+    import optuna
+
+    from tunekit.hpsearch.budget import Budget
+    from tunekit.hpsearch.plan import Plan
+    from tunekit.hpsearch.run import _Probes, _result
+    from tunekit.hpsearch.shared.workers import space_of, spec_probes
+    from tunekit.hpsearch.study import DISTS_KEY, PLAN_KEY, make_storage
+
+    store = make_storage(storage, None)
+    spec = _load_spec(store, study_name, storage, timeout=0)
+    study = optuna.load_study(study_name=study_name, storage=store)
+    attrs = study.user_attrs
+    plan_d = dict(attrs.get(PLAN_KEY, {}))
+    plan = Plan(**{k: plan_d[k] for k in Plan.__dataclass_fields__ if k in plan_d})
+    lf, pr = spec_probes(spec)
+    dists = {n: optuna.distributions.json_to_distribution(d) for n, d in attrs.get(DISTS_KEY, {}).items()}
+    times = [t for tr in study.get_trials(deepcopy=False) for t in (tr.datetime_start, tr.datetime_complete) if t]
+    seconds = (max(times) - min(times)).total_seconds() if times else 0.0
+    return _result(study, study_name, store, storage, space_of(spec), dists, dict(spec.get("seed_params") or {}),
+                   Budget(**{k: v for k, v in plan_d["budget"].items() if k != "samples"}), plan, _Probes(lf, pr, int(plan_d.get("probe_samples", 0))),
+                   int(spec["seed"]), int(spec["sampler_seed"]), seconds, spec.get("task"))
+
+
+def write_study_report(storage: str, study_name: str, out: str | Path, artifacts: Optional[str] = None) -> Any:
+    """The study's report in ``out``; with ``artifacts`` (or the study's own artifact folder), search.png
+    is attached to the study too."""
+    import optuna
+
+    from tunekit.results import write_report
+    from tunekit.hpsearch.shared.server import ARTIFACTS_KEY, attach
+    from tunekit.hpsearch.study import make_storage
+
+    result = study_result(storage, study_name)
+    Path(out).mkdir(parents=True, exist_ok=True)
+    write_report(result, Path(out))
+    study = optuna.load_study(study_name=study_name, storage=make_storage(storage, None))
+    folder = artifacts or study.user_attrs.get(ARTIFACTS_KEY)
+    if folder:
+        attach(study, folder, [Path(out) / "search.png"])
+    return result

@@ -1,0 +1,273 @@
+"""Shared studies: one study, many workers, on any machine.
+
+- **Created once.** Exactly one process creates the study: ``optuna.create_study`` without
+  ``load_if_exists`` refuses every other with ``DuplicatedStudyError``, atomically, in the
+  storage itself. That process runs the probes and stores the study's spec (:data:`SPEC_KEY`):
+  the task and its settings, the space, the trial count, the budget, the seeds, the probes'
+  results, each batch's micro-batch split and tunekit's version. Every other worker waits for
+  the spec, runs no probe, and refuses a setting that disagrees with it.
+- **Workers.** A worker is ``host:pid`` (or a given id); its sampler seed is derived from the
+  study's sampler seed and that id, so no two workers propose the same points.
+- **Slots.** :func:`claim` makes the trial count exact under races (the rule is there).
+- **Stopped workers.** A trial whose worker stopped (its heartbeat went stale, or, on a
+  storage without heartbeats, its process is gone from this host) is failed with the reason
+  ``worker HOST:PID stopped``, does not count, and is re-run once with its params.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+import zlib
+from typing import Any, Optional
+
+from tunekit.errors import UsageError
+from tunekit.hpsearch.study import ENQUEUED_KEY, RETRY_OF, SPEC_KEY, STOPPED_PREFIX, SURPLUS, excluded
+
+__all__ = ["worker_id", "worker_seed", "register_worker", "default_threads", "claim", "counts", "claim_creation",
+           "wait_for_spec", "check_spec", "on_stale_trial", "reap_study", "SPEC_CHECKED", "WORKER_PREFIX"]
+
+WORKER_PREFIX = "tunekit_worker:"  # + worker id: one study attribute per worker (no lost updates)
+# The settings a joining worker must share with the study (the plan's own keys are checked
+# by check_resume: budget, seed, evals, LR rule, fixed entries).
+SPEC_CHECKED = ("version", "task", "task_config", "space", "trials", "sampler", "sampler_seed", "prune",
+                "reduction_factor", "rungs", "first_rung", "seed_trial", "design")
+
+
+def worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def worker_seed(sampler_seed: int, wid: str) -> int:
+    """The worker's own sampler seed: the study's, mixed with the worker's id (reproducible for a given id)."""
+    return zlib.crc32(f"{sampler_seed}/{wid}".encode())
+
+
+def register_worker(study: Any, wid: str, seed: int, threads: Optional[int]) -> None:
+    study.set_user_attr(WORKER_PREFIX + wid, {"host": socket.gethostname(), "pid": os.getpid(), "seed": seed,
+                                              "threads": threads, "started": time.time()})
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` of this machine runs (a zombie, killed but not yet waited for, does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] != "Z"
+    except (OSError, IndexError):  # no /proc (macOS): os.kill said it exists
+        return True
+
+
+def default_threads(study: Any) -> int:
+    """This machine's cores divided among the study's live workers on it (this one included)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    host = socket.gethostname()
+    live = {w.get("pid") for k, w in study.user_attrs.items()
+            if k.startswith(WORKER_PREFIX) and isinstance(w, dict) and w.get("host") == host and _alive(int(w["pid"]))}
+    return max(1, cores // max(1, len(live | {os.getpid()})))
+
+
+# --- the exact trial budget ------------------------------------------------------------
+
+
+def claim(study: Any, number: int, target: int) -> bool:
+    """Whether trial ``number`` may run: it holds one of the study's ``target`` slots.
+
+    The rule: the slots are the first ``target`` live trials in number order, a live trial being
+    one that waits, runs, or finished and counts (not interrupted, stopped or surplus). Trial k
+    runs iff fewer than ``target`` live trials have a number below k. Optuna numbers trials in
+    creation order (under a lock on the study row in an RDB, in log order in a journal) and a
+    number never changes, so every worker reaches the same answer for k, whatever the
+    interleaving: of the trials racing for the last slots, the lowest-numbered run, and the rest
+    are told FAIL as surplus before they train. A live trial that later stops frees its slot.
+    """
+    skip = excluded(study)  # every other state is live: WAITING, RUNNING, COMPLETE, PRUNED, FAIL
+    return sum(1 for t in study.get_trials(deepcopy=False) if t.number < number and t.number not in skip) < target
+
+
+def counts(study: Any) -> tuple[int, int]:
+    """(finished trials that count, trials running now)."""
+    import optuna
+
+    S = optuna.trial.TrialState
+    skip = excluded(study)
+    finished = running = 0
+    for t in study.get_trials(deepcopy=False, states=(S.COMPLETE, S.PRUNED, S.FAIL, S.RUNNING)):
+        if t.number in skip:
+            continue
+        running += t.state == S.RUNNING
+        finished += t.state != S.RUNNING
+    return finished, running
+
+
+def mark_surplus(trial: Any, target: int) -> None:
+    trial.set_user_attr(SURPLUS, True)
+    reason = f"surplus: the study's {target} trials were taken by others; not run"
+    trial.set_user_attr("error", reason)
+    trial.set_user_attr("reason", reason)
+
+
+# --- creation and joining -------------------------------------------------------------
+
+
+def claim_creation(store: Any, name: str) -> bool:
+    """True in the one process that creates study ``name``; False in every other (it exists)."""
+    import optuna
+
+    try:
+        optuna.create_study(study_name=name, storage=store, direction="minimize")
+    except optuna.exceptions.DuplicatedStudyError:
+        return False
+    return True
+
+
+def wait_for_spec(store: Any, name: str, timeout: float = 1800.0, poll: float = 0.5) -> Optional[dict[str, Any]]:
+    """The study's spec, once its creator has stored it; None for a study with a plan but no spec (an
+    older tunekit's). Refused in one line if none comes within ``timeout`` seconds."""
+    import optuna
+
+    from tunekit.hpsearch.study import PLAN_KEY
+
+    deadline = time.monotonic() + timeout
+    while True:
+        attrs = optuna.load_study(study_name=name, storage=store).user_attrs
+        if SPEC_KEY in attrs:
+            return dict(attrs[SPEC_KEY])
+        if PLAN_KEY in attrs and "tunekit_design_queued" in attrs:
+            return None
+        if time.monotonic() > deadline:
+            raise UsageError(f"study '{name}' has had no settings for {timeout:.0f}s: the worker that created it is still "
+                             "probing, or died; wait and join again, or delete the study and create it again")
+        time.sleep(poll)
+
+
+def check_spec(stored: dict[str, Any], mine: dict[str, Any], name: str) -> None:
+    """Refuse, in one line, a worker whose settings disagree with the study's."""
+    for key in SPEC_CHECKED:
+        if key in stored and _norm(stored[key]) != _norm(mine.get(key)):
+            # The fix names the parameter as key=...; the CLI says it as its flag.
+            fix = ("install the study's tunekit version" if key == "version"
+                   else f"leave out {key}=... to take the study's")
+            raise UsageError(f"study '{name}' was created with {key} = {stored[key]!r}, this worker has "
+                             f"{mine.get(key)!r}: {fix}, or join another study")
+
+
+def _norm(value: Any) -> Any:
+    return json.loads(json.dumps(value, sort_keys=True, default=str))
+
+
+def spec_probes(spec: dict[str, Any]) -> tuple[Any, Any]:
+    """The range test and batch probe the study was created with (no worker runs them again)."""
+    lf = pr = None
+    if spec.get("lr_find") is not None:
+        from tunekit.probes.range_test import LRFindResult
+
+        lf = LRFindResult.from_json(json.dumps(spec["lr_find"]))
+    if spec.get("probe") is not None:
+        from tunekit.probes.batch_probe import ProbeResult
+
+        pr = ProbeResult.from_json(json.dumps(spec["probe"]))
+    return lf, pr
+
+
+def space_of(spec: dict[str, Any]) -> Any:
+    from tunekit.inputs.space import Entry, SearchSpace
+
+    sp = spec["space"]
+    return SearchSpace(sp["name"], sp.get("description", ""), {n: Entry(**e) for n, e in sp["entries"].items()})
+
+
+def space_dict(sp: Any) -> dict[str, Any]:
+    import dataclasses
+
+    return {"name": sp.name, "description": sp.description,
+            "entries": {n: dataclasses.asdict(e) for n, e in sp.entries.items()}}
+
+
+# --- stopped workers ------------------------------------------------------------------
+
+
+def _where(trial: Any) -> str:
+    w = trial.user_attrs.get("worker") or {}
+    return f"{w.get('host', '?')}:{w.get('pid', '?')}" if w else "unknown"
+
+
+def note_stopped(study: Any, trial: Any, reason: str) -> None:
+    """Note why ``trial`` failed, and queue its one re-run (a re-run that stops is not re-run again)."""
+    study.set_user_attr(f"{STOPPED_PREFIX}{trial.number}", reason)
+    _queue_rerun(study, trial, reason)
+
+
+def _queue_rerun(study: Any, trial: Any, reason: str) -> None:
+    if RETRY_OF in trial.user_attrs:
+        return
+    params = dict(trial.params) or trial.user_attrs.get(ENQUEUED_KEY)
+    if params:  # else it died before the sampler drew any: nothing to re-run
+        study.enqueue_trial(params, user_attrs={ENQUEUED_KEY: params, RETRY_OF: trial.number, "tunekit_reason": reason},
+                            skip_if_exists=False)
+
+
+def on_stale_trial(study: Any, trial: Any) -> None:
+    """Optuna's heartbeat callback: called once, in the one worker that failed the stale trial."""
+    note_stopped(study, trial, f"worker {_where(trial)} stopped")
+
+
+def reap_study(study: Any, store: Any = None, workers: Optional[list[str]] = None) -> list[int]:
+    """Fail the trials whose worker stopped, note why, queue their re-runs; their numbers.
+
+    On an RDB storage: trials whose heartbeat is older than the grace period (Optuna's
+    ``fail_stale_trials``, then :func:`on_stale_trial`). On any storage: RUNNING trials of a
+    process of this host that is gone, and those of the ``workers`` named (``host:pid``)."""
+    import optuna
+
+    import warnings
+
+    before = set(_stopped_numbers(study))
+    with warnings.catch_warnings():  # "experimental" in Optuna's words
+        warnings.simplefilter("ignore")
+        optuna.storages.fail_stale_trials(study)  # no-op without heartbeats (a journal file)
+    host, named = socket.gethostname(), set(workers or ())
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        w = t.user_attrs.get("worker") or {}
+        dead = (w.get("host") == host and w.get("pid") and not _alive(int(w["pid"]))) or _where(t) in named
+        if not dead:
+            continue
+        reason = f"worker {_where(t)} stopped"
+        # Noted before the trial is failed: no worker ever counts it as a finished trial meanwhile.
+        study.set_user_attr(f"{STOPPED_PREFIX}{t.number}", reason)
+        if _fail(study, store, t, reason):
+            _queue_rerun(study, t, reason)
+        elif study.get_trials(deepcopy=False)[t.number].state != optuna.trial.TrialState.FAIL:
+            # It ended on its own just before its process did: it counts after all (Optuna keeps
+            # study attributes for good, so the note is emptied rather than removed).
+            study.set_user_attr(f"{STOPPED_PREFIX}{t.number}", "")
+    return sorted(set(_stopped_numbers(study)) - before)
+
+
+def _stopped_numbers(study: Any) -> list[int]:
+    from tunekit.hpsearch.study import stopped
+
+    return list(stopped(study))
+
+
+def _fail(study: Any, store: Any, trial: Any, reason: str) -> bool:
+    """Fail another process's trial, its reason on it (for dashboards); True in the one process whose call did it."""
+    import optuna
+
+    if store is None:
+        study.tell(trial.number, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
+        return True
+    sid = store.get_study_id_from_name(study.study_name)
+    tid = store.get_trial_id_from_study_id_trial_number(sid, trial.number)
+    try:
+        store.set_trial_user_attr(tid, "reason", reason)
+        return bool(store.set_trial_state_values(tid, state=optuna.trial.TrialState.FAIL))
+    except optuna.exceptions.UpdateFinishedTrialError:  # another reaper (or the trial itself) was first
+        return False

@@ -1,0 +1,341 @@
+"""The study: storage, creation or resume, the sampler, interrupted trials, and reading trials back.
+
+Only Optuna's public API: ``create_study``/``load_study``, ``study.ask``/``study.tell``
+(with a trial number for trials another process left running),
+``get_all_study_names``, study user attributes for what tunekit keeps beside
+the trials (the plan, the distributions, the interrupted trials).
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any, Optional
+
+from tunekit.errors import UsageError
+from tunekit.hpsearch.trial import INTERRUPTED
+
+__all__ = ["make_storage", "study_exists", "make_sampler", "open_study", "check_resume", "mark_interrupted",
+           "requeue_interrupted", "resume", "trial_dicts", "finished_count", "enqueue", "enqueue_design", "PLAN_KEY",
+           "DISTS_KEY", "SPEC_KEY", "excluded", "stopped"]
+
+PLAN_KEY = "tunekit_plan"
+DISTS_KEY = "tunekit_distributions"
+INTERRUPTED_KEY = "tunekit_interrupted"
+REQUEUED_KEY = "tunekit_requeued"
+ENQUEUED_KEY = "tunekit_enqueued"  # a queued trial's params, on the trial
+DESIGN_KEY = "tunekit_design_queued"
+SPEC_KEY = "tunekit_spec"  # what every worker of a shared study must agree on (shared.py)
+STOPPED_PREFIX = "tunekit_stopped:"  # + a trial number: the reason its worker's trial was failed
+RETRY_OF = "tunekit_retry_of"  # on a re-run: the number of the trial it re-runs
+SURPLUS = "tunekit_surplus"  # on a trial that found the study's slots taken: it did not run
+
+
+# Heartbeats: a worker's trial whose heartbeat is older than the grace period is failed by
+# the others and re-run once. Optuna's default check runs only as a worker starts a trial;
+# tunekit's workers also check while they wait (local.py), so a death costs about the grace.
+GRACE_PERIOD = 60
+GRPC_WAIT = 30.0  # seconds a worker waits for `tunekit serve` to answer
+# SQLAlchemy URL schemes and the package each needs (the `postgres` extra installs psycopg).
+DRIVERS = {"postgresql": ("psycopg", "tunekit[postgres]"), "postgres": ("psycopg", "tunekit[postgres]"),
+           "mysql": ("pymysql", "pymysql")}
+
+
+def make_storage(url: str | None, out: Path | None, grace_period: Optional[int] = None,
+                 on_stale: Any = None) -> Any:
+    """An Optuna storage: a SQLAlchemy URL, a journal file (*.log, *.jsonl), or SQLite in ``out``.
+
+    ``grace_period``: seconds without a heartbeat after which another worker fails a trial;
+    ``on_stale(study, trial)``: what then (by default, tunekit's: the reason noted, one re-run)."""
+    if url is None:
+        if out is None:
+            return None
+        url = f"sqlite:///{(out / 'study.db').resolve()}"
+    if "://" not in url:
+        return _journal(url)
+    if url.startswith("grpc://"):
+        return _grpc(url)
+    grace = GRACE_PERIOD if grace_period is None else grace_period
+    if isinstance(grace, bool) or not isinstance(grace, int) or grace < 2:
+        raise UsageError(f"grace_period must be a whole number of seconds >= 2, got {grace!r}: pass e.g. grace_period=60")
+    if on_stale is None:
+        from tunekit.hpsearch.shared.workers import on_stale_trial as on_stale
+    return _rdb(_with_driver(url), grace, on_stale)
+
+
+def _journal(url: str) -> Any:
+    import optuna
+    from optuna.storages.journal import JournalFileBackend
+
+    if not url.endswith((".log", ".jsonl", ".journal")):
+        raise UsageError(f"storage {url!r} is neither a URL (sqlite:///study.db, postgresql://...) nor a journal file (*.log)")
+    if not Path(url).resolve().parent.is_dir():
+        raise UsageError(f"storage {url!r}: the folder {str(Path(url).parent)!r} does not exist: create it or give another path")
+    try:
+        return optuna.storages.JournalStorage(JournalFileBackend(url))
+    except OSError as exc:
+        raise UsageError(f"storage {url!r} cannot be opened ({exc.strerror}): give a writable path") from None
+
+
+def _grpc(url: str) -> Any:
+    """A worker's storage through `tunekit serve` (Optuna's gRPC proxy). It keeps no heartbeats:
+    a stopped worker is found by its process (same machine) or by `tunekit study reap --worker`."""
+    import optuna
+
+    host, _, port = url[len("grpc://"):].rstrip("/").rpartition(":")
+    if not host or not port.isdigit():
+        raise UsageError(f"storage {url!r} is not grpc://HOST:PORT: write e.g. grpc://127.0.0.1:13000")
+    try:
+        import grpc  # noqa: F401 - Optuna's proxy client needs it
+    except ImportError:
+        raise UsageError(f"storage {url!r} needs grpcio: pip install 'tunekit[serve]'") from None
+    with warnings.catch_warnings():  # "experimental" in Optuna's words
+        warnings.simplefilter("ignore")
+        proxy = optuna.storages.GrpcStorageProxy(host=host, port=int(port))
+    try:
+        proxy.wait_server_ready(timeout=GRPC_WAIT)  # a server started just before its workers
+    except Exception:  # grpc.FutureTimeoutError: nothing answers there
+        raise UsageError(f"no tunekit serve answers at {url} after {GRPC_WAIT:.0f}s: start it there, or give its "
+                         "HOST:PORT") from None
+    return proxy
+
+
+def _with_driver(url: str) -> str:
+    """``postgresql://`` with the driver that is installed: SQLAlchemy's default for it is psycopg2,
+    but the ``postgres`` extra installs psycopg (3); a missing driver is one line naming the package."""
+    import importlib.util
+
+    scheme, rest = url.split("://", 1)
+    if "+" in scheme or scheme not in DRIVERS:
+        return url
+    if scheme.startswith("postgres"):
+        if importlib.util.find_spec("psycopg2") is not None:
+            return url
+        scheme = "postgresql+psycopg"
+    module, package = DRIVERS[url.split("://", 1)[0]]
+    if importlib.util.find_spec(module) is None:
+        raise UsageError(f"storage {safe_url(url)!r} needs the database driver {module!r}: pip install '{package}'")
+    return f"{scheme}://{rest}"
+
+
+def safe_url(url: str) -> str:
+    """The URL without its password, for messages and reports."""
+    import re
+
+    return re.sub(r"(://[^:/@]*):[^@/]*@", r"\1:***@", url)
+
+
+def _rdb(url: str, grace: int, on_stale: Any) -> Any:
+    import time
+
+    import optuna
+    from sqlalchemy.exc import IntegrityError, ProgrammingError, SQLAlchemyError  # Optuna's RDB storage is built on it
+
+    for attempt in range(6):
+        try:
+            with warnings.catch_warnings():  # heartbeats are "experimental" in Optuna's words
+                warnings.simplefilter("ignore")
+                return optuna.storages.RDBStorage(url, heartbeat_interval=max(1, min(10, grace // 4)), grace_period=grace,
+                                                  heartbeat_stale_trial_callback=on_stale)
+        except (IntegrityError, ProgrammingError):
+            # Workers that start together on a fresh database race to create its tables (PostgreSQL:
+            # pg_type_typname_nsp_index); the loser finds them there when it tries again.
+            if attempt == 5:
+                raise
+            time.sleep(0.2 * (attempt + 1))
+        except ImportError as exc:
+            module = getattr(exc.__cause__, "name", None) or "the database driver"
+            raise UsageError(f"storage {safe_url(url)!r} needs {module}: pip install it (for PostgreSQL: pip install "
+                             "'tunekit[postgres]')") from None
+        except ValueError as exc:
+            raise UsageError(f"storage {safe_url(url)!r} cannot be opened: {exc}") from None
+        except SQLAlchemyError as exc:  # a URL it cannot reach, a database it cannot read
+            raise UsageError(f"storage {safe_url(url)!r} cannot be opened: {type(exc).__name__}: {str(exc).splitlines()[0]}") from None
+    raise AssertionError("unreachable")
+
+
+def study_exists(store: Any, name: str) -> bool:
+    import optuna
+
+    if store is None:
+        return False
+    return name in optuna.get_all_study_names(store)
+
+
+def make_sampler(kind: str, seed: int, startup: int, parallel: bool) -> Any:
+    """TPE (its random start-up replaced by ``startup`` enqueued design trials) or random search."""
+    import optuna
+
+    if kind == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    with warnings.catch_warnings():  # constant_liar is "experimental" in Optuna's words
+        warnings.simplefilter("ignore")
+        # With trials running in parallel, constant_liar keeps TPE from proposing
+        # the same point to every free worker.
+        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup, constant_liar=parallel)
+
+
+def open_study(store: Any, name: str, sampler: Any, pruner: Any) -> Any:
+    import optuna
+
+    return optuna.create_study(study_name=name, storage=store, sampler=sampler, pruner=pruner,
+                               direction="minimize", load_if_exists=True)
+
+
+def check_resume(stored: dict[str, Any], plan: dict[str, Any], where: str) -> None:
+    """Refuse, in one line, to continue a study under another plan (budget, seed, ...)."""
+    for key in ("budget_samples", "seed", "evals", "ref_batch", "lr_rule", "fixed"):
+        if key in stored and stored[key] != plan.get(key):
+            raise UsageError(f"study {where} was run with {key} = {stored[key]!r}, this run asks for {plan.get(key)!r}: "
+                             f"use the same settings (a worker: drop the flag, to take the study's), or start a new study "
+                             "(another --out or --study)")
+
+
+def mark_interrupted(study: Any) -> None:
+    """Trials this process's storage holds as RUNNING were killed with the process that ran them: fail them,
+    and note them as interrupted (a finished trial takes no attributes, so the study keeps the list)."""
+    import optuna
+
+    running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+    if not running:
+        return
+    for t in running:
+        study.tell(t.number, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
+    note_interrupted(study, [t.number for t in running])
+
+
+def note_interrupted(study: Any, numbers: list[int]) -> None:
+    done = set(study.user_attrs.get(INTERRUPTED_KEY, []))
+    study.set_user_attr(INTERRUPTED_KEY, sorted(done | set(numbers)))
+
+
+def resume(study: Any, shared: bool, store: Any = None) -> None:
+    """Trials that died with their process fail, and the interrupted ones are queued again.
+
+    On our own storage (one process) a RUNNING trial died with the process; on a
+    shared one, other workers may be running: only trials whose heartbeat stopped
+    are dead (Optuna's retry callback re-enqueues them)."""
+    import optuna
+
+    if shared:
+        from tunekit.hpsearch.shared.workers import reap_study
+
+        reap_study(study, store)
+    else:
+        mark_interrupted(study)
+    requeue_interrupted(study)
+
+
+def enqueue(study: Any, params: dict[str, Any]) -> None:
+    """Queue a trial with these params, noted on the trial as well: a trial killed between leaving the
+    queue and taking its params (Optuna sets them as they are suggested) can still be re-run."""
+    study.enqueue_trial(params, user_attrs={ENQUEUED_KEY: params}, skip_if_exists=False)
+
+
+def enqueue_design(study: Any, points: list[dict[str, Any]]) -> None:
+    """The initial design, queued once per study, also when a kill cut the queueing short."""
+    if study.user_attrs.get(DESIGN_KEY):
+        return
+    for params in points:
+        study.enqueue_trial(params, user_attrs={ENQUEUED_KEY: params}, skip_if_exists=True)
+    study.set_user_attr(DESIGN_KEY, True)
+
+
+def requeue_interrupted(study: Any) -> None:
+    """Interrupted trials (killed, or stopped with Ctrl-C) run again with their params, once each."""
+    import optuna
+
+    interrupted = set(study.user_attrs.get(INTERRUPTED_KEY, []))
+    requeued = set(study.user_attrs.get(REQUEUED_KEY, []))
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.FAIL,)):
+        if (t.number in interrupted or t.user_attrs.get("error") == INTERRUPTED) and t.number not in requeued:
+            requeued.add(t.number)
+            params = t.params or t.user_attrs.get(ENQUEUED_KEY)  # killed before it took its queued params
+            if params:  # else killed before the sampler drew any: there is nothing to re-run
+                enqueue(study, dict(params))
+    study.set_user_attr(REQUEUED_KEY, sorted(requeued))
+
+
+def _interrupted(study: Any) -> set[int]:
+    numbers = set(study.user_attrs.get(INTERRUPTED_KEY, []))
+    return numbers | {t.number for t in study.get_trials(deepcopy=False) if t.user_attrs.get("error") == INTERRUPTED}
+
+
+def stopped(study: Any) -> dict[int, str]:
+    """Trials whose worker stopped (heartbeat stale, or reaped): number -> the reason.
+
+    One study attribute per trial: two workers reaping at once never overwrite each other's."""
+    return {int(k[len(STOPPED_PREFIX):]): str(v) for k, v in study.user_attrs.items() if k.startswith(STOPPED_PREFIX) and v}
+
+
+def excluded(study: Any) -> set[int]:
+    """Trials that do not count toward the requested total: interrupted, stopped (re-run
+    once, the re-run counts) and surplus ones (they never ran)."""
+    out = _interrupted(study) | set(stopped(study))
+    return out | {t.number for t in study.get_trials(deepcopy=False) if t.user_attrs.get(SURPLUS)}
+
+
+def finished_count(study: Any) -> int:
+    """Finished trials that count toward the requested total (interrupted, stopped and surplus ones do not)."""
+    import optuna
+
+    S = optuna.trial.TrialState
+    skip = excluded(study)
+    return sum(1 for t in study.get_trials(deepcopy=False, states=(S.COMPLETE, S.PRUNED, S.FAIL)) if t.number not in skip)
+
+
+def trial_dicts(study: Any) -> list[dict[str, Any]]:
+    """Every trial that ran (or runs), as search.json holds it."""
+    skip, reasons = _interrupted(study), stopped(study)
+    out = []
+    import optuna
+
+    for t in study.get_trials(deepcopy=False):
+        if t.state == optuna.trial.TrialState.WAITING or t.user_attrs.get(SURPLUS):
+            continue  # enqueued, never run; or found the study's slots taken, and did not run
+        ua = t.user_attrs
+        d: dict[str, Any] = {
+            "number": t.number, "state": t.state.name, "value": t.value, "params": dict(t.params),
+            "config": ua.get("config", {}), "task_config": ua.get("task_config", {}), "curve": ua.get("curve", []),
+            "samples": ua.get("samples"),
+            "updates": ua.get("updates"), "micro_batch": ua.get("micro_batch"),
+            "accumulation_steps": ua.get("accumulation_steps"), "effective_batch": ua.get("effective_batch"),
+            "seconds": ua.get("seconds"), "diverged": bool(ua.get("diverged", False)),
+            "error": INTERRUPTED if t.number in skip else reasons.get(t.number, ua.get("error")),
+            "finished": t.datetime_complete.timestamp() if t.datetime_complete else None,
+        }
+        if t.number in reasons:
+            d["stopped"] = True  # its worker stopped: it does not count, and was re-run once
+        if RETRY_OF in ua:
+            d["retry_of"] = ua[RETRY_OF]
+        for extra in ("worker", "attempts"):
+            if extra in ua:
+                d[extra] = ua[extra]
+        out.append(d)
+    return out
+
+
+def stored_plan(store: Any, name: str) -> tuple[dict[str, Any], dict[str, str]]:
+    import optuna
+
+    attrs = optuna.load_study(study_name=name, storage=store).user_attrs
+    return attrs.get(PLAN_KEY, {}), attrs.get(DISTS_KEY, {})
+
+
+def keep_plan(study: Any, plan: dict[str, Any], dists: dict[str, Any]) -> None:
+    """The plan and the distributions, once; and the value's name, for dashboards."""
+    import optuna
+
+    if not study.metric_names:
+        with warnings.catch_warnings():  # "experimental" in Optuna's words
+            warnings.simplefilter("ignore")
+            study.set_metric_names(["validation loss"])
+
+    if PLAN_KEY not in study.user_attrs:
+        study.set_user_attr(PLAN_KEY, plan)
+    if DISTS_KEY not in study.user_attrs:
+        study.set_user_attr(DISTS_KEY, {n: optuna.distributions.distribution_to_json(d) for n, d in dists.items()})
+
+
+def default_name(task_name: str, space_name: str, given: Optional[str]) -> str:
+    return given or f"tunekit-{task_name}-{space_name}"

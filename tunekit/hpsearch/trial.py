@@ -1,0 +1,183 @@
+"""One trial: train its config through the shared step, and record its outcome in the study.
+
+Both backends end here: the local one runs :func:`run_trial` in this process,
+the Ray one on a worker (reporting each evaluation to Tune); either way the
+trial's end becomes an :class:`Outcome`, and :func:`record` writes it into the
+Optuna study the same way: COMPLETE with the final validation loss only when
+the trial trained its whole budget; PRUNED with its intermediate values when
+early stopping ended it; FAIL with ``diverged at update N`` or with the error
+the trial raised.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from tunekit.hpsearch.plan import TrialConfig
+
+__all__ = ["Outcome", "run_config", "run_trial", "record", "conclude", "start_attrs", "outcome_of", "TrialFailed",
+           "INTERRUPTED"]
+
+INTERRUPTED = "interrupted; re-run on --resume"
+
+
+@dataclass
+class Outcome:
+    """How a trial ended, with what it cost. ``curve`` holds [samples seen, validation loss] pairs."""
+
+    state: str
+    value: Optional[float] = None
+    curve: list[list[float]] = field(default_factory=list)
+    samples: int = 0
+    updates: int = 0
+    seconds: float = 0.0
+    error: Optional[str] = None
+    diverged: bool = False
+    worker: Optional[dict[str, Any]] = None
+    initial_loss: Optional[float] = None  # the first update's training loss: where the trial started
+    final_step: Optional[int] = None  # where the final value is reported (in samples), as the last intermediate value
+    reason: Optional[str] = None  # why a PRUNED trial stopped (a FAIL's reason is its error)
+
+    def attrs(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"curve": self.curve, "samples": self.samples, "updates": self.updates,
+                               "seconds": self.seconds}
+        if self.initial_loss is not None and math.isfinite(self.initial_loss):
+            out["initial_loss"] = self.initial_loss
+        if self.error:
+            out["error"] = self.error
+        if self.reason or self.error:  # one attribute a dashboard shows for pruned and failed trials alike
+            out["reason"] = self.reason or self.error
+        if self.diverged:
+            out["diverged"] = True
+        if self.worker:
+            out["worker"] = self.worker
+        return out
+
+
+def start_attrs(cfg: TrialConfig) -> dict[str, Any]:
+    """What a trial records as it starts: the run it trains (the LR as trained) and its batch split."""
+    return {"config": {k: v for k, v in cfg.train.items() if k != "device"}, "task_config": dict(cfg.task),
+            "micro_batch": int(cfg.train["batch_size"]), "accumulation_steps": int(cfg.train["accumulation_steps"]),
+            "effective_batch": cfg.effective_batch}
+
+
+def run_config(task: Any, cfg: TrialConfig, report: Callable[[int, dict[str, float]], Any],
+               cache: Optional[dict[str, Any]] = None) -> Any:
+    """One trial's training run: the task built with its config, then :func:`tunekit.train`.
+
+    ``cache`` keeps the last task built, so trials with the same task config
+    (most of them) do not rebuild its data; train() starts a fresh model each time.
+    """
+    from tunekit.inputs.task_spec import load_task
+    from tunekit.inputs.task import Task
+    from tunekit.training.loop import train
+
+    if isinstance(task, Task):
+        run_task = task
+    else:
+        key = json.dumps([task, cfg.task], sort_keys=True, default=str)
+        run_task = cache.get(key) if cache is not None else None
+        if run_task is None:
+            run_task = load_task(task, cfg.task or None)
+            if cache is not None:
+                cache.clear()
+                cache[key] = run_task
+    return train(run_task, cfg.train, callback=report)
+
+
+def outcome_of(result: Any, curve: list[list[float]], seconds: float, final_step: Optional[int] = None) -> Outcome:
+    """The outcome of a training run that went to its end (or diverged)."""
+    if result.diverged:
+        return Outcome("FAIL", curve=curve, samples=int(result.samples), updates=int(result.updates),
+                       seconds=seconds, error=f"diverged at update {result.diverged_at}", diverged=True)
+    first = float(result.losses[0]) if result.losses else None
+    return Outcome("COMPLETE", float(result.final_loss), curve, int(result.samples), int(result.updates), seconds,
+                   initial_loss=first, final_step=final_step)
+
+
+def run_trial(task: Any, trial: Any, cfg: TrialConfig, *, prune: bool, cache: Optional[dict[str, Any]] = None) -> Outcome:
+    """Run one trial in this process; Optuna's pruner (the study's) decides at each evaluation.
+
+    Reports are in training samples seen, so the rungs of trials at different
+    batches fall at the same amount of data. KeyboardInterrupt propagates.
+    """
+    import optuna
+
+    curve: list[list[float]] = []
+    steps = int(cfg.train["max_steps"])
+    t0 = time.perf_counter()
+
+    def report(step: int, metrics: dict[str, float]) -> None:
+        loss = float(metrics["loss"])
+        curve.append([step * cfg.effective_batch, loss])
+        if step >= steps:
+            return  # the final value is the trial's own
+        if math.isfinite(loss):
+            trial.report(loss, cfg.reported(step))
+        if prune and trial.should_prune():
+            raise optuna.TrialPruned(f"pruned at {cfg.reported(step)} samples with validation loss {loss:.4f}")
+
+    try:
+        result = run_config(task, cfg, report, cache)
+    except optuna.TrialPruned as exc:
+        seen = int(curve[-1][0]) if curve else 0
+        return Outcome("PRUNED", curve=curve, samples=seen, updates=seen // cfg.effective_batch,
+                       seconds=time.perf_counter() - t0, reason=str(exc))
+    except Exception as exc:  # the user's task or model raised: the trial fails, the search goes on
+        seen = int(curve[-1][0]) if curve else 0
+        return Outcome("FAIL", curve=curve, samples=seen, updates=seen // cfg.effective_batch,
+                       seconds=time.perf_counter() - t0, error=f"{type(exc).__name__}: {exc}")
+    return outcome_of(result, curve, time.perf_counter() - t0, final_step(cfg))
+
+
+def final_step(cfg: TrialConfig) -> int:
+    """Where the final value is reported: after the last evaluation's step, even when the run's
+    last update falls in the same reporting interval as that evaluation."""
+    steps, every = int(cfg.train["max_steps"]), int(cfg.train.get("eval_every") or 1)
+    last_eval = ((steps - 1) // every) * every  # the last evaluation before the final one
+    return max(cfg.reported(steps), cfg.reported(last_eval) + 1) if last_eval > 0 else cfg.reported(steps)
+
+
+class TrialFailed(Exception):
+    """A trial that diverged or raised: Optuna records it as FAIL; its error is in its attributes."""
+
+
+FINAL_STEP = "tunekit_final_step"  # the step of the final value among the intermediate ones (rungs.py skips it)
+
+
+def _write(trial: Any, outcome: Outcome) -> None:
+    for key, value in outcome.attrs().items():
+        trial.set_user_attr(key, value)
+    if outcome.state == "COMPLETE" and outcome.final_step is not None and outcome.value is not None:
+        # The final value as the last intermediate value: a learning curve (optuna-dashboard's
+        # included) ends where the trial did, not one evaluation early.
+        trial.set_user_attr(FINAL_STEP, int(outcome.final_step))
+        trial.report(float(outcome.value), int(outcome.final_step))
+
+
+def record(study: Any, trial: Any, outcome: Outcome) -> None:
+    """Write ``outcome`` into the study and end the trial there (a trial asked with ``study.ask``)."""
+    import optuna
+
+    _write(trial, outcome)
+    if outcome.state == "COMPLETE":
+        study.tell(trial, outcome.value)
+    else:
+        study.tell(trial, state=optuna.trial.TrialState[outcome.state])
+
+
+def conclude(trial: Any, outcome: Outcome) -> float:
+    """The same, inside ``study.optimize``: return the value, or raise what Optuna reads as PRUNED or FAIL."""
+    import optuna
+
+    _write(trial, outcome)
+    if outcome.state == "PRUNED":
+        raise optuna.TrialPruned(outcome.reason or "pruned")
+    if outcome.state == "FAIL":
+        raise TrialFailed(outcome.error or "failed")
+    return float(outcome.value)  # type: ignore[arg-type]

@@ -1,0 +1,186 @@
+"""Turning what users already have into an endless, seeded stream of batches.
+
+tunekit accepts a torch ``Dataset``, a ``DataLoader``, or any re-iterable of
+batches (a list, a generator *function*'s result is not re-iterable and is
+refused). Batches may be ``(inputs, targets)`` tuples, ``(*inputs, targets)``,
+or dicts in the Hugging Face style.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, Dataset, IterableDataset, TensorDataset
+
+from tunekit.errors import UsageError
+
+__all__ = ["Batch", "Data", "to_device", "batch_size_of", "BatchStream", "iterate_once", "check_data", "rebatched_loader", "dataset_size"]
+
+Batch = Any
+Data = Any  # Dataset | DataLoader | Iterable[Batch]
+
+
+def to_device(batch: Batch, device: torch.device) -> Batch:
+    """Move every tensor in a (nested) batch to ``device``."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, Mapping):
+        return {k: to_device(v, device) for k, v in batch.items()}
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # namedtuple
+        return type(batch)(*(to_device(v, device) for v in batch))
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(to_device(v, device) for v in batch)
+    return batch
+
+
+def batch_size_of(batch: Batch) -> int:
+    """Number of samples in a batch: the leading dimension of its first tensor."""
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.ndim else 1
+    if isinstance(batch, Mapping):
+        for v in batch.values():
+            n = batch_size_of(v)
+            if n:
+                return n
+        return 0
+    if isinstance(batch, (list, tuple)):
+        for v in batch:
+            n = batch_size_of(v)
+            if n:
+                return n
+        return 0
+    return 0
+
+
+def check_data(data: Data, what: str = "train_data") -> None:
+    """Refuse data that cannot be iterated more than once, with one clear line."""
+    if data is None:
+        raise UsageError(f"{what} is None: pass a Dataset, a DataLoader or a list of batches")
+    if isinstance(data, (Dataset, DataLoader)):
+        return
+    if isinstance(data, Iterator):
+        raise UsageError(
+            f"{what} is a one-shot iterator ({type(data).__name__}): pass a list of batches, a Dataset "
+            "or a DataLoader, which tunekit can iterate more than once"
+        )
+    if not isinstance(data, Iterable):
+        raise UsageError(f"{what} of type {type(data).__name__} is not iterable: pass a Dataset, a DataLoader or a list of batches")
+
+
+def rebatched_loader(loader: DataLoader, batch_size: int, generator: torch.Generator) -> DataLoader:
+    """A copy of ``loader`` that draws ``batch_size`` samples per batch, shuffled by ``generator``."""
+    return DataLoader(
+        loader.dataset,
+        batch_size=batch_size,
+        shuffle=True,
+        drop_last=True,
+        collate_fn=loader.collate_fn,
+        num_workers=loader.num_workers,
+        pin_memory=loader.pin_memory,
+        generator=generator,
+    )
+
+
+class BatchStream:
+    """An endless stream of batches, reshuffled every epoch and seeded.
+
+    * A ``TensorDataset`` is sliced directly (one index per batch, not one per
+      sample): for the small models tunekit probes, per-sample collation would
+      cost more than the step itself.
+    * Any other map-style ``Dataset`` goes through a shuffled ``DataLoader``.
+    * A ``DataLoader`` is re-batched from its dataset when ``batch_size`` is given,
+      keeping its ``collate_fn``; otherwise it is iterated as it is.
+    * Any other iterable is iterated as it is, epoch after epoch; its batch size
+      is whatever its batches hold.
+    """
+
+    def __init__(self, data: Data, batch_size: int | None, seed: int = 0, shuffle: bool = True) -> None:
+        check_data(data)
+        self.data = data
+        self.batch_size = batch_size
+        self.generator = torch.Generator().manual_seed(seed)
+        self.shuffle = shuffle
+        self._iter: Iterator[Batch] | None = None
+        self.epoch = 0
+        if isinstance(data, TensorDataset):
+            n = len(data)
+            if batch_size is None:
+                raise UsageError("a Dataset needs a batch size: pass e.g. batch_size=32")
+            if batch_size > n:
+                raise UsageError(f"batch size {batch_size} is larger than the dataset ({n} samples): use a smaller batch size")
+        elif isinstance(data, Dataset) and not isinstance(data, IterableDataset):
+            if batch_size is None:
+                raise UsageError("a Dataset needs a batch size: pass e.g. batch_size=32")
+            if batch_size > len(data):  # type: ignore[arg-type]
+                raise UsageError(
+                    f"batch size {batch_size} is larger than the dataset ({len(data)} samples): use a smaller batch size"  # type: ignore[arg-type]
+                )
+        elif isinstance(data, IterableDataset):
+            raise UsageError("an IterableDataset has no fixed order to reshuffle: wrap it in a DataLoader with a batch_size")
+
+    def _epoch(self) -> Iterator[Batch]:
+        data = self.data
+        if isinstance(data, TensorDataset):
+            n, bs = len(data), int(self.batch_size)  # type: ignore[arg-type]
+            order = torch.randperm(n, generator=self.generator) if self.shuffle else torch.arange(n)
+            for start in range(0, n - bs + 1, bs):
+                idx = order[start : start + bs]
+                yield tuple(t[idx] for t in data.tensors)
+        elif isinstance(data, Dataset):
+            yield from DataLoader(data, batch_size=self.batch_size, shuffle=self.shuffle, drop_last=True, generator=self.generator)
+        elif isinstance(data, DataLoader) and self.batch_size is not None and data.batch_size != self.batch_size:
+            if isinstance(data.dataset, IterableDataset):
+                raise UsageError(
+                    f"cannot re-batch a DataLoader over an IterableDataset to batch size {self.batch_size}: "
+                    "leave batch_size unset or pass a map-style Dataset"
+                )
+            yield from rebatched_loader(data, self.batch_size, self.generator)
+        else:
+            yield from data
+
+    def __iter__(self) -> BatchStream:
+        return self
+
+    def __next__(self) -> Batch:
+        for _ in range(2):
+            if self._iter is None:
+                self._iter = self._epoch()
+            try:
+                return next(self._iter)
+            except StopIteration:
+                self._iter = None
+                self.epoch += 1
+        raise UsageError("the training data yielded no batch: check that it is not empty (and, for a Dataset, that batch_size <= its length)")
+
+    def take(self, n: int) -> list[Batch]:
+        return [next(self) for _ in range(n)]
+
+
+def iterate_once(data: Data, batch_size: int | None, limit: int | None = None) -> Iterator[Batch]:
+    """One pass over (validation) data in a fixed order, at most ``limit`` batches."""
+    check_data(data, "val_data")
+    if isinstance(data, TensorDataset):
+        bs = batch_size or len(data)
+        it: Iterable[Batch] = (tuple(t[i : i + bs] for t in data.tensors) for i in range(0, len(data), bs))
+    elif isinstance(data, Dataset) and not isinstance(data, IterableDataset):
+        it = DataLoader(data, batch_size=batch_size or 1, shuffle=False)
+    else:
+        it = data
+    for i, batch in enumerate(it):
+        if limit is not None and i >= limit:
+            return
+        yield batch
+
+
+def dataset_size(data: Data) -> int | None:
+    """Samples in a map-style dataset (or a DataLoader's); None when it has no length."""
+    if isinstance(data, DataLoader):
+        data = data.dataset
+    if isinstance(data, Dataset) and not isinstance(data, IterableDataset):
+        try:
+            return len(data)  # type: ignore[arg-type]
+        except TypeError:
+            return None
+    return None

@@ -1,0 +1,95 @@
+"""What a probe works on: a fresh model of a Task, or the user's objects in hand.
+
+Both probes (the LR range test and the batch-size probe) accept either
+``probe(task)`` or ``probe(model, train_data, loss_fn, optimizer)``; this turns
+either into the same bundle, with the same one-line errors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from tunekit.inputs.data import Data
+from tunekit.errors import UsageError, check_int
+from tunekit.training.step import resolve_device
+from tunekit.precision import Precision, check_precision
+from tunekit.inputs.task import ComputeLoss, LossComputer, LossFn, Task, default_optimizer
+
+__all__ = ["ProbeInputs", "resolve_inputs"]
+
+
+@dataclass
+class ProbeInputs:
+    task: Task
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    data: Data
+    val_data: Data | None
+    compute: LossComputer
+    batch_size: int | None
+    precision: Precision
+    device: torch.device
+
+
+def resolve_inputs(
+    what: str,
+    model: nn.Module | Task,
+    train_data: Data | None,
+    loss_fn: LossFn | None,
+    optimizer: Any,
+    *,
+    compute_loss: ComputeLoss | None = None,
+    val_data: Data | None = None,
+    batch_size: int | None = None,
+    precision: Precision | None = None,
+    device: str | None = "auto",
+    seed: int = 0,
+) -> ProbeInputs:
+    if batch_size is not None:
+        check_int("batch_size", batch_size, hint="pass e.g. batch_size=32")
+    if isinstance(model, Task):
+        task = model
+        if train_data is not None or loss_fn is not None:
+            raise UsageError(f"{what}(task) takes its data and loss from the task: do not pass train_data or loss_fn too")
+        dev = resolve_device(device)
+        user_model = task.make_model(seed).to(dev)
+        if isinstance(optimizer, torch.optim.Optimizer):
+            raise UsageError("with a Task, optimizer must be a factory (params -> Optimizer), not an instance")
+        if optimizer is not None:
+            task = dataclasses.replace(task, optimizer=optimizer)
+        user_opt = task.make_optimizer(user_model)
+        data, vdata = task.train_data, task.val_data if val_data is None else val_data
+        batch_size = batch_size or task.batch_size
+        precision = precision or task.precision
+    else:
+        if not isinstance(model, nn.Module):
+            raise UsageError(f"{what} takes a tunekit.Task or a torch.nn.Module, got a {type(model).__name__}")
+        if train_data is None:
+            raise UsageError(f"{what}(model, ...) needs train_data: a DataLoader, a Dataset or a list of batches")
+        params = [p for p in model.parameters() if p.requires_grad]
+        if not params:
+            raise UsageError("the model has no trainable parameters: check requires_grad")
+        # A model in hand is probed where it lives; moving it would change the user's object.
+        dev = params[0].device if device in (None, "auto") else resolve_device(device)
+        if params[0].device != dev:
+            raise UsageError(f"the model is on {params[0].device} but device is {dev}: move the model, or pass device='{params[0].device}'")
+        if optimizer is None:
+            user_opt = default_optimizer(params)
+        elif isinstance(optimizer, torch.optim.Optimizer):
+            user_opt = optimizer
+        elif callable(optimizer):
+            user_opt = optimizer(params)
+        else:
+            raise UsageError(f"optimizer must be an Optimizer or a factory (params -> Optimizer), got {optimizer!r}")
+        # Task validates the loss arguments and the data the same way everywhere.
+        task = Task(model=lambda: model, train_data=train_data, val_data=val_data, loss=loss_fn,
+                    compute_loss=compute_loss, batch_size=batch_size, name=type(model).__name__)
+        data, vdata = train_data, val_data
+        user_model = model
+        precision = precision or "fp32"
+    return ProbeInputs(task, user_model, user_opt, data, vdata, task.loss_computer(), batch_size, check_precision(precision), dev)

@@ -1,0 +1,143 @@
+"""Loading a Task from a command-line spec.
+
+A spec is one of:
+
+* a built-in name: ``shapes``, ``charlm`` (``tunekit tasks`` lists them);
+* ``package.module:function``, imported from ``sys.path`` (the current
+  directory included);
+* ``path/to/file.py:function``.
+
+The function returns a :class:`~tunekit.Task`. If it takes a parameter, it is
+called with the config dict, so a search can vary the model's own
+hyperparameters (width, dropout, ...).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tunekit.errors import UsageError
+from tunekit.inputs.task import Task
+
+__all__ = ["load_task", "list_tasks", "resolve_task_function"]
+
+_FORMS = "a built-in name ({names}), 'package.module:function' or 'path/to/file.py:function'"
+
+
+def list_tasks() -> dict[str, str]:
+    """Built-in task names and their one-line descriptions."""
+    from tunekit.builtin import BUILTIN_TASKS
+
+    return {name: desc for name, (_, desc) in BUILTIN_TASKS.items()}
+
+
+def _import_file(path: Path, spec: str) -> Any:
+    if not path.is_file():
+        raise UsageError(f"task file '{path}' (from task '{spec}') does not exist: check the path")
+    name = f"tunekit_user_task_{abs(hash(str(path.resolve())))}"
+    module_spec = importlib.util.spec_from_file_location(name, path)
+    if module_spec is None or module_spec.loader is None:
+        raise UsageError(f"cannot load '{path}' as Python: a task file must end in .py")
+    module = importlib.util.module_from_spec(module_spec)
+    # Let the file import its neighbours, as `python file.py` would.
+    sys.path.insert(0, str(path.resolve().parent))
+    try:
+        sys.modules[name] = module
+        module_spec.loader.exec_module(module)
+    except Exception as exc:
+        sys.modules.pop(name, None)
+        raise UsageError(f"task file '{path}' failed to import: {type(exc).__name__}: {_one_line(exc)}") from exc
+    finally:
+        sys.path.remove(str(path.resolve().parent))
+    return module
+
+
+def _import_module(modname: str, spec: str) -> Any:
+    if "" not in sys.path and "." not in sys.path:
+        sys.path.insert(0, "")  # the console script does not put the cwd on sys.path
+    try:
+        return importlib.import_module(modname)
+    except ModuleNotFoundError as exc:
+        if exc.name and modname.startswith(exc.name):
+            raise UsageError(
+                f"module '{modname}' (from task '{spec}') was not found: check the name, or give a file as path/to/file.py:function"
+            ) from exc
+        raise UsageError(f"module '{modname}' (from task '{spec}') failed to import: ModuleNotFoundError: {_one_line(exc)}") from exc
+    except Exception as exc:
+        raise UsageError(f"module '{modname}' (from task '{spec}') failed to import: {type(exc).__name__}: {_one_line(exc)}") from exc
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else ""
+
+
+def resolve_task_function(spec: str) -> Callable[..., Any]:
+    """The function that a spec names, without calling it."""
+    from tunekit.builtin import BUILTIN_TASKS
+
+    if not isinstance(spec, str) or not spec.strip():
+        raise UsageError(f"task spec {spec!r} is empty: give " + _FORMS.format(names=", ".join(BUILTIN_TASKS)))
+    spec = spec.strip()
+    if spec in BUILTIN_TASKS:
+        return BUILTIN_TASKS[spec][0]
+    if ":" not in spec:
+        hint = " (did you mean 'FILE.py:function'?)" if spec.endswith(".py") else ""
+        raise UsageError(f"unknown task '{spec}'{hint}: give " + _FORMS.format(names=", ".join(BUILTIN_TASKS)))
+    where, _, funcname = spec.rpartition(":")
+    if not where or not funcname.isidentifier():
+        raise UsageError(f"task '{spec}' does not name a function after ':': give " + _FORMS.format(names=", ".join(BUILTIN_TASKS)))
+    if where.endswith(".py") or "/" in where or "\\" in where:
+        module = _import_file(Path(where), spec)
+    else:
+        module = _import_module(where, spec)
+    fn = getattr(module, funcname, None)
+    if fn is None:
+        raise UsageError(f"'{where}' has no function '{funcname}' (from task '{spec}'): check the name after ':'")
+    if not callable(fn):
+        raise UsageError(f"'{where}:{funcname}' is a {type(fn).__name__}, not a function returning a tunekit.Task")
+    return fn  # type: ignore[no-any-return]
+
+
+def _takes_config(fn: Callable[..., Any]) -> bool:
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(
+        p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)
+        for p in params
+    )
+
+
+def load_task(spec: str | Task, config: dict[str, Any] | None = None) -> Task:
+    """The Task that ``spec`` names, built with ``config`` (task hyperparameters).
+
+    A :class:`Task` passes through unchanged (``config`` must then be empty).
+    """
+    if isinstance(spec, Task):
+        if config:
+            raise UsageError("config was given with a Task object: a Task is already built; pass its spec or function instead")
+        return spec
+    fn = resolve_task_function(spec)
+    config = dict(config or {})
+    if config and not _takes_config(fn):
+        raise UsageError(f"task '{spec}' takes no config, but was given config {sorted(config)}: drop the config, or let the function take a config dict")
+    try:
+        task = fn(config) if _takes_config(fn) else fn()
+    except UsageError:
+        raise
+    except (ValueError, TypeError, KeyError) as exc:
+        # Almost always a config value the task function cannot use (--set width=abc).
+        raise UsageError(f"task '{spec}' rejected its config {config}: {type(exc).__name__}: {_one_line(exc)}") from exc
+    if not isinstance(task, Task):
+        raise UsageError(f"task '{spec}' returned a {type(task).__name__}, not a tunekit.Task: return Task(model=..., train_data=..., loss=...)")
+    if task.name == "task":
+        task.name = spec.rpartition(":")[2] or spec
+    return task

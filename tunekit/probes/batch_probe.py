@@ -1,0 +1,534 @@
+"""The batch-size and memory probe: predict first, confirm with very few real steps.
+
+1. Trace the shared step on fake tensors at a few small batch sizes and fit a
+   memory model (:mod:`tunekit.probes.memory_trace`).
+2. Predict the largest micro-batch that fits the budget less a headroom, and
+   confirm it with a real step whose peak is measured (CUDA: max_memory_allocated;
+   CPU: peak resident memory). Off by more than 3%, the model is refitted with
+   that point and the new largest batch confirmed again: kernel workspaces that
+   grow with the batch (RNNs, cuDNN, attention) are found where they matter. On
+   CUDA an out-of-memory error is caught by its type, memory is freed outside the
+   except block, and the next try is smaller. On the CPU the budget is checked
+   against the measurement.
+3. Measure throughput at a few batch sizes up to that one; the knee is the
+   smallest batch within 5% of the best throughput.
+4. Estimate the gradient noise scale (the critical batch size).
+5. Plan (micro-batch, accumulation) pairs for a target effective batch.
+
+The user's model, optimizer, scaler, train/eval modes, RNGs and DataLoader
+generators are restored when the probe ends, however it ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import gc
+import math
+import os
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Optional, Protocol
+
+import numpy as np
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset, IterableDataset
+
+from tunekit.inputs.data import BatchStream, Data, dataset_size
+from tunekit.errors import UsageError, check_int
+from tunekit.progress import bar
+from tunekit.results import ProbeResult
+from tunekit.probes.memory_trace import MemoryModel, Trace, calibrate, fit_memory_model, real_step_peak, trace_step
+from tunekit.probes.noise_scale import noise_scale
+from tunekit.bytesize import format_bytes, parse_bytes
+from tunekit.probes.state import preserved, seed_everything_for
+from tunekit.training.schedule import lr_schedule
+from tunekit.training.step import TrainStep, Updates, make_scaler
+from tunekit.inputs.resolve import resolve_inputs
+from tunekit.inputs.task import ComputeLoss, LossFn, Task
+
+__all__ = ["probe", "ProbeResult", "plan_batches", "scale_lr", "find_largest_batch", "budget_bytes"]
+
+
+def scale_lr(lr: float, from_batch: int, to_batch: int) -> dict[str, float]:
+    """An LR found at one effective batch, scaled to another: linear (Goyal et al.) and square-root (Hoffer et al.)."""
+    ratio = to_batch / from_batch
+    return {"linear": lr * ratio, "sqrt": lr * math.sqrt(ratio)}
+
+
+def plan_batches(target: int, max_batch: int, throughput: list[dict[str, float]], model: MemoryModel) -> list[dict[str, Any]]:
+    """(micro-batch, accumulation) pairs whose product is ``target`` and that fit, fastest first.
+
+    Speed is interpolated in log-log between measured throughputs and never
+    extrapolated: a micro-batch outside the timed range has no speed (nan) and
+    comes after the timed ones, larger micro-batches (fewer accumulation steps) first.
+    """
+    if target < 1:
+        raise UsageError(f"target batch must be >= 1, got {target}")
+    pairs = [(m, target // m) for m in range(1, min(target, max_batch) + 1) if target % m == 0]
+    if not pairs:
+        return []
+    timed = sorted(throughput, key=lambda t: t["batch"])
+    xs = np.log([t["batch"] for t in timed]) if timed else np.array([])
+    ys = np.log([t["samples_per_s"] for t in timed]) if timed else np.array([])
+    out = []
+    for micro, k in pairs:
+        x = math.log(micro)
+        inside = len(xs) > 0 and xs[0] - 1e-9 <= x <= xs[-1] + 1e-9
+        speed = float(np.exp(np.interp(x, xs, ys))) if inside else math.nan
+        out.append({"effective_batch": target, "micro_batch": micro, "accumulation_steps": k,
+                    "samples_per_s": speed, "peak_bytes": model.peak(micro)})
+    out.sort(key=lambda p: (not math.isfinite(p["samples_per_s"]),
+                            -(p["samples_per_s"] if math.isfinite(p["samples_per_s"]) else 0), p["accumulation_steps"]))
+    return out
+
+
+def _cpu_available_bytes() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+def _is_oom(exc: BaseException) -> bool:
+    """An out-of-memory error, recognised by its type (torch.OutOfMemoryError covers every device)."""
+    return isinstance(exc, torch.OutOfMemoryError)
+
+
+def _free_memory(device: torch.device) -> None:
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def probe(
+    model: nn.Module | Task,
+    train_data: Data | None = None,
+    loss_fn: LossFn | None = None,
+    optimizer: Any = None,
+    *,
+    compute_loss: ComputeLoss | None = None,
+    memory_budget: int | str | None = None,
+    headroom: float = 0.15,
+    device: str = "auto",
+    precision: str | None = None,
+    accumulation_steps: int = 1,
+    clip_grad_norm: float | None = 1.0,
+    target_batch: int | None = None,
+    lr: float | None = None,
+    lr_batch: int | None = None,
+    max_batch: int | None = None,
+    trace_sizes: tuple[int, ...] = (4, 8, 16),
+    throughput_points: int = 5,
+    timing_steps: int = 5,
+    noise_repeats: int = 12,
+    noise_warmup: int | None = None,
+    calibrate_steps: bool = True,
+    seed: int = 0,
+    progress: bool = False,
+) -> ProbeResult:
+    """Probe memory and throughput of the shared step, and the critical batch size.
+
+    ``memory_budget`` (bytes or a size such as "8GiB") defaults to the GPU's free
+    memory on CUDA and to the machine's available memory on the CPU; ``headroom``
+    of it is kept free. ``target_batch`` asks for a plan of (micro-batch,
+    accumulation) pairs for that effective batch (default: the critical batch,
+    rounded to a power of two). ``lr`` found at effective batch ``lr_batch`` is
+    rescaled to the target by the linear and square-root rules.
+
+    The noise scale is measured after ``noise_warmup`` updates (default 50 for a
+    Task's fresh model, 0 for a model in hand), at ``lr`` or the task's default LR;
+    those updates are undone with everything else.
+
+    With ``calibrate_steps`` (default), the real steps that confirm the largest
+    batch are measured, and where one is more than 3% off the prediction the
+    memory model is refitted with it (adding what kernels allocate internally,
+    which no trace sees) and the new largest batch is confirmed again.
+    """
+    _check_args(headroom, accumulation_steps, target_batch, lr, lr_batch)
+    if noise_warmup is None:  # a fresh model of a task trains a little first; a model in hand is measured as it is
+        noise_warmup = 50 if isinstance(model, Task) else 0
+    sub = resolve_inputs("probe", model, train_data, loss_fn, optimizer, compute_loss=compute_loss,
+                          precision=precision, device=device, seed=seed)
+    data, dev = sub.data, sub.device
+    n_data = dataset_size(data)
+    if n_data is None:
+        raise UsageError("probe varies the batch size: pass a map-style Dataset or a DataLoader over one, not a list of batches")
+    limit = min(n_data, max_batch or n_data)
+
+    budget, source = budget_bytes(memory_budget, dev)
+    usable = int(budget * (1 - headroom))
+    scaler = make_scaler(sub.precision, dev)  # type: ignore[arg-type]
+    settings = dict(memory_budget=memory_budget, headroom=headroom, device=str(dev), precision=sub.precision,
+                    accumulation_steps=accumulation_steps, clip_grad_norm=clip_grad_norm, seed=seed, task=sub.task.name)
+
+    counter = {"updates": 0, "samples": 0}
+
+    def make_step(m: nn.Module, o: torch.optim.Optimizer, k: int = accumulation_steps) -> TrainStep:
+        return _CountingStep(counter, m, o, sub.compute, device=dev, precision=sub.precision,  # type: ignore[arg-type]
+                         accumulation_steps=k, clip_grad_norm=clip_grad_norm,
+                         scaler=scaler if m is sub.model else make_scaler(sub.precision, dev))  # type: ignore[arg-type]
+
+    start = time.perf_counter()
+    with bar(4, "probe", "stage", progress) as stages, preserved(sub.model, sub.optimizer, scaler, data) as snap:
+        seed_everything_for(seed, dev)
+        sub.model.train()
+        run = _Run(sub, data, dev, snap, make_step, counter, scaler, seed, accumulation_steps)
+
+        # 1. The memory model, on fake tensors.
+        sizes = sorted({min(s, limit) for s in trace_sizes})
+        mm, traces = _memory_model(run, sizes)
+        _stage_done(stages, "memory model")
+        predicted = _predicted_largest(mm, usable, limit, budget, headroom)
+
+        # 2. Real steps at the batch the model recommends, measured; the model is refitted until
+        # one agrees with it. What kernels allocate out of the trace's sight is found here.
+        confirmed, tried, mm = _largest_batch(run, mm, traces, usable, limit,
+                                              budget if memory_budget is not None else None, calibrate_steps)
+        _stage_done(stages, "largest batch")
+
+        # 3. Throughput up to the confirmed batch (none with throughput_points=0).
+        throughput = _throughput(make_step, sub, snap, data, sizes, confirmed, throughput_points, timing_steps,
+                                 accumulation_steps, seed)
+        knee, fastest = _knee(throughput)
+        _stage_done(stages, "throughput")
+
+        # 4. Gradient noise scale.
+        noise = _noise(run, confirmed, limit, noise_repeats, noise_warmup, lr)
+        _stage_done(stages, "noise scale")
+
+    critical = noise["b_simple"] if noise and math.isfinite(noise["b_simple"]) else None
+    crit_range = (noise["low"], noise["high"]) if critical is not None else None
+    plan, lr_scaling = _plan(target_batch, critical, confirmed, throughput, mm, lr, lr_batch)
+    warnings = _warnings(throughput, noise, noise_warmup)
+    return ProbeResult(
+        device=str(dev), precision=sub.precision, accumulation_steps=accumulation_steps,
+        budget_bytes=budget, budget_source=source, headroom=headroom, usable_bytes=usable,
+        memory=mm.to_dict(), predicted_max_batch=predicted, max_batch=confirmed, tried=tried,
+        throughput=throughput, knee_batch=knee, fastest_batch=fastest, critical_batch=critical,
+        critical_batch_range=crit_range, noise=noise, plan=plan, lr_scaling=lr_scaling, dataset_size=n_data,
+        seconds=time.perf_counter() - start, settings=settings, updates=counter["updates"],
+        samples=counter["samples"], warnings=warnings,
+    )
+
+
+def _predicted_largest(mm: MemoryModel, usable: int, limit: int, budget: int, headroom: float) -> int:
+    """The traced model's largest batch, the first one the real steps try; a UsageError if not even 1 fits."""
+    predicted = min(mm.largest_batch(usable), limit)
+    if predicted < 1:
+        raise UsageError(
+            f"the model does not fit even at batch 1: predicted peak {format_bytes(mm.peak(1))} > usable "
+            f"{format_bytes(usable)} ({format_bytes(budget)} less {headroom:.0%} headroom): raise memory_budget, "
+            "use bf16, or a smaller model"
+        )
+    return predicted
+
+
+def _knee(throughput: list[dict[str, float]]) -> tuple[Optional[int], Optional[int]]:
+    """(the smallest batch within 5% of the best throughput, the fastest batch), None without timings."""
+    if not throughput:
+        return None, None
+    best = max(t["samples_per_s"] for t in throughput)
+    fastest = max(throughput, key=lambda t: t["samples_per_s"])["batch"]
+    return min(t["batch"] for t in throughput if t["samples_per_s"] >= 0.95 * best), fastest
+
+
+# Timed steps that spread by more than this (max - min over the median) make the knee a guess.
+NOISY_TIMINGS = 0.25
+
+
+def _warnings(throughput: list[dict[str, float]], noise: Optional[dict[str, Any]], noise_warmup: int) -> list[str]:
+    out = []
+    noisy = [t for t in throughput if t.get("spread", 0.0) > NOISY_TIMINGS]
+    if noisy:
+        worst = max(noisy, key=lambda t: t["spread"])
+        out.append(f"timings spread by up to {worst['spread']:.0%} (at batch {worst['batch']}): the machine is busy, "
+                   "so the fastest batch and the knee may move between runs")
+    if noise is not None and noise_warmup == 0:
+        out.append("the noise scale was measured on the model as given, without training it first: at "
+                   "initialisation it is much smaller than during training, so the critical batch is likely too "
+                   "small (pass noise_warmup=50, or probe a Task)")
+    return out
+
+
+def _plan(target: Optional[int], critical: Optional[float], confirmed: int, throughput: list[dict[str, float]],
+          mm: MemoryModel, lr: Optional[float], lr_batch: Optional[int]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The (micro-batch, accumulation) plan for the target batch (default: the critical batch as a power of
+    two), and an LR found at ``lr_batch`` rescaled to it."""
+    if target is None and critical is not None:
+        target = int(2 ** round(math.log2(max(critical, 1))))
+    plan = plan_batches(target, confirmed, throughput, mm) if target else []
+    lr_scaling: dict[str, Any] = {}
+    if lr is not None and lr_batch is not None and target:
+        for rule, value in scale_lr(lr, lr_batch, target).items():
+            lr_scaling[rule] = {"from_lr": lr, "from_batch": lr_batch, "to_batch": target, "lr": value}
+    return plan, lr_scaling
+
+
+def _check_args(headroom: float, accumulation_steps: int, target_batch: Optional[int], lr: Optional[float],
+                lr_batch: Optional[int]) -> None:
+    if not 0 <= headroom < 1:
+        raise UsageError(f"headroom must be in [0, 1), got {headroom!r}: e.g. 0.15 keeps 15% free")
+    check_int("accumulation_steps", accumulation_steps, hint="pass e.g. accumulation_steps=2")
+    if target_batch is not None:
+        check_int("target_batch", target_batch, hint="pass e.g. target_batch=256")
+    if (lr is None) != (lr_batch is None):
+        raise UsageError("give lr and lr_batch together: the LR you found and the effective batch it was found at")
+    if lr_batch is not None:
+        check_int("lr_batch", lr_batch, hint="the effective batch at which the LR was found")
+    if lr is not None and not (isinstance(lr, (int, float)) and lr > 0 and math.isfinite(lr)):
+        raise UsageError(f"lr must be a positive number, got {lr!r}")
+
+
+def budget_bytes(memory_budget: int | str | None, dev: torch.device) -> tuple[int, str]:
+    """(the memory budget in bytes, where it came from)."""
+    if memory_budget is not None:
+        return parse_bytes(memory_budget), "given"
+    if dev.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(dev)
+        return int(free + torch.cuda.memory_allocated(dev)), "free GPU memory"
+    return _cpu_available_bytes(), "available RAM"
+
+
+@dataclass
+class _Run:
+    """What every stage of one probe shares; ``reset`` puts the model back between stages."""
+
+    sub: Any
+    data: Data
+    dev: torch.device
+    snap: Any
+    make_step: Any
+    counter: dict[str, int]
+    scaler: Any
+    seed: int
+    k: int
+
+    def reset(self) -> None:
+        self.snap.restore()
+        self.sub.model.train()
+
+
+def _memory_model(run: _Run, sizes: list[int]) -> tuple[MemoryModel, dict[int, Trace]]:
+    """Traces at ``sizes`` on fake tensors (two micro-batches when accumulating: the second runs with
+    the first one's gradients alive), and the memory model fitted to them."""
+    traces = {b: _trace_at(run, b) for b in sizes}
+    return fit_memory_model(traces, run.k), traces
+
+
+def _trace_at(run: _Run, b: int) -> Trace:
+    k_trace = min(run.k, 2)
+    batches = BatchStream(run.data, b, seed=run.seed).take(k_trace)
+    return trace_step(run.sub.model, run.sub.optimizer, lambda m, o: run.make_step(m, o, k_trace), batches, run.dev)
+
+
+# A confirmation step whose measured peak is within this of the prediction confirms the model;
+# further off, the model is refitted with that point and the new largest batch confirmed again.
+CONFIRM_TOLERANCE = 0.03
+
+
+class _Predictor(Protocol):
+    def largest_batch(self, budget_bytes: float, limit: int = ...) -> int: ...
+
+    def peak(self, batch: int | float) -> float: ...
+
+
+def find_largest_batch(run_step: Callable[[int], Optional[float]], refit: Callable[[dict[int, float]], _Predictor],
+                       usable: float, limit: int, *, tolerance: float = CONFIRM_TOLERANCE, max_steps: int = 6,
+                       free: Callable[[], None] = gc.collect) -> tuple[int, list[dict[str, Any]], _Predictor]:
+    """The largest micro-batch that fits ``usable`` bytes, confirmed by real steps: (batch, tries, model).
+
+    ``run_step(b)`` runs one real step at micro-batch ``b`` and returns its measured peak, on the
+    prediction's scale (None where it cannot be measured); it raises ``torch.OutOfMemoryError``
+    where the batch does not fit. ``refit(measured)`` is the memory model refitted with the
+    measured {batch: peak} points. Each try runs at the batch the latest model says is the
+    largest; a measurement more than ``tolerance`` off the prediction refits the model and tries
+    again, so the tries land on the recommended batch. The answer is the largest batch that
+    ran and was measured within ``usable``, never one that was only predicted to fit.
+    """
+    tried: list[dict[str, Any]] = []
+    measured: dict[int, float] = {}
+    model = refit(measured)
+    best, ceiling = 0, limit + 1  # the largest batch seen to fit, the smallest seen not to
+    b = min(model.largest_batch(usable), limit)
+    while 1 <= b < ceiling and len(tried) < max_steps:
+        predicted = model.peak(b)
+        peak, oom = _attempt(run_step, b)
+        if oom:
+            free()  # outside the except block, whose traceback held the step's tensors
+            tried.append({"batch": b, "ok": False, "peak_bytes": None, "predicted_bytes": predicted})
+            # One OOM: the prediction was a little off, step back 20%. Two: it is badly off
+            # (memory outside the step), so halve.
+            ooms = sum(t["peak_bytes"] is None and not t["ok"] for t in tried)
+            ceiling, b = b, int(b * (0.8 if ooms == 1 else 0.5))
+            if b <= best:  # a batch that ran is as far as the search gets below this one
+                break
+            continue
+        fits = peak is None or peak <= usable
+        tried.append({"batch": b, "ok": fits, "peak_bytes": peak, "predicted_bytes": predicted})
+        best, ceiling = (max(best, b), ceiling) if fits else (best, min(ceiling, b))
+        # Below a batch measured over, by more than the measurement's own wobble: no creeping down one by one.
+        step_below = int(ceiling * (1 - tolerance / 2)) if ceiling <= limit else limit
+        if peak is None:
+            break
+        measured[b] = peak
+        model = refit(measured)  # every measured point in, the confirming one too: the model reports peaks
+        if fits and abs(peak - predicted) <= tolerance * predicted:
+            break
+        b = min(model.largest_batch(usable), limit, step_below)
+        if b <= best * (1 + tolerance):  # nothing larger fits, or too little larger to tell apart
+            break
+    return best, tried, model
+
+
+def _attempt(run_step: Callable[[int], Optional[float]], b: int) -> tuple[Optional[float], bool]:
+    """(measured peak, False), or (None, True) on an out-of-memory error; any other error propagates."""
+    try:
+        return run_step(b), False
+    except Exception as exc:
+        if not _is_oom(exc):
+            raise
+    return None, True
+
+
+@contextlib.contextmanager
+def cuda_budget(dev: torch.device, budget: Optional[int]) -> Iterator[None]:
+    """On CUDA, a given budget enforced with the per-process memory fraction, so a batch over it
+    raises an out-of-memory error; lifted afterwards."""
+    if dev.type != "cuda" or budget is None:
+        yield
+        return
+    total = torch.cuda.get_device_properties(dev).total_memory
+    torch.cuda.set_per_process_memory_fraction(min(1.0, budget / total), dev)
+    try:
+        yield
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0, dev)
+
+
+def _largest_batch(run: _Run, mm: MemoryModel, traces: dict[int, Trace], usable: int, limit: int,
+                   budget: Optional[int], calibrate_steps: bool) -> tuple[int, list[dict[str, Any]], MemoryModel]:
+    """The probe's search for the largest batch: real steps through the shared step at the batches
+    the memory model recommends, each measured and traced, the model calibrated on them.
+    Without ``calibrate_steps`` one step confirms the trace's prediction and nothing is refitted."""
+    real: dict[int, int] = {}  # peak above the level before the step, as real_step_peak measures it
+
+    def run_step(b: int) -> Optional[float]:
+        if b not in traces:
+            traces[b] = _trace_at(run, b)  # fake tensors: no memory, a fraction of a second
+        batches = BatchStream(run.data, b, seed=run.seed).take(run.k)
+        step = run.make_step(run.sub.model, run.sub.optimizer)
+        try:
+            delta = real_step_peak(lambda: step(batches), run.dev)
+        finally:
+            del step, batches
+            run.reset()
+        if delta is None or not calibrate_steps:
+            return None
+        real[b] = delta
+        return traces[b].resident + delta
+
+    def refit(measured: dict[int, float]) -> MemoryModel:
+        if not measured:
+            return mm
+        return calibrate(fit_memory_model(traces, run.k), traces, {b: real[b] for b in measured})
+
+    with cuda_budget(run.dev, budget):
+        confirmed, tried, model = find_largest_batch(run_step, refit, usable, limit, free=lambda: _free_memory(run.dev))
+    if confirmed < 1:
+        raise UsageError(f"no batch size ran within the budget (tried {[t['batch'] for t in tried]}): raise memory_budget")
+    return confirmed, tried, model  # type: ignore[return-value]
+
+
+def _noise(run: _Run, confirmed: int, limit: int, repeats: int, warmup: int, lr: Optional[float]) -> Optional[dict[str, Any]]:
+    """The gradient noise scale, through the shared step at LR 0 (grad norms before clipping).
+
+    At initialisation the gradient is large and the noise scale small (McCandlish et al. see it
+    grow as training goes on), so a fresh model first trains for ``warmup`` updates, undone after.
+    """
+    sub = run.sub
+    if repeats < 2:
+        return None
+    if warmup > 0:
+        _warm_up(run, warmup, lr or float(sub.task.defaults.get("lr", 1e-3)), min(32, confirmed))
+    b_small = max(1, min(8, confirmed, limit // 64 or 1))
+    k_big = max(2, min(16, limit // b_small))
+    norms: dict[int, list[float]] = {1: [], k_big: []}
+    stream = BatchStream(run.data, b_small, seed=run.seed + 1)
+    for k in (1, k_big):
+        step = _CountingStep(run.counter, sub.model, sub.optimizer, sub.compute, device=run.dev, precision=sub.precision,
+                             accumulation_steps=k, clip_grad_norm=None, scaler=run.scaler)
+        step.set_lr(0.0)
+        for _ in range(repeats):
+            out = step(stream.take(k))
+            if out.finite and not out.skipped and math.isfinite(out.grad_norm):
+                norms[k].append(out.grad_norm ** 2)
+    run.reset()
+    if len(norms[1]) < 2 or len(norms[k_big]) < 2:
+        return None
+    return dataclasses.asdict(noise_scale(norms[1], norms[k_big], b_small, b_small * k_big, seed=run.seed))
+
+
+def _warm_up(run: _Run, updates: int, lr: float, batch: int) -> None:
+    """Train for ``updates`` updates on the shared schedule (linear warm-up over the first fifth, then
+    constant), as ``train()`` would; a divergence ends it early."""
+    lrs = lr_schedule(updates, lr, warmup=updates // 5, decay="constant")
+    stream = BatchStream(run.data, batch, seed=run.seed + 2)
+    for _ in Updates(run.make_step(run.sub.model, run.sub.optimizer), stream, lrs):
+        pass
+
+
+def _throughput(make_step: Any, sub: Any, snap: Any, data: Data, sizes: list[int], confirmed: int, points_n: int,
+                timing_steps: int, accumulation_steps: int, seed: int) -> list[dict[str, float]]:
+    """Samples per second at ``points_n`` micro-batches up to ``confirmed`` (warm-up, then the median step)."""
+    if points_n < 1:
+        return []
+    points = sorted({max(1, int(round(x))) for x in np.geomspace(max(1, min(sizes[0], confirmed)), confirmed, points_n)})
+    throughput = []
+    for pb in points:
+        step = make_step(sub.model, sub.optimizer)
+        step.set_lr(0.0)  # measure speed, not learning: the weights stay put
+        stream = BatchStream(data, pb, seed=seed)
+        t0 = time.perf_counter()
+        step(stream.take(accumulation_steps))  # warm-up
+        # Several steps for the median, but about two seconds at most per point.
+        n_timed = max(2, min(timing_steps, int(2.0 / max(time.perf_counter() - t0, 1e-6))))
+        times = []
+        for _ in range(n_timed):
+            t0 = time.perf_counter()
+            step(stream.take(accumulation_steps))  # the loss read inside syncs the device
+            times.append(time.perf_counter() - t0)
+        # The spread of the timed steps (max - min over the median) says how noisy the machine was.
+        spread = (max(times) - min(times)) / statistics.median(times)
+        throughput.append({"batch": pb, "samples_per_s": pb * accumulation_steps / statistics.median(times),
+                           "spread": spread})
+        snap.restore()
+        sub.model.train()
+    return throughput
+
+
+class _CountingStep(TrainStep):
+    """A TrainStep that counts the real updates it makes (not the fake-tensor traces)."""
+
+    def __init__(self, counter: dict[str, int], *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.counter = counter
+
+    def __call__(self, micro_batches: Any) -> Any:
+        out = super().__call__(micro_batches)
+        self.counter["updates"] += 1
+        self.counter["samples"] += int(out.samples)
+        return out
+
+
+def _stage_done(stages: Any, name: str) -> None:
+    """One of the probe's four stages (memory model, largest batch, throughput, noise scale) is done."""
+    stages.set_postfix_str(name, refresh=False)
+    stages.update(1)

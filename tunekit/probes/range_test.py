@@ -1,0 +1,431 @@
+"""The LR range test: sweep the LR up over N updates of the shared step, read the curve.
+
+``tunekit.lr_find(task)`` tests a fresh model of a task.
+``tunekit.lr_find(model, train_data, loss_fn, optimizer)`` tests objects in hand
+and puts them back exactly as they were afterwards (see :mod:`tunekit.probes.state`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from torch import nn
+
+from tunekit.inputs.data import BatchStream, Data, batch_size_of
+from tunekit.errors import UsageError, check_int
+from tunekit.results import LRFindResult
+from tunekit.training.schedule import lr_schedule, sweep_lrs
+from tunekit.progress import bar
+from tunekit.probes.state import preserved, seed_everything_for
+from tunekit.training.step import TrainStep, Updates, make_scaler
+from tunekit.probes.lr_rules import DEFAULT_RULE, RULES, assess, blowup, bracket_minimum, bracket_next, bracket_polish, prepare
+from tunekit.inputs.resolve import resolve_inputs
+from tunekit.precision import Precision
+from tunekit.inputs.task import ComputeLoss, LossFn, Task
+from tunekit.training.loop import TrainConfig, evaluate
+
+__all__ = ["lr_find", "LRFindResult", "TASK_DEFAULT", "optimizer_family"]
+
+
+class _TaskDefault:
+    """The default of a setting that ``train`` takes from the task: the task's, else train's own."""
+
+    def __repr__(self) -> str:
+        return "TASK_DEFAULT"
+
+
+#: ``clip_grad_norm``'s default: the task's ``defaults["clip_grad_norm"]``, else 1.0, as ``train`` resolves it.
+TASK_DEFAULT: Any = _TaskDefault()
+_TRAIN_CLIP = 1.0  # TrainConfig.clip_grad_norm's default
+
+_ADAPTIVE = (torch.optim.Adam, torch.optim.AdamW, torch.optim.RMSprop, torch.optim.Adagrad, torch.optim.Adadelta,
+             torch.optim.Adamax, torch.optim.NAdam, torch.optim.RAdam)
+
+
+def optimizer_family(optimizer: torch.optim.Optimizer) -> str:
+    """"sgd" (plain, momentum or Nesterov), "adaptive" (per-parameter second-moment scaling: Adam, AdamW,
+    RMSprop, Adagrad...) or "other". The rules read it: the two families sit differently against the curve."""
+    if isinstance(optimizer, torch.optim.SGD):
+        return "sgd"
+    if isinstance(optimizer, _ADAPTIVE):
+        return "adaptive"
+    return "other"
+
+
+def _resolve_step_settings(model: Any, clip_grad_norm: Any, accumulation_steps: int | None,
+                           precision: Precision | None) -> tuple[float | None, int, Precision | None]:
+    """The step's clipping, accumulation and precision, resolved from the task the way ``train`` does."""
+    defaults = model.defaults if isinstance(model, Task) else {}
+    if clip_grad_norm is TASK_DEFAULT:
+        clip_grad_norm = defaults.get("clip_grad_norm", _TRAIN_CLIP)
+    if accumulation_steps is None:
+        accumulation_steps = defaults.get("accumulation_steps", 1)
+    if precision is None:
+        precision = defaults.get("precision")  # else the task's precision (resolve_inputs)
+    return clip_grad_norm, accumulation_steps, precision
+
+
+def _check_args(min_lr: float, max_lr: float, steps: int, mode: str, repeats: int, diverge_threshold: float,
+                batch_size: int | None, accumulation_steps: int, clip_grad_norm: float | None) -> None:
+    if batch_size is not None:
+        check_int("batch_size", batch_size, hint="pass e.g. batch_size=32")
+    check_int("accumulation_steps", accumulation_steps, hint="pass e.g. accumulation_steps=2")
+    if clip_grad_norm is not None and not clip_grad_norm > 0:
+        raise UsageError(f"clip_grad_norm must be > 0 (or None for no clipping), got {clip_grad_norm!r}")
+    for name, v in (("min_lr", min_lr), ("max_lr", max_lr)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v > 0 and math.isfinite(v)):
+            raise UsageError(f"{name} must be a positive number, got {v!r}: pass e.g. {name}={1e-6 if name == 'min_lr' else 10}")
+    if min_lr >= max_lr:
+        raise UsageError(f"min_lr {min_lr:g} must be below max_lr {max_lr:g}: pass e.g. min_lr=1e-7 max_lr=10")
+    check_int("steps", steps, 10, hint="the curve needs points: pass e.g. steps=100")
+    if mode not in ("exp", "linear"):
+        raise UsageError(f"mode {mode!r} is unknown: use exp (the default) or linear")
+    check_int("repeats", repeats, hint="pass e.g. repeats=3")
+    if not diverge_threshold > 1:
+        raise UsageError(f"diverge_threshold must be > 1 (a multiple of the best loss), got {diverge_threshold!r}")
+
+
+def lr_find(
+    model: nn.Module | Task,
+    train_data: Data | None = None,
+    loss_fn: LossFn | None = None,
+    optimizer: Any = None,
+    *,
+    compute_loss: ComputeLoss | None = None,
+    val_data: Data | None = None,
+    loss_on: Literal["train", "val"] = "train",
+    val_batches: int = 4,
+    min_lr: float = 1e-7,
+    max_lr: float = 10.0,
+    steps: int = 100,
+    mode: Literal["exp", "linear"] = "exp",
+    batch_size: int | None = None,
+    accumulation_steps: int | None = None,
+    precision: Precision | None = None,
+    clip_grad_norm: float | None = TASK_DEFAULT,
+    device: str = "auto",
+    seed: int = 0,
+    repeats: int = 1,
+    diverge_threshold: float = 4.0,
+    refine: bool = True,
+    refine_steps: int = 100,
+    refine_seeds: int = 2,
+    scaler: torch.amp.GradScaler | None = None,
+    progress: bool = False,
+) -> LRFindResult:
+    """Run an LR range test and suggest a peak LR for a warmup + cosine run.
+
+    The LR rises from ``min_lr`` to ``max_lr`` over ``steps`` optimizer updates
+    (exponentially, or linearly with ``mode="linear"``), one update per
+    ``accumulation_steps`` micro-batches, a step that the fp16 scaler skips not
+    counted. The test stops when the loss is non-finite or exceeds
+    ``diverge_threshold`` times its best (smoothed) value.
+
+    ``model`` is a :class:`Task` (a fresh model is built and tested) or a model
+    in hand. A model in hand, its optimizer (an instance, whose state is kept,
+    or a factory; AdamW by default), the scaler and the RNG states are restored
+    bitwise when the test ends, also on an exception or Ctrl-C.
+
+    The sweep runs the step that training runs: ``clip_grad_norm``,
+    ``accumulation_steps`` and ``precision`` default to the task's (its
+    ``defaults``, else clipping at 1.0, no accumulation and the task's
+    precision), as :func:`tunekit.train` resolves them; ``clip_grad_norm=None``
+    disables clipping. A model in hand is clipped at 1.0 unless told otherwise.
+    An unclipped sweep "diverges" well below what a clipped run takes.
+
+    With ``loss_on="val"``, each point is the loss on the first ``val_batches``
+    batches of ``val_data`` (a fixed subset) instead of the training loss.
+
+    ``refine`` (the default) then checks the curve's suggestion with short real
+    runs: warmup + cosine schedules of ``refine_steps`` updates from the same
+    starting point, at half-decade steps around it (around the point where the
+    sweep comes apart, less half a decade, when the curve is not to be trusted),
+    extended until one has a worse run on each side, and one more a quarter
+    decade from the best on its better side; the suggestion is the vertex of
+    the parabola through the best and its neighbours. Each LR is scored by the
+    mean over ``refine_seeds`` runs (other data orders) of the loss on a fixed
+    subset of ``val_data`` (else of the training data), at most 2048 samples. A
+    range test's curve alone puts the best peak LR anywhere from 0.2x to 25x its
+    minimum (benchmarks/lr_rules.py). The 4-7 LRs cost a fixed 800-1400 updates
+    by default, whatever the run's length, counted in ``samples``;
+    ``refine=False`` gives the curve's suggestion alone, for 100 updates.
+    """
+    clip_grad_norm, accumulation_steps, precision = _resolve_step_settings(model, clip_grad_norm, accumulation_steps,
+                                                                           precision)
+    _check_args(min_lr, max_lr, steps, mode, repeats, diverge_threshold, batch_size, accumulation_steps, clip_grad_norm)
+    check_int("refine_steps", refine_steps, 10, hint="a short run needs updates: pass e.g. refine_steps=100")
+    check_int("refine_seeds", refine_seeds, hint="pass e.g. refine_seeds=2")
+    sub = resolve_inputs("lr_find", model, train_data, loss_fn, optimizer, compute_loss=compute_loss,
+                          val_data=val_data, batch_size=batch_size, precision=precision, device=device, seed=seed)
+    task, user_model, user_opt, data, vdata = sub.task, sub.model, sub.optimizer, sub.data, sub.val_data
+    compute, batch_size, precision, dev = sub.compute, sub.batch_size, sub.precision, sub.device
+    if loss_on not in ("train", "val"):
+        raise UsageError(f"loss_on must be 'train' or 'val', got {loss_on!r}")
+    if loss_on == "val" and vdata is None:
+        raise UsageError("loss_on='val' needs validation data: pass val_data=... (or give the task val_data)")
+    scaler = scaler if scaler is not None else make_scaler(precision, dev)
+    lrs = sweep_lrs(min_lr, max_lr, steps, mode)
+
+    settings = dict(min_lr=min_lr, max_lr=max_lr, steps=steps, mode=mode, batch_size=batch_size,
+                    accumulation_steps=accumulation_steps, precision=precision, clip_grad_norm=clip_grad_norm,
+                    device=str(dev), seed=seed, repeats=repeats, diverge_threshold=diverge_threshold,
+                    loss_on=loss_on, task=task.name, optimizer=type(user_opt).__name__,
+                    family=optimizer_family(user_opt), refine=refine, refine_steps=refine_steps if refine else None,
+                    refine_seeds=refine_seeds if refine else None)
+    start = time.perf_counter()
+    runs: list[dict[str, Any]] = []
+    total = steps * repeats + (REFINE_RUNS * refine_steps * refine_seeds if refine else 0)
+    with bar(total, "lr-find", "step", progress) as steps_bar, \
+            preserved(user_model, user_opt, scaler, data) as initial:
+
+        def make_step() -> TrainStep:
+            user_model.train()
+            return TrainStep(user_model, user_opt, compute, device=dev, precision=precision,
+                             accumulation_steps=accumulation_steps, clip_grad_norm=clip_grad_norm, scaler=scaler)
+
+        for r in range(repeats):
+            if r > 0:  # each repeat starts from the same weights and optimizer state
+                initial.restore()
+            seed_everything_for(seed + r, dev)
+            batches = BatchStream(data, batch_size, seed=seed + r)
+            run = _sweep(make_step(), batches, lrs, diverge_threshold, steps_bar,
+                         (lambda: evaluate(user_model, vdata, compute, device=dev, precision=precision,
+                                           batch_size=batch_size, max_batches=val_batches)["loss"])
+                         if loss_on == "val" else None)
+            runs.append(run)
+        result = _result(runs, settings, 0.0)
+        if refine:
+            _refine(result, _short_runner(model, initial, make_step, data, vdata if vdata is not None else data,
+                                          compute, dev, precision, batch_size, accumulation_steps, seed, refine_steps,
+                                          refine_seeds, diverge_threshold, steps_bar))
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+# The short runs of the refinement: the first bracket, at most three more past its ends, and one
+# a quarter decade from the best (four to seven runs).
+REFINE_OFFSETS = (-0.5, 0.0, 0.5)  # decades around the starting point
+REFINE_EXTENSIONS = 3
+REFINE_RUNS = len(REFINE_OFFSETS) + REFINE_EXTENSIONS + 1
+REFINE_EVAL_SAMPLES = 2048  # each run's score: its loss on at most this many samples
+
+
+def _schedule_of(model: Any) -> tuple[Any, str, float]:
+    """(warmup, decay, min_lr_ratio) of the runs the suggestion is for: the task's, else train's defaults."""
+    defaults = model.defaults if isinstance(model, Task) else {}
+    cfg = TrainConfig()
+    return (defaults.get("warmup", cfg.warmup), defaults.get("schedule", cfg.schedule),
+            defaults.get("min_lr_ratio", cfg.min_lr_ratio))
+
+
+def _short_runner(model: Any, initial: Any, make_step: Callable[[], TrainStep], data: Data, score_data: Data,
+                  compute: Any, dev: torch.device, precision: Any, batch_size: int | None, accumulation_steps: int,
+                  seed: int, refine_steps: int, seeds: int, threshold: float,
+                  steps_bar: Any) -> Callable[[float], tuple[float, int]]:
+    """``short_run(lr)``: ``seeds`` short runs from the user's objects as they were (data orders seed,
+    seed + 1, ...: the same for every LR), their mean score on a fixed subset of ``score_data``: forward
+    passes worth at most a quarter of a run's training samples (about 8% of its compute), 2048 at most."""
+    per = batch_size or batch_size_of(BatchStream(data, batch_size, seed=seed).take(1)[0]) or 1
+    eval_batches = max(1, min(REFINE_EVAL_SAMPLES, refine_steps * accumulation_steps * per // 4) // per)
+    schedule = _schedule_of(model)
+
+    def one(lr: float, s: int) -> tuple[float, int]:
+        initial.restore()  # every run starts where the user's objects were
+        seed_everything_for(s, dev)
+        step = make_step()
+        return _short_run(step, BatchStream(data, batch_size, seed=s), lr_schedule(refine_steps, lr, *schedule),
+                          threshold, steps_bar,
+                          lambda: evaluate(step.model, score_data, compute, device=dev, precision=precision,
+                                           batch_size=batch_size, max_batches=eval_batches)["loss"])
+
+    def short_run(lr: float) -> tuple[float, int]:
+        runs = [one(lr, seed + k) for k in range(seeds)]
+        return float(np.mean([v for v, _ in runs])), sum(n for _, n in runs)
+
+    return short_run
+
+
+def _blown_up(losses: list[float], best: float, threshold: float) -> tuple[bool, float]:
+    """(whether the run has blown up, the best recent loss so far): divergence on a robust, lag-free
+    signal, the median of the last three losses against the best such median so far.
+    (sorted() on three floats: np.median costs ~60 us a call, 8% of a small model's sweep.)"""
+    last = sorted(losses[-3:])
+    recent = float(last[len(last) // 2]) if len(last) % 2 else (last[0] + last[1]) / 2
+    best = min(best, recent)
+    return len(losses) >= 5 and recent > threshold * best, best
+
+
+def _short_run(step: TrainStep, batches: BatchStream, lrs: np.ndarray, threshold: float, steps_bar: Any,
+               score: Callable[[], float]) -> tuple[float, int]:
+    """One warmup + cosine run through the shared step: (its score, samples drawn); inf if it diverged."""
+    samples, losses, best = 0, [], math.inf
+    loop = Updates(step, batches, lrs.tolist())
+    for _, _, out in loop:
+        samples += int(out.samples)
+        steps_bar.update(1)
+        losses.append(out.loss)
+        blown, best = _blown_up(losses, best, threshold)
+        if blown:  # no schedule recovers from this
+            break
+    steps_bar.update(len(lrs) - len(losses))
+    if loop.diverged_at is not None or len(losses) < len(lrs):
+        return math.inf, samples
+    value = score()
+    return (value if math.isfinite(value) else math.inf), samples
+
+
+def _refine(result: LRFindResult, short_run: Callable[[float], tuple[float, int]]) -> None:
+    """Check the curve's suggestion with short real runs around it; the result takes their answer."""
+    start = refine_start(result)
+    if start is None:
+        result.reasons.append("no suggestion to refine: the curve has neither a minimum nor a blow-up")
+        return
+    step = REFINE_OFFSETS[1] - REFINE_OFFSETS[0]
+    scores: dict[float, float] = {}
+    samples = 0
+
+    def at(x: float) -> float:
+        nonlocal samples
+        x = round(x, 6)
+        if x not in scores:
+            scores[x], n = short_run(float(10 ** x))
+            samples += n
+        return scores[x]
+
+    # On a fixed lattice of half decades: range tests with other seeds start a little apart and
+    # still try the same LRs, so their answers differ by the runs' scores, not by where they began.
+    centre = round(math.log10(start) / step) * step
+    for off in REFINE_OFFSETS:
+        at(centre + off)
+    for _ in range(REFINE_EXTENSIONS):
+        xs = sorted(scores)
+        nxt = bracket_next(xs, [scores[x] for x in xs], step)
+        if nxt is None:
+            break
+        at(nxt)
+    xs = sorted(scores)
+    bracketed = bracket_next(xs, [scores[x] for x in xs], step) is None and math.isfinite(min(scores.values()))
+    polish = bracket_polish(xs, [scores[x] for x in xs]) if bracketed else None
+    if polish is not None:  # a quarter decade from the best, on its better side: the parabola's vertex is local
+        at(polish)
+    xs = sorted(scores)
+    ys = [scores[x] for x in xs]
+    lr = float(10 ** bracket_minimum(xs, ys)) if math.isfinite(min(ys)) else None
+    result.refinement = {"start": start, "lrs": [float(10 ** x) for x in xs], "scores": ys, "samples": samples,
+                         "bracketed": bracketed, "curve_suggestion": result.suggestion}
+    result.samples += samples
+    if lr is None:
+        result.confident = False
+        result.reasons.append("every short run of the refinement diverged: the curve's suggestion is kept")
+        return
+    result.suggestion = lr
+    if not bracketed:
+        result.confident = False
+        result.reasons.append("the short runs' best is at the edge of the LRs they tried: the suggestion may lie "
+                              "beyond it (widen the sweep)")
+
+
+def refine_start(result: LRFindResult) -> float | None:
+    """Where the refinement starts: the curve's suggestion when it is confident, else half a decade
+    below the point where the sweep came apart (a flat, noisy curve's minimum wanders over decades)."""
+    if result.confident and result.suggestion is not None:
+        return result.suggestion
+    c = prepare(result.lrs, result.losses, family=result.settings.get("family"))
+    up = blowup(c)
+    if up is not None:
+        return float(up / 10 ** 0.5)
+    return result.suggestion
+
+
+def _sweep(step: TrainStep, batches: BatchStream, lrs: np.ndarray, threshold: float, steps_bar: Any,
+           val_loss: Callable[[], float] | None) -> dict[str, Any]:
+    """One sweep through the shared step; stops on divergence."""
+    rec_lrs: list[float] = []
+    rec_losses: list[float] = []
+    samples = 0
+    best = math.inf
+    diverged_at: float | None = None
+    loop = Updates(step, batches, lrs.tolist())
+    for _, lr, out in loop:
+        samples += int(out.samples)
+        loss = val_loss() if val_loss is not None else out.loss
+        rec_lrs.append(lr)
+        rec_losses.append(loss)
+        steps_bar.update(1)
+        if not math.isfinite(loss):
+            diverged_at = lr
+            break
+        blown, best = _blown_up(rec_losses, best, threshold)
+        if blown:
+            diverged_at = lr
+            break
+    if loop.diverged_at is not None:
+        diverged_at = float(lrs[loop.diverged_at])
+        rec_lrs.append(diverged_at)
+        rec_losses.append(math.nan)
+    if len(rec_lrs) < len(lrs):  # a sweep stopped early: its steps count as done
+        steps_bar.update(len(lrs) - len(rec_lrs))
+    return {"lrs": rec_lrs, "losses": rec_losses, "diverged_at_lr": diverged_at, "skipped": loop.skipped, "samples": samples}
+
+
+def _suggest(lrs: list[float], losses: list[float], family: str | None = None) -> tuple[dict[str, float | None], Any, Any]:
+    curve = prepare(lrs, losses, family=family)
+    suggestions = {name: (rule(curve) if len(curve.lrs) >= 3 else None) for name, rule in RULES.items()}
+    return suggestions, curve, assess(curve)
+
+
+def _result(runs: list[dict[str, Any]], settings: dict[str, Any], seconds: float) -> LRFindResult:
+    per_run = []
+    for run in runs:
+        sugg, curve, a = _suggest(run["lrs"], run["losses"], settings.get("family"))
+        per_run.append((run, sugg, curve, a))
+    run0, sugg0, curve0, a0 = per_run[0]
+    suggestions = dict(sugg0)
+    reasons = list(a0.reasons)
+    confidence, confident = a0.confidence, a0.confident
+    lr_range = None
+    suggestion = suggestions.get(DEFAULT_RULE)
+    if len(runs) > 1:
+        # Robust aggregate: the median in log LR of each rule over the repeats.
+        for name in RULES:
+            vals = [s[name] for _, s, _, _ in per_run if s[name] is not None]
+            suggestions[name] = float(10 ** np.median(np.log10(vals))) if vals else None
+        defaults = [s[DEFAULT_RULE] for _, s, _, _ in per_run if s[DEFAULT_RULE] is not None]
+        suggestion = suggestions[DEFAULT_RULE]
+        if defaults:
+            lr_range = (float(min(defaults)), float(max(defaults)))
+            spread = math.log10(lr_range[1] / lr_range[0])
+            if spread > 1.0:
+                reasons.append(f"the suggestion spans {spread:.1f} decades over {len(runs)} repeats")
+        confidence = float(np.median([a.confidence for *_, a in per_run]))
+        confident = sum(a.confident for *_, a in per_run) > len(runs) / 2 and not any("decades" in r for r in reasons)
+    if suggestion is None:
+        confident = False
+        if not reasons:
+            reasons.append("no descending stretch in the curve")
+    return LRFindResult(
+        lrs=list(run0["lrs"]),
+        losses=list(run0["losses"]),
+        smoothed=curve0.smooth.tolist(),
+        suggestions=suggestions,
+        default_rule=DEFAULT_RULE,
+        suggestion=suggestion,
+        confidence=float(confidence),
+        confident=bool(confident),
+        reasons=reasons,
+        diverged=run0["diverged_at_lr"] is not None,
+        diverged_at_lr=run0["diverged_at_lr"],
+        seconds=seconds,
+        settings=settings,
+        skipped_steps=int(sum(run["skipped"] for run in runs)),
+        samples=int(sum(run["samples"] for run in runs)),
+        repeats=[{"lrs": c.lrs.tolist(), "smoothed": c.smooth.tolist(), "suggestions": s, "skipped": run["skipped"]}
+                 for run, s, c, _ in per_run] if len(runs) > 1 else [],
+        lr_range=lr_range,
+    )
+

@@ -1,0 +1,132 @@
+"""The range test's result: its curve, its suggestions and how far to trust them.
+
+No training code here (no torch): loading and plotting a saved result is quick.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from tunekit.results.base import Result
+
+__all__ = ["LRFindResult"]
+
+
+@dataclass
+class LRFindResult(Result):
+    """A range test's curve, its suggestions and how far to trust them.
+
+    ``suggestion`` is the default rule's LR (the median over repeats when
+    ``repeats > 1``), or, refined, the best of the short runs around it
+    (``refinement``); ``lr_range`` is the curve's spread over the repeats.
+    """
+
+    _tuple_fields = ('lr_range',)
+
+    lrs: list[float]
+    losses: list[float]
+    smoothed: list[float]
+    suggestions: dict[str, Optional[float]]
+    default_rule: str
+    suggestion: Optional[float]
+    confidence: float
+    confident: bool
+    reasons: list[str]
+    diverged: bool
+    diverged_at_lr: Optional[float]
+    seconds: float
+    settings: dict[str, Any]
+    skipped_steps: int = 0
+    samples: int = 0  # training samples the sweeps drew (their compute cost)
+    repeats: list[dict[str, Any]] = field(default_factory=list)
+    lr_range: Optional[tuple[float, float]] = None
+    # The short runs that checked the curve's suggestion (lr_find(refine=True)): their LRs, their
+    # scores (loss after the run), where they started, and the curve's own suggestion.
+    refinement: Optional[dict[str, Any]] = None
+
+    def __repr__(self) -> str:  # the curves run to kilobytes: table() has the detail
+        sugg = "none" if self.suggestion is None else f"{self.suggestion:.3g}"
+        return (f"LRFindResult(suggestion={sugg}, confident={self.confident}, points={len(self.lrs)}, "
+                f"samples={self.samples})")
+
+    def plot(self, ax: Any = None) -> Any:
+        """Loss against LR on a log axis, with the suggestions marked; returns the Axes."""
+        from tunekit.plotting import new_axes
+
+        ax = new_axes(ax)
+        for rep in self.repeats[1:]:
+            ax.plot(rep["lrs"], rep["smoothed"], color="0.6", lw=0.8, alpha=0.6)
+        ax.plot(self.lrs, self.losses, color="C0", lw=0.6, alpha=0.35, label="loss")
+        ax.plot(self.lrs[: len(self.smoothed)], self.smoothed, color="C0", lw=2, label="smoothed (zero-lag)")
+        colors = {"steepest": "C2", "valley": "C4", "min/10": "C1"}
+        for name, lr in self.suggestions.items():
+            if lr is None or name == self.default_rule:
+                continue
+            ax.axvline(lr, color=colors.get(name, "0.5"), ls=":", lw=1.2, label=f"{name}: {lr:.2g}")
+        if self.lr_range is not None and self.lr_range[0] < self.lr_range[1]:
+            ax.axvspan(*self.lr_range, color="C3", alpha=0.12, label="spread over repeats")
+        ref = self.refinement
+        if ref is not None and ref.get("curve_suggestion") is not None:
+            ax.axvline(ref["curve_suggestion"], color="C3", ls=":", lw=1.2, label=f"curve's rule: {ref['curve_suggestion']:.2g}")
+        if ref is not None:
+            for lr in ref["lrs"]:  # where the short runs trained, on the LR axis
+                ax.axvline(lr, ymax=0.04, color="C3", lw=2)
+        if self.suggestion is not None:
+            flag = "" if self.confident else " (low confidence)"
+            how = f", best of {len(ref['lrs'])} short runs" if ref is not None else ""
+            ax.axvline(self.suggestion, color="C3", lw=2, label=f"suggested: {self.suggestion:.2g}{how}{flag}")
+        if self.diverged_at_lr is not None:
+            ax.axvline(self.diverged_at_lr, color="k", lw=0.8, alpha=0.4, ls="--", label="stopped (diverged)")
+        ax.set_xscale("log")
+        finite = [v for v in self.smoothed if math.isfinite(v)]
+        if finite:
+            lo, hi = min(finite), max(finite)
+            first = finite[0]
+            ax.set_ylim(lo - 0.1 * (first - lo + 1e-12), max(first, lo) + 0.5 * (first - lo + 1e-12) if first > lo else hi)
+        elif not any(math.isfinite(v) for v in self.losses):
+            ax.text(0.5, 0.5, "no finite loss: the range test diverged at once", ha="center", va="center",
+                    transform=ax.transAxes)
+        ax.set_xlabel("learning rate")
+        ax.set_ylabel("validation loss" if self.settings.get("loss_on") == "val" else "training loss")
+        ax.set_title("LR range test")
+        ax.legend(fontsize="small")
+        return ax
+
+    def plot_refinement(self, ax: Any = None) -> Any:
+        """The refinement's short runs: each one's score (loss after the run) against its peak LR; returns the Axes."""
+        from tunekit.plotting import new_axes
+
+        ax = new_axes(ax)
+        ref = self.refinement
+        if not ref:
+            ax.text(0.5, 0.5, "no refinement (lr_find(refine=False))", ha="center", va="center", transform=ax.transAxes)
+            return ax
+        finite = [(lr, v) for lr, v in zip(ref["lrs"], ref["scores"]) if math.isfinite(v)]
+        if finite:
+            ax.plot(*zip(*finite), "o-", color="C0", label=f"short runs ({self.settings.get('refine_steps')} updates, mean of {self.settings.get('refine_seeds')})")
+        for lr, v in zip(ref["lrs"], ref["scores"]):
+            if not math.isfinite(v):
+                ax.axvline(lr, color="k", ls="--", lw=0.8, alpha=0.4)
+        if self.suggestion is not None:
+            ax.axvline(self.suggestion, color="C3", lw=2, label=f"suggested: {self.suggestion:.2g}")
+        ax.set_xscale("log")
+        ax.set_xlabel("peak learning rate")
+        ax.set_ylabel("loss after the short run")
+        ax.set_title("LR refinement")
+        ax.legend(fontsize="small")
+        return ax
+
+    def table(self) -> str:
+        """The suggestions as a short text table."""
+        ref = self.refinement
+        lines = [f"{'rule':<10} {'peak LR':>10}"]
+        for name, lr in self.suggestions.items():
+            mark = ("  <- the curve's rule" if ref is not None else "  <- default") if name == self.default_rule else ""
+            lines.append(f"{name:<10} {'-' if lr is None else f'{lr:.3g}':>10}{mark}")
+        if ref is not None:
+            got = "-" if self.suggestion is None else f"{self.suggestion:.3g}"
+            lines.append(f"{'refined':<10} {got:>10}  <- suggested: best of {len(ref['lrs'])} short runs "
+                         f"from {ref['start']:.3g}")
+        return "\n".join(lines)

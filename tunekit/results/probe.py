@@ -1,0 +1,149 @@
+"""What the probe found: the memory model, the largest batch that ran, throughput, the critical batch.
+
+No training code here (no torch): loading and plotting a saved probe is quick.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import numpy as np
+
+from tunekit.bytesize import format_bytes
+from tunekit.probes.memory_model import MemoryModel, PhaseFit
+from tunekit.results.base import Result
+
+__all__ = ["ProbeResult"]
+
+
+@dataclass
+class ProbeResult(Result):
+    """What the probe found. Sizes are micro-batch sizes unless named effective."""
+
+    _tuple_fields = ('critical_batch_range',)
+
+    device: str
+    precision: str
+    accumulation_steps: int
+    budget_bytes: int
+    budget_source: str
+    headroom: float
+    usable_bytes: int
+    memory: dict[str, Any]  # MemoryModel.to_dict()
+    predicted_max_batch: int
+    max_batch: int  # confirmed by real steps
+    tried: list[dict[str, Any]]  # real confirmation steps: {"batch", "ok", "peak_bytes", "predicted_bytes"}
+    throughput: list[dict[str, float]]  # {"batch", "samples_per_s"}
+    knee_batch: Optional[int]
+    fastest_batch: Optional[int]
+    critical_batch: Optional[float]
+    critical_batch_range: Optional[tuple[float, float]]
+    noise: Optional[dict[str, Any]]
+    plan: list[dict[str, Any]] = field(default_factory=list)
+    lr_scaling: dict[str, Any] = field(default_factory=dict)
+    dataset_size: Optional[int] = None
+    seconds: float = 0.0
+    settings: dict[str, Any] = field(default_factory=dict)
+    updates: int = 0  # every real optimizer update the probe ran
+    samples: int = 0  # the training samples those updates drew (the probe's compute cost)
+    warnings: list[str] = field(default_factory=list)  # where an answer is not to be trusted, and why
+
+    @property
+    def real_steps(self) -> int:
+        """Real steps that the search for the largest batch took."""
+        return len(self.tried)
+
+    def memory_model(self) -> MemoryModel:
+        m = self.memory
+        phases = {k: PhaseFit(v["fixed"], v["per_sample"], [tuple(x) for x in v.get("lines", [])]) for k, v in m["phases"].items()}
+        extra = PhaseFit(**m["extra"]) if m.get("extra") else None
+        return MemoryModel(phases, m["static"],
+                           {int(k): v for k, v in m["traces"].items()}, m["accumulation_steps"], extra)
+
+    def predicted_peak(self, batch: int) -> float:
+        return self.memory_model().peak(batch)
+
+    def __repr__(self) -> str:  # the memory model and timings run long: table() has the detail
+        crit = "none" if self.critical_batch is None else f"{self.critical_batch:.0f}"
+        return (f"ProbeResult(device={self.device!r}, max_batch={self.max_batch}, knee_batch={self.knee_batch}, "
+                f"critical_batch={crit}, samples={self.samples})")
+
+    def plot(self, ax: Any = None) -> Any:
+        """Predicted peak memory against batch size with the budget, and throughput on a second axis.
+
+        Memory is on a log axis: a budget of tens of GiB and a model of a few MiB are both read
+        off it, and so is each phase's share.
+        """
+        from matplotlib.ticker import FuncFormatter
+
+        from tunekit.plotting import new_axes
+
+        ax = new_axes(ax, figsize=(7.0, 4.2))
+        mm = self.memory_model()
+        top = max(self.max_batch, self.predicted_max_batch, 2)
+        bs = np.unique(np.geomspace(1, top * 1.5, 60).astype(int))
+        for (phase, fit), color in zip(mm.phases.items(), ("C0", "C1", "C9")):
+            ax.plot(bs, [max(fit(b), 1.0) for b in bs], lw=1, ls="--", color=color, label=f"{phase} (predicted)")
+        ax.plot(bs, [mm.peak(b) for b in bs], color="k", lw=2, label="step peak (predicted)")
+        ok = [t for t in self.tried if t.get("peak_bytes")]
+        if ok:
+            ax.plot([t["batch"] for t in ok], [t["peak_bytes"] for t in ok], "ko", label="measured")
+        ax.axhline(self.budget_bytes, color="C3", lw=1.5, label=f"budget ({self.budget_source})")
+        ax.axhline(self.usable_bytes, color="C3", lw=1, ls=":", label=f"budget less {self.headroom:.0%} headroom")
+        ax.axvline(self.max_batch, color="C3", lw=1, alpha=0.6)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log", base=2)
+        ax.set_ylim(bottom=max(1.0, 0.5 * min(mm.peak(1), min(max(f(1), 1.0) for f in mm.phases.values()))))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: format_bytes(v).replace(".00", "")))
+        ax.set_xlabel("micro-batch size")
+        ax.set_ylabel("memory (log scale)")
+        if self.throughput:
+            ax2 = ax.twinx()
+            ax2.plot([t["batch"] for t in self.throughput], [t["samples_per_s"] for t in self.throughput],
+                     "o-", color="C2", label="throughput")
+            ax2.set_ylabel("samples / s", color="C2")
+            if self.knee_batch:
+                ax.axvline(self.knee_batch, color="C2", ls="-.", lw=1.2, label=f"knee: {self.knee_batch}")
+        if self.critical_batch and math.isfinite(self.critical_batch):
+            ax.axvline(self.critical_batch, color="C4", ls="-.", lw=1.2, label=f"critical batch: {self.critical_batch:.0f}")
+        ax.set_title(f"probe: max batch {self.max_batch} on {self.device}")
+        ax.legend(fontsize="small", loc="upper left")
+        return ax
+
+    def table(self) -> str:
+        mm = self.memory_model()
+        st = mm.static
+        lines = [
+            f"memory model ({self.precision}, accumulation {self.accumulation_steps}, {self.device}):",
+            f"  parameters {format_bytes(st['params'])}, gradients {format_bytes(st['grads'])}, "
+            f"optimizer state {format_bytes(st['optimizer'])}, buffers {format_bytes(st['buffers'])}",
+            "  per-sample: " + ", ".join(f"{p} {format_bytes(f.per_sample)}" for p, f in mm.phases.items()),
+            f"budget {format_bytes(self.budget_bytes)} ({self.budget_source}), headroom {self.headroom:.0%} "
+            f"-> usable {format_bytes(self.usable_bytes)}",
+            f"largest batch that fits: {self.max_batch} (predicted {self.predicted_max_batch}, "
+            f"peak {format_bytes(mm.peak(max(self.max_batch, 1)))}; {self.real_steps} real step(s))"
+            + (f"; capped by the dataset ({self.dataset_size} samples)" if self.dataset_size and self.max_batch >= self.dataset_size else ""),
+        ]
+        if self.throughput:
+            lines.append(f"{'batch':>8} {'samples/s':>10}")
+            for t in self.throughput:
+                mark = "  <- knee" if t["batch"] == self.knee_batch else ""
+                lines.append(f"{t['batch']:>8} {t['samples_per_s']:>10.1f}{mark}")
+            lines.append(f"fastest batch {self.fastest_batch}; knee (within 5% of the best) {self.knee_batch}")
+        for w in self.warnings:
+            lines.append(f"WARNING: {w}")
+        if self.critical_batch is not None and self.critical_batch_range is not None:
+            lo, hi = self.critical_batch_range
+            lines.append(f"critical batch (gradient noise scale B_simple): {self.critical_batch:.0f} "
+                         f"(68% interval {lo:.0f} .. {hi:.0f})")
+        if self.plan:
+            lines.append(f"plan for effective batch {self.plan[0]['effective_batch']}, fastest first:")
+            for p in self.plan[:5]:
+                lines.append(f"  micro-batch {p['micro_batch']:>6} x {p['accumulation_steps']:>3} accumulation"
+                             f"   ~{p['samples_per_s']:.0f} samples/s, peak {format_bytes(p['peak_bytes'])}")
+        for rule, v in self.lr_scaling.items():
+            if isinstance(v, dict):
+                lines.append(f"LR {v['from_lr']:.3g} at batch {v['from_batch']} -> {v['lr']:.3g} at batch {v['to_batch']} ({rule} rule)")
+        return "\n".join(lines)

@@ -1,0 +1,274 @@
+"""``SearchResult``: a finished (or interrupted) search, its table and its plots.
+
+Imports no training code: loading or redrawing a result is quick.
+Compute is counted in training samples drawn (pruned trials' and the probes'
+included) and shown in the budget's unit; wall seconds are reported beside it.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from tunekit.errors import UsageError
+from tunekit.results.base import Result, write_file
+
+__all__ = ["SearchResult", "write_report"]
+
+CSV_FIELDS = ("number", "state", "value", "samples", "updates", "micro_batch", "accumulation_steps", "seconds",
+              "diverged", "error")
+
+
+@dataclass
+class SearchResult(Result):
+    study_name: str
+    storage: str
+    space: str
+    direction: str
+    best_value: Optional[float]
+    best_params: dict[str, Any]
+    best_config: dict[str, Any]
+    trials: list[dict[str, Any]]
+    seed_params: dict[str, Any]
+    distributions: dict[str, str]
+    budget: dict[str, Any] = field(default_factory=dict)
+    task: Optional[str] = None  # the task's spec, when the search was given one (what `tunekit train --config` loads)
+    plan: dict[str, Any] = field(default_factory=dict)
+    probe_samples: int = 0
+    seconds: float = 0.0
+    seed: int = 0
+    sampler_seed: int = 0
+    lr_find: Optional[dict[str, Any]] = None
+    probe: Optional[dict[str, Any]] = None
+    # Computed by the search, where Optuna is at hand, so that a report needs no Optuna.
+    param_importances: Optional[dict[str, float]] = None
+
+    def _amount(self, samples: float) -> str:
+        """``samples`` in the budget's unit, as people write it: 19,040 samples, 1.5 epochs."""
+        x = self.in_unit(samples)
+        return f"{x:,.0f}" if self.unit in ("samples", "tokens") else f"{x:,.3g}"
+
+    def __repr__(self) -> str:  # the fields run to kilobytes: table() has the detail
+        best = "none" if self.best_value is None else f"{self.best_value:.4g}"
+        return (f"SearchResult(study={self.study_name!r}, trials={len(self.trials)}, best_value={best}, "
+                f"compute={self._amount(self.compute)} {self.unit})")
+
+    @property
+    def compute(self) -> int:
+        """Training samples drawn: every trial's, plus the probes'."""
+        return self.probe_samples + sum(int(t.get("samples") or 0) for t in self.trials)
+
+    def in_unit(self, samples: float) -> float:
+        """``samples`` in the budget's unit (samples, tokens, epochs or updates at the task's batch)."""
+        return float(samples) * float(self.budget.get("per_sample", 1.0))
+
+    @property
+    def unit(self) -> str:
+        return str(self.budget.get("unit", "samples"))
+
+    def trial(self, number: Optional[int] = None) -> dict[str, Any]:
+        """Trial ``number``, or the best complete one."""
+        if number is None:
+            best = _best(self.trials)
+            if best is None:
+                raise UsageError(f"study '{self.study_name}' has no complete trial to re-run: pass trial=N")
+            return best
+        for t in self.trials:
+            if t["number"] == number:
+                return t
+        raise UsageError(f"study '{self.study_name}' has no trial {number}: give one of "
+                         f"{', '.join(str(t['number']) for t in self.trials)}")
+
+    def write_csv(self, path: str | Path) -> None:
+        keys = sorted({k for t in self.trials for k in t.get("params", {})})
+        buf = io.StringIO(newline="")
+        w = csv.writer(buf)
+        w.writerow([*CSV_FIELDS, "lr_trained", *keys])
+        for t in self.trials:
+            w.writerow([t.get(k) for k in CSV_FIELDS] + [t.get("config", {}).get("lr")]
+                       + [t["params"].get(k) for k in keys])
+        write_file(path, buf.getvalue())
+
+    # --- plots: each takes ax=None and returns what it drew on --------------------
+    def plot_best(self, ax: Any = None) -> Any:
+        """Best value so far against compute spent (the budget's unit, probes included)."""
+        from tunekit.plotting import new_axes
+
+        ax = new_axes(ax)
+        spent, best, xs, ys = float(self.probe_samples), math.inf, [], []
+        for t in sorted(self.trials, key=lambda t: t.get("finished") or 0):
+            spent += int(t.get("samples") or 0)
+            if t["state"] == "COMPLETE" and t["value"] is not None:
+                best = min(best, t["value"])
+            if math.isfinite(best):
+                xs.append(self.in_unit(spent))
+                ys.append(best)
+        if self.probe_samples:
+            ax.axvline(self.in_unit(self.probe_samples), color="0.6", ls=":", label="probes' cost")
+        ax.step(xs, ys, where="post", color="C3", label="best so far")
+        ax.set_xlabel(f"{self.unit} spent")
+        ax.set_ylabel("best validation loss")
+        ax.legend(fontsize="small")
+        return ax
+
+    def plot_curves(self, ax: Any = None) -> Any:
+        """Validation curves of every trial against its samples; pruned ones faded, the best one bold."""
+        from tunekit.plotting import new_axes
+
+        ax = new_axes(ax)
+        best = _best(self.trials)
+        for t in self.trials:
+            curve = t.get("curve") or []
+            if not curve:
+                continue
+            xs = [self.in_unit(s) for s, _ in curve]
+            ys = [v for _, v in curve]
+            if t is best:
+                ax.plot(xs, ys, "o-", color="C3", lw=2.2, ms=3, label=f"best (trial {t['number']})", zorder=3)
+            elif t["state"] == "PRUNED":
+                ax.plot(xs, ys, "o-", color="0.5", lw=0.8, ms=3, alpha=0.4)
+            else:
+                ax.plot(xs, ys, "o-", color="C0", lw=1.0, ms=3, alpha=0.8)
+        ax.plot([], [], "o-", color="C0", label="complete")
+        ax.plot([], [], "o-", color="0.5", alpha=0.4, label="pruned")
+        ax.set_yscale("log")
+        ax.set_xlabel(f"{self.unit} seen by the trial")
+        ax.set_ylabel("validation loss")
+        ax.legend(fontsize="small")
+        return ax
+
+    def plot_lr(self, ax: Any = None) -> Any:
+        """Final (or last) validation loss against the LR each trial trained with."""
+        from matplotlib.ticker import NullFormatter
+
+        from tunekit.plotting import new_axes
+
+        ax = new_axes(ax)
+        values = [t["value"] for t in self.trials if t["value"] is not None and math.isfinite(t["value"])]
+        top = max(values + [1.0])
+        for state, style in (("COMPLETE", dict(color="C0", label="complete")),
+                             ("PRUNED", dict(color="0.6", label="pruned (last value)")),
+                             ("FAIL", dict(color="C3", marker="x", label="diverged/failed"))):
+            pts = []
+            for t in self.trials:
+                lr = t.get("config", {}).get("lr")
+                if t["state"] != state or not lr:
+                    continue
+                last = t["curve"][-1][1] if t.get("curve") else None
+                y = top if state == "FAIL" else last
+                if y is not None and math.isfinite(y):
+                    pts.append((lr, y))
+            if pts:
+                ax.scatter(*zip(*pts), **style)  # type: ignore[arg-type]
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_xlabel("learning rate (as trained)")
+        ax.set_ylabel("validation loss")
+        ax.legend(fontsize="small")
+        return ax
+
+    def importances(self) -> dict[str, float]:
+        """Optuna's parameter importances over the completed trials (empty with fewer than 3)."""
+        if self.param_importances is not None:
+            return dict(self.param_importances)
+        import optuna  # a result written before param_importances was stored
+
+        done = [t for t in self.trials if t["state"] == "COMPLETE" and t["value"] is not None]
+        names = sorted({k for t in done for k in t["params"]})
+        multi = [n for n in names if len({json.dumps(t["params"].get(n)) for t in done}) > 1]
+        if len(done) < 3 or not multi:
+            return {}
+        optuna.logging.set_verbosity(optuna.logging.ERROR)  # no "A new study created in memory" line
+        study = optuna.create_study(direction="minimize")
+        dists = {n: optuna.distributions.json_to_distribution(self.distributions[n]) for n in multi}
+        for t in done:
+            if all(n in t["params"] for n in multi):
+                study.add_trial(optuna.trial.create_trial(params={n: t["params"][n] for n in multi},
+                                                          distributions=dists, value=t["value"]))
+        try:
+            return dict(optuna.importance.get_param_importances(study))  # PED-ANOVA: deterministic
+        except (RuntimeError, ValueError):  # too few distinct trials for the forest
+            return {}
+
+    def plot_importances(self, ax: Any = None) -> Any:
+        from tunekit.plotting import new_axes
+
+        ax = new_axes(ax)
+        imp = self.importances()
+        n = sum(t["state"] == "COMPLETE" and t["value"] is not None for t in self.trials)
+        if imp:
+            names = list(imp)[::-1]
+            ax.barh(names, [imp[n] for n in names], color="C2")
+        else:
+            ax.text(0.5, 0.5, "too few completed trials", ha="center", va="center", transform=ax.transAxes)
+        # A forest fitted to a handful of points says little: say so where it is read.
+        ax.set_xlabel(f"importance (Optuna, {n} complete trials{': a rough guess' if n < 10 else ''})")
+        return ax
+
+    def plot(self, ax: Any = None) -> Any:
+        """The headline: best value against compute spent (:meth:`plot_best`); returns the Axes.
+
+        :meth:`plot_overview` draws it with the curves, the LRs and the importances.
+        """
+        return self.plot_best(ax)
+
+    def plot_overview(self, fig: Any = None) -> Any:
+        """All four plots on ``fig`` (a new figure if None); returns the Figure."""
+        from tunekit.plotting import pyplot
+
+        fig = fig if fig is not None else pyplot().figure(figsize=(11, 7.5))
+        axes = fig.subplots(2, 2)
+        self.plot_best(axes[0, 0])
+        self.plot_curves(axes[0, 1])
+        self.plot_lr(axes[1, 0])
+        self.plot_importances(axes[1, 1])
+        best = "none" if self.best_value is None else f"{self.best_value:.4f}"
+        fig.suptitle(f"search {self.study_name}: best {best}")
+        return fig
+
+    def figure(self) -> Any:
+        return self.plot_overview()
+
+    def table(self) -> str:
+        counts: dict[str, int] = {}
+        for t in self.trials:
+            counts[t["state"]] = counts.get(t["state"], 0) + 1
+        lines = [f"{'trial':>5} {'state':>9} {'value':>9} {'batch':>11} {'updates':>7}  params"]
+        for t in sorted(self.trials, key=lambda t: (t["value"] is None, t["value"] if t["value"] is not None else 0)):
+            val = "" if t["value"] is None else f"{t['value']:.4f}"
+            note = " (diverged)" if t.get("diverged") else (f" ({t['error'][:40]})" if t.get("error") else "")
+            params = ", ".join(f"{k}={_fmt(v)}" for k, v in sorted(t["params"].items()))
+            split = f"{t.get('micro_batch') or '-'}x{t.get('accumulation_steps') or '-'}"
+            lines.append(f"{t['number']:>5} {t['state']:>9} {val:>9} {split:>11} {t.get('updates') or 0:>7}  {params}{note}")
+        unit = self.unit
+        lines.append("trials: " + ", ".join(f"{v} {k.lower()}" for k, v in sorted(counts.items()))
+                     + f"; compute {self._amount(self.compute)} {unit} ({self._amount(self.probe_samples)} in probes, "
+                     + f"{self.compute / max(1, int(self.budget.get('samples') or 1)):.2f} full trials), {self.seconds:.1f} s")
+        if self.best_value is not None:
+            lines.append(f"best value {self.best_value:.4f}: "
+                         + ", ".join(f"{k}={_fmt(v)}" for k, v in sorted(self.best_config.items())))
+        return "\n".join(lines)
+
+
+def _best(trials: list[dict[str, Any]]) -> Optional[dict[str, Any]]:
+    done = [t for t in trials if t["state"] == "COMPLETE" and t["value"] is not None]
+    return min(done, key=lambda t: t["value"]) if done else None
+
+
+def _fmt(v: Any) -> str:
+    return f"{v:.3g}" if isinstance(v, float) else str(v)
+
+
+def write_report(result: SearchResult, out_dir: Path) -> None:
+    """search.json, trials.csv and search.png, written together."""
+    from tunekit.plotting import save_plot
+
+    result.to_json(out_dir / "search.json")
+    result.write_csv(out_dir / "trials.csv")
+    save_plot(result.plot_overview, str(out_dir / "search.png"))

@@ -1,0 +1,237 @@
+"""``tunekit.train``: a full run of the shared step under a warmup + decay schedule."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+from torch import nn
+
+from tunekit.inputs.data import Data, batch_size_of, iterate_once, to_device, BatchStream
+from tunekit.errors import UsageError, check_int
+from tunekit.progress import bar
+from tunekit.results import TrainResult
+from tunekit.training.schedule import DECAYS, Warmup, lr_schedule, warmup_steps
+from tunekit.probes.state import seed_everything_for
+from tunekit.training.step import TrainStep, Updates, autocast_context, resolve_device
+from tunekit.precision import Precision, check_precision
+from tunekit.inputs.task import LossComputer, Task, accuracy_counts
+
+__all__ = ["TrainConfig", "TrainResult", "train", "evaluate", "EvalCallback"]
+
+# callback(step, metrics) after each evaluation; return True to stop the run.
+EvalCallback = Callable[[int, dict[str, float]], Optional[bool]]
+
+
+def _positive_int(name: str, value: Any, example: int) -> None:
+    check_int(name, value, hint=f"pass e.g. {name}={example}")
+
+
+@dataclass
+class TrainConfig:
+    """Settings of one training run. Unset fields fall back to the task's defaults.
+
+    ``warmup`` is a fraction of the run when a float in [0, 1), else a number of
+    updates. ``max_steps`` counts optimizer updates; with ``accumulation_steps``
+    K, each update sees K micro-batches of ``batch_size``.
+
+    Validation reads the first ``eval_batches`` batches (None: all) of the
+    validation data, in its own fixed order, at ``eval_batch_size`` (default: the
+    task's batch size). It does not depend on the run's ``batch_size``, so runs
+    at different batch sizes are scored on the same samples.
+    """
+
+    lr: float = 1e-3
+    max_steps: int = 200
+    batch_size: Optional[int] = None
+    accumulation_steps: int = 1
+    warmup: Warmup = 0.05
+    schedule: str = "cosine"
+    min_lr_ratio: float = 0.1
+    clip_grad_norm: Optional[float] = 1.0
+    precision: Optional[Precision] = None
+    device: str = "auto"
+    seed: int = 0
+    eval_every: Optional[int] = None
+    eval_batches: Optional[int] = 20
+    eval_batch_size: Optional[int] = None
+    weight_decay: Optional[float] = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.lr, bool) or not isinstance(self.lr, (int, float)) or not (self.lr > 0 and math.isfinite(self.lr)):
+            raise UsageError(f"lr must be a positive number, got {self.lr!r}: pass e.g. lr=3e-4")
+        _positive_int("max_steps", self.max_steps, 200)
+        if self.batch_size is not None:
+            _positive_int("batch_size", self.batch_size, 32)
+        _positive_int("accumulation_steps", self.accumulation_steps, 2)
+        warmup_steps(self.warmup, self.max_steps)
+        if self.schedule not in DECAYS:
+            raise UsageError(f"schedule {self.schedule!r} is unknown: use one of {', '.join(DECAYS)}")
+        if not (0.0 <= self.min_lr_ratio <= 1.0):
+            raise UsageError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio!r}: pass e.g. min_lr_ratio=0.1")
+        if self.clip_grad_norm is not None and not self.clip_grad_norm > 0:
+            raise UsageError(f"clip_grad_norm must be > 0 (or None for no clipping), got {self.clip_grad_norm!r}")
+        if self.precision is not None:
+            check_precision(self.precision)
+        if self.eval_every is not None:
+            _positive_int("eval_every", self.eval_every, 50)
+        if self.eval_batches is not None:
+            _positive_int("eval_batches", self.eval_batches, 20)
+        if self.eval_batch_size is not None:
+            _positive_int("eval_batch_size", self.eval_batch_size, 256)
+        if self.weight_decay is not None and not self.weight_decay >= 0:
+            raise UsageError(f"weight_decay must be >= 0, got {self.weight_decay!r}")
+
+    @classmethod
+    def for_task(cls, task: Task, config: TrainConfig | dict[str, Any] | None = None, **overrides: Any) -> TrainConfig:
+        """The task's defaults, then ``config``, then ``overrides``; unknown keys are refused."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        values: dict[str, Any] = {}
+        values.update({k: v for k, v in task.defaults.items() if k in known})
+        if task.batch_size is not None:
+            values.setdefault("batch_size", task.batch_size)
+        if isinstance(config, TrainConfig):
+            # An explicit TrainConfig wins over task defaults field by field,
+            # except for fields still at their dataclass default.
+            for f in dataclasses.fields(cls):
+                v = getattr(config, f.name)
+                if v != f.default or f.name not in values:
+                    values[f.name] = v
+        elif config:
+            unknown = sorted(set(config) - known)
+            if unknown:
+                raise UsageError(f"unknown training setting {unknown[0]!r}: known settings are {', '.join(sorted(known))}")
+            values.update(config)
+        unknown = sorted(set(overrides) - known)
+        if unknown:
+            raise UsageError(f"unknown training setting {unknown[0]!r}: known settings are {', '.join(sorted(known))}")
+        values.update(overrides)
+        return cls(**values)
+
+
+@torch.no_grad()
+def evaluate(
+    model: nn.Module,
+    data: Data,
+    compute: LossComputer,
+    *,
+    device: torch.device,
+    precision: Precision = "fp32",
+    batch_size: int | None = None,
+    max_batches: int | None = None,
+) -> dict[str, float]:
+    """Mean loss over ``data`` (weighted by batch size), plus accuracy where outputs are class scores.
+
+    The model is put in eval mode and returned to the mode it was in.
+    """
+    was_training = model.training
+    model.eval()
+    total, count, correct, counted = 0.0, 0, 0, 0
+    try:
+        for batch in iterate_once(data, batch_size, max_batches):
+            batch = to_device(batch, device)
+            with autocast_context(precision, device):
+                loss, outputs, targets = compute(model, batch)
+            n = batch_size_of(batch) or 1
+            total += float(loss) * n
+            count += n
+            acc = accuracy_counts(outputs, targets)
+            if acc is not None:
+                correct += acc[0]
+                counted += acc[1]
+    finally:
+        model.train(was_training)
+    if count == 0:
+        raise UsageError("the validation data yielded no batch: check that it is not empty")
+    metrics = {"loss": total / count}
+    if counted:
+        metrics["accuracy"] = correct / counted
+    return metrics
+
+
+def train(
+    task: Task,
+    config: TrainConfig | dict[str, Any] | None = None,
+    *,
+    callback: EvalCallback | None = None,
+    progress: bool = False,
+    **overrides: Any,
+) -> TrainResult:
+    """Train a fresh model of ``task`` through the shared step; return its curve.
+
+    ``config`` may be a :class:`TrainConfig` or a dict of its fields; keyword
+    overrides win over both. Divergence (a non-finite loss) ends the run and is
+    reported in the result, not raised. ``callback(step, metrics)`` runs after
+    each evaluation; returning True stops the run (``stopped_early``), and an
+    exception it raises (e.g. ``optuna.TrialPruned``) propagates.
+
+    The global torch RNG is left as it was: the run draws from its own seed.
+    """
+    cfg = TrainConfig.for_task(task, config, **overrides)
+    device = resolve_device(cfg.device)
+    precision = check_precision(cfg.precision or task.precision)
+    result = TrainResult(config=dataclasses.asdict(cfg) | {"precision": precision}, task=task.name, device=str(device))
+
+    cuda_devices = [device.index if device.index is not None else torch.cuda.current_device()] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=cuda_devices):
+        seed_everything_for(cfg.seed, device)
+        model = task.make_model(cfg.seed).to(device)
+        model.train()
+        optimizer = task.make_optimizer(model)
+        if cfg.weight_decay is not None:
+            for group in optimizer.param_groups:
+                group["weight_decay"] = cfg.weight_decay
+        compute = task.loss_computer()
+        step = TrainStep(
+            model,
+            optimizer,
+            compute,
+            device=device,
+            precision=precision,
+            accumulation_steps=cfg.accumulation_steps,
+            clip_grad_norm=cfg.clip_grad_norm,
+        )
+        batches = BatchStream(task.train_data, cfg.batch_size, seed=cfg.seed)
+        lrs = lr_schedule(cfg.max_steps, cfg.lr, cfg.warmup, cfg.schedule, cfg.min_lr_ratio).tolist()  # type: ignore[arg-type]
+
+        def run_eval(at: int) -> bool:
+            if task.val_data is None:
+                return False
+            metrics = evaluate(
+                model, task.val_data, compute, device=device, precision=precision,
+                batch_size=cfg.eval_batch_size or task.batch_size or cfg.batch_size, max_batches=cfg.eval_batches,
+            )
+            result.evals.append({"step": at, **metrics})
+            return bool(callback(at, metrics)) if callback is not None else False
+
+        start = time.perf_counter()
+        loop = Updates(step, batches, lrs)
+        update = 0
+        with bar(cfg.max_steps, task.name, "step", progress) as steps_bar:
+            for i, lr, out in loop:
+                update = i + 1
+                result.steps.append(i)
+                result.lrs.append(lr)
+                result.losses.append(out.loss)
+                result.grad_norms.append(out.grad_norm)
+                result.samples += out.samples
+                steps_bar.update(1)
+                if update % 10 == 0:
+                    steps_bar.set_postfix(loss=f"{out.loss:.4f}", refresh=False)
+                if cfg.eval_every and update % cfg.eval_every == 0 and update < cfg.max_steps:
+                    if run_eval(update):
+                        result.stopped_early = True
+                        break
+        result.skipped_steps = loop.skipped
+        if loop.diverged_at is not None:
+            result.diverged, result.diverged_at = True, loop.diverged_at
+        result.updates = update
+        if not result.diverged and not result.stopped_early:
+            run_eval(update)
+        result.seconds = time.perf_counter() - start
+    return result
