@@ -455,3 +455,62 @@ def test_report_prints_no_optuna_log_and_probes_are_written_with_their_plots(tmp
         assert (out / f"{name}.json").is_file() and (out / f"{name}.png").stat().st_size > 1000
     rep = run_cli("report", str(out))
     assert rep.returncode == 0 and "A new study created" not in rep.stderr + rep.stdout and rep.stderr == ""
+
+
+# --- the settings object and the backend seam ------------------------------------------------
+
+
+def test_search_keywords_are_the_settings_fields() -> None:
+    """search() builds one SearchSettings from its keywords: the two stay in step, name for name,
+    default for default (a keyword added to one and not the other fails here)."""
+    import dataclasses
+    import inspect
+
+    from tunekit.hpsearch.settings import SearchSettings
+
+    params = {n: p.default for n, p in inspect.signature(search).parameters.items()
+              if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    fields = {f.name: f.default for f in dataclasses.fields(SearchSettings)}
+    assert params == fields
+
+
+def test_settings_are_checked_once_and_normalised() -> None:
+    from tunekit.hpsearch.settings import JOIN_SETTINGS, STUDY_SETTINGS, SearchSettings
+
+    s = SearchSettings(max_steps=40, seed=7, out="runs/x")
+    assert (s.budget, s.max_steps, s.sampler_seed, str(s.out)) == ("40updates", None, 7, "runs/x")
+    assert s.replace(trials=3).trials == 3 and s.trials == 12  # frozen: a copy, never a change
+    with pytest.raises(Exception):
+        s.trials = 3  # type: ignore[misc]
+    assert set(s.study_dict()) == set(STUDY_SETTINGS) and set(JOIN_SETTINGS) == {*STUDY_SETTINGS, "max_steps"}
+    for kw, needle in [({"trials": 0}, "trials must be a positive integer, got 0"),
+                       ({"backend": "dask"}, "backend 'dask' is unknown"),
+                       ({"budget": "3 fortnights"}, "3 fortnights"),
+                       ({"budget": "10updates", "max_steps": 10}, "give the budget once"),
+                       ({"gpus_per_trial": 1.5, "backend": "ray"}, "gpus_per_trial 1.5 is above 1"),
+                       ({"max_failures": 2}, "apply to the Ray backend"),
+                       ({"threads": 0}, "threads must be a positive integer")]:
+        with pytest.raises(UsageError, match=needle):
+            SearchSettings(**kw)
+
+
+def test_a_search_runs_its_trials_through_the_backend_seam_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever runs the trials meets the search at one seam: a Backend given a Work. A backend
+    that records what it is given, and runs it locally, sees the plan, the target and the settings."""
+    from tunekit.hpsearch import run as run_module
+    from tunekit.hpsearch.backends.local import LocalBackend
+
+    seen: list = []
+
+    class Recording(LocalBackend):
+        def check(self, settings):  # type: ignore[no-untyped-def]
+            seen.append(("check", settings.trials))
+
+        def run(self, work):  # type: ignore[no-untyped-def]
+            seen.append(("run", work.target, work.plan.budget_samples, sorted(work.dists)))
+            super().run(work)
+
+    monkeypatch.setattr(run_module, "get_backend", lambda name: Recording())
+    r = search(regression_task(), str(write_space(tmp_path, SMALL)), trials=3, max_steps=10, device="cpu")
+    assert seen[0] == ("check", 3) and seen[1][0:3] == ("run", 3, r.plan["budget_samples"])
+    assert seen[1][3] == sorted(r.distributions) and len([t for t in r.trials if t["state"] != "FAIL"]) == 3

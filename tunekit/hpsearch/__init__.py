@@ -15,8 +15,8 @@ from tunekit.hpsearch.budget import Budget, parse_budget
 from tunekit.results import SearchResult, write_report
 from tunekit.hpsearch.run import search
 from tunekit.hpsearch.study import make_storage
-from tunekit.hpsearch.shared.api import create_study, join_study, study_result
-from tunekit.hpsearch.shared.api import reap as reap_study
+from tunekit.hpsearch.settings import SearchSettings
+from tunekit.hpsearch.shared.api import create_study, join_study, reap_study, study_result
 
-__all__ = ["search", "SearchResult", "write_report", "make_storage", "Budget", "parse_budget", "create_study",
+__all__ = ["search", "SearchSettings", "SearchResult", "write_report", "make_storage", "Budget", "parse_budget", "create_study",
            "join_study", "reap_study", "study_result"]

@@ -16,7 +16,7 @@ from tunekit.errors import UsageError
 from tunekit.hpsearch.trial import INTERRUPTED
 
 __all__ = ["make_storage", "study_exists", "make_sampler", "open_study", "check_resume", "mark_interrupted",
-           "requeue_interrupted", "resume", "trial_dicts", "finished_count", "enqueue", "enqueue_design", "PLAN_KEY",
+           "requeue_interrupted", "safe_url", "trial_dicts", "finished_count", "enqueue", "enqueue_design", "PLAN_KEY",
            "DISTS_KEY", "SPEC_KEY", "excluded", "stopped"]
 
 PLAN_KEY = "tunekit_plan"
@@ -46,7 +46,8 @@ def make_storage(url: str | None, out: Path | None, grace_period: Optional[int] 
     """An Optuna storage: a SQLAlchemy URL, a journal file (*.log, *.jsonl), or SQLite in ``out``.
 
     ``grace_period``: seconds without a heartbeat after which another worker fails a trial;
-    ``on_stale(study, trial)``: what then (by default, tunekit's: the reason noted, one re-run)."""
+    ``on_stale(study, trial)``: what then (a shared study's workers pass theirs:
+    :func:`tunekit.hpsearch.shared.workers.open_storage`; None: Optuna's default, the trial failed)."""
     if url is None:
         if out is None:
             return None
@@ -58,8 +59,6 @@ def make_storage(url: str | None, out: Path | None, grace_period: Optional[int] 
     grace = GRACE_PERIOD if grace_period is None else grace_period
     if isinstance(grace, bool) or not isinstance(grace, int) or grace < 2:
         raise UsageError(f"grace_period must be a whole number of seconds >= 2, got {grace!r}: pass e.g. grace_period=60")
-    if on_stale is None:
-        from tunekit.hpsearch.shared.workers import on_stale_trial as on_stale
     return _rdb(_with_driver(url), grace, on_stale)
 
 
@@ -207,23 +206,6 @@ def mark_interrupted(study: Any) -> None:
 def note_interrupted(study: Any, numbers: list[int]) -> None:
     done = set(study.user_attrs.get(INTERRUPTED_KEY, []))
     study.set_user_attr(INTERRUPTED_KEY, sorted(done | set(numbers)))
-
-
-def resume(study: Any, shared: bool, store: Any = None) -> None:
-    """Trials that died with their process fail, and the interrupted ones are queued again.
-
-    On our own storage (one process) a RUNNING trial died with the process; on a
-    shared one, other workers may be running: only trials whose heartbeat stopped
-    are dead (Optuna's retry callback re-enqueues them)."""
-    import optuna
-
-    if shared:
-        from tunekit.hpsearch.shared.workers import reap_study
-
-        reap_study(study, store)
-    else:
-        mark_interrupted(study)
-    requeue_interrupted(study)
 
 
 def enqueue(study: Any, params: dict[str, Any]) -> None:

@@ -10,17 +10,19 @@ import os
 import socket
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Optional
 
 from tunekit.errors import UsageError
-from tunekit.hpsearch.plan import TrialConfig
+from tunekit.hpsearch.backends.base import Work
+from tunekit.hpsearch.plan import Plan, TrialConfig
+from tunekit.hpsearch.settings import SearchSettings
 from tunekit.hpsearch.study import finished_count, note_interrupted, stopped
 from tunekit.hpsearch.trial import Outcome, TrialFailed, conclude, run_trial, start_attrs
 
-__all__ = ["run_local", "suggest"]
+__all__ = ["LocalBackend", "sample_params"]
 
 
-def suggest(trial: Any, dists: dict[str, Any]) -> dict[str, Any]:
+def sample_params(trial: Any, dists: dict[str, Any]) -> dict[str, Any]:
     """The trial's params, drawn by the study's sampler (or taken from an enqueued trial)."""
     import optuna.distributions as d
 
@@ -35,8 +37,24 @@ def suggest(trial: Any, dists: dict[str, Any]) -> dict[str, Any]:
     return params
 
 
-def run_local(*, study: Any, dists: dict[str, Any], make_config: Callable[[dict[str, Any]], TrialConfig], task: Any,
-              target: int, prune: bool, on_end: Callable[[str], None], store: Any = None, shared: bool = False,
+class LocalBackend:
+    """Trials one after another in this process (see the module's docstring)."""
+
+    concurrent = False  # one trial at a time
+
+    def check(self, settings: SearchSettings) -> None:
+        """Nothing to refuse: the settings' own checks cover this backend."""
+
+    def check_plan(self, settings: SearchSettings, plan: Plan, dists: dict[str, Any], probe: Optional[Any]) -> None:
+        """Nothing to refuse: one trial at a time fits where the probe said it fits."""
+
+    def run(self, work: Work) -> None:
+        run_local(work.study, work.dists, work.config, work.task, work.target, prune=work.settings.prune,
+                  on_end=work.on_end, store=work.store, shared=work.settings.shared)
+
+
+def run_local(study: Any, dists: dict[str, Any], make_config: Callable[[dict[str, Any]], TrialConfig], task: Any,
+              target: int, *, prune: bool, on_end: Callable[[str], None], store: Any = None, shared: bool = False,
               poll: float = 0.5) -> None:
     """Run trials until the study holds ``target`` finished ones (other workers' included).
 
@@ -46,7 +64,7 @@ def run_local(*, study: Any, dists: dict[str, Any], make_config: Callable[[dict[
     claims its slot (:func:`~tunekit.hpsearch.shared.workers.claim`) before a trial trains."""
     import optuna
 
-    from tunekit.hpsearch.shared.workers import claim, counts, mark_surplus, reap_study
+    from tunekit.hpsearch.shared.workers import claim, counts, mark_surplus, reap_stopped
 
     cache: dict[str, Any] = {}
     me = {"host": socket.gethostname(), "pid": os.getpid()}
@@ -66,7 +84,7 @@ def run_local(*, study: Any, dists: dict[str, Any], make_config: Callable[[dict[
 
     while True:
         if shared:
-            reap_study(study, store)
+            reap_stopped(study, store)
         finished, running = counts(study) if shared else (finished_count(study), 0)
         if finished >= target:
             return
@@ -85,7 +103,7 @@ def run_local(*, study: Any, dists: dict[str, Any], make_config: Callable[[dict[
 def _objective(trial: Any, study: Any, dists: dict[str, Any], make_config: Callable[[dict[str, Any]], TrialConfig],
                task: Any, prune: bool, cache: dict[str, Any]) -> float:
     try:
-        cfg = make_config(suggest(trial, dists))
+        cfg = make_config(sample_params(trial, dists))
     except UsageError as exc:  # a config that cannot run (no micro-batch fits) fails as its own trial
         return conclude(trial, Outcome("FAIL", error=f"{type(exc).__name__}: {exc}"))
     for key, value in start_attrs(cfg).items():

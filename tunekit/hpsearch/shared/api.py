@@ -1,6 +1,6 @@
 """A shared search as a service: create a study, join it as a worker, reap stopped workers, report it.
 
-Each is a thin layer over :func:`tunekit.search` and the study's spec (:mod:`.shared`):
+Each is a thin layer over :func:`tunekit.search` and the study's spec (:mod:`.workers`):
 ``create_study`` is a search that runs the probes and no trial; ``join_study`` is a search
 whose settings come from the study (the ones given must agree with it); ``study_result``
 reads the whole study back, wherever its trials ran.
@@ -12,12 +12,10 @@ from pathlib import Path
 from typing import Any, Optional
 
 from tunekit.errors import UsageError
+from tunekit.hpsearch.settings import JOIN_SETTINGS, STUDY_SETTINGS, SearchSettings
+from tunekit.hpsearch.shared.workers import open_storage
 
-__all__ = ["create_study", "join_study", "reap", "study_result", "JOIN_SETTINGS"]
-
-# What a joining worker may say; each must agree with the study (or it is refused).
-JOIN_SETTINGS = ("trials", "budget", "max_steps", "seed", "sampler_seed", "sampler", "prune", "evals",
-                 "reduction_factor", "rungs", "first_rung", "design", "seed_trial", "task_config")
+__all__ = ["create_study", "join_study", "reap_study", "study_result", "write_study_report", "JOIN_SETTINGS"]
 
 
 def create_study(task: Any = "shapes", space: Any = "from_scratch", *, storage: str, study_name: Optional[str] = None,
@@ -56,17 +54,15 @@ def join_study(storage: str, study_name: str, *, task: Any = None, out: Any = No
     (give the same task object when the study was created with one)."""
     from tunekit.hpsearch.run import search
     from tunekit.hpsearch.shared.workers import space_of
-    from tunekit.hpsearch.study import make_storage
 
     unknown = sorted(set(settings) - set(JOIN_SETTINGS))
     if unknown:
         raise UsageError(f"join_study does not take {unknown[0]}=: a worker takes the study's settings; "
                          f"it may repeat {', '.join(JOIN_SETTINGS)}")
-    spec = _load_spec(make_storage(storage, None, grace_period), study_name, storage, timeout)
+    spec = _load_spec(open_storage(storage, None, grace_period), study_name, storage, timeout)
     if task is None and spec.get("task") is None:
         raise UsageError(f"study '{study_name}' was created with a Task object, not a spec: pass the same task=")
-    kw = {k: spec[k] for k in ("trials", "budget", "seed", "sampler_seed", "sampler", "prune", "evals",
-                               "reduction_factor", "rungs", "first_rung", "design", "seed_trial", "task_config")}
+    kw = {k: spec[k] for k in STUDY_SETTINGS}
     given = {k: v for k, v in settings.items() if v is not None}
     if "budget" in given or "max_steps" in given:
         kw.pop("budget")  # search() compares the budget it resolves with the study's
@@ -76,23 +72,22 @@ def join_study(storage: str, study_name: str, *, task: Any = None, out: Any = No
                   grace_period=grace_period, join_timeout=timeout, **kw)
 
 
-def reap(storage: str, study_name: str, workers: Optional[list[str]] = None,
-         grace_period: Optional[int] = None) -> list[int]:
+def reap_study(storage: str, study_name: str, workers: Optional[list[str]] = None,
+               grace_period: Optional[int] = None) -> list[int]:
     """Fail the trials whose worker stopped (stale heartbeat; a process of this machine that is gone;
     or a worker named ``host:pid`` in ``workers``), note why, queue their one re-run. Their numbers."""
     import optuna
 
-    from tunekit.hpsearch.shared.workers import reap_study
-    from tunekit.hpsearch.study import make_storage
+    from tunekit.hpsearch.shared.workers import reap_stopped
 
-    store = make_storage(storage, None, grace_period)
+    store = open_storage(storage, None, grace_period)
     if study_name not in optuna.get_all_study_names(store):
         raise UsageError(f"there is no study '{study_name}' in {storage}: give one of "
                          f"{', '.join(optuna.get_all_study_names(store)) or '(none)'}")
     for w in workers or ():
         if w.count(":") < 1 or not w.rpartition(":")[2].isdigit():
             raise UsageError(f"worker {w!r} is not HOST:PID: pass e.g. worker=gpu-3:41722")
-    return reap_study(optuna.load_study(study_name=study_name, storage=store), store, workers)
+    return reap_stopped(optuna.load_study(study_name=study_name, storage=store), store, workers)
 
 
 def study_result(storage: str, study_name: str) -> Any:
@@ -101,23 +96,26 @@ def study_result(storage: str, study_name: str) -> Any:
 
     from tunekit.hpsearch.budget import Budget
     from tunekit.hpsearch.plan import Plan
-    from tunekit.hpsearch.run import _Probes, _result
+    from tunekit.hpsearch.seeding import Probes
     from tunekit.hpsearch.shared.workers import space_of, spec_probes
-    from tunekit.hpsearch.study import DISTS_KEY, PLAN_KEY, make_storage
+    from tunekit.hpsearch.study import DISTS_KEY, PLAN_KEY
+    from tunekit.hpsearch.summary import build_result
 
-    store = make_storage(storage, None)
+    store = open_storage(storage, None)
     spec = _load_spec(store, study_name, storage, timeout=0)
     study = optuna.load_study(study_name=study_name, storage=store)
     attrs = study.user_attrs
     plan_d = dict(attrs.get(PLAN_KEY, {}))
     plan = Plan(**{k: plan_d[k] for k in Plan.__dataclass_fields__ if k in plan_d})
-    lf, pr = spec_probes(spec)
     dists = {n: optuna.distributions.json_to_distribution(d) for n, d in attrs.get(DISTS_KEY, {}).items()}
     times = [t for tr in study.get_trials(deepcopy=False) for t in (tr.datetime_start, tr.datetime_complete) if t]
     seconds = (max(times) - min(times)).total_seconds() if times else 0.0
-    return _result(study, study_name, store, storage, space_of(spec), dists, dict(spec.get("seed_params") or {}),
-                   Budget(**{k: v for k, v in plan_d["budget"].items() if k != "samples"}), plan, _Probes(lf, pr, int(plan_d.get("probe_samples", 0))),
-                   int(spec["seed"]), int(spec["sampler_seed"]), seconds, spec.get("task"))
+    settings = SearchSettings(storage=storage, study_name=study_name, seed=int(spec["seed"]),
+                              sampler_seed=int(spec["sampler_seed"]))
+    budget = Budget(**{k: v for k, v in plan_d["budget"].items() if k != "samples"})
+    probes = Probes(*spec_probes(spec), int(plan_d.get("probe_samples", 0)))
+    return build_result(study, store, settings, space_of(spec), dists, dict(spec.get("seed_params") or {}), budget,
+                        plan, probes, seconds, spec.get("task"))
 
 
 def write_study_report(storage: str, study_name: str, out: str | Path, artifacts: Optional[str] = None) -> Any:
@@ -125,14 +123,13 @@ def write_study_report(storage: str, study_name: str, out: str | Path, artifacts
     is attached to the study too."""
     import optuna
 
-    from tunekit.results import write_report
     from tunekit.hpsearch.shared.server import ARTIFACTS_KEY, attach
-    from tunekit.hpsearch.study import make_storage
+    from tunekit.results import write_report
 
     result = study_result(storage, study_name)
     Path(out).mkdir(parents=True, exist_ok=True)
     write_report(result, Path(out))
-    study = optuna.load_study(study_name=study_name, storage=make_storage(storage, None))
+    study = optuna.load_study(study_name=study_name, storage=open_storage(storage, None))
     folder = artifacts or study.user_attrs.get(ARTIFACTS_KEY)
     if folder:
         attach(study, folder, [Path(out) / "search.png"])

@@ -36,7 +36,7 @@ def serve(storage: str, host: str = "127.0.0.1", port: int = 13000, dashboard_po
           artifacts: Optional[str] = None, on_ready: Optional[Callable[[], None]] = None) -> None:
     """Serve ``storage`` (an RDB URL) to workers over gRPC until interrupted; optionally the dashboard too.
     ``on_ready`` is called once the storage is open, just before serving."""
-    from tunekit.hpsearch.study import make_storage
+    from tunekit.hpsearch.shared.workers import open_storage
 
     if "://" not in storage or storage.startswith("grpc://"):
         raise UsageError(f"serve proxies a database (postgresql://..., sqlite:///...), not {storage!r}: "
@@ -47,7 +47,7 @@ def serve(storage: str, host: str = "127.0.0.1", port: int = 13000, dashboard_po
         raise UsageError("tunekit serve needs grpcio: pip install 'tunekit[serve]'") from None
     import optuna
 
-    store = make_storage(storage, None)
+    store = open_storage(storage, None)
     if dashboard_port is not None:
         threading.Thread(target=dashboard, args=(storage,), kwargs=dict(host=host, port=dashboard_port,
                          artifacts=artifacts), daemon=True).start()
@@ -63,9 +63,9 @@ def dashboard(target: str, host: str = "127.0.0.1", port: int = 8080, artifacts:
         import optuna_dashboard
     except ImportError:
         raise UsageError("tunekit dashboard needs optuna-dashboard: pip install 'tunekit[dashboard]'") from None
-    from tunekit.hpsearch.study import make_storage
+    from tunekit.hpsearch.shared.workers import open_storage
 
-    store = make_storage(storage_url(target), None)
+    store = open_storage(storage_url(target), None)
     folder = artifacts or _artifact_folder(store)
     store_a = _artifact_store(folder) if folder else None
     if on_ready is not None:

@@ -21,19 +21,28 @@ import os
 import socket
 import time
 import zlib
+from pathlib import Path
 from typing import Any, Optional
 
 from tunekit.errors import UsageError
-from tunekit.hpsearch.study import ENQUEUED_KEY, RETRY_OF, SPEC_KEY, STOPPED_PREFIX, SURPLUS, excluded
+from tunekit.hpsearch.settings import SPEC_COMPARED
+from tunekit.hpsearch.study import (ENQUEUED_KEY, RETRY_OF, SPEC_KEY, STOPPED_PREFIX, SURPLUS, excluded, make_storage,
+                                   mark_interrupted, requeue_interrupted)
 
 __all__ = ["worker_id", "worker_seed", "register_worker", "default_threads", "claim", "counts", "claim_creation",
-           "wait_for_spec", "check_spec", "on_stale_trial", "reap_study", "SPEC_CHECKED", "WORKER_PREFIX"]
+           "wait_for_spec", "check_spec", "on_stale_trial", "reap_stopped", "open_storage", "resume_study",
+           "SPEC_CHECKED", "WORKER_PREFIX"]
 
 WORKER_PREFIX = "tunekit_worker:"  # + worker id: one study attribute per worker (no lost updates)
-# The settings a joining worker must share with the study (the plan's own keys are checked
-# by check_resume: budget, seed, evals, LR rule, fixed entries).
-SPEC_CHECKED = ("version", "task", "task_config", "space", "trials", "sampler", "sampler_seed", "prune",
-                "reduction_factor", "rungs", "first_rung", "seed_trial", "design")
+# The settings a joining worker must share with the study, as written (the others, the budget,
+# seed and evals, are checked through the plan they resolve to, by check_resume).
+SPEC_CHECKED = ("version", "task", "space", *SPEC_COMPARED)
+
+
+def open_storage(url: str | None, out: Optional[Path], grace_period: Optional[int] = None) -> Any:
+    """The study's storage, whose heartbeats fail a stopped worker's trial the shared-study way
+    (:func:`on_stale_trial`: the reason noted, one re-run)."""
+    return make_storage(url, out, grace_period, on_stale=on_stale_trial)
 
 
 def worker_id() -> str:
@@ -219,7 +228,7 @@ def on_stale_trial(study: Any, trial: Any) -> None:
     note_stopped(study, trial, f"worker {_where(trial)} stopped")
 
 
-def reap_study(study: Any, store: Any = None, workers: Optional[list[str]] = None) -> list[int]:
+def reap_stopped(study: Any, store: Any = None, workers: Optional[list[str]] = None) -> list[int]:
     """Fail the trials whose worker stopped, note why, queue their re-runs; their numbers.
 
     On an RDB storage: trials whose heartbeat is older than the grace period (Optuna's
@@ -271,3 +280,16 @@ def _fail(study: Any, store: Any, trial: Any, reason: str) -> bool:
         return bool(store.set_trial_state_values(tid, state=optuna.trial.TrialState.FAIL))
     except optuna.exceptions.UpdateFinishedTrialError:  # another reaper (or the trial itself) was first
         return False
+
+
+def resume_study(study: Any, shared: bool, store: Any = None) -> None:
+    """Trials that died with their process fail, and the interrupted ones are queued again.
+
+    On our own storage (one process) a RUNNING trial died with the process; on a
+    shared one, other workers may be running: only trials whose worker stopped are
+    dead (:func:`reap_stopped` queues their re-runs)."""
+    if shared:
+        reap_stopped(study, store)
+    else:
+        mark_interrupted(study)
+    requeue_interrupted(study)

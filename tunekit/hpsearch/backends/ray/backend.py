@@ -26,11 +26,13 @@ from pathlib import Path
 from typing import Any, Optional
 
 from tunekit.errors import UsageError
-from tunekit.hpsearch.plan import TrialConfig
-from tunekit.hpsearch.study import note_interrupted
+from tunekit.hpsearch.backends.base import Work
+from tunekit.hpsearch.plan import Plan, TrialConfig
+from tunekit.hpsearch.settings import SearchSettings
+from tunekit.hpsearch.study import finished_count, note_interrupted
 from tunekit.hpsearch.trial import Outcome, final_step, outcome_of, record, run_config, start_attrs
 
-__all__ = ["run_ray", "check_packing", "fits"]
+__all__ = ["RayBackend", "run_ray", "check_packing", "fits", "largest_micro_batch"]
 
 DONE_KEY = "tunekit_done"    # the trial's last report: how it ended
 ERROR_KEY = "tunekit_error"  # the trial's own error text (Ray's error files may lag behind callbacks)
@@ -290,13 +292,54 @@ def _error_text(trial: Any) -> str:
     return lines[-1].strip() if lines else "trial failed (no error recorded by Ray)"
 
 
-def run_ray(*, study: Any, dists: dict[str, Any], make_config: Callable[[dict[str, Any]], TrialConfig], task: Any,
-            n_trials: int, prune: bool, cpus_per_trial: float, gpus_per_trial: float, max_concurrent: Optional[int],
-            max_failures: int, address: Optional[str], storage_path: Optional[str], out_dir: Optional[Path],
-            on_end: Callable[[str], None], num_cpus: Optional[int] = None, num_gpus: Optional[float] = None) -> None:
-    """Run ``n_trials`` trials of ``study`` on Ray Tune; every outcome lands in the study."""
+class RayBackend:
+    """Ray Tune places and runs the trials (see the module's docstring)."""
+
+    concurrent = True  # trials run at once
+
+    def check(self, settings: SearchSettings) -> None:
+        """Ray Tune is installed, and an address given answers: before the probes run."""
+        from tunekit.hpsearch.backends.ray.cluster import check_address, ray_available
+
+        if not ray_available():
+            raise UsageError("backend=ray needs Ray Tune: pip install 'tunekit[ray]' (or 'ray[tune]')")
+        if settings.address:
+            check_address(settings.address)  # a wrong address fails at once
+
+    def check_plan(self, settings: SearchSettings, plan: Plan, dists: dict[str, Any], probe: Optional[Any]) -> None:
+        """Fractional GPUs must hold the trials they pack, by the probe's memory model."""
+        if not (0 < settings.gpus_per_trial < 1 and probe is not None and str(probe.device).startswith("cuda")):
+            return
+        micro = largest_micro_batch(plan, dists)
+        check_packing(settings.gpus_per_trial, probe.predicted_peak(micro), probe.usable_bytes,
+                      f"micro-batch {micro}, by the probe's memory model")
+
+    def run(self, work: Work) -> None:
+        n_trials = max(0, work.target - finished_count(work.study))
+        if n_trials:
+            run_ray(work, n_trials)
+
+
+def largest_micro_batch(plan: Plan, dists: dict[str, Any]) -> int:
+    """The largest micro-batch any trial of the space runs."""
+    from tunekit.hpsearch.plan import split_batch
+
+    if "batch" in dists:
+        return max(split_batch(int(b), plan.max_micro)[0] for b in dists["batch"].choices)
+    if "batch_size" in dists:
+        d = dists["batch_size"]
+        return int(max(d.choices) if hasattr(d, "choices") else d.high)
+    return int(plan.fixed.get("batch_size") or plan.task_batch)
+
+
+def run_ray(work: Work, n_trials: int) -> None:
+    """Run ``n_trials`` trials of ``work.study`` on Ray Tune; every outcome lands in the study."""
     from tunekit.hpsearch.backends.ray.cluster import copy_ray_logs, init_ray, prepare_env, ray_available
 
+    s, study = work.settings, work.study
+    address, out_dir, max_failures, max_concurrent = s.address, s.out, s.max_failures, s.max_concurrent
+    cpus_per_trial, gpus_per_trial = s.cpus_per_trial, s.gpus_per_trial
+    num_cpus, num_gpus = (s.ray_init or {}).get("num_cpus"), (s.ray_init or {}).get("num_gpus")
     prepare_env(address)
     if not ray_available():
         raise UsageError("backend=ray needs Ray Tune: pip install 'tunekit[ray]' (or 'ray[tune]')")
@@ -312,25 +355,25 @@ def run_ray(*, study: Any, dists: dict[str, Any], make_config: Callable[[dict[st
             # given, which starts trials one at a time: give the limit the cluster allows.
             max_concurrent = fits(ray.cluster_resources(), cpus_per_trial, gpus_per_trial)
         run_fn: Any = trainable
-        if not isinstance(task, str):
-            run_fn = tune.with_parameters(trainable, task=task)  # shipped once through the object store
-        root = Path(storage_path) if storage_path else (out_dir / "ray" if out_dir is not None else None)
+        if not isinstance(work.task, str):
+            run_fn = tune.with_parameters(trainable, task=work.task)  # shipped once through the object store
+        root = Path(s.storage_path) if s.storage_path else (out_dir / "ray" if out_dir is not None else None)
         if root is None:
             import tempfile
 
             root = Path(tempfile.mkdtemp(prefix="tunekit-ray-"))  # never ~/ray_results
         tuner = tune.Tuner(
             tune.with_resources(run_fn, {"cpu": cpus_per_trial, "gpu": gpus_per_trial}),
-            param_space={"task": task if isinstance(task, str) else None, "cpus": cpus_per_trial},
-            tune_config=tune.TuneConfig(search_alg=_searcher(study, dists, make_config, ledger),
-                                        scheduler=_scheduler(book, prune),
+            param_space={"task": work.task if isinstance(work.task, str) else None, "cpus": cpus_per_trial},
+            tune_config=tune.TuneConfig(search_alg=_searcher(study, work.dists, work.config, ledger),
+                                        scheduler=_scheduler(book, s.prune),
                                         num_samples=n_trials * (1 + max_failures),  # room for trials run again
                                         max_concurrent_trials=max_concurrent, reuse_actors=True),
             run_config=tune.RunConfig(
                 name=study.study_name, storage_path=str(root.resolve()), verbose=0,
                 failure_config=tune.FailureConfig(max_failures=max_failures),
                 checkpoint_config=tune.CheckpointConfig(checkpoint_at_end=False),
-                callbacks=[_recorder(study, ledger, on_end)], log_to_file=True),
+                callbacks=[_recorder(study, ledger, work.on_end)], log_to_file=True),
         )
         with warnings.catch_warnings():
             # Optuna warns that ask-and-tell trials send no heartbeat: the driver here is

@@ -1,0 +1,67 @@
+"""The seam between the search and the backends that run its trials.
+
+A backend gets a :class:`Work`: the study, its space, the plan that turns a trial's params
+into a run, and how many finished trials the study should hold. It runs trials until the
+study holds them, each through :mod:`tunekit.hpsearch.trial` (the one trial path), and
+calls ``work.on_end`` as each ends. The search never asks which backend it has.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Optional, Protocol
+
+from tunekit.hpsearch.plan import Plan, TrialConfig, trial_config
+from tunekit.hpsearch.settings import SearchSettings
+
+__all__ = ["Backend", "Work", "get_backend"]
+
+
+@dataclass(frozen=True)
+class Work:
+    """What a backend runs: ``study``'s trials until it holds ``target`` finished ones."""
+
+    study: Any
+    dists: dict[str, Any]
+    plan: Plan
+    task: Any  # a task spec (each worker builds it) or a Task object
+    target: int
+    settings: SearchSettings
+    store: Any  # the study's storage: a shared study's workers read each other's trials there
+    on_end: Callable[[str], None]  # called with a trial's final state (COMPLETE, PRUNED, FAIL)
+
+    def config(self, params: dict[str, Any]) -> TrialConfig:
+        """The run of a trial with these params."""
+        return trial_config(self.plan, params)
+
+
+class Backend(Protocol):
+    """Runs a search's trials. One instance per search."""
+
+    # Whether this process's trials run at once: the sampler then lies about the running ones
+    # (constant_liar), so that no two propose the same point.
+    concurrent: bool
+
+    def check(self, settings: SearchSettings) -> None:
+        """Refuse, in one line, settings this backend cannot honour: before any probe runs."""
+
+    def check_plan(self, settings: SearchSettings, plan: Plan, dists: dict[str, Any], probe: Optional[Any]) -> None:
+        """Refuse a plan this backend cannot run (e.g. trials packed on a GPU that cannot hold them),
+        before any trial is queued."""
+
+    def run(self, work: Work) -> None:
+        """Run trials until ``work.study`` holds ``work.target`` finished ones (Ctrl-C propagates)."""
+
+
+# name -> "module:class"; imported on use, so the local backend never imports Ray.
+_BACKENDS = {"local": "tunekit.hpsearch.backends.local:LocalBackend",
+             "ray": "tunekit.hpsearch.backends.ray.backend:RayBackend"}
+
+
+def get_backend(name: str) -> Backend:
+    """The backend called ``name`` (settings were validated: it is one of them)."""
+    module, cls = _BACKENDS[name].split(":")
+    backend: Backend = getattr(importlib.import_module(module), cls)()
+    return backend

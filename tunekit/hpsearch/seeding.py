@@ -1,0 +1,246 @@
+"""What a search starts from: its inputs, the probes that seed the space, the plan, the design.
+
+- :func:`prepare_inputs`: the space with the fixed task settings, the task at them, its
+  recipe and the trial budget; a bad budget or space fails here, before anything runs;
+- :func:`run_probes`: the LR range test and batch probe the space needs, run with the trials'
+  own step settings, or their saved results (checked to be of this task);
+- :func:`make_plan`: what every trial shares (:class:`~tunekit.hpsearch.plan.Plan`);
+- :func:`enqueue_seed_and_design`: the seed trial (the probes' recommendation) and the
+  design around it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from tunekit.errors import UsageError
+from tunekit.hpsearch.budget import Budget, resolve_budget
+from tunekit.hpsearch.plan import MIN_UPDATES, Plan, initial_design, lr_rule_for
+from tunekit.hpsearch.settings import SearchSettings
+from tunekit.hpsearch.study import enqueue_design
+from tunekit.inputs.space import SearchSpace, batch_centre, load_space, reference_batch
+
+__all__ = ["SearchInputs", "Probes", "prepare_inputs", "run_probes", "make_plan", "design_size",
+           "enqueue_seed_and_design", "EVAL_SAMPLES", "DESIGN_TRIALS"]
+
+# Validation reads at most this many samples (the first ones, in the set's own order).
+EVAL_SAMPLES = 4096
+DESIGN_TRIALS = 5
+
+
+@dataclass(frozen=True)
+class SearchInputs:
+    """The space (with ``task_config`` as fixed ``task.*`` entries), the task at its fixed
+    settings, that task's recipe (a TrainConfig) and one full trial's budget."""
+
+    space: SearchSpace
+    task: Any
+    cfg: Any
+    budget: Budget
+
+
+@dataclass
+class Probes:
+    """The range test and batch probe a study was seeded with, and the samples they drew."""
+
+    lr_find: Any = None
+    probe: Any = None
+    samples: int = 0
+
+
+def prepare_inputs(task: Any, space: str | SearchSpace, settings: SearchSettings) -> SearchInputs:
+    """The search's inputs, checked before the storage is opened or a probe runs."""
+    from tunekit.training.loop import TrainConfig
+
+    sp = space if isinstance(space, SearchSpace) else load_space(space)
+    sp = _with_task_config(sp, task, settings.task_config)
+    base = _base_task(task, sp)
+    cfg = TrainConfig.for_task(base, device=settings.device)
+    return SearchInputs(sp, base, cfg, _budget(settings.budget, base, cfg))
+
+
+def _with_task_config(sp: SearchSpace, task: Any, task_config: Optional[dict[str, Any]]) -> SearchSpace:
+    """The space with ``task_config`` (``--set KEY=VALUE``) as fixed ``task.KEY`` entries under its own."""
+    if not task_config:
+        return sp
+    from tunekit.inputs.space import Entry
+    from tunekit.inputs.task import Task
+
+    if isinstance(task, Task):
+        raise UsageError("task_config (--set) needs the task as a spec (pkg.mod:fn) whose function takes a config")
+    fixed = {f"task.{k}": Entry(f"task.{k}", "fixed", value=v) for k, v in task_config.items()}
+    return SearchSpace(sp.name, sp.description, {**fixed, **sp.entries})
+
+
+def _base_task(task: Any, sp: SearchSpace) -> Any:
+    from tunekit.inputs.task import Task
+    from tunekit.inputs.task_spec import load_task
+
+    if isinstance(task, Task) and any(n.startswith("task.") for n in sp.entries):
+        raise UsageError(f"space '{sp.name}' varies task hyperparameters (task.*): pass the task as a spec "
+                         "(pkg.mod:fn) whose function takes a config")
+    fixed_task_cfg = {n[5:]: v for n, v in sp.fixed().items() if n.startswith("task.")}
+    base = task if isinstance(task, Task) else load_task(task, fixed_task_cfg or None)
+    if base.val_data is None:
+        raise UsageError("search needs validation data to compare and prune trials: give the task val_data")
+    return base
+
+
+def _budget(spec: Any, task: Any, cfg: Any) -> Budget:
+    from tunekit.inputs.data import dataset_size
+
+    task_batch = int(cfg.batch_size or task.batch_size or 1) * int(cfg.accumulation_steps or 1)
+    tokens = _tokens_per_sample(task, cfg) if isinstance(spec, str) and "token" in spec else None
+    return resolve_budget(spec, task_batch=task_batch, default_updates=int(cfg.max_steps),
+                          dataset_size=dataset_size(task.train_data), tokens_per_sample=tokens)
+
+
+def _tokens_per_sample(task: Any, cfg: Any) -> Optional[int]:
+    """Tokens in one training sample: the sequence length of integer token ids (batch, sequence)."""
+    import torch
+
+    from tunekit.inputs.data import BatchStream
+
+    batch = next(iter(BatchStream(task.train_data, cfg.batch_size or task.batch_size, seed=0)))
+    first = batch.get("input_ids") if isinstance(batch, dict) else batch[0] if isinstance(batch, (list, tuple)) else batch
+    if isinstance(first, torch.Tensor) and first.ndim == 2 and not first.is_floating_point():
+        return int(first.shape[1])
+    return None
+
+
+# --- the probes -------------------------------------------------------------------------
+
+
+def run_probes(inputs: SearchInputs, settings: SearchSettings, existing: bool, saved: tuple[Any, Any]) -> Probes:
+    """The range test and batch probe the space needs, run with the trials' step settings, or
+    loaded: ``saved`` (lr_find, probe) results or paths, or a resumed study's own files."""
+    task, sp, cfg, out_dir = inputs.task, inputs.space, inputs.cfg, settings.out
+    lr_find_result, probe_result = saved
+    if existing and out_dir is not None:  # a study keeps the probes it was seeded with
+        if lr_find_result is None and (out_dir / "lr_find.json").is_file():
+            lr_find_result = out_dir / "lr_find.json"
+        if probe_result is None and (out_dir / "probe.json").is_file():
+            probe_result = out_dir / "probe.json"
+    found = Probes(_load_result(lr_find_result, "lr_find"), _load_result(probe_result, "probe"))
+    clip = sp.fixed().get("clip_grad_norm", cfg.clip_grad_norm)
+    precision = sp.fixed().get("precision", cfg.precision)
+    for kind, result in (("lr_find", found.lr_find), ("probe", found.probe)):
+        if result is not None:
+            _check_saved(kind, result.settings, task.name, precision or task.precision, settings.device)
+    common = dict(device=settings.device, seed=settings.seed, progress=settings.progress, clip_grad_norm=clip,
+                  precision=precision)
+    if sp.needs_lr_find and found.lr_find is None:
+        from tunekit.probes.range_test import lr_find
+
+        found.lr_find = lr_find(task, accumulation_steps=int(cfg.accumulation_steps), **common,
+                                refine=False)  # the space spans decades around it: the sweep alone seeds it
+        found.samples += found.lr_find.samples
+        _save(found.lr_find, out_dir, "lr_find")
+    if sp.needs_probe and found.probe is None:
+        from tunekit.probes.batch_probe import probe
+
+        # Timings decide nothing in a search (they vary with the machine's load), so the
+        # throughput sweep is skipped; no batch above what the budget can use is tried.
+        found.probe = probe(task, memory_budget=settings.memory_budget, throughput_points=0,
+                            max_batch=max(1, inputs.budget.samples // MIN_UPDATES), **common)
+        found.samples += found.probe.samples
+        _save(found.probe, out_dir, "probe")
+    return found
+
+
+def _save(result: Any, out_dir: Optional[Path], name: str) -> None:
+    """A probe's JSON and its plot, written together."""
+    if out_dir is None:
+        return
+    from tunekit.plotting import save_plot
+
+    result.to_json(out_dir / f"{name}.json")
+    save_plot(result.plot, str(out_dir / f"{name}.png"))
+
+
+def _check_saved(kind: str, settings: dict[str, Any], task_name: str, precision: str, device: str) -> None:
+    """A saved range test or probe must be of this task, precision and device: refuse it otherwise."""
+    from tunekit.training.step import resolve_device
+
+    want = {"task": task_name, "precision": precision, "device": str(resolve_device(device))}
+    for key, value in want.items():
+        have = settings.get(key)
+        if have is not None and str(have) != str(value):
+            raise UsageError(f"the saved {kind} result is for {key} {have!r}, this search runs {key} {value!r}: "
+                             f"run tunekit {kind.replace('_', '-')} for it again, or leave the saved result out")
+
+
+def _load_result(value: Any, kind: str) -> Any:
+    if value is None or not isinstance(value, (str, Path)):
+        return value
+    path = Path(value)
+    flag = kind.replace("_", "-")
+    if not path.is_file():
+        raise UsageError(f"the saved {kind} file '{path}' does not exist: run tunekit {flag} first, or leave it out")
+    from tunekit.results import LRFindResult, ProbeResult
+
+    return (LRFindResult if kind == "lr_find" else ProbeResult).from_json(path)
+
+
+# --- the plan and the design ------------------------------------------------------------
+
+
+def make_plan(inputs: SearchInputs, probes: Probes, settings: SearchSettings) -> Plan:
+    """What every trial shares: the budget, the LR's reference batch and rule, the largest
+    micro-batch, the seed, the validation set."""
+    from tunekit.inputs.data import dataset_size
+
+    sp, task, cfg = inputs.space, inputs.task, inputs.cfg
+    lr_entry = sp.entries.get("lr")
+    ref = reference_batch(probes.lr_find) if lr_entry is not None and lr_entry.seeded == "lr_find" else None
+    rule = "none"
+    if ref:
+        rule = lr_entry.scale_with_batch or "auto"  # type: ignore[union-attr]
+        if rule == "auto":
+            rule = lr_rule_for(task.make_optimizer(task.make_model(settings.seed)))
+    task_batch = int(cfg.batch_size or task.batch_size or 1)
+    eval_bs = int(task.batch_size or cfg.batch_size or 1)
+    n_val = dataset_size(task.val_data)
+    eval_batches = None if n_val is None or n_val <= EVAL_SAMPLES else max(1, EVAL_SAMPLES // eval_bs)
+    return Plan(budget_samples=inputs.budget.samples, seed=settings.seed,
+                task_batch=task_batch * int(cfg.accumulation_steps or 1),
+                max_micro=int(probes.probe.max_batch) if probes.probe is not None else 1 << 30,
+                ref_batch=ref, lr_rule=rule, evals=settings.evals, device=settings.device, eval_batch_size=eval_bs,
+                eval_batches=eval_batches, fixed=sp.fixed())
+
+
+def design_size(settings: SearchSettings, sp: SearchSpace, probes: Probes) -> int:
+    """Trials queued before the sampler's own: the seed trial and the design around it."""
+    if settings.design is not None:
+        return settings.design
+    if not settings.seed_trial:
+        return 0
+    return DESIGN_TRIALS if probes.lr_find is not None and "lr" in sp.entries else 1
+
+
+def recipe(task: Any, cfg: Any, seed: int) -> dict[str, Any]:
+    """The task's own settings: its training defaults, and its optimizer's weight decay and LR
+    (the task's ``defaults["lr"]`` first: what its author trains with)."""
+    out = {k: v for k, v in dataclasses.asdict(cfg).items() if v is not None}
+    groups = task.make_optimizer(task.make_model(seed)).param_groups
+    if "weight_decay" in groups[0]:
+        out["weight_decay"] = float(groups[0]["weight_decay"])
+    out["lr"] = task.defaults.get("lr") or groups[0].get("lr")
+    return out
+
+
+def enqueue_seed_and_design(study: Any, dists: dict[str, Any], probes: Probes, n: int, trials: int,
+                            task_recipe: dict[str, Any]) -> dict[str, Any]:
+    """The seed trial (the probes' recommendation) and the design around it, once per study.
+
+    A range test that saw no clear descent (``confident`` False) gives no LR to
+    centre on: the design spreads over the LR range instead."""
+    lf, pr = probes.lr_find, probes.probe
+    lr = lf.suggestion if lf is not None and lf.suggestion and lf.confident else None
+    centre = batch_centre(pr, reference_batch(lf)) if "batch" in dists else None
+    points = initial_design(dists, lr, centre, max(1, n), task_recipe)
+    enqueue_design(study, points[:trials])
+    return points[0]

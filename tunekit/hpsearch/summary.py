@@ -1,0 +1,59 @@
+"""A study read back as a :class:`~tunekit.results.SearchResult`: its trials, best, plan and probes."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from tunekit.hpsearch.budget import Budget
+from tunekit.hpsearch.plan import Plan
+from tunekit.hpsearch.seeding import Probes
+from tunekit.hpsearch.settings import SearchSettings
+from tunekit.hpsearch.study import safe_url, trial_dicts
+from tunekit.inputs.space import SearchSpace, lr_bounds_from_curve
+from tunekit.results import SearchResult
+
+__all__ = ["build_result", "best_trial"]
+
+
+def best_trial(study: Any) -> Any:
+    """The study's best finished trial (lowest value), or None."""
+    import optuna
+
+    done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    return min(done, key=lambda t: t.value) if done else None
+
+
+def build_result(study: Any, store: Any, settings: SearchSettings, sp: SearchSpace, dists: dict[str, Any],
+                 seed_params: dict[str, Any], budget: Budget, plan: Plan, probes: Probes, seconds: float,
+                 task_spec: Optional[str]) -> SearchResult:
+    """The search's result, from what the study holds now."""
+    import optuna
+
+    trials = trial_dicts(study)
+    complete = [t for t in trials if t["state"] == "COMPLETE" and t["value"] is not None]
+    best = min(complete, key=lambda t: t["value"]) if complete else None
+    result = SearchResult(
+        study_name=study.study_name, storage=safe_url(str(getattr(store, "url", settings.storage or "in-memory"))),
+        space=sp.name, direction="minimize", best_value=best["value"] if best else None,
+        best_params=best["params"] if best else {}, best_config=best["config"] if best else {}, trials=trials,
+        seed_params=seed_params,
+        distributions={n: optuna.distributions.distribution_to_json(d) for n, d in dists.items()},
+        budget=budget.to_dict(), task=task_spec, plan=plan.to_dict(), probe_samples=probes.samples, seconds=seconds,
+        seed=settings.seed, sampler_seed=settings.sampler_seed,
+        lr_find=_lr_find_summary(probes.lr_find, sp), probe=_probe_summary(probes.probe))
+    result.param_importances = result.importances()
+    return result
+
+
+def _lr_find_summary(lf: Any, sp: SearchSpace) -> Optional[dict[str, Any]]:
+    if lf is None or "lr" not in sp.entries:
+        return None
+    return {"suggestion": lf.suggestion, "samples": lf.samples,
+            "lr_bounds": list(lr_bounds_from_curve(lf, sp.entries["lr"].margin))}
+
+
+def _probe_summary(pr: Any) -> Optional[dict[str, Any]]:
+    if pr is None:
+        return None
+    return {"max_batch": pr.max_batch, "critical_batch": pr.critical_batch, "samples": pr.samples,
+            "critical_batch_range": pr.critical_batch_range}
