@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import hardware  # noqa: E402
 
 import tunekit  # noqa: E402
-from tunekit import suggest  # noqa: E402
+from tunekit.probes import lr_rules as suggest  # noqa: E402
 from tunekit.training.step import resolve_device  # noqa: E402
 from tunekit.training.loop import evaluate  # noqa: E402
 
@@ -64,7 +64,7 @@ def _candidates() -> dict[str, Callable[[suggest.Curve], float | None]]:
         return rule
 
     return {
-        "cand:geo(steep,min)": suggest._geometric_steepest_min,
+        "cand:geo(steep,min)": suggest.geometric_steepest_min,
         "cand:min/3": min_div(3.0),
         "cand:min/5": min_div(5.0),
         "cand:drop80%": descent_fraction(0.8),

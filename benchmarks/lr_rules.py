@@ -45,7 +45,7 @@ from lr_grid import GRID_JSON, curve, load, loss_at, summary  # noqa: E402
 from lr_tasks import TASKS  # noqa: E402
 
 import tunekit  # noqa: E402
-from tunekit import suggest  # noqa: E402
+from tunekit.probes import lr_rules as suggest  # noqa: E402
 from tunekit.probes.range_test import TASK_DEFAULT  # noqa: E402
 
 CURVES_JSON = GRID_JSON.parent / "lr_find_curves.json"

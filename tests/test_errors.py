@@ -57,3 +57,49 @@ def test_a_zero_batch_size_is_refused_not_taken_for_the_default() -> None:
     for call in (lambda t: lr_find(t, batch_size=0), lambda t: doctor(t, batch_size=0)):
         with pytest.raises(UsageError, match=r"batch_size must be a positive integer, got 0: pass e.g. batch_size=32"):
             call(classification_task())
+
+
+def _step_given_one_micro_batch_of_two() -> None:
+    import torch
+    from torch import nn
+
+    from tunekit import TrainStep
+    from tunekit.inputs.task import LossComputer
+
+    model = nn.Linear(2, 1)
+    step = TrainStep(model, torch.optim.SGD(model.parameters(), lr=0.1), LossComputer(nn.MSELoss(), None),
+                     device=torch.device("cpu"), accumulation_steps=2)
+    step([(torch.zeros(4, 2), torch.zeros(4, 1))])
+
+
+def _noise_scale_with_equal_batches() -> None:
+    from tunekit.probes.noise_scale import noise_scale
+
+    noise_scale([1.0, 2.0], [1.0, 2.0], b_small=8, b_big=8)
+
+
+def _prepare_with_a_loss_missing() -> None:
+    from tunekit.probes.lr_rules import prepare
+
+    prepare([1e-3, 1e-2, 1e-1], [1.0, 0.9])
+
+
+def _finding_with_an_unknown_status() -> None:
+    from tunekit.checks import Finding
+
+    Finding("lr", "ok", "lr 3e-4 looks fine")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("call, message", [
+    (_step_given_one_micro_batch_of_two,
+     "a step takes accumulation_steps=2 micro-batches, got 1: pass a list of 2, e.g. BatchStream(data, batch_size).take(2)"),
+    (_noise_scale_with_equal_batches, "noise_scale needs b_big > b_small >= 1, got b_small=8, b_big=8: pass e.g. b_small=8, b_big=64"),
+    (_prepare_with_a_loss_missing,
+     "lrs and losses must pair up, one loss per LR, got shapes (3,) and (2,): pass e.g. prepare(result.lrs, result.losses)"),
+    (_finding_with_an_unknown_status, "Finding status must be one of fail, warn, pass, info, got 'ok': pass e.g. status='warn'"),
+], ids=["TrainStep", "noise_scale", "lr_rules.prepare", "Finding"])
+def test_a_bad_value_given_to_a_public_function_is_a_one_line_usage_error(call, message: str) -> None:
+    with pytest.raises(UsageError) as exc:
+        call()
+    assert str(exc.value) == message
+    assert isinstance(exc.value, ValueError)  # callers that catch ValueError still do

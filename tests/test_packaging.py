@@ -1,26 +1,37 @@
-"""The package as users get it: every subpackage installed, light imports, unshadowed names."""
+"""The package as users get it: a wheel with every module, light imports, unshadowed names."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
 
 from .tasks import ROOT, regression_task, write_space, SMALL
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib
-
-
-def test_every_subpackage_is_listed_for_install() -> None:
-    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
-    found = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "tunekit").rglob("__init__.py")
-             if "__pycache__" not in p.parts}
-    assert found <= listed, f"add to pyproject.toml's packages: {sorted(found - listed)}"
+@pytest.mark.slow  # a wheel build in a subprocess
+def test_the_wheel_holds_every_module_and_the_search_spaces(tmp_path: Path) -> None:
+    """The wheel pip builds from the repo root (offline) installs every module under tunekit/ and the
+    search spaces. Built from a copy of the sources: a stale build/ left in the checkout would mask a
+    package missing from pyproject.toml's list (bdist_wheel packs all of build/lib)."""
+    src = tmp_path / "src"
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info",
+                                                              "__pycache__", "tunekit_runs", ".pytest_cache"))
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
+                        "-q", "-w", str(tmp_path / "wheels"), "."], cwd=src, capture_output=True, text=True,
+                       timeout=300, env={**os.environ, "PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    (wheel,) = (tmp_path / "wheels").glob("tunekit-*.whl")
+    held = set(zipfile.ZipFile(wheel).namelist())
+    modules = {p.relative_to(ROOT).as_posix() for p in (ROOT / "tunekit").rglob("*.py") if "__pycache__" not in p.parts}
+    spaces = {f"tunekit/search_spaces/{p.name}" for p in (ROOT / "search_spaces").glob("*.toml")}
+    assert modules and spaces
+    missing = sorted((modules | spaces) - held)
+    assert not missing, f"the wheel lacks (list the package in pyproject.toml's packages / package-data): {missing}"
 
 
 def test_the_functions_are_not_shadowed_by_modules() -> None:

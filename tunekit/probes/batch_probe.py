@@ -29,7 +29,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional, Protocol
 
 import numpy as np
@@ -109,30 +109,16 @@ def _free_memory(device: torch.device) -> None:
 
 
 def probe(
-    model: nn.Module | Task,
-    train_data: Data | None = None,
-    loss_fn: LossFn | None = None,
-    optimizer: Any = None,
-    *,
-    compute_loss: ComputeLoss | None = None,
-    memory_budget: int | str | None = None,
-    headroom: float = 0.15,
-    device: str = "auto",
-    precision: str | None = None,
-    accumulation_steps: int = 1,
+    model: nn.Module | Task, train_data: Data | None = None, loss_fn: LossFn | None = None, optimizer: Any = None,
+    *, compute_loss: ComputeLoss | None = None,
+    memory_budget: int | str | None = None, headroom: float = 0.15,
+    device: str = "auto", precision: str | None = None, accumulation_steps: int = 1,
     clip_grad_norm: float | None = 1.0,
-    target_batch: int | None = None,
-    lr: float | None = None,
-    lr_batch: int | None = None,
-    max_batch: int | None = None,
-    trace_sizes: tuple[int, ...] = (4, 8, 16),
-    throughput_points: int = 5,
-    timing_steps: int = 5,
-    noise_repeats: int = 12,
-    noise_warmup: int | None = None,
-    calibrate_steps: bool = True,
-    seed: int = 0,
-    progress: bool = False,
+    target_batch: int | None = None, lr: float | None = None, lr_batch: int | None = None,
+    max_batch: int | None = None, trace_sizes: tuple[int, ...] = (4, 8, 16),
+    throughput_points: int = 5, timing_steps: int = 5,
+    noise_repeats: int = 12, noise_warmup: int | None = None,
+    calibrate_steps: bool = True, seed: int = 0, progress: bool = False,
 ) -> ProbeResult:
     """Probe memory and throughput of the shared step, and the critical batch size.
 
@@ -157,76 +143,85 @@ def probe(
         noise_warmup = 50 if isinstance(model, Task) else 0
     sub = resolve_inputs("probe", model, train_data, loss_fn, optimizer, compute_loss=compute_loss,
                           precision=precision, device=device, seed=seed)
-    data, dev = sub.data, sub.device
-    n_data = dataset_size(data)
-    if n_data is None:
-        raise UsageError("probe varies the batch size: pass a map-style Dataset or a DataLoader over one, not a list of batches")
-    limit = min(n_data, max_batch or n_data)
-
-    budget, source = budget_bytes(memory_budget, dev)
-    usable = int(budget * (1 - headroom))
-    scaler = make_scaler(sub.precision, dev)  # type: ignore[arg-type]
-    settings = dict(memory_budget=memory_budget, headroom=headroom, device=str(dev), precision=sub.precision,
+    n_data = _dataset_size(sub.data)
+    room = _Room.of(memory_budget, headroom, sub.device, limit=min(n_data, max_batch or n_data))
+    scaler = make_scaler(sub.precision, sub.device)  # type: ignore[arg-type]
+    settings = dict(memory_budget=memory_budget, headroom=headroom, device=str(sub.device), precision=sub.precision,
                     accumulation_steps=accumulation_steps, clip_grad_norm=clip_grad_norm, seed=seed, task=sub.task.name)
 
-    counter = {"updates": 0, "samples": 0}
-
-    def make_step(m: nn.Module, o: torch.optim.Optimizer, k: int = accumulation_steps) -> TrainStep:
-        return _CountingStep(counter, m, o, sub.compute, device=dev, precision=sub.precision,  # type: ignore[arg-type]
-                         accumulation_steps=k, clip_grad_norm=clip_grad_norm,
-                         scaler=scaler if m is sub.model else make_scaler(sub.precision, dev))  # type: ignore[arg-type]
-
+    # Stages 1-4 run on the user's objects, which come back as they were however the probe ends.
     start = time.perf_counter()
-    with bar(4, "probe", "stage", progress) as stages, preserved(sub.model, sub.optimizer, scaler, data) as snap:
-        seed_everything_for(seed, dev)
+    with bar(4, "probe", "stage", progress) as stages, preserved(sub.model, sub.optimizer, scaler, sub.data) as snap:
+        seed_everything_for(seed, sub.device)
         sub.model.train()
-        run = _Run(sub, data, dev, snap, make_step, counter, scaler, seed, accumulation_steps)
-
+        run = _Run(sub, sub.data, sub.device, snap, scaler, seed, accumulation_steps, clip_grad_norm)
         # 1. The memory model, on fake tensors.
-        sizes = sorted({min(s, limit) for s in trace_sizes})
+        sizes = sorted({min(s, room.limit) for s in trace_sizes})
         mm, traces = _memory_model(run, sizes)
         _stage_done(stages, "memory model")
-        predicted = _predicted_largest(mm, usable, limit, budget, headroom)
+        predicted = _predicted_largest(mm, room)
 
         # 2. Real steps at the batch the model recommends, measured; the model is refitted until
         # one agrees with it. What kernels allocate out of the trace's sight is found here.
-        confirmed, tried, mm = _largest_batch(run, mm, traces, usable, limit,
-                                              budget if memory_budget is not None else None, calibrate_steps)
+        confirmed, tried, mm = _largest_batch(run, mm, traces, room, calibrate_steps)
         _stage_done(stages, "largest batch")
 
         # 3. Throughput up to the confirmed batch (none with throughput_points=0).
-        throughput = _throughput(make_step, sub, snap, data, sizes, confirmed, throughput_points, timing_steps,
-                                 accumulation_steps, seed)
-        knee, fastest = _knee(throughput)
+        throughput = _throughput(run, sizes, confirmed, throughput_points, timing_steps)
         _stage_done(stages, "throughput")
 
         # 4. Gradient noise scale.
-        noise = _noise(run, confirmed, limit, noise_repeats, noise_warmup, lr)
+        noise = _noise(run, confirmed, room.limit, noise_repeats, noise_warmup, lr)
         _stage_done(stages, "noise scale")
 
+    # 5. What it means for a run: the critical batch, a plan for the target batch, the LR rescaled to it.
     critical = noise["b_simple"] if noise and math.isfinite(noise["b_simple"]) else None
-    crit_range = (noise["low"], noise["high"]) if critical is not None else None
     plan, lr_scaling = _plan(target_batch, critical, confirmed, throughput, mm, lr, lr_batch)
-    warnings = _warnings(throughput, noise, noise_warmup)
+    knee, fastest = _knee(throughput)
     return ProbeResult(
-        device=str(dev), precision=sub.precision, accumulation_steps=accumulation_steps,
-        budget_bytes=budget, budget_source=source, headroom=headroom, usable_bytes=usable,
-        memory=mm.to_dict(), predicted_max_batch=predicted, max_batch=confirmed, tried=tried,
-        throughput=throughput, knee_batch=knee, fastest_batch=fastest, critical_batch=critical,
-        critical_batch_range=crit_range, noise=noise, plan=plan, lr_scaling=lr_scaling, dataset_size=n_data,
-        seconds=time.perf_counter() - start, settings=settings, updates=counter["updates"],
-        samples=counter["samples"], warnings=warnings,
-    )
+        device=str(sub.device), precision=sub.precision, accumulation_steps=accumulation_steps, budget_bytes=room.budget,
+        budget_source=room.source, headroom=headroom, usable_bytes=room.usable, memory=mm.to_dict(),
+        predicted_max_batch=predicted, max_batch=confirmed, tried=tried, throughput=throughput, knee_batch=knee,
+        fastest_batch=fastest, critical_batch=critical, noise=noise,
+        critical_batch_range=(noise["low"], noise["high"]) if critical is not None else None,
+        plan=plan, lr_scaling=lr_scaling, dataset_size=n_data, seconds=time.perf_counter() - start, settings=settings,
+        updates=run.counter["updates"], samples=run.counter["samples"], warnings=_warnings(throughput, noise, noise_warmup))
 
 
-def _predicted_largest(mm: MemoryModel, usable: int, limit: int, budget: int, headroom: float) -> int:
+@dataclass
+class _Room:
+    """The memory a probe may fill, and the largest batch the data allows."""
+
+    budget: int
+    source: str  # where the budget came from: given, free GPU memory, available RAM
+    headroom: float
+    usable: int  # the budget less the headroom
+    limit: int  # the dataset's size, or max_batch
+    enforced: Optional[int]  # a given budget, which CUDA enforces on the real steps
+
+    @classmethod
+    def of(cls, memory_budget: int | str | None, headroom: float, dev: torch.device, limit: int) -> _Room:
+        budget, source = budget_bytes(memory_budget, dev)
+        return cls(budget, source, headroom, int(budget * (1 - headroom)), limit,
+                   budget if memory_budget is not None else None)
+
+
+def _dataset_size(data: Data) -> int:
+    """The number of samples; the probe varies the batch size, so it needs to know it."""
+    n = dataset_size(data)
+    if n is None:
+        raise UsageError("probe varies the batch size: pass a map-style Dataset or a DataLoader over one, not a list of batches")
+    return n
+
+
+def _predicted_largest(mm: MemoryModel, room: _Room) -> int:
     """The traced model's largest batch, the first one the real steps try; a UsageError if not even 1 fits."""
-    predicted = min(mm.largest_batch(usable), limit)
+    predicted = min(mm.largest_batch(room.usable), room.limit)
     if predicted < 1:
         raise UsageError(
             f"the model does not fit even at batch 1: predicted peak {format_bytes(mm.peak(1))} > usable "
-            f"{format_bytes(usable)} ({format_bytes(budget)} less {headroom:.0%} headroom): raise memory_budget, "
-            "use bf16, or a smaller model"
+            f"{format_bytes(room.usable)} ({format_bytes(room.budget)} less {room.headroom:.0%} headroom): "
+            "raise memory_budget, use bf16, or a smaller model"
         )
     return predicted
 
@@ -305,11 +300,18 @@ class _Run:
     data: Data
     dev: torch.device
     snap: Any
-    make_step: Any
-    counter: dict[str, int]
     scaler: Any
     seed: int
-    k: int
+    k: int  # accumulation_steps
+    clip_grad_norm: Optional[float]
+    counter: dict[str, int] = field(default_factory=lambda: {"updates": 0, "samples": 0})  # real ones, for the result
+
+    def make_step(self, m: nn.Module, o: torch.optim.Optimizer, k: Optional[int] = None) -> TrainStep:
+        """The shared step over ``m`` and ``o`` (the user's, or a trace's copies, which get a scaler of their own)."""
+        sub = self.sub
+        return _CountingStep(self.counter, m, o, sub.compute, device=self.dev, precision=sub.precision,
+                             accumulation_steps=self.k if k is None else k, clip_grad_norm=self.clip_grad_norm,
+                             scaler=self.scaler if m is sub.model else make_scaler(sub.precision, self.dev))
 
     def reset(self) -> None:
         self.snap.restore()
@@ -413,8 +415,8 @@ def cuda_budget(dev: torch.device, budget: Optional[int]) -> Iterator[None]:
         torch.cuda.set_per_process_memory_fraction(1.0, dev)
 
 
-def _largest_batch(run: _Run, mm: MemoryModel, traces: dict[int, Trace], usable: int, limit: int,
-                   budget: Optional[int], calibrate_steps: bool) -> tuple[int, list[dict[str, Any]], MemoryModel]:
+def _largest_batch(run: _Run, mm: MemoryModel, traces: dict[int, Trace], room: _Room,
+                   calibrate_steps: bool) -> tuple[int, list[dict[str, Any]], MemoryModel]:
     """The probe's search for the largest batch: real steps through the shared step at the batches
     the memory model recommends, each measured and traced, the model calibrated on them.
     Without ``calibrate_steps`` one step confirms the trace's prediction and nothing is refitted."""
@@ -440,8 +442,9 @@ def _largest_batch(run: _Run, mm: MemoryModel, traces: dict[int, Trace], usable:
             return mm
         return calibrate(fit_memory_model(traces, run.k), traces, {b: real[b] for b in measured})
 
-    with cuda_budget(run.dev, budget):
-        confirmed, tried, model = find_largest_batch(run_step, refit, usable, limit, free=lambda: _free_memory(run.dev))
+    with cuda_budget(run.dev, room.enforced):
+        confirmed, tried, model = find_largest_batch(run_step, refit, room.usable, room.limit,
+                                                     free=lambda: _free_memory(run.dev))
     if confirmed < 1:
         raise UsageError(f"no batch size ran within the budget (tried {[t['batch'] for t in tried]}): raise memory_budget")
     return confirmed, tried, model  # type: ignore[return-value]
@@ -485,32 +488,30 @@ def _warm_up(run: _Run, updates: int, lr: float, batch: int) -> None:
         pass
 
 
-def _throughput(make_step: Any, sub: Any, snap: Any, data: Data, sizes: list[int], confirmed: int, points_n: int,
-                timing_steps: int, accumulation_steps: int, seed: int) -> list[dict[str, float]]:
+def _throughput(run: _Run, sizes: list[int], confirmed: int, points_n: int, timing_steps: int) -> list[dict[str, float]]:
     """Samples per second at ``points_n`` micro-batches up to ``confirmed`` (warm-up, then the median step)."""
     if points_n < 1:
         return []
     points = sorted({max(1, int(round(x))) for x in np.geomspace(max(1, min(sizes[0], confirmed)), confirmed, points_n)})
     throughput = []
     for pb in points:
-        step = make_step(sub.model, sub.optimizer)
+        step = run.make_step(run.sub.model, run.sub.optimizer)
         step.set_lr(0.0)  # measure speed, not learning: the weights stay put
-        stream = BatchStream(data, pb, seed=seed)
+        stream = BatchStream(run.data, pb, seed=run.seed)
         t0 = time.perf_counter()
-        step(stream.take(accumulation_steps))  # warm-up
+        step(stream.take(run.k))  # warm-up
         # Several steps for the median, but about two seconds at most per point.
         n_timed = max(2, min(timing_steps, int(2.0 / max(time.perf_counter() - t0, 1e-6))))
         times = []
         for _ in range(n_timed):
             t0 = time.perf_counter()
-            step(stream.take(accumulation_steps))  # the loss read inside syncs the device
+            step(stream.take(run.k))  # the loss read inside syncs the device
             times.append(time.perf_counter() - t0)
         # The spread of the timed steps (max - min over the median) says how noisy the machine was.
         spread = (max(times) - min(times)) / statistics.median(times)
-        throughput.append({"batch": pb, "samples_per_s": pb * accumulation_steps / statistics.median(times),
+        throughput.append({"batch": pb, "samples_per_s": pb * run.k / statistics.median(times),
                            "spread": spread})
-        snap.restore()
-        sub.model.train()
+        run.reset()
     return throughput
 
 

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tunekit.errors import UsageError
+
 __all__ = [
     "Curve",
     "prepare",
@@ -92,7 +94,8 @@ def prepare(lrs: np.ndarray | list[float], losses: np.ndarray | list[float], ban
     lrs = np.asarray(lrs, dtype=np.float64)
     losses = np.asarray(losses, dtype=np.float64)
     if lrs.shape != losses.shape:
-        raise ValueError(f"lrs and losses differ in length: {lrs.shape} vs {losses.shape}")
+        raise UsageError(f"lrs and losses must pair up, one loss per LR, got shapes {lrs.shape} and {losses.shape}: "
+                         "pass e.g. prepare(result.lrs, result.losses)")
     bad = ~np.isfinite(losses) | ~(lrs > 0)
     end = int(np.argmax(bad)) if bad.any() else len(losses)
     lrs, losses = lrs[:end], losses[:end]

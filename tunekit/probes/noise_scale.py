@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tunekit.errors import UsageError
+
 __all__ = ["NoiseScale", "noise_scale"]
 
 
@@ -46,7 +48,8 @@ def noise_scale(sq_norms_small: list[float] | np.ndarray, sq_norms_big: list[flo
                 b_small: int, b_big: int, seed: int = 0, bootstrap: int = 500) -> NoiseScale:
     """B_simple from squared gradient norms measured at two batch sizes, with a bootstrap interval."""
     if not b_big > b_small >= 1:
-        raise ValueError(f"need b_big > b_small >= 1, got b_small={b_small}, b_big={b_big}")
+        raise UsageError(f"noise_scale needs b_big > b_small >= 1, got b_small={b_small!r}, b_big={b_big!r}: "
+                         "pass e.g. b_small=8, b_big=64")
     small = np.asarray(sq_norms_small, dtype=np.float64)
     big = np.asarray(sq_norms_big, dtype=np.float64)
     est, grad_sq, trace = _estimate(small, big, b_small, b_big)

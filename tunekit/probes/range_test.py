@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -91,32 +92,15 @@ def _check_args(min_lr: float, max_lr: float, steps: int, mode: str, repeats: in
 
 
 def lr_find(
-    model: nn.Module | Task,
-    train_data: Data | None = None,
-    loss_fn: LossFn | None = None,
-    optimizer: Any = None,
-    *,
-    compute_loss: ComputeLoss | None = None,
-    val_data: Data | None = None,
-    loss_on: Literal["train", "val"] = "train",
-    val_batches: int = 4,
-    min_lr: float = 1e-7,
-    max_lr: float = 10.0,
-    steps: int = 100,
-    mode: Literal["exp", "linear"] = "exp",
-    batch_size: int | None = None,
-    accumulation_steps: int | None = None,
-    precision: Precision | None = None,
-    clip_grad_norm: float | None = TASK_DEFAULT,
-    device: str = "auto",
-    seed: int = 0,
-    repeats: int = 1,
-    diverge_threshold: float = 4.0,
-    refine: bool = True,
-    refine_steps: int = 100,
-    refine_seeds: int = 2,
-    scaler: torch.amp.GradScaler | None = None,
-    progress: bool = False,
+    model: nn.Module | Task, train_data: Data | None = None, loss_fn: LossFn | None = None, optimizer: Any = None,
+    *, compute_loss: ComputeLoss | None = None,
+    val_data: Data | None = None, loss_on: Literal["train", "val"] = "train", val_batches: int = 4,
+    min_lr: float = 1e-7, max_lr: float = 10.0, steps: int = 100, mode: Literal["exp", "linear"] = "exp",
+    batch_size: int | None = None, accumulation_steps: int | None = None, precision: Precision | None = None,
+    clip_grad_norm: float | None = TASK_DEFAULT, device: str = "auto", seed: int = 0,
+    repeats: int = 1, diverge_threshold: float = 4.0,
+    refine: bool = True, refine_steps: int = 100, refine_seeds: int = 2,
+    scaler: torch.amp.GradScaler | None = None, progress: bool = False,
 ) -> LRFindResult:
     """Run an LR range test and suggest a peak LR for a warmup + cosine run.
 
@@ -155,56 +139,101 @@ def lr_find(
     by default, whatever the run's length, counted in ``samples``;
     ``refine=False`` gives the curve's suggestion alone, for 100 updates.
     """
+    # The step's settings resolved as train resolves them, and every value checked before any work.
     clip_grad_norm, accumulation_steps, precision = _resolve_step_settings(model, clip_grad_norm, accumulation_steps,
                                                                            precision)
     _check_args(min_lr, max_lr, steps, mode, repeats, diverge_threshold, batch_size, accumulation_steps, clip_grad_norm)
     check_int("refine_steps", refine_steps, 10, hint="a short run needs updates: pass e.g. refine_steps=100")
     check_int("refine_seeds", refine_seeds, hint="pass e.g. refine_seeds=2")
+
+    # What is tested: a Task's fresh model, or the user's objects (put back as they were at the end).
     sub = resolve_inputs("lr_find", model, train_data, loss_fn, optimizer, compute_loss=compute_loss,
                           val_data=val_data, batch_size=batch_size, precision=precision, device=device, seed=seed)
-    task, user_model, user_opt, data, vdata = sub.task, sub.model, sub.optimizer, sub.data, sub.val_data
-    compute, batch_size, precision, dev = sub.compute, sub.batch_size, sub.precision, sub.device
-    if loss_on not in ("train", "val"):
-        raise UsageError(f"loss_on must be 'train' or 'val', got {loss_on!r}")
-    if loss_on == "val" and vdata is None:
-        raise UsageError("loss_on='val' needs validation data: pass val_data=... (or give the task val_data)")
-    scaler = scaler if scaler is not None else make_scaler(precision, dev)
-    lrs = sweep_lrs(min_lr, max_lr, steps, mode)
+    _check_loss_on(loss_on, sub.val_data)
+    setup = _Setup(model, sub.model, sub.optimizer, sub.compute, sub.data, sub.val_data, sub.device, sub.precision,
+                   sub.batch_size, accumulation_steps, clip_grad_norm,
+                   scaler if scaler is not None else make_scaler(sub.precision, sub.device), seed, diverge_threshold)
+    settings = _settings(setup, sub.task.name, min_lr=min_lr, max_lr=max_lr, steps=steps, mode=mode, repeats=repeats,
+                         loss_on=loss_on, refine=refine, refine_steps=refine_steps, refine_seeds=refine_seeds)
 
-    settings = dict(min_lr=min_lr, max_lr=max_lr, steps=steps, mode=mode, batch_size=batch_size,
-                    accumulation_steps=accumulation_steps, precision=precision, clip_grad_norm=clip_grad_norm,
-                    device=str(dev), seed=seed, repeats=repeats, diverge_threshold=diverge_threshold,
-                    loss_on=loss_on, task=task.name, optimizer=type(user_opt).__name__,
-                    family=optimizer_family(user_opt), refine=refine, refine_steps=refine_steps if refine else None,
-                    refine_seeds=refine_seeds if refine else None)
     start = time.perf_counter()
-    runs: list[dict[str, Any]] = []
     total = steps * repeats + (REFINE_RUNS * refine_steps * refine_seeds if refine else 0)
     with bar(total, "lr-find", "step", progress) as steps_bar, \
-            preserved(user_model, user_opt, scaler, data) as initial:
-
-        def make_step() -> TrainStep:
-            user_model.train()
-            return TrainStep(user_model, user_opt, compute, device=dev, precision=precision,
-                             accumulation_steps=accumulation_steps, clip_grad_norm=clip_grad_norm, scaler=scaler)
-
-        for r in range(repeats):
-            if r > 0:  # each repeat starts from the same weights and optimizer state
-                initial.restore()
-            seed_everything_for(seed + r, dev)
-            batches = BatchStream(data, batch_size, seed=seed + r)
-            run = _sweep(make_step(), batches, lrs, diverge_threshold, steps_bar,
-                         (lambda: evaluate(user_model, vdata, compute, device=dev, precision=precision,
-                                           batch_size=batch_size, max_batches=val_batches)["loss"])
-                         if loss_on == "val" else None)
-            runs.append(run)
+            preserved(setup.user_model, setup.optimizer, setup.scaler, setup.data) as initial:
+        # The range test: ``repeats`` sweeps of the LR, each from the same weights and optimizer state.
+        runs = _sweeps(setup, initial, sweep_lrs(min_lr, max_lr, steps, mode), repeats,
+                       val_batches if loss_on == "val" else None, steps_bar)
         result = _result(runs, settings, 0.0)
+        # Then short real runs around the curve's suggestion: the curve alone can be off by 25x.
         if refine:
-            _refine(result, _short_runner(model, initial, make_step, data, vdata if vdata is not None else data,
-                                          compute, dev, precision, batch_size, accumulation_steps, seed, refine_steps,
-                                          refine_seeds, diverge_threshold, steps_bar))
+            _refine(result, _short_runner(setup, initial, refine_steps, refine_seeds, steps_bar))
     result.seconds = time.perf_counter() - start
     return result
+
+
+@dataclass
+class _Setup:
+    """What the sweeps and the short runs of one ``lr_find`` share: the objects and the step's settings."""
+
+    model: Any  # what the user passed, a Task or a model: the short runs take the Task's schedule
+    user_model: nn.Module
+    optimizer: torch.optim.Optimizer
+    compute: Any
+    data: Data
+    val_data: Data | None
+    device: torch.device
+    precision: Any
+    batch_size: int | None
+    accumulation_steps: int
+    clip_grad_norm: float | None
+    scaler: Any
+    seed: int
+    threshold: float  # diverge_threshold
+
+    def make_step(self) -> TrainStep:
+        """A step over the user's objects, as training runs it, the model in train mode."""
+        self.user_model.train()
+        return TrainStep(self.user_model, self.optimizer, self.compute, device=self.device, precision=self.precision,
+                         accumulation_steps=self.accumulation_steps, clip_grad_norm=self.clip_grad_norm,
+                         scaler=self.scaler)
+
+    def mean_loss(self, data: Data, max_batches: int) -> float:
+        """The model's mean loss on the first ``max_batches`` batches of ``data``: a fixed subset."""
+        return evaluate(self.user_model, data, self.compute, device=self.device, precision=self.precision,
+                        batch_size=self.batch_size, max_batches=max_batches)["loss"]
+
+
+def _check_loss_on(loss_on: str, val_data: Data | None) -> None:
+    if loss_on not in ("train", "val"):
+        raise UsageError(f"loss_on must be 'train' or 'val', got {loss_on!r}")
+    if loss_on == "val" and val_data is None:
+        raise UsageError("loss_on='val' needs validation data: pass val_data=... (or give the task val_data)")
+
+
+def _settings(setup: _Setup, task: str, *, min_lr: float, max_lr: float, steps: int, mode: str, repeats: int,
+              loss_on: str, refine: bool, refine_steps: int, refine_seeds: int) -> dict[str, Any]:
+    """The settings the result records, as resolved (the task's defaults and the device filled in)."""
+    return dict(min_lr=min_lr, max_lr=max_lr, steps=steps, mode=mode, batch_size=setup.batch_size,
+                accumulation_steps=setup.accumulation_steps, precision=setup.precision,
+                clip_grad_norm=setup.clip_grad_norm, device=str(setup.device), seed=setup.seed, repeats=repeats,
+                diverge_threshold=setup.threshold, loss_on=loss_on, task=task,
+                optimizer=type(setup.optimizer).__name__, family=optimizer_family(setup.optimizer), refine=refine,
+                refine_steps=refine_steps if refine else None, refine_seeds=refine_seeds if refine else None)
+
+
+def _sweeps(setup: _Setup, initial: Any, lrs: np.ndarray, repeats: int, val_batches: int | None,
+            steps_bar: Any) -> list[dict[str, Any]]:
+    """``repeats`` sweeps over ``lrs`` (data orders seed, seed + 1, ...); each point the training loss,
+    or with ``val_batches`` the loss on that many validation batches."""
+    runs = []
+    for r in range(repeats):
+        if r > 0:  # each repeat starts from the same weights and optimizer state
+            initial.restore()
+        seed_everything_for(setup.seed + r, setup.device)
+        batches = BatchStream(setup.data, setup.batch_size, seed=setup.seed + r)
+        val_loss = (lambda: setup.mean_loss(setup.val_data, val_batches)) if val_batches is not None else None
+        runs.append(_sweep(setup.make_step(), batches, lrs, setup.threshold, steps_bar, val_loss))
+    return runs
 
 
 # The short runs of the refinement: the first bracket, at most three more past its ends, and one
@@ -223,28 +252,27 @@ def _schedule_of(model: Any) -> tuple[Any, str, float]:
             defaults.get("min_lr_ratio", cfg.min_lr_ratio))
 
 
-def _short_runner(model: Any, initial: Any, make_step: Callable[[], TrainStep], data: Data, score_data: Data,
-                  compute: Any, dev: torch.device, precision: Any, batch_size: int | None, accumulation_steps: int,
-                  seed: int, refine_steps: int, seeds: int, threshold: float,
+def _short_runner(setup: _Setup, initial: Any, refine_steps: int, seeds: int,
                   steps_bar: Any) -> Callable[[float], tuple[float, int]]:
     """``short_run(lr)``: ``seeds`` short runs from the user's objects as they were (data orders seed,
-    seed + 1, ...: the same for every LR), their mean score on a fixed subset of ``score_data``: forward
-    passes worth at most a quarter of a run's training samples (about 8% of its compute), 2048 at most."""
-    per = batch_size or batch_size_of(BatchStream(data, batch_size, seed=seed).take(1)[0]) or 1
-    eval_batches = max(1, min(REFINE_EVAL_SAMPLES, refine_steps * accumulation_steps * per // 4) // per)
-    schedule = _schedule_of(model)
+    seed + 1, ...: the same for every LR), their mean score on a fixed subset of the validation data (else
+    the training data): forward passes worth at most a quarter of a run's training samples (about 8% of
+    its compute), 2048 at most."""
+    data, batch_size = setup.data, setup.batch_size
+    score_data = setup.val_data if setup.val_data is not None else data
+    per = batch_size or batch_size_of(BatchStream(data, batch_size, seed=setup.seed).take(1)[0]) or 1
+    eval_batches = max(1, min(REFINE_EVAL_SAMPLES, refine_steps * setup.accumulation_steps * per // 4) // per)
+    schedule = _schedule_of(setup.model)
 
     def one(lr: float, s: int) -> tuple[float, int]:
         initial.restore()  # every run starts where the user's objects were
-        seed_everything_for(s, dev)
-        step = make_step()
-        return _short_run(step, BatchStream(data, batch_size, seed=s), lr_schedule(refine_steps, lr, *schedule),
-                          threshold, steps_bar,
-                          lambda: evaluate(step.model, score_data, compute, device=dev, precision=precision,
-                                           batch_size=batch_size, max_batches=eval_batches)["loss"])
+        seed_everything_for(s, setup.device)
+        return _short_run(setup.make_step(), BatchStream(data, batch_size, seed=s),
+                          lr_schedule(refine_steps, lr, *schedule), setup.threshold, steps_bar,
+                          lambda: setup.mean_loss(score_data, eval_batches))
 
     def short_run(lr: float) -> tuple[float, int]:
-        runs = [one(lr, seed + k) for k in range(seeds)]
+        runs = [one(lr, setup.seed + k) for k in range(seeds)]
         return float(np.mean([v for v, _ in runs])), sum(n for _, n in runs)
 
     return short_run

@@ -12,6 +12,7 @@ from typing import Any, Literal, Optional
 
 import numpy as np
 
+from tunekit.errors import UsageError
 from tunekit.results.base import Result
 
 __all__ = ["Finding", "DoctorResult", "STATUSES"]
@@ -32,7 +33,8 @@ class Finding:
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
-            raise ValueError(f"status must be one of {', '.join(STATUSES)}, got {self.status!r}")
+            raise UsageError(f"Finding status must be one of {', '.join(STATUSES)}, got {self.status!r}: "
+                             "pass e.g. status='warn'")
 
     def line(self) -> str:
         fix = f"  -> {self.fix}" if self.fix and self.status in ("fail", "warn") else ""

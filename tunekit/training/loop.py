@@ -18,7 +18,7 @@ from tunekit.progress import bar
 from tunekit.results import TrainResult
 from tunekit.training.schedule import DECAYS, Warmup, lr_schedule, warmup_steps
 from tunekit.probes.state import seed_everything_for
-from tunekit.training.step import TrainStep, Updates, autocast_context, resolve_device
+from tunekit.training.step import StepOutput, TrainStep, Updates, autocast_context, resolve_device
 from tunekit.precision import Precision, check_precision
 from tunekit.inputs.task import LossComputer, Task, accuracy_counts
 
@@ -177,49 +177,24 @@ def train(
     precision = check_precision(cfg.precision or task.precision)
     result = TrainResult(config=dataclasses.asdict(cfg) | {"precision": precision}, task=task.name, device=str(device))
 
+    # The run's own RNG: seeded here, and the caller's (CPU and the run's GPU) put back afterwards.
     cuda_devices = [device.index if device.index is not None else torch.cuda.current_device()] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=cuda_devices):
         seed_everything_for(cfg.seed, device)
-        model = task.make_model(cfg.seed).to(device)
-        model.train()
-        optimizer = task.make_optimizer(model)
-        if cfg.weight_decay is not None:
-            for group in optimizer.param_groups:
-                group["weight_decay"] = cfg.weight_decay
-        compute = task.loss_computer()
-        step = TrainStep(
-            model,
-            optimizer,
-            compute,
-            device=device,
-            precision=precision,
-            accumulation_steps=cfg.accumulation_steps,
-            clip_grad_norm=cfg.clip_grad_norm,
-        )
+        step = _fresh_step(task, cfg, device, precision)
         batches = BatchStream(task.train_data, cfg.batch_size, seed=cfg.seed)
         lrs = lr_schedule(cfg.max_steps, cfg.lr, cfg.warmup, cfg.schedule, cfg.min_lr_ratio).tolist()  # type: ignore[arg-type]
+        run_eval = _evaluator(task, cfg, step, result, callback)
 
-        def run_eval(at: int) -> bool:
-            if task.val_data is None:
-                return False
-            metrics = evaluate(
-                model, task.val_data, compute, device=device, precision=precision,
-                batch_size=cfg.eval_batch_size or task.batch_size or cfg.batch_size, max_batches=cfg.eval_batches,
-            )
-            result.evals.append({"step": at, **metrics})
-            return bool(callback(at, metrics)) if callback is not None else False
-
+        # The updates, evaluated every ``eval_every``, until the schedule ends, the loss diverges or
+        # the callback says stop.
         start = time.perf_counter()
         loop = Updates(step, batches, lrs)
         update = 0
         with bar(cfg.max_steps, task.name, "step", progress) as steps_bar:
             for i, lr, out in loop:
                 update = i + 1
-                result.steps.append(i)
-                result.lrs.append(lr)
-                result.losses.append(out.loss)
-                result.grad_norms.append(out.grad_norm)
-                result.samples += out.samples
+                _record(result, i, lr, out)
                 steps_bar.update(1)
                 if update % 10 == 0:
                     steps_bar.set_postfix(loss=f"{out.loss:.4f}", refresh=False)
@@ -231,7 +206,47 @@ def train(
         if loop.diverged_at is not None:
             result.diverged, result.diverged_at = True, loop.diverged_at
         result.updates = update
+
+        # A run that ended on its own is evaluated at its end.
         if not result.diverged and not result.stopped_early:
             run_eval(update)
         result.seconds = time.perf_counter() - start
     return result
+
+
+def _fresh_step(task: Task, cfg: TrainConfig, device: torch.device, precision: Precision) -> TrainStep:
+    """The task's fresh model (seeded by ``cfg.seed``) and optimizer, in the shared step with the run's settings."""
+    model = task.make_model(cfg.seed).to(device)
+    model.train()
+    optimizer = task.make_optimizer(model)
+    if cfg.weight_decay is not None:
+        for group in optimizer.param_groups:
+            group["weight_decay"] = cfg.weight_decay
+    return TrainStep(model, optimizer, task.loss_computer(), device=device, precision=precision,
+                     accumulation_steps=cfg.accumulation_steps, clip_grad_norm=cfg.clip_grad_norm)
+
+
+def _evaluator(task: Task, cfg: TrainConfig, step: TrainStep, result: TrainResult,
+               callback: EvalCallback | None) -> Callable[[int], bool]:
+    """``run_eval(update)``: the validation metrics into ``result.evals``, then the callback; True to stop."""
+
+    def run_eval(at: int) -> bool:
+        if task.val_data is None:
+            return False
+        metrics = evaluate(
+            step.model, task.val_data, step.compute, device=step.device, precision=step.precision,
+            batch_size=cfg.eval_batch_size or task.batch_size or cfg.batch_size, max_batches=cfg.eval_batches,
+        )
+        result.evals.append({"step": at, **metrics})
+        return bool(callback(at, metrics)) if callback is not None else False
+
+    return run_eval
+
+
+def _record(result: TrainResult, i: int, lr: float, out: StepOutput) -> None:
+    """One update's point on the curve."""
+    result.steps.append(i)
+    result.lrs.append(lr)
+    result.losses.append(out.loss)
+    result.grad_norms.append(out.grad_norm)
+    result.samples += out.samples

@@ -167,7 +167,9 @@ class TrainStep:
     def __call__(self, micro_batches: Sequence[Batch]) -> StepOutput:
         """One update: accumulate, read the loss (the one host sync), apply."""
         if len(micro_batches) != self.accumulation_steps:
-            raise ValueError(f"expected {self.accumulation_steps} micro-batches, got {len(micro_batches)}")
+            k = self.accumulation_steps
+            raise UsageError(f"a step takes accumulation_steps={k} micro-batches, got {len(micro_batches)}: "
+                             f"pass a list of {k}, e.g. BatchStream(data, batch_size).take({k})")
         total, samples = self.accumulate(micro_batches)
         loss_value = float(total) / self.accumulation_steps
         if not math.isfinite(loss_value):

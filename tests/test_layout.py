@@ -1,0 +1,272 @@
+"""The package's shape, read from its source with ``ast`` (nothing of tunekit is imported):
+no import cycle, no private name imported across modules, short functions with few
+parameters, and a CLI module that stays small.
+
+Each assertion lists every offender, so one run says everything there is to fix.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "tunekit"
+
+MAX_LINES = 80  # a function, from its ``def`` to its last line, docstring included
+MAX_PARAMS = 15  # self and cls not counted
+MAX_CLI_LINES = 500
+# The public entry points take many keyword arguments on purpose, each a setting a user may
+# change; those past the first few (the objects under test) must be keyword-only.
+ENTRY_POINTS = {
+    ("tunekit.hpsearch.run", "search"), ("tunekit.probes.range_test", "lr_find"),
+    ("tunekit.probes.batch_probe", "probe"), ("tunekit.checks.run", "doctor"), ("tunekit.training.loop", "train"),
+    ("tunekit.hpsearch.shared.api", "create_study"), ("tunekit.hpsearch.shared.api", "join_study"),
+}
+MAX_POSITIONAL = 5  # doctor's model, train_data, loss_fn, optimizer, val_data
+
+
+@dataclass(frozen=True)
+class Import:
+    """One ``import`` or ``from ... import`` of a module of the package."""
+
+    source: str  # the importing module
+    target: str  # the imported module
+    names: tuple[str, ...]  # what ``from target import ...`` takes (empty for ``import target``)
+    line: int
+
+
+@dataclass(frozen=True)
+class Module:
+    name: str
+    path: Path
+    tree: ast.Module
+
+    @property
+    def is_package(self) -> bool:
+        return self.path.name == "__init__.py"
+
+
+def load_package(root: Path) -> dict[str, Module]:
+    """Every module under ``root`` (a package folder), parsed, by dotted name."""
+    modules = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = path.relative_to(root.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        modules[name] = Module(name, path, ast.parse(path.read_text(), str(path)))
+    return modules
+
+
+def _type_checking_only(tree: ast.Module) -> set[ast.AST]:
+    """The import nodes under ``if TYPE_CHECKING:``: they never run, so they cannot make a cycle."""
+    skipped: set[ast.AST] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skipped.update(n for stmt in node.body for n in ast.walk(stmt))
+    return skipped
+
+
+def _absolute(module: Module, node: ast.ImportFrom) -> str:
+    """The module a ``from`` import names, relative imports resolved against ``module``."""
+    if node.level == 0:
+        return node.module or ""
+    base = module.name.split(".")
+    base = base if module.is_package else base[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def _known(name: str, modules: dict[str, Module]) -> str | None:
+    """The longest prefix of ``name`` that is a module of the package (``a.b.C`` -> ``a.b``)."""
+    parts = name.split(".")
+    for end in range(len(parts), 0, -1):
+        if ".".join(parts[:end]) in modules:
+            return ".".join(parts[:end])
+    return None
+
+
+def imports(modules: dict[str, Module]) -> Iterator[Import]:
+    """Every import of a module of the package, those inside functions too (they run when called)."""
+    for module in modules.values():
+        skipped = _type_checking_only(module.tree)
+        for node in ast.walk(module.tree):
+            if node in skipped:
+                continue
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    target = _known(alias.name, modules)
+                    if target is not None:
+                        yield Import(module.name, target, (), node.lineno)
+            elif isinstance(node, ast.ImportFrom):
+                base = _absolute(module, node)
+                for alias in node.names:
+                    # ``from pkg import sub`` imports the submodule; ``from pkg import name``, pkg itself.
+                    target = _known(f"{base}.{alias.name}", modules) or _known(base, modules)
+                    if target is not None:
+                        yield Import(module.name, target, (alias.name,), node.lineno)
+
+
+def find_cycles(modules: dict[str, Module]) -> list[tuple[list[str], list[str]]]:
+    """Per group of modules that import each other (directly or round about): one shortest cycle
+    through it, as [a, b, ..., a], and every module of the group."""
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for imp in imports(modules):
+        graph[imp.source].add(imp.target)
+    cycles, seen = [], set()
+    for group in _strongly_connected(graph):
+        if len(group) > 1 or any(m in graph[m] for m in group):
+            start = min(group)
+            if start not in seen:
+                seen.update(group)
+                cycles.append((_shortest_cycle(graph, start, group), sorted(group)))
+    return cycles
+
+
+def _strongly_connected(graph: dict[str, set[str]]) -> list[set[str]]:
+    """Tarjan's strongly connected components, iteratively (no recursion limit to hit)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                group = set()
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    group.add(member)
+                    if member == node:
+                        break
+                groups.append(group)
+    return groups
+
+
+def _shortest_cycle(graph: dict[str, set[str]], start: str, group: set[str]) -> list[str]:
+    """The shortest path from ``start`` back to itself within ``group`` (breadth first)."""
+    parent: dict[str, str] = {}
+    queue = deque([start])
+    while queue:
+        node = queue.popleft()
+        for child in sorted(graph[node] & group):
+            if child == start:
+                path = [node]
+                while path[-1] != start:
+                    path.append(parent[path[-1]])
+                return [*reversed(path), start]
+            if child not in parent:
+                parent[child] = node
+                queue.append(child)
+    raise AssertionError(f"{start} is in a cycle but no path leads back to it")
+
+
+def _functions(modules: dict[str, Module]) -> Iterator[tuple[Module, ast.FunctionDef | ast.AsyncFunctionDef]]:
+    for module in modules.values():
+        for node in ast.walk(module.tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                yield module, node
+
+
+def _parameters(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
+    a = fn.args
+    named = [p.arg for p in a.posonlyargs + a.args + a.kwonlyargs]
+    star = [p.arg for p in (a.vararg, a.kwarg) if p is not None]
+    return [p for p in named + star if p not in ("self", "cls")]
+
+
+def _where(module: Module, line: int) -> str:
+    return f"{module.path.relative_to(PACKAGE.parent)}:{line}"
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+@pytest.fixture(scope="module")
+def package() -> dict[str, Module]:
+    return load_package(PACKAGE)
+
+
+def test_no_import_cycle(package: dict[str, Module]) -> None:
+    cycles = find_cycles(package)
+    assert not cycles, "import cycles (break each, e.g. by moving what both need into a third module):\n" + "\n".join(
+        " -> ".join(cycle) + (f" (all in one cycle: {', '.join(group)})" if len(group) > len(cycle) - 1 else "")
+        for cycle, group in cycles)
+
+
+def test_the_cycle_finder_finds_a_cycle_through_a_function_and_a_relative_import(tmp_path: Path) -> None:
+    """Its own check, on a fake package: a imports b at the top, b imports a inside a function
+    (relatively); a imports c only for type checkers, which is no cycle."""
+    pkg = tmp_path / "fake"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from typing import TYPE_CHECKING\nfrom fake.sub import b\n"
+                              "if TYPE_CHECKING:\n    from fake import c\n")
+    (pkg / "sub" / "b.py").write_text("def f():\n    from .. import a\n    return a\n")
+    (pkg / "c.py").write_text("import fake.a\n")
+    assert find_cycles(load_package(pkg)) == [(["fake.a", "fake.sub.b", "fake.a"], ["fake.a", "fake.sub.b"])]
+    (pkg / "sub" / "b.py").write_text("X = 1\n")
+    assert find_cycles(load_package(pkg)) == []
+
+
+def test_no_private_name_is_imported_from_another_module(package: dict[str, Module]) -> None:
+    offenders = sorted(f"{_where(package[i.source], i.line)}: from {i.target} import {name}"
+                       for i in imports(package) for name in i.names if _is_private(name) and i.target != i.source)
+    assert not offenders, "private names imported across modules (make them public, or move the code):\n" + "\n".join(
+        offenders)
+
+
+def test_no_function_is_over_80_lines(package: dict[str, Module]) -> None:
+    offenders = sorted(f"{_where(m, fn.lineno)}: {fn.name} ({fn.end_lineno - fn.lineno + 1} lines)"
+                       for m, fn in _functions(package) if fn.end_lineno - fn.lineno + 1 > MAX_LINES)
+    assert not offenders, f"functions over {MAX_LINES} lines (split them into named stages):\n" + "\n".join(offenders)
+
+
+def test_no_function_takes_over_15_parameters(package: dict[str, Module]) -> None:
+    offenders = sorted(f"{_where(m, fn.lineno)}: {fn.name} ({len(_parameters(fn))} parameters)"
+                       for m, fn in _functions(package)
+                       if len(_parameters(fn)) > MAX_PARAMS and (m.name, fn.name) not in ENTRY_POINTS)
+    assert not offenders, (f"functions over {MAX_PARAMS} parameters (group related ones in a small dataclass):\n"
+                           + "\n".join(offenders))
+
+
+def test_the_entry_points_take_their_settings_by_keyword(package: dict[str, Module]) -> None:
+    found = {(m.name, fn.name): (m, fn) for m, fn in _functions(package) if (m.name, fn.name) in ENTRY_POINTS}
+    offenders = [f"{name} is not defined in {module}" for module, name in sorted(ENTRY_POINTS - set(found))]
+    for (module, name), (m, fn) in sorted(found.items()):
+        positional = [p.arg for p in fn.args.posonlyargs + fn.args.args]
+        if len(positional) > MAX_POSITIONAL:
+            offenders.append(f"{_where(m, fn.lineno)}: {name} takes {len(positional)} positional parameters "
+                             f"({', '.join(positional[MAX_POSITIONAL:])} should follow a *)")
+    assert not offenders, "entry points:\n" + "\n".join(offenders)
+
+
+def test_the_cli_module_stays_under_500_lines() -> None:
+    lines = len((PACKAGE / "cli.py").read_text().splitlines())
+    assert lines < MAX_CLI_LINES, f"tunekit/cli.py has {lines} lines (at most {MAX_CLI_LINES - 1}): move code out of it"
