@@ -72,6 +72,11 @@ class Result:
         """What the CLI prints for this result: by default its :meth:`table`."""
         return self.table()
 
+    @property
+    def exit_code(self) -> int:
+        """What the CLI exits with once it has shown this result: 0, unless the result failed a check."""
+        return 0
+
     def plot(self, ax: Any = None) -> Any:  # pragma: no cover - each result draws its own
         """Draw the result on ``ax`` (a new figure's Axes if None) and return that Axes.
 
