@@ -196,8 +196,7 @@ def _add_run_args(p: Any, writes: str) -> None:
     _add(p, "--quiet")
 
 
-def _add_probe_commands(sub: Any) -> None:
-    """`tunekit lr-find`, `probe` and `doctor`: a probe of one task, written to DIR."""
+def _add_lr_find_command(sub: Any) -> None:
     p = _command(sub, "lr-find", cmd_lr_find, "LR range test: suggest a peak LR for a warmup + cosine run", EPILOG_LR_FIND,
                  "Sweep the LR up over N optimizer updates of the shared step and suggest a peak LR. "
                  "Writes DIR/lr_find.json and DIR/lr_find.png.")
@@ -209,17 +208,23 @@ def _add_probe_commands(sub: Any) -> None:
     # The sweep runs training's step: these default to the task's, as in `tunekit train`.
     _add(p, "--accumulation-steps", default=None, help="micro-batches per optimizer update (default: the task's, else 1)")
     _add(p, "--precision")
-    _add(p, "--clip", help="clip the global grad norm at this value; 'none' to disable (default: the task's, else 1.0, as in train)")
+    _add(p, "--clip", help="clip the global grad norm at this value; 'none' to disable (default: the task's, else 1.0, "
+         "as in train)")
     p.add_argument("--repeats", type=int, default=1, help="repeat with other seeds and data orders; report the spread (default 1)")
-    p.add_argument("--no-refine", action="store_true", help="the curve's suggestion alone, without the short runs that check it")
+    p.add_argument("--no-refine", action="store_true",
+                   help="the curve's suggestion alone, without the short runs that check it")
     p.add_argument("--refine-steps", type=int, default=100, metavar="N",
                    help="updates of each short warmup + cosine run that checks the suggestion (default 100)")
     p.add_argument("--refine-seeds", type=int, default=2, metavar="S",
                    help="short runs per LR, with other data orders, their scores averaged (default 2)")
     _add_run_args(p, "lr_find.json and lr_find.png")
-    p = _command(sub, "probe", cmd_probe, "memory and throughput probe: largest, fastest and critical batch size", EPILOG_PROBE,
-                 "Predict a training step's peak memory from a trace on fake tensors, confirm the largest batch that fits "
-                 "with a real step, measure throughput and the gradient noise scale. Writes DIR/probe.json and DIR/probe.png.")
+
+
+def _add_probe_command(sub: Any) -> None:
+    p = _command(sub, "probe", cmd_probe, "memory and throughput probe: largest, fastest and critical batch size",
+                 EPILOG_PROBE, "Predict a training step's peak memory from a trace on fake tensors, confirm the largest "
+                               "batch that fits with a real step, measure throughput and the gradient noise scale. "
+                               "Writes DIR/probe.json and DIR/probe.png.")
     _add(p, "--memory-budget", help="e.g. 512MiB, 8GiB, 2.5GB (default: free GPU memory, or available RAM on CPU)")
     p.add_argument("--headroom", type=float, default=0.15, help="fraction of the budget kept free (default 0.15)")
     _add(p, "--accumulation-steps", "--precision")
@@ -227,10 +232,13 @@ def _add_probe_commands(sub: Any) -> None:
     _add(p, "--lr", help="an LR found at --lr-batch, to rescale to the target batch")
     p.add_argument("--lr-batch", type=int, help="the effective batch at which --lr was found")
     _add_run_args(p, "probe.json and probe.png")
-    p = _command(sub, "doctor", cmd_doctor, "pre-flight check: what would make a training run fail, before tuning", EPILOG_DOCTOR,
-                 "Check the task's model, loss and data before any LR or batch is tuned: gradient flow, a tiny-batch "
-                 "overfit, NaN/Inf, the loss contract, the data, train/eval modes and the recipe. Writes DIR/doctor.json "
-                 "and DIR/doctor.png; exits 1 when a check fails.")
+
+
+def _add_doctor_command(sub: Any) -> None:
+    p = _command(sub, "doctor", cmd_doctor, "pre-flight check: what would make a training run fail, before tuning",
+                 EPILOG_DOCTOR, "Check the task's model, loss and data before any LR or batch is tuned: gradient "
+                                "flow, a tiny-batch overfit, NaN/Inf, the loss contract, the data, train/eval modes "
+                                "and the recipe. Writes DIR/doctor.json and DIR/doctor.png; exits 1 when a check fails.")
     _add(p, "--batch-size", "--accumulation-steps", "--precision")
     _add(p, "--lr", help="the peak LR you intend, compared with a quick range test (default: the task's)")
     _add(p, "--warmup", help="the warmup you intend: a fraction (0.05) or updates (20) (default: the task's)")
@@ -287,13 +295,15 @@ def _add_worker_args(g: Any) -> None:
     g.add_argument("--worker-id", metavar="ID", help="this worker's name, from which its sampler seed comes (default HOST:PID)")
 
 
-def _add_study_commands(sub: Any) -> None:
-    """`tunekit search`, and `worker` and `study create|reap` for a study that many machines share."""
+def _add_search_command(sub: Any) -> None:
     p = _command(sub, "search", cmd_search, "seeded Optuna TPE search with ASHA early stopping", EPILOG_SEARCH,
                  "Run the probes the space needs, seed the space from them, and search it with Optuna (TPE) and "
                  "successive-halving early stopping. Writes DIR/search.json, DIR/trials.csv, DIR/search.png and the "
                  "study (DIR/study.db).", task=False)
     _add_search_flags(p)
+
+
+def _add_worker_command(sub: Any) -> None:
     p = _command(sub, "worker", cmd_worker, "join a shared study and run its trials (no probe runs)", EPILOG_WORKER,
                  "Join a study created by `tunekit study create` (or a first `tunekit search --storage URL --study "
                  "NAME`): its settings are the study's, and a flag that disagrees with them is refused.", task=False)
@@ -310,6 +320,9 @@ def _add_study_commands(sub: Any) -> None:
     _add(p, "--out", default=None, help="also write this worker's snapshot of the study there (default: none; "
          "tunekit report --storage URL --study NAME reports the whole study)")
     _add(p, "--quiet")
+
+
+def _add_study_command(sub: Any) -> None:
     p = _command(sub, "study", None, "create a shared study, or reap its stopped workers", EPILOG_WORKER, task=False)
     ss = p.add_subparsers(dest="study_command", metavar="ACTION", parser_class=_Parser, required=True)
     c = ss.add_parser("create", help="run the probes once and store what every worker must agree on",
@@ -327,8 +340,7 @@ def _add_study_commands(sub: Any) -> None:
     r.set_defaults(func=cmd_study_reap, usage=r.format_usage)
 
 
-def _add_view_commands(sub: Any) -> None:
-    """`tunekit serve`, `dashboard`, `report` and `spaces`: what a search stores, served or shown."""
+def _add_serve_command(sub: Any) -> None:
     p = _command(sub, "serve", cmd_serve, "serve a study's database to workers (Optuna's gRPC storage proxy)",
                  "examples:\n  tunekit serve --storage postgresql://db/tk --port 13000 --dashboard-port 8080\n",
                  "Run Optuna's gRPC storage proxy in front of a database; workers use --storage grpc://HOST:PORT. "
@@ -339,12 +351,18 @@ def _add_view_commands(sub: Any) -> None:
     _add(p, "--port", default=13000, help="gRPC port (default 13000)")
     _add(p, "--dashboard-port", type=int, metavar="PORT", help="also serve optuna-dashboard on this port")
     _add(p, "--artifacts")
+
+
+def _add_dashboard_command(sub: Any) -> None:
     p = _command(sub, "dashboard", cmd_dashboard, "optuna-dashboard on a search's study (pip install 'tunekit[dashboard]')",
                  "examples:\n  tunekit dashboard tunekit_runs\n  tunekit dashboard postgresql://db/tk --port 8080\n", task=False)
     p.add_argument("target", metavar="DIR|URL", help="a directory written by tunekit search, a storage URL or a journal file")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     _add(p, "--port", default=8080, help="HTTP port (default 8080)")
     _add(p, "--artifacts")
+
+
+def _add_report_command(sub: Any) -> None:
     p = _command(sub, "report", cmd_report, "redraw a search's table and plots from DIR/search.json, or report a whole study",
                  "examples:\n  tunekit report tunekit_runs\n  tunekit report --storage postgresql://db/tk --study cifar "
                  "--out runs/cifar\n", task=False)
@@ -353,13 +371,15 @@ def _add_view_commands(sub: Any) -> None:
     _add(p, "--study", help="the study's name (with --storage)")
     _add(p, "--out", default=None, help="where the study's report goes (default: DIR, else tunekit_runs)")
     _add(p, "--artifacts")
+
+
+def _add_spaces_command(sub: Any) -> None:
     p = _command(sub, "spaces", cmd_spaces, "list the shipped search spaces, or show one",
                  "examples:\n  tunekit spaces\n  tunekit spaces from_scratch\n  tunekit spaces my_space.toml\n", task=False)
     p.add_argument("name", nargs="?", metavar="NAME", help="a shipped space or a .toml file: show its entries and its file")
 
 
 def _add_train_command(sub: Any) -> None:
-    """`tunekit train`: one run of a task, or a search's trial again."""
     p = _command(sub, "train", cmd_train, "train a task with warmup + decay through the shared step", EPILOG_TRAIN,
                  "Train a fresh model of a task through tunekit's shared training step and print its curve.")
     _add(p, "--lr", help="peak learning rate (default: the task's, else 1e-3)")
@@ -391,10 +411,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"tunekit {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     _command(sub, "tasks", cmd_tasks, "list the built-in tasks", "examples:\n  tunekit tasks\n", task=False)
-    _add_probe_commands(sub)
-    _add_study_commands(sub)
-    _add_view_commands(sub)
-    _add_train_command(sub)
+    for add in (_add_lr_find_command, _add_probe_command, _add_doctor_command, _add_search_command, _add_worker_command,
+                _add_study_command, _add_serve_command, _add_dashboard_command, _add_report_command, _add_spaces_command,
+                _add_train_command):  # in the order `tunekit --help` lists them
+        add(sub)
     for command in sub.choices.values():  # to say an API error's hints as this command's flags
         command.set_defaults(usage=command.format_usage)
     return parser

@@ -118,11 +118,12 @@ def cmd_lr_find(args: argparse.Namespace) -> int:
 
     out = out_dir(args.out)
     task = _load(args)
-    clip_grad_norm = TASK_DEFAULT if args.clip_grad_norm is None else None if args.clip_grad_norm == "none" else args.clip_grad_norm
+    clip = TASK_DEFAULT if args.clip_grad_norm is None else None if args.clip_grad_norm == "none" else args.clip_grad_norm
     result = lr_find(task, min_lr=args.min_lr, max_lr=args.max_lr, steps=args.steps, mode=args.mode,
-                     batch_size=args.batch_size, accumulation_steps=args.accumulation_steps, precision=args.precision,
-                     clip_grad_norm=clip_grad_norm, repeats=args.repeats, seed=args.seed, refine=not args.no_refine,
-                     refine_steps=args.refine_steps, refine_seeds=args.refine_seeds, device=args.device, progress=not args.quiet)
+                     batch_size=args.batch_size, accumulation_steps=args.accumulation_steps,
+                     precision=args.precision, clip_grad_norm=clip, repeats=args.repeats, seed=args.seed,
+                     refine=not args.no_refine, refine_steps=args.refine_steps, refine_seeds=args.refine_seeds,
+                     device=args.device, progress=not args.quiet)
     return _show(result, out)
 
 
@@ -132,9 +133,11 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
     out = out_dir(args.out)
     _check_size(args.memory_budget)
-    return _show(probe(_load(args), memory_budget=args.memory_budget, headroom=args.headroom, device=args.device,
-                       precision=args.precision, accumulation_steps=args.accumulation_steps, target_batch=args.target_batch,
-                       lr=args.lr, lr_batch=args.lr_batch, seed=args.seed, progress=not args.quiet), out)
+    result = probe(_load(args), memory_budget=args.memory_budget, headroom=args.headroom, device=args.device,
+                   precision=args.precision, accumulation_steps=args.accumulation_steps,
+                   target_batch=args.target_batch, lr=args.lr, lr_batch=args.lr_batch, seed=args.seed,
+                   progress=not args.quiet)
+    return _show(result, out)
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
@@ -245,7 +248,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     except TypeError as exc:  # fields of another version's search.json
         raise UsageError(f"'{path}' was written by another version of tunekit ({exc}): run the search again") from None
     result.save(Path(args.dir))
-    print(f"{result.table()}\nredrew {Path(args.dir) / 'search.png'} and trials.csv")
+    print(result.table())
+    print(f"redrew {Path(args.dir) / 'search.png'} and trials.csv")
     return 0
 
 
@@ -257,7 +261,8 @@ def _report_study(args: argparse.Namespace) -> int:
 
     out = out_dir(args.out or args.dir or "tunekit_runs")
     result = write_study_report(args.storage, args.study, out, artifacts=args.artifacts)
-    print(f"{result.table()}\nwrote {out}/search.json, trials.csv, search.png: study '{args.study}', {len(result.trials)} trials")
+    print(result.table())
+    print(f"wrote {out}/search.json, trials.csv, search.png: study '{args.study}', {len(result.trials)} trials")
     return 0
 
 
@@ -269,7 +274,8 @@ def cmd_spaces(args: argparse.Namespace) -> int:
         _print_names(list_spaces())
         return 0
     space = load_space(args.name)  # an unknown name or a bad file is one usage line
-    print(f"{space.table()}\nfile: {space_path(args.name)}")
+    print(space.table())
+    print(f"file: {space_path(args.name)}")
     return 0
 
 
