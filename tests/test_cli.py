@@ -2,15 +2,17 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-pytestmark = pytest.mark.slow  # each test runs the CLI in a subprocess
+slow = pytest.mark.slow  # the tests that run the CLI in a subprocess (the rest are quick)
 
 from .tasks import ROOT  # noqa: E402
 from .tasks import run_cli as tunekit  # noqa: E402
 
 
+@slow
 def test_train_runs_and_writes_files(tmp_path: Path) -> None:
     r = tunekit("train", "--steps", "20", "--eval-every", "10", "--out", str(tmp_path), "--quiet")
     assert r.returncode == 0, r.stderr
@@ -21,18 +23,21 @@ def test_train_runs_and_writes_files(tmp_path: Path) -> None:
     assert (tmp_path / "train.png").stat().st_size > 1000
 
 
+@slow
 def test_help_shows_examples() -> None:
     for args in (["--help"], ["train", "--help"], ["tasks", "--help"]):
         r = tunekit(*args)
         assert r.returncode == 0 and "examples:" in r.stdout
 
 
+@slow
 def test_tasks_lists_builtins() -> None:
     r = tunekit("tasks")
     assert r.returncode == 0
     assert "shapes" in r.stdout and "charlm" in r.stdout
 
 
+@slow
 @pytest.mark.parametrize(
     "args, needle",
     [
@@ -58,12 +63,14 @@ def test_usage_errors_exit_2_with_one_line(args: list[str], needle: str) -> None
     assert "Traceback" not in r.stderr
 
 
+@slow
 def test_a_negative_value_reaches_its_own_check() -> None:
     r = tunekit("probe", "--memory-budget", "-5GB", "--quiet")
     assert r.returncode == 2 and r.stderr.strip().splitlines() == [
         "tunekit probe: error: memory size '-5GB' is not a size: write it like 512MiB, 8GiB or 2.5GB"]
 
 
+@slow
 def test_module_that_fails_to_import_is_a_usage_error(tmp_path: Path) -> None:
     (tmp_path / "badmod.py").write_text("raise RuntimeError('broken at import')\n")
     r = tunekit("train", "--task", "badmod:make", cwd=tmp_path)
@@ -73,6 +80,7 @@ def test_module_that_fails_to_import_is_a_usage_error(tmp_path: Path) -> None:
     ]
 
 
+@slow
 def test_an_error_in_the_users_model_is_shown_as_theirs() -> None:
     """Not "internal error": the user's frames, and the task spec that loaded their code."""
     r = tunekit("train", "--task", "tests.tasks:broken_model_task", "--steps", "2", "--quiet")
@@ -85,11 +93,13 @@ def test_an_error_in_the_users_model_is_shown_as_theirs() -> None:
     assert not any("/tunekit/" in ln for ln in frames)
 
 
+@slow
 def test_no_command_prints_help_and_exits_2() -> None:
     r = tunekit()
     assert r.returncode == 2 and "COMMAND" in r.stdout
 
 
+@slow
 def test_import_is_light() -> None:
     code = "import sys, tunekit; print(sorted(m for m in ('matplotlib', 'ray', 'optuna', 'torch') if m in sys.modules))"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
@@ -101,6 +111,7 @@ def test_import_is_light() -> None:
     assert r.returncode == 0 and r.stdout.strip() == "['torch']", (r.stdout, r.stderr)
 
 
+@slow
 @pytest.mark.parametrize(
     "args, needle",
     [
@@ -119,6 +130,7 @@ def test_bad_task_settings_and_paths_exit_2(args: list[str], needle: str) -> Non
     assert len(lines) == 1 and needle in lines[0]
 
 
+@slow
 def test_spaces_name_shows_the_entries_and_the_file() -> None:
     r = tunekit("spaces", "from_scratch")
     assert r.returncode == 0
@@ -130,9 +142,91 @@ def test_spaces_name_shows_the_entries_and_the_file() -> None:
     assert bad.returncode == 2 and "unknown space 'nope'" in bad.stderr
 
 
+@slow
 def test_a_failed_command_leaves_no_empty_output_folder(tmp_path: Path) -> None:
     r = tunekit("train", "--task", "nope", "--out", str(tmp_path / "new" / "out"))
     assert r.returncode == 2 and not (tmp_path / "new").exists()
     (tmp_path / "kept").mkdir()
     r = tunekit("train", "--task", "nope", "--out", str(tmp_path / "kept"))
     assert r.returncode == 2 and (tmp_path / "kept").is_dir()  # a folder that was there stays
+
+
+# ------------------------------------------------------------------ what a result prints and writes
+# The CLI prints a result's summary() and writes its files with its save(); these run no training.
+
+def _lr_result(**fields: Any) -> Any:
+    from tunekit.results import LRFindResult
+
+    curve = [2.0, 1.5, 1.0, 3.0]
+    base = dict(lrs=[1e-4, 1e-3, 1e-2, 1e-1], losses=curve, smoothed=curve, default_rule="tunekit",
+                suggestions={"tunekit": 1e-3, "steepest": None, "valley": 2e-3, "min/10": 1e-3}, suggestion=1e-3,
+                confidence=0.8, confident=True, reasons=[], diverged=False, diverged_at_lr=None, seconds=1.5,
+                settings={"repeats": 1}, samples=256)
+    return LRFindResult(**{**base, **fields})
+
+
+def test_lr_find_summary_is_the_table_then_the_suggestion_and_its_cost() -> None:
+    r = _lr_result()
+    assert r.summary().splitlines() == [*r.table().splitlines(), "suggested peak LR: 0.001  [tunekit rule, confidence 0.80]",
+                                        "256 samples (4 updates) in 1.5s"]
+    refined = _lr_result(suggestion=3e-3, confident=False, reasons=["noisy"], diverged_at_lr=0.1, lr_range=(5e-4, 2e-3),
+                         settings={"repeats": 2, "refine_steps": 20, "refine_seeds": 2},
+                         refinement={"lrs": [1e-3, 3e-3, 1e-2], "scores": [1.0, 0.9, 1.2], "start": 1e-3, "samples": 1000})
+    assert refined.summary().splitlines()[-3:] == [
+        "suggested peak LR: 0.003 (range over 2 repeats: 0.0005 .. 0.002)  [best of 3 LRs, 2 short runs of 20 updates "
+        "each, confidence 0.80]",
+        "LOW CONFIDENCE, do not trust this number blindly: noisy",
+        "256 samples over 2 runs (4 updates in the first, then 3 LRs x 2 short runs of 20: 1000 samples) in 1.5s, "
+        "stopped at lr 0.1 (diverged)"]
+    none = _lr_result(suggestion=None, confident=False, reasons=["no descending stretch in the curve"])
+    assert none.summary().splitlines()[-2] == "no suggestion: no descending stretch in the curve"
+
+
+def test_save_writes_the_json_and_the_plot_and_returns_their_paths(tmp_path: Path) -> None:
+    from tunekit.results import LRFindResult
+
+    r = _lr_result()
+    paths = r.save(tmp_path)
+    assert paths == [tmp_path / "lr_find.json", tmp_path / "lr_find.png"]
+    assert LRFindResult.from_json(paths[0]).suggestion == r.suggestion
+    assert paths[1].read_bytes()[:4] == b"\x89PNG"
+    assert r.save(tmp_path, "again") == [tmp_path / "again.json", tmp_path / "again.png"] and r.exit_code == 0
+
+
+def _search_result() -> Any:
+    from tunekit.results import SearchResult
+
+    trial = {"number": 0, "state": "COMPLETE", "value": 0.5, "params": {"lr": 0.01}, "config": {"lr": 0.01},
+             "samples": 100, "updates": 10, "micro_batch": 8, "accumulation_steps": 1, "curve": [[50, 0.7], [100, 0.5]]}
+    return SearchResult(study_name="s", storage="sqlite:///s.db", space="sp", direction="minimize", best_value=0.5,
+                        best_params={"lr": 0.01}, best_config={"lr": 0.01}, trials=[trial], seed_params={},
+                        distributions={}, seconds=2.0, param_importances={})
+
+
+def test_search_summary_says_where_and_how_to_rerun_and_save_adds_the_csv(tmp_path: Path) -> None:
+    r = _search_result()
+    assert r.summary("runs").splitlines()[-2:] == [
+        "search took 2.0s; wrote runs/search.json, trials.csv, search.png; study 's' in sqlite:///s.db",
+        "re-run the best trial exactly: tunekit train --config runs/search.json"]
+    assert r.save(tmp_path) == [tmp_path / "search.json", tmp_path / "trials.csv", tmp_path / "search.png"]
+    assert all(p.stat().st_size > 0 for p in tmp_path.iterdir())
+
+
+def test_probe_summary_and_train_comparison(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tunekit.results import ProbeResult, TrainResult
+
+    monkeypatch.setattr(ProbeResult, "table", lambda self: "TABLE")
+    probe = ProbeResult.__new__(ProbeResult)  # summary() reads only table() and seconds
+    probe.seconds = 3.25
+    assert probe.summary() == "TABLE\nprobe took 3.2s"
+    run = TrainResult(config={}, task="t", losses=[1.0] * 10)
+    assert run.compared_with({"number": 3, "value": 1.0}) == "trial 3 of the search: value 1.0; this run: 1.0 (the same)"
+    assert run.compared_with({"number": 3, "value": 2.0}).endswith("(NOT the same)")
+
+
+def test_a_command_that_writes_says_where(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tunekit.cli import main
+
+    assert main(["train", "--steps", "2", "--quiet", "--out", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == f"wrote {tmp_path / 'train.json'} and {tmp_path / 'train.png'}"
+    assert (tmp_path / "train.json").is_file() and (tmp_path / "train.png").is_file()

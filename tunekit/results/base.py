@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from tunekit.files import write_file
 
@@ -19,6 +19,8 @@ class Result:
 
     # Fields saved as JSON lists that the dataclass holds as tuples.
     _tuple_fields: tuple[str, ...] = ()
+    # The name of the files save() writes (NAME.json, NAME.png); each result sets its own.
+    _stem: ClassVar[str] = "result"
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)  # type: ignore[call-overload, no-any-return]
@@ -41,6 +43,39 @@ class Result:
             if data.get(name) is not None:
                 data[name] = tuple(data[name])
         return cls(**data)
+
+    def save(self, out_dir: str | Path, name: str | None = None) -> list[Path]:
+        """Write NAME.json and NAME.png (its :meth:`figure`) into ``out_dir``; return their paths.
+
+        ``name`` defaults to the result's own (``lr_find``, ``probe``, ``doctor``, ``train``,
+        ``search``), the names the CLI writes; a result with more files writes them in between.
+        """
+        from tunekit.plotting import save_plot  # imported here: matplotlib only once a plot is drawn
+
+        out, name = Path(out_dir), name or self._stem
+        paths = [out / f"{name}.json"]
+        self.to_json(paths[0])
+        paths += self._save_more(out)
+        paths.append(out / f"{name}.png")
+        save_plot(self.figure, str(paths[-1]))
+        return paths
+
+    def _save_more(self, out: Path) -> list[Path]:
+        """Files beyond the JSON and the plot that :meth:`save` writes (none by default); their paths."""
+        return []
+
+    def table(self) -> str:  # pragma: no cover - each result says its own
+        """The result as a short text table."""
+        raise NotImplementedError
+
+    def summary(self) -> str:
+        """What the CLI prints for this result: by default its :meth:`table`."""
+        return self.table()
+
+    @property
+    def exit_code(self) -> int:
+        """What the CLI exits with once it has shown this result: 0, unless the result failed a check."""
+        return 0
 
     def plot(self, ax: Any = None) -> Any:  # pragma: no cover - each result draws its own
         """Draw the result on ``ax`` (a new figure's Axes if None) and return that Axes.

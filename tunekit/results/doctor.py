@@ -49,6 +49,8 @@ class DoctorResult(Result):
     parameter norm; ``overfit_losses`` is the tiny-batch training curve.
     """
 
+    _stem = "doctor"
+
     findings: list[dict[str, Any]]
     task: str = "model"
     grad_norms: dict[str, float] = field(default_factory=dict)

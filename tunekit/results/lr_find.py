@@ -24,6 +24,7 @@ class LRFindResult(Result):
     """
 
     _tuple_fields = ('lr_range',)
+    _stem = "lr_find"
 
     lrs: list[float]
     losses: list[float]
@@ -129,4 +130,28 @@ class LRFindResult(Result):
             got = "-" if self.suggestion is None else f"{self.suggestion:.3g}"
             lines.append(f"{'refined':<10} {got:>10}  <- suggested: best of {len(ref['lrs'])} short runs "
                          f"from {ref['start']:.3g}")
+        return "\n".join(lines)
+
+    def summary(self) -> str:
+        """:meth:`table`, then the suggestion, how far to trust it and what it cost (what ``tunekit lr-find`` prints)."""
+        repeats = int(self.settings.get("repeats") or 1)
+        ref, seeds, steps = self.refinement, self.settings.get("refine_seeds"), self.settings.get("refine_steps")
+        lines = [self.table()]
+        if self.suggestion is None:
+            lines.append("no suggestion: " + "; ".join(self.reasons))
+        else:
+            spread = ""
+            if self.lr_range is not None:
+                spread = f" (range over {repeats} repeats: {self.lr_range[0]:.3g} .. {self.lr_range[1]:.3g})"
+            how = (f"best of {len(ref['lrs'])} LRs, {seeds} short runs of {steps} updates each" if ref is not None
+                   else f"{self.default_rule} rule")
+            lines.append(f"suggested peak LR: {self.suggestion:.3g}{spread}  [{how}, confidence {self.confidence:.2f}]")
+            if not self.confident:
+                lines.append("LOW CONFIDENCE, do not trust this number blindly: " + "; ".join(self.reasons))
+        stop = f", stopped at lr {self.diverged_at_lr:.3g} (diverged)" if self.diverged_at_lr else ""
+        runs = (f" over {repeats} runs ({len(self.losses)} updates in the first)" if repeats > 1
+                else f" ({len(self.losses)} updates)")
+        if ref is not None:  # the short runs' cost, inside the sweep's parentheses
+            runs = runs[:-1] + f", then {len(ref['lrs'])} LRs x {seeds} short runs of {steps}: {ref['samples']} samples)"
+        lines.append(f"{self.samples} samples{runs} in {self.seconds:.1f}s{stop}")
         return "\n".join(lines)

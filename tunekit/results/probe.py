@@ -23,6 +23,7 @@ class ProbeResult(Result):
     """What the probe found. Sizes are micro-batch sizes unless named effective."""
 
     _tuple_fields = ('critical_batch_range',)
+    _stem = "probe"
 
     device: str
     precision: str
@@ -147,3 +148,7 @@ class ProbeResult(Result):
             if isinstance(v, dict):
                 lines.append(f"LR {v['from_lr']:.3g} at batch {v['from_batch']} -> {v['lr']:.3g} at batch {v['to_batch']} ({rule} rule)")
         return "\n".join(lines)
+
+    def summary(self) -> str:
+        """:meth:`table` and how long the probe took (what ``tunekit probe`` prints)."""
+        return f"{self.table()}\nprobe took {self.seconds:.1f}s"

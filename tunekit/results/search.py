@@ -26,6 +26,8 @@ CSV_FIELDS = ("number", "state", "value", "samples", "updates", "micro_batch", "
 
 @dataclass
 class SearchResult(Result):
+    _stem = "search"
+
     study_name: str
     storage: str
     space: str
@@ -255,6 +257,20 @@ class SearchResult(Result):
                          + ", ".join(f"{k}={_fmt(v)}" for k, v in sorted(self.best_config.items())))
         return "\n".join(lines)
 
+    def summary(self, out: str | Path | None = None) -> str:
+        """:meth:`table`, what the search cost, where it is, and how to re-run its best trial
+        (what ``tunekit search`` prints); ``out`` is the folder the search wrote to, if any."""
+        wrote = f"; wrote {out}/search.json, trials.csv, search.png" if out is not None else ""
+        lines = [self.table(), f"search took {self.seconds:.1f}s{wrote}; study '{self.study_name}' in {self.storage}"]
+        if self.best_value is not None and out is not None:
+            lines.append(f"re-run the best trial exactly: tunekit train --config {out}/search.json")
+        return "\n".join(lines)
+
+    def _save_more(self, out: Path) -> list[Path]:
+        """The trials as trials.csv, beside search.json and search.png."""
+        self.write_csv(out / "trials.csv")
+        return [out / "trials.csv"]
+
 
 def _best(trials: list[dict[str, Any]]) -> Optional[dict[str, Any]]:
     done = [t for t in trials if t["state"] == "COMPLETE" and t["value"] is not None]
@@ -266,9 +282,5 @@ def _fmt(v: Any) -> str:
 
 
 def write_report(result: SearchResult, out_dir: Path) -> None:
-    """search.json, trials.csv and search.png, written together."""
-    from tunekit.plotting import save_plot
-
-    result.to_json(out_dir / "search.json")
-    result.write_csv(out_dir / "trials.csv")
-    save_plot(result.plot_overview, str(out_dir / "search.png"))
+    """search.json, trials.csv and search.png, written together (``result.save(out_dir)``)."""
+    result.save(out_dir)

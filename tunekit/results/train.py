@@ -20,6 +20,8 @@ __all__ = ["TrainResult"]
 class TrainResult(Result):
     """The curve of one run. ``evals`` holds one dict per evaluation (``step`` plus metrics)."""
 
+    _stem = "train"
+
     config: dict[str, Any]
     task: str
     steps: list[int] = field(default_factory=list)
@@ -75,6 +77,11 @@ class TrainResult(Result):
         if self.skipped_steps:
             lines.append(f"{self.skipped_steps} steps skipped by the fp16 GradScaler (not counted as updates)")
         return "\n".join(lines)
+
+    def compared_with(self, trial: dict[str, Any]) -> str:
+        """Whether this run reproduced a search's ``trial`` (a :meth:`SearchResult.trial`): the same final loss."""
+        same = "the same" if self.final_loss == trial["value"] else "NOT the same"
+        return f"trial {trial['number']} of the search: value {trial['value']}; this run: {self.final_loss} ({same})"
 
     def __repr__(self) -> str:  # the curves run to kilobytes: table() has the detail
         state = f"diverged at update {self.diverged_at}" if self.diverged else f"final loss {self.final_loss:.4g}"

@@ -1,0 +1,420 @@
+"""What each ``tunekit`` subcommand does, and how a command fails.
+
+``tunekit.cli`` parses the command line and calls one handler here with the parsed flags. A
+handler calls one public function, prints what its result says (``summary()``) and writes its
+files (``save()``). :func:`run` says its errors the CLI's way: a usage error is one line in the
+command's own flags (exit 2), an error in the user's code shows their frames only (exit 1),
+tunekit's own its whole traceback (exit 1), an interrupt what was kept (exit 130); a command that
+fails leaves no empty --out folder behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tunekit.errors import UsageError
+
+__all__ = ["run", "in_cli_terms"]
+
+
+def _parse_value(text: str) -> Any:
+    """A --set value as the task function gets it: a bool, a number, JSON, else the text."""
+    low = text.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def task_config(pairs: Sequence[str] | None) -> dict[str, Any]:
+    """The --set KEY=VALUE pairs as the task function's config."""
+    config: dict[str, Any] = {}
+    for pair in pairs or ():
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--set {pair!r} is not KEY=VALUE: write e.g. --set width=128")
+        config[key.strip()] = _parse_value(value.strip())
+    return config
+
+
+# Output folders this process created: a command that fails leaves none of them behind empty.
+_CREATED: list[Path] = []
+
+
+def out_dir(path: str | None) -> Path | None:
+    """The --out folder, created (and removed again if the command fails while it is empty); None for none."""
+    if path is None:
+        return None
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {path!r} is a file, not a directory: give a directory path")
+    _CREATED.extend(p for p in reversed([out, *out.parents]) if not p.exists())
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--out {path!r} cannot be created ({exc.strerror}): give a writable directory") from None
+    return out
+
+
+def _load(args: argparse.Namespace) -> Any:
+    """The task that --task and --set name."""
+    from tunekit.builtin import DEFAULT_TASK
+    from tunekit.inputs.task_spec import load_task
+
+    return load_task(args.task or DEFAULT_TASK, task_config(args.task_config))
+
+
+def _check_size(size: str | None) -> None:
+    """A bad --memory-budget fails before the task loads, which can take a while."""
+    if size is not None:
+        from tunekit.bytesize import parse_bytes
+
+        parse_bytes(size)
+
+
+def _show(result: Any, out: Path | None, text: str | None = None) -> int:
+    """Print what the result says (its summary, else ``text``), write its files into ``out`` and say where;
+    the command's exit status."""
+    print(result.summary() if text is None else text)
+    if out is not None:
+        print("wrote " + " and ".join(map(str, result.save(out))))
+    return int(result.exit_code)
+
+
+def _print_names(descriptions: dict[str, str]) -> None:
+    """One line per name, the descriptions aligned: the lists of tasks and of spaces."""
+    width = max(map(len, descriptions))
+    for name, desc in descriptions.items():
+        print(f"{name:<{width}}  {desc}")
+
+
+def cmd_tasks(args: argparse.Namespace) -> int:
+    """`tunekit tasks`: the built-in tasks, the default marked."""
+    from tunekit.builtin import DEFAULT_TASK
+    from tunekit.inputs.task_spec import list_tasks
+
+    _print_names({name: desc + (" (default)" if name == DEFAULT_TASK else "") for name, desc in list_tasks().items()})
+    return 0
+
+
+def cmd_lr_find(args: argparse.Namespace) -> int:
+    """`tunekit lr-find`: the range test's suggestion, and lr_find.json and .png."""
+    from tunekit.probes.range_test import TASK_DEFAULT, lr_find
+
+    out = out_dir(args.out)
+    task = _load(args)
+    clip = TASK_DEFAULT if args.clip_grad_norm is None else None if args.clip_grad_norm == "none" else args.clip_grad_norm
+    result = lr_find(task, min_lr=args.min_lr, max_lr=args.max_lr, steps=args.steps, mode=args.mode,
+                     batch_size=args.batch_size, accumulation_steps=args.accumulation_steps,
+                     precision=args.precision, clip_grad_norm=clip, repeats=args.repeats, seed=args.seed,
+                     refine=not args.no_refine, refine_steps=args.refine_steps, refine_seeds=args.refine_seeds,
+                     device=args.device, progress=not args.quiet)
+    return _show(result, out)
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    """`tunekit probe`: the largest, fastest and critical batch, and probe.json and .png."""
+    from tunekit.probes.batch_probe import probe
+
+    out = out_dir(args.out)
+    _check_size(args.memory_budget)
+    result = probe(_load(args), memory_budget=args.memory_budget, headroom=args.headroom, device=args.device,
+                   precision=args.precision, accumulation_steps=args.accumulation_steps,
+                   target_batch=args.target_batch, lr=args.lr, lr_batch=args.lr_batch, seed=args.seed,
+                   progress=not args.quiet)
+    return _show(result, out)
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """`tunekit doctor`: the checks' findings, and doctor.json and .png; exit 1 when a check failed."""
+    from tunekit.checks import doctor
+
+    out = out_dir(args.out)
+    _check_size(args.memory_budget)
+    result = doctor(_load(args), batch_size=args.batch_size, accumulation_steps=args.accumulation_steps,
+                    precision=args.precision, device=args.device, seed=args.seed, lr=args.lr, warmup=args.warmup,
+                    steps=args.steps, memory_budget=args.memory_budget, anomaly=args.anomaly,
+                    overfit_floor=args.loss_floor, progress=not args.quiet)
+    return _show(result, out, in_cli_terms(result.table(), args.usage()))  # its fixes as this command's flags
+
+
+def _search_settings(args: argparse.Namespace, out: Path | None) -> dict[str, Any]:
+    """The keyword arguments that ``search`` and ``create_study`` both take from the flags."""
+    same = ("trials", "budget", "max_steps", "storage", "seed", "sampler_seed", "sampler", "memory_budget", "device",
+            "rungs", "first_rung", "reduction_factor", "grace_period", "artifacts")
+    return dict(task_config=task_config(args.task_config) or None, study_name=args.study, out=out,
+                lr_find_result=args.lr_find, probe_result=args.probe, prune=not args.no_prune,
+                progress=not args.quiet, **{name: getattr(args, name) for name in same})
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    """`tunekit search`: the search's table; search() writes DIR's files as it goes."""
+    from tunekit.hpsearch import search
+
+    out = out_dir(args.out)
+    result = search(args.task or "shapes", args.space, **_search_settings(args, out), resume=args.resume,
+                    backend=args.backend, threads=args.threads, worker_id=args.worker_id,
+                    cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial,
+                    max_concurrent=args.max_concurrent, max_failures=args.max_failures, address=args.address,
+                    storage_path=args.storage_path)
+    print(result.summary(out))
+    return 0
+
+
+def cmd_study_create(args: argparse.Namespace) -> int:
+    """`tunekit study create`: the probes, run once, and the study's spec stored for its workers."""
+    from tunekit.hpsearch import create_study
+
+    if not args.storage:
+        raise UsageError("tunekit study create needs --storage URL (postgresql://..., sqlite:///..., or a journal file *.log)")
+    result = create_study(args.task or "shapes", args.space, **_search_settings(args, out_dir(args.out)))
+    print(f"study '{result.study_name}' is ready for {args.trials} trials: on each machine run "
+          f"tunekit worker --storage {args.storage} --study {result.study_name}")
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    """`tunekit worker`: join a shared study and run its trials."""
+    from tunekit.hpsearch import join_study
+
+    out = out_dir(args.out)
+    result = join_study(args.storage, args.study, task=args.task, out=out, device=args.device, progress=not args.quiet,
+                        worker_id=args.worker_id, threads=args.threads, grace_period=args.grace_period,
+                        timeout=args.timeout, trials=args.trials, budget=args.budget, max_steps=args.max_steps,
+                        seed=args.seed, sampler_seed=args.sampler_seed, task_config=task_config(args.task_config) or None)
+    mine = [t for t in result.trials if (t.get("worker") or {}).get("pid") == os.getpid()]
+    print(f"worker done: ran {len(mine)} of the study's {len(result.trials)} trials; "
+          f"tunekit report --storage {args.storage} --study {args.study} reports the whole study")
+    return 0
+
+
+def cmd_study_reap(args: argparse.Namespace) -> int:
+    """`tunekit study reap`: fail the trials of stopped workers now."""
+    from tunekit.hpsearch import reap_study
+
+    numbers = reap_study(args.storage, args.study, workers=args.worker, grace_period=args.grace_period)
+    print(f"failed {len(numbers)} trial(s) of stopped workers{': ' + ', '.join(map(str, numbers)) if numbers else ''}"
+          f"{'; each is re-run once by the next worker' if numbers else ''}")
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """`tunekit serve`: Optuna's gRPC storage proxy in front of a study's database."""
+    from tunekit.hpsearch.shared.server import serve
+
+    serve(args.storage, host=args.host, port=args.port, dashboard_port=args.dashboard_port, artifacts=args.artifacts,
+          on_ready=lambda: print(f"serving {args.storage} on {args.host}:{args.port}: workers use "
+                                 f"--storage grpc://{args.host}:{args.port}", flush=True))
+    return 0
+
+
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    """`tunekit dashboard`: optuna-dashboard on a search's study."""
+    from tunekit.hpsearch.shared.server import dashboard
+
+    dashboard(args.target, host=args.host, port=args.port, artifacts=args.artifacts,
+              on_ready=lambda: print(f"optuna-dashboard on http://{args.host}:{args.port}", flush=True))
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """`tunekit report`: a search's table and files again from DIR/search.json, or a whole shared study's."""
+    from tunekit.results import SearchResult
+
+    if args.storage or args.study:
+        return _report_study(args)
+    if args.dir is None:
+        raise UsageError("give a directory written by tunekit search, or --storage URL --study NAME")
+    path = Path(args.dir) / "search.json"
+    if not path.is_file():
+        raise UsageError(f"'{path}' does not exist: give a directory written by tunekit search")
+    try:
+        result = SearchResult.from_json(path)
+    except TypeError as exc:  # fields of another version's search.json
+        raise UsageError(f"'{path}' was written by another version of tunekit ({exc}): run the search again") from None
+    result.save(Path(args.dir))
+    print(result.table())
+    print(f"redrew {Path(args.dir) / 'search.png'} and trials.csv")
+    return 0
+
+
+def _report_study(args: argparse.Namespace) -> int:
+    """`tunekit report --storage URL --study NAME`: the whole shared study."""
+    if not (args.storage and args.study):
+        raise UsageError("a study's report needs both --storage URL and --study NAME")
+    from tunekit.hpsearch.shared.api import write_study_report
+
+    out = out_dir(args.out or args.dir or "tunekit_runs")
+    result = write_study_report(args.storage, args.study, out, artifacts=args.artifacts)
+    print(result.table())
+    print(f"wrote {out}/search.json, trials.csv, search.png: study '{args.study}', {len(result.trials)} trials")
+    return 0
+
+
+def cmd_spaces(args: argparse.Namespace) -> int:
+    """`tunekit spaces [NAME]`: the shipped search spaces, or one space's entries and file."""
+    from tunekit.inputs.space import list_spaces, load_space, space_path
+
+    if not args.name:
+        _print_names(list_spaces())
+        return 0
+    space = load_space(args.name)  # an unknown name or a bad file is one usage line
+    print(space.table())
+    print(f"file: {space_path(args.name)}")
+    return 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    """`tunekit train`: one run of a task (or of a search's trial, exactly), and train.json and .png."""
+    from tunekit.training.loop import train
+
+    out = out_dir(args.out)
+    keys = ("lr", "max_steps", "batch_size", "accumulation_steps", "warmup", "schedule", "min_lr_ratio",
+            "weight_decay", "precision", "eval_every")
+    overrides = {k: getattr(args, k) for k in keys if getattr(args, k) is not None}
+    if args.clip_grad_norm is not None:
+        overrides["clip_grad_norm"] = None if args.clip_grad_norm == "none" else args.clip_grad_norm
+    if args.config:
+        task, config, trial = _from_search(args, overrides)
+    elif args.trial is not None:
+        raise UsageError("--trial goes with --config DIR/search.json: add it, or drop --trial")
+    else:
+        task, config, trial = _load(args), {**overrides, "seed": args.seed, "device": args.device}, None
+    result = train(task, config, progress=not args.quiet)
+    return _show(result, out, result.table() + ("" if trial is None else "\n" + result.compared_with(trial)))
+
+
+def _from_search(args: argparse.Namespace, overrides: dict[str, Any]) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+    """(the task, the training config, the trial) of a search's trial, for an exact re-run."""
+    from tunekit.inputs.task_spec import load_task
+    from tunekit.results import SearchResult
+
+    if overrides or args.task_config:
+        flag = "--" + next(iter(overrides)).replace("_", "-") if overrides else "--set"
+        raise UsageError(f"--config re-runs a trial exactly: {flag} would change it; drop it, or train without --config")
+    path = Path(args.config)
+    if path.is_dir():
+        path = path / "search.json"
+    if not path.is_file():
+        raise UsageError(f"--config '{args.config}' does not exist: give a search's DIR/search.json")
+    try:
+        result = SearchResult.from_json(path)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"--config '{path}' is not a search.json of this tunekit ({exc})") from None
+    trial = result.trial(args.trial)
+    spec = args.task or result.task
+    if spec is None:
+        raise UsageError("the search ran a Task object, not a spec: give the same task with --task")
+    return load_task(spec, trial.get("task_config") or None), {**trial["config"], "device": args.device}, trial
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the parsed command; its exit status. A command that does not succeed leaves no empty --out folder."""
+    code = 1
+    try:
+        code = _said(args)
+    finally:  # also when an exception goes through (code stays 1)
+        if code != 0:
+            for out in reversed(_CREATED):
+                try:
+                    out.rmdir()  # only an empty folder: anything written there stays
+                except OSError:
+                    pass
+        _CREATED.clear()
+    return code
+
+
+def _said(args: argparse.Namespace) -> int:
+    """The command, with its errors said the way the CLI says them."""
+    try:
+        return int(args.func(args))
+    except UsageError as exc:
+        print(f"tunekit {args.command}: error: {in_cli_terms(str(exc), args.usage())}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        hint = ""
+        if args.command == "search":
+            hint = f": what finished is in {args.out}/search.json; go on with the same command and --resume"
+        print(f"tunekit {args.command}: interrupted{hint}", file=sys.stderr)
+        return 130
+    except Exception as exc:  # a bug, in tunekit or in the user's code: show where
+        theirs = _user_frames(exc)
+        if theirs:  # raised in the user's task, model or loss: their frames, and theirs to fix
+            print("Traceback (most recent call last):\n" + "".join(traceback.format_list(theirs)).rstrip(), file=sys.stderr)
+            from tunekit.builtin import DEFAULT_TASK
+
+            spec = getattr(args, "task", None) or DEFAULT_TASK
+            print(f"tunekit {args.command}: error in your code (task '{spec}'): {type(exc).__name__}: {exc}", file=sys.stderr)
+            return 1
+        if os.environ.get("TUNEKIT_DEBUG") != "0":
+            traceback.print_exc()
+        print(f"tunekit {args.command}: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+
+
+# API parameters whose flag is not their name with dashes.
+_FLAG_OF = {"max_steps": "--steps", "clip_grad_norm": "--clip", "lr_find_result": "--lr-find",
+            "probe_result": "--probe", "config": "--set", "task_config": "--set", "overfit_floor": "--loss-floor",
+            "prune": "--no-prune"}
+_SUBJECT = re.compile(r"^([a-z][a-z0-9_]*)(?=[ :])")
+_ASSIGNMENT = re.compile(r"(?<![\w./-])([a-z][a-z0-9_]*)=([^\s,;)]+)")
+
+
+def in_cli_terms(message: str, usage: str) -> str:
+    """An API message said as the command's flags: its ``name=value`` hints as ``--name value``,
+    and its subject (``max_steps must be ...``) as the flag it came from.
+
+    The library's errors name Python parameters, since most of its callers are notebooks;
+    only the parameters that the command has a flag for are rewritten.
+    """
+    def option(name: str) -> str | None:
+        options = ["--" + name.replace("_", "-"), _FLAG_OF.get(name, "")]
+        return next((o for o in options if o and re.search(re.escape(o) + r"(?![\w-])", usage)), None)
+
+    def assignment(match: re.Match[str]) -> str:
+        name, value = match.group(1), match.group(2)
+        tail = value[len(value.rstrip(".:")):]  # the sentence's own punctuation stays outside
+        value = value.rstrip(".:").strip("'\"")
+        flag = option(name)
+        if flag is None:
+            return match.group(0)
+        return (flag if value == "True" else f"{flag} {value}") + tail
+
+    def subject(match: re.Match[str]) -> str:  # "max_steps must be ..." -> "--steps must be ..."
+        return option(match.group(1)) or match.group(1)
+
+    return _SUBJECT.sub(subject, _ASSIGNMENT.sub(assignment, message), count=1)
+
+
+def _user_frames(exc: BaseException) -> list[traceback.FrameSummary]:
+    """The traceback from its first frame in the user's code (neither tunekit's nor an installed
+    library's nor Python's own) on; empty when the error came from none."""
+    import sysconfig
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    ours = Path(__file__).resolve().parent
+    libs = [Path(sysconfig.get_paths()[k]).resolve() for k in ("stdlib", "platstdlib", "purelib", "platlib")]
+
+    def theirs(f: traceback.FrameSummary) -> bool:
+        if f.filename.startswith("<"):
+            return False
+        path = Path(f.filename).resolve()
+        return not path.is_relative_to(ours) and not any(path.is_relative_to(lib) for lib in libs)
+
+    first = next((i for i, f in enumerate(frames) if theirs(f)), None)
+    return [] if first is None else frames[first:]
