@@ -152,13 +152,9 @@ def run_probes(inputs: SearchInputs, settings: SearchSettings, existing: bool, s
 
 
 def _save(result: Any, out_dir: Optional[Path], name: str) -> None:
-    """A probe's JSON and its plot, written together."""
-    if out_dir is None:
-        return
-    from tunekit.plotting import save_plot
-
-    result.to_json(out_dir / f"{name}.json")
-    save_plot(result.plot, str(out_dir / f"{name}.png"))
+    """A probe's JSON and its plot, written together (as the CLI writes them)."""
+    if out_dir is not None:
+        result.save(out_dir, name)
 
 
 def _check_saved(kind: str, settings: dict[str, Any], task_name: str, precision: str, device: str) -> None:
