@@ -52,6 +52,13 @@ def task_config(pairs: Sequence[str] | None) -> dict[str, Any]:
     return config
 
 
+def _progress(args: argparse.Namespace) -> bool:
+    """Whether the command draws its bar: not with --quiet, else where a person is watching (a terminal, not CI)."""
+    from tunekit.progress import show_progress
+
+    return show_progress(False if args.quiet else None)
+
+
 # Output folders this process created: a command that fails leaves none of them behind empty.
 _CREATED: list[Path] = []
 
@@ -123,7 +130,7 @@ def cmd_lr_find(args: argparse.Namespace) -> int:
                      batch_size=args.batch_size, accumulation_steps=args.accumulation_steps,
                      precision=args.precision, clip_grad_norm=clip, repeats=args.repeats, seed=args.seed,
                      refine=not args.no_refine, refine_steps=args.refine_steps, refine_seeds=args.refine_seeds,
-                     device=args.device, progress=not args.quiet)
+                     device=args.device, progress=_progress(args))
     return _show(result, out)
 
 
@@ -136,7 +143,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     result = probe(_load(args), memory_budget=args.memory_budget, headroom=args.headroom, device=args.device,
                    precision=args.precision, accumulation_steps=args.accumulation_steps,
                    target_batch=args.target_batch, lr=args.lr, lr_batch=args.lr_batch, seed=args.seed,
-                   progress=not args.quiet)
+                   progress=_progress(args))
     return _show(result, out)
 
 
@@ -149,7 +156,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     result = doctor(_load(args), batch_size=args.batch_size, accumulation_steps=args.accumulation_steps,
                     precision=args.precision, device=args.device, seed=args.seed, lr=args.lr, warmup=args.warmup,
                     steps=args.steps, memory_budget=args.memory_budget, anomaly=args.anomaly,
-                    overfit_floor=args.loss_floor, progress=not args.quiet)
+                    overfit_floor=args.loss_floor, progress=_progress(args))
     return _show(result, out, in_cli_terms(result.table(), args.usage()))  # its fixes as this command's flags
 
 
@@ -159,7 +166,7 @@ def _search_settings(args: argparse.Namespace, out: Path | None) -> dict[str, An
             "rungs", "first_rung", "reduction_factor", "grace_period", "artifacts")
     return dict(task_config=task_config(args.task_config) or None, study_name=args.study, out=out,
                 lr_find_result=args.lr_find, probe_result=args.probe, prune=not args.no_prune,
-                progress=not args.quiet, **{name: getattr(args, name) for name in same})
+                progress=_progress(args), **{name: getattr(args, name) for name in same})
 
 
 def cmd_search(args: argparse.Namespace) -> int:
@@ -193,7 +200,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from tunekit.hpsearch import join_study
 
     out = out_dir(args.out)
-    result = join_study(args.storage, args.study, task=args.task, out=out, device=args.device, progress=not args.quiet,
+    result = join_study(args.storage, args.study, task=args.task, out=out, device=args.device, progress=_progress(args),
                         worker_id=args.worker_id, threads=args.threads, grace_period=args.grace_period,
                         timeout=args.timeout, trials=args.trials, budget=args.budget, max_steps=args.max_steps,
                         seed=args.seed, sampler_seed=args.sampler_seed, task_config=task_config(args.task_config) or None)
@@ -295,7 +302,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise UsageError("--trial goes with --config DIR/search.json: add it, or drop --trial")
     else:
         task, config, trial = _load(args), {**overrides, "seed": args.seed, "device": args.device}, None
-    result = train(task, config, progress=not args.quiet)
+    result = train(task, config, progress=_progress(args))
     return _show(result, out, result.table() + ("" if trial is None else "\n" + result.compared_with(trial)))
 
 

@@ -170,7 +170,7 @@ def stage_recipe(run: _Run, batch: Batch, lr: Optional[float], warmup: Optional[
         res = lr_find(sub.model, sub.data, optimizer=sub.optimizer, compute_loss=lambda m, b: sub.compute(m, b)[0],
                       batch_size=sub.batch_size, accumulation_steps=accumulation_steps, precision=sub.precision,
                       device=str(sub.device), seed=seed, steps=RECIPE_RANGE_STEPS, scaler=run.scaler,
-                      refine=False)  # a pre-flight check: the curve's order of magnitude is enough
+                      refine=False, progress=False)  # a pre-flight check: the curve's order of magnitude is enough
         suggestion, confident = res.suggestion, res.confident
     run.findings += check_lr(lr, suggestion, confident)
     run.findings += check_warmup(warmup, steps)
@@ -207,7 +207,7 @@ def doctor(
     scaler: torch.amp.GradScaler | None = None,
     anomaly: bool = False,
     overfit_floor: float | None = None,
-    progress: bool = False,
+    progress: Optional[bool] = None,
 ) -> DoctorResult:
     """Pre-flight triage of a training set-up: every check's findings, before any LR or batch is tuned.
 

@@ -67,7 +67,7 @@ def search(
     probe_result: Any = None,
     memory_budget: Optional[str] = None,
     device: str = "auto",
-    progress: bool = False,
+    progress: Optional[bool] = None,
     backend: str = "local",
     cpus_per_trial: float = 1,
     gpus_per_trial: float = 0,

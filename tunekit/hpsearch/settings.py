@@ -59,7 +59,7 @@ class SearchSettings:
     probe_result: Any = None
     memory_budget: Optional[str] = None
     device: str = "auto"
-    progress: bool = False
+    progress: Optional[bool] = None  # None: a bar where a person is watching (tunekit.progress)
     # --- the backend that runs the trials ----------------------------------------------------
     backend: str = "local"
     cpus_per_trial: float = 1

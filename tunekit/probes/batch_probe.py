@@ -118,7 +118,7 @@ def probe(
     max_batch: int | None = None, trace_sizes: tuple[int, ...] = (4, 8, 16),
     throughput_points: int = 5, timing_steps: int = 5,
     noise_repeats: int = 12, noise_warmup: int | None = None,
-    calibrate_steps: bool = True, seed: int = 0, progress: bool = False,
+    calibrate_steps: bool = True, seed: int = 0, progress: bool | None = None,
 ) -> ProbeResult:
     """Probe memory and throughput of the shared step, and the critical batch size.
 

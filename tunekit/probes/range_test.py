@@ -100,7 +100,7 @@ def lr_find(
     clip_grad_norm: float | None = TASK_DEFAULT, device: str = "auto", seed: int = 0,
     repeats: int = 1, diverge_threshold: float = 4.0,
     refine: bool = True, refine_steps: int = 100, refine_seeds: int = 2,
-    scaler: torch.amp.GradScaler | None = None, progress: bool = False,
+    scaler: torch.amp.GradScaler | None = None, progress: bool | None = None,
 ) -> LRFindResult:
     """Run an LR range test and suggest a peak LR for a warmup + cosine run.
 

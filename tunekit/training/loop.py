@@ -159,7 +159,7 @@ def train(
     config: TrainConfig | dict[str, Any] | None = None,
     *,
     callback: EvalCallback | None = None,
-    progress: bool = False,
+    progress: Optional[bool] = None,
     **overrides: Any,
 ) -> TrainResult:
     """Train a fresh model of ``task`` through the shared step; return its curve.
