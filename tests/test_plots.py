@@ -59,3 +59,34 @@ def test_probe_plot_shows_a_small_model_under_a_large_budget(results: dict[str, 
     low, high = ax.get_ylim()
     assert ax.get_yscale() == "log"
     assert high >= r.budget_bytes and low <= r.predicted_peak(1) < 1e-3 * r.budget_bytes
+
+
+@pytest.mark.parametrize("kind", ["lr_find", "probe", "train", "search", "doctor"])
+def test_a_notebook_shows_the_summary_and_the_figure_together(results: dict[str, Any], kind: str,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """text/html holds the summary (escaped) above the figure; the figure is drawn off pyplot, so an
+    inline backend has nothing of it to show again."""
+    import base64
+    import html
+
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
+    result = results[kind]
+    with monkeypatch.context() as m:
+        m.setattr(plt, "figure", lambda *a, **k: pytest.fail("a pyplot figure: the inline backend would show it"))
+        bundle = result._repr_mimebundle_()
+    assert set(bundle) == {"text/html", "image/png"}  # IPython adds text/plain: the short repr
+    page = bundle["text/html"]
+    assert html.escape(result.summary(), quote=False) in page and page.index("<pre") < page.index("<img")
+    assert base64.b64decode(bundle["image/png"])[:4] == b"\x89PNG"
+    assert f'src="data:image/png;base64,{bundle["image/png"]}"' in page
+    assert plt.get_fignums() == []
+
+
+def test_a_figure_that_fails_leaves_the_summary_shown(results: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    result = results["doctor"]
+    monkeypatch.setattr(type(result), "figure", lambda self: 1 / 0)
+    bundle = result._repr_mimebundle_()
+    assert "[PASS]" in bundle["text/html"] and "no figure: ZeroDivisionError" in bundle["text/html"]
+    assert "image/png" not in bundle

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import io
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from tunekit.files import write_file
 
-__all__ = ["pyplot", "new_axes", "figure_png", "save_plot"]
+__all__ = ["pyplot", "new_axes", "new_figure", "offscreen", "figure_png", "save_plot"]
+
+# Inside offscreen(): new figures are plain Figures, unknown to pyplot, so no backend shows them.
+_OFFSCREEN = contextvars.ContextVar("tunekit_offscreen", default=False)
 
 
 def pyplot() -> Any:
@@ -21,13 +26,30 @@ def pyplot() -> Any:
     return plt
 
 
+@contextlib.contextmanager
+def offscreen() -> Iterator[None]:
+    """Figures made in the block are drawn only to be encoded: no window opens, no inline backend shows them."""
+    token = _OFFSCREEN.set(True)
+    try:
+        yield
+    finally:
+        _OFFSCREEN.reset(token)
+
+
+def new_figure(figsize: tuple[float, float] = (6.4, 4.0)) -> Any:
+    """A new figure: pyplot's (a notebook shows it, plt.show() too), or a bare one inside :func:`offscreen`."""
+    if _OFFSCREEN.get():
+        from matplotlib.figure import Figure
+
+        return Figure(figsize=figsize)
+    return pyplot().figure(figsize=figsize)
+
+
 def new_axes(ax: Any = None, figsize: tuple[float, float] = (6.4, 4.0)) -> Any:
-    """``ax`` if given, else the Axes of a new figure."""
+    """``ax`` if given, else the Axes of a new figure (:func:`new_figure`)."""
     if ax is not None:
         return ax
-    plt = pyplot()
-    _, ax = plt.subplots(figsize=figsize)
-    return ax
+    return new_figure(figsize).subplots()
 
 
 def _figure_of(drawn: Any) -> Any:
@@ -50,7 +72,7 @@ def save_plot(draw: Callable[..., Any], path: str, **kwargs: Any) -> None:
 
 
 def figure_png(fig: Any) -> bytes:
-    """PNG bytes of ``fig``, closed after, for notebooks' ``_repr_png_``."""
+    """PNG bytes of ``fig``, closed after (an inline backend would show a pyplot figure again)."""
     plt = pyplot()
     buf = io.BytesIO()
     fig.tight_layout()

@@ -1,8 +1,10 @@
-"""What every result object shares: JSON in and out, a plot for notebooks, whole-file writes."""
+"""What every result object shares: JSON in and out, its summary and plot in a notebook, whole-file writes."""
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import html
 import json
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
@@ -15,7 +17,8 @@ R = TypeVar("R", bound="Result")
 
 
 class Result:
-    """Mixin for the result dataclasses: ``to_json``/``from_json`` and ``_repr_png_`` from ``plot``."""
+    """Mixin for the result dataclasses: ``to_json``/``from_json``, ``save``, and a notebook's display
+    (the summary and the figure, :meth:`_repr_mimebundle_`)."""
 
     # Fields saved as JSON lists that the dataclass holds as tuples.
     _tuple_fields: tuple[str, ...] = ()
@@ -90,7 +93,30 @@ class Result:
         return self.plot().figure
 
     def _repr_png_(self) -> bytes:
-        """Notebooks show a result as its figure."""
-        from tunekit.plotting import figure_png
+        """The result's figure as PNG bytes, drawn off-screen: no backend shows it a second time."""
+        from tunekit.plotting import figure_png, offscreen
 
-        return figure_png(self.figure())
+        with offscreen():
+            fig = self.figure()
+        return figure_png(fig)
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        """A notebook's display: the summary above the figure (text/html), the figure alone (image/png)."""
+        # One drawing for both; IPython adds text/plain (the short repr, for consoles) and applies
+        # include/exclude to what this returns.
+        png, error = None, None
+        try:
+            png = base64.b64encode(self._repr_png_()).decode("ascii")
+        except Exception as e:  # a plot that fails must not hide the findings: say so under them
+            error = f"{type(e).__name__}: {e}"
+        return {"text/html": _html(self.summary(), png, error), **({"image/png": png} if png else {})}
+
+
+def _html(text: str, png: str | None, error: str | None) -> str:
+    """``text`` in a <pre>, then the base64 PNG as an <img>, or the error that kept it from being drawn."""
+    parts = [f'<pre style="white-space: pre-wrap">{html.escape(text, quote=False)}</pre>']
+    if png is not None:
+        parts.append(f'<img src="data:image/png;base64,{png}" style="max-width: 100%" alt="figure"/>')
+    else:
+        parts.append(f"<p>no figure: {html.escape(str(error), quote=False)}</p>")
+    return "<div>" + "".join(parts) + "</div>"

@@ -105,9 +105,9 @@ class DoctorResult(Result):
 
     def plot_overview(self, fig: Any = None) -> Any:
         """Gradient flow (left) and the tiny-batch loss curve (right) on ``fig``; returns the Figure."""
-        from tunekit.plotting import pyplot
+        from tunekit.plotting import new_figure
 
-        fig = fig if fig is not None else pyplot().figure(figsize=(11, 4.2))
+        fig = fig if fig is not None else new_figure((11, 4.2))
         left, right = fig.subplots(1, 2)
         self.plot_grad_norms(left)
         self.plot_overfit(right)

@@ -222,9 +222,9 @@ class SearchResult(Result):
 
     def plot_overview(self, fig: Any = None) -> Any:
         """All four plots on ``fig`` (a new figure if None); returns the Figure."""
-        from tunekit.plotting import pyplot
+        from tunekit.plotting import new_figure
 
-        fig = fig if fig is not None else pyplot().figure(figsize=(11, 7.5))
+        fig = fig if fig is not None else new_figure((11, 7.5))
         axes = fig.subplots(2, 2)
         self.plot_best(axes[0, 0])
         self.plot_curves(axes[0, 1])
