@@ -1,0 +1,109 @@
+"""tunekit in a real Jupyter kernel: a result ending a cell shows its findings with its figure,
+and a search shows its progress bar (nbclient runs the notebook, as Jupyter would)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .tasks import ROOT
+
+nbformat = pytest.importorskip("nbformat", reason="the notebook test needs nbformat, nbclient, ipykernel (the test extra)")
+nbclient = pytest.importorskip("nbclient", reason="the notebook test needs nbclient (the test extra)")
+pytest.importorskip("ipykernel", reason="the notebook test needs ipykernel (the test extra)")
+
+KERNEL = "tunekit-test"
+
+SETUP = f"""
+import sys
+sys.path.insert(0, {str(ROOT)!r})  # tunekit and tests.tasks from this checkout
+import torch
+torch.set_num_threads(1)
+from pathlib import Path
+from torch import nn
+import tunekit
+from tests.tasks import SMALL, classification_task, regression_task, softmax_task, write_space
+"""
+DOCTOR = 'tunekit.doctor(softmax_task(), device="cpu", lr=3e-3)'
+# A model in hand, measured untrained: the probe warns that its critical batch is likely too small.
+PROBE = """
+task = classification_task()
+tunekit.probe(task.make_model(0), task.train_data, nn.CrossEntropyLoss(), memory_budget="256MiB", device="cpu",
+              throughput_points=2, noise_repeats=4)
+"""
+SEARCH = """
+tunekit.search(regression_task(), str(write_space(Path.cwd(), SMALL)), trials=2, max_steps=10, device="cpu")
+"""
+# What tqdm draws for the search's bar: "search:  50%|#####     | 1/2 [00:01<00:01, 1.2s/trial]".
+SEARCH_BAR = re.compile(r"search:\s+\d+%\|[^|\n\r]*\|\s*\d/2 \[")
+WIDGET = "application/vnd.jupyter.widget-view+json"
+
+
+def _kernel_spec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kernel of this Python, found before any python3 kernel the machine has installed."""
+    spec = tmp_path / "jupyter" / "kernels" / KERNEL
+    spec.mkdir(parents=True)
+    argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    (spec / "kernel.json").write_text(json.dumps({"argv": argv, "display_name": KERNEL, "language": "python"}))
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
+
+
+def _kernel_env(tmp_path: Path) -> dict[str, str]:
+    """A person's notebook: the inline backend (not the tests' Agg), no CI, IPython's files in tmp_path."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MPLBACKEND", "CI")}
+    env["IPYTHONDIR"] = str(tmp_path / "ipython")
+    return env
+
+
+def _run(cells: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[list[dict[str, Any]]]:
+    """Each cell's outputs, after a kernel has run them all in ``tmp_path``."""
+    _kernel_spec(tmp_path, monkeypatch)
+    work = tmp_path / "work"
+    work.mkdir()
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c.strip()) for c in cells])
+    client = nbclient.NotebookClient(nb, timeout=120, kernel_name=KERNEL, resources={"metadata": {"path": str(work)}})
+    client.execute(env=_kernel_env(tmp_path))
+    return [cell["outputs"] for cell in nb.cells]
+
+
+def _result(outputs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The cell's value as Jupyter displays it (its execute_result's bundle)."""
+    found = [o["data"] for o in outputs if o["output_type"] == "execute_result"]
+    assert len(found) == 1, outputs
+    return found[0]
+
+
+def _bar_text(outputs: list[dict[str, Any]]) -> str:
+    """What progress bars left in a cell: tqdm's text bar on stderr, or a widget bar's text/plain."""
+    text = [o["text"] for o in outputs if o["output_type"] == "stream" and o["name"] == "stderr"]
+    text += [o["data"].get("text/plain", "") for o in outputs if o["output_type"] == "display_data" and WIDGET in o["data"]]
+    return "\n".join(text)
+
+
+@pytest.mark.slow  # a Jupyter kernel, and a doctor, a probe and a search in it
+def test_a_notebook_shows_the_findings_the_warnings_and_the_search_progress(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    setup, doctor, probe, search = _run([SETUP, DOCTOR, PROBE, SEARCH], tmp_path, monkeypatch)
+    for outputs in (setup, doctor, probe, search):
+        assert not [o for o in outputs if o["output_type"] == "error"], outputs
+
+    shown = _result(doctor)
+    assert "[FAIL] loss" in shown["text/html"] and "softmax" in shown["text/html"]
+    assert '<img src="data:image/png;base64,' in shown["text/html"]
+    assert shown["text/plain"].startswith("DoctorResult(task='softmax', fail=")  # consoles keep the short repr
+    # The inline backend did not show the figure again beside the result.
+    assert not [o for o in doctor if o["output_type"] == "display_data" and "image/png" in o["data"]], doctor
+
+    shown = _result(probe)
+    assert "WARNING: the noise scale was measured on the model as given" in shown["text/html"]
+    assert shown["text/plain"].startswith("ProbeResult(")
+
+    assert SEARCH_BAR.search(_bar_text(search)), search
+    assert "best value" in _result(search)["text/html"]
