@@ -14,7 +14,7 @@ import pytest
 
 from .tasks import ROOT
 
-nbformat = pytest.importorskip("nbformat", reason="the notebook test needs nbformat, nbclient, ipykernel (the test extra)")
+nbformat = pytest.importorskip("nbformat", reason="the notebook test needs nbformat (the test extra)")
 nbclient = pytest.importorskip("nbclient", reason="the notebook test needs nbclient (the test extra)")
 pytest.importorskip("ipykernel", reason="the notebook test needs ipykernel (the test extra)")
 
@@ -83,7 +83,8 @@ def _result(outputs: list[dict[str, Any]]) -> dict[str, Any]:
 def _bar_text(outputs: list[dict[str, Any]]) -> str:
     """What progress bars left in a cell: tqdm's text bar on stderr, or a widget bar's text/plain."""
     text = [o["text"] for o in outputs if o["output_type"] == "stream" and o["name"] == "stderr"]
-    text += [o["data"].get("text/plain", "") for o in outputs if o["output_type"] == "display_data" and WIDGET in o["data"]]
+    text += [o["data"].get("text/plain", "") for o in outputs
+             if o["output_type"] == "display_data" and WIDGET in o["data"]]
     return "\n".join(text)
 
 
