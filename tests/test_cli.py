@@ -220,7 +220,7 @@ def test_probe_summary_and_train_comparison(monkeypatch: pytest.MonkeyPatch) -> 
     probe.seconds = 3.25
     assert probe.summary() == "TABLE\nprobe took 3.2s"
     run = TrainResult(config={}, task="t", losses=[1.0] * 10)
-    assert run.compared_with({"number": 3, "value": 1.0}) == "trial 3 of the search: value 1.0; this run: 1.0 (the same)"
+    assert run.compared_with({"number": 3, "value": 1.0}) == "trial 3 of the search: loss 1.0; this run: 1.0 (the same)"
     assert run.compared_with({"number": 3, "value": 2.0}).endswith("(NOT the same)")
 
 

@@ -64,13 +64,13 @@ def test_scheduler_and_recorder_map_trial_ends_into_optuna_states() -> None:
         return study.trials[ot.number], decisions
 
     curve = [[5, 0.5], [10, 0.4], [20, 0.3]]
-    done, decisions = run([{"loss": 0.5, "samples": 5, "curve": curve[:1]}, {"loss": 0.4, "samples": 10, "curve": curve[:2]},
+    done, decisions = run([{"value": 0.5, "samples": 5, "curve": curve[:1]}, {"value": 0.4, "samples": 10, "curve": curve[:2]},
                            {DONE_KEY: "COMPLETE", "value": 0.3, "samples": 20, "updates": 4, "curve": curve}])
     assert done.state.name == "COMPLETE" and done.value == 0.3 and decisions == ["CONTINUE"] * 3
     assert done.intermediate_values == {5: 0.5, 10: 0.4} and done.user_attrs["curve"] == curve
     assert done.user_attrs["samples"] == 20
 
-    pruned, decisions = run([{"loss": 0.9, "samples": 5, "curve": [[5, 0.9]]}])  # worse than the first at rung 5
+    pruned, decisions = run([{"value": 0.9, "samples": 5, "curve": [[5, 0.9]]}])  # worse than the first at rung 5
     assert decisions == ["STOP"] and pruned.state.name == "PRUNED" and pruned.intermediate_values == {5: 0.9}
     assert pruned.user_attrs["samples"] == 5
 
@@ -202,10 +202,10 @@ def test_resumed_scheduler_prunes_against_the_stored_trials() -> None:
     new = study.ask(dist)
     book[new.number] = new
     trial = SimpleNamespace(config={"number": new.number})
-    assert sched.on_trial_result(None, trial, {"samples": 5, "loss": 0.95}) == "STOP"
+    assert sched.on_trial_result(None, trial, {"samples": 5, "value": 0.95}) == "STOP"
     better = study.ask(dist)
     book[better.number] = better
-    assert sched.on_trial_result(None, SimpleNamespace(config={"number": better.number}), {"samples": 5, "loss": 0.1}) == "CONTINUE"
+    assert sched.on_trial_result(None, SimpleNamespace(config={"number": better.number}), {"samples": 5, "value": 0.1}) == "CONTINUE"
 
 
 def test_a_trial_tune_gives_up_on_within_its_retries_runs_again_as_the_same_optuna_trial() -> None:
@@ -297,3 +297,39 @@ def test_same_seed_same_search_on_ray_one_trial_at_a_time(local_ray, tmp_path: P
                    backend="ray", max_concurrent=1, out=tmp_path / f"r{i}", device="cpu") for i in range(2)]
     assert fingerprint(runs[0]) == fingerprint(runs[1])
     assert len(runs[0].trials) == 5
+
+
+ACC_SPACE = """
+[lr]
+type = "categorical"
+choices = [0.003, 3.0]
+
+[warmup]
+type = "fixed"
+value = 0.1
+"""
+
+
+def test_ray_search_for_accuracy_keeps_the_most_accurate_trial(local_ray, tmp_path: Path) -> None:
+    """The objective on Ray: trials report it, Optuna's study maximises it, the recorder keeps each
+    trial's validation loss beside it, and a pruned trial keeps the updates it ran."""
+    space = write_space(tmp_path, ACC_SPACE)
+    r = search("tests.tasks:classification_task", str(space), trials=3, max_steps=40, device="cpu", seed=0,
+               seed_trial=False, design=0, sampler="random", prune=False, objective="accuracy", backend="ray",
+               max_concurrent=1, out=tmp_path / "o")
+    done = [t for t in r.trials if t["state"] == "COMPLETE"]
+    assert (r.objective, r.direction) == ("accuracy", "maximize") and len(done) == 3
+    assert r.best_params == {"lr": 3.0} and r.best_value == max(t["value"] for t in done)
+    assert all(0 <= t["value"] <= 1 and t["val_loss"] > 0 for t in done)
+    assert _study(r).direction == optuna.study.StudyDirection.MAXIMIZE
+
+
+def test_a_pruned_ray_trial_records_the_updates_it_ran() -> None:
+    """A trial the scheduler stopped reports no final value: its updates are its last report's."""
+    from tunekit.hpsearch.backends.ray.backend import _outcome
+
+    last = {"value": 0.8, "samples": 64, "seen": 64, "updates": 4, "val_loss": 1.2, "label": "validation loss",
+            "curve": [[32, 0.9], [64, 0.8]]}
+    o = _outcome(last)
+    assert (o.state, o.value, o.samples, o.updates, o.val_loss) == ("PRUNED", None, 64, 4, 1.2)
+    assert o.reason == "pruned at 64 samples with validation loss 0.8000"

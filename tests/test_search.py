@@ -222,7 +222,7 @@ def test_report_redraws(tmp_path: Path) -> None:
     search(regression_task(), str(space), trials=3, max_steps=10, device="cpu", out=tmp_path / "s")
     (tmp_path / "s" / "search.png").unlink()
     r = run_cli("report", str(tmp_path / "s"))
-    assert r.returncode == 0 and "best value" in r.stdout
+    assert r.returncode == 0 and "best loss" in r.stdout
     assert (tmp_path / "s" / "search.png").exists()
     assert run_cli("report", str(tmp_path / "nothing")).returncode == 2
 
@@ -514,3 +514,192 @@ def test_a_search_runs_its_trials_through_the_backend_seam_alone(tmp_path: Path,
     r = search(regression_task(), str(write_space(tmp_path, SMALL)), trials=3, max_steps=10, device="cpu")
     assert seen[0] == ("check", 3) and seen[1][0:3] == ("run", 3, r.plan["budget_samples"])
     assert seen[1][3] == sorted(r.distributions) and len([t for t in r.trials if t["state"] != "FAIL"]) == 3
+
+
+# --- the objective: what trials are compared by ----------------------------------------------
+
+# On classification_task, 40 updates: lr 3 ends at accuracy 0.62 with validation loss 5.8, lr 0.003 at
+# accuracy 0.52 with loss 1.2: the two rankings disagree.
+TWO_LRS = """
+[lr]
+type = "categorical"
+choices = [0.003, 3.0]
+
+[warmup]
+type = "fixed"
+value = 0.1
+"""
+
+
+def _two_lr_search(tmp_path: Path, name: str, **kw: object) -> "object":
+    from .tasks import classification_task
+
+    return search(classification_task(), str(write_space(tmp_path, TWO_LRS)), trials=3, max_steps=40, device="cpu",
+                  prune=False, seed_trial=False, design=0, sampler="random", out=tmp_path / name, **kw)
+
+
+def test_an_accuracy_search_keeps_the_most_accurate_trial_not_the_lowest_loss(tmp_path: Path) -> None:
+    import csv
+
+    r = _two_lr_search(tmp_path, "acc", objective="accuracy")
+    done = [t for t in r.trials if t["state"] == "COMPLETE"]
+    by_acc, by_loss = max(done, key=lambda t: t["value"]), min(done, key=lambda t: t["val_loss"])
+    assert (r.objective, r.direction) == ("accuracy", "maximize")
+    assert by_acc["params"] != by_loss["params"]  # the two rankings disagree on this task
+    assert r.best_value == by_acc["value"] and r.best_params == by_acc["params"] == {"lr": 3.0}
+    for t in done:  # the value is the final validation accuracy; the loss is recorded beside it
+        assert 0 <= t["value"] <= 1 and t["val_loss"] > 0 and t["curve"][-1][1] == t["value"]
+    # The same search by its validation loss keeps the other trial.
+    by_default = _two_lr_search(tmp_path, "loss")
+    assert (by_default.objective, by_default.best_params) == ("loss", {"lr": 0.003})
+    # The report says the metric; trials.csv holds the validation loss and the LR as trained.
+    assert "accuracy" in r.table().splitlines()[0] and "best accuracy 0.6" in r.table()
+    rows = list(csv.DictReader((tmp_path / "acc" / "trials.csv").open()))
+    assert {"value", "val_loss", "lr", "lr_ref"} <= set(rows[0]) and float(rows[0]["val_loss"]) > 0
+    stored = optuna.load_study(study_name=r.study_name, storage=f"sqlite:///{tmp_path / 'acc' / 'study.db'}")
+    assert stored.direction == optuna.study.StudyDirection.MAXIMIZE and stored.metric_names == ["validation accuracy"]
+
+
+def test_a_function_objective_and_its_direction(tmp_path: Path) -> None:
+    """objective=fn(model, val_data): the trials are ranked by it, the way direction says."""
+    from .tasks import classification_task
+
+    def val_loss_again(model: torch.nn.Module, data: object) -> float:
+        x, y = data.tensors  # type: ignore[attr-defined]
+        return float(torch.nn.functional.cross_entropy(model(x), y))
+
+    r = _two_lr_search(tmp_path, "fn", objective=val_loss_again, direction="maximize")  # the worst loss wins
+    done = [t for t in r.trials if t["state"] == "COMPLETE"]
+    assert r.objective == "val_loss_again" and r.best_params == {"lr": 3.0}
+    assert all(abs(t["value"] - t["val_loss"]) < 1e-5 for t in done)  # the function saw the whole validation set
+    with pytest.raises(UsageError, match="needs the task as a Task object"):
+        search("tests.tasks:classification_task", "from_scratch", objective=val_loss_again, direction="maximize")
+    with pytest.raises(UsageError, match="say which way is better: pass direction="):
+        search(classification_task(), "from_scratch", objective=val_loss_again)
+    with pytest.raises(UsageError, match="a shared study's objective must be a name"):
+        search(classification_task(), "from_scratch", objective=val_loss_again, direction="maximize",
+               storage=f"sqlite:///{tmp_path / 'x.db'}")
+
+
+def test_an_objective_the_task_cannot_give_fails_before_anything_runs(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="objective 'accuracy' needs class scores"):
+        search(regression_task(), str(write_space(tmp_path, SMALL)), objective="accuracy", out=tmp_path / "a")
+    assert not (tmp_path / "a" / "lr_find.json").exists()  # no probe ran
+    with pytest.raises(UsageError, match="objective 'f1' is not a metric of this task"):
+        search(regression_task(), str(write_space(tmp_path, SMALL)), objective="f1", direction="maximize")
+    with pytest.raises(UsageError, match="direction must be minimize or maximize, got 'up'"):
+        search(regression_task(), "from_scratch", objective="loss", direction="up")
+
+
+def test_rungs_keep_the_best_of_a_maximised_objective() -> None:
+    """Successive halving compares sign x value: under maximize, the higher values go on."""
+    from tunekit.hpsearch.rungs import Rungs
+
+    def trial(number: int, value: float) -> SimpleNamespace:
+        return SimpleNamespace(number=number, last_step=10, intermediate_values={10: value}, user_attrs={})
+
+    others = [trial(i, v) for i, v in enumerate([0.9, 0.8, 0.7, 0.6, 0.5])]
+    study = SimpleNamespace(get_trials=lambda deepcopy=False, states=None: others)
+    up = Rungs(unit=10, evals=8, ladder_evals=[1], reduction_factor=3, adaptive=False, direction="maximize")
+    down = Rungs(unit=10, evals=8, ladder_evals=[1], reduction_factor=3, adaptive=False)
+    assert not up.prune(study, others[0]) and up.prune(study, others[4])  # 0.9 goes on, 0.5 stops
+    assert down.prune(study, others[0]) and not down.prune(study, others[4])
+
+
+@pytest.mark.slow  # subprocesses
+def test_cli_search_for_accuracy_and_train_config_in_that_metric(tmp_path: Path) -> None:
+    space = write_space(tmp_path, TWO_LRS)
+    out = tmp_path / "s"
+    r = run_cli("search", "--task", "tests.tasks:classification_task", "--space", str(space), "--trials", "2",
+                "--max-steps", "40", "--device", "cpu", "--out", str(out), "--quiet", "--no-prune",
+                "--objective", "accuracy", "--direction", "maximize")
+    assert r.returncode == 0, r.stderr[-2000:]
+    saved = json.loads((out / "search.json").read_text())
+    assert (saved["objective"], saved["direction"]) == ("accuracy", "maximize")
+    again = run_cli("train", "--config", str(out / "search.json"), "--out", str(tmp_path / "t"), "--quiet")
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert json.loads((tmp_path / "t" / "train.json").read_text())["evals"][-1]["accuracy"] == saved["best_value"]
+    assert "of the search: accuracy" in again.stdout and "(the same)" in again.stdout
+    bad = run_cli("search", "--task", "tests.tasks:regression_task", "--objective", "accuracy", "--quiet",
+                  "--out", str(tmp_path / "b"))
+    assert bad.returncode == 2 and "needs class scores" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_the_design_takes_a_categorical_lr_at_its_nearest_choice() -> None:
+    """A space whose lr is a list of choices: the seed trial and design pick the choices nearest
+    the range test's LR (this crashed: a categorical has no low and high)."""
+    from tunekit.hpsearch.plan import initial_design
+
+    dists = {"lr": optuna.distributions.CategoricalDistribution([0.003, 0.03, 3.0])}
+    points = initial_design(dists, lr=0.02, batch=None, n=5)
+    assert points[0] == {"lr": 0.03} and {p["lr"] for p in points} <= {0.003, 0.03, 3.0}
+
+
+def test_a_small_search_has_no_rung_and_a_rung_does_not_cut_a_tie() -> None:
+    """Below rf**2 trials no rung (a rung would leave fewer than rf to compare); at a rung, a trial
+    within 1% of the cut goes on (a difference the noise of one evaluation covers)."""
+    from tunekit.hpsearch.rungs import Rungs, default_rungs, ladder
+
+    assert [default_rungs(n, 3) for n in (2, 6, 8, 9, 26, 27)] == [0, 0, 0, 1, 1, 2]
+    assert ladder(4000, 6) == [] and ladder(4000, 12) == [3]
+
+    def trial(number: int, value: float) -> SimpleNamespace:
+        return SimpleNamespace(number=number, last_step=10, intermediate_values={10: value}, user_attrs={})
+
+    trials = [trial(0, 1.000), trial(1, 1.0017), trial(2, 1.05), trial(3, 1.2)]
+    study = SimpleNamespace(get_trials=lambda deepcopy=False, states=None: trials)
+    rungs = Rungs(unit=10, evals=8, ladder_evals=[1], reduction_factor=3, adaptive=False)
+    # 4 at the rung: the best 1/3 is the leader alone; 0.17% behind it is a tie, 5% is not.
+    assert [rungs.prune(study, t) for t in trials] == [False, False, True, True]
+
+
+def test_a_resume_with_nothing_to_run_keeps_the_seconds_and_an_interrupted_trial_names_its_rerun(tmp_path: Path) -> None:
+    import optuna as _optuna
+
+    from tunekit.hpsearch.study import INTERRUPTED_KEY, requeue_interrupted, trial_dicts
+
+    space = str(write_space(tmp_path, SMALL))
+    first = search(regression_task(), space, trials=2, max_steps=10, device="cpu", out=tmp_path / "o")
+    again = search(regression_task(), space, trials=2, max_steps=10, device="cpu", out=tmp_path / "o", resume=True)
+    assert again.seconds >= first.seconds and len(again.trials) == 2
+    # A trial killed mid-run is re-run on resume: the report says which trial re-ran it.
+    study = _optuna.create_study()
+    t = study.ask({"lr": _optuna.distributions.FloatDistribution(1e-3, 1e-1)})
+    study.tell(t, state=_optuna.trial.TrialState.FAIL)
+    study.set_user_attr(INTERRUPTED_KEY, [t.number])
+    requeue_interrupted(study)
+    rerun = study.ask()
+    study.tell(rerun, 0.5)
+    rows = {d["number"]: d for d in trial_dicts(study)}
+    assert rows[0]["error"] == "interrupted; re-run as trial 1" and rows[0]["rerun_as"] == 1 and rows[1]["retry_of"] == 0
+
+
+def test_a_search_refused_before_its_study_holds_anything_leaves_no_study_db(tmp_path: Path) -> None:
+    space = str(write_space(tmp_path, SMALL))
+    with pytest.raises(UsageError, match="there is no study"):
+        search(regression_task(), space, trials=2, max_steps=10, device="cpu", out=tmp_path / "empty", resume=True)
+    assert not (tmp_path / "empty" / "study.db").exists()
+    with pytest.raises(UsageError, match="does not exist"):
+        search(regression_task(), space, trials=2, max_steps=10, device="cpu", out=tmp_path / "m",
+               lr_find_result=tmp_path / "nope.json")
+    assert not (tmp_path / "m" / "study.db").exists()
+
+
+def test_the_trial_table_shows_the_lr_each_trial_trained_at() -> None:
+    """The lr param is the LR at the range test's batch; a batch-8 trial rescaled from 0.0156 trained at
+    0.0078: the table, trials.csv, search.json's trial and the dashboard's attribute show that one."""
+    from tunekit.hpsearch.plan import Plan, trial_config
+    from tunekit.hpsearch.trial import start_attrs
+    from tunekit.results import SearchResult
+
+    plan = Plan(budget_samples=1600, seed=0, task_batch=16, max_micro=64, ref_batch=16, lr_rule="linear")
+    cfg = trial_config(plan, {"lr": 0.0156, "batch": 8})
+    attrs = start_attrs(cfg)
+    assert attrs["lr_trained"] == pytest.approx(0.0078)
+    row = {"number": 0, "state": "COMPLETE", "value": 0.5, "params": {"lr": 0.0156, "batch": 8},
+           "config": attrs["config"], "lr": attrs["lr_trained"], "curve": [], "samples": 1600}
+    r = SearchResult(study_name="s", storage="x", space="sp", direction="minimize", best_value=0.5,
+                     best_params=row["params"], best_config=row["config"], trials=[row], seed_params={},
+                     distributions={})
+    line = r.table().splitlines()[1]
+    assert "lr=0.0078" in line and "0.0156" not in line

@@ -398,3 +398,23 @@ def test_the_dashboard_serves_the_probes_plots_as_artifacts(tmp_path: Path) -> N
     body = _dashboard_study(journal, tmp_path)
     # What the dashboard's study page lists, and shows for the images: the range test and the probe.
     assert {a["filename"] for a in body["artifacts"]} >= {"lr_find.png", "lr_find.json", "probe.png", "probe.json"}
+
+
+def test_a_shared_study_keeps_its_objective_and_a_worker_joins_in_that_metric(tmp_path: Path) -> None:
+    """The objective is part of the study: the creator stores it (spec, plan, direction, metric name),
+    a joining worker takes it, and one that names another objective is refused."""
+    journal = str(tmp_path / "s.log")
+    space = write_space(tmp_path, SMALL)
+    create_study("tests.tasks:classification_task", str(space), storage=journal, study_name="acc", trials=3,
+                 max_steps=20, device="cpu", prune=False, objective="accuracy")
+    study = optuna.load_study(study_name="acc", storage=make_storage(journal, None))
+    assert study.direction == optuna.study.StudyDirection.MAXIMIZE and study.metric_names == ["validation accuracy"]
+    assert (study.user_attrs["tunekit_spec"]["objective"], study.user_attrs["tunekit_spec"]["direction"]) == \
+        ("accuracy", "maximize")
+    r = join_study(journal, "acc", device="cpu")
+    done = [t for t in r.trials if t["state"] == "COMPLETE"]
+    assert (r.objective, r.direction) == ("accuracy", "maximize") and len(done) == 3
+    assert r.best_value == max(t["value"] for t in done) and all(0 <= t["value"] <= 1 for t in done)
+    assert study_result(journal, "acc").objective == "accuracy"
+    with pytest.raises(UsageError, match="objective"):
+        join_study(journal, "acc", device="cpu", objective="loss")

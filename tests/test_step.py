@@ -197,3 +197,20 @@ def test_results_print_one_short_line_and_a_table() -> None:
     assert repr(lf).startswith("LRFindResult(suggestion=") and len(repr(lf)) < 120
     pr = probe(task, memory_budget="256MiB", device="cpu", throughput_points=2, noise_repeats=2)
     assert repr(pr).startswith("ProbeResult(device='cpu', max_batch=") and len(repr(pr)) < 150
+
+
+def test_the_train_table_shows_each_rows_last_evaluation() -> None:
+    """Evaluations fall inside the printed rows (at updates 124, 155 for rows ending 125, 156): each
+    row shows the last evaluation within it, none left blank."""
+    from tunekit.results import TrainResult
+
+    n = 200
+    r = TrainResult(config={"lr": 0.1, "schedule": "cosine", "warmup": 0.05, "batch_size": 8, "accumulation_steps": 1,
+                            "precision": "fp32"}, task="t", device="cpu")
+    r.steps, r.lrs, r.losses = list(range(n)), [0.1] * n, [1.0] * n
+    r.evals = [{"step": s, "loss": 0.5 + s / 1000} for s in range(24, n + 1, 25)]  # one before each row ends
+    r.updates = n
+    rows = [ln for ln in r.table().splitlines() if ln.strip() and ln.split()[0].isdigit()]
+    blank = [ln for ln in rows if len(ln.split()) < 4]
+    with_eval = [ln for ln in rows if len(ln.split()) >= 4]
+    assert with_eval and not blank, r.table()

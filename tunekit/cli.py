@@ -272,6 +272,10 @@ def _add_search_flags(p: argparse.ArgumentParser) -> None:
                    "expected to finish, none before the first complete trial had started to learn)")
     p.add_argument("--first-rung", type=float, metavar="F", help="the first rung as a fraction of the budget (instead of --rungs)")
     p.add_argument("--reduction-factor", type=int, default=3, metavar="N", help="successive halving keeps the best 1/N at each rung (default 3)")
+    p.add_argument("--objective", default="loss", metavar="NAME", help="what trials are compared and pruned by: loss, "
+                   "accuracy, perplexity, or a metric of the task (Task(metrics={NAME: fn})) (default loss)")
+    p.add_argument("--direction", choices=["minimize", "maximize"], help="which way the objective is better "
+                   "(default: loss and perplexity minimize, accuracy maximize)")
     g = p.add_argument_group("ray backend (--backend ray)")
     g.add_argument("--cpus-per-trial", type=_nonnegative_float, default=1, metavar="N", help="CPUs per trial (default 1)")
     g.add_argument("--gpus-per-trial", type=_nonnegative_float, default=0, metavar="N",

@@ -163,7 +163,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 def _search_settings(args: argparse.Namespace, out: Path | None) -> dict[str, Any]:
     """The keyword arguments that ``search`` and ``create_study`` both take from the flags."""
     same = ("trials", "budget", "max_steps", "storage", "seed", "sampler_seed", "sampler", "memory_budget", "device",
-            "rungs", "first_rung", "reduction_factor", "grace_period", "artifacts")
+            "rungs", "first_rung", "reduction_factor", "grace_period", "artifacts", "objective", "direction")
     return dict(task_config=task_config(args.task_config) or None, study_name=args.study, out=out,
                 lr_find_result=args.lr_find, probe_result=args.probe, prune=not args.no_prune,
                 progress=_progress(args), **{name: getattr(args, name) for name in same})
@@ -303,7 +303,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     else:
         task, config, trial = _load(args), {**overrides, "seed": args.seed, "device": args.device}, None
     result = train(task, config, progress=_progress(args))
-    return _show(result, out, result.table() + ("" if trial is None else "\n" + result.compared_with(trial)))
+    compared = "" if trial is None else "\n" + result.compared_with(trial, trial.get("objective", "loss"))
+    return _show(result, out, result.table() + compared)
 
 
 def _from_search(args: argparse.Namespace, overrides: dict[str, Any]) -> tuple[Any, dict[str, Any], dict[str, Any]]:
@@ -327,6 +328,8 @@ def _from_search(args: argparse.Namespace, overrides: dict[str, Any]) -> tuple[A
     spec = args.task or result.task
     if spec is None:
         raise UsageError("the search ran a Task object, not a spec: give the same task with --task")
+    # The trial with the search's objective: the re-run is compared with it in that metric.
+    trial = {**trial, "objective": result.objective}
     return load_task(spec, trial.get("task_config") or None), {**trial["config"], "device": args.device}, trial
 
 

@@ -45,6 +45,8 @@ class Plan:
     eval_batch_size: Optional[int] = None
     eval_batches: Optional[int] = None
     fixed: dict[str, Any] = field(default_factory=dict)
+    objective: str = "loss"  # the metric trials report (tunekit.objective), and which way is better
+    direction: str = "minimize"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -62,6 +64,8 @@ class TrialConfig:
     train: dict[str, Any]
     task: dict[str, Any]
     eval_samples: int = 0
+    objective: str = "loss"
+    direction: str = "minimize"
 
     def reported(self, step: int) -> int:
         """The samples the evaluation after update ``step`` is reported at."""
@@ -131,7 +135,8 @@ def trial_config(plan: Plan, params: dict[str, Any]) -> TrialConfig:
     train_cfg.update(batch_size=micro, accumulation_steps=k, max_steps=updates,
                      eval_every=max(1, updates // plan.evals), seed=plan.seed, device=plan.device,
                      eval_batch_size=plan.eval_batch_size, eval_batches=plan.eval_batches)
-    return TrialConfig(train_cfg, task_cfg, eval_samples=plan.budget_samples // plan.evals)
+    return TrialConfig(train_cfg, task_cfg, eval_samples=plan.budget_samples // plan.evals, objective=plan.objective,
+                       direction=plan.direction)
 
 
 def _mid(dist: Any) -> Any:
@@ -203,7 +208,9 @@ def initial_design(dists: dict[str, Any], lr: Optional[float], batch: Optional[f
     for lr_at, batch_mult in (steps if lr is not None else SPREAD)[:max(0, n)]:
         params: dict[str, Any] = {}
         for name, dist in dists.items():
-            if name == "lr" and lr is not None:
+            if name == "lr" and lr is not None and hasattr(dist, "choices"):  # a categorical LR: its nearest choice
+                params[name] = _nearest(dist.choices, lr * lr_at)
+            elif name == "lr" and lr is not None:
                 params[name] = float(min(max(lr * lr_at, dist.low), dist.high))
             elif name == "lr" and getattr(dist, "log", False):
                 params[name] = float(dist.low * (dist.high / dist.low) ** lr_at)

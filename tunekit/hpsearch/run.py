@@ -15,8 +15,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -26,7 +28,7 @@ from tunekit.hpsearch.backends.base import Backend, Work, get_backend
 from tunekit.hpsearch.plan import MIN_UPDATES, Plan, split_batch
 from tunekit.hpsearch.rungs import ladder, make_pruner
 from tunekit.hpsearch.seeding import (Probes, SearchInputs, design_size, enqueue_seed_and_design, make_plan,
-                                      prepare_inputs, recipe, run_probes)
+                                      prepare_inputs, recipe, run_probes, with_objective)
 from tunekit.hpsearch.settings import SearchSettings
 from tunekit.hpsearch.shared.workers import (check_spec, claim_creation, default_threads, open_storage,
                                              register_worker, resume_study, space_dict, spec_probes, wait_for_spec,
@@ -39,6 +41,8 @@ from tunekit.inputs.space import SearchSpace
 from tunekit.results import SearchResult, write_report
 
 __all__ = ["search", "run_search"]
+
+SECONDS_KEY = "tunekit_seconds"  # the study's wall seconds, over all its runs
 
 
 def search(
@@ -58,6 +62,8 @@ def search(
     seed_trial: bool = True,
     design: Optional[int] = None,
     evals: int = 8,
+    objective: Any = "loss",
+    direction: Optional[str] = None,
     max_steps: Optional[int] = None,
     storage: Optional[str] = None,
     study_name: Optional[str] = None,
@@ -98,6 +104,12 @@ def search(
     Ray Tune runs the trials (``cpus_per_trial``, ``gpus_per_trial``, ``max_concurrent``,
     ``max_failures``, ``address``, ``storage_path``, ``ray_init``). See the README for each.
 
+    ``objective``: what trials are compared and pruned by: ``"loss"`` (the validation loss, the
+    default), ``"accuracy"``, ``"perplexity"``, the name of one of the task's own metrics
+    (``Task(metrics={"f1": fn})``), or ``fn(model, val_data) -> float`` (a Task object's search);
+    ``direction``: ``"minimize"`` or ``"maximize"`` (built-ins know theirs). Every trial also
+    records its validation loss.
+
     A ``storage`` is shared: the first search creates the study and runs the probes, the others
     join it (:mod:`tunekit.hpsearch.shared`: ``grace_period``, ``worker_id``, ``threads``,
     ``join_timeout``, ``artifacts``); ``run_trials=False`` creates the study and runs no trial.
@@ -122,13 +134,55 @@ class _Opened:
     spec: Optional[dict[str, Any]]  # a joining worker's: the study's settings and probes
 
 
+@dataclass
+class _Prepared:
+    """What the trials share, once the storage is open and the probes have run."""
+
+    task: Any  # as the trials run it (a callable objective added to a Task's metrics)
+    inputs: SearchInputs
+    opened: _Opened
+    probes: Probes
+    plan: Plan
+    dists: dict[str, Any]
+    spec: dict[str, Any]
+
+
 def run_search(task: Any, space: str | SearchSpace, settings: SearchSettings) -> SearchResult:
     """:func:`search` with its settings built: the stages of the module's docstring."""
-    import optuna
-
     start = time.perf_counter()
     backend = get_backend(settings.backend)
     backend.check(settings)
+    with _no_empty_study_left(settings):
+        prep = _prepare(task, space, settings, backend)
+
+    # The study, its seed trial and design (once, by the creator), this worker's sampler.
+    study, seed_params, threads_before = _worker_study(prep.opened, settings, prep.inputs, prep.probes, prep.plan,
+                                                       prep.dists, prep.spec, backend)
+
+    # Run until the study holds `trials` finished trials. Interrupted (Ctrl-C), the
+    # report of what finished is written all the same, and --resume goes on from it.
+    try:
+        if settings.run_trials:
+            work = Work(study, prep.dists, prep.plan, prep.task, settings.trials, settings, prep.opened.store, _no_end)
+            _run_trials(backend, work)
+    finally:
+        _set_threads(threads_before)  # the caller's (a notebook's) threads again
+        seconds = time.perf_counter() - start
+        if not settings.shared:  # one process's study: its seconds over every run of it
+            seconds = _seconds_so_far(study, seconds)
+        result = build_result(study, prep.opened.store, settings, prep.inputs.space, prep.dists, seed_params,
+                              prep.inputs.budget, prep.plan, prep.probes, seconds,
+                              task if isinstance(task, str) else None)
+        if settings.out is not None:
+            write_report(result, settings.out)
+    return result
+
+
+def _prepare(task: Any, space: str | SearchSpace, settings: SearchSettings, backend: Backend) -> _Prepared:
+    """The inputs, the storage, the probes, the plan and the seeded space; every refusal before a trial."""
+    import optuna
+
+    task = with_objective(task, settings)
     inputs = prepare_inputs(task, space, settings)
 
     # The storage first: a clash fails before any probe runs; a joining worker takes the spec.
@@ -151,22 +205,30 @@ def run_search(task: Any, space: str | SearchSpace, settings: SearchSettings) ->
     if opened.spec is not None:
         check_spec(opened.spec, spec, opened.name)
     backend.check_plan(settings, plan, dists, probes.probe)
+    return _Prepared(task, inputs, opened, probes, plan, dists, spec)
 
-    # The study, its seed trial and design (once, by the creator), this worker's sampler.
-    study, seed_params, threads_before = _worker_study(opened, settings, inputs, probes, plan, dists, spec, backend)
 
-    # Run until the study holds `trials` finished trials. Interrupted (Ctrl-C), the
-    # report of what finished is written all the same, and --resume goes on from it.
+@contextlib.contextmanager
+def _no_empty_study_left(settings: SearchSettings) -> Iterator[None]:
+    """A search refused before its study holds anything (a resume into an empty folder, a missing saved
+    probe) leaves no study.db of its own making behind."""
+    db = settings.out / "study.db" if settings.out is not None and settings.storage is None else None
+    fresh = db is not None and not db.exists()
     try:
-        if settings.run_trials:
-            _run_trials(backend, Work(study, dists, plan, task, settings.trials, settings, opened.store, _no_end))
-    finally:
-        _set_threads(threads_before)  # the caller's (a notebook's) threads again
-        result = build_result(study, opened.store, settings, inputs.space, dists, seed_params, inputs.budget, plan,
-                              probes, time.perf_counter() - start, task if isinstance(task, str) else None)
-        if settings.out is not None:
-            write_report(result, settings.out)
-    return result
+        yield
+    except (UsageError, KeyboardInterrupt):
+        if fresh and db is not None:
+            for path in (db, db.with_name("study.db-journal"), db.with_name("study.db-wal"), db.with_name("study.db-shm")):
+                path.unlink(missing_ok=True)
+        raise
+
+
+def _seconds_so_far(study: Any, elapsed: float) -> float:
+    """The study's wall seconds over every run of it (a resume adds its own; one with nothing to run,
+    only its few), kept in the study: a resume does not replace the first run's seconds with its own."""
+    total = float(study.user_attrs.get(SECONDS_KEY, 0.0)) + elapsed
+    study.set_user_attr(SECONDS_KEY, total)
+    return total
 
 
 # --- stages ---------------------------------------------------------------------------
@@ -189,7 +251,7 @@ def _open(settings: SearchSettings, name: str) -> _Opened:
     if settings.resume and not settings.shared and out_dir is not None and not existing:
         raise UsageError(f"resume: there is no study '{name}' in {out_dir} to continue: drop resume=True to start one")
     spec = None
-    if settings.shared and (existing or not claim_creation(store, name)):
+    if settings.shared and (existing or not claim_creation(store, name, settings.goal.direction)):
         spec = wait_for_spec(store, name, settings.join_timeout)  # None: an older tunekit's study
     old_plan, old_dists = stored_plan(store, name) if existing or spec is not None else ({}, {})
     return _Opened(store, name, existing or spec is not None, old_plan, old_dists, spec)
@@ -241,10 +303,10 @@ def _worker_study(opened: _Opened, settings: SearchSettings, inputs: SearchInput
                        parallel=backend.concurrent or s.shared)
     rung_list = ladder(inputs.budget.samples, s.trials, s.reduction_factor, s.evals, s.rungs, s.first_rung)
     pruner = make_pruner(inputs.budget.samples // s.evals, s.evals, rung_list, s.reduction_factor, s.prune,
-                         adaptive=s.rungs is None and s.first_rung is None)
-    study = open_study(store, name, smp, pruner)
+                         adaptive=s.rungs is None and s.first_rung is None, direction=s.goal.direction)
+    study = open_study(store, name, smp, pruner, s.goal.direction)
     keep_plan(study, {**plan.to_dict(), "probe_samples": probes.samples, "budget": inputs.budget.to_dict(),
-                      "sampler_seed": s.sampler_seed, "rungs": rung_list}, dists)
+                      "sampler_seed": s.sampler_seed, "rungs": rung_list}, dists, s.goal.label)
     if s.resume:
         resume_study(study, shared=s.shared, store=store)
     seed_params: dict[str, Any] = {}

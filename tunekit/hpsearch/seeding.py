@@ -59,7 +59,40 @@ def prepare_inputs(task: Any, space: str | SearchSpace, settings: SearchSettings
     sp = _with_task_config(sp, task, settings.task_config)
     base = _base_task(task, sp)
     cfg = TrainConfig.for_task(base, device=settings.device)
-    return SearchInputs(sp, base, cfg, _budget(settings.budget, base, cfg))
+    inputs = SearchInputs(sp, base, cfg, _budget(settings.budget, base, cfg))
+    _check_objective(inputs, settings)
+    return inputs
+
+
+def with_objective(task: Any, settings: SearchSettings) -> Any:
+    """The task the trials run: a Task object given ``objective=fn`` gets ``fn`` as one of its metrics."""
+    from tunekit.inputs.task import Task
+
+    if isinstance(settings.objective, str):
+        return task
+    if not isinstance(task, Task):
+        raise UsageError(f"objective=<function {settings.goal.name}> needs the task as a Task object, whose trials "
+                         "run in this process: with a task spec, give its Task metrics={'name': fn} and pass "
+                         "objective='name'")
+    return dataclasses.replace(task, metrics={**task.metrics, settings.goal.name: settings.objective})
+
+
+def _check_objective(inputs: SearchInputs, settings: SearchSettings) -> None:
+    """An objective the task's evaluation does not give fails here, in one line, before anything runs:
+    one validation batch of a fresh model is evaluated (and the task's own metric, if it is one)."""
+    goal = settings.goal
+    if goal.name in ("loss", "perplexity"):
+        return
+    from tunekit.training.loop import evaluate
+    from tunekit.training.step import resolve_device
+
+    task = inputs.task
+    wanted = {goal.name: task.metrics[goal.name]} if goal.name in task.metrics else {}
+    model = task.make_model(settings.seed)
+    metrics = evaluate(model, task.val_data, task.loss_computer(), device=resolve_device("cpu"),
+                       batch_size=int(task.batch_size or inputs.cfg.batch_size or 1), max_batches=1, metrics=wanted)
+    if goal.name not in metrics:
+        raise UsageError(goal.missing(metrics))
 
 
 def _with_task_config(sp: SearchSpace, task: Any, task_config: Optional[dict[str, Any]]) -> SearchSpace:
@@ -205,7 +238,8 @@ def make_plan(inputs: SearchInputs, probes: Probes, settings: SearchSettings) ->
                 task_batch=task_batch * int(cfg.accumulation_steps or 1),
                 max_micro=int(probes.probe.max_batch) if probes.probe is not None else 1 << 30,
                 ref_batch=ref, lr_rule=rule, evals=settings.evals, device=settings.device, eval_batch_size=eval_bs,
-                eval_batches=eval_batches, fixed=sp.fixed())
+                eval_batches=eval_batches, fixed=sp.fixed(), objective=settings.goal.name,
+                direction=settings.goal.direction)
 
 
 def design_size(settings: SearchSettings, sp: SearchSpace, probes: Probes) -> int:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from tunekit.errors import UsageError, check_int
+from tunekit.objective import Objective
 
 __all__ = ["SearchSettings", "STUDY_SETTINGS", "JOIN_SETTINGS", "BACKENDS"]
 
@@ -48,6 +49,10 @@ class SearchSettings:
     seed_trial: bool = _study(True)
     design: Optional[int] = _study(None)
     evals: int = _study(8, "plan")
+    # What the trials are compared by: a metric's name (loss, accuracy, perplexity, or one of the
+    # task's own metrics) or fn(model, val_data) -> float, and which way is better.
+    objective: Any = _study("loss", "plan")
+    direction: Optional[str] = _study(None, "plan")
     # ``max_steps=N`` is ``budget="Nupdates"``: folded into ``budget`` when the settings are built.
     max_steps: Optional[int] = None
     # --- where its results go and what it starts from --------------------------------------
@@ -85,6 +90,7 @@ class SearchSettings:
             object.__setattr__(self, "max_steps", None)
         if self.sampler_seed is None:
             object.__setattr__(self, "sampler_seed", self.seed)
+        object.__setattr__(self, "direction", self.goal.direction)
         if self.out is not None and not isinstance(self.out, Path):
             object.__setattr__(self, "out", Path(self.out))
 
@@ -93,9 +99,14 @@ class SearchSettings:
         """Whether the study lives in a storage that other workers may share."""
         return self.storage is not None
 
+    @property
+    def goal(self) -> Objective:
+        """The objective by name, with its direction."""
+        return Objective.of(self.objective, self.direction)
+
     def study_dict(self) -> dict[str, Any]:
-        """The fields that define the study, as its spec keeps them."""
-        return {name: getattr(self, name) for name in STUDY_SETTINGS}
+        """The fields that define the study, as its spec keeps them (a callable objective by its name)."""
+        return {name: getattr(self, name) for name in STUDY_SETTINGS} | {"objective": self.goal.name}
 
     def replace(self, **changes: Any) -> "SearchSettings":
         """A copy with ``changes`` (validated again)."""
@@ -113,6 +124,11 @@ class SearchSettings:
             raise UsageError(f"sampler {self.sampler!r} is unknown: use tpe or random")
         if self.threads is not None:
             check_int("threads", self.threads, hint="pass e.g. threads=4")
+        goal = self.goal  # a bad objective or direction fails here
+        if self.shared and not isinstance(self.objective, str):
+            raise UsageError(f"a shared study's objective must be a name every worker can find, got a function "
+                             f"({goal.name}): give the task metrics={{'{goal.name}': fn}} and pass "
+                             f"objective='{goal.name}'")
 
     def _check_counts(self) -> None:
         check_int("trials", self.trials, hint="pass e.g. trials=12")

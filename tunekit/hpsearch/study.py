@@ -174,16 +174,16 @@ def make_sampler(kind: str, seed: int, startup: int, parallel: bool) -> Any:
         return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup, constant_liar=parallel)
 
 
-def open_study(store: Any, name: str, sampler: Any, pruner: Any) -> Any:
+def open_study(store: Any, name: str, sampler: Any, pruner: Any, direction: str = "minimize") -> Any:
     import optuna
 
     return optuna.create_study(study_name=name, storage=store, sampler=sampler, pruner=pruner,
-                               direction="minimize", load_if_exists=True)
+                               direction=direction, load_if_exists=True)
 
 
 def check_resume(stored: dict[str, Any], plan: dict[str, Any], where: str) -> None:
     """Refuse, in one line, to continue a study under another plan (budget, seed, ...)."""
-    for key in ("budget_samples", "seed", "evals", "ref_batch", "lr_rule", "fixed"):
+    for key in ("budget_samples", "seed", "evals", "ref_batch", "lr_rule", "fixed", "objective", "direction"):
         if key in stored and stored[key] != plan.get(key):
             raise UsageError(f"study {where} was run with {key} = {stored[key]!r}, this run asks for {plan.get(key)!r}: "
                              f"use the same settings (a worker: drop the flag, to take the study's), or start a new study "
@@ -208,10 +208,14 @@ def note_interrupted(study: Any, numbers: list[int]) -> None:
     study.set_user_attr(INTERRUPTED_KEY, sorted(done | set(numbers)))
 
 
-def enqueue(study: Any, params: dict[str, Any]) -> None:
+def enqueue(study: Any, params: dict[str, Any], retry_of: Optional[int] = None) -> None:
     """Queue a trial with these params, noted on the trial as well: a trial killed between leaving the
-    queue and taking its params (Optuna sets them as they are suggested) can still be re-run."""
-    study.enqueue_trial(params, user_attrs={ENQUEUED_KEY: params}, skip_if_exists=False)
+    queue and taking its params (Optuna sets them as they are suggested) can still be re-run.
+    ``retry_of``: the trial it re-runs (the report says so beside that one)."""
+    attrs: dict[str, Any] = {ENQUEUED_KEY: params}
+    if retry_of is not None:
+        attrs[RETRY_OF] = retry_of
+    study.enqueue_trial(params, user_attrs=attrs, skip_if_exists=False)
 
 
 def enqueue_design(study: Any, points: list[dict[str, Any]]) -> None:
@@ -234,7 +238,7 @@ def requeue_interrupted(study: Any) -> None:
             requeued.add(t.number)
             params = t.params or t.user_attrs.get(ENQUEUED_KEY)  # killed before it took its queued params
             if params:  # else killed before the sampler drew any: there is nothing to re-run
-                enqueue(study, dict(params))
+                enqueue(study, dict(params), retry_of=t.number)
     study.set_user_attr(REQUEUED_KEY, sorted(requeued))
 
 
@@ -268,10 +272,11 @@ def finished_count(study: Any) -> int:
 
 def trial_dicts(study: Any) -> list[dict[str, Any]]:
     """Every trial that ran (or runs), as search.json holds it."""
-    skip, reasons = _interrupted(study), stopped(study)
-    out = []
     import optuna
 
+    skip, reasons = _interrupted(study), stopped(study)
+    reruns = {t.user_attrs[RETRY_OF]: t.number for t in study.get_trials(deepcopy=False) if RETRY_OF in t.user_attrs}
+    out = []
     for t in study.get_trials(deepcopy=False):
         if t.state == optuna.trial.TrialState.WAITING or t.user_attrs.get(SURPLUS):
             continue  # enqueued, never run; or found the study's slots taken, and did not run
@@ -283,11 +288,14 @@ def trial_dicts(study: Any) -> list[dict[str, Any]]:
             "updates": ua.get("updates"), "micro_batch": ua.get("micro_batch"),
             "accumulation_steps": ua.get("accumulation_steps"), "effective_batch": ua.get("effective_batch"),
             "seconds": ua.get("seconds"), "diverged": bool(ua.get("diverged", False)),
-            "error": INTERRUPTED if t.number in skip else reasons.get(t.number, ua.get("error")),
+            "val_loss": ua.get("val_loss"), "lr": ua.get("lr_trained", ua.get("config", {}).get("lr")),
+            "error": _interrupted_note(t.number, reruns) if t.number in skip else reasons.get(t.number, ua.get("error")),
             "finished": t.datetime_complete.timestamp() if t.datetime_complete else None,
         }
         if t.number in reasons:
             d["stopped"] = True  # its worker stopped: it does not count, and was re-run once
+        if t.number in reruns:
+            d["rerun_as"] = reruns[t.number]
         if RETRY_OF in ua:
             d["retry_of"] = ua[RETRY_OF]
         for extra in ("worker", "attempts"):
@@ -297,6 +305,11 @@ def trial_dicts(study: Any) -> list[dict[str, Any]]:
     return out
 
 
+def _interrupted_note(number: int, reruns: dict[int, int]) -> str:
+    """An interrupted trial's note: re-run on --resume, and as which trial once it was."""
+    return f"interrupted; re-run as trial {reruns[number]}" if number in reruns else INTERRUPTED
+
+
 def stored_plan(store: Any, name: str) -> tuple[dict[str, Any], dict[str, str]]:
     import optuna
 
@@ -304,14 +317,14 @@ def stored_plan(store: Any, name: str) -> tuple[dict[str, Any], dict[str, str]]:
     return attrs.get(PLAN_KEY, {}), attrs.get(DISTS_KEY, {})
 
 
-def keep_plan(study: Any, plan: dict[str, Any], dists: dict[str, Any]) -> None:
+def keep_plan(study: Any, plan: dict[str, Any], dists: dict[str, Any], metric_name: str = "validation loss") -> None:
     """The plan and the distributions, once; and the value's name, for dashboards."""
     import optuna
 
     if not study.metric_names:
         with warnings.catch_warnings():  # "experimental" in Optuna's words
             warnings.simplefilter("ignore")
-            study.set_metric_names(["validation loss"])
+            study.set_metric_names([metric_name])
 
     if PLAN_KEY not in study.user_attrs:
         study.set_user_attr(PLAN_KEY, plan)

@@ -10,17 +10,19 @@ from tunekit.hpsearch.seeding import Probes
 from tunekit.hpsearch.settings import SearchSettings
 from tunekit.hpsearch.study import safe_url, trial_dicts
 from tunekit.inputs.space import SearchSpace, lr_bounds_from_curve
+from tunekit.objective import Objective
 from tunekit.results import SearchResult
 
 __all__ = ["build_result", "best_trial"]
 
 
 def best_trial(study: Any) -> Any:
-    """The study's best finished trial (lowest value), or None."""
+    """The study's best finished trial (by its direction), or None."""
     import optuna
 
     done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-    return min(done, key=lambda t: t.value) if done else None
+    sign = 1.0 if study.direction == optuna.study.StudyDirection.MINIMIZE else -1.0
+    return min(done, key=lambda t: sign * t.value) if done else None
 
 
 def build_result(study: Any, store: Any, settings: SearchSettings, sp: SearchSpace, dists: dict[str, Any],
@@ -29,12 +31,13 @@ def build_result(study: Any, store: Any, settings: SearchSettings, sp: SearchSpa
     """The search's result, from what the study holds now."""
     import optuna
 
+    goal = Objective(plan.objective, plan.direction)
     trials = trial_dicts(study)
     complete = [t for t in trials if t["state"] == "COMPLETE" and t["value"] is not None]
-    best = min(complete, key=lambda t: t["value"]) if complete else None
+    best = min(complete, key=lambda t: goal.sign * t["value"]) if complete else None
     result = SearchResult(
         study_name=study.study_name, storage=safe_url(str(getattr(store, "url", settings.storage or "in-memory"))),
-        space=sp.name, direction="minimize", best_value=best["value"] if best else None,
+        space=sp.name, direction=goal.direction, objective=goal.name, best_value=best["value"] if best else None,
         best_params=best["params"] if best else {}, best_config=best["config"] if best else {}, trials=trials,
         seed_params=seed_params,
         distributions={n: optuna.distributions.distribution_to_json(d) for n, d in dists.items()},

@@ -18,9 +18,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from tunekit.objective import Objective
 from tunekit.hpsearch.plan import TrialConfig
 
-__all__ = ["Outcome", "run_config", "run_trial", "record", "conclude", "start_attrs", "outcome_of", "TrialFailed",
+__all__ = ["Outcome", "run_config", "run_trial", "evaluation_reporter", "record", "conclude", "start_attrs", "outcome_of", "TrialFailed",
            "INTERRUPTED"]
 
 INTERRUPTED = "interrupted; re-run on --resume"
@@ -42,10 +43,13 @@ class Outcome:
     initial_loss: Optional[float] = None  # the first update's training loss: where the trial started
     final_step: Optional[int] = None  # where the final value is reported (in samples), as the last intermediate value
     reason: Optional[str] = None  # why a PRUNED trial stopped (a FAIL's reason is its error)
+    val_loss: Optional[float] = None  # the last evaluation's validation loss, whatever the objective
 
     def attrs(self) -> dict[str, Any]:
         out: dict[str, Any] = {"curve": self.curve, "samples": self.samples, "updates": self.updates,
                                "seconds": self.seconds}
+        if self.val_loss is not None:
+            out["val_loss"] = self.val_loss
         if self.initial_loss is not None and math.isfinite(self.initial_loss):
             out["initial_loss"] = self.initial_loss
         if self.error:
@@ -60,10 +64,14 @@ class Outcome:
 
 
 def start_attrs(cfg: TrialConfig) -> dict[str, Any]:
-    """What a trial records as it starts: the run it trains (the LR as trained) and its batch split."""
-    return {"config": {k: v for k, v in cfg.train.items() if k != "device"}, "task_config": dict(cfg.task),
-            "micro_batch": int(cfg.train["batch_size"]), "accumulation_steps": int(cfg.train["accumulation_steps"]),
-            "effective_batch": cfg.effective_batch}
+    """What a trial records as it starts: the run it trains (the LR as trained, also on its own for
+    dashboards: the ``lr`` param is the LR at the range test's batch) and its batch split."""
+    attrs = {"config": {k: v for k, v in cfg.train.items() if k != "device"}, "task_config": dict(cfg.task),
+             "micro_batch": int(cfg.train["batch_size"]), "accumulation_steps": int(cfg.train["accumulation_steps"]),
+             "effective_batch": cfg.effective_batch}
+    if "lr" in cfg.train:
+        attrs["lr_trained"] = float(cfg.train["lr"])
+    return attrs
 
 
 def run_config(task: Any, cfg: TrialConfig, report: Callable[[int, dict[str, float]], Any],
@@ -87,17 +95,38 @@ def run_config(task: Any, cfg: TrialConfig, report: Callable[[int, dict[str, flo
             if cache is not None:
                 cache.clear()
                 cache[key] = run_task
-    return train(run_task, cfg.train, callback=report)
+    return train(run_task, cfg.train, callback=report, progress=False)  # the search's own bar counts trials
 
 
-def outcome_of(result: Any, curve: list[list[float]], seconds: float, final_step: Optional[int] = None) -> Outcome:
-    """The outcome of a training run that went to its end (or diverged)."""
+def outcome_of(result: Any, curve: list[list[float]], seconds: float, final_step: Optional[int] = None,
+               goal: Objective = Objective()) -> Outcome:
+    """The outcome of a training run that went to its end (or diverged), valued by ``goal``."""
+    val_loss = float(result.evals[-1]["loss"]) if result.evals else None
     if result.diverged:
         return Outcome("FAIL", curve=curve, samples=int(result.samples), updates=int(result.updates),
-                       seconds=seconds, error=f"diverged at update {result.diverged_at}", diverged=True)
-    first = float(result.losses[0]) if result.losses else None
-    return Outcome("COMPLETE", float(result.final_loss), curve, int(result.samples), int(result.updates), seconds,
-                   initial_loss=first, final_step=final_step)
+                       seconds=seconds, error=f"diverged at update {result.diverged_at}", diverged=True,
+                       val_loss=val_loss)
+    # Where the trial started, in the objective's units: the first training loss (for the rungs'
+    # learning point); other objectives have no value before the first evaluation.
+    first = float(result.losses[0]) if result.losses and goal.name == "loss" else None
+    value = float(result.final_loss) if goal.name == "loss" else goal.value(result.evals[-1])
+    return Outcome("COMPLETE", value, curve, int(result.samples), int(result.updates), seconds,
+                   initial_loss=first, final_step=final_step, val_loss=val_loss)
+
+
+def evaluation_reporter(cfg: TrialConfig, curve: list[list[float]], last: dict[str, float]) -> Callable[[int, dict[str, float]], float]:
+    """``value(step, metrics)``: an evaluation's objective value, its point appended to ``curve`` (samples
+    seen, value) and its metrics kept in ``last`` (for the validation loss of a trial stopped early)."""
+    goal = Objective(cfg.objective, cfg.direction)
+
+    def value(step: int, metrics: dict[str, float]) -> float:
+        last.clear()
+        last.update(metrics)
+        v = goal.value(metrics)
+        curve.append([step * cfg.effective_batch, v])
+        return v
+
+    return value
 
 
 def run_trial(task: Any, trial: Any, cfg: TrialConfig, *, prune: bool, cache: Optional[dict[str, Any]] = None) -> Outcome:
@@ -109,30 +138,41 @@ def run_trial(task: Any, trial: Any, cfg: TrialConfig, *, prune: bool, cache: Op
     import optuna
 
     curve: list[list[float]] = []
+    last: dict[str, float] = {}
+    value_of = evaluation_reporter(cfg, curve, last)
     steps = int(cfg.train["max_steps"])
     t0 = time.perf_counter()
 
     def report(step: int, metrics: dict[str, float]) -> None:
-        loss = float(metrics["loss"])
-        curve.append([step * cfg.effective_batch, loss])
+        value = value_of(step, metrics)
         if step >= steps:
             return  # the final value is the trial's own
-        if math.isfinite(loss):
-            trial.report(loss, cfg.reported(step))
+        if math.isfinite(value):
+            trial.report(value, cfg.reported(step))
         if prune and trial.should_prune():
-            raise optuna.TrialPruned(f"pruned at {cfg.reported(step)} samples with validation loss {loss:.4f}")
+            raise optuna.TrialPruned(f"pruned at {cfg.reported(step)} samples with {_label(cfg)} {value:.4f}")
 
     try:
         result = run_config(task, cfg, report, cache)
     except optuna.TrialPruned as exc:
-        seen = int(curve[-1][0]) if curve else 0
-        return Outcome("PRUNED", curve=curve, samples=seen, updates=seen // cfg.effective_batch,
-                       seconds=time.perf_counter() - t0, reason=str(exc))
+        return _stopped(Outcome("PRUNED", reason=str(exc)), cfg, curve, last, t0)
     except Exception as exc:  # the user's task or model raised: the trial fails, the search goes on
-        seen = int(curve[-1][0]) if curve else 0
-        return Outcome("FAIL", curve=curve, samples=seen, updates=seen // cfg.effective_batch,
-                       seconds=time.perf_counter() - t0, error=f"{type(exc).__name__}: {exc}")
-    return outcome_of(result, curve, time.perf_counter() - t0, final_step(cfg))
+        return _stopped(Outcome("FAIL", error=f"{type(exc).__name__}: {exc}"), cfg, curve, last, t0)
+    return outcome_of(result, curve, time.perf_counter() - t0, final_step(cfg), Objective(cfg.objective, cfg.direction))
+
+
+def _label(cfg: TrialConfig) -> str:
+    return Objective(cfg.objective, cfg.direction).label
+
+
+def _stopped(outcome: Outcome, cfg: TrialConfig, curve: list[list[float]], last: dict[str, float],
+             t0: float) -> Outcome:
+    """A trial that ended before its budget: what it saw (samples, updates, its last validation loss)."""
+    seen = int(curve[-1][0]) if curve else 0
+    outcome.curve, outcome.samples, outcome.updates = curve, seen, seen // cfg.effective_batch
+    outcome.seconds = time.perf_counter() - t0
+    outcome.val_loss = float(last["loss"]) if "loss" in last else None
+    return outcome
 
 
 def final_step(cfg: TrialConfig) -> int:

@@ -27,11 +27,15 @@ from tunekit.inputs.data import Batch, Data, check_data
 from tunekit.errors import UsageError
 from tunekit.precision import Precision, check_precision
 
-__all__ = ["Task", "LossFn", "ComputeLoss", "OptimizerFactory", "default_optimizer", "LossComputer"]
+__all__ = ["Task", "LossFn", "ComputeLoss", "OptimizerFactory", "Metric", "BUILTIN_METRICS", "default_optimizer",
+           "LossComputer"]
 
 LossFn = Callable[[Any, Any], torch.Tensor]
 ComputeLoss = Callable[[nn.Module, Batch], torch.Tensor]
 OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
+Metric = Callable[[nn.Module, Any], float]  # fn(model, val_data) -> float
+# What every evaluation computes itself (accuracy where the outputs are class scores).
+BUILTIN_METRICS = ("loss", "accuracy", "perplexity")
 
 
 def default_optimizer(params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
@@ -60,6 +64,9 @@ class Task:
         name: shown in reports.
         defaults: default training settings for this task (e.g. ``{"lr": 3e-3,
             "max_steps": 300}``), used where the user gives none.
+        metrics: the user's own validation metrics, ``{"f1": fn}`` with
+            ``fn(model, val_data) -> float`` (called in eval mode, without gradients, at
+            each evaluation); a search can optimise one of them (``objective="f1"``).
     """
 
     model: Callable[[], nn.Module]
@@ -72,6 +79,7 @@ class Task:
     precision: Precision = "fp32"
     name: str = "task"
     defaults: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, Metric] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not callable(self.model):
@@ -93,6 +101,7 @@ class Task:
         check_data(self.train_data, "train_data")
         if self.val_data is not None:
             check_data(self.val_data, "val_data")
+        _check_metrics(self.metrics)
 
     def make_model(self, seed: int = 0) -> nn.Module:
         """A fresh model with weights drawn from ``seed``; the global RNG is left as it was."""
@@ -112,6 +121,17 @@ class Task:
 
     def loss_computer(self) -> LossComputer:
         return LossComputer(self.loss, self.compute_loss)
+
+
+def _check_metrics(metrics: Any) -> None:
+    """The user's metrics: a dict of callables, none named after a built-in one."""
+    if not isinstance(metrics, dict) or not all(isinstance(k, str) and callable(v) for k, v in metrics.items()):
+        raise UsageError(f"metrics must be a dict of name -> fn(model, val_data) -> float, got {metrics!r}: "
+                         "pass e.g. metrics={'f1': my_f1}")
+    clash = sorted(set(metrics) & set(BUILTIN_METRICS))
+    if clash:
+        raise UsageError(f"metrics {clash[0]!r} is built in (tunekit computes {', '.join(BUILTIN_METRICS)}): "
+                         "give yours another name")
 
 
 def _model_loss(out: Any) -> torch.Tensor | None:

@@ -16,12 +16,15 @@ from pathlib import Path
 from typing import Any, Optional
 
 from tunekit.errors import UsageError
+from tunekit.objective import Objective
 from tunekit.results.base import Result, write_file
 
 __all__ = ["SearchResult", "write_report"]
 
-CSV_FIELDS = ("number", "state", "value", "samples", "updates", "micro_batch", "accumulation_steps", "seconds",
-              "diverged", "error")
+# "lr" is the LR the trial trained at; the param column "lr_ref" is the LR at the range test's batch,
+# which the trial's own batch rescales (it is the search's lr parameter).
+CSV_FIELDS = ("number", "state", "value", "val_loss", "lr", "samples", "updates", "micro_batch", "accumulation_steps",
+              "seconds", "diverged", "error")
 
 
 @dataclass
@@ -49,6 +52,11 @@ class SearchResult(Result):
     probe: Optional[dict[str, Any]] = None
     # Computed by the search, where Optuna is at hand, so that a report needs no Optuna.
     param_importances: Optional[dict[str, float]] = None
+    objective: str = "loss"  # what ``value`` is: a metric's name; ``direction`` says which way is better
+
+    @property
+    def goal(self) -> Objective:
+        return Objective(self.objective, self.direction)
 
     def _amount(self, samples: float) -> str:
         """``samples`` in the budget's unit, as people write it: 19,040 samples, 1.5 epochs."""
@@ -76,7 +84,7 @@ class SearchResult(Result):
     def trial(self, number: Optional[int] = None) -> dict[str, Any]:
         """Trial ``number``, or the best complete one."""
         if number is None:
-            best = _best(self.trials)
+            best = _best(self.trials, self.direction)
             if best is None:
                 raise UsageError(f"study '{self.study_name}' has no complete trial to re-run: pass trial=N")
             return best
@@ -90,9 +98,9 @@ class SearchResult(Result):
         keys = sorted({k for t in self.trials for k in t.get("params", {})})
         buf = io.StringIO(newline="")
         w = csv.writer(buf)
-        w.writerow([*CSV_FIELDS, "lr_trained", *keys])
+        w.writerow([*CSV_FIELDS, *("lr_ref" if k == "lr" else k for k in keys)])
         for t in self.trials:
-            w.writerow([t.get(k) for k in CSV_FIELDS] + [t.get("config", {}).get("lr")]
+            w.writerow([_trained_lr(t) if k == "lr" else t.get(k) for k in CSV_FIELDS]
                        + [t["params"].get(k) for k in keys])
         write_file(path, buf.getvalue())
 
@@ -102,19 +110,20 @@ class SearchResult(Result):
         from tunekit.plotting import new_axes
 
         ax = new_axes(ax)
-        spent, best, xs, ys = float(self.probe_samples), math.inf, [], []
+        sign = self.goal.sign
+        spent, best, xs, ys = float(self.probe_samples), math.inf, [], []  # best: sign * value, lower better
         for t in sorted(self.trials, key=lambda t: t.get("finished") or 0):
             spent += int(t.get("samples") or 0)
             if t["state"] == "COMPLETE" and t["value"] is not None:
-                best = min(best, t["value"])
+                best = min(best, sign * t["value"])
             if math.isfinite(best):
                 xs.append(self.in_unit(spent))
-                ys.append(best)
+                ys.append(sign * best)
         if self.probe_samples:
             ax.axvline(self.in_unit(self.probe_samples), color="0.6", ls=":", label="probes' cost")
         ax.step(xs, ys, where="post", color="C3", label="best so far")
         ax.set_xlabel(f"{self.unit} spent")
-        ax.set_ylabel("best validation loss")
+        ax.set_ylabel(f"best {self.goal.label}")
         ax.legend(fontsize="small")
         return ax
 
@@ -123,7 +132,7 @@ class SearchResult(Result):
         from tunekit.plotting import new_axes
 
         ax = new_axes(ax)
-        best = _best(self.trials)
+        best = _best(self.trials, self.direction)
         for t in self.trials:
             curve = t.get("curve") or []
             if not curve:
@@ -138,27 +147,33 @@ class SearchResult(Result):
                 ax.plot(xs, ys, "o-", color="C0", lw=1.0, ms=3, alpha=0.8)
         ax.plot([], [], "o-", color="C0", label="complete")
         ax.plot([], [], "o-", color="0.5", alpha=0.4, label="pruned")
-        ax.set_yscale("log")
+        self._value_scale(ax)
         ax.set_xlabel(f"{self.unit} seen by the trial")
-        ax.set_ylabel("validation loss")
+        ax.set_ylabel(self.goal.label)
         ax.legend(fontsize="small")
         return ax
 
+    def _value_scale(self, ax: Any) -> None:
+        """Losses span decades (a log axis); other metrics (accuracy, F1) are read on a linear one."""
+        if self.objective in ("loss", "perplexity"):
+            ax.set_yscale("log")
+
     def plot_lr(self, ax: Any = None) -> Any:
-        """Final (or last) validation loss against the LR each trial trained with."""
+        """Final (or last) value against the LR each trial trained with."""
         from matplotlib.ticker import NullFormatter
 
         from tunekit.plotting import new_axes
 
         ax = new_axes(ax)
         values = [t["value"] for t in self.trials if t["value"] is not None and math.isfinite(t["value"])]
-        top = max(values + [1.0])
+        # Failed trials are drawn at the worst value seen.
+        top = max(values + [1.0]) if self.goal.sign > 0 else min(values + [0.0])
         for state, style in (("COMPLETE", dict(color="C0", label="complete")),
                              ("PRUNED", dict(color="0.6", label="pruned (last value)")),
                              ("FAIL", dict(color="C3", marker="x", label="diverged/failed"))):
             pts = []
             for t in self.trials:
-                lr = t.get("config", {}).get("lr")
+                lr = _trained_lr(t)
                 if t["state"] != state or not lr:
                     continue
                 last = t["curve"][-1][1] if t.get("curve") else None
@@ -168,10 +183,10 @@ class SearchResult(Result):
             if pts:
                 ax.scatter(*zip(*pts), **style)  # type: ignore[arg-type]
         ax.set_xscale("log")
-        ax.set_yscale("log")
+        self._value_scale(ax)
         ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel("learning rate (as trained)")
-        ax.set_ylabel("validation loss")
+        ax.set_ylabel(self.goal.label)
         ax.legend(fontsize="small")
         return ax
 
@@ -187,7 +202,7 @@ class SearchResult(Result):
         if len(done) < 3 or not multi:
             return {}
         optuna.logging.set_verbosity(optuna.logging.ERROR)  # no "A new study created in memory" line
-        study = optuna.create_study(direction="minimize")
+        study = optuna.create_study(direction=self.direction)
         dists = {n: optuna.distributions.json_to_distribution(self.distributions[n]) for n in multi}
         for t in done:
             if all(n in t["params"] for n in multi):
@@ -241,11 +256,13 @@ class SearchResult(Result):
         counts: dict[str, int] = {}
         for t in self.trials:
             counts[t["state"]] = counts.get(t["state"], 0) + 1
-        lines = [f"{'trial':>5} {'state':>9} {'value':>9} {'batch':>11} {'updates':>7}  params"]
-        for t in sorted(self.trials, key=lambda t: (t["value"] is None, t["value"] if t["value"] is not None else 0)):
+        sign, name = self.goal.sign, self.objective[:9]
+        lines = [f"{'trial':>5} {'state':>9} {name:>9} {'batch':>11} {'updates':>7}  params (lr as trained)"]
+        for t in sorted(self.trials, key=lambda t: (t["value"] is None, sign * t["value"] if t["value"] is not None else 0)):
             val = "" if t["value"] is None else f"{t['value']:.4f}"
             note = " (diverged)" if t.get("diverged") else (f" ({t['error'][:40]})" if t.get("error") else "")
-            params = ", ".join(f"{k}={_fmt(v)}" for k, v in sorted(t["params"].items()))
+            shown = {**t["params"], "lr": _trained_lr(t)} if "lr" in t["params"] else t["params"]
+            params = ", ".join(f"{k}={_fmt(v)}" for k, v in sorted(shown.items()))
             split = f"{t.get('micro_batch') or '-'}x{t.get('accumulation_steps') or '-'}"
             lines.append(f"{t['number']:>5} {t['state']:>9} {val:>9} {split:>11} {t.get('updates') or 0:>7}  {params}{note}")
         unit = self.unit
@@ -253,7 +270,7 @@ class SearchResult(Result):
                      + f"; compute {self._amount(self.compute)} {unit} ({self._amount(self.probe_samples)} in probes, "
                      + f"{self.compute / max(1, int(self.budget.get('samples') or 1)):.2f} full trials), {self.seconds:.1f} s")
         if self.best_value is not None:
-            lines.append(f"best value {self.best_value:.4f}: "
+            lines.append(f"best {self.objective} {self.best_value:.4f}: "
                          + ", ".join(f"{k}={_fmt(v)}" for k, v in sorted(self.best_config.items())))
         return "\n".join(lines)
 
@@ -272,9 +289,15 @@ class SearchResult(Result):
         return [out / "trials.csv"]
 
 
-def _best(trials: list[dict[str, Any]]) -> Optional[dict[str, Any]]:
+def _best(trials: list[dict[str, Any]], direction: str = "minimize") -> Optional[dict[str, Any]]:
     done = [t for t in trials if t["state"] == "COMPLETE" and t["value"] is not None]
-    return min(done, key=lambda t: t["value"]) if done else None
+    sign = 1.0 if direction == "minimize" else -1.0
+    return min(done, key=lambda t: sign * t["value"]) if done else None
+
+
+def _trained_lr(trial: dict[str, Any]) -> Any:
+    """The LR a trial trained at (its ``lr`` param is the LR at the range test's batch)."""
+    return trial.get("lr") or trial.get("config", {}).get("lr")
 
 
 def _fmt(v: Any) -> str:

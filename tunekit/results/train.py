@@ -62,7 +62,8 @@ class TrainResult(Result):
             lines.append(f"{'update':>8} {'lr':>10} {'train loss':>11} {'val loss':>9} {'val acc':>8}")
             for lo, hi in zip(edges[:-1], edges[1:]):
                 step = self.steps[hi - 1] + 1
-                ev = evals.get(step) or {}
+                # The row's last evaluation: one falls inside most rows, not on their last update.
+                ev = evals.get(max((e for e in evals if self.steps[lo] < e <= step), default=-1)) or {}
                 val = f"{ev['loss']:.4f}" if "loss" in ev else ""
                 acc = f"{ev['accuracy']:.3f}" if "accuracy" in ev else ""
                 lines.append(f"{step:>8} {self.lrs[hi - 1]:>10.3g} {np.mean(self.losses[lo:hi]):>11.4f} {val:>9} {acc:>8}")
@@ -78,10 +79,19 @@ class TrainResult(Result):
             lines.append(f"{self.skipped_steps} steps skipped by the fp16 GradScaler (not counted as updates)")
         return "\n".join(lines)
 
-    def compared_with(self, trial: dict[str, Any]) -> str:
-        """Whether this run reproduced a search's ``trial`` (a :meth:`SearchResult.trial`): the same final loss."""
-        same = "the same" if self.final_loss == trial["value"] else "NOT the same"
-        return f"trial {trial['number']} of the search: value {trial['value']}; this run: {self.final_loss} ({same})"
+    def compared_with(self, trial: dict[str, Any], objective: str = "loss") -> str:
+        """Whether this run reproduced a search's ``trial`` (a :meth:`SearchResult.trial`): the same final
+        value of the search's ``objective`` (its validation loss, accuracy, or the task's metric)."""
+        mine = self.final_loss if objective == "loss" or not self.evals else self.final_value(objective)
+        same = "the same" if mine == trial["value"] else "NOT the same"
+        return (f"trial {trial['number']} of the search: {objective} {trial['value']}; this run: {mine} ({same})")
+
+    def final_value(self, metric: str) -> float:
+        """The last evaluation's ``metric`` (perplexity: exp of its loss); NaN where it has none."""
+        last = self.evals[-1] if self.evals else {}
+        if metric == "perplexity" and "loss" in last:
+            return math.exp(min(float(last["loss"]), 700.0))
+        return float(last.get(metric, math.nan))
 
     def __repr__(self) -> str:  # the curves run to kilobytes: table() has the detail
         state = f"diverged at update {self.diverged_at}" if self.diverged else f"final loss {self.final_loss:.4g}"

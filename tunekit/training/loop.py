@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -20,7 +20,7 @@ from tunekit.training.schedule import DECAYS, Warmup, lr_schedule, warmup_steps
 from tunekit.probes.state import seed_everything_for
 from tunekit.training.step import StepOutput, TrainStep, Updates, autocast_context, resolve_device
 from tunekit.precision import Precision, check_precision
-from tunekit.inputs.task import LossComputer, Task, accuracy_counts
+from tunekit.inputs.task import LossComputer, Metric, Task, accuracy_counts
 
 __all__ = ["TrainConfig", "TrainResult", "train", "evaluate", "EvalCallback"]
 
@@ -124,8 +124,10 @@ def evaluate(
     precision: Precision = "fp32",
     batch_size: int | None = None,
     max_batches: int | None = None,
+    metrics: Mapping[str, Metric] | None = None,
 ) -> dict[str, float]:
-    """Mean loss over ``data`` (weighted by batch size), plus accuracy where outputs are class scores.
+    """Mean loss over ``data`` (weighted by batch size), accuracy where outputs are class scores,
+    and each of ``metrics`` (``fn(model, data)``, without gradients; :attr:`Task.metrics`).
 
     The model is put in eval mode and returned to the mode it was in.
     """
@@ -144,14 +146,17 @@ def evaluate(
             if acc is not None:
                 correct += acc[0]
                 counted += acc[1]
+        if count == 0:
+            raise UsageError("the validation data yielded no batch: check that it is not empty")
+        out = {"loss": total / count}
+        if counted:
+            out["accuracy"] = correct / counted
+        with torch.no_grad():
+            for name, fn in (metrics or {}).items():
+                out[name] = float(fn(model, data))
     finally:
         model.train(was_training)
-    if count == 0:
-        raise UsageError("the validation data yielded no batch: check that it is not empty")
-    metrics = {"loss": total / count}
-    if counted:
-        metrics["accuracy"] = correct / counted
-    return metrics
+    return out
 
 
 def train(
@@ -236,6 +241,7 @@ def _evaluator(task: Task, cfg: TrainConfig, step: TrainStep, result: TrainResul
         metrics = evaluate(
             step.model, task.val_data, step.compute, device=step.device, precision=step.precision,
             batch_size=cfg.eval_batch_size or task.batch_size or cfg.batch_size, max_batches=cfg.eval_batches,
+            metrics=task.metrics,
         )
         result.evals.append({"step": at, **metrics})
         return bool(callback(at, metrics)) if callback is not None else False

@@ -45,7 +45,7 @@ def _load_spec(store: Any, name: str, storage: str, timeout: float) -> dict[str,
 
 
 def join_study(storage: str, study_name: str, *, task: Any = None, out: Any = None, device: str = "auto",
-               progress: bool = False, worker_id: Optional[str] = None, threads: Optional[int] = None,
+               progress: Optional[bool] = None, worker_id: Optional[str] = None, threads: Optional[int] = None,
                grace_period: Optional[int] = None, timeout: float = 1800.0, **settings: Any) -> Any:
     """Join study ``study_name`` as a worker: run its trials until it holds its count; no probe runs.
 

@@ -126,12 +126,12 @@ def mark_surplus(trial: Any, target: int) -> None:
 # --- creation and joining -------------------------------------------------------------
 
 
-def claim_creation(store: Any, name: str) -> bool:
+def claim_creation(store: Any, name: str, direction: str = "minimize") -> bool:
     """True in the one process that creates study ``name``; False in every other (it exists)."""
     import optuna
 
     try:
-        optuna.create_study(study_name=name, storage=store, direction="minimize")
+        optuna.create_study(study_name=name, storage=store, direction=direction)
     except optuna.exceptions.DuplicatedStudyError:
         return False
     return True

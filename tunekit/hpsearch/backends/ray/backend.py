@@ -30,7 +30,9 @@ from tunekit.hpsearch.backends.base import Work
 from tunekit.hpsearch.plan import Plan, TrialConfig
 from tunekit.hpsearch.settings import SearchSettings
 from tunekit.hpsearch.study import finished_count, note_interrupted
-from tunekit.hpsearch.trial import Outcome, final_step, outcome_of, record, run_config, start_attrs
+from tunekit.objective import Objective
+from tunekit.hpsearch.trial import (Outcome, evaluation_reporter, final_step, outcome_of, record, run_config,
+                                   start_attrs)
 
 __all__ = ["RayBackend", "run_ray", "check_packing", "fits", "largest_micro_batch"]
 
@@ -91,17 +93,22 @@ def trainable(config: dict[str, Any], task: Any = None) -> None:
         # Ray sets CUDA_VISIBLE_DEVICES to this trial's GPUs, so "cuda" is one of
         # them; without a GPU, never take one on our own.
         train_cfg["device"] = "cuda" if gpu_ids and torch.cuda.is_available() else "cpu"
-    cfg = TrialConfig(train_cfg, config.get("task_cfg") or {}, int(config.get("eval_samples") or 0))
+    cfg = TrialConfig(train_cfg, config.get("task_cfg") or {}, int(config.get("eval_samples") or 0),
+                      config.get("objective", "loss"), config.get("direction", "minimize"))
     worker = {"node": ray.util.get_node_ip_address(), "cluster": ray.get_runtime_context().gcs_address,
               "pid": os.getpid(), "gpu_ids": gpu_ids, "device": train_cfg["device"], "started": time.time()}
     curve: list[list[float]] = []
+    last: dict[str, float] = {}
+    value_of = evaluation_reporter(cfg, curve, last)
+    goal_label = Objective(cfg.objective, cfg.direction).label
     t0 = time.perf_counter()
 
     def report(step: int, metrics: dict[str, float]) -> None:
-        curve.append([step * cfg.effective_batch, float(metrics["loss"])])
+        value = value_of(step, metrics)
         if step < int(train_cfg["max_steps"]):  # the last evaluation ends the trial, below
-            tune.report({"loss": _finite(metrics["loss"]), "samples": cfg.reported(step), "seen": curve[-1][0],
-                         "curve": curve, "worker": worker})
+            tune.report({"value": _finite(value, cfg.direction), "samples": cfg.reported(step), "seen": curve[-1][0],
+                         "updates": step, "val_loss": last.get("loss"), "label": goal_label, "curve": curve,
+                         "worker": worker})
 
     try:
         result = run_config(task if task is not None else config["task"], cfg, report, cache=_TASK_CACHE)
@@ -110,18 +117,18 @@ def trainable(config: dict[str, Any], task: Any = None) -> None:
         # send the text as a last report, then fail (Ray retries up to --max-failures).
         _report({ERROR_KEY: f"{type(exc).__name__}: {exc}"[:2000], "curve": curve, "worker": worker})
         raise
-    outcome = outcome_of(result, curve, time.perf_counter() - t0, final_step(cfg))
+    outcome = outcome_of(result, curve, time.perf_counter() - t0, final_step(cfg), Objective(cfg.objective, cfg.direction))
     worker["finished"] = time.time()
     tune.report({DONE_KEY: outcome.state, "value": outcome.value, "samples": outcome.samples,
                  "updates": outcome.updates, "seconds": outcome.seconds, "error": outcome.error,
                  "diverged": outcome.diverged, "curve": curve, "worker": worker, "initial_loss": outcome.initial_loss,
-                 "final_step": outcome.final_step})
+                 "final_step": outcome.final_step, "val_loss": outcome.val_loss})
 
 
-def _finite(loss: float) -> float:
-    """A loss the scheduler can compare: a non-finite one is the worst, and arithmetic stays finite."""
-    loss = float(loss)
-    return loss if math.isfinite(loss) else 1e300
+def _finite(value: float, direction: str = "minimize") -> float:
+    """A value the scheduler can compare: a non-finite one is the worst, and arithmetic stays finite."""
+    value = float(value)
+    return value if math.isfinite(value) else (1e300 if direction == "minimize" else -1e300)
 
 
 def _report(metrics: dict[str, Any]) -> None:
@@ -202,12 +209,13 @@ def _searcher(study: Any, dists: dict[str, Any], make_config: Callable[[dict[str
                 return {"number": trial.number, "config_error": f"{type(exc).__name__}: {exc}"}
             for key, value in start_attrs(cfg).items():
                 trial.set_user_attr(key, value)
-            return {"number": trial.number, "train": cfg.train, "task_cfg": cfg.task, "eval_samples": cfg.eval_samples}
+            return {"number": trial.number, "train": cfg.train, "task_cfg": cfg.task, "eval_samples": cfg.eval_samples,
+                    "objective": cfg.objective, "direction": cfg.direction}
 
         def on_trial_complete(self, trial_id: str, result: Optional[dict[str, Any]] = None, error: bool = False) -> None:
             pass  # the recorder tells the study, with the error text Ray gives only to callbacks
 
-    return StudySearcher(metric="loss", mode="min")
+    return StudySearcher(metric="value", mode="min" if study.direction.name == "MINIMIZE" else "max")
 
 
 def _scheduler(book: dict[int, Any], prune: bool) -> Any:
@@ -218,9 +226,9 @@ def _scheduler(book: dict[int, Any], prune: bool) -> Any:
 
         def on_trial_result(self, tune_controller: Any, trial: Any, result: dict[str, Any]) -> str:
             ot = book.get(trial.config.get("number"))
-            if ot is None or "loss" not in result or DONE_KEY in result:
+            if ot is None or "value" not in result or DONE_KEY in result:
                 return TrialScheduler.CONTINUE
-            ot.report(float(result["loss"]), int(result["samples"]))
+            ot.report(float(result["value"]), int(result["samples"]))
             return TrialScheduler.STOP if prune and ot.should_prune() else TrialScheduler.CONTINUE
 
     return PrunerScheduler()
@@ -273,12 +281,15 @@ def _outcome(last: dict[str, Any]) -> Outcome:
     curve = [list(p) for p in last.get("curve") or []]
     seen = int(last.get("seen") or last.get("samples") or (curve[-1][0] if curve else 0))
     state = last.get(DONE_KEY) or "PRUNED"
-    reason = (f"pruned at {int(last['samples'])} samples with validation loss {float(last['loss']):.4f}"
-              if state == "PRUNED" and "samples" in last and "loss" in last else None)
-    return Outcome(state, last.get("value"), curve, seen, int(last.get("updates") or 0),
+    reason = (f"pruned at {int(last['samples'])} samples with {last.get('label', 'value')} {float(last['value']):.4f}"
+              if state == "PRUNED" and "samples" in last and "value" in last else None)
+    # A trial stopped by the scheduler reports no final value: its value is in the study's
+    # intermediate values, and its updates are those of its last report.
+    value = last.get("value") if last.get(DONE_KEY) else None
+    return Outcome(state, value, curve, seen, int(last.get("updates") or 0),
                    float(last.get("seconds") or last.get("time_total_s") or 0.0),
                    last.get("error") or last.get(ERROR_KEY), bool(last.get("diverged")), last.get("worker"),
-                   last.get("initial_loss"), last.get("final_step"), reason)
+                   last.get("initial_loss"), last.get("final_step"), reason, last.get("val_loss"))
 
 
 def _error_text(trial: Any) -> str:

@@ -1,0 +1,83 @@
+"""What a search optimises: a metric of each evaluation, by name, and its direction.
+
+Built in: ``loss`` (the validation loss, minimised), ``accuracy`` (where the outputs are class
+scores, maximised) and ``perplexity`` (exp of the validation loss, minimised). Any other name
+is one of the task's own metrics (:attr:`tunekit.Task.metrics`, ``fn(model, val_data)``), and
+needs its direction. The validation loss is recorded beside the objective in every trial.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional
+
+from tunekit.errors import UsageError
+
+__all__ = ["Objective", "DIRECTIONS", "BUILTIN_DIRECTIONS", "objective_name"]
+
+DIRECTIONS = ("minimize", "maximize")
+BUILTIN_DIRECTIONS = {"loss": "minimize", "accuracy": "maximize", "perplexity": "minimize"}
+
+
+def objective_name(objective: Any) -> str:
+    """The name an objective is known by: its own (a string), or a callable's ``__name__``."""
+    if isinstance(objective, str):
+        return objective
+    name = getattr(objective, "__name__", "")
+    return name if name.isidentifier() else "objective"  # a lambda's is '<lambda>'
+
+
+@dataclass(frozen=True)
+class Objective:
+    """A metric of each evaluation and whether higher or lower is better."""
+
+    name: str = "loss"
+    direction: str = "minimize"
+
+    @classmethod
+    def of(cls, objective: Any, direction: Optional[str]) -> "Objective":
+        """The objective a search was given (a name or a callable) with its direction, checked."""
+        if not (isinstance(objective, str) and objective) and not callable(objective):
+            raise UsageError(f"objective must be a metric's name or fn(model, val_data) -> float, got {objective!r}: "
+                             "pass e.g. objective='accuracy'")
+        name = objective_name(objective)
+        if direction is None:
+            direction = BUILTIN_DIRECTIONS.get(name) if isinstance(objective, str) else None
+            if direction is None:
+                raise UsageError(f"objective {name!r} is not built in ({', '.join(BUILTIN_DIRECTIONS)}): say which way "
+                                 "is better: pass direction='maximize' or direction='minimize'")
+        if direction not in DIRECTIONS:
+            raise UsageError(f"direction must be minimize or maximize, got {direction!r}: pass e.g. direction='maximize'")
+        return cls(name, direction)
+
+    @property
+    def sign(self) -> float:
+        """+1 when lower is better, -1 when higher is: ``sign * value`` is always to be minimised."""
+        return 1.0 if self.direction == "minimize" else -1.0
+
+    @property
+    def label(self) -> str:
+        """The objective as plots and dashboards name it."""
+        return "validation loss" if self.name == "loss" else f"validation {self.name}"
+
+    def value(self, metrics: Mapping[str, float]) -> float:
+        """The objective in one evaluation's metrics."""
+        if self.name == "perplexity":
+            return math.exp(min(float(metrics["loss"]), 700.0))  # exp overflows past 709
+        if self.name not in metrics:
+            raise UsageError(self.missing(metrics))
+        return float(metrics[self.name])
+
+    def missing(self, metrics: Mapping[str, float]) -> str:
+        """Why an evaluation has no value of this objective, and the fix."""
+        if self.name == "accuracy":
+            return ("objective 'accuracy' needs class scores: the model's outputs are not of shape "
+                    "targets.shape + (classes,) with integer targets; use objective='loss', or give the task a "
+                    "metric of its own (Task(metrics={'name': fn}))")
+        return (f"objective {self.name!r} is not a metric of this task (it has {', '.join(sorted(metrics))}): "
+                f"give the task metrics={{{self.name!r}: fn}} with fn(model, val_data) -> float, or name one of those")
+
+    def worse_than_any(self) -> float:
+        """A value worse than every real one (for a trial whose objective is not finite)."""
+        return self.sign * math.inf
