@@ -382,7 +382,31 @@ def test_plan_batches_never_invents_a_speed() -> None:
     by_micro = {p["micro_batch"]: p["samples_per_s"] for p in plan}
     assert by_micro[8] == pytest.approx(100.0) and by_micro[32] == pytest.approx(400.0) and 100.0 < by_micro[16] < 400.0
     assert math.isnan(by_micro[4]) and math.isnan(by_micro[64]) and math.isnan(by_micro[1])
-    assert [p["micro_batch"] for p in plan][:3] == [32, 16, 8]  # timed (or between timed) first, fastest first
+    # The fewest accumulation steps first: an untimed pair is not shown slower, and none is shown faster.
+    assert [p["micro_batch"] for p in plan][:3] == [64, 32, 16]
+
+
+def test_a_plan_takes_accumulation_only_for_a_speed_beyond_the_timings_noise() -> None:
+    """On shapes the probe recommended 32 x 4 over 128 x 1 from timings that spread by 750%: a pair
+    with more accumulation steps goes first only when it is faster by more than the spread."""
+    mm = fit_memory_model({b: _trace(linear_stack(), b) for b in (4, 16)})
+    noisy = [{"batch": 32, "samples_per_s": 500.0, "spread": 7.5}, {"batch": 128, "samples_per_s": 420.0, "spread": 0.3}]
+    assert [(p["micro_batch"], p["accumulation_steps"]) for p in plan_batches(128, 128, noisy, mm)][0] == (128, 1)
+    steady = [{"batch": 32, "samples_per_s": 900.0, "spread": 0.02}, {"batch": 128, "samples_per_s": 420.0, "spread": 0.03}]
+    assert [(p["micro_batch"], p["accumulation_steps"]) for p in plan_batches(128, 128, steady, mm)][0] == (32, 4)
+
+
+def test_without_a_noise_scale_to_trust_the_plan_is_for_the_largest_batch_and_says_why() -> None:
+    """A model in hand, measured as it is (no warm-up): its noise scale at initialisation is far too small
+    to plan by (the probe planned batch 2); the plan is for the largest batch that fits, and says so."""
+    task = classification_task()
+    model = task.make_model(0)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    r = probe(model, task.train_data, task.loss, opt, memory_budget="256MiB", device="cpu",
+              throughput_points=0, noise_repeats=4)
+    assert r.plan and r.plan[0]["effective_batch"] == r.max_batch
+    assert "the largest batch that fits: no noise scale to trust" in r.plan_reason
+    assert "largest batch that fits" in r.table() and "nan samples/s" not in r.table()
 
 
 def test_the_probe_says_when_its_answers_are_not_to_be_trusted() -> None:

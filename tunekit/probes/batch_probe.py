@@ -60,11 +60,13 @@ def scale_lr(lr: float, from_batch: int, to_batch: int) -> dict[str, float]:
 
 
 def plan_batches(target: int, max_batch: int, throughput: list[dict[str, float]], model: MemoryModel) -> list[dict[str, Any]]:
-    """(micro-batch, accumulation) pairs whose product is ``target`` and that fit, fastest first.
+    """(micro-batch, accumulation) pairs whose product is ``target`` and that fit, best first.
 
-    Speed is interpolated in log-log between measured throughputs and never
-    extrapolated: a micro-batch outside the timed range has no speed (nan) and
-    comes after the timed ones, larger micro-batches (fewer accumulation steps) first.
+    The fewest accumulation steps (the largest micro-batch that fits) come first, unless another
+    pair is faster by more than the timings' own spread: more micro-batches cost kernel launches
+    and optimizer bookkeeping that a noisy timing must not be taken to repay. Speed is
+    interpolated in log-log between measured throughputs and never extrapolated (nan outside
+    the timed range).
     """
     if target < 1:
         raise UsageError(f"target batch must be >= 1, got {target}")
@@ -81,9 +83,14 @@ def plan_batches(target: int, max_batch: int, throughput: list[dict[str, float]]
         speed = float(np.exp(np.interp(x, xs, ys))) if inside else math.nan
         out.append({"effective_batch": target, "micro_batch": micro, "accumulation_steps": k,
                     "samples_per_s": speed, "peak_bytes": model.peak(micro)})
-    out.sort(key=lambda p: (not math.isfinite(p["samples_per_s"]),
-                            -(p["samples_per_s"] if math.isfinite(p["samples_per_s"]) else 0), p["accumulation_steps"]))
-    return out
+    out.sort(key=lambda p: p["accumulation_steps"])
+    # Faster than the fewest-steps pair by more than the timings' spread (at least NOISY_TIMINGS).
+    margin = max([NOISY_TIMINGS] + [float(t.get("spread", 0.0)) for t in timed])
+    ref = out[0]["samples_per_s"]
+    faster = [p for p in out[1:] if math.isfinite(p["samples_per_s"]) and math.isfinite(ref)
+              and p["samples_per_s"] > ref * (1 + margin)]
+    faster.sort(key=lambda p: -p["samples_per_s"])
+    return faster + [p for p in out if p not in faster]
 
 
 def _cpu_available_bytes() -> int:
@@ -176,7 +183,8 @@ def probe(
 
     # 5. What it means for a run: the critical batch, a plan for the target batch, the LR rescaled to it.
     critical = noise["b_simple"] if noise and math.isfinite(noise["b_simple"]) else None
-    plan, lr_scaling = _plan(target_batch, critical, confirmed, throughput, mm, lr, lr_batch)
+    target, why = _target(target_batch, critical if noise_warmup else None, confirmed)
+    plan, lr_scaling = _plan(target, confirmed, throughput, mm, lr, lr_batch)
     knee, fastest = _knee(throughput)
     return ProbeResult(
         device=str(sub.device), precision=sub.precision, accumulation_steps=accumulation_steps, budget_bytes=room.budget,
@@ -184,7 +192,7 @@ def probe(
         predicted_max_batch=predicted, max_batch=confirmed, tried=tried, throughput=throughput, knee_batch=knee,
         fastest_batch=fastest, critical_batch=critical, noise=noise,
         critical_batch_range=(noise["low"], noise["high"]) if critical is not None else None,
-        plan=plan, lr_scaling=lr_scaling, dataset_size=n_data, seconds=time.perf_counter() - start, settings=settings,
+        plan=plan, plan_reason=why, lr_scaling=lr_scaling, dataset_size=n_data, seconds=time.perf_counter() - start, settings=settings,
         updates=run.counter["updates"], samples=run.counter["samples"], warnings=_warnings(throughput, noise, noise_warmup))
 
 
@@ -253,12 +261,20 @@ def _warnings(throughput: list[dict[str, float]], noise: Optional[dict[str, Any]
     return out
 
 
-def _plan(target: Optional[int], critical: Optional[float], confirmed: int, throughput: list[dict[str, float]],
-          mm: MemoryModel, lr: Optional[float], lr_batch: Optional[int]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """The (micro-batch, accumulation) plan for the target batch (default: the critical batch as a power of
-    two), and an LR found at ``lr_batch`` rescaled to it."""
-    if target is None and critical is not None:
-        target = int(2 ** round(math.log2(max(critical, 1))))
+def _target(given: Optional[int], critical: Optional[float], largest: int) -> tuple[int, str]:
+    """The effective batch to plan for, and why: the one given; else the critical batch as a power of two
+    (``critical`` is None where the noise scale is not to be trusted); else the largest batch that fits."""
+    if given is not None:
+        return given, "the batch asked for"
+    if critical is not None:
+        return int(2 ** round(math.log2(max(critical, 1)))), "the critical batch, as a power of two"
+    return largest, ("the largest batch that fits: no noise scale to trust (a model measured as given, at "
+                     "initialisation, understates it; probe a Task or pass noise_warmup=50 for the critical batch)")
+
+
+def _plan(target: int, confirmed: int, throughput: list[dict[str, float]], mm: MemoryModel, lr: Optional[float],
+          lr_batch: Optional[int]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The (micro-batch, accumulation) plan for the target batch, and an LR found at ``lr_batch`` rescaled to it."""
     plan = plan_batches(target, confirmed, throughput, mm) if target else []
     lr_scaling: dict[str, Any] = {}
     if lr is not None and lr_batch is not None and target:

@@ -43,6 +43,7 @@ class ProbeResult(Result):
     critical_batch_range: Optional[tuple[float, float]]
     noise: Optional[dict[str, Any]]
     plan: list[dict[str, Any]] = field(default_factory=list)
+    plan_reason: str = ""  # why the plan is for its batch (the one asked for, the critical one, the largest)
     lr_scaling: dict[str, Any] = field(default_factory=dict)
     dataset_size: Optional[int] = None
     seconds: float = 0.0
@@ -140,10 +141,13 @@ class ProbeResult(Result):
             lines.append(f"critical batch (gradient noise scale B_simple): {self.critical_batch:.0f} "
                          f"(68% interval {lo:.0f} .. {hi:.0f})")
         if self.plan:
-            lines.append(f"plan for effective batch {self.plan[0]['effective_batch']}, fastest first:")
+            why = f" ({self.plan_reason})" if self.plan_reason else ""
+            lines.append(f"plan for effective batch {self.plan[0]['effective_batch']}{why}, best first:")
             for p in self.plan[:5]:
+                speed = (f"~{p['samples_per_s']:.0f} samples/s" if math.isfinite(p["samples_per_s"])
+                         else "speed not timed")
                 lines.append(f"  micro-batch {p['micro_batch']:>6} x {p['accumulation_steps']:>3} accumulation"
-                             f"   ~{p['samples_per_s']:.0f} samples/s, peak {format_bytes(p['peak_bytes'])}")
+                             f"   {speed}, peak {format_bytes(p['peak_bytes'])}")
         for rule, v in self.lr_scaling.items():
             if isinstance(v, dict):
                 lines.append(f"LR {v['from_lr']:.3g} at batch {v['from_batch']} -> {v['lr']:.3g} at batch {v['to_batch']} ({rule} rule)")
