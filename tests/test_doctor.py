@@ -641,3 +641,22 @@ def test_the_zoo_finds_every_fault_and_passes_every_healthy_setup(capsys: pytest
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert code == 0, last
     assert "0 failures" in last and "(100%)" in last
+
+
+def test_the_doctor_compares_the_lr_with_a_saved_lr_find_result_and_names_its_source(tmp_path) -> None:
+    """One LR across tools: given a saved lr_find result, the doctor compares the intended LR with its
+    suggestion, not with its own quick range test, and each finding says whose number it is."""
+    from tunekit import doctor, lr_find
+
+    task = classification_task()
+    saved = lr_find(task, device="cpu", steps=60, refine=False)
+    saved.suggestion, saved.confident = 1e-5, True  # far from anything the quick test would say
+    saved.to_json(tmp_path / "lr_find.json")
+    r = doctor(task, lr=3e-2, device="cpu", lr_find_result=tmp_path / "lr_find.json")
+    f = next(f for f in r.findings if f["check"] == "recipe" and "lr 0.03" in f["message"])
+    assert f["status"] == "warn" and "the saved lr_find result's suggestion 1e-05" in f["message"]
+    quick = doctor(task, lr=3e-2, device="cpu")
+    g = next(f for f in quick.findings if f["check"] == "recipe" and "lr 0.03" in f["message"])
+    assert "the quick range test's (the curve alone, no short runs)" in g["message"]
+    with pytest.raises(tunekit.UsageError, match="the saved lr_find file .* does not exist"):
+        doctor(task, lr=3e-2, device="cpu", lr_find_result=tmp_path / "missing.json")

@@ -703,3 +703,16 @@ def test_the_trial_table_shows_the_lr_each_trial_trained_at() -> None:
                      distributions={})
     line = r.table().splitlines()[1]
     assert "lr=0.0078" in line and "0.0156" not in line
+
+
+def test_the_search_says_where_its_lr_came_from(tmp_path: Path) -> None:
+    """The search's own range test is the curve alone: the report says so next to its number, and a
+    saved refined lr_find result seeds it instead (one LR across tools)."""
+    r = search(regression_task(), str(write_space(tmp_path, SMALL.replace('[warmup]', 'seeded = "lr_find"\n\n[warmup]'))),
+               trials=1, max_steps=10, device="cpu")
+    assert "LR seeded from the search's own range test" in r.table() and "the curve alone" in r.table()
+    refined = lr_find(regression_task(), device="cpu", steps=40, refine_steps=20, refine_seeds=1)
+    assert refined.refinement
+    r2 = search(regression_task(), str(write_space(tmp_path, SMALL.replace('[warmup]', 'seeded = "lr_find"\n\n[warmup]'))),
+                trials=1, max_steps=10, device="cpu", lr_find_result=refined)
+    assert "LR seeded from the saved lr_find result" in r2.table() and r2.lr_find["suggestion"] == refined.suggestion

@@ -241,6 +241,7 @@ def _add_doctor_command(sub: Any) -> None:
                                 "and the recipe. Writes DIR/doctor.json and DIR/doctor.png; exits 1 when a check fails.")
     _add(p, "--batch-size", "--accumulation-steps", "--precision")
     _add(p, "--lr", help="the peak LR you intend, compared with a quick range test (default: the task's)")
+    p.add_argument("--lr-find", metavar="FILE", help="a saved lr_find.json to compare --lr with, instead of the quick range test")
     _add(p, "--warmup", help="the warmup you intend: a fraction (0.05) or updates (20) (default: the task's)")
     _add(p, "--steps", help="the updates of the run you intend, for the warmup check (default: the task's)")
     _add(p, "--memory-budget", help="memory to check the batch against, e.g. 8GiB (default: free memory)")

@@ -156,7 +156,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     result = doctor(_load(args), batch_size=args.batch_size, accumulation_steps=args.accumulation_steps,
                     precision=args.precision, device=args.device, seed=args.seed, lr=args.lr, warmup=args.warmup,
                     steps=args.steps, memory_budget=args.memory_budget, anomaly=args.anomaly,
-                    overfit_floor=args.loss_floor, progress=_progress(args))
+                    overfit_floor=args.loss_floor, progress=_progress(args), lr_find_result=args.lr_find)
     return _show(result, out, in_cli_terms(result.table(), args.usage()))  # its fixes as this command's flags
 
 

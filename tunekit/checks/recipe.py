@@ -30,23 +30,29 @@ WARMUP_MAX = 0.10
 HEADROOM = 0.15
 
 
-def check_lr(lr: Optional[float], suggestion: Optional[float], confident: bool) -> list[Finding]:
-    """Where the intended ``lr`` sits against a quick range test's ``suggestion``."""
+# Where the doctor's own suggestion comes from, said next to its number: it is cheaper than
+# tunekit lr-find's (the curve alone), so the two may differ.
+QUICK = "the quick range test's (the curve alone, no short runs)"
+
+
+def check_lr(lr: Optional[float], suggestion: Optional[float], confident: bool, source: str = QUICK) -> list[Finding]:
+    """Where the intended ``lr`` sits against a range test's ``suggestion`` (``source`` says whose)."""
+    refine = "" if source != QUICK else "; tunekit lr-find refines it, and --lr-find FILE brings its result here"
     if lr is None:
-        return [Finding(CHECK, "info", "no LR given (lr=...): the range test's suggestion is "
-                        f"{'none' if suggestion is None else f'{suggestion:.3g}'}", {"suggestion": suggestion})]
+        return [Finding(CHECK, "info", f"no LR given (lr=...): {source} suggestion is "
+                        f"{'none' if suggestion is None else f'{suggestion:.3g}'}", {"suggestion": suggestion, "source": source})]
     if suggestion is None or not confident:
-        return [Finding(CHECK, "info", f"lr {lr:.3g}: the quick range test has no confident suggestion to compare with",
-                        {"lr": lr, "suggestion": suggestion})]
+        return [Finding(CHECK, "info", f"lr {lr:.3g}: {source} has no confident suggestion to compare with",
+                        {"lr": lr, "suggestion": suggestion, "source": source})]
     ratio = lr / suggestion
-    evidence = {"lr": lr, "suggestion": suggestion, "ratio": ratio}
+    evidence = {"lr": lr, "suggestion": suggestion, "ratio": ratio, "source": source}
     if ratio > LR_FAR or ratio < 1 / LR_FAR:
         side = "above" if ratio > 1 else "below"
         times = ratio if ratio > 1 else 1 / ratio
-        return [Finding(CHECK, "warn", f"lr {lr:.3g} is {times:.0f}x {side} the range test's suggestion {suggestion:.3g}",
-                        evidence, f"try lr={suggestion:.2g} (tunekit lr-find for the full curve)")]
-    return [Finding(CHECK, "pass", f"lr {lr:.3g} is within {LR_FAR:.0f}x of the range test's suggestion {suggestion:.3g}",
-                    evidence)]
+        return [Finding(CHECK, "warn", f"lr {lr:.3g} is {times:.0f}x {side} {source} suggestion {suggestion:.3g}",
+                        evidence, f"try lr={suggestion:.2g}{refine or ' (tunekit lr-find for the full curve)'}")]
+    return [Finding(CHECK, "pass", f"lr {lr:.3g} is within {LR_FAR:.0f}x of {source} suggestion {suggestion:.3g}"
+                    + refine, evidence)]
 
 
 def check_warmup(warmup: Optional[Warmup], steps: Optional[int]) -> list[Finding]:

@@ -30,8 +30,8 @@ from tunekit.checks.loss import check_loss_contract
 from tunekit.checks.modes import check_modes
 from tunekit.checks.nonfinite import check_data_finite, check_nonfinite, check_scaler_skips
 from tunekit.checks.overfit import check_overfit, loss_floor
-from tunekit.checks.recipe import check_lr, check_memory, check_warmup
-from tunekit.results import DoctorResult, Finding
+from tunekit.checks.recipe import QUICK, check_lr, check_memory, check_warmup
+from tunekit.results import DoctorResult, Finding, LRFindResult
 
 __all__ = ["doctor", "DATA_BATCHES", "TINY_BATCH", "RECIPE_RANGE_STEPS"]
 
@@ -55,6 +55,7 @@ class _Run:
     batches: list[Batch] = field(default_factory=list)  # drawn across the training data, on the device
     findings: list[Finding] = field(default_factory=list)
     floor: Optional[float] = None  # the lowest loss reachable, where the user knows it
+    saved_lr_find: Any = None  # a saved lr_find result to compare the intended LR with, instead of a quick test
 
     def reset(self) -> None:
         """Each model check starts from the user's model as it was."""
@@ -165,14 +166,17 @@ def stage_overfit(run: _Run, batch: Batch, precision: str) -> None:
 def stage_recipe(run: _Run, batch: Batch, lr: Optional[float], warmup: Optional[Warmup], steps: Optional[int],
                  memory_budget: Any, accumulation_steps: int, seed: int) -> None:
     sub = run.sub
-    suggestion, confident = None, False
-    if lr is not None:
+    suggestion, confident, source = None, False, QUICK
+    if run.saved_lr_find is not None:  # the user's own lr_find: one LR across tools
+        saved = run.saved_lr_find
+        suggestion, confident, source = saved.suggestion, saved.confident, "the saved lr_find result's"
+    elif lr is not None:
         res = lr_find(sub.model, sub.data, optimizer=sub.optimizer, compute_loss=lambda m, b: sub.compute(m, b)[0],
                       batch_size=sub.batch_size, accumulation_steps=accumulation_steps, precision=sub.precision,
                       device=str(sub.device), seed=seed, steps=RECIPE_RANGE_STEPS, scaler=run.scaler,
                       refine=False, progress=False)  # a pre-flight check: the curve's order of magnitude is enough
         suggestion, confident = res.suggestion, res.confident
-    run.findings += check_lr(lr, suggestion, confident)
+    run.findings += check_lr(lr, suggestion, confident, source)
     run.findings += check_warmup(warmup, steps)
     from tunekit.probes.batch_probe import budget_bytes
 
@@ -208,6 +212,7 @@ def doctor(
     anomaly: bool = False,
     overfit_floor: float | None = None,
     progress: Optional[bool] = None,
+    lr_find_result: Any = None,
 ) -> DoctorResult:
     """Pre-flight triage of a training set-up: every check's findings, before any LR or batch is tuned.
 
@@ -218,6 +223,8 @@ def doctor(
     ``anomaly=True`` runs the non-finite check's backward under autograd's anomaly mode.
     ``overfit_floor`` is the lowest loss the tiny batch can reach, for a loss with terms that do
     not vanish (a KL term, an auxiliary loss); by default 0, or label smoothing's floor.
+    ``lr_find_result`` (a saved ``lr_find`` result or its JSON file) is what ``lr`` is compared
+    with, instead of the doctor's quick range test (the curve alone).
 
     The model, optimizer, scaler, RNGs and DataLoader generators are restored bitwise afterwards,
     also when the model raises. An exception raised by the model or loss during a check is a
@@ -232,12 +239,13 @@ def doctor(
     sub = resolve_inputs("doctor", model, train_data, loss_fn, optimizer, compute_loss=compute_loss,
                           val_data=val_data, batch_size=batch_size, precision=precision, device=device, seed=seed)
     lr, warmup, steps = _recipe_defaults(sub.task, lr, warmup, steps, in_hand=not isinstance(model, Task))
+    saved_lr_find = LRFindResult.load(lr_find_result)
     scaler = scaler if scaler is not None else make_scaler(sub.precision, sub.device)  # type: ignore[arg-type]
     start = time.perf_counter()
     with preserved(sub.model, sub.optimizer, scaler, sub.data) as snap, \
             bar(len(STAGES), "doctor", "check", enabled=progress) as progress_bar:
         seed_everything_for(seed, sub.device)
-        run = _Run(sub, scaler, snap, batch_size=0, floor=overfit_floor)
+        run = _Run(sub, scaler, snap, batch_size=0, floor=overfit_floor, saved_lr_find=saved_lr_find)
         _stages(run, progress_bar, lr, warmup, steps, memory_budget, accumulation_steps, seed, anomaly)
     return _result(run, time.perf_counter() - start, dict(
         lr=lr, warmup=warmup, steps=steps, batch_size=run.batch_size, accumulation_steps=accumulation_steps,

@@ -203,15 +203,10 @@ def _check_saved(kind: str, settings: dict[str, Any], task_name: str, precision:
 
 
 def _load_result(value: Any, kind: str) -> Any:
-    if value is None or not isinstance(value, (str, Path)):
-        return value
-    path = Path(value)
-    flag = kind.replace("_", "-")
-    if not path.is_file():
-        raise UsageError(f"the saved {kind} file '{path}' does not exist: run tunekit {flag} first, or leave it out")
+    """A saved range test or probe (the result, or its JSON file), or None."""
     from tunekit.results import LRFindResult, ProbeResult
 
-    return (LRFindResult if kind == "lr_find" else ProbeResult).from_json(path)
+    return (LRFindResult if kind == "lr_find" else ProbeResult).load(value)
 
 
 # --- the plan and the design ------------------------------------------------------------

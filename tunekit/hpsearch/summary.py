@@ -51,7 +51,7 @@ def build_result(study: Any, store: Any, settings: SearchSettings, sp: SearchSpa
 def _lr_find_summary(lf: Any, sp: SearchSpace) -> Optional[dict[str, Any]]:
     if lf is None or "lr" not in sp.entries:
         return None
-    return {"suggestion": lf.suggestion, "samples": lf.samples,
+    return {"suggestion": lf.suggestion, "samples": lf.samples, "refined": bool(lf.refinement),
             "lr_bounds": list(lr_bounds_from_curve(lf, sp.entries["lr"].margin))}
 
 

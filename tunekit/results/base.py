@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
+from tunekit.errors import UsageError
 from tunekit.files import write_file
 
 __all__ = ["Result", "write_file"]
@@ -46,6 +47,25 @@ class Result:
             if data.get(name) is not None:
                 data[name] = tuple(data[name])
         return cls(**data)
+
+    @classmethod
+    def load(cls: type[R], saved: Any) -> R | None:
+        """A saved result given as itself, or as its JSON file (None stays None); refused in one line
+        when the file is missing or holds another kind of result."""
+        if saved is None or isinstance(saved, cls):
+            return saved
+        flag = cls._stem.replace("_", "-")
+        if not isinstance(saved, (str, Path)):
+            raise UsageError(f"a saved {cls._stem} result must be a {cls.__name__} or its JSON file, got "
+                             f"{type(saved).__name__}: pass the path of a {cls._stem}.json")
+        path = Path(saved)
+        if not path.is_file():
+            raise UsageError(f"the saved {cls._stem} file '{path}' does not exist: run tunekit {flag} first, or leave it out")
+        try:
+            return cls.from_json(path)
+        except (TypeError, ValueError, KeyError) as exc:
+            raise UsageError(f"'{path}' is not a {cls._stem}.json of this tunekit ({type(exc).__name__}): "
+                             f"run tunekit {flag} again") from None
 
     def save(self, out_dir: str | Path, name: str | None = None) -> list[Path]:
         """Write NAME.json and NAME.png (its :meth:`figure`) into ``out_dir``; return their paths.

@@ -269,10 +269,22 @@ class SearchResult(Result):
         lines.append("trials: " + ", ".join(f"{v} {k.lower()}" for k, v in sorted(counts.items()))
                      + f"; compute {self._amount(self.compute)} {unit} ({self._amount(self.probe_samples)} in probes, "
                      + f"{self.compute / max(1, int(self.budget.get('samples') or 1)):.2f} full trials), {self.seconds:.1f} s")
+        lines += self._lr_source()
         if self.best_value is not None:
             lines.append(f"best {self.objective} {self.best_value:.4f}: "
                          + ", ".join(f"{k}={_fmt(v)}" for k, v in sorted(self.best_config.items())))
         return "\n".join(lines)
+
+    def _lr_source(self) -> list[str]:
+        """Where the LR range came from, said next to its number: the search's own range test is the
+        curve alone, cheaper than tunekit lr-find's refined suggestion, so the two may differ."""
+        lf = self.lr_find or {}
+        if lf.get("suggestion") is None:
+            return []
+        if lf.get("refined"):
+            return [f"LR seeded from the saved lr_find result: {lf['suggestion']:.3g} (refined by short runs)"]
+        return [f"LR seeded from the search's own range test: {lf['suggestion']:.3g} (the curve alone, no short runs; "
+                "tunekit lr-find refines it, and --lr-find FILE seeds the search with that)"]
 
     def summary(self, out: str | Path | None = None) -> str:
         """:meth:`table`, what the search cost, where it is, and how to re-run its best trial
