@@ -333,3 +333,18 @@ def test_a_pruned_ray_trial_records_the_updates_it_ran() -> None:
     o = _outcome(last)
     assert (o.state, o.value, o.samples, o.updates, o.val_loss) == ("PRUNED", None, 64, 4, 1.2)
     assert o.reason == "pruned at 64 samples with validation loss 0.8000"
+
+
+def test_trials_in_flight_are_not_pruned_at_or_after_their_last_report(local_ray, tmp_path: Path) -> None:
+    """Two trials at a time, rungs that appear when the first trial completes: no trial is pruned at
+    its last report or past its budget, and each pruned trial keeps the updates it ran."""
+    space = write_space(tmp_path, WIDE)
+    r = search("tests.tasks:regression_task", str(space), trials=12, max_steps=30, evals=6, seed=2,
+               backend="ray", max_concurrent=2, out=tmp_path / "out", device="cpu")
+    budget = r.plan["budget_samples"]
+    study = _study(r)
+    pruned = [(t, ot) for t, ot in zip(r.trials, study.trials) if t["state"] == "PRUNED"]
+    for t, ot in pruned:
+        assert max(ot.intermediate_values) < budget and t["samples"] < budget
+        assert 0 < t["updates"] < t["config"]["max_steps"]
+        assert t["updates"] * t["effective_batch"] == t["samples"]

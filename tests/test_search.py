@@ -716,3 +716,24 @@ def test_the_search_says_where_its_lr_came_from(tmp_path: Path) -> None:
     r2 = search(regression_task(), str(write_space(tmp_path, SMALL.replace('[warmup]', 'seeded = "lr_find"\n\n[warmup]'))),
                 trials=1, max_steps=10, device="cpu", lr_find_result=refined)
     assert "LR seeded from the saved lr_find result" in r2.table() and r2.lr_find["suggestion"] == refined.suggestion
+
+
+def test_a_trial_is_judged_at_a_rung_once_and_never_at_its_last_report() -> None:
+    """Trials in flight while the first one completes (on Ray, in a shared study) passed the rung
+    before it existed: they are not judged there afterwards; and a trial at its last report (its
+    budget run, at 4000 of 4000 samples) is never stopped: that would throw its whole run away."""
+    from tunekit.hpsearch.rungs import Rungs
+
+    def trial(number: int, values: dict[int, float]) -> SimpleNamespace:
+        return SimpleNamespace(number=number, last_step=max(values), intermediate_values=values, user_attrs={})
+
+    leaders = [trial(i, {500: 0.1, 1000: 0.1}) for i in range(5)]
+    late = trial(9, {500: 0.9, 1000: 0.9, 1500: 0.2})  # at 500 it was the worst, when no rung was there
+    study = SimpleNamespace(get_trials=lambda deepcopy=False, states=None: leaders + [late])
+    rungs = Rungs(unit=500, evals=8, ladder_evals=[1], reduction_factor=3, adaptive=False)
+    assert not rungs.prune(study, late)  # its report at 1500 is not its first at or after the rung at 500
+    fresh = trial(10, {500: 0.9})  # reaching the rung now: judged
+    assert rungs.prune(SimpleNamespace(get_trials=lambda deepcopy=False, states=None: leaders + [fresh]), fresh)
+    last = trial(11, {500: 0.1, 4000: 5.0})  # reported at the whole budget (8 x 500)
+    assert not Rungs(unit=500, evals=8, ladder_evals=[1, 3, 7], reduction_factor=3, adaptive=False).prune(
+        SimpleNamespace(get_trials=lambda deepcopy=False, states=None: leaders + [last]), last)

@@ -106,17 +106,26 @@ class Rungs:
         return kept or ([point] if point < self.evals else [])
 
     def prune(self, study: Any, trial: Any) -> bool:
+        """Whether ``trial`` stops at its latest report.
+
+        It is judged at a rung once, at its first report at or after the rung: a trial that was past
+        a rung before the rung existed (trials in flight while the first one completed, on Ray or
+        in a shared study) is not judged there afterwards, and a trial at its last report, its
+        budget spent, is never stopped: pruning it would save nothing and throw its run away."""
         step = trial.last_step
         if step is None:
             return False
-        value = trial.intermediate_values[step]
-        if math.isnan(value):
+        if math.isnan(trial.intermediate_values[step]):
             return True
+        if step >= self.unit * self.evals:
+            return False
         others = study.get_trials(deepcopy=False)
         for rung in self.rungs(study):
             at = rung * self.unit
             if step < at:
                 return False
+            if min(s for s in trial.intermediate_values if s >= at) != step:
+                continue  # judged at this rung already, or past it before the rung existed
             mine = _value_at(trial, at, self.sign)
             competing = [v for t in others if t.number != trial.number and (v := _value_at(t, at, self.sign)) is not None]
             if mine is not None and not _promotable(mine, competing + [mine], self.rf):
