@@ -321,8 +321,19 @@ class _Run:
 def _memory_model(run: _Run, sizes: list[int]) -> tuple[MemoryModel, dict[int, Trace]]:
     """Traces at ``sizes`` on fake tensors (two micro-batches when accumulating: the second runs with
     the first one's gradients alive), and the memory model fitted to them."""
-    traces = {b: _trace_at(run, b) for b in sizes}
+    try:
+        traces = {b: _trace_at(run, b) for b in sizes}
+    except Exception:
+        _real_loss(run, sizes[0])  # a loss the fake tensors cannot follow (a loss.item()): said as the real step says it
+        raise
     return fit_memory_model(traces, run.k), traces
+
+
+def _real_loss(run: _Run, b: int) -> None:
+    """One real forward of the shared step at batch ``b``, without gradients: its UsageError for a bad loss."""
+    batch = BatchStream(run.data, b, seed=run.seed).take(1)[0]
+    with torch.no_grad():
+        run.make_step(run.sub.model, run.sub.optimizer, 1).forward(batch)
 
 
 def _trace_at(run: _Run, b: int) -> Trace:

@@ -1,0 +1,121 @@
+"""Bad inputs (a loss that is not one value, labels past the classes, another model's optimizer, an
+empty dataset) are one-line usage errors that say what is wrong and the fix: from the API, and from
+the CLI with exit status 2 and no traceback. The doctor reports them as one finding."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import TensorDataset
+
+import tunekit
+from tunekit import UsageError
+from tunekit.cli import main
+
+from .tasks import MLP, classification_data
+
+NOT_SCALAR = ("the loss returned a tensor of shape (32,), not a scalar: use reduction='mean' "
+              "(nn.CrossEntropyLoss(reduction='mean')) or reduce it in compute_loss")
+A_FLOAT = "the loss returned a float"
+OUT_OF_RANGE = "label 4 is out of range for the model's 4 classes (labels must lie in 0..3"
+
+
+def _objects(seed: int = 0) -> tuple[nn.Module, TensorDataset]:
+    torch.manual_seed(seed)
+    return MLP(8, 16, 4), classification_data(256)
+
+
+def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    """``tunekit ARGS`` in this process: (its exit status, its stderr)."""
+    code = main(list(args))
+    return code, capsys.readouterr().err.strip()
+
+
+# ------------------------------------------------------------------ 10. the loss and the labels
+
+def test_a_per_sample_loss_is_a_usage_error_in_lr_find() -> None:
+    model, data = _objects()
+    loss = nn.CrossEntropyLoss(reduction="none")
+    with pytest.raises(UsageError) as exc:
+        tunekit.lr_find(model, data, loss, torch.optim.AdamW(model.parameters()), batch_size=32, steps=10,
+                        refine=False)
+    assert str(exc.value) == NOT_SCALAR
+
+
+def test_a_per_sample_loss_from_compute_loss_says_to_reduce_it_there() -> None:
+    model, data = _objects()
+
+    def compute(m: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        return nn.functional.cross_entropy(m(batch[0]), batch[1], reduction="none")
+
+    with pytest.raises(UsageError, match=r"shape \(32,\), not a scalar: reduce it to one value in compute_loss"):
+        tunekit.train(tunekit.Task(model=lambda: model, train_data=data, compute_loss=compute, batch_size=32),
+                      max_steps=2, device="cpu")
+
+
+def test_a_float_loss_is_a_usage_error() -> None:
+    model, data = _objects()
+    with pytest.raises(UsageError, match=r"^the loss returned a float \(1.0\), not a tensor: return the loss tensor"):
+        tunekit.lr_find(model, data, lambda out, y: 1.0, batch_size=32, steps=10, refine=False)
+
+
+def test_labels_past_the_classes_are_a_usage_error_naming_the_label_and_the_classes() -> None:
+    model, data = _objects()
+    x, y = data.tensors
+    with pytest.raises(UsageError) as exc:
+        tunekit.lr_find(model, TensorDataset(x, y + 2), nn.CrossEntropyLoss(), torch.optim.SGD(model.parameters()),
+                        batch_size=32, steps=10, refine=False)
+    assert str(exc.value).startswith(OUT_OF_RANGE) and "remap the labels to 0..3" in str(exc.value)
+    assert isinstance(exc.value.__cause__, IndexError)
+
+
+def test_labels_past_the_classes_in_the_users_own_loss_are_the_same_usage_error() -> None:
+    model, data = _objects()
+    x, y = data.tensors
+
+    def my_loss(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return -out.log_softmax(-1)[torch.arange(len(target)), target].mean()  # raises IndexError past the classes
+
+    with pytest.raises(UsageError, match=r"^label [45] is out of range for the model's 4 classes"):
+        tunekit.lr_find(model, TensorDataset(x, y + 2), my_loss, batch_size=32, steps=10, refine=False)
+
+
+def test_an_index_error_of_the_users_own_loss_with_labels_in_range_stays_theirs() -> None:
+    model, data = _objects()
+
+    def my_loss(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return out[:, 7].mean()  # their bug: no column 7
+
+    with pytest.raises(IndexError):
+        tunekit.lr_find(model, data, my_loss, batch_size=32, steps=10, refine=False)
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("tests.tasks:nonscalar_loss_task", "the loss returned a tensor of shape ("),
+    ("tests.tasks:float_loss_task", A_FLOAT),
+    ("tests.tasks:labels_out_of_range_task", "label 4 is out of range for the model's 4 classes"),
+])
+@pytest.mark.parametrize("command", [["lr-find", "--steps", "10", "--no-refine"], ["probe", "--memory-budget", "1GiB"],
+                                     ["train", "--steps", "2"]], ids=["lr-find", "probe", "train"])
+def test_the_cli_says_a_bad_loss_or_bad_labels_in_one_line(command: list[str], spec: str, message: str,
+                                                          tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, err = _cli(capsys, *command, "--task", spec, "--device", "cpu", "--out", str(tmp_path / "o"), "--quiet")
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith(f"tunekit {command[0]}: error: {message}"), err
+
+
+@pytest.mark.parametrize("spec, message, fix", [
+    ("tests.tasks:nonscalar_loss_task", "the loss returned a tensor of shape (32,), not a scalar",
+     "use reduction='mean' (nn.CrossEntropyLoss(reduction='mean')) or reduce it in compute_loss"),
+    ("tests.tasks:float_loss_task", "the loss returned a float", "return the loss tensor itself"),
+    ("tests.tasks:labels_out_of_range_task", "labels range over 2..5 but the output has 4 classes (0..3)",
+     "remap the labels"),
+])
+def test_the_doctor_reports_a_bad_loss_as_one_failure_of_the_loss_check(spec: str, message: str, fix: str) -> None:
+    result = tunekit.doctor(tunekit.load_task(spec), device="cpu")
+    failures = [f for f in result.items() if f.status == "fail"]
+    assert len(failures) == 1, result.table()
+    assert failures[0].check == "loss" and failures[0].message.startswith(message) and fix in failures[0].fix
