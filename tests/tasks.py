@@ -339,3 +339,11 @@ def labels_out_of_range_task() -> Task:
     x, y = classification_data(256).tensors
     return Task(model=lambda: MLP(8, 16, 4), train_data=TensorDataset(x, y + 2), loss=nn.CrossEntropyLoss(),
                 batch_size=32, name="bad_labels")
+
+
+def foreign_optimizer_task() -> Task:
+    """An optimizer factory that ignores the params it is given and takes another model's."""
+    other = MLP(8, 16, 4)
+    task = classification_task()
+    task.optimizer, task.name = (lambda params: torch.optim.AdamW(other.parameters(), lr=1e-3)), "foreign_optimizer"
+    return task

@@ -119,3 +119,49 @@ def test_the_doctor_reports_a_bad_loss_as_one_failure_of_the_loss_check(spec: st
     failures = [f for f in result.items() if f.status == "fail"]
     assert len(failures) == 1, result.table()
     assert failures[0].check == "loss" and failures[0].message.startswith(message) and fix in failures[0].fix
+
+
+# ------------------------------------------------------------------ 11. another model's optimizer
+
+FOREIGN = ("the optimizer (AdamW) holds none of the model's parameters: it was built on another model's; "
+           "build the optimizer on this model's parameters: torch.optim.AdamW(model.parameters())")
+
+
+@pytest.mark.parametrize("call", [
+    lambda m, d, o: tunekit.lr_find(m, d, nn.CrossEntropyLoss(), o, batch_size=32, steps=10, refine=False),
+    lambda m, d, o: tunekit.probe(m, d, nn.CrossEntropyLoss(), o, memory_budget="1GiB"),
+    lambda m, d, o: tunekit.doctor(m, d, nn.CrossEntropyLoss(), o, batch_size=32),
+    lambda m, d, o: tunekit.lr_find(m, d, nn.CrossEntropyLoss(), lambda params: o, batch_size=32, steps=10),
+], ids=["lr_find", "probe", "doctor", "a factory"])
+def test_an_optimizer_on_another_models_parameters_is_refused(call) -> None:
+    model, data = _objects()
+    other, _ = _objects(seed=1)
+    with pytest.raises(UsageError) as exc:
+        call(model, data, torch.optim.AdamW(other.parameters()))
+    assert str(exc.value) == FOREIGN
+
+
+def test_train_refuses_a_task_whose_optimizer_factory_takes_another_models_parameters() -> None:
+    from .tasks import foreign_optimizer_task
+
+    with pytest.raises(UsageError, match=r"^the optimizer \(AdamW\) holds none of the model's parameters"):
+        tunekit.train(foreign_optimizer_task(), max_steps=2, device="cpu")
+
+
+@pytest.mark.parametrize("command", ["lr-find", "doctor", "train"])
+def test_the_cli_refuses_another_models_optimizer_in_one_line(command: str, tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    code, err = _cli(capsys, command, "--task", "tests.tasks:foreign_optimizer_task", "--device", "cpu",
+                     "--out", str(tmp_path / "o"), "--quiet")
+    assert (code, err) == (2, f"tunekit {command}: error: {FOREIGN}")
+
+
+@pytest.mark.parametrize("frozen", [True, False], ids=["requires_grad off", "left out of the optimizer"])
+def test_an_optimizer_on_part_of_the_model_is_accepted(frozen: bool) -> None:
+    model, data = _objects()
+    backbone, head = model.net[0], model.net[3]
+    if frozen:
+        backbone.requires_grad_(False)
+    result = tunekit.lr_find(model, data, nn.CrossEntropyLoss(), torch.optim.SGD(head.parameters(), lr=0.1),
+                             batch_size=32, steps=10, refine=False)
+    assert len(result.losses) == 10

@@ -28,7 +28,7 @@ from tunekit.errors import UsageError
 from tunekit.precision import Precision, check_precision
 
 __all__ = ["Task", "LossFn", "ComputeLoss", "OptimizerFactory", "default_optimizer", "LossComputer", "class_layout",
-           "loss_problem", "label_problem"]
+           "loss_problem", "label_problem", "check_optimizer_holds"]
 
 LossFn = Callable[[Any, Any], torch.Tensor]
 ComputeLoss = Callable[[nn.Module, Batch], torch.Tensor]
@@ -109,7 +109,10 @@ class Task:
         params = [p for p in model.parameters() if p.requires_grad]
         if not params:
             raise UsageError(f"the model of task '{self.name}' has no trainable parameters: check requires_grad, or the model factory")
-        return self.optimizer(params)
+        optimizer = self.optimizer(params)
+        if isinstance(optimizer, torch.optim.Optimizer):  # a factory may ignore its params and take another model's
+            check_optimizer_holds(model, optimizer)
+        return optimizer
 
     def loss_computer(self) -> LossComputer:
         return LossComputer(self.loss, self.compute_loss)
@@ -245,6 +248,19 @@ def _reduce_hint(compute: Optional[LossComputer]) -> str:
         prefix = "nn." if type(criterion).__module__.startswith("torch.nn") else ""
         return f"use reduction='mean' ({prefix}{name}(reduction='mean')) or reduce it in compute_loss"
     return "reduce it to one value in the loss (e.g. .mean()), or in compute_loss"
+
+
+def check_optimizer_holds(model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    """Refuse an optimizer that holds none of ``model``'s parameters (built on another model's).
+
+    One that holds only some of them (a frozen backbone) or others besides (a loss with parameters) is fine."""
+    own = {id(p) for p in model.parameters()}
+    if any(id(p) in own for g in optimizer.param_groups for p in g["params"]):
+        return
+    name = type(optimizer).__name__
+    opt = f"torch.optim.{name}" if type(optimizer).__module__.startswith("torch.optim") else name
+    raise UsageError(f"the optimizer ({name}) holds none of the model's parameters: it was built on another model's; "
+                     f"build the optimizer on this model's parameters: {opt}(model.parameters())")
 
 
 def _not_a_tensor(out: Any, exc: TypeError) -> str:
