@@ -165,3 +165,35 @@ def test_an_optimizer_on_part_of_the_model_is_accepted(frozen: bool) -> None:
     result = tunekit.lr_find(model, data, nn.CrossEntropyLoss(), torch.optim.SGD(head.parameters(), lr=0.1),
                              batch_size=32, steps=10, refine=False)
     assert len(result.losses) == 10
+
+
+# ------------------------------------------------------------------ 13. messages
+
+def test_min_lr_above_max_lr_is_said_in_api_names_or_in_flags_never_both(tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(UsageError) as exc:
+        tunekit.lr_find(tunekit.load_task("tests.tasks:classification_task"), min_lr=1, max_lr=0.001)
+    assert str(exc.value) == "min_lr 1 must be below max_lr 0.001: pass e.g. min_lr=1e-7 max_lr=10"
+    code, err = _cli(capsys, "lr-find", "--min-lr", "1", "--max-lr", "0.001", "--out", str(tmp_path / "o"), "--quiet")
+    assert (code, err) == (2, "tunekit lr-find: error: --min-lr 1 must be below --max-lr 0.001: "
+                              "pass e.g. --min-lr 1e-7 --max-lr 10")
+
+
+def test_the_cli_says_a_bare_parameter_as_its_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, err = _cli(capsys, "probe", "--memory-budget", "1KiB", "--device", "cpu", "--out", str(tmp_path / "o"),
+                     "--quiet")
+    assert code == 2 and err.startswith("tunekit probe: error: the model does not fit even at batch 1: ")
+    assert err.endswith(": raise --memory-budget, use bf16, or a smaller model")
+    code, err = _cli(capsys, "probe", "--lr", "0.1", "--out", str(tmp_path / "o"), "--quiet")
+    assert (code, err.split(":")[:3]) == (2, ["tunekit probe", " error", " give --lr ... and --lr-batch ... together"])
+
+
+def test_in_cli_terms_leaves_file_names_calls_quotes_and_space_entries_alone() -> None:
+    from tunekit.cli import build_parser, in_cli_terms
+
+    usage = build_parser().parse_args(["search"]).usage()
+    for text in ("wrote runs/lr_find.json", "tunekit.lr_find(task)", 'seeded = "lr_find"', "[memory_budget] entry",
+                 "call lr_find(model)", "an unknown_name here"):
+        assert in_cli_terms(f"x {text}", usage) == f"x {text}"
+    assert in_cli_terms("a probe over memory_budget, as sampler_seed says", usage) == \
+        "a probe over --memory-budget, as --sampler-seed says"

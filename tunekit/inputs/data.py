@@ -118,7 +118,7 @@ class BatchStream:
                     f"batch size {batch_size} is larger than the dataset ({len(data)} samples): use a smaller batch size"  # type: ignore[arg-type]
                 )
         elif isinstance(data, IterableDataset):
-            raise UsageError("an IterableDataset has no fixed order to reshuffle: wrap it in a DataLoader with a batch_size")
+            raise UsageError("an IterableDataset has no fixed order to reshuffle: wrap it in a DataLoader with a batch size")
 
     def _epoch(self) -> Iterator[Batch]:
         data = self.data

@@ -275,7 +275,7 @@ def _check_args(headroom: float, accumulation_steps: int, target_batch: Optional
     if target_batch is not None:
         check_int("target_batch", target_batch, hint="pass e.g. target_batch=256")
     if (lr is None) != (lr_batch is None):
-        raise UsageError("give lr and lr_batch together: the LR you found and the effective batch it was found at")
+        raise UsageError("give lr=... and lr_batch=... together: the LR you found and the effective batch it was found at")
     if lr_batch is not None:
         check_int("lr_batch", lr_batch, hint="the effective batch at which the LR was found")
     if lr is not None and not (isinstance(lr, (int, float)) and lr > 0 and math.isfinite(lr)):
