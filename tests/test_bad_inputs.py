@@ -197,3 +197,11 @@ def test_in_cli_terms_leaves_file_names_calls_quotes_and_space_entries_alone() -
         assert in_cli_terms(f"x {text}", usage) == f"x {text}"
     assert in_cli_terms("a probe over memory_budget, as sampler_seed says", usage) == \
         "a probe over --memory-budget, as --sampler-seed says"
+
+
+@pytest.mark.parametrize("task", [42, None, 3.5])
+def test_a_task_that_is_neither_a_spec_nor_a_task_says_so(task: object) -> None:
+    with pytest.raises(UsageError) as exc:
+        tunekit.search(task, trials=1, device="cpu")  # type: ignore[arg-type]
+    assert str(exc.value).startswith(f"a task must be a spec string or a tunekit.Task, got {task!r} "
+                                     f"({type(task).__name__}): give a built-in name (")
