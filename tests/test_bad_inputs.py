@@ -205,3 +205,29 @@ def test_a_task_that_is_neither_a_spec_nor_a_task_says_so(task: object) -> None:
         tunekit.search(task, trials=1, device="cpu")  # type: ignore[arg-type]
     assert str(exc.value).startswith(f"a task must be a spec string or a tunekit.Task, got {task!r} "
                                      f"({type(task).__name__}): give a built-in name (")
+
+
+def _search_json(folder: Path) -> Path:
+    from tunekit.results import SearchResult
+
+    trial = {"number": 0, "state": "COMPLETE", "value": 0.5, "params": {"lr": 0.01}, "config": {"lr": 0.01},
+             "samples": 100, "updates": 10, "micro_batch": 8, "accumulation_steps": 1, "curve": [[50, 0.7], [100, 0.5]]}
+    result = SearchResult(study_name="s", storage="sqlite:///s.db", space="sp", direction="minimize", best_value=0.5,
+                          best_params={"lr": 0.01}, best_config={"lr": 0.01}, trials=[trial], seed_params={},
+                          distributions={}, seconds=2.0, param_importances={})
+    folder.mkdir()
+    result.save(folder)
+    (folder / "search.png").unlink()
+    return folder / "search.json"
+
+
+@pytest.mark.parametrize("given", ["folder", "file"])
+def test_report_takes_the_search_json_as_well_as_its_folder(given: str, tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    path = _search_json(tmp_path / "s")
+    assert main(["report", str(path.parent if given == "folder" else path)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == f"redrew {tmp_path / 's' / 'search.png'} and trials.csv"
+    assert (tmp_path / "s" / "search.png").is_file()
+    (tmp_path / "s" / "notes.txt").write_text("not json")
+    code, err = _cli(capsys, "report", str(tmp_path / "s" / "notes.txt"))
+    assert code == 2 and err.startswith(f"tunekit report: error: '{tmp_path / 's' / 'notes.txt'}' is not a search.json")

@@ -366,7 +366,7 @@ def _add_report_command(sub: Any) -> None:
     p = _command(sub, "report", cmd_report, "redraw a search's table and plots from DIR/search.json, or report a whole study",
                  "examples:\n  tunekit report tunekit_runs\n  tunekit report --storage postgresql://db/tk --study cifar "
                  "--out runs/cifar\n", task=False)
-    p.add_argument("dir", metavar="DIR", nargs="?", help="a directory written by tunekit search")
+    p.add_argument("dir", metavar="DIR", nargs="?", help="a directory written by tunekit search, or its search.json")
     _add(p, "--storage", help="report the whole study in this storage instead (with --study)")
     _add(p, "--study", help="the study's name (with --storage)")
     _add(p, "--out", default=None, help="where the study's report goes (default: DIR, else tunekit_runs)")

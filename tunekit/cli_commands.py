@@ -240,16 +240,20 @@ def cmd_report(args: argparse.Namespace) -> int:
         return _report_study(args)
     if args.dir is None:
         raise UsageError("give a directory written by tunekit search, or --storage URL --study NAME")
-    path = Path(args.dir) / "search.json"
+    path = Path(args.dir)
+    if not path.is_file():  # the folder, as tunekit search wrote it; else its search.json itself
+        path = path / "search.json"
     if not path.is_file():
-        raise UsageError(f"'{path}' does not exist: give a directory written by tunekit search")
+        raise UsageError(f"'{path}' does not exist: give a directory written by tunekit search, or its search.json")
     try:
         result = SearchResult.from_json(path)
     except TypeError as exc:  # fields of another version's search.json
         raise UsageError(f"'{path}' was written by another version of tunekit ({exc}): run the search again") from None
-    result.save(Path(args.dir))
+    except ValueError as exc:  # not JSON at all
+        raise UsageError(f"'{path}' is not a search.json ({exc}): give a directory written by tunekit search") from None
+    result.save(path.parent)
     print(result.table())
-    print(f"redrew {Path(args.dir) / 'search.png'} and trials.csv")
+    print(f"redrew {path.parent / 'search.png'} and trials.csv")
     return 0
 
 
