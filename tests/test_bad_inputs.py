@@ -231,3 +231,10 @@ def test_report_takes_the_search_json_as_well_as_its_folder(given: str, tmp_path
     (tmp_path / "s" / "notes.txt").write_text("not json")
     code, err = _cli(capsys, "report", str(tmp_path / "s" / "notes.txt"))
     assert code == 2 and err.startswith(f"tunekit report: error: '{tmp_path / 's' / 'notes.txt'}' is not a search.json")
+
+
+def test_worker_help_says_the_task_defaults_to_the_studys(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["worker", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "(default: the study's task)" in help_text and "(default: shapes)" not in help_text
