@@ -238,3 +238,16 @@ def test_worker_help_says_the_task_defaults_to_the_studys(capsys: pytest.Capture
         main(["worker", "--help"])
     help_text = " ".join(capsys.readouterr().out.split())
     assert "(default: the study's task)" in help_text and "(default: shapes)" not in help_text
+
+
+EMPTY = TensorDataset(torch.zeros(0, 8), torch.zeros(0, dtype=torch.long))
+
+
+@pytest.mark.parametrize("data, kind", [(EMPTY, "a TensorDataset of 0 samples"),
+                                        (torch.utils.data.DataLoader(EMPTY, batch_size=4), "a DataLoader of 0 samples"),
+                                        ([], "a list of no batches")], ids=["Dataset", "DataLoader", "list"])
+def test_an_empty_dataset_says_it_is_empty(data: object, kind: str) -> None:
+    model, _ = _objects()
+    with pytest.raises(UsageError) as exc:
+        tunekit.lr_find(model, data, nn.CrossEntropyLoss(), batch_size=32)
+    assert str(exc.value) == f"train_data is empty ({kind}): pass data with at least one batch"
