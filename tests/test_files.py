@@ -50,3 +50,17 @@ def test_search_writes_its_files_with_the_umasks_mode(mask: int, mode: int, tmp_
     written = modes(tmp_path / "o")
     assert {"search.json", "search.png", "trials.csv"} <= set(written)
     assert written == dict.fromkeys(written, mode)  # study.db too
+
+
+def test_the_umask_is_read_without_being_changed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Setting it to read it would leave a file that another thread creates meanwhile without one."""
+    from tunekit.files import write_file
+
+    if not Path("/proc/self/status").is_file():
+        pytest.skip("the umask is read from /proc (Linux)")
+    calls: list[int] = []
+    with umask(0o027):
+        monkeypatch.setattr(os, "umask", calls.append)
+        write_file(tmp_path / "f.txt", "x")
+        monkeypatch.undo()
+    assert calls == [] and stat.S_IMODE((tmp_path / "f.txt").stat().st_mode) == 0o640
