@@ -315,3 +315,35 @@ def softmax_task() -> Task:
         batch_size=32,
         name="softmax",
     )
+
+
+# --- tasks with a bad loss or bad labels: each a one-line usage error (issue 22) ------------------
+
+def nonscalar_loss_task() -> Task:
+    """A criterion that returns one loss per sample (reduction='none')."""
+    task = classification_task()
+    task.loss, task.name = nn.CrossEntropyLoss(reduction="none"), "nonscalar"
+    return task
+
+
+def float_loss_task() -> Task:
+    """A compute_loss that returns a Python float (loss.item()), which cannot be backpropagated."""
+    task = classification_task()
+    task.loss, task.name = None, "float_loss"
+    task.compute_loss = lambda model, batch: nn.functional.cross_entropy(model(batch[0]), batch[1]).item()
+    return task
+
+
+def labels_out_of_range_task() -> Task:
+    """Labels 2..5 for a model with 4 outputs."""
+    x, y = classification_data(256).tensors
+    return Task(model=lambda: MLP(8, 16, 4), train_data=TensorDataset(x, y + 2), loss=nn.CrossEntropyLoss(),
+                batch_size=32, name="bad_labels")
+
+
+def foreign_optimizer_task() -> Task:
+    """An optimizer factory that ignores the params it is given and takes another model's."""
+    other = MLP(8, 16, 4)
+    task = classification_task()
+    task.optimizer, task.name = (lambda params: torch.optim.AdamW(other.parameters(), lr=1e-3)), "foreign_optimizer"
+    return task

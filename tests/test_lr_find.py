@@ -243,7 +243,7 @@ def test_cli_lr_find_writes_files(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "args, needle",
     [
-        (["--min-lr", "1", "--max-lr", "0.1"], "must be below max_lr"),
+        (["--min-lr", "1", "--max-lr", "0.1"], "--min-lr 1 must be below --max-lr 0.1"),
         (["--min-lr", "0"], "'0' must be > 0"),
         (["--steps", "3"], "steps must be an integer >= 10, got 3"),
         (["--repeats", "0"], "repeats must be a positive integer"),

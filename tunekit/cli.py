@@ -150,9 +150,9 @@ class _Parser(argparse.ArgumentParser):
 
 # The flags that several commands share, with their argparse settings: a command adds them with
 # _add(), giving what it says differently (its help, its default) as keywords.
+_TASK_FORMS = "built-in name, package.module:function or path/to/file.py:function"
 _FLAGS: dict[str, dict[str, Any]] = {
-    "--task": dict(default=None, metavar="SPEC",
-                   help="built-in name, package.module:function or path/to/file.py:function (default: shapes)"),
+    "--task": dict(default=None, metavar="SPEC", help=f"{_TASK_FORMS} (default: shapes)"),
     "--set": dict(action="append", metavar="KEY=VALUE", dest="task_config",
                   help="task hyperparameter passed to the task function's config (repeatable)"),
     "--device": dict(default="auto", help="cpu, cuda, cuda:N or auto (default)"),
@@ -314,7 +314,8 @@ def _add_worker_command(sub: Any) -> None:
                  "NAME`): its settings are the study's, and a flag that disagrees with them is refused.", task=False)
     _add(p, "--storage", required=True, help="the study's SQLAlchemy URL or journal file")
     _add(p, "--study", required=True, help="the study's name")
-    _add(p, "--task", "--set")
+    _add(p, "--task", help=f"{_TASK_FORMS} (default: the study's task)")  # a worker runs the study's task
+    _add(p, "--set")
     _add(p, "--trials", "--budget", help="must agree with the study's")
     _add(p, "--max-steps", help="must agree with the study's budget")
     _add(p, "--seed", "--sampler-seed", default=None, help="must agree with the study's")
@@ -371,7 +372,7 @@ def _add_report_command(sub: Any) -> None:
     p = _command(sub, "report", cmd_report, "redraw a search's table and plots from DIR/search.json, or report a whole study",
                  "examples:\n  tunekit report tunekit_runs\n  tunekit report --storage postgresql://db/tk --study cifar "
                  "--out runs/cifar\n", task=False)
-    p.add_argument("dir", metavar="DIR", nargs="?", help="a directory written by tunekit search")
+    p.add_argument("dir", metavar="DIR", nargs="?", help="a directory written by tunekit search, or its search.json")
     _add(p, "--storage", help="report the whole study in this storage instead (with --study)")
     _add(p, "--study", help="the study's name (with --storage)")
     _add(p, "--out", default=None, help="where the study's report goes (default: DIR, else tunekit_runs)")

@@ -247,16 +247,20 @@ def cmd_report(args: argparse.Namespace) -> int:
         return _report_study(args)
     if args.dir is None:
         raise UsageError("give a directory written by tunekit search, or --storage URL --study NAME")
-    path = Path(args.dir) / "search.json"
+    path = Path(args.dir)
+    if not path.is_file():  # the folder, as tunekit search wrote it; else its search.json itself
+        path = path / "search.json"
     if not path.is_file():
-        raise UsageError(f"'{path}' does not exist: give a directory written by tunekit search")
+        raise UsageError(f"'{path}' does not exist: give a directory written by tunekit search, or its search.json")
     try:
         result = SearchResult.from_json(path)
     except TypeError as exc:  # fields of another version's search.json
         raise UsageError(f"'{path}' was written by another version of tunekit ({exc}): run the search again") from None
-    result.save(Path(args.dir))
+    except ValueError as exc:  # not JSON at all
+        raise UsageError(f"'{path}' is not a search.json ({exc}): give a directory written by tunekit search") from None
+    result.save(path.parent)
     print(result.table())
-    print(f"redrew {Path(args.dir) / 'search.png'} and trials.csv")
+    print(f"redrew {path.parent / 'search.png'} and trials.csv")
     return 0
 
 
@@ -383,11 +387,15 @@ _FLAG_OF = {"max_steps": "--steps", "clip_grad_norm": "--clip", "lr_find_result"
             "prune": "--no-prune"}
 _SUBJECT = re.compile(r"^([a-z][a-z0-9_]*)(?=[ :])")
 _ASSIGNMENT = re.compile(r"(?<![\w./-])([a-z][a-z0-9_]*)=([^\s,;)]+)")
+# A parameter named bare in a sentence ("raise memory_budget"): only names with an underscore, which
+# no English word has, and none that is a file's name, a call, a quoted value or a space's [entry].
+_BARE = re.compile(r"(?<![\w./\[\"'`-])([a-z][a-z0-9]*(?:_[a-z0-9]+)+)(?![\w./(\[\]=\"'`-])")
 
 
 def in_cli_terms(message: str, usage: str) -> str:
     """An API message said as the command's flags: its ``name=value`` hints as ``--name value``,
-    and its subject (``max_steps must be ...``) as the flag it came from.
+    its subject (``max_steps must be ...``) and any other ``snake_case`` parameter it names as the
+    flag it came from.
 
     The library's errors name Python parameters, since most of its callers are notebooks;
     only the parameters that the command has a flag for are rewritten.
@@ -408,7 +416,8 @@ def in_cli_terms(message: str, usage: str) -> str:
     def subject(match: re.Match[str]) -> str:  # "max_steps must be ..." -> "--steps must be ..."
         return option(match.group(1)) or match.group(1)
 
-    return _SUBJECT.sub(subject, _ASSIGNMENT.sub(assignment, message), count=1)
+    said = _SUBJECT.sub(subject, _ASSIGNMENT.sub(assignment, message), count=1)
+    return _BARE.sub(subject, said)  # "raise memory_budget" -> "raise --memory-budget"
 
 
 def _user_frames(exc: BaseException) -> list[traceback.FrameSummary]:

@@ -10,7 +10,17 @@ __all__ = ["write_file"]
 
 
 def _umask() -> int:
-    mask = os.umask(0)  # the only portable way to read it: set and put back at once
+    """The process's umask, read without changing it where the system tells (Linux)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    # Elsewhere the only way is to set it and put it back: for that instant another thread's new
+    # file would get no umask at all, hence only as the fallback.
+    mask = os.umask(0o077)  # the strictest while it lasts, not 0
     os.umask(mask)
     return mask
 

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from tunekit.inputs.data import Batch
-from tunekit.inputs.task import LossComputer
+from tunekit.inputs.task import LossComputer, class_layout, loss_problem
 from tunekit.checks.common import forward, outputs_of, raised
 from tunekit.results import Finding
 
@@ -44,18 +44,6 @@ def loss_kind(loss: Any) -> Optional[str]:
         if isinstance(loss, types):
             return kind
     return _BY_NAME.get(getattr(loss, "__name__", ""))
-
-
-def class_layout(outputs: torch.Tensor, targets: torch.Tensor) -> Optional[int]:
-    """The class dimension of ``outputs`` when ``targets`` hold one class id per prediction
-    (``outputs [.., C]`` with ``targets [..]``, or PyTorch's ``[B, C, ..]`` with ``[B, ..]``), else None."""
-    if outputs.ndim != targets.ndim + 1:
-        return None
-    if outputs.shape[:-1] == targets.shape:
-        return outputs.ndim - 1
-    if outputs.shape[0] == targets.shape[0] and outputs.shape[2:] == targets.shape[1:]:
-        return 1
-    return None
 
 
 def _probabilities(out: torch.Tensor, dim: Optional[int]) -> bool:
@@ -126,33 +114,54 @@ def _initial_loss(value: float, classes: int) -> list[Finding]:
     return []
 
 
+def _fed(kind: Optional[str], out: torch.Tensor, y: torch.Tensor, loss: Any) -> list[Finding]:
+    """What the loss (of ``kind``) is fed: probabilities or logits, label dtype and range, target scale."""
+    if kind == "bce_logits":
+        return _binary(out, y.float())
+    if kind == "regression" or (kind is None and y.is_floating_point() and y.shape == out.shape):
+        return _regression(out, y)
+    if kind in ("ce", "nll") or (kind is None and class_layout(out, y) is not None):
+        return _classification(kind, out, y, loss)
+    return []
+
+
+def _loss_of(model: nn.Module, compute: LossComputer, batch: Batch) -> tuple[Optional[torch.Tensor], list[Finding]]:
+    """(the batch's loss, []) when it is one value to backpropagate, else (None, the failure that says why)."""
+    try:
+        with torch.no_grad():
+            loss = forward(model, compute, batch).loss
+    except Exception as exc:
+        return None, [raised(CHECK, exc, "the loss")]
+    problem = loss_problem(loss, compute)
+    if problem is None:
+        return loss, []
+    shape = list(loss.shape) if isinstance(loss, torch.Tensor) else None
+    return None, [Finding(CHECK, "fail", problem[0], {"type": type(loss).__name__, "shape": shape}, problem[1])]
+
+
 def check_loss_contract(model: nn.Module, compute: LossComputer, batch: Batch) -> list[Finding]:
-    """What the loss is fed (probabilities or logits, label dtype and range, target scale), and the
-    initial loss of a classifier against ln(C)."""
+    """What the loss is fed (probabilities or logits, label dtype and range, target scale), whether it
+    is one value to backpropagate, and the initial loss of a classifier against ln(C)."""
     try:
         with torch.no_grad():
             out, y = outputs_of(model, compute, batch)
     except Exception as exc:
         return [raised(CHECK, exc, "the forward")]
     if out is None or y is None:
-        return [Finding(CHECK, "info", "the loss's inputs are not visible (a custom compute_loss, or no labels): not checked")]
+        _, failed = _loss_of(model, compute, batch)
+        return failed or [Finding(CHECK, "info", "the loss's inputs are not visible (a custom compute_loss, or no "
+                                  "labels): not checked")]
     out, y = out.detach().float(), y.detach()
     kind = loss_kind(compute.loss)
+    found = _fed(kind, out, y, compute.loss)
+    if any(f.status == "fail" for f in found):
+        return found  # the loss would raise, or mislead, for that reason: said once
+    loss, failed = _loss_of(model, compute, batch)
+    if loss is None:
+        return found + failed
     dim = class_layout(out, y)
-    if kind == "bce_logits":
-        found = _binary(out, y.float())
-    elif kind == "regression" or (kind is None and y.is_floating_point() and y.shape == out.shape):
-        found = _regression(out, y)
-    elif kind in ("ce", "nll") or (kind is None and dim is not None):
-        found = _classification(kind, out, y, compute.loss)
-    else:
-        found = []
-    if not any(f.status == "fail" for f in found) and dim is not None and not y.is_floating_point() and kind != "nll":
-        try:
-            with torch.no_grad():
-                value = float(forward(model, compute, batch).loss.float())
-        except Exception as exc:
-            return found + [raised(CHECK, exc, "the loss")]
+    if dim is not None and not y.is_floating_point() and kind != "nll":
+        value = float(loss.float())
         if math.isfinite(value):
             found += _initial_loss(value, int(out.shape[dim]))
     return found or [Finding(CHECK, "pass", f"the loss is fed what it expects ({kind or 'inferred from the shapes'})")]

@@ -22,7 +22,7 @@ from tunekit.bytesize import parse_bytes
 from tunekit.probes.state import Snapshot, preserved, seed_everything_for
 from tunekit.training.step import TrainStep, make_scaler
 from tunekit.inputs.resolve import ProbeInputs, resolve_inputs
-from tunekit.inputs.task import ComputeLoss, LossFn, Task
+from tunekit.inputs.task import ComputeLoss, LossFn, Task, loss_problem
 from tunekit.checks.common import forward, outputs_of, raised, slice_batch
 from tunekit.checks.datachecks import check_constant_label, check_input_scale, check_leakage, check_shuffled, own_order
 from tunekit.checks.gradients import check_gradient_flow
@@ -134,16 +134,19 @@ def stage_model(run: _Run, batch: Batch) -> bool:
     # The loss contract first: it says why a loss raises (labels out of range, float labels).
     contract = check_loss_contract(sub.model, sub.compute, batch)
     run.findings += contract
+    failed = any(f.status == "fail" for f in contract)
     try:
         with torch.no_grad():
-            forward(sub.model, sub.compute, batch)
-    except UsageError:
-        raise
+            loss = forward(sub.model, sub.compute, batch).loss
     except Exception as exc:
-        if not any(f.status == "fail" for f in contract):
-            run.findings.append(raised("loss", exc, "the forward with the loss"))
+        if failed:  # the contract has said why (a UsageError too: labels out of range)
+            return False
+        if isinstance(exc, UsageError):
+            raise
+        run.findings.append(raised("loss", exc, "the forward with the loss"))
         return False
-    return True
+    # A loss that is not one value fails every check that backpropagates: the contract's one finding says so.
+    return loss_problem(loss, sub.compute) is None
 
 
 def stage_overfit(run: _Run, batch: Batch, precision: str) -> None:

@@ -103,7 +103,7 @@ def _with_task_config(sp: SearchSpace, task: Any, task_config: Optional[dict[str
     from tunekit.inputs.task import Task
 
     if isinstance(task, Task):
-        raise UsageError("task_config (--set) needs the task as a spec (pkg.mod:fn) whose function takes a config")
+        raise UsageError("task_config needs the task as a spec (pkg.mod:fn) whose function takes a config")
     fixed = {f"task.{k}": Entry(f"task.{k}", "fixed", value=v) for k, v in task_config.items()}
     return SearchSpace(sp.name, sp.description, {**fixed, **sp.entries})
 

@@ -8,7 +8,7 @@ or dicts in the Hugging Face style.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sized
 from typing import Any
 
 import torch
@@ -59,7 +59,11 @@ def check_data(data: Data, what: str = "train_data") -> None:
     if data is None:
         raise UsageError(f"{what} is None: pass a Dataset, a DataLoader or a list of batches")
     if isinstance(data, (Dataset, DataLoader)):
+        if dataset_size(data) == 0:  # else said later as a batch size larger than 0 samples
+            raise UsageError(f"{what} is empty (a {type(data).__name__} of 0 samples): pass data with at least one batch")
         return
+    if isinstance(data, Sized) and not len(data):
+        raise UsageError(f"{what} is empty (a {type(data).__name__} of no batches): pass data with at least one batch")
     if isinstance(data, Iterator):
         raise UsageError(
             f"{what} is a one-shot iterator ({type(data).__name__}): pass a list of batches, a Dataset "
@@ -118,7 +122,7 @@ class BatchStream:
                     f"batch size {batch_size} is larger than the dataset ({len(data)} samples): use a smaller batch size"  # type: ignore[arg-type]
                 )
         elif isinstance(data, IterableDataset):
-            raise UsageError("an IterableDataset has no fixed order to reshuffle: wrap it in a DataLoader with a batch_size")
+            raise UsageError("an IterableDataset has no fixed order to reshuffle: wrap it in a DataLoader with a batch size")
 
     def _epoch(self) -> Iterator[Batch]:
         data = self.data

@@ -18,7 +18,7 @@ from tunekit.inputs.data import Data
 from tunekit.errors import UsageError, check_int
 from tunekit.training.step import resolve_device
 from tunekit.precision import Precision, check_precision
-from tunekit.inputs.task import ComputeLoss, LossComputer, LossFn, Task, default_optimizer
+from tunekit.inputs.task import ComputeLoss, LossComputer, LossFn, Task, check_optimizer_holds, default_optimizer
 
 __all__ = ["ProbeInputs", "resolve_inputs"]
 
@@ -86,6 +86,8 @@ def resolve_inputs(
             user_opt = optimizer(params)
         else:
             raise UsageError(f"optimizer must be an Optimizer or a factory (params -> Optimizer), got {optimizer!r}")
+        if isinstance(user_opt, torch.optim.Optimizer):
+            check_optimizer_holds(model, user_opt)
         # Task validates the loss arguments and the data the same way everywhere.
         task = Task(model=lambda: model, train_data=train_data, val_data=val_data, loss=loss_fn,
                     compute_loss=compute_loss, batch_size=batch_size, name=type(model).__name__)

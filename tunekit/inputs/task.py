@@ -28,7 +28,7 @@ from tunekit.errors import UsageError
 from tunekit.precision import Precision, check_precision
 
 __all__ = ["Task", "LossFn", "ComputeLoss", "OptimizerFactory", "Metric", "BUILTIN_METRICS", "default_optimizer",
-           "LossComputer"]
+           "LossComputer", "class_layout", "loss_problem", "label_problem", "check_optimizer_holds"]
 
 LossFn = Callable[[Any, Any], torch.Tensor]
 ComputeLoss = Callable[[nn.Module, Batch], torch.Tensor]
@@ -117,7 +117,10 @@ class Task:
         params = [p for p in model.parameters() if p.requires_grad]
         if not params:
             raise UsageError(f"the model of task '{self.name}' has no trainable parameters: check requires_grad, or the model factory")
-        return self.optimizer(params)
+        optimizer = self.optimizer(params)
+        if isinstance(optimizer, torch.optim.Optimizer):  # a factory may ignore its params and take another model's
+            check_optimizer_holds(model, optimizer)
+        return optimizer
 
     def loss_computer(self) -> LossComputer:
         return LossComputer(self.loss, self.compute_loss)
@@ -167,7 +170,7 @@ class LossComputer:
             if self.loss is not None and "labels" in batch:
                 inputs = {k: v for k, v in batch.items() if k != "labels"}
                 out = _logits(model(**inputs))
-                return self.loss(out, batch["labels"]), out, batch["labels"]
+                return self.criterion(out, batch["labels"]), out, batch["labels"]
             out = model(**batch)
             value = _model_loss(out)
             if value is None:
@@ -186,7 +189,7 @@ class LossComputer:
             *inputs, targets = batch
             out = model(*inputs)
             try:
-                return self.loss(out, targets), out, targets
+                return self.criterion(out, targets), out, targets
             except TypeError as exc:
                 if isinstance(out, torch.Tensor):
                     raise
@@ -195,6 +198,88 @@ class LossComputer:
             f"cannot read a batch of type {type(batch).__name__}: tunekit takes (inputs, targets) tuples or dicts; "
             "for anything else pass compute_loss=(model, batch) -> loss"
         )
+
+    def criterion(self, out: Any, targets: Any) -> torch.Tensor:
+        """``loss(out, targets)``; an IndexError from labels out of the outputs' class range is said as such."""
+        try:
+            return self.loss(out, targets)  # type: ignore[misc]
+        except IndexError as exc:
+            # The criterion, or the user's own loss, indexed with a label past the classes: the data's
+            # fault, said as such. An IndexError with every label in range is theirs, and propagates.
+            # (On CUDA the kernel asserts on the device instead: nothing to catch there.)
+            problem = label_problem(out, targets, getattr(self.loss, "ignore_index", -100))
+            if problem is None:
+                raise
+            raise UsageError(problem) from exc
+
+
+def class_layout(outputs: torch.Tensor, targets: torch.Tensor) -> Optional[int]:
+    """The class dimension of ``outputs`` when ``targets`` hold one class id per prediction
+    (``outputs [.., C]`` with ``targets [..]``, or PyTorch's ``[B, C, ..]`` with ``[B, ..]``), else None."""
+    if outputs.ndim != targets.ndim + 1:
+        return None
+    if outputs.shape[:-1] == targets.shape:
+        return outputs.ndim - 1
+    if outputs.shape[0] == targets.shape[0] and outputs.shape[2:] == targets.shape[1:]:
+        return 1
+    return None
+
+
+def label_problem(outputs: Any, targets: Any, ignore_index: int = -100) -> Optional[str]:
+    """What is wrong with integer labels that fall outside the outputs' classes, else None."""
+    if not (isinstance(outputs, torch.Tensor) and isinstance(targets, torch.Tensor)):
+        return None
+    if targets.is_floating_point() or targets.dtype == torch.bool:
+        return None
+    dim = class_layout(outputs, targets)
+    if dim is None:
+        return None
+    classes = int(outputs.shape[dim])
+    labels = targets[targets != ignore_index]
+    bad = labels[(labels < 0) | (labels >= classes)]
+    if not bad.numel():
+        return None
+    return (f"label {int(bad[0])} is out of range for the model's {classes} classes (labels must lie in 0..{classes - 1}; "
+            f"this batch holds {int(labels.min())}..{int(labels.max())}): make the output layer as wide as the number "
+            f"of classes, or remap the labels to 0..{classes - 1}")
+
+
+def loss_problem(loss: Any, compute: Optional[LossComputer] = None) -> Optional[tuple[str, str]]:
+    """(what is wrong, the fix) when ``loss`` cannot be a training step's loss (not a tensor, not one value), else None.
+
+    Reads only its type and shape: no host sync, and fake tensors (the memory trace) pass."""
+    if not isinstance(loss, torch.Tensor):
+        what = "None" if loss is None else f"a {type(loss).__name__}" + (f" ({loss!r})" if isinstance(loss, (int, float)) else "")
+        return (f"the loss returned {what}, not a tensor",
+                "return the loss tensor itself (not loss.item() or float(loss)), so that it can be backpropagated")
+    if loss.numel() != 1:
+        return f"the loss returned a tensor of shape {tuple(loss.shape)}, not a scalar", _reduce_hint(compute)
+    return None
+
+
+def _reduce_hint(compute: Optional[LossComputer]) -> str:
+    """How to make a criterion's (or compute_loss's) per-sample losses one value."""
+    criterion = getattr(compute, "loss", None)
+    if getattr(compute, "compute_loss", None) is not None:
+        return "reduce it to one value in compute_loss, e.g. return loss.mean()"
+    if isinstance(criterion, nn.Module) and getattr(criterion, "reduction", None) == "none":
+        name = type(criterion).__name__
+        prefix = "nn." if type(criterion).__module__.startswith("torch.nn") else ""
+        return f"use reduction='mean' ({prefix}{name}(reduction='mean')) or reduce it in compute_loss"
+    return "reduce it to one value in the loss (e.g. .mean()), or in compute_loss"
+
+
+def check_optimizer_holds(model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    """Refuse an optimizer that holds none of ``model``'s parameters (built on another model's).
+
+    One that holds only some of them (a frozen backbone) or others besides (a loss with parameters) is fine."""
+    own = {id(p) for p in model.parameters()}
+    if any(id(p) in own for g in optimizer.param_groups for p in g["params"]):
+        return
+    name = type(optimizer).__name__
+    opt = f"torch.optim.{name}" if type(optimizer).__module__.startswith("torch.optim") else name
+    raise UsageError(f"the optimizer ({name}) holds none of the model's parameters: it was built on another model's; "
+                     f"build the optimizer on this model's parameters: {opt}(model.parameters())")
 
 
 def _not_a_tensor(out: Any, exc: TypeError) -> str:

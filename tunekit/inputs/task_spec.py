@@ -82,7 +82,10 @@ def resolve_task_function(spec: str) -> Callable[..., Any]:
     """The function that a spec names, without calling it."""
     from tunekit.builtin import BUILTIN_TASKS
 
-    if not isinstance(spec, str) or not spec.strip():
+    if not isinstance(spec, str):
+        raise UsageError(f"a task must be a spec string or a tunekit.Task, got {spec!r} ({type(spec).__name__}): give "
+                         + _FORMS.format(names=", ".join(BUILTIN_TASKS)) + ", or a Task(model=..., train_data=..., loss=...)")
+    if not spec.strip():
         raise UsageError(f"task spec {spec!r} is empty: give " + _FORMS.format(names=", ".join(BUILTIN_TASKS)))
     spec = spec.strip()
     if spec in BUILTIN_TASKS:

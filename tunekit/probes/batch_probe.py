@@ -291,7 +291,7 @@ def _check_args(headroom: float, accumulation_steps: int, target_batch: Optional
     if target_batch is not None:
         check_int("target_batch", target_batch, hint="pass e.g. target_batch=256")
     if (lr is None) != (lr_batch is None):
-        raise UsageError("give lr and lr_batch together: the LR you found and the effective batch it was found at")
+        raise UsageError("give lr=... and lr_batch=... together: the LR you found and the effective batch it was found at")
     if lr_batch is not None:
         check_int("lr_batch", lr_batch, hint="the effective batch at which the LR was found")
     if lr is not None and not (isinstance(lr, (int, float)) and lr > 0 and math.isfinite(lr)):
@@ -337,8 +337,19 @@ class _Run:
 def _memory_model(run: _Run, sizes: list[int]) -> tuple[MemoryModel, dict[int, Trace]]:
     """Traces at ``sizes`` on fake tensors (two micro-batches when accumulating: the second runs with
     the first one's gradients alive), and the memory model fitted to them."""
-    traces = {b: _trace_at(run, b) for b in sizes}
+    try:
+        traces = {b: _trace_at(run, b) for b in sizes}
+    except Exception:
+        _real_loss(run, sizes[0])  # a loss the fake tensors cannot follow (a loss.item()): said as the real step says it
+        raise
     return fit_memory_model(traces, run.k), traces
+
+
+def _real_loss(run: _Run, b: int) -> None:
+    """One real forward of the shared step at batch ``b``, without gradients: its UsageError for a bad loss."""
+    batch = BatchStream(run.data, b, seed=run.seed).take(1)[0]
+    with torch.no_grad():
+        run.make_step(run.sub.model, run.sub.optimizer, 1).forward(batch)
 
 
 def _trace_at(run: _Run, b: int) -> Trace:

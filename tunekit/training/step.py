@@ -29,7 +29,7 @@ from torch import nn
 from tunekit.inputs.data import Batch, batch_size_of, to_device
 from tunekit.errors import UsageError
 from tunekit.precision import Precision, check_precision
-from tunekit.inputs.task import LossComputer
+from tunekit.inputs.task import LossComputer, loss_problem
 
 __all__ = ["StepOutput", "TrainStep", "Updates", "resolve_device", "autocast_context", "make_scaler"]
 
@@ -121,6 +121,9 @@ class TrainStep:
         batch = to_device(batch, self.device)
         with autocast_context(self.precision, self.device):
             loss, _, _ = self.compute(self.model, batch)
+        problem = loss_problem(loss, self.compute)  # its type and shape only: no sync
+        if problem is not None:
+            raise UsageError(": ".join(problem))
         return loss, batch_size_of(batch)
 
     def backward(self, loss: torch.Tensor) -> None:
