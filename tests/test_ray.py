@@ -348,3 +348,16 @@ def test_trials_in_flight_are_not_pruned_at_or_after_their_last_report(local_ray
         assert max(ot.intermediate_values) < budget and t["samples"] < budget
         assert 0 < t["updates"] < t["config"]["max_steps"]
         assert t["updates"] * t["effective_batch"] == t["samples"]
+
+
+def test_a_task_that_cannot_train_stops_a_ray_search_in_one_line(local_ray, tmp_path: Path) -> None:
+    from tunekit.errors import SetupError
+
+    space = write_space(tmp_path, SMALL)
+    with pytest.raises(SetupError, match="not a scalar"):
+        search("tests.tasks:nonscalar_loss_task", str(space), trials=4, max_steps=10, device="cpu", seed=0,
+               backend="ray", max_failures=2, out=tmp_path / "o")
+    study = optuna.load_study(study_name=optuna.get_all_study_names(f"sqlite:///{tmp_path / 'o' / 'study.db'}")[0],
+                              storage=f"sqlite:///{tmp_path / 'o' / 'study.db'}")
+    assert len(study.trials) <= 2 and all(t.state.name == "FAIL" for t in study.trials)
+    assert all(t.user_attrs.get("attempts", 1) == 1 for t in study.trials)  # no retry: it would fail the same way

@@ -737,3 +737,18 @@ def test_a_trial_is_judged_at_a_rung_once_and_never_at_its_last_report() -> None
     last = trial(11, {500: 0.1, 4000: 5.0})  # reported at the whole budget (8 x 500)
     assert not Rungs(unit=500, evals=8, ladder_evals=[1, 3, 7], reduction_factor=3, adaptive=False).prune(
         SimpleNamespace(get_trials=lambda deepcopy=False, states=None: leaders + [last]), last)
+
+
+def test_a_task_that_cannot_train_stops_the_search_in_one_line(tmp_path: Path) -> None:
+    """A loss that is not a scalar fails every trial the same way: the search stops on the first, with
+    the one-line reason (not N failed trials and exit 0), and keeps what it recorded."""
+    from .tasks import nonscalar_loss_task
+
+    space = str(write_space(tmp_path, SMALL))
+    with pytest.raises(UsageError, match="not a scalar"):
+        search(nonscalar_loss_task(), space, trials=4, max_steps=10, device="cpu", out=tmp_path / "o")
+    saved = json.loads((tmp_path / "o" / "search.json").read_text())
+    assert len(saved["trials"]) == 1 and saved["trials"][0]["state"] == "FAIL"
+    r = run_cli("search", "--task", "tests.tasks:nonscalar_loss_task", "--space", space, "--trials", "3",
+                "--max-steps", "10", "--device", "cpu", "--quiet", "--out", str(tmp_path / "c"))
+    assert r.returncode == 2 and "not a scalar" in r.stderr and "Traceback" not in r.stderr

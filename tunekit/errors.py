@@ -7,11 +7,17 @@ The CLI prints it without a traceback and exits with status 2.
 
 from __future__ import annotations
 
-__all__ = ["UsageError", "is_int_at_least", "check_int"]
+__all__ = ["UsageError", "SetupError", "is_int_at_least", "check_int"]
 
 
 class UsageError(ValueError):
     """Bad input from the user. The message names the bad value and the fix."""
+
+
+class SetupError(UsageError):
+    """A task that cannot train at all, whatever its settings: a loss that is not a scalar tensor,
+    labels past the model's classes, an optimizer built on another model. A search stops on it
+    (every trial would fail the same way) instead of failing each trial."""
 
 
 def is_int_at_least(value: object, minimum: int = 1) -> bool:

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from tunekit.errors import SetupError
 from tunekit.objective import Objective
 from tunekit.hpsearch.plan import TrialConfig
 
@@ -156,6 +157,8 @@ def run_trial(task: Any, trial: Any, cfg: TrialConfig, *, prune: bool, cache: Op
         result = run_config(task, cfg, report, cache)
     except optuna.TrialPruned as exc:
         return _stopped(Outcome("PRUNED", reason=str(exc)), cfg, curve, last, t0)
+    except SetupError:
+        raise  # the task cannot train whatever the trial's params: the search stops, in one line
     except Exception as exc:  # the user's task or model raised: the trial fails, the search goes on
         return _stopped(Outcome("FAIL", error=f"{type(exc).__name__}: {exc}"), cfg, curve, last, t0)
     return outcome_of(result, curve, time.perf_counter() - t0, final_step(cfg), Objective(cfg.objective, cfg.direction))

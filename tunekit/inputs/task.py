@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from tunekit.inputs.data import Batch, Data, check_data
-from tunekit.errors import UsageError
+from tunekit.errors import SetupError, UsageError
 from tunekit.precision import Precision, check_precision
 
 __all__ = ["Task", "LossFn", "ComputeLoss", "OptimizerFactory", "Metric", "BUILTIN_METRICS", "default_optimizer",
@@ -210,7 +210,7 @@ class LossComputer:
             problem = label_problem(out, targets, getattr(self.loss, "ignore_index", -100))
             if problem is None:
                 raise
-            raise UsageError(problem) from exc
+            raise SetupError(problem) from exc
 
 
 def class_layout(outputs: torch.Tensor, targets: torch.Tensor) -> Optional[int]:
@@ -278,7 +278,7 @@ def check_optimizer_holds(model: nn.Module, optimizer: torch.optim.Optimizer) ->
         return
     name = type(optimizer).__name__
     opt = f"torch.optim.{name}" if type(optimizer).__module__.startswith("torch.optim") else name
-    raise UsageError(f"the optimizer ({name}) holds none of the model's parameters: it was built on another model's; "
+    raise SetupError(f"the optimizer ({name}) holds none of the model's parameters: it was built on another model's; "
                      f"build the optimizer on this model's parameters: {opt}(model.parameters())")
 
 

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from tunekit.inputs.data import Batch, batch_size_of, to_device
-from tunekit.errors import UsageError
+from tunekit.errors import SetupError, UsageError
 from tunekit.precision import Precision, check_precision
 from tunekit.inputs.task import LossComputer, loss_problem
 
@@ -123,7 +123,7 @@ class TrainStep:
             loss, _, _ = self.compute(self.model, batch)
         problem = loss_problem(loss, self.compute)  # its type and shape only: no sync
         if problem is not None:
-            raise UsageError(": ".join(problem))
+            raise SetupError(": ".join(problem))
         return loss, batch_size_of(batch)
 
     def backward(self, loss: torch.Tensor) -> None:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from tunekit.errors import UsageError
+from tunekit.errors import SetupError, UsageError
 from tunekit.hpsearch.backends.base import Work
 from tunekit.hpsearch.plan import Plan, TrialConfig
 from tunekit.hpsearch.settings import SearchSettings
@@ -112,6 +112,10 @@ def trainable(config: dict[str, Any], task: Any = None) -> None:
 
     try:
         result = run_config(task if task is not None else config["task"], cfg, report, cache=_TASK_CACHE)
+    except SetupError as exc:
+        # The task cannot train whatever the params: no retry; the driver stops the search on it.
+        _report({ERROR_KEY: f"SetupError: {exc}", DONE_KEY: "FAIL", "curve": curve, "worker": worker})
+        return
     except Exception as exc:
         # Ray hands callbacks the error only through files it may not have written yet:
         # send the text as a last report, then fail (Ray retries up to --max-failures).
@@ -161,6 +165,7 @@ class Ledger:
     again: list[int] = field(default_factory=list)
     spent: dict[int, int] = field(default_factory=dict)  # failures in earlier Tune trials of the same number
     asked: int = 0
+    setup_error: Optional[str] = None  # a trial's SetupError: the task cannot train, and the search stops
 
     def failures(self, trial: Any) -> int:
         """Failures of this Optuna trial so far, over all the Tune trials that ran it."""
@@ -189,6 +194,8 @@ def _searcher(study: Any, dists: dict[str, Any], make_config: Callable[[dict[str
         """A Tune searcher that asks the Optuna study: enqueued trials first, then its sampler."""
 
         def suggest(self, trial_id: str) -> Optional[dict[str, Any]]:
+            if ledger.setup_error is not None:
+                return Searcher.FINISHED  # every trial would fail the same way
             if ledger.again:
                 return ledger.configs[ledger.again.pop(0)]
             if ledger.asked >= ledger.n_trials:
@@ -245,7 +252,12 @@ def _recorder(study: Any, ledger: Ledger, on_end: Callable[[str], None]) -> Any:
         def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
             ot = book.pop(trial.config.get("number"), None)
             if ot is not None:
-                self._end(ot, _outcome(trial.last_result or {}))
+                outcome = _outcome(trial.last_result or {})
+                if (outcome.error or "").startswith("SetupError: ") and ledger.setup_error is None:
+                    ledger.setup_error = outcome.error[len("SetupError: "):]
+                elif ledger.setup_error is not None and not (trial.last_result or {}).get(DONE_KEY):
+                    outcome.state, outcome.error = "FAIL", f"stopped with the search: {ledger.setup_error}"
+                self._end(ot, outcome)
 
         def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
             # A trial Tune runs again (its node died, or it raised, within --max-failures): the same
@@ -384,13 +396,15 @@ def run_ray(work: Work, n_trials: int) -> None:
                 name=study.study_name, storage_path=str(root.resolve()), verbose=0,
                 failure_config=tune.FailureConfig(max_failures=max_failures),
                 checkpoint_config=tune.CheckpointConfig(checkpoint_at_end=False),
-                callbacks=[_recorder(study, ledger, work.on_end)], log_to_file=True),
+                callbacks=[_recorder(study, ledger, work.on_end)], log_to_file=True, stop=_setup_stopper(ledger)),
         )
         with warnings.catch_warnings():
             # Optuna warns that ask-and-tell trials send no heartbeat: the driver here is
             # one process, and it marks its unfinished trials itself (below).
             warnings.filterwarnings("ignore", message=".*[Hh]eartbeat.*")
             tuner.fit()
+        if ledger.setup_error is not None:
+            raise SetupError(ledger.setup_error)
         if book:
             # Tune ends quietly on Ctrl-C; the caller must know, as with the local backend.
             raise KeyboardInterrupt("search interrupted: run it again with --resume")
@@ -400,6 +414,20 @@ def run_ray(work: Work, n_trials: int) -> None:
             if out_dir is not None:
                 copy_ray_logs(out_dir)
             ray.shutdown()
+
+
+def _setup_stopper(ledger: Ledger) -> Any:
+    """A Tune stopper that ends every trial once one has met a SetupError."""
+    from ray.tune.stopper import Stopper
+
+    class SetupStop(Stopper):
+        def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
+            return ledger.setup_error is not None
+
+        def stop_all(self) -> bool:
+            return ledger.setup_error is not None
+
+    return SetupStop()
 
 
 def _fail_unfinished(study: Any, book: dict[int, Any]) -> None:
