@@ -660,3 +660,12 @@ def test_the_doctor_compares_the_lr_with_a_saved_lr_find_result_and_names_its_so
     assert "the quick range test's (the curve alone, no short runs)" in g["message"]
     with pytest.raises(tunekit.UsageError, match="the saved lr_find file .* does not exist"):
         doctor(task, lr=3e-2, device="cpu", lr_find_result=tmp_path / "missing.json")
+
+
+def test_the_doctor_refuses_a_saved_lr_find_of_another_precision(tmp_path) -> None:
+    from tunekit import doctor, lr_find
+
+    task = classification_task()
+    lr_find(task, device="cpu", steps=40, refine=False).to_json(tmp_path / "lr_find.json")
+    with pytest.raises(tunekit.UsageError, match="the saved lr_find result is for precision 'fp32'"):
+        doctor(task, lr=3e-2, device="cpu", precision="bf16", lr_find_result=tmp_path / "lr_find.json")

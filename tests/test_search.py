@@ -752,3 +752,39 @@ def test_a_task_that_cannot_train_stops_the_search_in_one_line(tmp_path: Path) -
     r = run_cli("search", "--task", "tests.tasks:nonscalar_loss_task", "--space", space, "--trials", "3",
                 "--max-steps", "10", "--device", "cpu", "--quiet", "--out", str(tmp_path / "c"))
     assert r.returncode == 2 and "not a scalar" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_studies_from_before_the_objective_resume_as_loss_studies(tmp_path: Path) -> None:
+    """A plan stored before objectives existed is a loss study: resumed with another objective it is
+    refused in one line (not maximised over old loss values), and resumed as it was it goes on."""
+    from tunekit.hpsearch.study import PLAN_KEY
+
+    space = str(write_space(tmp_path, SMALL))
+    search(regression_task(), space, trials=2, max_steps=10, device="cpu", out=tmp_path / "o")
+    url = f"sqlite:///{tmp_path / 'o' / 'study.db'}"
+    study = optuna.load_study(study_name=optuna.get_all_study_names(url)[0], storage=url)
+    old = {k: v for k, v in study.user_attrs[PLAN_KEY].items() if k not in ("objective", "direction")}
+    study.set_user_attr(PLAN_KEY, old)
+    with pytest.raises(UsageError, match="was run with objective = 'loss', this run asks for 'perplexity'"):
+        search(regression_task(), space, trials=3, max_steps=10, device="cpu", out=tmp_path / "o", resume=True,
+               objective="perplexity")
+    again = search(regression_task(), space, trials=3, max_steps=10, device="cpu", out=tmp_path / "o", resume=True)
+    assert len(again.trials) == 3 and again.objective == "loss"
+
+
+@pytest.mark.slow  # a subprocess
+def test_report_refuses_a_json_file_that_is_not_a_search_json(tmp_path: Path) -> None:
+    space = write_space(tmp_path, SMALL)
+    search(regression_task(), str(space), trials=1, max_steps=10, device="cpu", out=tmp_path / "s")
+    other = tmp_path / "s" / "backup.json"
+    other.write_text((tmp_path / "s" / "search.json").read_text())
+    r = run_cli("report", str(other))
+    assert r.returncode == 2 and "is not a search.json" in r.stderr
+
+
+def test_train_config_of_a_trial_with_no_final_value_says_so() -> None:
+    from tunekit.results import TrainResult
+
+    run = TrainResult(config={}, task="t", losses=[1.0] * 10)
+    line = run.compared_with({"number": 4, "state": "PRUNED", "value": None})
+    assert "ended pruned, with no final loss to compare with" in line and "NOT the same" not in line

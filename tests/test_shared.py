@@ -418,3 +418,17 @@ def test_a_shared_study_keeps_its_objective_and_a_worker_joins_in_that_metric(tm
     assert study_result(journal, "acc").objective == "accuracy"
     with pytest.raises(UsageError, match="objective"):
         join_study(journal, "acc", device="cpu", objective="loss")
+
+
+def test_a_worker_joins_a_study_created_before_the_objective_existed(tmp_path: Path) -> None:
+    """An older study's spec has no objective or direction: a worker joins it as a loss study."""
+    journal = str(tmp_path / "s.log")
+    create_study("tests.tasks:regression_task", str(write_space(tmp_path, SMALL)), storage=journal, study_name="old",
+                 trials=2, max_steps=10, device="cpu", prune=False)
+    study = optuna.load_study(study_name="old", storage=make_storage(journal, None))
+    spec = {k: v for k, v in study.user_attrs["tunekit_spec"].items() if k not in ("objective", "direction")}
+    study.set_user_attr("tunekit_spec", spec)
+    plan = {k: v for k, v in study.user_attrs["tunekit_plan"].items() if k not in ("objective", "direction")}
+    study.set_user_attr("tunekit_plan", plan)
+    r = join_study(journal, "old", device="cpu")
+    assert r.objective == "loss" and len([t for t in r.trials if t["state"] == "COMPLETE"]) == 2

@@ -252,6 +252,9 @@ def cmd_report(args: argparse.Namespace) -> int:
         path = path / "search.json"
     if not path.is_file():
         raise UsageError(f"'{path}' does not exist: give a directory written by tunekit search, or its search.json")
+    if path.name != "search.json":  # the redraw writes DIR/search.json, trials.csv and search.png beside it
+        raise UsageError(f"'{path}' is not a search.json: give the directory tunekit search wrote, or its search.json "
+                         "(the redraw writes search.json, trials.csv and search.png beside it)")
     try:
         result = SearchResult.from_json(path)
     except TypeError as exc:  # fields of another version's search.json

@@ -77,7 +77,3 @@ class Objective:
                     "metric of its own (Task(metrics={'name': fn}))")
         return (f"objective {self.name!r} is not a metric of this task (it has {', '.join(sorted(metrics))}): "
                 f"give the task metrics={{{self.name!r}: fn}} with fn(model, val_data) -> float, or name one of those")
-
-    def worse_than_any(self) -> float:
-        """A value worse than every real one (for a trial whose objective is not finite)."""
-        return self.sign * math.inf

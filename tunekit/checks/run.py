@@ -21,7 +21,7 @@ from tunekit.training.schedule import Warmup, warmup_steps
 from tunekit.bytesize import parse_bytes
 from tunekit.probes.state import Snapshot, preserved, seed_everything_for
 from tunekit.training.step import TrainStep, make_scaler
-from tunekit.inputs.resolve import ProbeInputs, resolve_inputs
+from tunekit.inputs.resolve import ProbeInputs, check_saved, resolve_inputs
 from tunekit.inputs.task import ComputeLoss, LossFn, Task, loss_problem
 from tunekit.checks.common import forward, outputs_of, raised, slice_batch
 from tunekit.checks.datachecks import check_constant_label, check_input_scale, check_leakage, check_shuffled, own_order
@@ -243,6 +243,8 @@ def doctor(
                           val_data=val_data, batch_size=batch_size, precision=precision, device=device, seed=seed)
     lr, warmup, steps = _recipe_defaults(sub.task, lr, warmup, steps, in_hand=not isinstance(model, Task))
     saved_lr_find = LRFindResult.load(lr_find_result)
+    if saved_lr_find is not None:
+        check_saved("lr_find", saved_lr_find.settings, sub.task.name, sub.precision, str(sub.device))
     scaler = scaler if scaler is not None else make_scaler(sub.precision, sub.device)  # type: ignore[arg-type]
     start = time.perf_counter()
     with preserved(sub.model, sub.optimizer, scaler, sub.data) as snap, \

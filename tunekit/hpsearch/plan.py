@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
 from tunekit.errors import UsageError
+from tunekit.objective import Objective
 
 __all__ = ["Plan", "TrialConfig", "split_batch", "lr_rule_for", "rescale_lr", "updates_for", "trial_config",
            "effective_batch", "initial_design", "LR_RULES"]
@@ -72,6 +73,11 @@ class TrialConfig:
         if not self.eval_samples:
             return step * self.effective_batch
         return (step // int(self.train["eval_every"])) * self.eval_samples
+
+    @property
+    def goal(self) -> Objective:
+        """What the trial reports, and which way is better."""
+        return Objective(self.objective, self.direction)
 
     @property
     def effective_batch(self) -> int:

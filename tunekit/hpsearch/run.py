@@ -34,7 +34,7 @@ from tunekit.hpsearch.shared.workers import (check_spec, claim_creation, default
                                              register_worker, resume_study, space_dict, spec_probes, wait_for_spec,
                                              worker_seed)
 from tunekit.hpsearch.shared.workers import worker_id as default_worker_id
-from tunekit.hpsearch.study import (SPEC_KEY, check_resume, default_name, finished_count, keep_plan, make_sampler,
+from tunekit.hpsearch.study import (SPEC_KEY, check_report_of, check_resume, default_name, finished_count, keep_plan, make_sampler,
                                     open_study, stored_plan, study_exists)
 from tunekit.hpsearch.summary import build_result
 from tunekit.inputs.space import SearchSpace
@@ -243,7 +243,7 @@ def _open(settings: SearchSettings, name: str) -> _Opened:
     out_dir = settings.out
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
-        _check_report_of(out_dir, name)
+        check_report_of(out_dir, name)
     store = open_storage(settings.storage, out_dir, settings.grace_period)
     existing = study_exists(store, name)
     if existing and not settings.resume and not settings.shared:
@@ -255,16 +255,6 @@ def _open(settings: SearchSettings, name: str) -> _Opened:
         spec = wait_for_spec(store, name, settings.join_timeout)  # None: an older tunekit's study
     old_plan, old_dists = stored_plan(store, name) if existing or spec is not None else ({}, {})
     return _Opened(store, name, existing or spec is not None, old_plan, old_dists, spec)
-
-
-def _check_report_of(out_dir: Path, name: str) -> None:
-    """An output folder holds one study's report: refuse to overwrite another study's."""
-    report = out_dir / "search.json"
-    if report.is_file():
-        other = json.loads(report.read_text()).get("study_name")
-        if other and other != name:
-            raise UsageError(f"{out_dir} holds the report of study '{other}': give this search (study '{name}') "
-                             "another out=DIR, so neither overwrites the other")
 
 
 def _spec_probes(spec: dict[str, Any], settings: SearchSettings) -> tuple[Any, Any]:
@@ -301,7 +291,8 @@ def _worker_study(opened: _Opened, settings: SearchSettings, inputs: SearchInput
     smp_seed = _sampler_seed(s, wid, store, name, opened.existing)
     smp = make_sampler(s.sampler, smp_seed, n_design or max(3, min(10, s.trials // 3)),
                        parallel=backend.concurrent or s.shared)
-    rung_list = ladder(inputs.budget.samples, s.trials, s.reduction_factor, s.evals, s.rungs, s.first_rung)
+    rung_list = (list(opened.old_plan["rungs"]) if "rungs" in opened.old_plan  # a study keeps the rungs it began with
+                 else ladder(inputs.budget.samples, s.trials, s.reduction_factor, s.evals, s.rungs, s.first_rung))
     pruner = make_pruner(inputs.budget.samples // s.evals, s.evals, rung_list, s.reduction_factor, s.prune,
                          adaptive=s.rungs is None and s.first_rung is None, direction=s.goal.direction)
     study = open_study(store, name, smp, pruner, s.goal.direction)

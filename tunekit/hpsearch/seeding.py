@@ -21,6 +21,7 @@ from tunekit.hpsearch.budget import Budget, resolve_budget
 from tunekit.hpsearch.plan import MIN_UPDATES, Plan, initial_design, lr_rule_for
 from tunekit.hpsearch.settings import SearchSettings
 from tunekit.hpsearch.study import enqueue_design
+from tunekit.inputs.resolve import check_saved
 from tunekit.inputs.space import SearchSpace, batch_centre, load_space, reference_batch
 
 __all__ = ["SearchInputs", "Probes", "prepare_inputs", "run_probes", "make_plan", "design_size",
@@ -80,18 +81,18 @@ def with_objective(task: Any, settings: SearchSettings) -> Any:
 def _check_objective(inputs: SearchInputs, settings: SearchSettings) -> None:
     """An objective the task's evaluation does not give fails here, in one line, before anything runs:
     one validation batch of a fresh model is evaluated (and the task's own metric, if it is one)."""
-    goal = settings.goal
-    if goal.name in ("loss", "perplexity"):
+    goal, task = settings.goal, inputs.task
+    if goal.name in ("loss", "perplexity") or goal.name in task.metrics:
         return
+    if goal.name != "accuracy":
+        raise UsageError(goal.missing({"loss": 0.0, **dict.fromkeys(task.metrics, 0.0)}))
     from tunekit.training.loop import evaluate
     from tunekit.training.step import resolve_device
 
-    task = inputs.task
-    wanted = {goal.name: task.metrics[goal.name]} if goal.name in task.metrics else {}
-    model = task.make_model(settings.seed)
-    metrics = evaluate(model, task.val_data, task.loss_computer(), device=resolve_device("cpu"),
-                       batch_size=int(task.batch_size or inputs.cfg.batch_size or 1), max_batches=1, metrics=wanted)
-    if goal.name not in metrics:
+    device = resolve_device(settings.device)
+    metrics = evaluate(task.make_model(settings.seed).to(device), task.val_data, task.loss_computer(), device=device,
+                       batch_size=int(task.batch_size or inputs.cfg.batch_size or 1), max_batches=1)
+    if "accuracy" not in metrics:
         raise UsageError(goal.missing(metrics))
 
 
@@ -162,7 +163,7 @@ def run_probes(inputs: SearchInputs, settings: SearchSettings, existing: bool, s
     precision = sp.fixed().get("precision", cfg.precision)
     for kind, result in (("lr_find", found.lr_find), ("probe", found.probe)):
         if result is not None:
-            _check_saved(kind, result.settings, task.name, precision or task.precision, settings.device)
+            check_saved(kind, result.settings, task.name, precision or task.precision, settings.device)
     common = dict(device=settings.device, seed=settings.seed, progress=settings.progress, clip_grad_norm=clip,
                   precision=precision)
     if sp.needs_lr_find and found.lr_find is None:
@@ -188,18 +189,6 @@ def _save(result: Any, out_dir: Optional[Path], name: str) -> None:
     """A probe's JSON and its plot, written together (as the CLI writes them)."""
     if out_dir is not None:
         result.save(out_dir, name)
-
-
-def _check_saved(kind: str, settings: dict[str, Any], task_name: str, precision: str, device: str) -> None:
-    """A saved range test or probe must be of this task, precision and device: refuse it otherwise."""
-    from tunekit.training.step import resolve_device
-
-    want = {"task": task_name, "precision": precision, "device": str(resolve_device(device))}
-    for key, value in want.items():
-        have = settings.get(key)
-        if have is not None and str(have) != str(value):
-            raise UsageError(f"the saved {kind} result is for {key} {have!r}, this search runs {key} {value!r}: "
-                             f"run tunekit {kind.replace('_', '-')} for it again, or leave the saved result out")
 
 
 def _load_result(value: Any, kind: str) -> Any:

@@ -8,6 +8,7 @@ the trials (the plan, the distributions, the interrupted trials).
 
 from __future__ import annotations
 
+import json
 import warnings
 from pathlib import Path
 from typing import Any, Optional
@@ -16,7 +17,7 @@ from tunekit.errors import UsageError
 from tunekit.hpsearch.trial import INTERRUPTED
 
 __all__ = ["make_storage", "study_exists", "make_sampler", "open_study", "check_resume", "mark_interrupted",
-           "requeue_interrupted", "safe_url", "trial_dicts", "finished_count", "enqueue", "enqueue_design", "PLAN_KEY",
+           "requeue_interrupted", "safe_url", "check_report_of", "trial_dicts", "finished_count", "enqueue", "enqueue_design", "PLAN_KEY",
            "DISTS_KEY", "SPEC_KEY", "excluded", "stopped"]
 
 PLAN_KEY = "tunekit_plan"
@@ -25,7 +26,7 @@ INTERRUPTED_KEY = "tunekit_interrupted"
 REQUEUED_KEY = "tunekit_requeued"
 ENQUEUED_KEY = "tunekit_enqueued"  # a queued trial's params, on the trial
 DESIGN_KEY = "tunekit_design_queued"
-SPEC_KEY = "tunekit_spec"  # what every worker of a shared study must agree on (shared.py)
+SPEC_KEY = "tunekit_spec"  # what every worker of a shared study must agree on (shared/workers.py)
 STOPPED_PREFIX = "tunekit_stopped:"  # + a trial number: the reason its worker's trial was failed
 RETRY_OF = "tunekit_retry_of"  # on a re-run: the number of the trial it re-runs
 SURPLUS = "tunekit_surplus"  # on a trial that found the study's slots taken: it did not run
@@ -183,6 +184,8 @@ def open_study(store: Any, name: str, sampler: Any, pruner: Any, direction: str 
 
 def check_resume(stored: dict[str, Any], plan: dict[str, Any], where: str) -> None:
     """Refuse, in one line, to continue a study under another plan (budget, seed, ...)."""
+    # A plan stored before objectives existed was a study of the validation loss, minimised.
+    stored = {"objective": "loss", "direction": "minimize", **stored}
     for key in ("budget_samples", "seed", "evals", "ref_batch", "lr_rule", "fixed", "objective", "direction"):
         if key in stored and stored[key] != plan.get(key):
             raise UsageError(f"study {where} was run with {key} = {stored[key]!r}, this run asks for {plan.get(key)!r}: "
@@ -334,3 +337,13 @@ def keep_plan(study: Any, plan: dict[str, Any], dists: dict[str, Any], metric_na
 
 def default_name(task_name: str, space_name: str, given: Optional[str]) -> str:
     return given or f"tunekit-{task_name}-{space_name}"
+
+
+def check_report_of(out_dir: Path, name: str) -> None:
+    """An output folder holds one study's report: refuse to overwrite another study's."""
+    report = out_dir / "search.json"
+    if report.is_file():
+        other = json.loads(report.read_text()).get("study_name")
+        if other and other != name:
+            raise UsageError(f"{out_dir} holds the report of study '{other}': give this search (study '{name}') "
+                             "another out=DIR, so neither overwrites the other")

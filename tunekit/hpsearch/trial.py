@@ -3,7 +3,7 @@
 Both backends end here: the local one runs :func:`run_trial` in this process,
 the Ray one on a worker (reporting each evaluation to Tune); either way the
 trial's end becomes an :class:`Outcome`, and :func:`record` writes it into the
-Optuna study the same way: COMPLETE with the final validation loss only when
+Optuna study the same way: COMPLETE with the final value of the objective only when
 the trial trained its whole budget; PRUNED with its intermediate values when
 early stopping ended it; FAIL with ``diverged at update N`` or with the error
 the trial raised.
@@ -30,7 +30,7 @@ INTERRUPTED = "interrupted; re-run on --resume"
 
 @dataclass
 class Outcome:
-    """How a trial ended, with what it cost. ``curve`` holds [samples seen, validation loss] pairs."""
+    """How a trial ended, with what it cost. ``curve`` holds [samples seen, objective value] pairs."""
 
     state: str
     value: Optional[float] = None
@@ -107,9 +107,12 @@ def outcome_of(result: Any, curve: list[list[float]], seconds: float, final_step
         return Outcome("FAIL", curve=curve, samples=int(result.samples), updates=int(result.updates),
                        seconds=seconds, error=f"diverged at update {result.diverged_at}", diverged=True,
                        val_loss=val_loss)
-    # Where the trial started, in the objective's units: the first training loss (for the rungs'
-    # learning point); other objectives have no value before the first evaluation.
-    first = float(result.losses[0]) if result.losses and goal.name == "loss" else None
+    # Where the trial started, in the objective's units, for the rungs' learning point: the first
+    # training loss (its exp for perplexity); other objectives have no value before the first
+    # evaluation, and their rungs are the fixed ladder.
+    first = float(result.losses[0]) if result.losses and goal.name in ("loss", "perplexity") else None
+    if first is not None and goal.name == "perplexity":
+        first = math.exp(min(first, 700.0))
     value = float(result.final_loss) if goal.name == "loss" else goal.value(result.evals[-1])
     return Outcome("COMPLETE", value, curve, int(result.samples), int(result.updates), seconds,
                    initial_loss=first, final_step=final_step, val_loss=val_loss)
@@ -118,7 +121,7 @@ def outcome_of(result: Any, curve: list[list[float]], seconds: float, final_step
 def evaluation_reporter(cfg: TrialConfig, curve: list[list[float]], last: dict[str, float]) -> Callable[[int, dict[str, float]], float]:
     """``value(step, metrics)``: an evaluation's objective value, its point appended to ``curve`` (samples
     seen, value) and its metrics kept in ``last`` (for the validation loss of a trial stopped early)."""
-    goal = Objective(cfg.objective, cfg.direction)
+    goal = cfg.goal
 
     def value(step: int, metrics: dict[str, float]) -> float:
         last.clear()
@@ -151,21 +154,19 @@ def run_trial(task: Any, trial: Any, cfg: TrialConfig, *, prune: bool, cache: Op
         if math.isfinite(value):
             trial.report(value, cfg.reported(step))
         if prune and trial.should_prune():
-            raise optuna.TrialPruned(f"pruned at {cfg.reported(step)} samples with {_label(cfg)} {value:.4f}")
+            raise optuna.TrialPruned(f"pruned at {cfg.reported(step)} samples with {cfg.goal.label} {value:.4f}")
 
     try:
         result = run_config(task, cfg, report, cache)
     except optuna.TrialPruned as exc:
         return _stopped(Outcome("PRUNED", reason=str(exc)), cfg, curve, last, t0)
-    except SetupError:
-        raise  # the task cannot train whatever the trial's params: the search stops, in one line
+    except SetupError as exc:
+        # The task cannot train whatever the trial's params: the search stops, in one line.
+        trial.set_user_attr("error", f"SetupError: {exc}")
+        raise
     except Exception as exc:  # the user's task or model raised: the trial fails, the search goes on
         return _stopped(Outcome("FAIL", error=f"{type(exc).__name__}: {exc}"), cfg, curve, last, t0)
-    return outcome_of(result, curve, time.perf_counter() - t0, final_step(cfg), Objective(cfg.objective, cfg.direction))
-
-
-def _label(cfg: TrialConfig) -> str:
-    return Objective(cfg.objective, cfg.direction).label
+    return outcome_of(result, curve, time.perf_counter() - t0, final_step(cfg), cfg.goal)
 
 
 def _stopped(outcome: Outcome, cfg: TrialConfig, curve: list[list[float]], last: dict[str, float],

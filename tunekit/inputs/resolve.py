@@ -20,7 +20,7 @@ from tunekit.training.step import resolve_device
 from tunekit.precision import Precision, check_precision
 from tunekit.inputs.task import ComputeLoss, LossComputer, LossFn, Task, check_optimizer_holds, default_optimizer
 
-__all__ = ["ProbeInputs", "resolve_inputs"]
+__all__ = ["ProbeInputs", "resolve_inputs", "check_saved"]
 
 
 @dataclass
@@ -95,3 +95,13 @@ def resolve_inputs(
         user_model = model
         precision = precision or "fp32"
     return ProbeInputs(task, user_model, user_opt, data, vdata, task.loss_computer(), batch_size, check_precision(precision), dev)
+
+
+def check_saved(kind: str, settings: dict[str, Any], task_name: str, precision: str, device: str) -> None:
+    """A saved range test or probe must be of this task, precision and device: refuse it otherwise."""
+    want = {"task": task_name, "precision": precision, "device": str(resolve_device(device))}
+    for key, value in want.items():
+        have = settings.get(key)
+        if have is not None and str(have) != str(value):
+            raise UsageError(f"the saved {kind} result is for {key} {have!r}, this search runs {key} {value!r}: "
+                             f"run tunekit {kind.replace('_', '-')} for it again, or leave the saved result out")

@@ -112,8 +112,15 @@ class Result:
         """The figure a notebook shows for this result: by default its :meth:`plot`."""
         return self.plot().figure
 
-    def _repr_png_(self) -> bytes:
-        """The result's figure as PNG bytes, drawn off-screen: no backend shows it a second time."""
+    def _repr_png_(self) -> bytes | None:
+        """The result's figure as PNG bytes, drawn off-screen: no backend shows it a second time.
+        None when the figure cannot be drawn (the HTML display says why, under the summary)."""
+        try:
+            return self._png()
+        except Exception:
+            return None
+
+    def _png(self) -> bytes:
         from tunekit.plotting import figure_png, offscreen
 
         with offscreen():
@@ -126,7 +133,7 @@ class Result:
         # include/exclude to what this returns.
         png, error = None, None
         try:
-            png = base64.b64encode(self._repr_png_()).decode("ascii")
+            png = base64.b64encode(self._png()).decode("ascii")
         except Exception as e:  # a plot that fails must not hide the findings: say so under them
             error = f"{type(e).__name__}: {e}"
         return {"text/html": _html(self.summary(), png, error), **({"image/png": png} if png else {})}

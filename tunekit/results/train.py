@@ -83,6 +83,9 @@ class TrainResult(Result):
         """Whether this run reproduced a search's ``trial`` (a :meth:`SearchResult.trial`): the same final
         value of the search's ``objective`` (its validation loss, accuracy, or the task's metric)."""
         mine = self.final_loss if objective == "loss" or not self.evals else self.final_value(objective)
+        if trial.get("value") is None:  # pruned or failed: it ran no whole budget to compare with
+            return (f"trial {trial['number']} of the search ended {trial.get('state', 'early').lower()}, with no final "
+                    f"{objective} to compare with; this run: {mine}")
         same = "the same" if mine == trial["value"] else "NOT the same"
         return (f"trial {trial['number']} of the search: {objective} {trial['value']}; this run: {mine} ({same})")
 

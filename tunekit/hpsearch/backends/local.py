@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Optional
 
-from tunekit.errors import UsageError
+from tunekit.errors import SetupError, UsageError
 from tunekit.hpsearch.backends.base import Work
 from tunekit.hpsearch.plan import Plan, TrialConfig
 from tunekit.hpsearch.settings import SearchSettings
@@ -93,6 +93,9 @@ def run_local(study: Any, dists: dict[str, Any], make_config: Callable[[dict[str
             continue
         try:
             study.optimize(objective, n_trials=1, catch=(TrialFailed,), callbacks=[after])
+        except SetupError:
+            note_interrupted(study, [current["number"]])  # once the task is mended, --resume runs it
+            raise
         except (optuna.exceptions.UpdateFinishedTrialError, RuntimeError, ValueError):
             # Our trial was failed under us (our heartbeat was late: another worker took us for
             # stopped, and re-runs it); anything else is an error.

@@ -62,7 +62,7 @@ def join_study(storage: str, study_name: str, *, task: Any = None, out: Any = No
     spec = _load_spec(open_storage(storage, None, grace_period), study_name, storage, timeout)
     if task is None and spec.get("task") is None:
         raise UsageError(f"study '{study_name}' was created with a Task object, not a spec: pass the same task=")
-    kw = {k: spec[k] for k in STUDY_SETTINGS}
+    kw = {k: spec[k] for k in STUDY_SETTINGS if k in spec}  # an older spec lacks the newer settings
     given = {k: v for k, v in settings.items() if v is not None}
     if "budget" in given or "max_steps" in given:
         kw.pop("budget")  # search() compares the budget it resolves with the study's
@@ -126,8 +126,11 @@ def write_study_report(storage: str, study_name: str, out: str | Path, artifacts
     from tunekit.hpsearch.shared.server import ARTIFACTS_KEY, attach
     from tunekit.results import write_report
 
+    from tunekit.hpsearch.study import check_report_of
+
     result = study_result(storage, study_name)
     Path(out).mkdir(parents=True, exist_ok=True)
+    check_report_of(Path(out), study_name)
     write_report(result, Path(out))
     study = optuna.load_study(study_name=study_name, storage=open_storage(storage, None))
     folder = artifacts or study.user_attrs.get(ARTIFACTS_KEY)

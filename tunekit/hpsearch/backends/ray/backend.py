@@ -30,7 +30,6 @@ from tunekit.hpsearch.backends.base import Work
 from tunekit.hpsearch.plan import Plan, TrialConfig
 from tunekit.hpsearch.settings import SearchSettings
 from tunekit.hpsearch.study import finished_count, note_interrupted
-from tunekit.objective import Objective
 from tunekit.hpsearch.trial import (Outcome, evaluation_reporter, final_step, outcome_of, record, run_config,
                                    start_attrs)
 
@@ -100,7 +99,7 @@ def trainable(config: dict[str, Any], task: Any = None) -> None:
     curve: list[list[float]] = []
     last: dict[str, float] = {}
     value_of = evaluation_reporter(cfg, curve, last)
-    goal_label = Objective(cfg.objective, cfg.direction).label
+    goal_label = cfg.goal.label
     t0 = time.perf_counter()
 
     def report(step: int, metrics: dict[str, float]) -> None:
@@ -121,7 +120,7 @@ def trainable(config: dict[str, Any], task: Any = None) -> None:
         # send the text as a last report, then fail (Ray retries up to --max-failures).
         _report({ERROR_KEY: f"{type(exc).__name__}: {exc}"[:2000], "curve": curve, "worker": worker})
         raise
-    outcome = outcome_of(result, curve, time.perf_counter() - t0, final_step(cfg), Objective(cfg.objective, cfg.direction))
+    outcome = outcome_of(result, curve, time.perf_counter() - t0, final_step(cfg), cfg.goal)
     worker["finished"] = time.time()
     tune.report({DONE_KEY: outcome.state, "value": outcome.value, "samples": outcome.samples,
                  "updates": outcome.updates, "seconds": outcome.seconds, "error": outcome.error,
@@ -253,11 +252,15 @@ def _recorder(study: Any, ledger: Ledger, on_end: Callable[[str], None]) -> Any:
             ot = book.pop(trial.config.get("number"), None)
             if ot is not None:
                 outcome = _outcome(trial.last_result or {})
-                if (outcome.error or "").startswith("SetupError: ") and ledger.setup_error is None:
-                    ledger.setup_error = outcome.error[len("SetupError: "):]
+                setup = (outcome.error or "").startswith("SetupError: ")
+                if setup and ledger.setup_error is None:
+                    ledger.setup_error = outcome.error[len("SetupError: "):]  # type: ignore[index]
                 elif ledger.setup_error is not None and not (trial.last_result or {}).get(DONE_KEY):
                     outcome.state, outcome.error = "FAIL", f"stopped with the search: {ledger.setup_error}"
+                    setup = True
                 self._end(ot, outcome)
+                if setup:
+                    note_interrupted(study, [ot.number])  # once the task is mended, --resume runs it
 
         def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
             # A trial Tune runs again (its node died, or it raised, within --max-failures): the same
