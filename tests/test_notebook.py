@@ -107,4 +107,4 @@ def test_a_notebook_shows_the_findings_the_warnings_and_the_search_progress(
     assert shown["text/plain"].startswith("ProbeResult(")
 
     assert SEARCH_BAR.search(_bar_text(search)), search
-    assert "best value" in _result(search)["text/html"]
+    assert "best loss" in _result(search)["text/html"]
