@@ -397,7 +397,7 @@ def test_cli_lr_find_clip_flag(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
 
     def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
         got.append(kwargs)
-        return real(*args, **{**kwargs, "steps": 10})
+        return real(*args, **{**kwargs, "steps": 10, "refine": False})  # the flags are the point, not the short runs
 
     monkeypatch.setattr(mod, "lr_find", spy)
     monkeypatch.setattr("tunekit.plotting.save_plot", lambda *a, **k: None)

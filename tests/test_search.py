@@ -187,8 +187,11 @@ def test_resume_after_the_process_is_killed_at_random_points(tmp_path: Path) -> 
     kill_and_resume(tmp_path, [], kills=5, seed=0)
 
 
-@pytest.mark.slow  # a subprocess
-def test_cli_search_usage_errors(tmp_path: Path) -> None:
+def test_cli_search_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Each a usage error: exit 2 and one line on stderr (in this process: the CLI's main, as the
+    console script calls it; a subprocess per case cost 20 s)."""
+    from tunekit.cli import main
+
     bad = write_space(tmp_path, '[lr]\ntype = "float"\nlow = 1\nhigh = 0.5\n')
     for args, needle in ((["--space", str(bad)], "entry [lr] has low 1 >= high 0.5"),
                          (["--space", "nope"], "unknown space 'nope'"),
@@ -199,10 +202,11 @@ def test_cli_search_usage_errors(tmp_path: Path) -> None:
                          (["--budget", "4000 bananas"], "budget '4000 bananas' is not an amount with a unit"),
                          (["--budget", "10samples", "--max-steps", "5"], "give the budget once"),
                          (["--resume"], "--resume: there is no study")):
-        r = run_cli("search", "--out", str(tmp_path / "o"), "--quiet", *args)
-        assert r.returncode == 2, (args, r.stderr)
-        lines = r.stderr.strip().splitlines()
-        assert len(lines) == 1 and needle in lines[0], r.stderr
+        code = main(["search", "--out", str(tmp_path / "o"), "--quiet", *args])
+        err = capsys.readouterr().err
+        assert code == 2, (args, err)
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and needle in lines[0], err
 
 
 @pytest.mark.slow  # a subprocess
@@ -739,6 +743,7 @@ def test_a_trial_is_judged_at_a_rung_once_and_never_at_its_last_report() -> None
         SimpleNamespace(get_trials=lambda deepcopy=False, states=None: leaders + [last]), last)
 
 
+@pytest.mark.slow  # a subprocess
 def test_a_task_that_cannot_train_stops_the_search_in_one_line(tmp_path: Path) -> None:
     """A loss that is not a scalar fails every trial the same way: the search stops on the first, with
     the one-line reason (not N failed trials and exit 0), and keeps what it recorded."""
