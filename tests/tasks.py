@@ -347,3 +347,16 @@ def foreign_optimizer_task() -> Task:
     task = classification_task()
     task.optimizer, task.name = (lambda params: torch.optim.AdamW(other.parameters(), lr=1e-3)), "foreign_optimizer"
     return task
+
+
+# On classification_task, 40 updates: lr 3 ends at accuracy 0.62 with validation loss 5.8, lr 0.003 at
+# accuracy 0.52 with loss 1.2: ranked by accuracy and by loss, the two disagree.
+TWO_LRS = """
+[lr]
+type = "categorical"
+choices = [0.003, 3.0]
+
+[warmup]
+type = "fixed"
+value = 0.1
+"""

@@ -18,7 +18,7 @@ from tunekit.hpsearch.backends.ray.backend import (DONE_KEY, ERROR_KEY, Ledger, 
 
 from .tasks import slow_regression_task  # noqa: E402
 from .tasks import run_cli  # noqa: E402
-from .tasks import DIVERGING, FAILING, SMALL, write_space  # noqa: E402
+from .tasks import DIVERGING, FAILING, SMALL, TWO_LRS, write_space  # noqa: E402
 
 
 WIDE = SMALL.replace("1e-3", "1e-5").replace("high = 1e-1", "high = 1.0")
@@ -299,21 +299,10 @@ def test_same_seed_same_search_on_ray_one_trial_at_a_time(local_ray, tmp_path: P
     assert len(runs[0].trials) == 5
 
 
-ACC_SPACE = """
-[lr]
-type = "categorical"
-choices = [0.003, 3.0]
-
-[warmup]
-type = "fixed"
-value = 0.1
-"""
-
-
 def test_ray_search_for_accuracy_keeps_the_most_accurate_trial(local_ray, tmp_path: Path) -> None:
     """The objective on Ray: trials report it, Optuna's study maximises it, the recorder keeps each
     trial's validation loss beside it, and a pruned trial keeps the updates it ran."""
-    space = write_space(tmp_path, ACC_SPACE)
+    space = write_space(tmp_path, TWO_LRS)
     r = search("tests.tasks:classification_task", str(space), trials=3, max_steps=40, device="cpu", seed=0,
                seed_trial=False, design=0, sampler="random", prune=False, objective="accuracy", backend="ray",
                max_concurrent=1, out=tmp_path / "o")
