@@ -11,6 +11,7 @@ import csv
 import io
 import json
 import math
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -209,7 +210,9 @@ class SearchResult(Result):
                 study.add_trial(optuna.trial.create_trial(params={n: t["params"][n] for n in multi},
                                                           distributions=dists, value=t["value"]))
         try:
-            return dict(optuna.importance.get_param_importances(study))  # PED-ANOVA: deterministic
+            with warnings.catch_warnings():  # on a few tied trials PED-ANOVA warns; the plot says "a rough guess"
+                warnings.simplefilter("ignore", UserWarning)
+                return dict(optuna.importance.get_param_importances(study))  # PED-ANOVA: deterministic
         except (RuntimeError, ValueError):  # too few distinct trials for the forest
             return {}
 
