@@ -12,6 +12,7 @@ from tunekit.hpsearch.study import safe_url, trial_dicts
 from tunekit.inputs.space import SearchSpace, lr_bounds_from_curve
 from tunekit.objective import Objective
 from tunekit.results import SearchResult
+from tunekit.results.search import best_of
 
 __all__ = ["build_result", "best_trial"]
 
@@ -33,8 +34,7 @@ def build_result(study: Any, store: Any, settings: SearchSettings, sp: SearchSpa
 
     goal = Objective(plan.objective, plan.direction)
     trials = trial_dicts(study)
-    complete = [t for t in trials if t["state"] == "COMPLETE" and t["value"] is not None]
-    best = min(complete, key=lambda t: goal.sign * t["value"]) if complete else None
+    best = best_of(trials, goal.direction)
     result = SearchResult(
         study_name=study.study_name, storage=safe_url(str(getattr(store, "url", settings.storage or "in-memory"))),
         space=sp.name, direction=goal.direction, objective=goal.name, best_value=best["value"] if best else None,

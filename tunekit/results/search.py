@@ -20,7 +20,7 @@ from tunekit.errors import UsageError
 from tunekit.objective import Objective
 from tunekit.results.base import Result, write_file
 
-__all__ = ["SearchResult", "write_report"]
+__all__ = ["SearchResult", "write_report", "best_of"]
 
 # "lr" is the LR the trial trained at; the param column "lr_ref" is the LR at the range test's batch,
 # which the trial's own batch rescales (it is the search's lr parameter).
@@ -85,7 +85,7 @@ class SearchResult(Result):
     def trial(self, number: Optional[int] = None) -> dict[str, Any]:
         """Trial ``number``, or the best complete one."""
         if number is None:
-            best = _best(self.trials, self.direction)
+            best = best_of(self.trials, self.direction)
             if best is None:
                 raise UsageError(f"study '{self.study_name}' has no complete trial to re-run: pass trial=N")
             return best
@@ -133,7 +133,7 @@ class SearchResult(Result):
         from tunekit.plotting import new_axes
 
         ax = new_axes(ax)
-        best = _best(self.trials, self.direction)
+        best = best_of(self.trials, self.direction)
         for t in self.trials:
             curve = t.get("curve") or []
             if not curve:
@@ -304,7 +304,8 @@ class SearchResult(Result):
         return [out / "trials.csv"]
 
 
-def _best(trials: list[dict[str, Any]], direction: str = "minimize") -> Optional[dict[str, Any]]:
+def best_of(trials: list[dict[str, Any]], direction: str = "minimize") -> Optional[dict[str, Any]]:
+    """The best complete trial (lowest value, or highest under ``direction='maximize'``), or None."""
     done = [t for t in trials if t["state"] == "COMPLETE" and t["value"] is not None]
     sign = 1.0 if direction == "minimize" else -1.0
     return min(done, key=lambda t: sign * t["value"]) if done else None

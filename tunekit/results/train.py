@@ -91,10 +91,12 @@ class TrainResult(Result):
 
     def final_value(self, metric: str) -> float:
         """The last evaluation's ``metric`` (perplexity: exp of its loss); NaN where it has none."""
+        from tunekit.objective import Objective
+
         last = self.evals[-1] if self.evals else {}
-        if metric == "perplexity" and "loss" in last:
-            return math.exp(min(float(last["loss"]), 700.0))
-        return float(last.get(metric, math.nan))
+        if metric not in last and not (metric == "perplexity" and "loss" in last):
+            return math.nan
+        return Objective(metric, "minimize").value(last)
 
     def __repr__(self) -> str:  # the curves run to kilobytes: table() has the detail
         state = f"diverged at update {self.diverged_at}" if self.diverged else f"final loss {self.final_loss:.4g}"
