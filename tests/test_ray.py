@@ -350,3 +350,22 @@ def test_a_task_that_cannot_train_stops_a_ray_search_in_one_line(local_ray, tmp_
                               storage=f"sqlite:///{tmp_path / 'o' / 'study.db'}")
     assert len(study.trials) <= 2 and all(t.state.name == "FAIL" for t in study.trials)
     assert all(t.user_attrs.get("attempts", 1) == 1 for t in study.trials)  # no retry: it would fail the same way
+
+
+def test_a_budget_in_device_time_and_a_time_limit_on_ray(local_ray, tmp_path: Path) -> None:
+    """--budget 1s prices each trial's updates by the probe's timed steps on Ray as locally, and a
+    study-wide device-time limit starts no trial after it."""
+    from tunekit.probes.step_time import update_seconds
+
+    from .test_device_time import _stopped_at_the_limit
+
+    space = str(write_space(tmp_path, SMALL))
+    first = search("tests.tasks:regression_task", space, trials=2, budget="0.5s", seed=1, backend="ray",
+                   max_concurrent=1, out=tmp_path / "first", device="cpu", prune=False)
+    for t in first.trials:
+        per = update_seconds(first.plan["step_times"], t["micro_batch"], t["accumulation_steps"])
+        assert t["updates"] == int(0.5 / per) and 0 < t["predicted_seconds"] <= 0.5 and t["seconds"] > 0
+    r = search("tests.tasks:regression_task", space, trials=8, budget="0.5s", seed=1, backend="ray", max_concurrent=1,
+               out=tmp_path / "limited", device="cpu", prune=False, probe_result=tmp_path / "first" / "probe.json",
+               time_limit="1.5s")
+    _stopped_at_the_limit(r, 1.5, 8)

@@ -163,7 +163,9 @@ _FLAGS: dict[str, dict[str, Any]] = {
     "--precision": dict(choices=["fp32", "bf16", "fp16"], help="fp32, bf16, or fp16 with a GradScaler (default: the task's)"),
     "--lr": dict(type=_positive_float), "--steps": dict(type=int), "--warmup": dict(type=_warmup),
     "--clip": dict(type=_clip, dest="clip_grad_norm"), "--memory-budget": dict(metavar="SIZE"),
-    "--trials": dict(type=int), "--budget": dict(metavar="AMOUNT"), "--max-steps": dict(type=int),
+    "--trials": dict(type=int), "--budget": dict(metavar="AMOUNT"),
+    "--time-limit": dict(metavar="TIME", help="the study's device time (its trials' and probes' measured seconds) "
+                         "after which no trial starts: 2h, 30min, 90s (running trials finish)"), "--max-steps": dict(type=int),
     "--sampler-seed": dict(type=_seed, metavar="N"), "--grace-period": dict(type=int, metavar="S"),
     "--storage": dict(metavar="URL"), "--study": dict(metavar="NAME"), "--port": dict(type=int),
     "--artifacts": dict(metavar="DIR", help="Optuna artifact store (a folder every machine sees): the probes' "
@@ -257,7 +259,8 @@ def _add_search_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--space", default="from_scratch", help="a shipped space (tunekit spaces) or a .toml file (default from_scratch)")
     _add(p, "--trials", default=12, help="finished trials the study should hold (default 12)")
     _add(p, "--budget", help="what one full trial may draw: 4000samples, 2epochs, 1e6tokens or 200updates (updates "
-         "at the task's batch); a trial at batch B runs budget/B updates (default: one run of the task's recipe)")
+         "at the task's batch), or device time (10min): a trial at batch B runs budget/B updates, or what fits in the "
+         "time at B by the probe's timed steps (default: one run of the task's recipe)")
     _add(p, "--max-steps", help="shorthand for --budget Nupdates")
     p.add_argument("--backend", choices=["local", "ray"], default="local", help="where trials run (default local)")
     p.add_argument("--sampler", choices=["tpe", "random"], default="tpe", help="Optuna sampler (default tpe)")
@@ -306,6 +309,7 @@ def _add_search_command(sub: Any) -> None:
                  "successive-halving early stopping. Writes DIR/search.json, DIR/trials.csv, DIR/search.png and the "
                  "study (DIR/study.db).", task=False)
     _add_search_flags(p)
+    _add(p, "--time-limit")
 
 
 def _add_worker_command(sub: Any) -> None:
@@ -318,6 +322,7 @@ def _add_worker_command(sub: Any) -> None:
     _add(p, "--set")
     _add(p, "--trials", "--budget", help="must agree with the study's")
     _add(p, "--max-steps", help="must agree with the study's budget")
+    _add(p, "--time-limit")
     _add(p, "--seed", "--sampler-seed", default=None, help="must agree with the study's")
     _add(p, "--device")
     p.add_argument("--timeout", type=_positive_float, default=1800, metavar="S",

@@ -8,7 +8,10 @@ run on every machine and every time:
 - the effective batch runs as the largest micro-batch that fits under the
   memory headroom and divides it, times accumulation: from the probe's memory
   model, never from timings, which vary with the machine's load;
-- the trial runs ``budget // batch`` updates, its warmup and decay spanning them;
+- the trial runs ``budget // batch`` updates, its warmup and decay spanning them (with a
+  budget in device time, as many updates as the probe's timed steps say fit in it);
+- its device time is predicted from those timed steps (stored with the study's probe, so
+  the prices are the same on every run of it);
 - the sampled LR is the LR at the range test's batch, rescaled to the trial's
   effective batch by the rule of the optimizer's family.
 """
@@ -22,7 +25,7 @@ from typing import Any, Optional
 from tunekit.errors import UsageError
 from tunekit.objective import Objective
 
-__all__ = ["Plan", "TrialConfig", "split_batch", "lr_rule_for", "rescale_lr", "updates_for", "trial_config",
+__all__ = ["Plan", "TrialConfig", "split_batch", "lr_rule_for", "rescale_lr", "updates_for", "largest_batch", "trial_config",
            "effective_batch", "initial_design", "LR_RULES"]
 
 LR_RULES = ("sqrt", "linear", "none")
@@ -48,9 +51,17 @@ class Plan:
     fixed: dict[str, Any] = field(default_factory=dict)
     objective: str = "loss"  # the metric trials report (tunekit.objective), and which way is better
     direction: str = "minimize"
+    budget_seconds: Optional[float] = None  # a budget in device time: each trial's, whatever its batch
+    step_times: list[list[float]] = field(default_factory=list)  # [micro-batch, seconds] (probes.step_time)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def update_seconds(self, micro: int, accumulation: int) -> Optional[float]:
+        """Predicted seconds of one update at (``micro``, ``accumulation``); None without timed steps."""
+        from tunekit.probes.step_time import update_seconds
+
+        return update_seconds(self.step_times, micro, accumulation) if self.step_times else None
 
 
 @dataclass(frozen=True)
@@ -67,6 +78,7 @@ class TrialConfig:
     eval_samples: int = 0
     objective: str = "loss"
     direction: str = "minimize"
+    predicted_seconds: Optional[float] = None  # its updates priced by the probe's timed steps
 
     def reported(self, step: int) -> int:
         """The samples the evaluation after update ``step`` is reported at."""
@@ -113,9 +125,33 @@ def rescale_lr(lr: float, from_batch: int, to_batch: int, rule: str) -> float:
     return lr * (ratio if rule == "linear" else math.sqrt(ratio) if rule == "sqrt" else 1.0)
 
 
-def updates_for(budget_samples: int, batch: int) -> int:
-    """Optimizer updates of a trial at effective batch ``batch`` (at least 2: a warmup and a step)."""
+def updates_for(budget_samples: int, batch: int, budget_seconds: Optional[float] = None,
+                seconds_per_update: Optional[float] = None) -> int:
+    """Optimizer updates of a trial at effective batch ``batch`` (at least 2: a warmup and a step): the
+    budget's samples over the batch, or with ``budget_seconds`` what fits in it at ``seconds_per_update``."""
+    if budget_seconds is not None and seconds_per_update:
+        return max(2, int(budget_seconds / seconds_per_update))
     return max(2, budget_samples // batch)
+
+
+def largest_batch(plan: Plan) -> int:
+    """The largest effective batch that leaves a trial ``MIN_UPDATES`` updates of its budget."""
+    if plan.budget_seconds is None or not plan.step_times:
+        return max(1, plan.budget_samples // MIN_UPDATES)
+
+    def fits(b: int) -> bool:  # split as evenly as the largest micro-batch allows (a cap, not a plan)
+        micro = min(b, plan.max_micro)
+        return plan.budget_seconds / plan.update_seconds(micro, -(-b // micro)) >= MIN_UPDATES  # type: ignore[operator]
+
+    if not fits(1):
+        return 1
+    lo, hi = 1, 2
+    while fits(hi) and hi < 1 << 24:
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo
 
 
 def effective_batch(plan: Plan, values: dict[str, Any]) -> int:
@@ -135,14 +171,15 @@ def trial_config(plan: Plan, params: dict[str, Any]) -> TrialConfig:
         micro, k = split_batch(batch, plan.max_micro)
     else:
         micro, k = int(values.get("batch_size") or plan.task_batch), int(values.get("accumulation_steps") or 1)
-    updates = updates_for(plan.budget_samples, batch)
+    per_update = plan.update_seconds(micro, k)
+    updates = updates_for(plan.budget_samples, batch, plan.budget_seconds, per_update)
     if "lr" in train_cfg and plan.ref_batch:
         train_cfg["lr"] = rescale_lr(float(train_cfg["lr"]), plan.ref_batch, batch, plan.lr_rule)
     train_cfg.update(batch_size=micro, accumulation_steps=k, max_steps=updates,
                      eval_every=max(1, updates // plan.evals), seed=plan.seed, device=plan.device,
                      eval_batch_size=plan.eval_batch_size, eval_batches=plan.eval_batches)
     return TrialConfig(train_cfg, task_cfg, eval_samples=plan.budget_samples // plan.evals, objective=plan.objective,
-                       direction=plan.direction)
+                       direction=plan.direction, predicted_seconds=per_update * updates if per_update else None)
 
 
 def _mid(dist: Any) -> Any:

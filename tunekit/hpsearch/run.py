@@ -25,10 +25,10 @@ from typing import Any, Optional
 
 from tunekit.errors import UsageError
 from tunekit.hpsearch.backends.base import Backend, Work, get_backend
-from tunekit.hpsearch.plan import MIN_UPDATES, Plan, split_batch
+from tunekit.hpsearch.plan import Plan, largest_batch, split_batch
 from tunekit.hpsearch.rungs import ladder, make_pruner
 from tunekit.hpsearch.seeding import (Probes, SearchInputs, design_size, enqueue_seed_and_design, make_plan,
-                                      prepare_inputs, recipe, run_probes, with_objective)
+                                      prepare_inputs, priced, recipe, run_probes, with_objective)
 from tunekit.hpsearch.settings import SearchSettings
 from tunekit.hpsearch.shared.workers import (check_spec, claim_creation, default_threads, open_storage,
                                              register_worker, resume_study, space_dict, spec_probes, wait_for_spec,
@@ -65,6 +65,7 @@ def search(
     objective: Any = "loss",
     direction: Optional[str] = None,
     max_steps: Optional[int] = None,
+    time_limit: Any = None,
     storage: Optional[str] = None,
     study_name: Optional[str] = None,
     resume: bool = False,
@@ -100,7 +101,10 @@ def search(
     data order and the probes, ``sampler_seed`` (default ``seed``) the sampler. ``design``
     trials (5 with a seeded LR) replace TPE's random start-up. Early stopping: successive
     halving on samples, ``evals`` reports a trial, ``rungs`` rungs or one from ``first_rung``
-    (a fraction of the budget), keeping the best 1 / ``reduction_factor``. ``backend="ray"``:
+    (a fraction of the budget), keeping the best 1 / ``reduction_factor``. ``budget="10min"`` is
+    device time: a trial at batch B runs the updates the probe's timed steps say fit in it.
+    ``time_limit="2h"``: no trial starts once the study's trials and probes have spent that
+    much device time (measured, summed over trials, like Optuna's ``timeout`` in device-seconds). ``backend="ray"``:
     Ray Tune runs the trials (``cpus_per_trial``, ``gpus_per_trial``, ``max_concurrent``,
     ``max_failures``, ``address``, ``storage_path``, ``ray_init``). See the README for each.
 
@@ -193,11 +197,12 @@ def _prepare(task: Any, space: str | SearchSpace, settings: SearchSettings, back
 
     # The probes (or their saved results), the plan every trial shares, the seeded space.
     probes = run_probes(inputs, settings, opened.existing, saved)
+    inputs = priced(inputs, probes)  # a budget in device time, by the probe's timed steps
     if opened.existing:
         probes.samples = int(opened.old_plan.get("probe_samples", probes.samples))
+        probes.seconds = float(opened.old_plan.get("probe_seconds", probes.seconds))
     plan = make_plan(inputs, probes, settings)
-    dists = inputs.space.distributions(probes.lr_find, probes.probe,
-                                       max_batch=max(1, inputs.budget.samples // MIN_UPDATES))
+    dists = inputs.space.distributions(probes.lr_find, probes.probe, max_batch=largest_batch(plan))
     if opened.old_dists:  # the space a study started with stays its space
         dists = {n: optuna.distributions.json_to_distribution(d) for n, d in opened.old_dists.items()}
         check_resume(opened.old_plan, plan.to_dict(), f"'{opened.name}'")
@@ -296,7 +301,7 @@ def _worker_study(opened: _Opened, settings: SearchSettings, inputs: SearchInput
     pruner = make_pruner(inputs.budget.samples // s.evals, s.evals, rung_list, s.reduction_factor, s.prune,
                          adaptive=s.rungs is None and s.first_rung is None, direction=s.goal.direction)
     study = open_study(store, name, smp, pruner, s.goal.direction)
-    keep_plan(study, {**plan.to_dict(), "probe_samples": probes.samples, "budget": inputs.budget.to_dict(),
+    keep_plan(study, {**plan.to_dict(), "probe_samples": probes.samples, "probe_seconds": probes.seconds, "budget": inputs.budget.to_dict(),
                       "sampler_seed": s.sampler_seed, "rungs": rung_list}, dists, s.goal.label)
     if s.resume:
         resume_study(study, shared=s.shared, store=store)

@@ -17,19 +17,21 @@ from pathlib import Path
 from typing import Any, Optional
 
 from tunekit.errors import UsageError
-from tunekit.hpsearch.budget import Budget, resolve_budget
-from tunekit.hpsearch.plan import MIN_UPDATES, Plan, initial_design, lr_rule_for
+from tunekit.hpsearch.budget import Budget, price_budget, resolve_budget
+from tunekit.hpsearch.plan import MIN_UPDATES, Plan, initial_design, lr_rule_for, split_batch
 from tunekit.hpsearch.settings import SearchSettings
 from tunekit.hpsearch.study import enqueue_design
 from tunekit.inputs.resolve import check_saved
 from tunekit.inputs.space import SearchSpace, batch_centre, load_space, reference_batch
 
-__all__ = ["SearchInputs", "Probes", "prepare_inputs", "run_probes", "make_plan", "design_size",
+__all__ = ["SearchInputs", "Probes", "prepare_inputs", "run_probes", "priced", "make_plan", "design_size",
            "enqueue_seed_and_design", "EVAL_SAMPLES", "DESIGN_TRIALS"]
 
 # Validation reads at most this many samples (the first ones, in the set's own order).
 EVAL_SAMPLES = 4096
 DESIGN_TRIALS = 5
+# Micro-batches the search's probe times, to price its trials in device time.
+PRICE_POINTS = 4
 
 
 @dataclass(frozen=True)
@@ -45,11 +47,12 @@ class SearchInputs:
 
 @dataclass
 class Probes:
-    """The range test and batch probe a study was seeded with, and the samples they drew."""
+    """The range test and batch probe a study was seeded with, and the samples and seconds they cost."""
 
     lr_find: Any = None
     probe: Any = None
     samples: int = 0
+    seconds: float = 0.0
 
 
 def prepare_inputs(task: Any, space: str | SearchSpace, settings: SearchSettings) -> SearchInputs:
@@ -172,17 +175,39 @@ def run_probes(inputs: SearchInputs, settings: SearchSettings, existing: bool, s
         found.lr_find = lr_find(task, accumulation_steps=int(cfg.accumulation_steps), **common,
                                 refine=False)  # the space spans decades around it: the sweep alone seeds it
         found.samples += found.lr_find.samples
+        found.seconds += found.lr_find.seconds
         _save(found.lr_find, out_dir, "lr_find")
-    if sp.needs_probe and found.probe is None:
+    if (sp.needs_probe or not inputs.budget.priced) and found.probe is None:
         from tunekit.probes.batch_probe import probe
 
-        # Timings decide nothing in a search (they vary with the machine's load), so the
-        # throughput sweep is skipped; no batch above what the budget can use is tried.
-        found.probe = probe(task, memory_budget=settings.memory_budget, throughput_points=0,
-                            max_batch=max(1, inputs.budget.samples // MIN_UPDATES), **common)
+        # The timed steps price every trial in device time (and size a budget given in it): they
+        # are stored with the study, so its trials are the same on every run. No batch above what
+        # a budget in samples can use is tried.
+        found.probe = probe(task, memory_budget=settings.memory_budget, throughput_points=PRICE_POINTS,
+                            max_batch=max(1, inputs.budget.samples // MIN_UPDATES) if inputs.budget.priced else None,
+                            **common)
         found.samples += found.probe.samples
+        found.seconds += found.probe.seconds
         _save(found.probe, out_dir, "probe")
     return found
+
+
+def priced(inputs: SearchInputs, probes: Probes) -> SearchInputs:
+    """The inputs with a budget in device time priced by the probe's timed steps at the task's own batch."""
+    if inputs.budget.priced:
+        return inputs
+    from tunekit.probes.step_time import step_curve, update_seconds
+
+    task_batch = _task_batch(inputs)
+    curve = step_curve(probes.probe.throughput) if probes.probe is not None else []
+    per_update = update_seconds(curve, *split_batch(task_batch, int(probes.probe.max_batch))) if curve else None
+    return dataclasses.replace(inputs, budget=price_budget(inputs.budget, per_update, task_batch))
+
+
+def _task_batch(inputs: SearchInputs) -> int:
+    """The task's own effective batch (its micro-batch times accumulation)."""
+    cfg, task = inputs.cfg, inputs.task
+    return int(cfg.batch_size or task.batch_size or 1) * int(cfg.accumulation_steps or 1)
 
 
 def _save(result: Any, out_dir: Optional[Path], name: str) -> None:
@@ -214,16 +239,17 @@ def make_plan(inputs: SearchInputs, probes: Probes, settings: SearchSettings) ->
         rule = lr_entry.scale_with_batch or "auto"  # type: ignore[union-attr]
         if rule == "auto":
             rule = lr_rule_for(task.make_optimizer(task.make_model(settings.seed)))
-    task_batch = int(cfg.batch_size or task.batch_size or 1)
     eval_bs = int(task.batch_size or cfg.batch_size or 1)
     n_val = dataset_size(task.val_data)
     eval_batches = None if n_val is None or n_val <= EVAL_SAMPLES else max(1, EVAL_SAMPLES // eval_bs)
-    return Plan(budget_samples=inputs.budget.samples, seed=settings.seed,
-                task_batch=task_batch * int(cfg.accumulation_steps or 1),
+    from tunekit.probes.step_time import step_curve
+
+    return Plan(budget_samples=inputs.budget.samples, seed=settings.seed, task_batch=_task_batch(inputs),
                 max_micro=int(probes.probe.max_batch) if probes.probe is not None else 1 << 30,
                 ref_batch=ref, lr_rule=rule, evals=settings.evals, device=settings.device, eval_batch_size=eval_bs,
                 eval_batches=eval_batches, fixed=sp.fixed(), objective=settings.goal.name,
-                direction=settings.goal.direction)
+                direction=settings.goal.direction, budget_seconds=inputs.budget.seconds,
+                step_times=step_curve(probes.probe.throughput) if probes.probe is not None else [])
 
 
 def design_size(settings: SearchSettings, sp: SearchSpace, probes: Probes) -> int:

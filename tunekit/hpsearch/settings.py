@@ -55,6 +55,9 @@ class SearchSettings:
     direction: Optional[str] = _study(None, "plan")
     # ``max_steps=N`` is ``budget="Nupdates"``: folded into ``budget`` when the settings are built.
     max_steps: Optional[int] = None
+    # The study's device time (its trials' measured seconds and its probes'), after which no
+    # trial starts: 90s, 30min, 2h. Checked by each worker, so a resume may raise it.
+    time_limit: Any = None
     # --- where its results go and what it starts from --------------------------------------
     storage: Optional[str] = None
     study_name: Optional[str] = None
@@ -100,6 +103,13 @@ class SearchSettings:
         return self.storage is not None
 
     @property
+    def time_limit_seconds(self) -> Optional[float]:
+        """The study's device-time limit in seconds, or None."""
+        from tunekit.hpsearch.budget import parse_duration
+
+        return parse_duration(self.time_limit, "time_limit")
+
+    @property
     def goal(self) -> Objective:
         """The objective by name, with its direction."""
         return Objective.of(self.objective, self.direction)
@@ -141,7 +151,7 @@ class SearchSettings:
                 check_int(name, value, minimum=minimum, hint=f"pass e.g. {name}={example}")
 
     def _check_budget(self) -> None:
-        from tunekit.hpsearch.budget import parse_budget
+        from tunekit.hpsearch.budget import parse_budget, parse_duration
 
         if self.max_steps is not None:
             if self.budget is not None:
@@ -150,6 +160,7 @@ class SearchSettings:
                 raise UsageError(f"max_steps must be >= 2, got {self.max_steps!r}: pass e.g. max_steps=200")
         else:
             parse_budget(self.budget)
+        parse_duration(self.time_limit, "time_limit")
 
     def _check_resources(self) -> None:
         cpus, gpus = self.cpus_per_trial, self.gpus_per_trial

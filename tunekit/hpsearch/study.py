@@ -17,7 +17,7 @@ from tunekit.errors import UsageError
 from tunekit.hpsearch.trial import INTERRUPTED
 
 __all__ = ["make_storage", "study_exists", "make_sampler", "open_study", "check_resume", "mark_interrupted",
-           "requeue_interrupted", "safe_url", "check_report_of", "trial_dicts", "finished_count", "enqueue", "enqueue_design", "PLAN_KEY",
+           "requeue_interrupted", "safe_url", "check_report_of", "trial_dicts", "finished_count", "device_seconds", "enqueue", "enqueue_design", "PLAN_KEY",
            "DISTS_KEY", "SPEC_KEY", "excluded", "stopped"]
 
 PLAN_KEY = "tunekit_plan"
@@ -186,7 +186,8 @@ def check_resume(stored: dict[str, Any], plan: dict[str, Any], where: str) -> No
     """Refuse, in one line, to continue a study under another plan (budget, seed, ...)."""
     # A plan stored before objectives existed was a study of the validation loss, minimised.
     stored = {"objective": "loss", "direction": "minimize", **stored}
-    for key in ("budget_samples", "seed", "evals", "ref_batch", "lr_rule", "fixed", "objective", "direction"):
+    for key in ("budget_samples", "budget_seconds", "seed", "evals", "ref_batch", "lr_rule", "fixed", "objective",
+                "direction"):
         if key in stored and stored[key] != plan.get(key):
             raise UsageError(f"study {where} was run with {key} = {stored[key]!r}, this run asks for {plan.get(key)!r}: "
                              f"use the same settings (a worker: drop the flag, to take the study's), or start a new study "
@@ -264,6 +265,12 @@ def excluded(study: Any) -> set[int]:
     return out | {t.number for t in study.get_trials(deepcopy=False) if t.user_attrs.get(SURPLUS)}
 
 
+def device_seconds(study: Any) -> float:
+    """The device time the study has spent: its trials' measured seconds and its probes'."""
+    probes = float(study.user_attrs.get(PLAN_KEY, {}).get("probe_seconds") or 0.0)
+    return probes + sum(float(t.user_attrs.get("seconds") or 0.0) for t in study.get_trials(deepcopy=False))
+
+
 def finished_count(study: Any) -> int:
     """Finished trials that count toward the requested total (interrupted, stopped and surplus ones do not)."""
     import optuna
@@ -290,7 +297,8 @@ def trial_dicts(study: Any) -> list[dict[str, Any]]:
             "samples": ua.get("samples"),
             "updates": ua.get("updates"), "micro_batch": ua.get("micro_batch"),
             "accumulation_steps": ua.get("accumulation_steps"), "effective_batch": ua.get("effective_batch"),
-            "seconds": ua.get("seconds"), "diverged": bool(ua.get("diverged", False)),
+            "seconds": ua.get("seconds"), "predicted_seconds": ua.get("predicted_seconds"),
+            "diverged": bool(ua.get("diverged", False)),
             "val_loss": ua.get("val_loss"), "lr": ua.get("lr_trained", ua.get("config", {}).get("lr")),
             "error": _interrupted_note(t.number, reruns) if t.number in skip else reasons.get(t.number, ua.get("error")),
             "finished": t.datetime_complete.timestamp() if t.datetime_complete else None,

@@ -66,12 +66,15 @@ class Outcome:
 
 def start_attrs(cfg: TrialConfig) -> dict[str, Any]:
     """What a trial records as it starts: the run it trains (the LR as trained, also on its own for
-    dashboards: the ``lr`` param is the LR at the range test's batch) and its batch split."""
+    dashboards: the ``lr`` param is the LR at the range test's batch), its batch split, and the device
+    seconds its updates are predicted to take."""
     attrs = {"config": {k: v for k, v in cfg.train.items() if k != "device"}, "task_config": dict(cfg.task),
              "micro_batch": int(cfg.train["batch_size"]), "accumulation_steps": int(cfg.train["accumulation_steps"]),
              "effective_batch": cfg.effective_batch}
     if "lr" in cfg.train:
         attrs["lr_trained"] = float(cfg.train["lr"])
+    if cfg.predicted_seconds is not None:
+        attrs["predicted_seconds"] = float(cfg.predicted_seconds)
     return attrs
 
 

@@ -516,30 +516,32 @@ def _warm_up(run: _Run, updates: int, lr: float, batch: int) -> None:
 
 
 def _throughput(run: _Run, sizes: list[int], confirmed: int, points_n: int, timing_steps: int) -> list[dict[str, float]]:
-    """Samples per second at ``points_n`` micro-batches up to ``confirmed`` (warm-up, then the median step)."""
+    """Samples per second at ``points_n`` micro-batches up to ``confirmed``: a warm-up step at each, then
+    rounds that time one step at every point, the median per point. Interleaved, a change in the
+    machine's load falls on every point alike, and the curve that prices a search keeps its shape."""
     if points_n < 1:
         return []
     points = sorted({max(1, int(round(x))) for x in np.geomspace(max(1, min(sizes[0], confirmed)), confirmed, points_n)})
-    throughput = []
+    steps, streams, warm = {}, {}, 0.0
     for pb in points:
-        step = run.make_step(run.sub.model, run.sub.optimizer)
-        step.set_lr(0.0)  # measure speed, not learning: the weights stay put
-        stream = BatchStream(run.data, pb, seed=run.seed)
+        steps[pb] = run.make_step(run.sub.model, run.sub.optimizer)
+        steps[pb].set_lr(0.0)  # measure speed, not learning: the weights stay put
+        streams[pb] = BatchStream(run.data, pb, seed=run.seed)
         t0 = time.perf_counter()
-        step(stream.take(run.k))  # warm-up
-        # Several steps for the median, but about two seconds at most per point.
-        n_timed = max(2, min(timing_steps, int(2.0 / max(time.perf_counter() - t0, 1e-6))))
-        times = []
-        for _ in range(n_timed):
+        steps[pb](streams[pb].take(run.k))  # warm-up
+        warm += time.perf_counter() - t0
+    # Several rounds for the medians, but about two seconds per point at most.
+    rounds = max(3, min(timing_steps, int(2.0 * len(points) / max(warm, 1e-6))))
+    times: dict[int, list[float]] = {pb: [] for pb in points}
+    for _ in range(rounds):
+        for pb in points:
             t0 = time.perf_counter()
-            step(stream.take(run.k))  # the loss read inside syncs the device
-            times.append(time.perf_counter() - t0)
-        # The spread of the timed steps (max - min over the median) says how noisy the machine was.
-        spread = (max(times) - min(times)) / statistics.median(times)
-        throughput.append({"batch": pb, "samples_per_s": pb * run.k / statistics.median(times),
-                           "spread": spread})
-        run.reset()
-    return throughput
+            steps[pb](streams[pb].take(run.k))  # the loss read inside syncs the device
+            times[pb].append(time.perf_counter() - t0)
+    run.reset()
+    # The spread of the timed steps (max - min over the median) says how noisy the machine was.
+    return [{"batch": pb, "samples_per_s": pb * run.k / statistics.median(ts),
+             "spread": (max(ts) - min(ts)) / statistics.median(ts)} for pb, ts in times.items()]
 
 
 class _CountingStep(TrainStep):

@@ -2,7 +2,8 @@
 
 Imports no training code: loading or redrawing a result is quick.
 Compute is counted in training samples drawn (pruned trials' and the probes'
-included) and shown in the budget's unit; wall seconds are reported beside it.
+included) and shown in the budget's unit, and in device seconds: each trial's measured
+time beside the time the probe's timed steps predicted for its updates.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ __all__ = ["SearchResult", "write_report", "best_of"]
 # "lr" is the LR the trial trained at; the param column "lr_ref" is the LR at the range test's batch,
 # which the trial's own batch rescales (it is the search's lr parameter).
 CSV_FIELDS = ("number", "state", "value", "val_loss", "lr", "samples", "updates", "micro_batch", "accumulation_steps",
-              "seconds", "diverged", "error")
+              "seconds", "predicted_seconds", "diverged", "error")
 
 
 @dataclass
@@ -54,6 +55,9 @@ class SearchResult(Result):
     # Computed by the search, where Optuna is at hand, so that a report needs no Optuna.
     param_importances: Optional[dict[str, float]] = None
     objective: str = "loss"  # what ``value`` is: a metric's name; ``direction`` says which way is better
+    probe_seconds: float = 0.0  # the probes' own time (the range test's and the batch probe's)
+    device: Optional[str] = None  # where the trials ran (and the probe timed the steps that price them)
+    time_limit: Optional[float] = None  # the device seconds after which no trial started, if one was set
 
     @property
     def goal(self) -> Objective:
@@ -74,13 +78,36 @@ class SearchResult(Result):
         """Training samples drawn: every trial's, plus the probes'."""
         return self.probe_samples + sum(int(t.get("samples") or 0) for t in self.trials)
 
+    @property
+    def device_seconds(self) -> float:
+        """Device time spent: every trial's measured seconds (pruned and failed ones too), plus the probes'."""
+        return self.probe_seconds + sum(float(t.get("seconds") or 0.0) for t in self.trials)
+
+    @property
+    def predicted_seconds(self) -> Optional[float]:
+        """The device time the probe's timed steps predicted for the trials' updates (None without timings)."""
+        known = [float(t["predicted_seconds"]) * _ran(t) for t in self.trials if t.get("predicted_seconds") is not None]
+        return sum(known) if known else None
+
     def in_unit(self, samples: float) -> float:
-        """``samples`` in the budget's unit (samples, tokens, epochs or updates at the task's batch)."""
-        return float(samples) * float(self.budget.get("per_sample", 1.0))
+        """``samples`` in the budget's unit (samples, tokens, epochs or updates at the task's batch); samples
+        for a budget in device time (their seconds are measured, not converted)."""
+        return float(samples) * float(1.0 if self._timed else self.budget.get("per_sample", 1.0))
 
     @property
     def unit(self) -> str:
-        return str(self.budget.get("unit", "samples"))
+        """The unit samples are shown in: the budget's, or samples for a budget in device time."""
+        return "samples" if self._timed else str(self.budget.get("unit", "samples"))
+
+    @property
+    def _timed(self) -> bool:
+        return self.budget.get("unit") == "seconds"
+
+    def _full_trials(self) -> float:
+        """Compute in full trials: device time over the trial's, or samples over the trial's."""
+        if self._timed:
+            return self.device_seconds / float(self.budget["amount"])
+        return self.compute / max(1, int(self.budget.get("samples") or 1))
 
     def trial(self, number: Optional[int] = None) -> dict[str, Any]:
         """Trial ``number``, or the best complete one."""
@@ -106,27 +133,46 @@ class SearchResult(Result):
         write_file(path, buf.getvalue())
 
     # --- plots: each takes ax=None and returns what it drew on --------------------
-    def plot_best(self, ax: Any = None) -> Any:
-        """Best value so far against compute spent (the budget's unit, probes included)."""
+    def plot_best(self, ax: Any = None, by: Optional[str] = None) -> Any:
+        """Best value so far against compute spent, probes included: ``by="samples"`` (in the budget's
+        unit), with device seconds on a second axis above where trials measured them, or ``by="seconds"``
+        alone (the default for a budget in device time). Returns the main Axes."""
         from tunekit.plotting import new_axes
 
+        by = by or ("seconds" if self._timed else "samples")
+        if by not in ("samples", "seconds"):
+            raise UsageError(f"plot_best(by={by!r}): use by='samples' or by='seconds'")
         ax = new_axes(ax)
+        start, xs, ys = self._best_so_far(by)
+        if start:
+            ax.axvline(start, color="0.6", ls=":", label="probes' cost")
+        ax.step(xs, ys, where="post", color="C3", label="best so far")
+        ax.set_xlabel("device seconds spent" if by == "seconds" else f"{self.unit} spent")
+        ax.set_ylabel(f"best {self.goal.label}")
+        ax.legend(fontsize="small")
+        if by == "samples" and self.device_seconds > 0:
+            top = ax.twiny()  # the same search, priced in device time
+            _, xs_s, ys_s = self._best_so_far("seconds")
+            top.step(xs_s, ys_s, where="post", color="C0", ls="--", alpha=0.6)
+            top.set_xlabel("device seconds spent (dashed)", color="C0")
+        return ax
+
+    def _best_so_far(self, by: str) -> tuple[float, list[float], list[float]]:
+        """(the probes' cost, compute spent after each trial, the best value by then), in samples or seconds."""
+        def cost(t: dict[str, Any]) -> float:
+            return float(t.get("seconds") or 0.0) if by == "seconds" else self.in_unit(int(t.get("samples") or 0))
+
+        start = self.probe_seconds if by == "seconds" else self.in_unit(self.probe_samples)
         sign = self.goal.sign
-        spent, best, xs, ys = float(self.probe_samples), math.inf, [], []  # best: sign * value, lower better
+        spent, best, xs, ys = start, math.inf, [], []  # best: sign * value, lower better
         for t in sorted(self.trials, key=lambda t: t.get("finished") or 0):
-            spent += int(t.get("samples") or 0)
+            spent += cost(t)
             if t["state"] == "COMPLETE" and t["value"] is not None:
                 best = min(best, sign * t["value"])
             if math.isfinite(best):
-                xs.append(self.in_unit(spent))
+                xs.append(spent)
                 ys.append(sign * best)
-        if self.probe_samples:
-            ax.axvline(self.in_unit(self.probe_samples), color="0.6", ls=":", label="probes' cost")
-        ax.step(xs, ys, where="post", color="C3", label="best so far")
-        ax.set_xlabel(f"{self.unit} spent")
-        ax.set_ylabel(f"best {self.goal.label}")
-        ax.legend(fontsize="small")
-        return ax
+        return start, xs, ys
 
     def plot_curves(self, ax: Any = None) -> Any:
         """Validation curves of every trial against its samples; pruned ones faded, the best one bold."""
@@ -260,23 +306,46 @@ class SearchResult(Result):
         for t in self.trials:
             counts[t["state"]] = counts.get(t["state"], 0) + 1
         sign, name = self.goal.sign, self.objective[:9]
-        lines = [f"{'trial':>5} {'state':>9} {name:>9} {'batch':>11} {'updates':>7}  params (lr as trained)"]
+        lines = [f"{'trial':>5} {'state':>9} {name:>9} {'batch':>11} {'updates':>7} {'device s':>13}  params (lr as trained)"]
         for t in sorted(self.trials, key=lambda t: (t["value"] is None, sign * t["value"] if t["value"] is not None else 0)):
             val = "" if t["value"] is None else f"{t['value']:.4f}"
             note = " (diverged)" if t.get("diverged") else (f" ({t['error'][:40]})" if t.get("error") else "")
             shown = {**t["params"], "lr": _trained_lr(t)} if "lr" in t["params"] else t["params"]
             params = ", ".join(f"{k}={_fmt(v)}" for k, v in sorted(shown.items()))
             split = f"{t.get('micro_batch') or '-'}x{t.get('accumulation_steps') or '-'}"
-            lines.append(f"{t['number']:>5} {t['state']:>9} {val:>9} {split:>11} {t.get('updates') or 0:>7}  {params}{note}")
-        unit = self.unit
+            lines.append(f"{t['number']:>5} {t['state']:>9} {val:>9} {split:>11} {t.get('updates') or 0:>7} "
+                         f"{_device_cell(t):>13}  {params}{note}")
         lines.append("trials: " + ", ".join(f"{v} {k.lower()}" for k, v in sorted(counts.items()))
-                     + f"; compute {self._amount(self.compute)} {unit} ({self._amount(self.probe_samples)} in probes, "
-                     + f"{self.compute / max(1, int(self.budget.get('samples') or 1)):.2f} full trials), {self.seconds:.1f} s")
+                     + f"; compute {self._amount(self.compute)} {self.unit} ({self._amount(self.probe_samples)} in probes, "
+                     + f"{self._full_trials():.2f} full trials), {self.seconds:.1f} s")
+        lines.append(self._device_line())
         lines += self._lr_source()
         if self.best_value is not None:
             lines.append(f"best {self.objective} {self.best_value:.4f}: "
                          + ", ".join(f"{k}={_fmt(v)}" for k, v in sorted(self.best_config.items())))
+            lines += self._full_run()
         return "\n".join(lines)
+
+    def _device_line(self) -> str:
+        """Device time: measured in the trials and the probes, beside what the timed steps predicted."""
+        predicted = self.predicted_seconds
+        trials = self.device_seconds - self.probe_seconds
+        said = f" (their updates predicted {_secs(predicted)})" if predicted is not None else ""
+        limit = ""
+        if self.time_limit is not None:
+            limit = (f"; limit {_secs(self.time_limit)}"
+                     + (", reached: no trial started after it" if self.device_seconds >= self.time_limit else ""))
+        return (f"device time {_secs(self.device_seconds)}{' on ' + self.device if self.device else ''}: trials "
+                f"{_secs(trials)}{said}, probes {_secs(self.probe_seconds)}{limit}")
+
+    def _full_run(self) -> list[str]:
+        """The recommended configuration's full run, as the probe's timed steps price it."""
+        best = best_of(self.trials, self.direction)
+        if best is None or best.get("predicted_seconds") is None:
+            return []
+        return [f"a full run of it: {best.get('updates')} updates at batch {best.get('micro_batch')}x"
+                f"{best.get('accumulation_steps')}, predicted {_secs(float(best['predicted_seconds']))} of device time "
+                f"for its updates (measured {_secs(float(best.get('seconds') or 0.0))} with its evaluations)"]
 
     def _lr_source(self) -> list[str]:
         """Where the LR range came from, said next to its number: the search's own range test is the
@@ -309,6 +378,27 @@ def best_of(trials: list[dict[str, Any]], direction: str = "minimize") -> Option
     done = [t for t in trials if t["state"] == "COMPLETE" and t["value"] is not None]
     sign = 1.0 if direction == "minimize" else -1.0
     return min(done, key=lambda t: sign * t["value"]) if done else None
+
+
+def _ran(trial: dict[str, Any]) -> float:
+    """The fraction of its planned updates a trial ran (a pruned trial's share of its prediction)."""
+    if trial["state"] == "COMPLETE":
+        return 1.0
+    planned = (trial.get("config") or {}).get("max_steps")
+    return min(1.0, float(trial.get("updates") or 0) / planned) if planned else 1.0
+
+
+def _secs(seconds: Optional[float]) -> str:
+    from tunekit.probes.step_time import format_seconds
+
+    return "-" if seconds is None else format_seconds(seconds)
+
+
+def _device_cell(trial: dict[str, Any]) -> str:
+    """A trial's device seconds as measured / as predicted for its updates."""
+    measured, predicted = trial.get("seconds"), trial.get("predicted_seconds")
+    m = "-" if measured is None else f"{float(measured):.1f}"
+    return m if predicted is None else f"{m}/{float(predicted) * _ran(trial):.1f}"
 
 
 def _trained_lr(trial: dict[str, Any]) -> Any:

@@ -2,7 +2,7 @@
 
 A backend gets a :class:`Work`: the study, its space, the plan that turns a trial's params
 into a run, and how many finished trials the study should hold. It runs trials until the
-study holds them, each through :mod:`tunekit.hpsearch.trial` (the one trial path), and
+study holds them (or, with a device-time limit, until ``work.out_of_time()``; no trial starts after), each through :mod:`tunekit.hpsearch.trial` (the one trial path), and
 calls ``work.on_end`` as each ends. The search never asks which backend it has.
 """
 
@@ -35,6 +35,13 @@ class Work:
     def config(self, params: dict[str, Any]) -> TrialConfig:
         """The run of a trial with these params."""
         return trial_config(self.plan, params)
+
+    def out_of_time(self) -> bool:
+        """Whether the study has spent its device-time limit: then no trial starts (those running finish)."""
+        from tunekit.hpsearch.study import device_seconds
+
+        limit = self.settings.time_limit_seconds
+        return limit is not None and device_seconds(self.study) >= limit
 
 
 class Backend(Protocol):

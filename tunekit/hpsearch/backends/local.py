@@ -50,13 +50,14 @@ class LocalBackend:
 
     def run(self, work: Work) -> None:
         run_local(work.study, work.dists, work.config, work.task, work.target, prune=work.settings.prune,
-                  on_end=work.on_end, store=work.store, shared=work.settings.shared)
+                  on_end=work.on_end, store=work.store, shared=work.settings.shared, out_of_time=work.out_of_time)
 
 
 def run_local(study: Any, dists: dict[str, Any], make_config: Callable[[dict[str, Any]], TrialConfig], task: Any,
               target: int, *, prune: bool, on_end: Callable[[str], None], store: Any = None, shared: bool = False,
-              poll: float = 0.5) -> None:
-    """Run trials until the study holds ``target`` finished ones (other workers' included).
+              poll: float = 0.5, out_of_time: Callable[[], bool] = lambda: False) -> None:
+    """Run trials until the study holds ``target`` finished ones (other workers' included), or until
+    ``out_of_time()`` says the study has spent its device time.
 
     One ``study.optimize`` call a trial, so that between trials a shared worker can see
     the study: it stops when the target is reached, waits while the others' running trials
@@ -86,7 +87,7 @@ def run_local(study: Any, dists: dict[str, Any], make_config: Callable[[dict[str
         if shared:
             reap_stopped(study, store)
         finished, running = counts(study) if shared else (finished_count(study), 0)
-        if finished >= target:
+        if finished >= target or out_of_time():
             return
         if finished + running >= target:  # the others' trials may finish it; if a worker stopped, we re-run its trial
             time.sleep(poll)

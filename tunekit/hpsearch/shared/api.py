@@ -46,12 +46,14 @@ def _load_spec(store: Any, name: str, storage: str, timeout: float) -> dict[str,
 
 def join_study(storage: str, study_name: str, *, task: Any = None, out: Any = None, device: str = "auto",
                progress: Optional[bool] = None, worker_id: Optional[str] = None, threads: Optional[int] = None,
-               grace_period: Optional[int] = None, timeout: float = 1800.0, **settings: Any) -> Any:
+               grace_period: Optional[int] = None, timeout: float = 1800.0, time_limit: Any = None,
+               **settings: Any) -> Any:
     """Join study ``study_name`` as a worker: run its trials until it holds its count; no probe runs.
 
     ``settings`` (any of :data:`JOIN_SETTINGS`) are checked against the study's and refused in one
     line when they disagree; those not given are the study's. ``task`` defaults to the study's spec
-    (give the same task object when the study was created with one)."""
+    (give the same task object when the study was created with one). ``time_limit``: no trial starts
+    once the study (all its workers) has spent that much device time."""
     from tunekit.hpsearch.run import search
     from tunekit.hpsearch.shared.workers import space_of
 
@@ -69,7 +71,7 @@ def join_study(storage: str, study_name: str, *, task: Any = None, out: Any = No
     kw.update(given)
     return search(spec["task"] if task is None else task, space_of(spec), storage=storage, study_name=study_name,
                   out=out, device=device, progress=progress, worker_id=worker_id, threads=threads,
-                  grace_period=grace_period, join_timeout=timeout, **kw)
+                  grace_period=grace_period, join_timeout=timeout, time_limit=time_limit, **kw)
 
 
 def reap_study(storage: str, study_name: str, workers: Optional[list[str]] = None,
@@ -113,7 +115,7 @@ def study_result(storage: str, study_name: str) -> Any:
     settings = SearchSettings(storage=storage, study_name=study_name, seed=int(spec["seed"]),
                               sampler_seed=int(spec["sampler_seed"]))
     budget = Budget(**{k: v for k, v in plan_d["budget"].items() if k != "samples"})
-    probes = Probes(*spec_probes(spec), int(plan_d.get("probe_samples", 0)))
+    probes = Probes(*spec_probes(spec), int(plan_d.get("probe_samples", 0)), float(plan_d.get("probe_seconds", 0.0)))
     return build_result(study, store, settings, space_of(spec), dists, dict(spec.get("seed_params") or {}), budget,
                         plan, probes, seconds, spec.get("task"))
 

@@ -186,7 +186,7 @@ def _tune_failures(trial: Any) -> int:
 
 
 def _searcher(study: Any, dists: dict[str, Any], make_config: Callable[[dict[str, Any]], TrialConfig],
-              ledger: Ledger) -> Any:
+              ledger: Ledger, out_of_time: Callable[[], bool] = lambda: False) -> Any:
     from ray.tune.search import Searcher
 
     class StudySearcher(Searcher):
@@ -197,8 +197,9 @@ def _searcher(study: Any, dists: dict[str, Any], make_config: Callable[[dict[str
                 return Searcher.FINISHED  # every trial would fail the same way
             if ledger.again:
                 return ledger.configs[ledger.again.pop(0)]
-            if ledger.asked >= ledger.n_trials:
-                # Done once nothing runs that could still need another go.
+            if ledger.asked >= ledger.n_trials or out_of_time():
+                # Done once nothing runs that could still need another go (the device time spent:
+                # no new trial, and those running finish).
                 return None if ledger.book else Searcher.FINISHED
             ledger.asked += 1
             trial = study.ask(fixed_distributions=dists)
@@ -391,7 +392,7 @@ def run_ray(work: Work, n_trials: int) -> None:
         tuner = tune.Tuner(
             tune.with_resources(run_fn, {"cpu": cpus_per_trial, "gpu": gpus_per_trial}),
             param_space={"task": work.task if isinstance(work.task, str) else None, "cpus": cpus_per_trial},
-            tune_config=tune.TuneConfig(search_alg=_searcher(study, work.dists, work.config, ledger),
+            tune_config=tune.TuneConfig(search_alg=_searcher(study, work.dists, work.config, ledger, work.out_of_time),
                                         scheduler=_scheduler(book, s.prune),
                                         num_samples=n_trials * (1 + max_failures),  # room for trials run again
                                         max_concurrent_trials=max_concurrent, reuse_actors=True),

@@ -1,0 +1,120 @@
+"""Device time as a cost the search sees: the probe's timed steps price every trial, and a budget in
+device time buys each batch the updates that fit in it."""
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from tunekit import UsageError, probe, search
+from tunekit.hpsearch.budget import Budget, parse_budget, price_budget, resolve_budget
+from tunekit.hpsearch.plan import MIN_UPDATES, Plan, largest_batch, trial_config
+from tunekit.probes.step_time import format_seconds, micro_seconds, step_curve, update_seconds
+
+from .tasks import SMALL, classification_task, fingerprint, write_space
+
+# A device whose step costs 10 ms up to batch 32 (it saturates there), then grows with the batch.
+GPU_LIKE = [[8, 0.010], [32, 0.010], [128, 0.040]]
+
+
+def test_the_step_curve_reads_timed_steps_never_faster_for_a_larger_batch() -> None:
+    timed = [{"batch": 64, "samples_per_s": 64 / 0.020}, {"batch": 8, "samples_per_s": 8 / 0.010},
+             {"batch": 16, "samples_per_s": 16 / 0.009}]  # noise: 16 timed faster than 8
+    curve = step_curve(timed)
+    assert curve == [[8, 0.010], [16, 0.010], [64, 0.020]]
+    assert micro_seconds(curve, 40) == pytest.approx(0.015)  # between points: linear
+    assert micro_seconds(curve, 128) == pytest.approx(0.040)  # above: the last per-sample cost
+    assert micro_seconds(curve, 4) == pytest.approx(0.010)  # below: no dearer, per sample no cheaper
+    assert micro_seconds([[8, 0.010], [16, 0.020]], 4) == pytest.approx(0.005)
+    assert update_seconds(curve, 16, 4) == pytest.approx(0.040)
+    assert step_curve([]) == [] and format_seconds(0.5) == "0.5 s" and format_seconds(600) == "10 min"
+    with pytest.raises(ValueError, match="no timed steps"):
+        micro_seconds([], 8)
+
+
+def test_a_budget_in_device_time_parses_and_is_priced_at_the_task_batch() -> None:
+    assert parse_budget("10min") == (600.0, "seconds")
+    assert parse_budget("1.5 h") == (5400.0, "seconds") and parse_budget("90s") == (90.0, "seconds")
+    b = resolve_budget("10min", task_batch=32, default_updates=100, dataset_size=1000, tokens_per_sample=None)
+    assert not b.priced and b.seconds == 600 and "samples" not in b.to_dict()
+    priced = price_budget(b, 0.010, 32)  # 10 ms an update of 32: 60,000 updates, 1.92M samples
+    assert priced.priced and priced.samples == 60_000 * 32 and priced.seconds == 600
+    with pytest.raises(UsageError, match="timed no step to price it"):
+        price_budget(b, None, 32)
+    assert price_budget(Budget(100.0), None, 32) == Budget(100.0)  # other units need no price
+    with pytest.raises(UsageError, match="10 fortnights.*10min"):
+        parse_budget("10 fortnights")
+
+
+def test_a_trial_in_device_time_runs_what_fits_and_a_batch_below_saturation_buys_fewer_samples() -> None:
+    plan = Plan(budget_samples=32 * 500, seed=0, task_batch=32, max_micro=64, evals=4, budget_seconds=5.0,
+                step_times=GPU_LIKE)
+    at = {b: trial_config(plan, {"batch": b}) for b in (8, 32, 256)}
+    # 10 ms a step at 8 and at 32: 500 updates each, so batch 8 sees a quarter of the samples.
+    assert at[8].train["max_steps"] == at[32].train["max_steps"] == 500
+    assert at[8].samples * 4 == at[32].samples
+    # 256 runs as 64 x 4 micro-steps of 20 ms: 62 updates.
+    assert (at[256].train["batch_size"], at[256].train["accumulation_steps"], at[256].train["max_steps"]) == (64, 4, 62)
+    for cfg in at.values():
+        assert cfg.predicted_seconds is not None and 0.98 * 5.0 <= cfg.predicted_seconds <= 5.0
+        assert cfg.eval_samples == plan.budget_samples // 4  # rungs stay where the task's batch puts them
+    # The largest batch offered leaves MIN_UPDATES updates of the budget.
+    big = largest_batch(plan)
+    assert trial_config(plan, {"batch": big}).train["max_steps"] >= MIN_UPDATES
+    assert trial_config(plan, {"batch": 2 * big}).train["max_steps"] < MIN_UPDATES
+    # A budget in samples keeps its samples, and its trials are priced all the same.
+    samples_plan = Plan(budget_samples=3200, seed=0, task_batch=32, max_micro=64, step_times=GPU_LIKE)
+    cfg = trial_config(samples_plan, {"batch": 8})
+    assert cfg.samples == 3200 and cfg.predicted_seconds == pytest.approx(400 * 0.010)
+
+
+def _timed(tmp_path: Path, name: str, trials: int = 3, **kw: object):
+    space = write_space(tmp_path, SMALL + '\n[batch_size]\ntype = "categorical"\nchoices = [16, 64]\n')
+    return search(classification_task(), str(space), trials=trials, device="cpu", seed=1, out=tmp_path / name,
+                  progress=False, **kw)
+
+
+def test_a_search_in_device_time_from_a_stored_probe_is_the_same_twice_and_reports_its_seconds(tmp_path: Path) -> None:
+    first = _timed(tmp_path, "first", budget="1s", prune=False)
+    stored = {"probe_result": tmp_path / "first" / "probe.json"}
+    runs = [_timed(tmp_path, f"again{i}", budget="1s", prune=False, **stored) for i in range(2)]
+    assert fingerprint(runs[0]) == fingerprint(runs[1])
+    assert [t["predicted_seconds"] for t in runs[0].trials] == [t["predicted_seconds"] for t in runs[1].trials]
+    plan = runs[0].plan
+    for t in runs[0].trials:  # each trial ran what its batch buys in 1 s at the stored prices
+        assert t["predicted_seconds"] <= 1.0 and t["seconds"] > 0
+        per = update_seconds(plan["step_times"], t["micro_batch"], t["accumulation_steps"])
+        assert t["updates"] == int(1.0 / per) and t["predicted_seconds"] == pytest.approx(t["updates"] * per)
+    assert first.budget["unit"] == "seconds" and first.device == "cpu" and first.probe_seconds > 0
+    # search.json, trials.csv and the table carry the seconds beside the samples.
+    saved = json.loads((tmp_path / "again0" / "search.json").read_text())
+    assert all("predicted_seconds" in t for t in saved["trials"])
+    rows = list(csv.DictReader((tmp_path / "again0" / "trials.csv").open()))
+    assert all(float(r["predicted_seconds"]) > 0 and float(r["seconds"]) > 0 for r in rows)
+    table = runs[0].table()
+    assert "device time" in table and "a full run of it" in table and "predicted" in table
+
+
+def test_a_budget_in_device_time_needs_a_probe_that_timed_its_steps(tmp_path: Path) -> None:
+    untimed = probe(classification_task(), throughput_points=0, noise_repeats=0, device="cpu", progress=False)
+    with pytest.raises(UsageError, match="timed no step"):
+        _timed(tmp_path, "second", budget="1s", probe_result=untimed)
+
+
+def _stopped_at_the_limit(r, limit: float, asked: int) -> None:
+    """No trial started once the study had spent ``limit`` device seconds, and the table says so."""
+    spent = [float(t["seconds"]) for t in sorted(r.trials, key=lambda t: t["finished"])]
+    assert 1 <= len(spent) < asked
+    assert sum(spent[:-1]) < limit <= sum(spent) + r.probe_seconds
+    assert "reached: no trial started after it" in r.table()
+
+
+def test_a_study_wide_device_time_limit_starts_no_trial_after_it(tmp_path: Path) -> None:
+    _timed(tmp_path, "first", budget="0.3s", prune=False)
+    r = _timed(tmp_path, "limited", budget="0.3s", prune=False, probe_result=tmp_path / "first" / "probe.json",
+               time_limit="1s", trials=8)
+    assert r.probe_seconds == 0  # a stored probe costs nothing here: the trials spent the limit
+    _stopped_at_the_limit(r, 1.0, 8)
+    with pytest.raises(UsageError, match="time_limit must be a device time, got '3 days'"):
+        search(classification_task(), time_limit="3 days")
