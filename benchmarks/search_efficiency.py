@@ -83,7 +83,7 @@ PEERS = STRATEGIES[1:]
 # tunekit with other settings, to choose its defaults on the same runs: --variant NAME=JSON adds
 # the strategy tunekit_NAME, which passes the JSON's keys to tunekit.search.
 VARIANTS: dict[str, dict[str, Any]] = {"tunekit": {}}
-DEFAULT_SEEDS = {"cnn_adamw": 5, "mlp_sgd": 5, "tiny_lm": 3}
+DEFAULT_SEEDS = {"cnn_adamw": 5, "mlp_sgd": 5, "tiny_lm": 3, "long_adam": 5}
 BATCHES = [16, 32, 64, 128, 256]
 FINISHED = ("COMPLETE", "PRUNED", "FAIL")
 EVALS = 8  # evaluations a trial
@@ -125,9 +125,13 @@ def wide_space(trial: Any) -> dict[str, Any]:
     return {"min_lr_ratio": 0.1}
 
 
-def record(number: int, state: str, value: Optional[float], samples: int, params: dict[str, Any]) -> dict[str, Any]:
+def record(number: int, state: str, value: Optional[float], samples: int, params: dict[str, Any],
+           updates: int = 0, seconds: float = 0.0, batch: Optional[int] = None) -> dict[str, Any]:
+    """One trial as the report reads it: its end, its value, and what it cost in samples, optimizer
+    updates and device seconds (the trial's wall time on its one CPU thread, evaluations included)."""
     value = None if value is None or not math.isfinite(value) else float(value)
-    return {"number": number, "state": state, "value": value, "samples": int(samples),
+    return {"number": number, "state": state, "value": value, "samples": int(samples), "updates": int(updates),
+            "seconds": float(seconds), "batch": int(batch or params.get("batch_size") or 0),
             "finished": time.time(), "params": params}
 
 
@@ -147,6 +151,7 @@ def run_optuna(task: tunekit.Task, budget: int, seed: int, n_trials: int, sample
         batch = int(params["batch_size"])
         updates = max(1, budget // batch)
         seen = [0]
+        t0 = time.perf_counter()
 
         def report(step: int, metrics: dict[str, float]) -> None:
             seen[0] = step * batch
@@ -159,14 +164,15 @@ def run_optuna(task: tunekit.Task, budget: int, seed: int, n_trials: int, sample
             result = train_trial(task, params, budget, seed, report)
         except optuna.TrialPruned:
             study.tell(trial, state=optuna.trial.TrialState.PRUNED)
-            trials.append(record(number, "PRUNED", None, seen[0], params))
+            trials.append(record(number, "PRUNED", None, seen[0], params, seen[0] // batch, time.perf_counter() - t0))
             continue
+        cost = (result.samples, params, result.updates, time.perf_counter() - t0)
         if result.diverged or not math.isfinite(result.final_loss):
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
-            trials.append(record(number, "FAIL", None, result.samples, params))
+            trials.append(record(number, "FAIL", None, *cost))
         else:
             study.tell(trial, result.final_loss)
-            trials.append(record(number, "COMPLETE", result.final_loss, result.samples, params))
+            trials.append(record(number, "COMPLETE", result.final_loss, *cost))
     return {"probe_samples": 0, "trials": trials}
 
 
@@ -196,13 +202,16 @@ def _ray_trial(config: dict[str, Any], task_name: str, budget: int, seed: int) -
     task = _WORKER_TASKS[task_name]
     batch = int(config["batch_size"])
     updates = max(1, budget // batch)
+    t0 = time.perf_counter()
 
     def report(step: int, metrics: dict[str, float]) -> None:
         if step < updates:
-            tune.report({"loss": _finite(metrics["loss"]), "samples": step * batch, "t": time.time()})
+            tune.report({"loss": _finite(metrics["loss"]), "samples": step * batch, "updates": step,
+                         "seconds": time.perf_counter() - t0, "t": time.time()})
 
     result = train_trial(task, config, budget, seed, report)
-    end = {"samples": int(result.samples), "t": time.time()}
+    end = {"samples": int(result.samples), "updates": int(result.updates), "seconds": time.perf_counter() - t0,
+           "t": time.time()}
     if result.diverged or not math.isfinite(result.final_loss):
         tune.report({**end, "loss": WORST, "diverged": True})
     else:
@@ -267,7 +276,8 @@ def _ray_record(number: int, result: Any) -> dict[str, Any]:
         state, value = "COMPLETE", float(last["loss"])
     else:
         state, value = "PRUNED", None  # stopped by the scheduler before its budget
-    rec = record(number, state, value, int(last.get("samples", 0)), params)
+    rec = record(number, state, value, int(last.get("samples", 0)), params, int(last.get("updates", 0)),
+                 float(last.get("seconds", 0.0)))
     rec["finished"] = last.get("t")
     return rec
 
@@ -290,9 +300,14 @@ def run_tunekit(task: tunekit.Task, budget: int, seed: int, n_trials: int, **kw:
     if missing:
         print(f"    warning: tunekit trials {missing} carry no 'samples'; counted as 0", flush=True)
     trials = [{"number": t.get("number"), "state": t["state"], "value": t.get("value"),
-               "samples": int(t.get("samples") or 0), "finished": t.get("finished"), "params": t.get("params", {})}
+               "samples": int(t.get("samples") or 0), "updates": int(t.get("updates") or 0),
+               "seconds": float(t.get("seconds") or 0.0), "predicted_seconds": t.get("predicted_seconds"),
+               "batch": int(t.get("effective_batch") or 0), "finished": t.get("finished"), "params": t.get("params", {})}
               for t in ran]
-    return {"probe_samples": int(getattr(r, "probe_samples", 0) or 0), "trials": trials,
+    # The probes' updates: the batch probe counts its own; the range test runs one update a point.
+    probe_updates = int((r.probe or {}).get("updates") or 0) + int((r.lr_find or {}).get("updates") or 0)
+    return {"probe_samples": int(getattr(r, "probe_samples", 0) or 0), "probe_updates": probe_updates,
+            "probe_seconds": float(getattr(r, "probe_seconds", 0.0) or 0.0), "trials": trials,
             "tunekit_seconds": float(getattr(r, "seconds", math.nan)), "lr_find": getattr(r, "lr_find", None)}
 
 
@@ -389,18 +404,23 @@ def completion_order(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(trials, key=lambda t: (t.get("finished") is None, t.get("finished") or 0.0, t.get("number") or 0))
 
 
-def samples_to_target(run: Run, target: float) -> float:
-    """Samples spent, probes first, until the first completed trial at or below ``target``; inf if none."""
-    spent = run.get("probe_samples", 0)
+def samples_to_target(run: Run, target: float, cost: str = "samples") -> float:
+    """``cost`` (samples, updates or seconds) spent, probes first, until the first completed trial at or
+    below ``target``; inf if none; nan where a cached run predates the cost."""
+    if any(cost not in t for t in run["trials"]):
+        return math.nan
+    spent = float(run.get(f"probe_{cost}", 0) or 0)
     for t in completion_order(run["trials"]):
-        spent += t["samples"]
+        spent += t[cost]
         if t["state"] == "COMPLETE" and t["value"] is not None and t["value"] <= target:
             return float(spent)
     return math.inf
 
 
-def samples_spent(run: Run) -> float:
-    return float(run.get("probe_samples", 0) + sum(t["samples"] for t in run["trials"]))
+def samples_spent(run: Run, cost: str = "samples") -> float:
+    if any(cost not in t for t in run["trials"]):
+        return math.nan
+    return float(run.get(f"probe_{cost}", 0) or 0) + sum(t[cost] for t in run["trials"])
 
 
 def best_value(run: Run) -> float:
@@ -466,8 +486,33 @@ def report_task(task_name: str, task: tunekit.Task, cache: Path, seeds: int, n_t
             if vratio:
                 print(f"  {variant}: {vratio}")
         line += f"{summary} [target {label}]\n"
+    print(per_update_line(runs))
     print()
     return line
+
+
+def per_update_line(runs: dict[str, list[Run]]) -> str:
+    """tunekit's seconds per update against the peers' loop at the same batch (complete trials, medians),
+    and how its predicted seconds compare with those measured: the seconds columns compare only if
+    both train the same way."""
+    def per_update(strategies: list[str]) -> dict[int, float]:
+        by: dict[int, list[float]] = {}
+        for s in strategies:
+            for r in runs.get(s, []):
+                for t in r["trials"]:
+                    if t["state"] == "COMPLETE" and t.get("updates") and t.get("batch"):
+                        by.setdefault(int(t["batch"]), []).append(t["seconds"] / t["updates"])
+        return {b: statistics.median(v) for b, v in by.items()}
+
+    tk, peers = per_update(["tunekit"]), per_update([s for s in runs if s in PEERS])
+    common = sorted(set(tk) & set(peers))
+    if not common:
+        return "  per-update time: no batch shared by tunekit's and the peers' complete trials"
+    cells = ", ".join(f"batch {b}: {tk[b] * 1e3:.2f} / {peers[b] * 1e3:.2f} ms = {tk[b] / peers[b]:.3f}" for b in common)
+    pred = [t["predicted_seconds"] / t["seconds"] for r in runs.get("tunekit", []) for t in r["trials"]
+            if t["state"] == "COMPLETE" and t.get("predicted_seconds") and t.get("seconds")]
+    said = f"; tunekit's predicted / measured trial seconds: median {statistics.median(pred):.2f}" if pred else ""
+    return f"  per-update time, tunekit / peers' loop (incl. evaluations): {cells}{said}"
 
 
 def seed_spread(grid: dict[str, Any], lr: float) -> float:
@@ -479,7 +524,13 @@ def seed_spread(grid: dict[str, Any], lr: float) -> float:
 def strategy_stats(runs: list[Run], target: float, fte: int) -> dict[str, float]:
     to_target = [samples_to_target(r, target) / fte for r in runs]
     spent = [samples_spent(r) / fte for r in runs]
+    extra = {}
+    for cost in ("updates", "seconds"):
+        to = [samples_to_target(r, target, cost) for r in runs]
+        extra[cost] = median(to)
+        extra[f"{cost}_spent"] = median([v if math.isfinite(v) else samples_spent(r, cost) for v, r in zip(to, runs)])
     return {
+        **extra,
         "n": len(runs),
         "reached": sum(math.isfinite(v) for v in to_target),
         "median": median(to_target),
@@ -491,9 +542,10 @@ def strategy_stats(runs: list[Run], target: float, fte: int) -> dict[str, float]
 
 
 def print_table(stats: dict[str, dict[str, float]], strategies: list[str], seeds: int) -> None:
-    print("  (FTE to target: median over seeds; wall s leaves out Ray's start-up, once a process)")
-    print(f"  {'strategy':<14} {'FTE to target':>13} {'misses as spent':>16} {'reached':>8} {'wall s':>7} "
-          f"{'pruned':>7} {'failed':>7}")
+    print("  (to target: medians over seeds, probes included; updates = optimizer updates; device s = the trials' "
+          "and probes' measured seconds; wall s leaves out Ray's start-up, once a process)")
+    print(f"  {'strategy':<14} {'FTE to target':>13} {'misses as spent':>16} {'updates':>8} {'device s':>9} "
+          f"{'reached':>8} {'wall s':>7} {'pruned':>7} {'failed':>7}")
     for s in strategies:
         st = stats.get(s)
         if st is None:
@@ -501,6 +553,7 @@ def print_table(stats: dict[str, dict[str, float]], strategies: list[str], seeds
             continue
         missed = ">=" if st["reached"] < st["n"] else ""
         print(f"  {s:<14} {st['median']:>13.2f} {missed + format(st['spent_median'], '.2f'):>16} "
+              f"{st['updates']:>8.0f} {st['seconds']:>9.1f} "
               f"{str(st['reached']) + '/' + str(st['n']):>8} {st['wall']:>7.1f} {st['pruned']:>7.0f} {st['failed']:>7.0f}"
               + (f"   ({seeds - st['n']} seeds not cached)" if st["n"] < seeds else ""))
 
@@ -518,9 +571,19 @@ def summary_line(task_name: str, stats: dict[str, dict[str, float]]) -> tuple[st
         return f"{task_name}: tunekit n/a ({why}); {peer_text}", ""
     tk = stats["tunekit"]
     ratio = ratio_text(tk, bp)
-    return (f"{task_name}: tunekit / best peer samples to target {ratio}; "
+    costs = ", ".join(f"{cost} {_cost_ratio(tk, peers, cost)}" for cost in ("updates", "seconds"))
+    return (f"{task_name}: tunekit / best peer samples to target {ratio}; {costs}; "
             f"tunekit {tk['median']:.2f} FTE ({tk['reached']}/{tk['n']} reached), {peer_text}",
-            f"tunekit / {best_peer} (median samples to target): {ratio}")
+            f"tunekit / {best_peer} (median samples to target): {ratio}; tunekit / best peer in {costs}")
+
+
+def _cost_ratio(tk: dict[str, float], peers: dict[str, dict[str, float]], cost: str) -> str:
+    """tunekit's median ``cost`` to target over the best peer's in that cost (the peer may differ by cost)."""
+    finite = {s: st[cost] for s, st in peers.items() if math.isfinite(st[cost])}
+    if not finite or not math.isfinite(tk[cost]):
+        return "n/a"
+    best = min(finite, key=lambda s: finite[s])
+    return f"{tk[cost] / finite[best]:.3f} (vs {best})"
 
 
 # --- short-horizon bias -------------------------------------------------------------------

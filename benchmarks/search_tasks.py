@@ -11,6 +11,9 @@ is drawn from fixed seeds, whatever the run's seed.
   dimensions (three hidden layers), SGD with momentum 0.9 and weight decay.
 - ``tiny_lm``: a one-layer GPT-2-style causal Transformer (pre-norm, learned
   positions) predicting the characters of stdlib modules' source code, AdamW.
+- ``long_adam``: the long-trial regime (2,400 updates a full trial, where probes are
+  cheap next to a trial): a narrow MLP with LayerNorm on the teacher problem, 65,536
+  training samples (a full trial at its batch reads about one epoch), Adam.
 
 Each task's final validation loss is U-shaped in the LR at its default batch
 and ``max_steps`` (too small: undertrained; too large: unstable), and one full
@@ -34,7 +37,7 @@ from torch.utils.data import TensorDataset
 
 from tunekit import Task
 
-__all__ = ["TASKS", "cnn_adamw", "mlp_sgd", "tiny_lm"]
+__all__ = ["TASKS", "cnn_adamw", "mlp_sgd", "tiny_lm", "long_adam"]
 
 
 def _split(data: TensorDataset, n_val: int) -> tuple[TensorDataset, TensorDataset]:
@@ -147,6 +150,24 @@ def mlp_sgd(config: Optional[dict[str, Any]] = None) -> Task:
     )
 
 
+def long_adam(config: Optional[dict[str, Any]] = None) -> Task:
+    """Config keys: ``hidden`` (48), ``n_train`` (65536), ``max_steps`` (2400)."""
+    config = config or {}
+    hidden, n_train = int(config.get("hidden", 48)), int(config.get("n_train", 65536))
+    train, val = _split(teacher_data(n_train + 1024, seed=1357), 1024)
+
+    def model() -> nn.Module:
+        return nn.Sequential(nn.Linear(MLP_DIM, hidden), nn.LayerNorm(hidden), nn.GELU(),
+                             nn.Linear(hidden, hidden), nn.GELU(), nn.Linear(hidden, MLP_CLASSES))
+
+    return Task(
+        model=model, train_data=train, val_data=val, loss=nn.CrossEntropyLoss(),
+        optimizer=lambda params: torch.optim.Adam(params, lr=1e-3),
+        batch_size=32, name="long_adam",
+        defaults={"lr": 1e-3, "max_steps": int(config.get("max_steps", 2400)), "eval_every": 300},
+    )
+
+
 # --- tiny_lm: characters of stdlib source --------------------------------------------------
 
 SOURCE_MODULES = ("textwrap", "heapq", "bisect", "fnmatch", "colorsys", "shlex", "queue", "sched", "glob",
@@ -237,5 +258,5 @@ def tiny_lm(config: Optional[dict[str, Any]] = None) -> Task:
 
 
 TASKS: dict[str, Callable[[Optional[dict[str, Any]]], Task]] = {
-    "cnn_adamw": cnn_adamw, "mlp_sgd": mlp_sgd, "tiny_lm": tiny_lm,
+    "cnn_adamw": cnn_adamw, "mlp_sgd": mlp_sgd, "tiny_lm": tiny_lm, "long_adam": long_adam,
 }

@@ -52,12 +52,14 @@ def build_result(study: Any, store: Any, settings: SearchSettings, sp: SearchSpa
 def _lr_find_summary(lf: Any, sp: SearchSpace) -> Optional[dict[str, Any]]:
     if lf is None or "lr" not in sp.entries:
         return None
-    return {"suggestion": lf.suggestion, "samples": lf.samples, "refined": bool(lf.refinement),
-            "lr_bounds": list(lr_bounds_from_curve(lf, sp.entries["lr"].margin))}
+    # One update a point of each sweep (the search's range test is not refined).
+    updates = sum(len(r.get("lrs") or ()) for r in lf.repeats) or len(lf.lrs)
+    return {"suggestion": lf.suggestion, "samples": lf.samples, "updates": updates, "seconds": lf.seconds,
+            "refined": bool(lf.refinement), "lr_bounds": list(lr_bounds_from_curve(lf, sp.entries["lr"].margin))}
 
 
 def _probe_summary(pr: Any) -> Optional[dict[str, Any]]:
     if pr is None:
         return None
     return {"max_batch": pr.max_batch, "critical_batch": pr.critical_batch, "samples": pr.samples,
-            "critical_batch_range": pr.critical_batch_range}
+            "updates": pr.updates, "seconds": pr.seconds, "critical_batch_range": pr.critical_batch_range}
