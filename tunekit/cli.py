@@ -165,7 +165,8 @@ _FLAGS: dict[str, dict[str, Any]] = {
     "--clip": dict(type=_clip, dest="clip_grad_norm"), "--memory-budget": dict(metavar="SIZE"),
     "--trials": dict(type=int), "--budget": dict(metavar="AMOUNT"),
     "--time-limit": dict(metavar="TIME", help="the study's device time (its trials' and probes' measured seconds) "
-                         "after which no trial starts: 2h, 30min, 90s (running trials finish)"), "--max-steps": dict(type=int),
+                         "after which no trial starts: 2h, 30min, 90s (running trials finish)"),
+    "--max-steps": dict(type=int),
     "--sampler-seed": dict(type=_seed, metavar="N"), "--grace-period": dict(type=int, metavar="S"),
     "--storage": dict(metavar="URL"), "--study": dict(metavar="NAME"), "--port": dict(type=int),
     "--artifacts": dict(metavar="DIR", help="Optuna artifact store (a folder every machine sees): the probes' "

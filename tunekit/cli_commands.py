@@ -202,7 +202,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
     out = out_dir(args.out)
     result = join_study(args.storage, args.study, task=args.task, out=out, device=args.device, progress=_progress(args),
                         worker_id=args.worker_id, threads=args.threads, grace_period=args.grace_period,
-                        timeout=args.timeout, time_limit=args.time_limit, trials=args.trials, budget=args.budget, max_steps=args.max_steps,
+                        timeout=args.timeout, time_limit=args.time_limit, trials=args.trials, budget=args.budget,
+                        max_steps=args.max_steps,
                         seed=args.seed, sampler_seed=args.sampler_seed, task_config=task_config(args.task_config) or None)
     mine = [t for t in result.trials if (t.get("worker") or {}).get("pid") == os.getpid()]
     print(f"worker done: ran {len(mine)} of the study's {len(result.trials)} trials; "

@@ -24,9 +24,10 @@ from typing import Any, Optional
 
 from tunekit.errors import UsageError
 from tunekit.objective import Objective
+from tunekit.probes.step_time import update_seconds
 
-__all__ = ["Plan", "TrialConfig", "split_batch", "lr_rule_for", "rescale_lr", "updates_for", "largest_batch", "trial_config",
-           "effective_batch", "initial_design", "LR_RULES"]
+__all__ = ["Plan", "TrialConfig", "split_batch", "lr_rule_for", "rescale_lr", "updates_for", "largest_batch",
+           "trial_config", "effective_batch", "initial_design", "LR_RULES"]
 
 LR_RULES = ("sqrt", "linear", "none")
 # Fewer updates than this and warmup plus decay are no schedule at all: batches
@@ -59,8 +60,6 @@ class Plan:
 
     def update_seconds(self, micro: int, accumulation: int) -> Optional[float]:
         """Predicted seconds of one update at (``micro``, ``accumulation``); None without timed steps."""
-        from tunekit.probes.step_time import update_seconds
-
         return update_seconds(self.step_times, micro, accumulation) if self.step_times else None
 
 

@@ -301,8 +301,9 @@ def _worker_study(opened: _Opened, settings: SearchSettings, inputs: SearchInput
     pruner = make_pruner(inputs.budget.samples // s.evals, s.evals, rung_list, s.reduction_factor, s.prune,
                          adaptive=s.rungs is None and s.first_rung is None, direction=s.goal.direction)
     study = open_study(store, name, smp, pruner, s.goal.direction)
-    keep_plan(study, {**plan.to_dict(), "probe_samples": probes.samples, "probe_seconds": probes.seconds, "budget": inputs.budget.to_dict(),
-                      "sampler_seed": s.sampler_seed, "rungs": rung_list}, dists, s.goal.label)
+    keep_plan(study, {**plan.to_dict(), "probe_samples": probes.samples, "probe_seconds": probes.seconds,
+                      "budget": inputs.budget.to_dict(), "sampler_seed": s.sampler_seed, "rungs": rung_list},
+              dists, s.goal.label)
     if s.resume:
         resume_study(study, shared=s.shared, store=store)
     seed_params: dict[str, Any] = {}

@@ -23,6 +23,7 @@ from tunekit.hpsearch.settings import SearchSettings
 from tunekit.hpsearch.study import enqueue_design
 from tunekit.inputs.resolve import check_saved
 from tunekit.inputs.space import SearchSpace, batch_centre, load_space, reference_batch
+from tunekit.probes.step_time import update_seconds
 
 __all__ = ["SearchInputs", "Probes", "prepare_inputs", "run_probes", "priced", "make_plan", "design_size",
            "enqueue_seed_and_design", "EVAL_SAMPLES", "DESIGN_TRIALS"]
@@ -196,10 +197,8 @@ def priced(inputs: SearchInputs, probes: Probes) -> SearchInputs:
     """The inputs with a budget in device time priced by the probe's timed steps at the task's own batch."""
     if inputs.budget.priced:
         return inputs
-    from tunekit.probes.step_time import step_curve, update_seconds
-
     task_batch = _task_batch(inputs)
-    curve = step_curve(probes.probe.throughput) if probes.probe is not None else []
+    curve = probes.probe.step_times if probes.probe is not None else []
     per_update = update_seconds(curve, *split_batch(task_batch, int(probes.probe.max_batch))) if curve else None
     return dataclasses.replace(inputs, budget=price_budget(inputs.budget, per_update, task_batch))
 
@@ -242,14 +241,12 @@ def make_plan(inputs: SearchInputs, probes: Probes, settings: SearchSettings) ->
     eval_bs = int(task.batch_size or cfg.batch_size or 1)
     n_val = dataset_size(task.val_data)
     eval_batches = None if n_val is None or n_val <= EVAL_SAMPLES else max(1, EVAL_SAMPLES // eval_bs)
-    from tunekit.probes.step_time import step_curve
-
     return Plan(budget_samples=inputs.budget.samples, seed=settings.seed, task_batch=_task_batch(inputs),
                 max_micro=int(probes.probe.max_batch) if probes.probe is not None else 1 << 30,
                 ref_batch=ref, lr_rule=rule, evals=settings.evals, device=settings.device, eval_batch_size=eval_bs,
                 eval_batches=eval_batches, fixed=sp.fixed(), objective=settings.goal.name,
                 direction=settings.goal.direction, budget_seconds=inputs.budget.seconds,
-                step_times=step_curve(probes.probe.throughput) if probes.probe is not None else [])
+                step_times=probes.probe.step_times if probes.probe is not None else [])
 
 
 def design_size(settings: SearchSettings, sp: SearchSpace, probes: Probes) -> int:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from tunekit.errors import UsageError, check_int
+from tunekit.hpsearch.budget import parse_budget, parse_duration
 from tunekit.objective import Objective
 
 __all__ = ["SearchSettings", "STUDY_SETTINGS", "JOIN_SETTINGS", "BACKENDS"]
@@ -56,7 +57,8 @@ class SearchSettings:
     # ``max_steps=N`` is ``budget="Nupdates"``: folded into ``budget`` when the settings are built.
     max_steps: Optional[int] = None
     # The study's device time (its trials' measured seconds and its probes'), after which no
-    # trial starts: 90s, 30min, 2h. Checked by each worker, so a resume may raise it.
+    # trial starts: 90s, 30min, 2h (seconds once the settings are built). Checked by each
+    # worker, so a resume may raise it.
     time_limit: Any = None
     # --- where its results go and what it starts from --------------------------------------
     storage: Optional[str] = None
@@ -93,6 +95,7 @@ class SearchSettings:
             object.__setattr__(self, "max_steps", None)
         if self.sampler_seed is None:
             object.__setattr__(self, "sampler_seed", self.seed)
+        object.__setattr__(self, "time_limit", parse_duration(self.time_limit, "time_limit"))
         object.__setattr__(self, "direction", self.goal.direction)
         if self.out is not None and not isinstance(self.out, Path):
             object.__setattr__(self, "out", Path(self.out))
@@ -101,13 +104,6 @@ class SearchSettings:
     def shared(self) -> bool:
         """Whether the study lives in a storage that other workers may share."""
         return self.storage is not None
-
-    @property
-    def time_limit_seconds(self) -> Optional[float]:
-        """The study's device-time limit in seconds, or None."""
-        from tunekit.hpsearch.budget import parse_duration
-
-        return parse_duration(self.time_limit, "time_limit")
 
     @property
     def goal(self) -> Objective:
@@ -151,8 +147,6 @@ class SearchSettings:
                 check_int(name, value, minimum=minimum, hint=f"pass e.g. {name}={example}")
 
     def _check_budget(self) -> None:
-        from tunekit.hpsearch.budget import parse_budget, parse_duration
-
         if self.max_steps is not None:
             if self.budget is not None:
                 raise UsageError("give the budget once: budget (e.g. budget=4000samples) or max_steps, not both")
@@ -160,7 +154,6 @@ class SearchSettings:
                 raise UsageError(f"max_steps must be >= 2, got {self.max_steps!r}: pass e.g. max_steps=200")
         else:
             parse_budget(self.budget)
-        parse_duration(self.time_limit, "time_limit")
 
     def _check_resources(self) -> None:
         cpus, gpus = self.cpus_per_trial, self.gpus_per_trial

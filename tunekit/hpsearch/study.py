@@ -17,8 +17,8 @@ from tunekit.errors import UsageError
 from tunekit.hpsearch.trial import INTERRUPTED
 
 __all__ = ["make_storage", "study_exists", "make_sampler", "open_study", "check_resume", "mark_interrupted",
-           "requeue_interrupted", "safe_url", "check_report_of", "trial_dicts", "finished_count", "device_seconds", "enqueue", "enqueue_design", "PLAN_KEY",
-           "DISTS_KEY", "SPEC_KEY", "excluded", "stopped"]
+           "requeue_interrupted", "safe_url", "check_report_of", "trial_dicts", "finished_count",
+           "device_seconds", "enqueue", "enqueue_design", "PLAN_KEY", "DISTS_KEY", "SPEC_KEY", "excluded", "stopped"]
 
 PLAN_KEY = "tunekit_plan"
 DISTS_KEY = "tunekit_distributions"

@@ -43,7 +43,7 @@ def build_result(study: Any, store: Any, settings: SearchSettings, sp: SearchSpa
         distributions={n: optuna.distributions.distribution_to_json(d) for n, d in dists.items()},
         budget=budget.to_dict(), task=task_spec, plan=plan.to_dict(), probe_samples=probes.samples, seconds=seconds,
         seed=settings.seed, sampler_seed=settings.sampler_seed, probe_seconds=probes.seconds,
-        device=probes.probe.device if probes.probe is not None else None, time_limit=settings.time_limit_seconds,
+        device=probes.probe.device if probes.probe is not None else None, time_limit=settings.time_limit,
         lr_find=_lr_find_summary(probes.lr_find, sp), probe=_probe_summary(probes.probe))
     result.param_importances = result.importances()
     return result

@@ -13,6 +13,7 @@ import numpy as np
 
 from tunekit.bytesize import format_bytes
 from tunekit.probes.memory_model import MemoryModel, PhaseFit
+from tunekit.probes.step_time import step_curve
 from tunekit.results.base import Result
 
 __all__ = ["ProbeResult"]
@@ -51,6 +52,12 @@ class ProbeResult(Result):
     updates: int = 0  # every real optimizer update the probe ran
     samples: int = 0  # the training samples those updates drew (the probe's compute cost)
     warnings: list[str] = field(default_factory=list)  # where an answer is not to be trusted, and why
+
+    @property
+    def step_times(self) -> list[list[float]]:
+        """[micro-batch, seconds per micro-step] from the timed steps ([] without them): what prices a
+        search's trials (:mod:`tunekit.probes.step_time`)."""
+        return step_curve(self.throughput)
 
     @property
     def real_steps(self) -> int:

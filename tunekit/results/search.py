@@ -19,6 +19,7 @@ from typing import Any, Optional
 
 from tunekit.errors import UsageError
 from tunekit.objective import Objective
+from tunekit.probes.step_time import format_seconds
 from tunekit.results.base import Result, write_file
 
 __all__ = ["SearchResult", "write_report", "best_of"]
@@ -306,7 +307,8 @@ class SearchResult(Result):
         for t in self.trials:
             counts[t["state"]] = counts.get(t["state"], 0) + 1
         sign, name = self.goal.sign, self.objective[:9]
-        lines = [f"{'trial':>5} {'state':>9} {name:>9} {'batch':>11} {'updates':>7} {'device s':>13}  params (lr as trained)"]
+        lines = [f"{'trial':>5} {'state':>9} {name:>9} {'batch':>11} {'updates':>7} {'device s':>13}  "
+                 "params (lr as trained)"]
         for t in sorted(self.trials, key=lambda t: (t["value"] is None, sign * t["value"] if t["value"] is not None else 0)):
             val = "" if t["value"] is None else f"{t['value']:.4f}"
             note = " (diverged)" if t.get("diverged") else (f" ({t['error'][:40]})" if t.get("error") else "")
@@ -389,8 +391,6 @@ def _ran(trial: dict[str, Any]) -> float:
 
 
 def _secs(seconds: Optional[float]) -> str:
-    from tunekit.probes.step_time import format_seconds
-
     return "-" if seconds is None else format_seconds(seconds)
 
 

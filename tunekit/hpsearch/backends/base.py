@@ -2,8 +2,9 @@
 
 A backend gets a :class:`Work`: the study, its space, the plan that turns a trial's params
 into a run, and how many finished trials the study should hold. It runs trials until the
-study holds them (or, with a device-time limit, until ``work.out_of_time()``; no trial starts after), each through :mod:`tunekit.hpsearch.trial` (the one trial path), and
-calls ``work.on_end`` as each ends. The search never asks which backend it has.
+study holds them (or, under a device-time limit, until ``work.out_of_time()``: then no trial
+starts), each through :mod:`tunekit.hpsearch.trial` (the one trial path), and calls
+``work.on_end`` as each ends. The search never asks which backend it has.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ class Work:
         """Whether the study has spent its device-time limit: then no trial starts (those running finish)."""
         from tunekit.hpsearch.study import device_seconds
 
-        limit = self.settings.time_limit_seconds
+        limit = self.settings.time_limit
         return limit is not None and device_seconds(self.study) >= limit
 
 
