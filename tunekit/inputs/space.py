@@ -229,11 +229,21 @@ def batch_choices(entry: Entry, probe: Any, ref_batch: int | None = None, max_ba
     return sorted(out)
 
 
+# The best peak LR of a warmup + cosine run lies up to this many times above the LR at the
+# range test's smoothed minimum (benchmarks/lr_rules.py, 12 tasks: 0.2x to 25x).
+PEAK_ABOVE_MINIMUM = 25.0
+
+
 def lr_bounds_from_curve(result: Any, margin: float) -> tuple[float, float]:
-    """From where the range-test loss starts to fall to its minimum (below divergence), widened by ``margin`` decades.
+    """From where the range-test loss starts to fall, less ``margin`` decades, to
+    :data:`PEAK_ABOVE_MINIMUM` times the LR of its minimum (below divergence), or ``margin``
+    decades above it if that is more.
 
     "Starts to fall": the first LR at which the smoothed loss has covered 10% of
-    its drop from the start to the minimum.
+    its drop from the start to the minimum. The upper end is where the range test's
+    own error says the best peak LR may still be: a bound at the minimum itself shut
+    the search out of the optimum whenever the curve read low (a CNN's curve at 10x
+    below its best LR left no trial there).
     """
     from tunekit.probes.lr_rules import prepare
 
@@ -251,7 +261,7 @@ def lr_bounds_from_curve(result: Any, margin: float) -> tuple[float, float]:
     low, high = float(c.lrs[i]), float(c.lrs[end])
     if result.diverged_at_lr:
         high = min(high, float(result.diverged_at_lr))
-    return low / 10**margin, high * 10**margin
+    return low / 10**margin, high * max(PEAK_ABOVE_MINIMUM, 10**margin)
 
 
 def list_spaces() -> dict[str, str]:
