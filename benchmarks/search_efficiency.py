@@ -1,7 +1,8 @@
 """How many training samples does each search strategy spend before it reaches a target loss?
 
 On the benchmark's own tasks (``search_tasks.py``: a BatchNorm CNN with AdamW,
-an MLP with SGD, a tiny char-level Transformer with AdamW), over several seeds,
+an MLP with SGD, a tiny char-level Transformer with AdamW, and a long-trial MLP with
+Adam, 2,400 updates a full trial), over several seeds,
 each strategy searches with the same budget per trial, 1 FTE ("full-trial
 equivalent": the task's ``max_steps`` x its default batch, in samples); a trial
 at batch B runs ``budget // B`` optimizer updates. Strategies:
@@ -25,7 +26,9 @@ final loss over an LR grid at the task's default settings (3 LRs a decade, 1e-4
 to 1, each trained with seeds 1000..1002) and (b) every strategy's best
 completed trial over all its seeds. Samples to target: the samples of every
 trial, pruned and failed ones included, in completion order (probes first),
-until the first completed trial at or below the target; inf if none. Medians
+until the first completed trial at or below the target; inf if none. The same is
+counted in optimizer updates and in device seconds (each trial's measured seconds on its
+one CPU thread, evaluations included; tunekit's probes' seconds first). Medians
 are over seeds, so a median is finite only when at least half the seeds reach
 the target; "misses as spent" counts each miss as the samples it spent (a lower
 bound on what it would need).
@@ -37,6 +40,10 @@ and ``--report`` prints the tables from the cache without training:
     python benchmarks/search_efficiency.py --tasks cnn_adamw,mlp_sgd &
     python benchmarks/search_efficiency.py --tasks tiny_lm &
     wait; python benchmarks/search_efficiency.py --report
+
+The report also gives tunekit's seconds per update against the peers' loop at the same
+batch (both train through ``tunekit.train``; tunekit's trials also write each evaluation to
+their SQLite study), and tunekit's predicted / measured trial seconds.
 
 Options: ``--seeds N`` (default 5 a task, 3 for tiny_lm), ``--trials N`` (24),
 ``--strategies tunekit,random,optuna_sh,ray_asha``. A cached run is reused while
