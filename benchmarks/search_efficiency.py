@@ -522,6 +522,69 @@ def per_update_line(runs: dict[str, list[Run]]) -> str:
     return f"  per-update time, tunekit / peers' loop (incl. evaluations): {cells}{said}"
 
 
+# --- per-update time, interleaved ------------------------------------------------------------
+
+
+def _peer_trials(task: tunekit.Task, params: dict[str, Any], budget: int, n: int) -> list[float]:
+    """Seconds per update of ``n`` trials at ``params`` through the peers' loop (optuna_sh's: an
+    in-memory study, a report and a pruning check at each evaluation)."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(direction="minimize", pruner=optuna.pruners.SuccessiveHalvingPruner())
+    out = []
+    for _ in range(n):
+        trial = study.ask()
+        batch, updates = int(params["batch_size"]), max(1, budget // int(params["batch_size"]))
+
+        def report(step: int, metrics: dict[str, float]) -> None:
+            if step < updates:
+                trial.report(float(metrics["loss"]), step * batch)
+                trial.should_prune()  # asked as a peer asks; a lone trial at one config is never pruned
+
+        t0 = time.perf_counter()
+        result = train_trial(task, params, budget, 0, report)
+        out.append((time.perf_counter() - t0) / max(1, result.updates))
+        study.tell(trial, result.final_loss)
+    return out
+
+
+def _tunekit_trials(task: tunekit.Task, params: dict[str, Any], budget: int, n: int) -> list[float]:
+    """Seconds per update of ``n`` trials at ``params`` through tunekit's own trial path (a space whose
+    entries are all fixed: no probes; its SQLite study, rungs and reports as in any search)."""
+    entries = {**params, "min_lr_ratio": 0.1}
+    text = "".join(f"[{k}]\ntype = \"fixed\"\nvalue = {json.dumps(v)}\n" for k, v in entries.items())
+    with tempfile.TemporaryDirectory(prefix="tk_per_update_") as out:
+        space = Path(out) / "fixed.toml"
+        space.write_text(text)
+        r = tunekit.search(task, str(space), trials=n, budget=f"{budget}samples", seed=0, out=out, device="cpu",
+                           memory_budget="1GiB", progress=False)
+    return [t["seconds"] / t["updates"] for t in r.trials if t["state"] == "COMPLETE" and t.get("updates")]
+
+
+def per_update_check(task_name: str, task: tunekit.Task, cache: Path, repeats: int = 9, n: int = 1) -> str:
+    """tunekit's trial path against the peers' loop at the same config, the arms interleaved (the one
+    first alternates) so that the machine's load falls on both: median seconds per update of each, and
+    the median of the paired ratios, at the task's batch and at half and twice it."""
+    grid = grid_means(lr_grid(task_name, task, cache, train=False))
+    lr = min(grid, key=grid.get) if grid else float(task.defaults.get("lr") or 1e-3)
+    budget, b0 = fte_of(task), int(task.batch_size or 32)
+    cells = []
+    for batch in (b for b in BATCHES if b0 // 2 <= b <= b0 * 2):
+        params = {"lr": lr, "batch_size": batch, "warmup": 0.05, "weight_decay": 0.01, "schedule": "cosine"}
+        tk, peer, ratios = [], [], []
+        for r in range(repeats):
+            arms = (_tunekit_trials, _peer_trials) if r % 2 == 0 else (_peer_trials, _tunekit_trials)
+            got = {arm: arm(task, params, budget, n) for arm in arms}
+            tk += got[_tunekit_trials]
+            peer += got[_peer_trials]
+            ratios.append(statistics.median(got[_tunekit_trials]) / statistics.median(got[_peer_trials]))
+        cells.append(f"batch {batch}: {statistics.median(tk) * 1e3:.3f} / {statistics.median(peer) * 1e3:.3f} ms, "
+                     f"paired ratio {statistics.median(ratios):.3f} (range {min(ratios):.3f}-{max(ratios):.3f})")
+    return (f"{task_name}: per-update time, tunekit's trial path / the peers' loop, interleaved "
+            f"({repeats} repeats x {n} trials an arm, lr {lr:g}):\n  " + "\n  ".join(cells))
+
+
 def seed_spread(grid: dict[str, Any], lr: float) -> float:
     """(max - min) / mean of the final losses over the grid's seeds at one LR."""
     finals = [v for k, v in grid["points"].items() if v is not None and math.isclose(float(k.split("/")[0]), lr, rel_tol=1e-4)]
@@ -673,6 +736,8 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--trials", type=int, default=24, help="trials a search")
     ap.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="folder of the cached runs and grids")
     ap.add_argument("--report", action="store_true", help="print the tables from the cache; train nothing")
+    ap.add_argument("--per-update", action="store_true",
+                    help="only time tunekit's trial path against the peers' loop, interleaved, and print the ratios")
     ap.add_argument("--variant", action="append", default=[], metavar="NAME=JSON",
                     help="also run tunekit with these search() settings, as strategy tunekit_NAME "
                     "(e.g. r1='{\"rungs\": 1}'; name it in --strategies)")
@@ -700,6 +765,10 @@ def main() -> None:
           "1 FTE = one full trial's samples\n", flush=True)
     if "tunekit" in args.strategies and not tunekit_has_budget():
         print("tunekit arm skipped: tunekit.search has no `budget` parameter yet\n", flush=True)
+    if args.per_update:
+        for name in args.tasks:
+            print(per_update_check(name, TASKS[name](None), args.cache), flush=True)
+        return
     try:
         if not args.report:
             for name in args.tasks:
