@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tunekit import UsageError, probe, search
+from tunekit.results import ProbeResult
 from tunekit.hpsearch.budget import Budget, parse_budget, price_budget, resolve_budget
 from tunekit.hpsearch.plan import MIN_UPDATES, Plan, largest_batch, trial_config
 from tunekit.probes.step_time import format_seconds, micro_seconds, step_curve, update_seconds
@@ -118,3 +119,20 @@ def test_a_study_wide_device_time_limit_starts_no_trial_after_it(tmp_path: Path)
     _stopped_at_the_limit(r, 1.0, 8)
     with pytest.raises(UsageError, match="time_limit must be a device time, got '3 days'"):
         search(classification_task(), time_limit="3 days")
+
+
+def test_the_search_probe_tries_no_batch_the_space_cannot_offer(tmp_path: Path) -> None:
+    """The probe's dearest steps are its largest batches: a search's probe stops at the largest batch its
+    space can offer (choices centre at or below the range test's batch) and at what the budget can use."""
+    from tunekit.inputs.space import load_space
+
+    sp = load_space("from_scratch")
+    assert sp.largest_batch(32) == 128 and sp.largest_batch(24) == 128  # 4 x, to a power of two
+    assert sp.largest_batch(None) is None  # no range-test batch: only the probe bounds it
+    assert load_space("full_finetune").largest_batch(32) == 64
+    r = search(classification_task(), "from_scratch", trials=1, budget="6400samples", device="cpu",
+               memory_budget="256MiB", prune=False, out=tmp_path / "o")
+    assert r.plan["ref_batch"] == 32 and len(classification_task().train_data) == 256  # the data and budget (6400 / 20) allow more
+    saved = ProbeResult.load(tmp_path / "o" / "probe.json")
+    assert saved.max_batch == r.probe["max_batch"] == 128 and max(t["batch"] for t in saved.throughput) == 128
+    assert "128" in r.distributions["batch"] and "256" not in r.distributions["batch"]

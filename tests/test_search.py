@@ -100,14 +100,14 @@ def test_seed_trial_pairs_the_suggested_lr_with_its_own_batch(tmp_path: Path) ->
     pr = probe(task, memory_budget="256MiB", device="cpu", throughput_points=2, noise_repeats=4)
     pr.critical_batch, pr.critical_batch_range = 100.0, (20.0, 200.0)  # 32 is plausible: the seed keeps it
     r = search(task, "from_scratch", trials=1, max_steps=100, lr_find_result=lf, probe_result=pr, device="cpu")
-    assert r.seed_params["batch"] == 32 and r.trials[0]["config"]["lr"] == pytest.approx(lf.suggestion)
+    assert r.seed_params["batch"] == 32 and r.trials[0]["config"]["lr"] == pytest.approx(lf.suggestion / 3)  # design's first
     pr.critical_batch, pr.critical_batch_range = 8.0, (6.0, 9.0)  # a confident estimate below it moves it
     r = search(task, "from_scratch", trials=1, max_steps=100, lr_find_result=lf, probe_result=pr, device="cpu")
     assert r.seed_params["batch"] == 8  # the interval's edge, 9, as a power of two
     # The LR was found at batch 32: at 8 it is rescaled by the square root (AdamW), and the trial
     # draws the same samples as one at 32 (100 updates of 32 = 400 updates of 8).
     seed = r.trials[0]
-    assert seed["config"]["lr"] == pytest.approx(lf.suggestion / 2) and r.plan["lr_rule"] == "sqrt"
+    assert seed["config"]["lr"] == pytest.approx(lf.suggestion / 3 / 2) and r.plan["lr_rule"] == "sqrt"
     assert seed["updates"] == 400 and seed["samples"] == 3200 and seed["micro_batch"] * seed["accumulation_steps"] == 8
 
 
@@ -121,7 +121,7 @@ def test_seeded_search_enqueues_the_seed_first(tmp_path: Path) -> None:
                probe_result=str(tmp_path / "probe.json"), out=tmp_path / "out", device="cpu")
     first = r.trials[0]
     assert first["number"] == 0 and first["params"] == r.seed_params
-    assert first["params"]["lr"] == pytest.approx(lf.suggestion)
+    assert first["params"]["lr"] == pytest.approx(lf.suggestion / 3)  # the design's first point: a third of it
     assert r.probe_samples == 0  # the probes were given, not run
     for f in ("search.json", "trials.csv", "search.png", "study.db"):
         assert (tmp_path / "out" / f).exists()
@@ -296,12 +296,13 @@ def test_plan_splits_from_memory_and_rescales_the_lr() -> None:
     assert (cfg.train["batch_size"], cfg.train["accumulation_steps"], cfg.train["max_steps"]) == (64, 4, 50)
     assert cfg.train["lr"] == pytest.approx(0.4) and cfg.train["seed"] == 7 and cfg.train["min_lr_ratio"] == 0.1
     assert cfg.samples == 12800 and cfg.train["eval_every"] == 50 // 8
-    # The design starts at the seed trial, then steps around it, inside the space.
+    # The design starts at the seed trial (a third of the suggestion: it reads high more often than
+    # low), then steps around the suggestion, inside the space.
     dists = {"lr": optuna.distributions.FloatDistribution(1e-3, 1e-1, log=True),
              "batch": optuna.distributions.CategoricalDistribution([16, 32, 64, 128])}
     design = initial_design(dists, 0.05, 64, 5)
-    assert design[0] == {"lr": 0.05, "batch": 64}
-    assert [d["lr"] for d in design] == pytest.approx([0.05, 0.05 / 3, 0.1, 0.05, 0.05])
+    assert design[0] == {"lr": pytest.approx(0.05 / 3), "batch": 64}
+    assert [d["lr"] for d in design] == pytest.approx([0.05 / 3, 0.05, 0.1, 0.05, 0.05])
     assert [d["batch"] for d in design] == [64, 64, 64, 32, 16]
     # Elsewhere the seed trial keeps the task's own recipe, clipped into the space.
     dists["weight_decay"] = optuna.distributions.FloatDistribution(1e-3, 0.1, log=True)
@@ -311,7 +312,7 @@ def test_plan_splits_from_memory_and_rescales_the_lr() -> None:
     assert initial_design(dists, 0.05, 64, 1)[0]["weight_decay"] == pytest.approx(1e-2)  # no recipe: the middle
     # A suggestion more than 10x from the task's own LR: the last point tries the task's LR.
     far = initial_design(dists, 0.05, 64, 5, recipe={"lr": 0.002})
-    assert [d["lr"] for d in far] == pytest.approx([0.05, 0.05 / 3, 0.1, 0.05, 0.002]) and far[-1]["batch"] == 64
+    assert [d["lr"] for d in far] == pytest.approx([0.05 / 3, 0.05, 0.1, 0.05, 0.002]) and far[-1]["batch"] == 64
     wide = initial_design(dists, None, 64, 5, recipe={"lr": 0.005})  # no range test to trust: the task's LR, wider
     assert [d["lr"] for d in wide] == pytest.approx([0.005, 0.015, 0.005 / 3, 0.05, 0.001])
     spread = initial_design(dists, None, 64, 5)  # nor a recipe: over the range, middle first
@@ -625,7 +626,8 @@ def test_the_design_takes_a_categorical_lr_at_its_nearest_choice() -> None:
 
     dists = {"lr": optuna.distributions.CategoricalDistribution([0.003, 0.03, 3.0])}
     points = initial_design(dists, lr=0.02, batch=None, n=5)
-    assert points[0] == {"lr": 0.03} and {p["lr"] for p in points} <= {0.003, 0.03, 3.0}
+    # the seed trial at a third of it (0.0067: nearest 0.003), then the suggestion itself
+    assert points[:2] == [{"lr": 0.003}, {"lr": 0.03}] and {p["lr"] for p in points} <= {0.003, 0.03, 3.0}
 
 
 def test_a_small_search_has_no_rung_and_a_rung_does_not_cut_a_tie() -> None:

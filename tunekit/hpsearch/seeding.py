@@ -26,7 +26,7 @@ from tunekit.inputs.space import SearchSpace, batch_centre, load_space, referenc
 from tunekit.probes.step_time import update_seconds
 
 __all__ = ["SearchInputs", "Probes", "prepare_inputs", "run_probes", "priced", "make_plan", "design_size",
-           "enqueue_seed_and_design", "EVAL_SAMPLES", "DESIGN_TRIALS"]
+           "enqueue_seed_and_design", "probe_cap", "EVAL_SAMPLES", "DESIGN_TRIALS"]
 
 # Validation reads at most this many samples (the first ones, in the set's own order).
 EVAL_SAMPLES = 4096
@@ -183,14 +183,24 @@ def run_probes(inputs: SearchInputs, settings: SearchSettings, existing: bool, s
 
         # The timed steps price every trial in device time (and size a budget given in it): they
         # are stored with the study, so its trials are the same on every run. No batch above what
-        # a budget in samples can use is tried.
+        # the space can offer, or a budget in samples can use, is tried: those steps are the
+        # probe's dearest, in samples and in time.
         found.probe = probe(task, memory_budget=settings.memory_budget, throughput_points=PRICE_POINTS,
-                            max_batch=max(1, inputs.budget.samples // MIN_UPDATES) if inputs.budget.priced else None,
-                            **common)
+                            max_batch=probe_cap(inputs, found.lr_find), **common)
         found.samples += found.probe.samples
         found.seconds += found.probe.seconds
         _save(found.probe, out_dir, "probe")
     return found
+
+
+def probe_cap(inputs: SearchInputs, lr_find: Any) -> Optional[int]:
+    """The largest batch the search's probe tries: the space's largest offer (its choices centre on
+    the range test's batch or below), and no more than leaves a trial ``MIN_UPDATES`` updates."""
+    caps = [inputs.space.largest_batch(reference_batch(lr_find))]
+    if inputs.budget.priced:
+        caps.append(max(1, inputs.budget.samples // MIN_UPDATES))
+    known = [c for c in caps if c is not None]
+    return min(known) if known else None
 
 
 def priced(inputs: SearchInputs, probes: Probes) -> SearchInputs:

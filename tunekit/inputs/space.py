@@ -155,6 +155,16 @@ class SearchSpace:
     def fixed(self) -> dict[str, Any]:
         return {n: e.value for n, e in self.entries.items() if e.type == "fixed"}
 
+    def largest_batch(self, ref_batch: int | None) -> int | None:
+        """The largest effective batch a [batch] seeded by the probe can offer, given the range test's
+        batch: its choices centre at or below ``ref_batch`` (:func:`batch_centre`), so none exceeds
+        ``ref_batch`` x its largest multiple. None where the space does not bound it (no [batch], or
+        no range-test batch to centre on): the probe then bounds it alone."""
+        e = self.entries.get("batch")
+        if e is None or e.seeded != "probe" or not ref_batch:
+            return None
+        return int(2 ** round(math.log2(max(1.0, ref_batch * max(e.around_critical)))))
+
     def table(self) -> str:
         """One line an entry: what it is, and where a seeded one's values come from."""
         width = max((len(n) for n in self.entries), default=4)
