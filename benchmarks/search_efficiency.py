@@ -43,7 +43,11 @@ and ``--report`` prints the tables from the cache without training:
 
 The report also gives tunekit's seconds per update against the peers' loop at the same
 batch (both train through ``tunekit.train``; tunekit's trials also write each evaluation to
-their SQLite study), and tunekit's predicted / measured trial seconds.
+their SQLite study), and tunekit's predicted / measured trial seconds. Those trials ran at
+other times, under other load: ``--per-update`` times the two paths at one config instead,
+interleaved (tunekit's trial path through a search of a fully fixed space, which runs no
+probes; the peers' through train with an in-memory Optuna study), and prints the median of
+the paired ratios.
 
 Options: ``--seeds N`` (default 5 a task, 3 for tiny_lm), ``--trials N`` (24),
 ``--strategies tunekit,random,optuna_sh,ray_asha``. A cached run is reused while
