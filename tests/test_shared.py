@@ -103,7 +103,10 @@ def test_a_killed_worker_costs_one_trial_and_its_trial_is_rerun_once(tmp_path: P
     assert len(dead) == 1
     result = study_result(url, "k")
     row = next(t for t in result.trials if t["number"] == dead[0].number)
-    assert row["error"] == f"worker {dead[0].user_attrs['worker']['host']}:{victim.pid} stopped" and row["stopped"]
+    # Found by its process being gone (same machine), or by its heartbeat if a survivor looked first.
+    said = f"worker {dead[0].user_attrs['worker']['host']}:{victim.pid} stopped"
+    assert row["error"] in (said, f"{said}: no heartbeat for 4 s") and row["stopped"]
+    assert dead[0].user_attrs["reason"] == row["error"]  # on the trial itself, for dashboards
     again = [t for t in usable if t.params == dead[0].params]
     assert len(again) == 1 and again[0].user_attrs["tunekit_retry_of"] == dead[0].number
     assert again[0].datetime_start.timestamp() - killed_at < 30  # about the grace period, not a new start
@@ -261,8 +264,22 @@ def test_a_stale_heartbeat_fails_the_trial_with_its_workers_name_and_queues_one_
     time.sleep(3)
     assert reap_study(url, "h", grace_period=2) == [t.number]
     study = optuna.load_study(study_name="h", storage=store)
-    assert study.user_attrs[f"tunekit_stopped:{t.number}"] == "worker elsewhere:1 stopped"
+    reason = "worker elsewhere:1 stopped: no heartbeat for 2 s"  # on the failed trial itself, for dashboards
+    assert study.trials[t.number].user_attrs["reason"] == reason == study.user_attrs[f"tunekit_stopped:{t.number}"]
     assert [x.user_attrs["tunekit_retry_of"] for x in study.trials if x.state.name == "WAITING"] == [t.number]
+
+
+def test_a_trial_left_running_by_a_killed_search_is_failed_with_its_reason(tmp_path: Path) -> None:
+    """Every failed trial says why, however it was found: here one a killed process left RUNNING, failed on resume."""
+    from tunekit.hpsearch.study import mark_interrupted
+    from tunekit.hpsearch.trial import INTERRUPTED
+
+    store = make_storage(None, tmp_path)
+    study = optuna.create_study(study_name="k", storage=store)
+    t = study.ask({"x": optuna.distributions.FloatDistribution(0, 1)})
+    mark_interrupted(study, store)
+    back = optuna.load_study(study_name="k", storage=store).trials[t.number]
+    assert back.state.name == "FAIL" and back.user_attrs["reason"] == INTERRUPTED
 
 
 def _free_port() -> int:

@@ -16,7 +16,8 @@ from typing import Any, Optional
 from tunekit.errors import UsageError
 from tunekit.hpsearch.trial import INTERRUPTED
 
-__all__ = ["make_storage", "study_exists", "make_sampler", "open_study", "check_resume", "mark_interrupted",
+__all__ = ["make_storage", "study_exists", "make_sampler", "open_study", "check_resume", "mark_interrupted", "fail_trial",
+           "stale_reason",
            "requeue_interrupted", "safe_url", "check_report_of", "trial_dicts", "finished_count",
            "device_seconds", "enqueue", "enqueue_design", "PLAN_KEY", "DISTS_KEY", "SPEC_KEY", "excluded", "stopped"]
 
@@ -135,8 +136,8 @@ def _rdb(url: str, grace: int, on_stale: Any) -> Any:
         try:
             with warnings.catch_warnings():  # heartbeats are "experimental" in Optuna's words
                 warnings.simplefilter("ignore")
-                return optuna.storages.RDBStorage(url, heartbeat_interval=max(1, min(10, grace // 4)), grace_period=grace,
-                                                  heartbeat_stale_trial_callback=on_stale)
+                return _reasoned_rdb()(url, heartbeat_interval=max(1, min(10, grace // 4)), grace_period=grace,
+                                       heartbeat_stale_trial_callback=on_stale)
         except (IntegrityError, ProgrammingError):
             # Workers that start together on a fresh database race to create its tables (PostgreSQL:
             # pg_type_typname_nsp_index); the loser finds them there when it tries again.
@@ -152,6 +153,49 @@ def _rdb(url: str, grace: int, on_stale: Any) -> Any:
         except SQLAlchemyError as exc:  # a URL it cannot reach, a database it cannot read
             raise UsageError(f"storage {safe_url(url)!r} cannot be opened: {type(exc).__name__}: {str(exc).splitlines()[0]}") from None
     raise AssertionError("unreachable")
+
+
+def _reasoned_rdb() -> type:
+    """Optuna's RDB storage, except that a trial failed without a reason (by Optuna's own
+    ``fail_stale_trials``, in whichever process starts a trial when another's heartbeat has gone
+    stale) first gets one: a finished trial takes no attribute, and dashboards show the trial's."""
+    import optuna
+
+    class RDBStorage(optuna.storages.RDBStorage):
+        def set_trial_state_values(self, trial_id: int, state: Any, values: Any = None) -> bool:
+            if state == optuna.trial.TrialState.FAIL:
+                trial = self.get_trial(trial_id)
+                if trial.state == optuna.trial.TrialState.RUNNING and "reason" not in trial.user_attrs:
+                    # Every other path that fails a running trial notes its reason first (fail_trial,
+                    # trial.record): only the heartbeat check arrives here without one.
+                    self.set_trial_user_attr(trial_id, "reason", stale_reason(trial, self.grace_period))
+            return super().set_trial_state_values(trial_id, state, values)
+
+    return RDBStorage
+
+
+def stale_reason(trial: Any, grace: Any) -> str:
+    """Why a trial whose heartbeat went stale was failed, naming its worker where it recorded one."""
+    w = trial.user_attrs.get("worker") or {}
+    who = f"worker {w.get('host', '?')}:{w.get('pid', '?')}" if w else "its worker"
+    return f"{who} stopped: no heartbeat for {grace} s"
+
+
+def fail_trial(study: Any, store: Any, number: int, reason: str) -> bool:
+    """Fail trial ``number`` (run by another process, or by one that died) with ``reason`` on it, for
+    dashboards and reports; True in the one process whose call failed it. Without a storage in hand
+    (an in-memory study) the reason cannot go on the trial: it is failed without one."""
+    import optuna
+
+    if store is None:
+        study.tell(number, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
+        return True
+    tid = store.get_trial_id_from_study_id_trial_number(store.get_study_id_from_name(study.study_name), number)
+    try:
+        store.set_trial_user_attr(tid, "reason", reason)
+        return bool(store.set_trial_state_values(tid, state=optuna.trial.TrialState.FAIL))
+    except optuna.exceptions.UpdateFinishedTrialError:  # another process (or the trial itself) was first
+        return False
 
 
 def study_exists(store: Any, name: str) -> bool:
@@ -194,16 +238,16 @@ def check_resume(stored: dict[str, Any], plan: dict[str, Any], where: str) -> No
                              "(another --out or --study)")
 
 
-def mark_interrupted(study: Any) -> None:
-    """Trials this process's storage holds as RUNNING were killed with the process that ran them: fail them,
-    and note them as interrupted (a finished trial takes no attributes, so the study keeps the list)."""
+def mark_interrupted(study: Any, store: Any = None) -> None:
+    """Trials this process's storage holds as RUNNING were killed with the process that ran them: fail them
+    with the reason on each, and note them as interrupted (the study keeps the list, for --resume)."""
     import optuna
 
     running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
     if not running:
         return
     for t in running:
-        study.tell(t.number, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
+        fail_trial(study, store, t.number, INTERRUPTED)
     note_interrupted(study, [t.number for t in running])
 
 

@@ -26,8 +26,8 @@ from typing import Any, Optional
 
 from tunekit.errors import UsageError
 from tunekit.hpsearch.settings import SPEC_COMPARED
-from tunekit.hpsearch.study import (ENQUEUED_KEY, RETRY_OF, SPEC_KEY, STOPPED_PREFIX, SURPLUS, excluded, make_storage,
-                                   mark_interrupted, requeue_interrupted)
+from tunekit.hpsearch.study import (ENQUEUED_KEY, RETRY_OF, SPEC_KEY, STOPPED_PREFIX, SURPLUS, excluded, fail_trial,
+                                   make_storage, mark_interrupted, requeue_interrupted)
 
 __all__ = ["worker_id", "worker_seed", "register_worker", "default_threads", "claim", "counts", "claim_creation",
            "wait_for_spec", "check_spec", "on_stale_trial", "reap_stopped", "open_storage", "resume_study",
@@ -224,8 +224,9 @@ def _queue_rerun(study: Any, trial: Any, reason: str) -> None:
 
 
 def on_stale_trial(study: Any, trial: Any) -> None:
-    """Optuna's heartbeat callback: called once, in the one worker that failed the stale trial."""
-    note_stopped(study, trial, f"worker {_where(trial)} stopped")
+    """Optuna's heartbeat callback: called once, in the one worker that failed the stale trial (whose
+    reason the storage put on it: study.stale_reason)."""
+    note_stopped(study, trial, trial.user_attrs.get("reason") or f"worker {_where(trial)} stopped")
 
 
 def reap_stopped(study: Any, store: Any = None, workers: Optional[list[str]] = None) -> list[int]:
@@ -268,18 +269,7 @@ def _stopped_numbers(study: Any) -> list[int]:
 
 def _fail(study: Any, store: Any, trial: Any, reason: str) -> bool:
     """Fail another process's trial, its reason on it (for dashboards); True in the one process whose call did it."""
-    import optuna
-
-    if store is None:
-        study.tell(trial.number, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
-        return True
-    sid = store.get_study_id_from_name(study.study_name)
-    tid = store.get_trial_id_from_study_id_trial_number(sid, trial.number)
-    try:
-        store.set_trial_user_attr(tid, "reason", reason)
-        return bool(store.set_trial_state_values(tid, state=optuna.trial.TrialState.FAIL))
-    except optuna.exceptions.UpdateFinishedTrialError:  # another reaper (or the trial itself) was first
-        return False
+    return fail_trial(study, store, trial.number, reason)
 
 
 def resume_study(study: Any, shared: bool, store: Any = None) -> None:
@@ -291,5 +281,5 @@ def resume_study(study: Any, shared: bool, store: Any = None) -> None:
     if shared:
         reap_stopped(study, store)
     else:
-        mark_interrupted(study)
+        mark_interrupted(study, store)
     requeue_interrupted(study)

@@ -30,8 +30,8 @@ from tunekit.hpsearch.backends.base import Work
 from tunekit.hpsearch.plan import Plan, TrialConfig
 from tunekit.hpsearch.settings import SearchSettings
 from tunekit.hpsearch.study import finished_count, note_interrupted
-from tunekit.hpsearch.trial import (Outcome, evaluation_reporter, final_step, outcome_of, record, run_config,
-                                   start_attrs)
+from tunekit.hpsearch.trial import (INTERRUPTED, Outcome, evaluation_reporter, final_step, outcome_of, record,
+                                   run_config, start_attrs)
 
 __all__ = ["RayBackend", "run_ray", "check_packing", "fits", "largest_micro_batch"]
 
@@ -440,6 +440,10 @@ def _fail_unfinished(study: Any, book: dict[int, Any]) -> None:
 
     numbers = list(book)
     for ot in book.values():
+        try:
+            ot.set_user_attr("reason", INTERRUPTED)  # on the trial, for dashboards and reports
+        except optuna.exceptions.UpdateFinishedTrialError:
+            pass  # it finished meanwhile: the tell below leaves it as it is
         study.tell(ot, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
     if numbers:
         note_interrupted(study, numbers)
