@@ -449,3 +449,20 @@ def test_a_worker_joins_a_study_created_before_the_objective_existed(tmp_path: P
     study.set_user_attr("tunekit_plan", plan)
     r = join_study(journal, "old", device="cpu")
     assert r.objective == "loss" and len([t for t in r.trials if t["state"] == "COMPLETE"]) == 2
+
+
+def test_study_create_honours_the_worker_flags_and_refuses_the_trial_flags(tmp_path: Path) -> None:
+    """`study create` takes the search's flags but runs no trial: --threads and --worker-id name the creator;
+    a flag that only says how trials run is refused in one line, not ignored."""
+    space, journal = write_space(tmp_path, SMALL), str(tmp_path / "study.log")
+    common = ["--space", str(space), "--trials", "3", "--storage", journal, "--task", "tests.tasks:regression_task",
+              "--max-steps", "10", "--device", "cpu", "--quiet"]
+    for flag in (["--backend", "ray"], ["--max-failures", "1"], ["--max-concurrent", "2"]):
+        bad = run_cli("study", "create", *common, "--study", "x", *flag)
+        assert bad.returncode == 2 and f"runs no trial, so {flag[0]} would do nothing" in bad.stderr
+        assert "Traceback" not in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+    made = run_cli("study", "create", *common, "--study", "c", "--threads", "1", "--worker-id", "creator")
+    assert made.returncode == 0, made.stderr[-2000:]
+    attrs = optuna.load_study(study_name="c", storage=make_storage(journal, None)).user_attrs
+    assert attrs["tunekit_worker:creator"]["threads"] == 1
+    assert not [k for k in attrs if k.startswith("tunekit_worker:") and k != "tunekit_worker:creator"]

@@ -12,8 +12,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from tunekit.cli_commands import (cmd_dashboard, cmd_doctor, cmd_lr_find, cmd_probe, cmd_report, cmd_search, cmd_serve,
-                                  cmd_spaces, cmd_study_create, cmd_study_reap, cmd_tasks, cmd_train, cmd_worker,
+from tunekit.cli_commands import (CREATE_REFUSES, cmd_dashboard, cmd_doctor, cmd_lr_find, cmd_probe, cmd_report, cmd_search,
+                                  cmd_serve, cmd_spaces, cmd_study_create, cmd_study_reap, cmd_tasks, cmd_train, cmd_worker,
                                   in_cli_terms, run)
 
 __all__ = ["main", "build_parser", "in_cli_terms"]
@@ -341,7 +341,7 @@ def _add_study_command(sub: Any) -> None:
                       description="A search that runs no trial: the probes, the plan, the seed trial and the study's "
                                   "spec go into --storage; then start workers with tunekit worker.")
     _add_search_flags(c)
-    c.set_defaults(func=cmd_study_create, usage=c.format_usage)
+    c.set_defaults(func=cmd_study_create, usage=c.format_usage, **dict.fromkeys(CREATE_REFUSES))
     r = ss.add_parser("reap", help="fail the trials of stopped workers now, and queue their re-runs",
                       description="Fail the RUNNING trials whose worker stopped: a stale heartbeat (RDB), a process "
                                   "of this machine that is gone, or a --worker named; each is re-run once.")

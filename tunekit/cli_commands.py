@@ -183,13 +183,25 @@ def cmd_search(args: argparse.Namespace) -> int:
     return 0
 
 
+# `tunekit study create` shares the search's flags but runs no trial: these, which only say how
+# trials run, default to None there and are refused when given, not ignored.
+CREATE_REFUSES = ("backend", "cpus_per_trial", "gpus_per_trial", "max_concurrent", "max_failures", "address",
+                  "storage_path")
+
+
 def cmd_study_create(args: argparse.Namespace) -> int:
     """`tunekit study create`: the probes, run once, and the study's spec stored for its workers."""
     from tunekit.hpsearch import create_study
 
     if not args.storage:
         raise UsageError("tunekit study create needs --storage URL (postgresql://..., sqlite:///..., or a journal file *.log)")
-    result = create_study(args.task or "shapes", args.space, **_search_settings(args, out_dir(args.out)))
+    given = [name for name in CREATE_REFUSES if getattr(args, name, None) is not None]
+    if given:
+        flag = "--" + given[0].replace("_", "-")
+        raise UsageError(f"tunekit study create runs no trial, so {flag} would do nothing: drop it, and give it to "
+                         f"the workers (tunekit worker) or to tunekit search")
+    result = create_study(args.task or "shapes", args.space, **_search_settings(args, out_dir(args.out)),
+                          threads=args.threads, worker_id=args.worker_id)
     print(f"study '{result.study_name}' is ready for {args.trials} trials: on each machine run "
           f"tunekit worker --storage {args.storage} --study {result.study_name}")
     return 0
