@@ -139,10 +139,13 @@ def test_a_joining_worker_with_another_budget_or_seed_is_refused(tmp_path: Path,
                  device="cpu", prune=False)
     for given, needle in ((dict(max_steps=20), "run with budget_samples = 160, this run asks for 320"),
                           (dict(seed=1), "run with seed = 0, this run asks for 1"),
-                          (dict(trials=4), r"created with trials = 3, this worker has 4: leave out trials=\.\.\.")):
+                          (dict(trials=4), r"created with trials = 3, this run has 4: leave out trials=\.\.\.")):
         with pytest.raises(UsageError, match=needle) as exc:
             join_study(url, "m", device="cpu", **given)
         assert "\n" not in str(exc.value)
+    # Another task is told as such (it was told of the probes' task, or of a budget of other samples).
+    with pytest.raises(UsageError, match="created with task = 'tests.tasks:regression_task', this run has 'shapes'"):
+        join_study(url, "m", task="shapes", device="cpu")
     assert _trials(url, "m")[0].state.name == "WAITING"  # refused before any trial ran: the seed trial waits
     with pytest.raises(UsageError, match="there is no study 'nope'"):
         join_study(url, "nope")

@@ -193,6 +193,9 @@ def _prepare(task: Any, space: str | SearchSpace, settings: SearchSettings, back
     opened = _open(settings, default_name(inputs.task.name, inputs.space.name, settings.study_name))
     saved = (settings.lr_find_result, settings.probe_result)
     if opened.spec is not None:
+        # What needs no probe first (the task, the space, the trial count...): a worker with another
+        # task is told that, not what follows from it (the probes' task, a budget of other samples).
+        check_spec(opened.spec, _spec_settings(task, settings, inputs.space), opened.name)
         saved = _spec_probes(opened.spec, settings)
 
     # The probes (or their saved results), the plan every trial shares, the seeded space.
@@ -268,15 +271,20 @@ def _spec_probes(spec: dict[str, Any], settings: SearchSettings) -> tuple[Any, A
     return spec_probes(spec)
 
 
+def _spec_settings(task: Any, settings: SearchSettings, sp: SearchSpace) -> dict[str, Any]:
+    """The part of a study's spec known before any probe: version, task, space and the settings' study fields."""
+    from tunekit.version import __version__
+
+    return {"version": __version__, "task": task if isinstance(task, str) else None, "space": space_dict(sp),
+            **settings.study_dict(), "task_config": settings.task_config or {}}
+
+
 def study_spec(task: Any, settings: SearchSettings, sp: SearchSpace, probes: Probes, plan: Plan,
                dists: dict[str, Any]) -> dict[str, Any]:
     """What every worker of a shared study must agree on, as the study keeps it (JSON): the
     settings' study fields, the task and space, each batch's split and the probes' results."""
-    from tunekit.version import __version__
-
     batches = sorted({int(b) for n in ("batch", "batch_size") if n in dists for b in getattr(dists[n], "choices", ())})
-    out = {"version": __version__, "task": task if isinstance(task, str) else None, "space": space_dict(sp),
-           **settings.study_dict(), "task_config": settings.task_config or {},
+    out = {**_spec_settings(task, settings, sp),
            "splits": {str(b): list(split_batch(b, plan.max_micro)) for b in batches},
            "lr_find": probes.lr_find.to_dict() if probes.lr_find is not None else None,
            "probe": probes.probe.to_dict() if probes.probe is not None else None}

@@ -164,8 +164,8 @@ def check_spec(stored: dict[str, Any], mine: dict[str, Any], name: str) -> None:
             # The fix names the parameter as key=...; the CLI says it as its flag.
             fix = ("install the study's tunekit version" if key == "version"
                    else f"leave out {key}=... to take the study's")
-            raise UsageError(f"study '{name}' was created with {key} = {stored[key]!r}, this worker has "
-                             f"{mine.get(key)!r}: {fix}, or join another study")
+            raise UsageError(f"study '{name}' was created with {key} = {stored[key]!r}, this run has "
+                             f"{mine.get(key)!r}: {fix}, or use another study name")
 
 
 def _norm(value: Any) -> Any:
