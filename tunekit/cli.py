@@ -13,8 +13,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from tunekit.cli_commands import (CREATE_REFUSES, cmd_dashboard, cmd_doctor, cmd_lr_find, cmd_probe, cmd_report, cmd_search,
-                                  cmd_serve, cmd_spaces, cmd_study_create, cmd_study_reap, cmd_tasks, cmd_train, cmd_worker,
-                                  in_cli_terms, run)
+                                  cmd_serve, cmd_spaces, cmd_study_create, cmd_study_delete, cmd_study_reap, cmd_tasks,
+                                  cmd_train, cmd_worker, in_cli_terms, run)
 
 __all__ = ["main", "build_parser", "in_cli_terms"]
 
@@ -295,6 +295,11 @@ def _add_search_flags(p: argparse.ArgumentParser) -> None:
     _add_run_args(p, "search.json, trials.csv, search.png and study.db")
 
 
+def _add_timeout(p: Any) -> None:
+    p.add_argument("--timeout", type=_positive_float, default=1800, metavar="S",
+                   help="how long to wait for the study's creator to store its settings (default 1800)")
+
+
 def _add_worker_args(g: Any) -> None:
     """The flags of one worker of a shared study."""
     _add(g, "--grace-period", help="seconds without a heartbeat after which a worker's trial is failed and re-run once "
@@ -326,8 +331,7 @@ def _add_worker_command(sub: Any) -> None:
     _add(p, "--time-limit")
     _add(p, "--seed", "--sampler-seed", default=None, help="must agree with the study's")
     _add(p, "--device")
-    p.add_argument("--timeout", type=_positive_float, default=1800, metavar="S",
-                   help="how long to wait for the study's creator to store its settings (default 1800)")
+    _add_timeout(p)
     _add_worker_args(p)
     _add(p, "--out", default=None, help="also write this worker's snapshot of the study there (default: none; "
          "tunekit report --storage URL --study NAME reports the whole study)")
@@ -335,13 +339,20 @@ def _add_worker_command(sub: Any) -> None:
 
 
 def _add_study_command(sub: Any) -> None:
-    p = _command(sub, "study", None, "create a shared study, or reap its stopped workers", EPILOG_WORKER, task=False)
+    p = _command(sub, "study", None, "create a shared study, reap its stopped workers, or delete it", EPILOG_WORKER, task=False)
     ss = p.add_subparsers(dest="study_command", metavar="ACTION", parser_class=_Parser, required=True)
     c = ss.add_parser("create", help="run the probes once and store what every worker must agree on",
                       description="A search that runs no trial: the probes, the plan, the seed trial and the study's "
                                   "spec go into --storage; then start workers with tunekit worker.")
     _add_search_flags(c)
+    _add_timeout(c)
     c.set_defaults(func=cmd_study_create, usage=c.format_usage, **dict.fromkeys(CREATE_REFUSES))
+    d = ss.add_parser("delete", help="delete a study and its trials (a creator that died before storing its settings)",
+                      description="Delete the study and all its trials from --storage; without --yes, say what it holds.")
+    _add(d, "--storage", required=True, help="the study's SQLAlchemy URL or journal file")
+    _add(d, "--study", required=True, help="the study's name")
+    d.add_argument("--yes", action="store_true", help="delete it (without: only say what it holds)")
+    d.set_defaults(func=cmd_study_delete, usage=d.format_usage)
     r = ss.add_parser("reap", help="fail the trials of stopped workers now, and queue their re-runs",
                       description="Fail the RUNNING trials whose worker stopped: a stale heartbeat (RDB), a process "
                                   "of this machine that is gone, or a --worker named; each is re-run once.")

@@ -201,7 +201,7 @@ def cmd_study_create(args: argparse.Namespace) -> int:
         raise UsageError(f"tunekit study create runs no trial, so {flag} would do nothing: drop it, and give it to "
                          f"the workers (tunekit worker) or to tunekit search")
     result = create_study(args.task or "shapes", args.space, **_search_settings(args, out_dir(args.out)),
-                          threads=args.threads, worker_id=args.worker_id)
+                          threads=args.threads, worker_id=args.worker_id, join_timeout=args.timeout)
     print(f"study '{result.study_name}' is ready for {args.trials} trials: on each machine run "
           f"tunekit worker --storage {args.storage} --study {result.study_name}")
     return 0
@@ -230,6 +230,19 @@ def cmd_study_reap(args: argparse.Namespace) -> int:
     numbers = reap_study(args.storage, args.study, workers=args.worker, grace_period=args.grace_period)
     print(f"failed {len(numbers)} trial(s) of stopped workers{': ' + ', '.join(map(str, numbers)) if numbers else ''}"
           f"{'; each is re-run once by the next worker' if numbers else ''}")
+    return 0
+
+
+def cmd_study_delete(args: argparse.Namespace) -> int:
+    """`tunekit study delete`: a study and its trials removed from the storage (with --yes; else a count)."""
+    from tunekit.hpsearch import delete_study
+    from tunekit.hpsearch.study import safe_url
+
+    counts = delete_study(args.storage, args.study, confirm=args.yes)
+    said = ", ".join(f"{n} {state.lower()}" for state, n in sorted(counts.items())) or "no trials"
+    if not args.yes:
+        raise UsageError(f"study '{args.study}' holds {said}: pass --yes to delete it with them")
+    print(f"deleted study '{args.study}' ({said}) from {safe_url(args.storage)}")
     return 0
 
 

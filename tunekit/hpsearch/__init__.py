@@ -16,7 +16,7 @@ from tunekit.results import SearchResult, write_report
 from tunekit.hpsearch.run import search
 from tunekit.hpsearch.study import make_storage
 from tunekit.hpsearch.settings import SearchSettings
-from tunekit.hpsearch.shared.api import create_study, join_study, reap_study, study_result
+from tunekit.hpsearch.shared.api import create_study, delete_study, join_study, reap_study, study_result
 
 __all__ = ["search", "SearchSettings", "SearchResult", "write_report", "make_storage", "Budget", "parse_budget", "create_study",
-           "join_study", "reap_study", "study_result"]
+           "join_study", "reap_study", "delete_study", "study_result"]

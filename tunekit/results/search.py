@@ -235,7 +235,8 @@ class SearchResult(Result):
         ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel("learning rate (as trained)")
         ax.set_ylabel(self.goal.label)
-        ax.legend(fontsize="small")
+        if ax.get_legend_handles_labels()[0]:  # a study with no trial yet (study create) draws none
+            ax.legend(fontsize="small")
         return ax
 
     def importances(self) -> dict[str, float]:

@@ -15,7 +15,8 @@ from tunekit.errors import UsageError
 from tunekit.hpsearch.settings import JOIN_SETTINGS, STUDY_SETTINGS, SearchSettings
 from tunekit.hpsearch.shared.workers import open_storage
 
-__all__ = ["create_study", "join_study", "reap_study", "study_result", "write_study_report", "JOIN_SETTINGS"]
+__all__ = ["create_study", "join_study", "reap_study", "delete_study", "study_result", "write_study_report",
+           "JOIN_SETTINGS"]
 
 
 def create_study(task: Any = "shapes", space: Any = "from_scratch", *, storage: str, study_name: Optional[str] = None,
@@ -90,6 +91,24 @@ def reap_study(storage: str, study_name: str, workers: Optional[list[str]] = Non
         if w.count(":") < 1 or not w.rpartition(":")[2].isdigit():
             raise UsageError(f"worker {w!r} is not HOST:PID: pass e.g. worker=gpu-3:41722")
     return reap_stopped(optuna.load_study(study_name=study_name, storage=store), store, workers)
+
+
+def delete_study(storage: str, study_name: str, *, confirm: bool = False) -> dict[str, int]:
+    """Delete study ``study_name`` from ``storage`` (its trials go with it): for a study whose creator
+    died before it stored its settings, or one no longer wanted. Returns its trial counts by state;
+    without ``confirm`` it only counts, and deletes nothing."""
+    import optuna
+
+    store = open_storage(storage, None)
+    names = optuna.get_all_study_names(store)
+    if study_name not in names:
+        raise UsageError(f"there is no study '{study_name}' in {storage}: give one of {', '.join(names) or '(none)'}")
+    counts: dict[str, int] = {}
+    for t in optuna.load_study(study_name=study_name, storage=store).get_trials(deepcopy=False):
+        counts[t.state.name] = counts.get(t.state.name, 0) + 1
+    if confirm:
+        optuna.delete_study(study_name=study_name, storage=store)
+    return counts
 
 
 def study_result(storage: str, study_name: str) -> Any:
