@@ -40,6 +40,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/lr_regret.py
 	$(PY) benchmarks/probe_accuracy.py
 	$(PY) benchmarks/search_efficiency.py
+	$(PY) benchmarks/lr_batch.py --loto
 	$(PY) benchmarks/ray_overhead.py
 	$(PY) benchmarks/shared_study.py
 

@@ -247,7 +247,8 @@ def make_plan(inputs: SearchInputs, probes: Probes, settings: SearchSettings) ->
     if ref:
         rule = lr_entry.scale_with_batch or "auto"  # type: ignore[union-attr]
         if rule == "auto":
-            rule = lr_rule_for(task.make_optimizer(task.make_model(settings.seed)))
+            same = "updates" if inputs.budget.seconds is not None else "samples"  # what each batch's trial gets
+            rule = lr_rule_for(task.make_optimizer(task.make_model(settings.seed)), same)
     eval_bs = int(task.batch_size or cfg.batch_size or 1)
     n_val = dataset_size(task.val_data)
     eval_batches = None if n_val is None or n_val <= EVAL_SAMPLES else max(1, EVAL_SAMPLES // eval_bs)
