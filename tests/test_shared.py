@@ -486,3 +486,29 @@ def test_study_delete_says_what_a_study_holds_and_deletes_it_only_with_yes(tmp_p
     assert optuna.get_all_study_names(make_storage(journal, None)) == []
     missing = run_cli("study", "delete", "--storage", journal, "--study", "gone", "--yes")
     assert missing.returncode == 2 and "there is no study 'gone'" in missing.stderr and "Traceback" not in missing.stderr
+
+
+@pytest.mark.slow  # two workers on PostgreSQL, trials of several seconds, one worker killed
+def test_a_dead_workers_trial_is_failed_while_the_survivor_is_still_training(tmp_path: Path, postgres: Any) -> None:
+    """Recovery does not wait for the survivors' trials to end: a worker reaps on a timer while it trains."""
+    url, space = postgres(), write_space(tmp_path, SMALL)
+    long = [a if a != "40" else "250" for a in SLOW]  # trials of about 5 s (20 ms a step)
+    created = run_cli("study", "create", "--space", str(space), "--trials", "3", "--storage", url, "--study", "t",
+                      "--out", str(tmp_path / "c"), *long)
+    assert created.returncode == 0, created.stderr[-2000:]
+    work = ["worker", "--storage", url, "--study", "t", "--grace-period", "4", "--quiet"]
+    victim, survivor = (_start(work, tmp_path) for _ in range(2))
+    _wait_mid_trial(url, "t", victim.pid)
+    _wait_mid_trial(url, "t", survivor.pid)
+    os.killpg(victim.pid, signal.SIGKILL)
+    victim.wait()
+    killed_at = time.time()
+    training = [t.number for t in _trials(url, "t") if t.state.name == "RUNNING"
+                and t.user_attrs.get("worker", {}).get("pid") == survivor.pid]
+    _, err = survivor.communicate(timeout=300)
+    assert survivor.returncode == 0, err[-2000:]
+    _check_exact(url, "t", 3)
+    trials = _trials(url, "t")
+    dead = next(t for t in trials if t.state.name == "FAIL" and t.user_attrs["worker"]["pid"] == victim.pid)
+    assert dead.datetime_complete.timestamp() - killed_at < 4 + 3  # the grace period and a check, not a trial's end
+    assert training and trials[training[0]].datetime_complete > dead.datetime_complete  # the survivor was training

@@ -6,6 +6,7 @@ going, so on a shared database a worker that dies has its trial re-run by anothe
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import time
@@ -65,7 +66,7 @@ def run_local(study: Any, dists: dict[str, Any], make_config: Callable[[dict[str
     claims its slot (:func:`~tunekit.hpsearch.shared.workers.claim`) before a trial trains."""
     import optuna
 
-    from tunekit.hpsearch.shared.workers import claim, counts, mark_surplus, reap_stopped
+    from tunekit.hpsearch.shared.workers import claim, counts, mark_surplus, reap_every, reap_stopped, reaping
 
     cache: dict[str, Any] = {}
     me = {"host": socket.gethostname(), "pid": os.getpid()}
@@ -83,25 +84,28 @@ def run_local(study: Any, dists: dict[str, Any], make_config: Callable[[dict[str
         if not trial.user_attrs.get("tunekit_surplus"):
             on_end(trial.state.name)
 
-    while True:
-        if shared:
-            reap_stopped(study, store)
-        finished, running = counts(study) if shared else (finished_count(study), 0)
-        if finished >= target or out_of_time():
-            return
-        if finished + running >= target:  # the others' trials may finish it; if a worker stopped, we re-run its trial
-            time.sleep(poll)
-            continue
-        try:
-            study.optimize(objective, n_trials=1, catch=(TrialFailed,), callbacks=[after])
-        except SetupError:
-            note_interrupted(study, [current["number"]])  # once the task is mended, --resume runs it
-            raise
-        except (optuna.exceptions.UpdateFinishedTrialError, RuntimeError, ValueError):
-            # Our trial was failed under us (our heartbeat was late: another worker took us for
-            # stopped, and re-runs it); anything else is an error.
-            if not shared or current.get("number") not in stopped(study):
+    # A shared worker also reaps stopped workers while it trains (a thread): their trials' re-runs
+    # do not wait for its own trial to end.
+    with reaping(study, store, reap_every(store)) if shared else contextlib.nullcontext():
+        while True:
+            if shared:
+                reap_stopped(study, store)
+            finished, running = counts(study) if shared else (finished_count(study), 0)
+            if finished >= target or out_of_time():
+                return
+            if finished + running >= target:  # the others' trials may finish it; if a worker stopped, we re-run its trial
+                time.sleep(poll)
+                continue
+            try:
+                study.optimize(objective, n_trials=1, catch=(TrialFailed,), callbacks=[after])
+            except SetupError:
+                note_interrupted(study, [current["number"]])  # once the task is mended, --resume runs it
                 raise
+            except (optuna.exceptions.UpdateFinishedTrialError, RuntimeError, ValueError):
+                # Our trial was failed under us (our heartbeat was late: another worker took us for
+                # stopped, and re-runs it); anything else is an error.
+                if not shared or current.get("number") not in stopped(study):
+                    raise
 
 
 def _objective(trial: Any, study: Any, dists: dict[str, Any], make_config: Callable[[dict[str, Any]], TrialConfig],

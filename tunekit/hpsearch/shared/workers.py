@@ -16,11 +16,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
+import threading
 import time
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Optional
 
@@ -30,7 +33,8 @@ from tunekit.hpsearch.study import (ENQUEUED_KEY, RETRY_OF, SPEC_KEY, STOPPED_PR
                                    make_storage, mark_interrupted, requeue_interrupted)
 
 __all__ = ["worker_id", "worker_seed", "register_worker", "default_threads", "claim", "counts", "claim_creation",
-           "wait_for_spec", "check_spec", "on_stale_trial", "reap_stopped", "open_storage", "resume_study",
+           "wait_for_spec", "check_spec", "on_stale_trial", "reap_stopped", "reap_every", "reaping", "open_storage",
+           "resume_study",
            "SPEC_CHECKED", "WORKER_PREFIX"]
 
 WORKER_PREFIX = "tunekit_worker:"  # + worker id: one study attribute per worker (no lost updates)
@@ -259,6 +263,37 @@ def reap_stopped(study: Any, store: Any = None, workers: Optional[list[str]] = N
             # study attributes for good, so the note is emptied rather than removed).
             study.set_user_attr(f"{STOPPED_PREFIX}{t.number}", "")
     return sorted(set(_stopped_numbers(study)) - before)
+
+
+def reap_every(store: Any) -> float:
+    """Seconds between a worker's background checks for stopped workers: a quarter of the heartbeat
+    grace period (RDB), within 0.5..5 s; 2 s on storages without heartbeats (a process gone from this
+    host is found at once)."""
+    grace = getattr(store, "grace_period", None)
+    return min(5.0, max(0.5, grace / 4)) if grace else 2.0
+
+
+@contextlib.contextmanager
+def reaping(study: Any, store: Any, every: float) -> Iterator[None]:
+    """While the body runs (a worker training its trials), stopped workers' trials are reaped every
+    ``every`` seconds on a thread of its own: a dead worker's trial is failed and queued again within
+    its grace period and one check, not when this worker's own trial ends."""
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.wait(every):
+            try:
+                reap_stopped(study, store)
+            except Exception:  # noqa: BLE001 - a storage error is the main loop's to report (it reaps between trials)
+                continue
+
+    thread = threading.Thread(target=watch, name="tunekit-reaper", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=every + 30)
 
 
 def _stopped_numbers(study: Any) -> list[int]:
