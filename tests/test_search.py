@@ -673,6 +673,18 @@ def test_a_resume_with_nothing_to_run_keeps_the_seconds_and_an_interrupted_trial
     assert rows[0]["error"] == "interrupted; re-run as trial 1" and rows[0]["rerun_as"] == 1 and rows[1]["retry_of"] == 0
 
 
+def test_resume_after_a_kill_during_the_probes_goes_on_with_them(tmp_path: Path) -> None:
+    """A search killed during its probes leaves their saved files and no study: a restart with --resume (as a
+    restart loop always passes it) goes on, reusing them and counting their cost, instead of refusing."""
+    task, out = classification_task(), tmp_path / "o"
+    out.mkdir()
+    lf = lr_find(task, device="cpu", refine=False, progress=False)
+    lf.save(out, "lr_find")  # what the killed run had saved before it died in the batch probe
+    r = search(task, "from_scratch", trials=2, max_steps=20, device="cpu", memory_budget="256MiB", out=out, resume=True)
+    assert r.lr_find["suggestion"] == pytest.approx(lf.suggestion) and len(r.trials) == 2
+    assert r.probe_samples > lf.samples > 0  # the reused range test, and the batch probe run now
+
+
 def test_a_search_refused_before_its_study_holds_anything_leaves_no_study_db(tmp_path: Path) -> None:
     space = str(write_space(tmp_path, SMALL))
     with pytest.raises(UsageError, match="there is no study"):

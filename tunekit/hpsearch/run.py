@@ -199,7 +199,7 @@ def _prepare(task: Any, space: str | SearchSpace, settings: SearchSettings, back
         saved = _spec_probes(opened.spec, settings)
 
     # The probes (or their saved results), the plan every trial shares, the seeded space.
-    probes = run_probes(inputs, settings, opened.existing, saved)
+    probes = run_probes(inputs, settings, opened.existing or settings.resume, saved)
     inputs = priced(inputs, probes)  # a budget in device time, by the probe's timed steps
     if opened.existing:
         probes.samples = int(opened.old_plan.get("probe_samples", probes.samples))
@@ -256,13 +256,19 @@ def _open(settings: SearchSettings, name: str) -> _Opened:
     existing = study_exists(store, name)
     if existing and not settings.resume and not settings.shared:
         raise UsageError(f"study '{name}' already exists in {out_dir}: pass resume=True to continue it, or another out=DIR or study=NAME")
-    if settings.resume and not settings.shared and out_dir is not None and not existing:
+    if settings.resume and not settings.shared and out_dir is not None and not existing and not _probed(out_dir):
         raise UsageError(f"resume: there is no study '{name}' in {out_dir} to continue: drop resume=True to start one")
+    # (A folder with the probes' files but no study: a search killed during its probes. It goes on, with them.)
     spec = None
     if settings.shared and (existing or not claim_creation(store, name, settings.goal.direction)):
         spec = wait_for_spec(store, name, settings.join_timeout)  # None: an older tunekit's study
     old_plan, old_dists = stored_plan(store, name) if existing or spec is not None else ({}, {})
     return _Opened(store, name, existing or spec is not None, old_plan, old_dists, spec)
+
+
+def _probed(out_dir: Path) -> bool:
+    """Whether a search's probes saved their results in ``out_dir``."""
+    return any((out_dir / f"{name}.json").is_file() for name in ("lr_find", "probe"))
 
 
 def _spec_probes(spec: dict[str, Any], settings: SearchSettings) -> tuple[Any, Any]:

@@ -163,6 +163,10 @@ def run_probes(inputs: SearchInputs, settings: SearchSettings, existing: bool, s
         if probe_result is None and (out_dir / "probe.json").is_file():
             probe_result = out_dir / "probe.json"
     found = Probes(_load_result(lr_find_result, "lr_find"), _load_result(probe_result, "probe"))
+    for given, result in ((saved[0], found.lr_find), (saved[1], found.probe)):
+        if given is None and result is not None:  # this search's own, from an earlier run: its cost counts
+            found.samples += int(result.samples or 0)  # (a study's stored total replaces it, when there is one)
+            found.seconds += float(result.seconds or 0.0)
     clip = sp.fixed().get("clip_grad_norm", cfg.clip_grad_norm)
     precision = sp.fixed().get("precision", cfg.precision)
     for kind, result in (("lr_find", found.lr_find), ("probe", found.probe)):
