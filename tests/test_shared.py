@@ -512,3 +512,28 @@ def test_a_dead_workers_trial_is_failed_while_the_survivor_is_still_training(tmp
     dead = next(t for t in trials if t.state.name == "FAIL" and t.user_attrs["worker"]["pid"] == victim.pid)
     assert dead.datetime_complete.timestamp() - killed_at < 4 + 3  # the grace period and a check, not a trial's end
     assert training and trials[training[0]].datetime_complete > dead.datetime_complete  # the survivor was training
+
+
+@pytest.mark.slow  # a creator process killed while it probes, then two more processes
+def test_a_creator_killed_while_probing_is_taken_over_by_the_next_study_create(tmp_path: Path) -> None:
+    """The study exists without its settings: a worker is told at once what to do (not after 30 minutes), and the
+    same `study create` again finishes the creation, after which the workers run it as usual."""
+    space, journal = write_space(tmp_path, SMALL), str(tmp_path / "study.log")
+    create = ["study", "create", "--space", str(space), "--trials", "3", "--storage", journal, "--study", "c", *SLOW]
+    first = _start([*create, "--out", str(tmp_path / "a")], tmp_path)
+    deadline = time.time() + 120
+    while not ("c" in optuna.get_all_study_names(make_storage(journal, None))
+               and "tunekit_creator" in optuna.load_study(study_name="c", storage=make_storage(journal, None)).user_attrs):
+        assert time.time() < deadline and first.poll() is None, "the creator never claimed the study"
+        time.sleep(0.1)
+    os.killpg(first.pid, signal.SIGKILL)  # while it probes: the study has no settings
+    first.wait()
+    assert "tunekit_spec" not in optuna.load_study(study_name="c", storage=make_storage(journal, None)).user_attrs
+    early = run_cli("worker", "--storage", journal, "--study", "c", "--quiet", cwd=tmp_path)
+    assert early.returncode == 2 and "stopped before it stored the study's settings" in early.stderr
+    again = run_cli(*create, "--out", str(tmp_path / "b"), cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert optuna.get_all_study_names(make_storage(journal, None)) == ["c"]  # the takeover's marker is gone
+    done = run_cli("worker", "--storage", journal, "--study", "c", "--quiet", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    _check_exact(journal, "c", 3)

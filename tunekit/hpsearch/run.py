@@ -30,9 +30,9 @@ from tunekit.hpsearch.rungs import ladder, make_pruner
 from tunekit.hpsearch.seeding import (Probes, SearchInputs, design_size, enqueue_seed_and_design, make_plan,
                                       prepare_inputs, priced, recipe, run_probes, with_objective)
 from tunekit.hpsearch.settings import SearchSettings
-from tunekit.hpsearch.shared.workers import (check_spec, claim_creation, default_threads, open_storage,
-                                             register_worker, resume_study, space_dict, spec_probes, wait_for_spec,
-                                             worker_seed)
+from tunekit.hpsearch.shared.workers import (TAKEN_OVER, check_spec, claim_creation, creator_gave_up, default_threads,
+                                             end_creation, open_storage, register_worker, resume_study, space_dict,
+                                             spec_probes, wait_for_spec, worker_seed)
 from tunekit.hpsearch.shared.workers import worker_id as default_worker_id
 from tunekit.hpsearch.study import (SPEC_KEY, check_report_of, check_resume, default_name, finished_count, keep_plan, make_sampler,
                                     open_study, stored_plan, study_exists)
@@ -199,21 +199,34 @@ def _prepare(task: Any, space: str | SearchSpace, settings: SearchSettings, back
         saved = _spec_probes(opened.spec, settings)
 
     # The probes (or their saved results), the plan every trial shares, the seeded space.
-    probes = run_probes(inputs, settings, opened.existing or settings.resume, saved)
-    inputs = priced(inputs, probes)  # a budget in device time, by the probe's timed steps
-    if opened.existing:
-        probes.samples = int(opened.old_plan.get("probe_samples", probes.samples))
-        probes.seconds = float(opened.old_plan.get("probe_seconds", probes.seconds))
-    plan = make_plan(inputs, probes, settings)
-    dists = inputs.space.distributions(probes.lr_find, probes.probe, max_batch=largest_batch(plan))
-    if opened.old_dists:  # the space a study started with stays its space
-        dists = {n: optuna.distributions.json_to_distribution(d) for n, d in opened.old_dists.items()}
-        check_resume(opened.old_plan, plan.to_dict(), f"'{opened.name}'")
-    spec = study_spec(task, settings, inputs.space, probes, plan, dists)
-    if opened.spec is not None:
-        check_spec(opened.spec, spec, opened.name)
-    backend.check_plan(settings, plan, dists, probes.probe)
+    with _creating(settings, opened):
+        probes = run_probes(inputs, settings, opened.existing or settings.resume, saved)
+        inputs = priced(inputs, probes)  # a budget in device time, by the probe's timed steps
+        if opened.existing:
+            probes.samples = int(opened.old_plan.get("probe_samples", probes.samples))
+            probes.seconds = float(opened.old_plan.get("probe_seconds", probes.seconds))
+        plan = make_plan(inputs, probes, settings)
+        dists = inputs.space.distributions(probes.lr_find, probes.probe, max_batch=largest_batch(plan))
+        if opened.old_dists:  # the space a study started with stays its space
+            dists = {n: optuna.distributions.json_to_distribution(d) for n, d in opened.old_dists.items()}
+            check_resume(opened.old_plan, plan.to_dict(), f"'{opened.name}'")
+        spec = study_spec(task, settings, inputs.space, probes, plan, dists)
+        if opened.spec is not None:
+            check_spec(opened.spec, spec, opened.name)
+        backend.check_plan(settings, plan, dists, probes.probe)
     return _Prepared(task, inputs, opened, probes, plan, dists, spec)
+
+
+@contextlib.contextmanager
+def _creating(settings: SearchSettings, opened: _Opened) -> Iterator[None]:
+    """A shared study's creator that fails before it stores the spec says so in the study: the next
+    process that creates it with the same settings takes its place at once."""
+    try:
+        yield
+    except BaseException:
+        if settings.shared and opened.spec is None:
+            creator_gave_up(opened.store, opened.name)
+        raise
 
 
 @contextlib.contextmanager
@@ -261,7 +274,9 @@ def _open(settings: SearchSettings, name: str) -> _Opened:
     # (A folder with the probes' files but no study: a search killed during its probes. It goes on, with them.)
     spec = None
     if settings.shared and (existing or not claim_creation(store, name, settings.goal.direction)):
-        spec = wait_for_spec(store, name, settings.join_timeout)  # None: an older tunekit's study
+        spec = wait_for_spec(store, name, settings.join_timeout, take_over=True)  # None: an older tunekit's study
+        if spec == TAKEN_OVER:  # its creator died before storing the spec: this process finishes the creation
+            spec, existing = None, True
     old_plan, old_dists = stored_plan(store, name) if existing or spec is not None else ({}, {})
     return _Opened(store, name, existing or spec is not None, old_plan, old_dists, spec)
 
@@ -328,6 +343,8 @@ def _worker_study(opened: _Opened, settings: SearchSettings, inputs: SearchInput
                                               recipe(inputs.task, inputs.cfg, s.seed))
     if opened.spec is None and SPEC_KEY not in study.user_attrs:  # the creator, last: joining workers wait for it
         _keep_spec(study, {**spec, "seed_params": seed_params}, s.artifacts, s.out)
+        if s.shared:
+            end_creation(store, name)
     return study, seed_params, _become_worker(study, wid, smp_seed, s.threads, s.shared)
 
 

@@ -33,9 +33,9 @@ from tunekit.hpsearch.study import (ENQUEUED_KEY, RETRY_OF, SPEC_KEY, STOPPED_PR
                                    make_storage, mark_interrupted, requeue_interrupted)
 
 __all__ = ["worker_id", "worker_seed", "register_worker", "default_threads", "claim", "counts", "claim_creation",
-           "wait_for_spec", "check_spec", "on_stale_trial", "reap_stopped", "reap_every", "reaping", "open_storage",
-           "resume_study",
-           "SPEC_CHECKED", "WORKER_PREFIX"]
+           "wait_for_spec", "check_spec", "creator_gave_up", "end_creation", "TAKEN_OVER", "CREATOR_KEY",
+           "on_stale_trial", "reap_stopped", "reap_every", "reaping", "open_storage", "resume_study", "SPEC_CHECKED",
+           "WORKER_PREFIX"]
 
 WORKER_PREFIX = "tunekit_worker:"  # + worker id: one study attribute per worker (no lost updates)
 # The settings a joining worker must share with the study, as written (the others, the budget,
@@ -130,6 +130,17 @@ def mark_surplus(trial: Any, target: int) -> None:
 # --- creation and joining -------------------------------------------------------------
 
 
+# The creator of a study, until it has stored its spec, writes who it is and that it is alive: a
+# creator that died while probing (its process gone from this host, or silent for CREATOR_STALE
+# seconds) is taken over by the next process that creates the study with the same settings
+# (`study create` or `search --storage` again); workers, which have no settings to create with,
+# are told so at once instead of waiting.
+CREATOR_KEY = "tunekit_creator"  # {host, pid, generation, alive}
+CREATOR_BEAT = 2.0
+CREATOR_STALE = 30.0
+TAKEN_OVER = "taken over"  # what wait_for_spec returns to the process that takes a dead creator's place
+
+
 def claim_creation(store: Any, name: str, direction: str = "minimize") -> bool:
     """True in the one process that creates study ``name``; False in every other (it exists)."""
     import optuna
@@ -138,12 +149,87 @@ def claim_creation(store: Any, name: str, direction: str = "minimize") -> bool:
         optuna.create_study(study_name=name, storage=store, direction=direction)
     except optuna.exceptions.DuplicatedStudyError:
         return False
+    _become_creator(store, name, 0)
     return True
 
 
-def wait_for_spec(store: Any, name: str, timeout: float = 1800.0, poll: float = 0.5) -> Optional[dict[str, Any]]:
+def _become_creator(store: Any, name: str, generation: int) -> None:
+    """Note this process as the study's creator, and keep noting that it is alive (a daemon thread)
+    until the spec is stored, the study is gone, or another generation took over."""
+    import optuna
+
+    me = {"host": socket.gethostname(), "pid": os.getpid(), "generation": generation}
+    study = optuna.load_study(study_name=name, storage=store)
+    study.set_user_attr(CREATOR_KEY, {**me, "alive": time.time()})
+
+    def beat() -> None:
+        while True:
+            time.sleep(CREATOR_BEAT)
+            try:
+                attrs = optuna.load_study(study_name=name, storage=store).user_attrs
+                if SPEC_KEY in attrs or (attrs.get(CREATOR_KEY) or {}).get("generation") != generation:
+                    return
+                study.set_user_attr(CREATOR_KEY, {**me, "alive": time.time()})
+            except KeyError:  # the study was deleted
+                return
+            except Exception:  # noqa: BLE001 - a storage hiccup: the next beat tries again
+                continue
+
+    threading.Thread(target=beat, name="tunekit-creator", daemon=True).start()
+
+
+def creator_gave_up(store: Any, name: str) -> None:
+    """A creator whose set-up failed before it stored the spec: marked dead, for the next to take over."""
+    import optuna
+
+    study = optuna.load_study(study_name=name, storage=store)
+    mine = study.user_attrs.get(CREATOR_KEY) or {}
+    if SPEC_KEY not in study.user_attrs and mine.get("pid") == os.getpid() and mine.get("host") == socket.gethostname():
+        study.set_user_attr(CREATOR_KEY, {**mine, "alive": 0.0})
+
+
+def end_creation(store: Any, name: str) -> None:
+    """Once the spec is stored: the marker study of a takeover, if there was one, is removed."""
+    import optuna
+
+    gen = int((optuna.load_study(study_name=name, storage=store).user_attrs.get(CREATOR_KEY) or {}).get("generation", 0))
+    for g in range(1, gen + 1):  # this takeover's, and any of a taker-over that died in its turn
+        with contextlib.suppress(KeyError):
+            optuna.delete_study(study_name=_marker(name, g), storage=store)
+
+
+def _marker(name: str, generation: int) -> str:
+    return f"{name}.tunekit-creator-{generation}"
+
+
+def _creator_dead(creator: Optional[dict[str, Any]]) -> bool:
+    if not creator:
+        return False  # a creator from before the notes, or one that has not written yet
+    if creator.get("host") == socket.gethostname() and creator.get("pid") and not _alive(int(creator["pid"])):
+        return True
+    return time.time() - float(creator.get("alive", 0.0)) > CREATOR_STALE
+
+
+def _take_over(store: Any, name: str, creator: dict[str, Any]) -> bool:
+    """Whether this process takes a dead creator's place: the one that creates the next generation's
+    marker study (as atomic as the study's own creation)."""
+    import optuna
+
+    gen = int(creator.get("generation", 0)) + 1
+    try:
+        optuna.create_study(study_name=_marker(name, gen), storage=store)
+    except optuna.exceptions.DuplicatedStudyError:
+        return False
+    _become_creator(store, name, gen)
+    return True
+
+
+def wait_for_spec(store: Any, name: str, timeout: float = 1800.0, poll: float = 0.5,
+                  take_over: bool = False) -> Any:
     """The study's spec, once its creator has stored it; None for a study with a plan but no spec (an
-    older tunekit's). Refused in one line if none comes within ``timeout`` seconds."""
+    older tunekit's). If its creator died first: with ``take_over`` (a process that has the settings to
+    create it with), :data:`TAKEN_OVER` in the one that takes its place; else refused in one line, as
+    is a wait past ``timeout`` seconds."""
     import optuna
 
     from tunekit.hpsearch.study import PLAN_KEY
@@ -155,6 +241,17 @@ def wait_for_spec(store: Any, name: str, timeout: float = 1800.0, poll: float = 
             return dict(attrs[SPEC_KEY])
         if PLAN_KEY in attrs and "tunekit_design_queued" in attrs:
             return None
+        creator = attrs.get(CREATOR_KEY)
+        if _creator_dead(creator) and not take_over:
+            raise UsageError(f"study '{name}': its creator ({creator['host']}:{creator['pid']}) stopped before it stored "
+                             "the study's settings: run the same tunekit study create again to finish it (or tunekit "
+                             "study delete it)")
+        if _creator_dead(creator) and _take_over(store, name, creator):
+            attrs = optuna.load_study(study_name=name, storage=store).user_attrs
+            if SPEC_KEY in attrs:  # it was finished just before: nothing to take over
+                end_creation(store, name)
+                return dict(attrs[SPEC_KEY])
+            return TAKEN_OVER
         if time.monotonic() > deadline:
             raise UsageError(f"study '{name}' has had no settings for {timeout:.0f}s: the worker that created it is still "
                              "probing, or died; wait and join again, or delete the study and create it again")
