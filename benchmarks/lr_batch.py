@@ -19,8 +19,9 @@ parabola's vertex through the grid's minimum and its neighbours (log LR). Each r
 at a batch is (L(rule's LR) - L*) / L*, L interpolated over log LR on the mean curve,
 L* the curve's minimum; a task's regret is the mean over its batches other than B0.
 
-Rules: alpha in 0, 0.25, 0.5, 0.75, 1 for all optimizers, or one alpha per optimizer family
-(SGD; adaptive). ``--loto``: for each task the rule is chosen on the other tasks (the lowest
+Rules: an exponent below B0 and one above it, each in 0, 0.25, 0.5, 0.75, 1, for all optimizers,
+or per optimizer family (SGD; adaptive; a family absent from the tasks a rule is chosen on gets
+the one for all). ``--loto``: for each task the rule is chosen on the other tasks (the lowest
 mean regret, per budget) and its regret on the held-out task is the figure. Printed beside it:
 tunekit's rule (chosen from these figures, so in-sample) and the textbook one it replaced
 (linear for SGD, square root for adaptive optimizers, whatever the budget).
@@ -71,18 +72,19 @@ def family(task: tunekit.Task) -> str:
     return "sgd" if isinstance(opt, torch.optim.SGD) else "adaptive"
 
 
-ALPHA_OF = {"linear": 1.0, "sqrt": 0.5, "none": 0.0}
+Alpha = tuple[float, float]  # the exponent below the reference batch, and above it
+ALPHA_OF: dict[str, Alpha] = {"linear": (1.0, 1.0), "sqrt": (0.5, 0.5), "none": (0.0, 0.0), "sqrt_below": (0.5, 0.0)}
 
 
-def tunekit_alpha(fam: str, budget: str) -> float:
-    """tunekit's rule (``plan.lr_rule_for``) for this family and budget, as an exponent."""
+def tunekit_alpha(fam: str, budget: str) -> Alpha:
+    """tunekit's rule (``plan.lr_rule_for``) for this family and budget, as exponents."""
     opt = torch.optim.SGD([torch.zeros(1)], lr=0.1) if fam == "sgd" else torch.optim.AdamW([torch.zeros(1)])
     return ALPHA_OF[lr_rule_for(opt, budget)]
 
 
-def textbook_alpha(fam: str) -> float:
+def textbook_alpha(fam: str) -> Alpha:
     """The rule tunekit had before this benchmark: linear for SGD, square root for adaptive optimizers."""
-    return 1.0 if fam == "sgd" else 0.5
+    return (1.0, 1.0) if fam == "sgd" else (0.5, 0.5)
 
 
 def grid_lrs(centre: float, mult: float) -> list[float]:
@@ -154,8 +156,10 @@ def best_x(xs: list[float], ys: list[float]) -> float:
     return bracket_minimum(xs, [v if math.isfinite(v) else worst * 10 for v in ys])
 
 
-def regret(data: dict[str, Any], budget: str, alpha: float) -> float:
-    """Mean regret over the batches other than B0 of LR(B) = best LR(B0) x (B / B0)^alpha."""
+def regret(data: dict[str, Any], budget: str, alpha: float | Alpha) -> float:
+    """Mean regret over the batches other than B0 of LR(B) = best LR(B0) x (B / B0)^alpha (alpha: one
+    exponent, or one below B0 and one above)."""
+    below, above = (alpha, alpha) if isinstance(alpha, (int, float)) else alpha
     cs, b0 = curves(data)[budget], data["batch"]
     x0 = best_x(*cs[b0])
     out = []
@@ -163,7 +167,7 @@ def regret(data: dict[str, Any], budget: str, alpha: float) -> float:
         if batch == b0:
             continue
         star = min(loss_at(xs, ys, x) for x in np.linspace(xs[0], xs[-1], 200))
-        x = x0 + alpha * math.log10(batch / b0)
+        x = x0 + (below if batch < b0 else above) * math.log10(batch / b0)
         out.append((loss_at(xs, ys, x) - star) / star)
     return statistics.fmean(out)
 
@@ -175,12 +179,13 @@ def slopes(data: dict[str, Any], budget: str) -> dict[int, float]:
     return {b: (best_x(*c) - x0) / math.log10(b / b0) for b, c in cs.items() if b != b0}
 
 
-def rules() -> dict[str, dict[str, float]]:
-    """Candidate rules: one alpha for all, or one per family."""
-    out = {f"alpha {a:g}": {"sgd": a, "adaptive": a} for a in ALPHAS}
-    for s in ALPHAS:
-        for a in ALPHAS:
-            out[f"sgd {s:g}, adaptive {a:g}"] = {"sgd": s, "adaptive": a}
+def rules() -> dict[str, dict[str, Alpha]]:
+    """Candidate rules: exponents (below B0, above it) for all optimizers, or per family."""
+    pairs = [(b, a) for b in ALPHAS for a in ALPHAS]
+    out = {f"all {b:g}/{a:g}": {"sgd": (b, a), "adaptive": (b, a)} for b, a in pairs}
+    for s in pairs:
+        for a in pairs:
+            out[f"sgd {s[0]:g}/{s[1]:g}, adaptive {a[0]:g}/{a[1]:g}"] = {"sgd": s, "adaptive": a}
     return out
 
 
@@ -217,14 +222,14 @@ def loto_table(all_data: dict[str, dict[str, Any]], budget: str) -> None:
 
         # A per-family rule needs the family among the other tasks; otherwise only one-alpha rules.
         fams = {all_data[m]["family"] for m in others}
-        pool = {k: r for k, r in cand.items() if k.startswith("alpha") or len(fams) == 2}
+        pool = {k: r for k, r in cand.items() if k.startswith("all") or len(fams) == 2}
         name = min(pool, key=lambda k: (mean_regret(pool[k]), k))
         r = regret(all_data[n], budget, pool[name][all_data[n]["family"]])
         d = all_data[n]
         now = regret(d, budget, tunekit_alpha(d["family"], budget))
         before = regret(d, budget, textbook_alpha(d["family"]))
         held.append((r, now, before))
-        print(f"  {n:<11} chosen {name:<24} held-out {r:.4f}   tunekit's rule {now:.4f}   textbook {before:.4f}")
+        print(f"  {n:<11} chosen {name:<30} held-out {r:.4f}   tunekit's rule {now:.4f}   textbook {before:.4f}")
     print(f"  mean held-out {statistics.fmean(h[0] for h in held):.4f}; tunekit's rule {statistics.fmean(h[1] for h in held):.4f}"
           f" (in-sample: chosen on these tasks); textbook {statistics.fmean(h[2] for h in held):.4f}")
 

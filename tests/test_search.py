@@ -105,9 +105,9 @@ def test_seed_trial_pairs_the_suggested_lr_with_its_own_batch(tmp_path: Path) ->
     r = search(task, "from_scratch", trials=1, max_steps=100, lr_find_result=lf, probe_result=pr, device="cpu")
     assert r.seed_params["batch"] == 8  # the interval's edge, 9, as a power of two
     # The LR was found at batch 32; at 8 the trial draws the same samples as one at 32 (100 updates of
-    # 32 = 400 updates of 8), and an adaptive optimizer's (AdamW) best LR does not move then.
+    # 32 = 400 updates of 8), and an adaptive optimizer's (AdamW) LR goes down by the square root below it.
     seed = r.trials[0]
-    assert seed["config"]["lr"] == pytest.approx(lf.suggestion / 3) and r.plan["lr_rule"] == "none"
+    assert seed["config"]["lr"] == pytest.approx(lf.suggestion / 3 / 2) and r.plan["lr_rule"] == "sqrt_below"
     assert seed["updates"] == 400 and seed["samples"] == 3200 and seed["micro_batch"] * seed["accumulation_steps"] == 8
 
 
@@ -288,10 +288,12 @@ def test_plan_splits_from_memory_and_rescales_the_lr() -> None:
     assert split_batch(256, 100) == (64, 4)  # the largest divisor that fits
     assert split_batch(96, 40) == (32, 3)
     assert rescale_lr(1e-3, 64, 256, "sqrt") == pytest.approx(2e-3)
-    # As measured by benchmarks/lr_batch.py: with the same samples at every batch, linear for SGD and
-    # unchanged for adaptive optimizers; with the same updates (device time), the square root for those.
+    # As measured by benchmarks/lr_batch.py: with the same samples at every batch, linear for SGD, and for
+    # adaptive optimizers the square root below the reference batch, unchanged above it; with the same
+    # updates (device time), the square root both ways.
     sgd, adam = torch.optim.SGD([torch.zeros(1)], lr=0.1), torch.optim.AdamW([torch.zeros(1)])
-    assert [lr_rule_for(sgd), lr_rule_for(adam), lr_rule_for(adam, "updates")] == ["linear", "none", "sqrt"]
+    assert [lr_rule_for(sgd), lr_rule_for(adam), lr_rule_for(adam, "updates")] == ["linear", "sqrt_below", "sqrt"]
+    assert rescale_lr(1e-3, 64, 16, "sqrt_below") == pytest.approx(5e-4) and rescale_lr(1e-3, 64, 256, "sqrt_below") == 1e-3
     assert rescale_lr(0.1, 64, 256, "linear") == pytest.approx(0.4)
     assert rescale_lr(0.1, 64, 256, "none") == 0.1
     plan = Plan(budget_samples=12800, seed=7, task_batch=64, max_micro=100, ref_batch=64, lr_rule="linear",

@@ -83,8 +83,9 @@ def _parse_entry(where: str, name: str, raw: Any) -> Entry:
         if not 0 <= e.margin <= 3:
             raise _bad(where, name, f"margin {e.margin} is out of range: give decades between 0 and 3")
         e.scale_with_batch = raw.get("scale_with_batch", "auto")
-        if e.scale_with_batch not in ("auto", "linear", "sqrt", "none"):
-            raise _bad(where, name, f"scale_with_batch {e.scale_with_batch!r} is unknown: use auto, linear, sqrt or none")
+        if e.scale_with_batch not in ("auto", "linear", "sqrt", "none", "sqrt_below"):
+            raise _bad(where, name, f"scale_with_batch {e.scale_with_batch!r} is unknown: use auto, linear, sqrt, "
+                                    "sqrt_below or none")
     if kind in ("float", "int"):
         for k in ("low", "high"):
             if not isinstance(raw.get(k), (int, float)) or isinstance(raw.get(k), bool):
