@@ -351,13 +351,21 @@ def test_the_dashboard_shows_the_study_with_its_metric_name_and_reasons(tmp_path
     from .tasks import DIVERGING
 
     space = write_space(tmp_path, DIVERGING)
-    search("tests.tasks:regression_task", str(space), trials=3, max_steps=10, device="cpu", seed=0, seed_trial=False,
-           prune=False, sampler="random", out=tmp_path / "o")
+    r = search("tests.tasks:regression_task", str(space), trials=3, max_steps=10, device="cpu", seed=0,
+               seed_trial=False, prune=False, sampler="random", out=tmp_path / "o")
+    # And one a killed process left running, failed as a resume finds it: every failed trial says why.
+    from tunekit.hpsearch.study import mark_interrupted
+
+    store = make_storage(None, tmp_path / "o")
+    study = optuna.load_study(study_name=r.study_name, storage=store)
+    study.ask({"x": optuna.distributions.FloatDistribution(0, 1)})
+    mark_interrupted(study, store)
     body = _dashboard_study(str(tmp_path / "o"), tmp_path)
     assert body["objective_names"] == ["validation loss"]  # what the dashboard calls the metric names
     failed = [t for t in body["trials"] if t["state"] == "Fail"]
-    assert failed and all(any(a["key"] == "reason" and "diverged at update" in a["value"] for a in t["user_attrs"])
-                          for t in failed)
+    reasons = [next((a["value"] for a in t["user_attrs"] if a["key"] == "reason"), None) for t in failed]
+    assert len(failed) >= 2 and all(reasons), reasons
+    assert any("diverged at update" in x for x in reasons) and "interrupted; re-run on --resume" in reasons
 
 
 def test_the_creator_attaches_the_probes_and_the_report_its_plot_as_artifacts(tmp_path: Path) -> None:
