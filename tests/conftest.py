@@ -47,6 +47,11 @@ def postgres():
             conn.execute(f"CREATE DATABASE {name}")
         return uri.replace("/postgres?", f"/{name}?")
 
+    def restart() -> None:
+        """Restart the server (fast: open connections are cut), as a database's restart or failover does."""
+        pgserver.pg_ctl(["-w", "-m", "fast", "restart"], pgdata=srv.pgdata, user=srv.system_user, timeout=60)
+
+    fresh.restart = restart  # type: ignore[attr-defined]
     try:
         yield fresh
     finally:

@@ -545,3 +545,57 @@ def test_a_creator_killed_while_probing_is_taken_over_by_the_next_study_create(t
     done = run_cli("worker", "--storage", journal, "--study", "c", "--quiet", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     _check_exact(journal, "c", 3)
+
+
+@pytest.mark.slow  # PostgreSQL restarted under two workers
+def test_workers_ride_out_a_postgresql_restart(tmp_path: Path, postgres: Any) -> None:
+    """A database restart (connections cut, refused for a moment) under two training workers: none exits,
+    the study still finishes exactly N, nothing is left RUNNING."""
+    url, space = postgres(), write_space(tmp_path, SMALL)
+    long = [a if a != "40" else "150" for a in SLOW]  # trials of about 3 s
+    created = run_cli("study", "create", "--space", str(space), "--trials", "4", "--storage", url, "--study", "r",
+                      "--out", str(tmp_path / "c"), *long)
+    assert created.returncode == 0, created.stderr[-2000:]
+    work = ["worker", "--storage", url, "--study", "r", "--grace-period", "10", "--quiet"]
+    procs = [_start(work, tmp_path) for _ in range(2)]
+    for p in procs:
+        _wait_mid_trial(url, "r", p.pid)
+    postgres.restart()
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0 and "Storage" not in err, err[-3000:]
+    assert all(t.state.name == "COMPLETE" for t in _check_exact(url, "r", 4))  # no trial failed for it either
+
+
+def test_a_storage_call_is_retried_on_a_lost_connection_only_and_then_stops_in_one_line() -> None:
+    import sqlalchemy.exc
+
+    from tunekit.hpsearch.resilient import StorageUnreachable, retrying_class
+
+    class Flaky(optuna.storages.InMemoryStorage):
+        def __init__(self, fails: int, error: Exception) -> None:
+            super().__init__()
+            self.fails, self.error, self.calls = fails, error, 0
+
+        def get_all_studies(self) -> list[Any]:
+            self.calls += 1
+            if self.calls <= self.fails:
+                raise self.error
+            return super().get_all_studies()
+
+    lost = sqlalchemy.exc.OperationalError("SELECT 1", {}, Exception("server closed the connection unexpectedly"))
+    store = retrying_class(Flaky, "postgresql://db/tk")(2, lost)
+    store.retry_for = 10.0
+    assert store.get_all_studies() == [] and store.calls == 3  # two lost connections, then an answer
+    store = retrying_class(Flaky, "postgresql://db/tk")(99, lost)
+    store.retry_for = 0.5
+    with pytest.raises(StorageUnreachable) as exc:
+        store.get_all_studies()
+    said = str(exc.value)
+    assert said.startswith("storage postgresql://db/tk did not answer for 0.5 s (") and "server closed the connection" in said
+    assert "\n" not in str(exc.value)
+    store = retrying_class(Flaky, "postgresql://db/tk")(1, ValueError("a bad value"))
+    store.retry_for = 10.0
+    with pytest.raises(ValueError, match="a bad value"):  # not a connection error: raised at once
+        store.get_all_studies()
+    assert store.calls == 1

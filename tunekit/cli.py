@@ -168,6 +168,9 @@ _FLAGS: dict[str, dict[str, Any]] = {
                          "after which no trial starts: 2h, 30min, 90s (running trials finish)"),
     "--max-steps": dict(type=int),
     "--sampler-seed": dict(type=_seed, metavar="N"), "--grace-period": dict(type=int, metavar="S"),
+    "--storage-retry": dict(type=_nonnegative_float, default=60.0, metavar="S",
+                            help="seconds to keep retrying a database or tunekit serve that does not answer (a "
+                            "restart) before stopping (default 60)"),
     "--storage": dict(metavar="URL"), "--study": dict(metavar="NAME"), "--port": dict(type=int),
     "--artifacts": dict(metavar="DIR", help="Optuna artifact store (a folder every machine sees): the probes' "
                         "JSON and plots, and the report's search.png, attached to the study for optuna-dashboard"),
@@ -302,6 +305,7 @@ def _add_timeout(p: Any) -> None:
 
 def _add_worker_args(g: Any) -> None:
     """The flags of one worker of a shared study."""
+    _add(g, "--storage-retry")
     _add(g, "--grace-period", help="seconds without a heartbeat after which a worker's trial is failed and re-run once "
          "(default 60; RDB storages)")
     g.add_argument("--threads", type=int, metavar="N", help="torch threads of this worker (default: the cores divided "

@@ -163,7 +163,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 def _search_settings(args: argparse.Namespace, out: Path | None) -> dict[str, Any]:
     """The keyword arguments that ``search`` and ``create_study`` both take from the flags."""
     same = ("trials", "budget", "max_steps", "storage", "seed", "sampler_seed", "sampler", "memory_budget", "device",
-            "rungs", "first_rung", "reduction_factor", "grace_period", "artifacts", "objective", "direction")
+            "rungs", "first_rung", "reduction_factor", "grace_period", "storage_retry", "artifacts", "objective",
+            "direction")
     return dict(task_config=task_config(args.task_config) or None, study_name=args.study, out=out,
                 lr_find_result=args.lr_find, probe_result=args.probe, prune=not args.no_prune,
                 progress=_progress(args), **{name: getattr(args, name) for name in same})
@@ -214,6 +215,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     out = out_dir(args.out)
     result = join_study(args.storage, args.study, task=args.task, out=out, device=args.device, progress=_progress(args),
                         worker_id=args.worker_id, threads=args.threads, grace_period=args.grace_period,
+                        storage_retry=args.storage_retry,
                         timeout=args.timeout, time_limit=args.time_limit, trials=args.trials, budget=args.budget,
                         max_steps=args.max_steps,
                         seed=args.seed, sampler_seed=args.sampler_seed, task_config=task_config(args.task_config) or None)

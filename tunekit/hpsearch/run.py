@@ -84,6 +84,7 @@ def search(
     storage_path: Optional[str] = None,
     ray_init: Optional[dict[str, Any]] = None,
     grace_period: Optional[int] = None,
+    storage_retry: float = 60.0,
     worker_id: Optional[str] = None,
     threads: Optional[int] = None,
     run_trials: bool = True,
@@ -111,12 +112,12 @@ def search(
     ``objective``: what trials are compared and pruned by: ``"loss"`` (the validation loss, the
     default), ``"accuracy"``, ``"perplexity"``, the name of one of the task's own metrics
     (``Task(metrics={"f1": fn})``), or ``fn(model, val_data) -> float`` (a Task object's search);
-    ``direction``: ``"minimize"`` or ``"maximize"`` (built-ins know theirs). Every trial also
-    records its validation loss.
+    ``direction``: ``"minimize"`` or ``"maximize"`` (built-ins know theirs); every trial also records its validation loss.
 
     A ``storage`` is shared: the first search creates the study and runs the probes, the others
-    join it (:mod:`tunekit.hpsearch.shared`: ``grace_period``, ``worker_id``, ``threads``,
-    ``join_timeout``, ``artifacts``); ``run_trials=False`` creates the study and runs no trial.
+    join it (:mod:`tunekit.hpsearch.shared`: ``grace_period``, ``worker_id``, ``threads``, ``join_timeout``,
+    ``artifacts``, ``storage_retry``: seconds a storage that does not answer is retried before the search
+    stops in one line); ``run_trials=False`` creates the study and runs no trial.
 
     The keyword arguments are the fields of :class:`~tunekit.hpsearch.settings.SearchSettings`,
     built once here; :func:`run_search` takes such an object.
@@ -265,7 +266,7 @@ def _open(settings: SearchSettings, name: str) -> _Opened:
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
         check_report_of(out_dir, name)
-    store = open_storage(settings.storage, out_dir, settings.grace_period)
+    store = open_storage(settings.storage, out_dir, settings.grace_period, settings.storage_retry)
     existing = study_exists(store, name)
     if existing and not settings.resume and not settings.shared:
         raise UsageError(f"study '{name}' already exists in {out_dir}: pass resume=True to continue it, or another out=DIR or study=NAME")

@@ -81,6 +81,7 @@ class SearchSettings:
     ray_init: Optional[dict[str, Any]] = None
     # --- this process as a worker of a shared study -----------------------------------------
     grace_period: Optional[int] = None
+    storage_retry: float = 60.0  # seconds a storage that does not answer is retried before this process stops
     worker_id: Optional[str] = None
     threads: Optional[int] = None
     run_trials: bool = True
@@ -130,6 +131,8 @@ class SearchSettings:
             raise UsageError(f"sampler {self.sampler!r} is unknown: use tpe or random")
         if self.threads is not None:
             check_int("threads", self.threads, hint="pass e.g. threads=4")
+        if isinstance(self.storage_retry, bool) or not isinstance(self.storage_retry, (int, float)) or not self.storage_retry >= 0:
+            raise UsageError(f"storage_retry must be seconds >= 0, got {self.storage_retry!r}: pass e.g. storage_retry=60")
         goal = self.goal  # a bad objective or direction fails here
         if self.shared and not isinstance(self.objective, str):
             raise UsageError(f"a shared study's objective must be a name every worker can find, got a function "

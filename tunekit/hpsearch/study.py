@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from tunekit.errors import UsageError
+from tunekit.hpsearch.resilient import STORAGE_RETRY, retrying_class, stale_reason
 from tunekit.hpsearch.trial import INTERRUPTED
 
 __all__ = ["make_storage", "study_exists", "make_sampler", "open_study", "check_resume", "mark_interrupted", "fail_trial",
@@ -44,12 +45,13 @@ DRIVERS = {"postgresql": ("psycopg", "tunekit[postgres]"), "postgres": ("psycopg
 
 
 def make_storage(url: str | None, out: Path | None, grace_period: Optional[int] = None,
-                 on_stale: Any = None) -> Any:
+                 on_stale: Any = None, retry_for: float = STORAGE_RETRY) -> Any:
     """An Optuna storage: a SQLAlchemy URL, a journal file (*.log, *.jsonl), or SQLite in ``out``.
 
     ``grace_period``: seconds without a heartbeat after which another worker fails a trial;
     ``on_stale(study, trial)``: what then (a shared study's workers pass theirs:
-    :func:`tunekit.hpsearch.shared.workers.open_storage`; None: Optuna's default, the trial failed)."""
+    :func:`tunekit.hpsearch.shared.workers.open_storage`; None: Optuna's default, the trial failed);
+    ``retry_for``: seconds an RDB or gRPC storage that does not answer is retried (:mod:`.resilient`)."""
     if url is None:
         if out is None:
             return None
@@ -57,11 +59,11 @@ def make_storage(url: str | None, out: Path | None, grace_period: Optional[int] 
     if "://" not in url:
         return _journal(url)
     if url.startswith("grpc://"):
-        return _grpc(url)
+        return _grpc(url, retry_for)
     grace = GRACE_PERIOD if grace_period is None else grace_period
     if isinstance(grace, bool) or not isinstance(grace, int) or grace < 2:
         raise UsageError(f"grace_period must be a whole number of seconds >= 2, got {grace!r}: pass e.g. grace_period=60")
-    return _rdb(_with_driver(url), grace, on_stale)
+    return _rdb(_with_driver(url), grace, on_stale, retry_for)
 
 
 def _journal(url: str) -> Any:
@@ -78,7 +80,7 @@ def _journal(url: str) -> Any:
         raise UsageError(f"storage {url!r} cannot be opened ({exc.strerror}): give a writable path") from None
 
 
-def _grpc(url: str) -> Any:
+def _grpc(url: str, retry_for: float = STORAGE_RETRY) -> Any:
     """A worker's storage through `tunekit serve` (Optuna's gRPC proxy). It keeps no heartbeats:
     a stopped worker is found by its process (same machine) or by `tunekit study reap --worker`."""
     import optuna
@@ -92,7 +94,8 @@ def _grpc(url: str) -> Any:
         raise UsageError(f"storage {url!r} needs grpcio: pip install 'tunekit[serve]'") from None
     with warnings.catch_warnings():  # "experimental" in Optuna's words
         warnings.simplefilter("ignore")
-        proxy = optuna.storages.GrpcStorageProxy(host=host, port=int(port))
+        proxy = retrying_class(optuna.storages.GrpcStorageProxy, url)(host=host, port=int(port))
+    proxy.retry_for = retry_for
     try:
         proxy.wait_server_ready(timeout=GRPC_WAIT)  # a server started just before its workers
     except Exception:  # grpc.FutureTimeoutError: nothing answers there
@@ -126,7 +129,7 @@ def safe_url(url: str) -> str:
     return re.sub(r"(://[^:/@]*):[^@/]*@", r"\1:***@", url)
 
 
-def _rdb(url: str, grace: int, on_stale: Any) -> Any:
+def _rdb(url: str, grace: int, on_stale: Any, retry_for: float = STORAGE_RETRY) -> Any:
     import time
 
     import optuna
@@ -136,8 +139,11 @@ def _rdb(url: str, grace: int, on_stale: Any) -> Any:
         try:
             with warnings.catch_warnings():  # heartbeats are "experimental" in Optuna's words
                 warnings.simplefilter("ignore")
-                return _reasoned_rdb()(url, heartbeat_interval=max(1, min(10, grace // 4)), grace_period=grace,
-                                       heartbeat_stale_trial_callback=on_stale)
+                store = retrying_class(_reasoned_rdb(), safe_url(url))(
+                    url, heartbeat_interval=max(1, min(10, grace // 4)), grace_period=grace,
+                    heartbeat_stale_trial_callback=on_stale)
+                store.retry_for = retry_for
+                return store
         except (IntegrityError, ProgrammingError):
             # Workers that start together on a fresh database race to create its tables (PostgreSQL:
             # pg_type_typname_nsp_index); the loser finds them there when it tries again.
@@ -172,13 +178,6 @@ def _reasoned_rdb() -> type:
             return super().set_trial_state_values(trial_id, state, values)
 
     return RDBStorage
-
-
-def stale_reason(trial: Any, grace: Any) -> str:
-    """Why a trial whose heartbeat went stale was failed, naming its worker where it recorded one."""
-    w = trial.user_attrs.get("worker") or {}
-    who = f"worker {w.get('host', '?')}:{w.get('pid', '?')}" if w else "its worker"
-    return f"{who} stopped: no heartbeat for {grace} s"
 
 
 def fail_trial(study: Any, store: Any, number: int, reason: str) -> bool:

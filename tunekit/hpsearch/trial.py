@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from tunekit.errors import SetupError
+from tunekit.hpsearch.resilient import StorageUnreachable
 from tunekit.objective import Objective
 from tunekit.hpsearch.plan import TrialConfig
 
@@ -166,6 +167,8 @@ def run_trial(task: Any, trial: Any, cfg: TrialConfig, *, prune: bool, cache: Op
     except SetupError as exc:
         # The task cannot train whatever the trial's params: the search stops, in one line.
         trial.set_user_attr("error", f"SetupError: {exc}")
+        raise
+    except StorageUnreachable:  # the study's storage, not the trial, failed: the worker stops, in one line
         raise
     except Exception as exc:  # the user's task or model raised: the trial fails, the search goes on
         return _stopped(Outcome("FAIL", error=f"{type(exc).__name__}: {exc}"), cfg, curve, last, t0)

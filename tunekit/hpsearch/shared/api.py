@@ -48,7 +48,7 @@ def _load_spec(store: Any, name: str, storage: str, timeout: float) -> dict[str,
 def join_study(storage: str, study_name: str, *, task: Any = None, out: Any = None, device: str = "auto",
                progress: Optional[bool] = None, worker_id: Optional[str] = None, threads: Optional[int] = None,
                grace_period: Optional[int] = None, timeout: float = 1800.0, time_limit: Any = None,
-               **settings: Any) -> Any:
+               storage_retry: float = 60.0, **settings: Any) -> Any:
     """Join study ``study_name`` as a worker: run its trials until it holds its count; no probe runs.
 
     ``settings`` (any of :data:`JOIN_SETTINGS`) are checked against the study's and refused in one
@@ -62,7 +62,7 @@ def join_study(storage: str, study_name: str, *, task: Any = None, out: Any = No
     if unknown:
         raise UsageError(f"join_study does not take {unknown[0]}=: a worker takes the study's settings; "
                          f"it may repeat {', '.join(JOIN_SETTINGS)}")
-    spec = _load_spec(open_storage(storage, None, grace_period), study_name, storage, timeout)
+    spec = _load_spec(open_storage(storage, None, grace_period, storage_retry), study_name, storage, timeout)
     if task is None and spec.get("task") is None:
         raise UsageError(f"study '{study_name}' was created with a Task object, not a spec: pass the same task=")
     kw = {k: spec[k] for k in STUDY_SETTINGS if k in spec}  # an older spec lacks the newer settings
@@ -72,7 +72,8 @@ def join_study(storage: str, study_name: str, *, task: Any = None, out: Any = No
     kw.update(given)
     return search(spec["task"] if task is None else task, space_of(spec), storage=storage, study_name=study_name,
                   out=out, device=device, progress=progress, worker_id=worker_id, threads=threads,
-                  grace_period=grace_period, join_timeout=timeout, time_limit=time_limit, **kw)
+                  grace_period=grace_period, join_timeout=timeout, time_limit=time_limit, storage_retry=storage_retry,
+                  **kw)
 
 
 def reap_study(storage: str, study_name: str, workers: Optional[list[str]] = None,

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from tunekit.errors import UsageError
+from tunekit.hpsearch.resilient import STORAGE_RETRY
 from tunekit.hpsearch.settings import SPEC_COMPARED
 from tunekit.hpsearch.study import (ENQUEUED_KEY, RETRY_OF, SPEC_KEY, STOPPED_PREFIX, SURPLUS, excluded, fail_trial,
                                    make_storage, mark_interrupted, requeue_interrupted)
@@ -43,10 +44,11 @@ WORKER_PREFIX = "tunekit_worker:"  # + worker id: one study attribute per worker
 SPEC_CHECKED = ("version", "task", "space", *SPEC_COMPARED)
 
 
-def open_storage(url: str | None, out: Optional[Path], grace_period: Optional[int] = None) -> Any:
+def open_storage(url: str | None, out: Optional[Path], grace_period: Optional[int] = None,
+                 retry_for: float = STORAGE_RETRY) -> Any:
     """The study's storage, whose heartbeats fail a stopped worker's trial the shared-study way
-    (:func:`on_stale_trial`: the reason noted, one re-run)."""
-    return make_storage(url, out, grace_period, on_stale=on_stale_trial)
+    (:func:`on_stale_trial`: the reason noted, one re-run), retried ``retry_for`` seconds when it does not answer."""
+    return make_storage(url, out, grace_period, on_stale=on_stale_trial, retry_for=retry_for)
 
 
 def worker_id() -> str:
