@@ -599,3 +599,35 @@ def test_a_storage_call_is_retried_on_a_lost_connection_only_and_then_stops_in_o
     with pytest.raises(ValueError, match="a bad value"):  # not a connection error: raised at once
         store.get_all_studies()
     assert store.calls == 1
+
+
+@pytest.mark.slow  # tunekit serve restarted under two gRPC workers
+def test_grpc_workers_ride_out_a_restart_of_tunekit_serve(tmp_path: Path) -> None:
+    pytest.importorskip("grpc", reason="tunekit serve needs grpcio (the serve extra)")
+    db, port = f"sqlite:///{tmp_path / 'served.db'}", _free_port()
+    url, space = f"grpc://127.0.0.1:{port}", write_space(tmp_path, SMALL)
+    long = [a if a != "40" else "150" for a in SLOW]  # trials of about 3 s
+    server = _start(["serve", "--storage", db, "--port", str(port)], tmp_path)
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        _wait_line(server, "workers use --storage grpc://127.0.0.1:")
+        created = run_cli("study", "create", "--space", str(space), "--trials", "4", "--storage", url, "--study", "g",
+                          "--out", str(tmp_path / "c"), *long)
+        assert created.returncode == 0, created.stderr[-2000:]
+        procs = [_start(["worker", "--storage", url, "--study", "g", "--quiet"], tmp_path) for _ in range(2)]
+        for p in procs:
+            _wait_mid_trial(db, "g", p.pid)
+        os.killpg(server.pid, signal.SIGTERM)  # the server goes away for a moment, then comes back
+        server.wait(timeout=30)
+        time.sleep(2)
+        server = _start(["serve", "--storage", db, "--port", str(port)], tmp_path)
+        _wait_line(server, "workers use --storage grpc://127.0.0.1:")
+        for p in procs:
+            _, err = p.communicate(timeout=300)
+            assert p.returncode == 0 and "Storage" not in err and "Traceback" not in err, err[-3000:]
+    finally:
+        for p in [*procs, server]:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+                p.wait(timeout=30)
+    assert all(t.state.name == "COMPLETE" for t in _check_exact(db, "g", 4))

@@ -61,7 +61,7 @@ def _retrying(fn: Callable[..., Any], where: str) -> Callable[..., Any]:
                 if not connection_error(exc):
                     raise
                 if time.monotonic() + wait > deadline:
-                    last = (str(exc.__cause__ or exc).strip().splitlines() or [type(exc).__name__])[0]
+                    last = _last_error(exc)
                     raise StorageUnreachable(
                         f"storage {where} did not answer for {self.retry_for:g} s ({last}): check it is up, then "
                         "start the worker again (finished trials are kept; its trial is re-run)") from None
@@ -75,6 +75,15 @@ def _retrying(fn: Callable[..., Any], where: str) -> Callable[..., Any]:
 # and its heartbeat check); retried too, since the public ones do not cover those calls. No
 # private attribute is read: these are the storage's own methods, overridden.
 OPTUNA_CALLS = ("_get_stale_trial_ids", "_create_new_trial", "_set_trial_param", "_get_best_trial_id", "_get_trials")
+
+
+def _last_error(exc: BaseException) -> str:
+    """The error in one line: a gRPC error's code and details, else its (or its cause's) first line."""
+    for e in (exc, exc.__cause__):
+        details, code = getattr(e, "details", None), getattr(e, "code", None)
+        if callable(details) and callable(code):
+            return f"{getattr(code(), 'name', code())}: {details()}"
+    return (str(exc.__cause__ or exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 def retrying_class(base: type, where: str) -> type:
