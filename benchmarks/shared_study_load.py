@@ -1,0 +1,206 @@
+"""Many workers on one PostgreSQL study, some killed and the database restarted under them (issue 24).
+
+A real PostgreSQL (pgserver's binaries, on a Unix socket) holds one study created by `tunekit study
+create`; W `tunekit worker` processes (default 32) join it. Its trials are short (40 updates that
+sleep 20 ms: under a second of training), so the storage's traffic weighs. While they run, a tenth
+of the workers are SIGKILLed at random times, and the database is restarted once (`pg_ctl -m fast
+restart`: every connection cut, refused for a moment). The same trials then run in one process on
+SQLite.
+
+Figures: usable trials against those asked; duplicates (two usable trials with the same params);
+trials left RUNNING once the workers are done; live trials failed (a FAIL whose worker was not
+killed, surplus ones aside); workers that exited other than 0 (killed ones aside); and the time a
+worker spends per trial beside training (from the end of its previous trial, or its start, to the
+end of this one, less the training's own seconds: asking, claiming, sampling, reporting, telling,
+waiting), p50 and p99, against the one process.
+
+    python benchmarks/shared_study_load.py [--workers 32] [--trials 96] [--grace 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import hardware  # noqa: E402
+from shared_study import SPACE, _popen, _study  # noqa: E402
+
+TASK = f"{Path(__file__).resolve().parent / 'shared_study.py'}:make_task"
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "tunekit", *args]
+
+
+def quantile(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, max(0, math.ceil(q * len(xs)) - 1))] if xs else math.nan
+
+
+def overheads(study: Any) -> list[float]:
+    """Per usable trial: the worker's time from its previous trial's end (or the trial's start, for its
+    first) to this trial's end, less the training's own seconds."""
+    from tunekit.hpsearch.study import excluded
+
+    skip = excluded(study)
+    usable = [t for t in study.trials if t.state.is_finished() and t.number not in skip and t.datetime_complete]
+    per: dict[str, list[Any]] = {}
+    for t in usable:
+        w = t.user_attrs.get("worker", {})
+        per.setdefault(f"{w.get('host')}:{w.get('pid')}", []).append(t)
+    out = []
+    for ts in per.values():
+        ts.sort(key=lambda t: t.datetime_start)
+        for prev, t in zip([None, *ts], ts):
+            since = prev.datetime_complete if prev is not None else t.datetime_start
+            out.append((t.datetime_complete - since).total_seconds() - float(t.user_attrs.get("seconds", 0.0)))
+    return out
+
+
+def figures(study: Any, asked: int, killed: set[int]) -> dict[str, Any]:
+    from tunekit.hpsearch.study import excluded
+
+    skip = excluded(study)
+    usable = [t for t in study.trials if t.state.is_finished() and t.number not in skip]
+    configs = [json.dumps(t.params, sort_keys=True) for t in usable]
+    false_fails = [t.number for t in study.trials if t.state.name == "FAIL"
+                   and t.user_attrs.get("worker", {}).get("pid") not in killed
+                   and not str(t.user_attrs.get("reason", "")).startswith("surplus")]
+    waits = overheads(study)
+    return {"usable": len(usable), "asked": asked, "complete": sum(t.state.name == "COMPLETE" for t in usable),
+            "duplicates": len(configs) - len(set(configs)), "false_fails": false_fails,
+            "running_left": sum(t.state.name == "RUNNING" for t in study.trials),
+            "p50": quantile(waits, 0.5), "p99": quantile(waits, 0.99), "n_waits": len(waits)}
+
+
+def run_single(tmp: Path, space: Path, trials: int) -> dict[str, Any]:
+    import optuna
+
+    out = tmp / "single"
+    p = _popen(_cli("search", "--task", TASK, "--space", str(space), "--trials", str(trials), "--max-steps", "40",
+                    "--no-prune", "--device", "cpu", "--quiet", "--out", str(out), "--study", "one"), tmp)
+    _, err = p.communicate()
+    assert p.returncode == 0, err.decode()[-2000:]
+    study = optuna.load_study(study_name="one", storage=f"sqlite:///{out / 'study.db'}")
+    return figures(study, trials, set())
+
+
+def chaos(url: str, procs: list[subprocess.Popen[bytes]], n_kill: int, restart: Any, seed: int) -> dict[str, Any]:
+    """Once trials finish, SIGKILL ``n_kill`` random workers at random moments and restart the database once."""
+    rng = random.Random(seed)
+    deadline = time.time() + 600
+    while time.time() < deadline:
+        try:
+            done = sum(t.state.is_finished() for t in _study(url, "load").trials)
+        except Exception:  # noqa: BLE001 - the study not there yet, or the database restarting
+            done = 0
+        if done >= 5:
+            break
+        time.sleep(0.5)
+    victims = rng.sample(procs, n_kill)
+    events: list[tuple[float, str]] = [(rng.uniform(0, 20), "kill") for _ in victims] + [(rng.uniform(5, 15), "restart")]
+    start, killed, restarted = time.time(), set(), 0.0
+    for at, what in sorted(events):
+        time.sleep(max(0.0, start + at - time.time()))
+        if what == "restart":
+            t0 = time.time()
+            restart()
+            restarted = time.time() - t0
+        else:
+            v = victims.pop()
+            if v.poll() is None:
+                os.killpg(v.pid, signal.SIGKILL)
+                v.wait()
+                killed.add(v.pid)
+    return {"killed": killed, "restart_s": restarted}
+
+
+def run_shared(tmp: Path, space: Path, trials: int, workers: int, grace: int, url: str, restart: Any) -> dict[str, Any]:
+    created = subprocess.run(_cli("study", "create", "--task", TASK, "--space", str(space), "--trials", str(trials),
+                                  "--max-steps", "40", "--no-prune", "--device", "cpu", "--quiet", "--storage", url,
+                                  "--study", "load", "--out", str(tmp / "created")),
+                             cwd=tmp, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1",
+                                                                               MPLBACKEND="Agg"))
+    assert created.returncode == 0, created.stderr[-2000:]
+    t0 = time.time()
+    procs = [_popen(_cli("worker", "--storage", url, "--study", "load", "--grace-period", str(grace), "--threads",
+                         "1", "--quiet"), tmp) for _ in range(workers)]
+    box: dict[str, Any] = {}
+    th = threading.Thread(target=lambda: box.update(chaos(url, procs, max(1, workers // 10), restart, 0)))
+    th.start()
+    errors = {}
+    for p in procs:
+        _, err = p.communicate()
+        errors[p.pid] = (p.returncode, err.decode()[-400:])
+    th.join()
+    wall = time.time() - t0
+    bad_exits = {pid: e for pid, e in errors.items() if pid not in box["killed"] and e[0] != 0}
+    res = figures(_study(url, "load"), trials, box["killed"])
+    return {**res, "killed": len(box["killed"]), "restart_s": box["restart_s"], "bad_exits": bad_exits, "wall_s": wall}
+
+
+def line(label: str, r: dict[str, Any]) -> str:
+    extra = (f", {r['killed']} killed, database restarted ({r['restart_s']:.1f} s), "
+             f"{len(r['bad_exits'])} other worker exits" if "killed" in r else "")
+    return (f"{label:<34} {r['usable']}/{r['asked']} usable ({r['complete']} complete), {r['duplicates']} duplicates, "
+            f"{r['running_left']} left RUNNING, {len(r['false_fails'])} live trials failed, time per trial beside "
+            f"training p50 {1000 * r['p50']:.0f} ms, p99 {1000 * r['p99']:.0f} ms ({r['n_waits']} trials){extra}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workers", type=int, default=32)
+    ap.add_argument("--trials", type=int, default=96)
+    ap.add_argument("--grace", type=int, default=10, help="heartbeat grace period (s)")
+    a = ap.parse_args()
+    import pgserver
+    import psycopg
+
+    print(hardware())
+    with tempfile.TemporaryDirectory(prefix="tunekit-load-") as tmp_s:
+        tmp = Path(tmp_s)
+        (tmp / "space.toml").write_text(SPACE)
+        data = tempfile.mkdtemp(prefix="tunekit-pg-")
+        srv = pgserver.get_server(data, cleanup_mode="stop")
+        try:
+            uri = srv.get_uri()
+            with psycopg.connect(uri, autocommit=True) as conn:
+                conn.execute("CREATE DATABASE load")
+                # Each worker holds a few connections (its trials, its heartbeat, its reaper): room for them all.
+                conn.execute(f"ALTER SYSTEM SET max_connections = {max(200, 8 * a.workers)}")
+            pgserver.pg_ctl(["-w", "-m", "fast", "restart"], pgdata=srv.pgdata, user=srv.system_user, timeout=60)
+
+            def restart() -> None:
+                pgserver.pg_ctl(["-w", "-m", "fast", "restart"], pgdata=srv.pgdata, user=srv.system_user, timeout=60)
+
+            shared = run_shared(tmp, tmp / "space.toml", a.trials, a.workers, a.grace,
+                                uri.replace("/postgres?", "/load?"), restart)
+            single = run_single(tmp, tmp / "space.toml", a.trials)
+        finally:
+            srv.cleanup()
+    print(line("1 process, SQLite", single))
+    print(line(f"{a.workers} workers, PostgreSQL", shared))
+    for pid, (code, err) in shared["bad_exits"].items():
+        print(f"  worker {pid} exited {code}: {err.strip().splitlines()[-1] if err.strip() else ''}")
+    ok = (shared["usable"] == a.trials and shared["duplicates"] == 0 and shared["running_left"] == 0
+          and not shared["false_fails"] and not shared["bad_exits"])
+    print(f"{'PASS' if ok else 'FAIL'}: exact N {shared['usable'] == a.trials}, 0 duplicates {shared['duplicates'] == 0}, "
+          f"0 left RUNNING {shared['running_left'] == 0}, 0 live trials failed {not shared['false_fails']}, "
+          f"no other worker exit {not shared['bad_exits']}; p99 per trial beside training, shared / single: "
+          f"{shared['p99'] / single['p99']:.1f}x; wall {shared['wall_s']:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
