@@ -43,6 +43,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/lr_batch.py --loto
 	$(PY) benchmarks/ray_overhead.py
 	$(PY) benchmarks/shared_study.py
+	$(PY) benchmarks/shared_study_load.py
 
 clean:
 	rm -rf $(VENV) *.egg-info

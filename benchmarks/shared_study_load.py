@@ -9,10 +9,10 @@ SQLite.
 
 Figures: usable trials against those asked; duplicates (two usable trials with the same params);
 trials left RUNNING once the workers are done; live trials failed (a FAIL whose worker was not
-killed, surplus ones aside); workers that exited other than 0 (killed ones aside); and the time a
-worker spends per trial beside training (from the end of its previous trial, or its start, to the
-end of this one, less the training's own seconds: asking, claiming, sampling, reporting, telling,
-waiting), p50 and p99, against the one process.
+killed, surplus ones aside); workers that exited other than 0 (killed ones aside); and a trial's
+time in the study beside its training (from asked to told, less the training's own seconds:
+claiming, sampling, reporting, telling; on a machine of few cores, also the wait for a core), p50
+and p99, against the one process.
 
     python benchmarks/shared_study_load.py [--workers 32] [--trials 96] [--grace 10]
 """
@@ -20,10 +20,12 @@ waiting), p50 and p99, against the one process.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -50,23 +52,14 @@ def quantile(xs: list[float], q: float) -> float:
 
 
 def overheads(study: Any) -> list[float]:
-    """Per usable trial: the worker's time from its previous trial's end (or the trial's start, for its
-    first) to this trial's end, less the training's own seconds."""
+    """Per usable trial: its time in the study (asked, claimed, sampled, trained, reported, told) less the
+    training's own seconds: what the study's coordination and storage cost it."""
     from tunekit.hpsearch.study import excluded
 
     skip = excluded(study)
-    usable = [t for t in study.trials if t.state.is_finished() and t.number not in skip and t.datetime_complete]
-    per: dict[str, list[Any]] = {}
-    for t in usable:
-        w = t.user_attrs.get("worker", {})
-        per.setdefault(f"{w.get('host')}:{w.get('pid')}", []).append(t)
-    out = []
-    for ts in per.values():
-        ts.sort(key=lambda t: t.datetime_start)
-        for prev, t in zip([None, *ts], ts):
-            since = prev.datetime_complete if prev is not None else t.datetime_start
-            out.append((t.datetime_complete - since).total_seconds() - float(t.user_attrs.get("seconds", 0.0)))
-    return out
+    return [(t.datetime_complete - t.datetime_start).total_seconds() - float(t.user_attrs.get("seconds", 0.0))
+            for t in study.trials if t.state.is_finished() and t.number not in skip and t.datetime_complete
+            and t.datetime_start and "seconds" in t.user_attrs]
 
 
 def figures(study: Any, asked: int, killed: set[int]) -> dict[str, Any]:
@@ -189,7 +182,11 @@ def main() -> None:
                                 uri.replace("/postgres?", "/load?"), restart)
             single = run_single(tmp, tmp / "space.toml", a.trials)
         finally:
+            # After a restart pgserver no longer takes the server for its own, and its cleanup leaves it running.
+            with contextlib.suppress(Exception):
+                pgserver.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=srv.pgdata, user=srv.system_user, timeout=60)
             srv.cleanup()
+            shutil.rmtree(data, ignore_errors=True)
     print(line("1 process, SQLite", single))
     print(line(f"{a.workers} workers, PostgreSQL", shared))
     for pid, (code, err) in shared["bad_exits"].items():

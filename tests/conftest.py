@@ -29,6 +29,7 @@ def postgres():
 
     Yields ``fresh()``: the SQLAlchemy URL of a new, empty database on it (each test its own)."""
     pgserver = pytest.importorskip("pgserver", reason="the shared-study tests need pgserver (the test extra)")
+    import contextlib
     import itertools
     import shutil
     import tempfile
@@ -55,5 +56,8 @@ def postgres():
     try:
         yield fresh
     finally:
+        # After a restart pgserver no longer takes the server for its own, and its cleanup leaves it running.
+        with contextlib.suppress(Exception):
+            pgserver.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=srv.pgdata, user=srv.system_user, timeout=60)
         srv.cleanup()
         shutil.rmtree(data, ignore_errors=True)
