@@ -631,3 +631,11 @@ def test_grpc_workers_ride_out_a_restart_of_tunekit_serve(tmp_path: Path) -> Non
                 os.killpg(p.pid, signal.SIGTERM)
                 p.wait(timeout=30)
     assert all(t.state.name == "COMPLETE" for t in _check_exact(db, "g", 4))
+
+
+def test_an_unreachable_grpc_address_fails_within_the_storage_retry_time() -> None:
+    pytest.importorskip("grpc", reason="tunekit serve needs grpcio (the serve extra)")
+    t0 = time.monotonic()
+    with pytest.raises(UsageError, match=r"no tunekit serve answers at grpc://127\.0\.0\.1:\d+ after 1s"):
+        make_storage(f"grpc://127.0.0.1:{_free_port()}", None, retry_for=1.0)
+    assert time.monotonic() - t0 < 10  # not the default 30 s

@@ -96,11 +96,12 @@ def _grpc(url: str, retry_for: float = STORAGE_RETRY) -> Any:
         warnings.simplefilter("ignore")
         proxy = retrying_class(optuna.storages.GrpcStorageProxy, url)(host=host, port=int(port))
     proxy.retry_for = retry_for
+    wait = max(1.0, min(GRPC_WAIT, retry_for))  # a server started just before its workers; no longer than the retries
     try:
-        proxy.wait_server_ready(timeout=GRPC_WAIT)  # a server started just before its workers
+        proxy.wait_server_ready(timeout=wait)
     except Exception:  # grpc.FutureTimeoutError: nothing answers there
-        raise UsageError(f"no tunekit serve answers at {url} after {GRPC_WAIT:.0f}s: start it there, or give its "
-                         "HOST:PORT") from None
+        raise UsageError(f"no tunekit serve answers at {url} after {wait:.0f}s: start it there, or give its "
+                         "HOST:PORT (the storage retry time bounds this wait)") from None
     return proxy
 
 
