@@ -24,8 +24,10 @@ Figures:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -33,7 +35,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import hardware  # noqa: E402
@@ -163,6 +165,49 @@ def _kill_mid_trial(url: str, name: str, victim: subprocess.Popen[bytes], sig: i
     raise AssertionError("the victim never started a trial")
 
 
+class Postgres:
+    """A PostgreSQL of pgserver's binaries, on a Unix socket in a temporary folder, while the ``with`` lasts:
+    ``url(db)`` a fresh database's URL, ``restart()`` a fast restart (connections cut)."""
+
+    def __init__(self, max_connections: Optional[int] = None) -> None:
+        self.max_connections = max_connections
+
+    def __enter__(self) -> "Postgres":
+        import pgserver
+
+        self.data = tempfile.mkdtemp(prefix="tunekit-pg-")
+        self.srv = pgserver.get_server(self.data, cleanup_mode="stop")
+        self.uri = self.srv.get_uri()
+        if self.max_connections:
+            self._sql(f"ALTER SYSTEM SET max_connections = {self.max_connections}")
+            self.restart()
+        return self
+
+    def _sql(self, statement: str) -> None:
+        import psycopg
+
+        with psycopg.connect(self.uri, autocommit=True) as conn:
+            conn.execute(statement)
+
+    def url(self, db: str) -> str:
+        self._sql(f"CREATE DATABASE {db}")
+        return self.uri.replace("/postgres?", f"/{db}?")
+
+    def restart(self) -> None:
+        import pgserver
+
+        pgserver.pg_ctl(["-w", "-m", "fast", "restart"], pgdata=self.srv.pgdata, user=self.srv.system_user, timeout=60)
+
+    def __exit__(self, *exc: Any) -> None:
+        import pgserver
+
+        # After a restart pgserver no longer takes the server for its own, and its cleanup leaves it running.
+        with contextlib.suppress(Exception):
+            pgserver.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=self.srv.pgdata, user=self.srv.system_user, timeout=60)
+        self.srv.cleanup()
+        shutil.rmtree(self.data, ignore_errors=True)
+
+
 def _line(label: str, r: dict[str, Any]) -> str:
     extra = f", recovery {r['recovery_s']:.1f} s after the kill ({r['reason']})" if "recovery_s" in r else ""
     return (f"{label:<28} {r['usable']}/{r['requested']} usable, {r['duplicates']} duplicates, {r['running_left']} "
@@ -175,28 +220,15 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=12)
     ap.add_argument("--grace", type=int, default=5, help="heartbeat grace period of the killed run (s)")
     a = ap.parse_args()
-    import pgserver
-    import psycopg
-
     print(hardware())
-    with tempfile.TemporaryDirectory(prefix="tunekit-bench-") as tmp_s:
+    with tempfile.TemporaryDirectory(prefix="tunekit-bench-") as tmp_s, Postgres() as pg:
         tmp = Path(tmp_s)
         (tmp / "space.toml").write_text(SPACE)
-        data = tempfile.mkdtemp(prefix="tunekit-pg-")
-        srv = pgserver.get_server(data, cleanup_mode="stop")
-        try:
-            uri = srv.get_uri()
-            urls = []
-            for db in ("shared", "killed", "frozen"):
-                with psycopg.connect(uri, autocommit=True) as conn:
-                    conn.execute(f"CREATE DATABASE {db}")
-                urls.append(uri.replace("/postgres?", f"/{db}?"))
-            single = run_single(tmp, tmp / "space.toml", a.trials)
-            shared = run_shared(tmp, tmp / "space.toml", a.trials, urls[0], "s", kill="", grace=a.grace)
-            killed = run_shared(tmp, tmp / "space.toml", a.trials, urls[1], "k", kill="kill", grace=a.grace)
-            frozen = run_shared(tmp, tmp / "space.toml", a.trials, urls[2], "f", kill="freeze", grace=a.grace)
-        finally:
-            srv.cleanup()
+        urls = [pg.url(db) for db in ("shared", "killed", "frozen")]
+        single = run_single(tmp, tmp / "space.toml", a.trials)
+        shared = run_shared(tmp, tmp / "space.toml", a.trials, urls[0], "s", kill="", grace=a.grace)
+        killed = run_shared(tmp, tmp / "space.toml", a.trials, urls[1], "k", kill="kill", grace=a.grace)
+        frozen = run_shared(tmp, tmp / "space.toml", a.trials, urls[2], "f", kill="freeze", grace=a.grace)
     print(_line("1 process, SQLite", single))
     print(_line("3 workers, PostgreSQL", shared))
     print(_line("3 workers, 1 SIGKILLed", killed))

@@ -20,12 +20,10 @@ and p99, against the one process.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import os
 import random
-import shutil
 import signal
 import subprocess
 import sys
@@ -37,7 +35,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import hardware  # noqa: E402
-from shared_study import SPACE, _popen, _study  # noqa: E402
+from shared_study import SPACE, Postgres, _popen, _study  # noqa: E402
 
 TASK = f"{Path(__file__).resolve().parent / 'shared_study.py'}:make_task"
 
@@ -158,35 +156,13 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=96)
     ap.add_argument("--grace", type=int, default=10, help="heartbeat grace period (s)")
     a = ap.parse_args()
-    import pgserver
-    import psycopg
-
     print(hardware())
-    with tempfile.TemporaryDirectory(prefix="tunekit-load-") as tmp_s:
+    # Each worker holds a few connections (its trials, its heartbeat, its reaper): room for them all.
+    with tempfile.TemporaryDirectory(prefix="tunekit-load-") as tmp_s, Postgres(max(200, 8 * a.workers)) as pg:
         tmp = Path(tmp_s)
         (tmp / "space.toml").write_text(SPACE)
-        data = tempfile.mkdtemp(prefix="tunekit-pg-")
-        srv = pgserver.get_server(data, cleanup_mode="stop")
-        try:
-            uri = srv.get_uri()
-            with psycopg.connect(uri, autocommit=True) as conn:
-                conn.execute("CREATE DATABASE load")
-                # Each worker holds a few connections (its trials, its heartbeat, its reaper): room for them all.
-                conn.execute(f"ALTER SYSTEM SET max_connections = {max(200, 8 * a.workers)}")
-            pgserver.pg_ctl(["-w", "-m", "fast", "restart"], pgdata=srv.pgdata, user=srv.system_user, timeout=60)
-
-            def restart() -> None:
-                pgserver.pg_ctl(["-w", "-m", "fast", "restart"], pgdata=srv.pgdata, user=srv.system_user, timeout=60)
-
-            shared = run_shared(tmp, tmp / "space.toml", a.trials, a.workers, a.grace,
-                                uri.replace("/postgres?", "/load?"), restart)
-            single = run_single(tmp, tmp / "space.toml", a.trials)
-        finally:
-            # After a restart pgserver no longer takes the server for its own, and its cleanup leaves it running.
-            with contextlib.suppress(Exception):
-                pgserver.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=srv.pgdata, user=srv.system_user, timeout=60)
-            srv.cleanup()
-            shutil.rmtree(data, ignore_errors=True)
+        shared = run_shared(tmp, tmp / "space.toml", a.trials, a.workers, a.grace, pg.url("load"), pg.restart)
+        single = run_single(tmp, tmp / "space.toml", a.trials)
     print(line("1 process, SQLite", single))
     print(line(f"{a.workers} workers, PostgreSQL", shared))
     for pid, (code, err) in shared["bad_exits"].items():
