@@ -523,7 +523,8 @@ def per_update_line(runs: dict[str, list[Run]]) -> str:
     pred = [t["predicted_seconds"] / t["seconds"] for r in runs.get("tunekit", []) for t in r["trials"]
             if t["state"] == "COMPLETE" and t.get("predicted_seconds") and t.get("seconds")]
     said = f"; tunekit's predicted / measured trial seconds: median {statistics.median(pred):.2f}" if pred else ""
-    return f"  per-update time, tunekit / peers' loop (incl. evaluations): {cells}{said}"
+    return (f"  per-update time, tunekit / peers' loop (incl. evaluations; runs made at other times, under other load: "
+            f"--per-update times them interleaved): {cells}{said}")
 
 
 # --- per-update time, interleaved ------------------------------------------------------------
