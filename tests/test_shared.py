@@ -82,34 +82,44 @@ def test_three_workers_started_together_on_a_fresh_database_finish_exactly_n(tmp
     assert len({w["seed"] for k, w in study.user_attrs.items() if k.startswith("tunekit_worker:")}) == 3
 
 
-@pytest.mark.slow  # three processes, one killed
-def test_a_killed_worker_costs_one_trial_and_its_trial_is_rerun_once(tmp_path: Path, postgres: Any) -> None:
+@pytest.mark.slow  # three workers on PostgreSQL, one killed mid-trial, then the database restarted under the others
+def test_a_killed_worker_costs_one_trial_and_the_survivors_ride_out_a_database_restart(tmp_path: Path,
+                                                                                       postgres: Any) -> None:
+    """A worker SIGKILLed mid-trial: its trial is failed with its reason while the survivors still train (they reap
+    on a timer), and re-run once. Then PostgreSQL is restarted (connections cut) under the two survivors: neither
+    exits, the study still finishes exactly N, all complete, nothing left RUNNING."""
     url, space = postgres(), write_space(tmp_path, SMALL)
+    long = [a if a != "40" else "150" for a in SLOW]  # trials of about 3 s (20 ms a step)
     created = run_cli("study", "create", "--space", str(space), "--trials", "6", "--storage", url, "--study", "k",
-                      "--out", str(tmp_path / "c"), *SLOW)
+                      "--out", str(tmp_path / "c"), *long)
     assert created.returncode == 0, created.stderr[-2000:]
     work = ["worker", "--storage", url, "--study", "k", "--grace-period", "4", "--quiet"]
     procs = [_start(work, tmp_path) for _ in range(3)]
     victim = procs[0]
-    _wait_mid_trial(url, "k", victim.pid)
+    for p in procs:
+        _wait_mid_trial(url, "k", p.pid)
     os.killpg(victim.pid, signal.SIGKILL)
     victim.wait()
     killed_at = time.time()
+    training = [t.number for t in _trials(url, "k") if t.state.name == "RUNNING" and t.user_attrs.get("worker", {}).get("pid") != victim.pid]
+    time.sleep(0.5)
+    postgres.restart()
     for p in procs[1:]:
         _, err = p.communicate(timeout=300)
-        assert p.returncode == 0, err[-2000:]
+        assert p.returncode == 0 and "Storage" not in err, err[-3000:]
     usable = _check_exact(url, "k", 6)
-    dead = [t for t in _trials(url, "k") if t.user_attrs.get("worker", {}).get("pid") == victim.pid and t.state.name == "FAIL"]
+    assert all(t.state.name == "COMPLETE" for t in usable)  # no trial failed for the restart either
+    trials = _trials(url, "k")
+    dead = [t for t in trials if t.user_attrs.get("worker", {}).get("pid") == victim.pid and t.state.name == "FAIL"]
     assert len(dead) == 1
+    assert dead[0].datetime_complete.timestamp() - killed_at < 4  # its process is gone: found at the next check,
+    assert training and min(trials[n].datetime_complete for n in training) > dead[0].datetime_complete  # mid-trial
     result = study_result(url, "k")
     row = next(t for t in result.trials if t["number"] == dead[0].number)
-    # Found by its process being gone (same machine), or by its heartbeat if a survivor looked first.
-    said = f"worker {dead[0].user_attrs['worker']['host']}:{victim.pid} stopped"
-    assert row["error"] in (said, f"{said}: no heartbeat for 4 s") and row["stopped"]
+    assert row["error"] == f"worker {dead[0].user_attrs['worker']['host']}:{victim.pid} stopped" and row["stopped"]
     assert dead[0].user_attrs["reason"] == row["error"]  # on the trial itself, for dashboards
     again = [t for t in usable if t.params == dead[0].params]
     assert len(again) == 1 and again[0].user_attrs["tunekit_retry_of"] == dead[0].number
-    assert again[0].datetime_start.timestamp() - killed_at < 30  # about the grace period, not a new start
 
 
 @pytest.mark.slow  # two processes on a journal file, one killed; reaped by the survivor (no heartbeats there)
@@ -462,16 +472,19 @@ def test_a_worker_joins_a_study_created_before_the_objective_existed(tmp_path: P
     assert r.objective == "loss" and len([t for t in r.trials if t["state"] == "COMPLETE"]) == 2
 
 
-def test_study_create_honours_the_worker_flags_and_refuses_the_trial_flags(tmp_path: Path) -> None:
+def test_study_create_honours_the_worker_flags_and_refuses_the_trial_flags(tmp_path: Path, capsys: Any) -> None:
     """`study create` takes the search's flags but runs no trial: --threads and --worker-id name the creator;
     a flag that only says how trials run is refused in one line, not ignored."""
+    from tunekit.cli import main
+
     space, journal = write_space(tmp_path, SMALL), str(tmp_path / "study.log")
     common = ["--space", str(space), "--trials", "3", "--storage", journal, "--task", "tests.tasks:regression_task",
               "--max-steps", "10", "--device", "cpu", "--quiet"]
     for flag in (["--backend", "ray"], ["--max-failures", "1"], ["--max-concurrent", "2"]):
-        bad = run_cli("study", "create", *common, "--study", "x", *flag)
-        assert bad.returncode == 2 and f"runs no trial, so {flag[0]} would do nothing" in bad.stderr
-        assert "Traceback" not in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+        code = main(["study", "create", *common, "--study", "x", *flag])
+        err = capsys.readouterr().err
+        assert code == 2 and f"runs no trial, so {flag[0]} would do nothing" in err
+        assert "Traceback" not in err and len(err.strip().splitlines()) == 1
     made = run_cli("study", "create", *common, "--study", "c", "--threads", "1", "--worker-id", "creator")
     assert made.returncode == 0 and "Warning" not in made.stderr, made.stderr[-2000:]  # its empty plots too
     attrs = optuna.load_study(study_name="c", storage=make_storage(journal, None)).user_attrs
@@ -479,47 +492,23 @@ def test_study_create_honours_the_worker_flags_and_refuses_the_trial_flags(tmp_p
     assert not [k for k in attrs if k.startswith("tunekit_worker:") and k != "tunekit_worker:creator"]
 
 
-def test_study_delete_says_what_a_study_holds_and_deletes_it_only_with_yes(tmp_path: Path) -> None:
+def test_study_delete_says_what_a_study_holds_and_deletes_it_only_with_yes(tmp_path: Path, capsys: Any) -> None:
+    from tunekit.cli import main
+
     journal = str(tmp_path / "d.log")
     study = optuna.create_study(study_name="gone", storage=make_storage(journal, None))
     for x in (0.25, 0.5):
         study.enqueue_trial({"x": x})
     t = study.ask({"x": optuna.distributions.FloatDistribution(0, 1)})
     study.tell(t, 1.0)
-    kept = run_cli("study", "delete", "--storage", journal, "--study", "gone")
-    assert kept.returncode == 2 and "holds 1 complete, 1 waiting: pass --yes to delete it" in kept.stderr
+    delete = ["study", "delete", "--storage", journal, "--study", "gone"]
+    assert main(delete) == 2 and "holds 1 complete, 1 waiting: pass --yes to delete it" in capsys.readouterr().err
     assert "gone" in optuna.get_all_study_names(make_storage(journal, None))  # nothing lost without --yes
-    done = run_cli("study", "delete", "--storage", journal, "--study", "gone", "--yes")
-    assert done.returncode == 0 and "deleted study 'gone' (1 complete, 1 waiting)" in done.stdout
+    assert main([*delete, "--yes"]) == 0 and "deleted study 'gone' (1 complete, 1 waiting)" in capsys.readouterr().out
     assert optuna.get_all_study_names(make_storage(journal, None)) == []
-    missing = run_cli("study", "delete", "--storage", journal, "--study", "gone", "--yes")
-    assert missing.returncode == 2 and "there is no study 'gone'" in missing.stderr and "Traceback" not in missing.stderr
-
-
-@pytest.mark.slow  # two workers on PostgreSQL, trials of several seconds, one worker killed
-def test_a_dead_workers_trial_is_failed_while_the_survivor_is_still_training(tmp_path: Path, postgres: Any) -> None:
-    """Recovery does not wait for the survivors' trials to end: a worker reaps on a timer while it trains."""
-    url, space = postgres(), write_space(tmp_path, SMALL)
-    long = [a if a != "40" else "250" for a in SLOW]  # trials of about 5 s (20 ms a step)
-    created = run_cli("study", "create", "--space", str(space), "--trials", "3", "--storage", url, "--study", "t",
-                      "--out", str(tmp_path / "c"), *long)
-    assert created.returncode == 0, created.stderr[-2000:]
-    work = ["worker", "--storage", url, "--study", "t", "--grace-period", "4", "--quiet"]
-    victim, survivor = (_start(work, tmp_path) for _ in range(2))
-    _wait_mid_trial(url, "t", victim.pid)
-    _wait_mid_trial(url, "t", survivor.pid)
-    os.killpg(victim.pid, signal.SIGKILL)
-    victim.wait()
-    killed_at = time.time()
-    training = [t.number for t in _trials(url, "t") if t.state.name == "RUNNING"
-                and t.user_attrs.get("worker", {}).get("pid") == survivor.pid]
-    _, err = survivor.communicate(timeout=300)
-    assert survivor.returncode == 0, err[-2000:]
-    _check_exact(url, "t", 3)
-    trials = _trials(url, "t")
-    dead = next(t for t in trials if t.state.name == "FAIL" and t.user_attrs["worker"]["pid"] == victim.pid)
-    assert dead.datetime_complete.timestamp() - killed_at < 4 + 3  # the grace period and a check, not a trial's end
-    assert training and trials[training[0]].datetime_complete > dead.datetime_complete  # the survivor was training
+    assert main([*delete, "--yes"]) == 2
+    err = capsys.readouterr().err
+    assert "there is no study 'gone'" in err and "Traceback" not in err
 
 
 @pytest.mark.slow  # a creator process killed while it probes, then two more processes
@@ -537,34 +526,13 @@ def test_a_creator_killed_while_probing_is_taken_over_by_the_next_study_create(t
     os.killpg(first.pid, signal.SIGKILL)  # while it probes: the study has no settings
     first.wait()
     assert "tunekit_spec" not in optuna.load_study(study_name="c", storage=make_storage(journal, None)).user_attrs
-    early = run_cli("worker", "--storage", journal, "--study", "c", "--quiet", cwd=tmp_path)
-    assert early.returncode == 2 and "stopped before it stored the study's settings" in early.stderr
+    with pytest.raises(UsageError, match="stopped before it stored the study's settings: run the same tunekit study"):
+        join_study(journal, "c", device="cpu", progress=False)  # at once, not after its timeout
     again = run_cli(*create, "--out", str(tmp_path / "b"), cwd=tmp_path)
     assert again.returncode == 0, again.stderr[-2000:]
     assert optuna.get_all_study_names(make_storage(journal, None)) == ["c"]  # the takeover's marker is gone
-    done = run_cli("worker", "--storage", journal, "--study", "c", "--quiet", cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-2000:]
+    join_study(journal, "c", device="cpu", progress=False)
     _check_exact(journal, "c", 3)
-
-
-@pytest.mark.slow  # PostgreSQL restarted under two workers
-def test_workers_ride_out_a_postgresql_restart(tmp_path: Path, postgres: Any) -> None:
-    """A database restart (connections cut, refused for a moment) under two training workers: none exits,
-    the study still finishes exactly N, nothing is left RUNNING."""
-    url, space = postgres(), write_space(tmp_path, SMALL)
-    long = [a if a != "40" else "150" for a in SLOW]  # trials of about 3 s
-    created = run_cli("study", "create", "--space", str(space), "--trials", "4", "--storage", url, "--study", "r",
-                      "--out", str(tmp_path / "c"), *long)
-    assert created.returncode == 0, created.stderr[-2000:]
-    work = ["worker", "--storage", url, "--study", "r", "--grace-period", "10", "--quiet"]
-    procs = [_start(work, tmp_path) for _ in range(2)]
-    for p in procs:
-        _wait_mid_trial(url, "r", p.pid)
-    postgres.restart()
-    for p in procs:
-        _, err = p.communicate(timeout=300)
-        assert p.returncode == 0 and "Storage" not in err, err[-3000:]
-    assert all(t.state.name == "COMPLETE" for t in _check_exact(url, "r", 4))  # no trial failed for it either
 
 
 def test_a_storage_call_is_retried_on_a_lost_connection_only_and_then_stops_in_one_line() -> None:
@@ -611,7 +579,7 @@ def test_grpc_workers_ride_out_a_restart_of_tunekit_serve(tmp_path: Path) -> Non
     procs: list[subprocess.Popen[str]] = []
     try:
         _wait_line(server, "workers use --storage grpc://127.0.0.1:")
-        created = run_cli("study", "create", "--space", str(space), "--trials", "4", "--storage", url, "--study", "g",
+        created = run_cli("study", "create", "--space", str(space), "--trials", "2", "--storage", url, "--study", "g",
                           "--out", str(tmp_path / "c"), *long)
         assert created.returncode == 0, created.stderr[-2000:]
         procs = [_start(["worker", "--storage", url, "--study", "g", "--quiet"], tmp_path) for _ in range(2)]
@@ -619,7 +587,7 @@ def test_grpc_workers_ride_out_a_restart_of_tunekit_serve(tmp_path: Path) -> Non
             _wait_mid_trial(db, "g", p.pid)
         os.killpg(server.pid, signal.SIGTERM)  # the server goes away for a moment, then comes back
         server.wait(timeout=30)
-        time.sleep(2)
+        time.sleep(1)
         server = _start(["serve", "--storage", db, "--port", str(port)], tmp_path)
         _wait_line(server, "workers use --storage grpc://127.0.0.1:")
         for p in procs:
@@ -630,7 +598,7 @@ def test_grpc_workers_ride_out_a_restart_of_tunekit_serve(tmp_path: Path) -> Non
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGTERM)
                 p.wait(timeout=30)
-    assert all(t.state.name == "COMPLETE" for t in _check_exact(db, "g", 4))
+    assert all(t.state.name == "COMPLETE" for t in _check_exact(db, "g", 2))
 
 
 def test_an_unreachable_grpc_address_fails_within_the_storage_retry_time() -> None:
