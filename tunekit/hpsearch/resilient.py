@@ -53,7 +53,8 @@ def connection_error(exc: BaseException) -> bool:
 def _retrying(fn: Callable[..., Any], where: str) -> Callable[..., Any]:
     @functools.wraps(fn)
     def call(self: Any, *args: Any, **kwargs: Any) -> Any:
-        deadline, wait = time.monotonic() + float(getattr(self, "retry_for", STORAGE_RETRY)), 0.25
+        retry_for = float(getattr(self, "retry_for", STORAGE_RETRY))
+        deadline, wait = time.monotonic() + retry_for, 0.25
         while True:
             try:
                 return fn(self, *args, **kwargs)
@@ -63,7 +64,7 @@ def _retrying(fn: Callable[..., Any], where: str) -> Callable[..., Any]:
                 if time.monotonic() + wait > deadline:
                     last = _last_error(exc)
                     raise StorageUnreachable(
-                        f"storage {where} did not answer for {self.retry_for:g} s ({last}): check it is up, then "
+                        f"storage {where} did not answer for {retry_for:g} s ({last}): check it is up, then "
                         "start the worker again (finished trials are kept; its trial is re-run)") from None
                 time.sleep(wait)
                 wait = min(2 * wait, 5.0)

@@ -26,6 +26,7 @@ from typing import Any, Optional
 from tunekit.errors import UsageError
 from tunekit.hpsearch.backends.base import Backend, Work, get_backend
 from tunekit.hpsearch.plan import Plan, largest_batch, split_batch
+from tunekit.hpsearch.resilient import STORAGE_RETRY
 from tunekit.hpsearch.rungs import ladder, make_pruner
 from tunekit.hpsearch.seeding import (Probes, SearchInputs, design_size, enqueue_seed_and_design, make_plan,
                                       prepare_inputs, priced, recipe, run_probes, with_objective)
@@ -84,7 +85,7 @@ def search(
     storage_path: Optional[str] = None,
     ray_init: Optional[dict[str, Any]] = None,
     grace_period: Optional[int] = None,
-    storage_retry: float = 60.0,
+    storage_retry: float = STORAGE_RETRY,
     worker_id: Optional[str] = None,
     threads: Optional[int] = None,
     run_trials: bool = True,

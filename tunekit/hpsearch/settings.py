@@ -16,6 +16,7 @@ from typing import Any, Optional
 
 from tunekit.errors import UsageError, check_int
 from tunekit.hpsearch.budget import parse_budget, parse_duration
+from tunekit.hpsearch.resilient import STORAGE_RETRY
 from tunekit.objective import Objective
 
 __all__ = ["SearchSettings", "STUDY_SETTINGS", "JOIN_SETTINGS", "BACKENDS"]
@@ -81,7 +82,7 @@ class SearchSettings:
     ray_init: Optional[dict[str, Any]] = None
     # --- this process as a worker of a shared study -----------------------------------------
     grace_period: Optional[int] = None
-    storage_retry: float = 60.0  # seconds a storage that does not answer is retried before this process stops
+    storage_retry: float = STORAGE_RETRY  # seconds a storage that does not answer is retried before this process stops
     worker_id: Optional[str] = None
     threads: Optional[int] = None
     run_trials: bool = True

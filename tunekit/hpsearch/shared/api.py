@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from tunekit.errors import UsageError
+from tunekit.hpsearch.resilient import STORAGE_RETRY
 from tunekit.hpsearch.settings import JOIN_SETTINGS, STUDY_SETTINGS, SearchSettings
 from tunekit.hpsearch.shared.workers import open_storage
 
@@ -48,7 +49,7 @@ def _load_spec(store: Any, name: str, storage: str, timeout: float) -> dict[str,
 def join_study(storage: str, study_name: str, *, task: Any = None, out: Any = None, device: str = "auto",
                progress: Optional[bool] = None, worker_id: Optional[str] = None, threads: Optional[int] = None,
                grace_period: Optional[int] = None, timeout: float = 1800.0, time_limit: Any = None,
-               storage_retry: float = 60.0, **settings: Any) -> Any:
+               storage_retry: float = STORAGE_RETRY, **settings: Any) -> Any:
     """Join study ``study_name`` as a worker: run its trials until it holds its count; no probe runs.
 
     ``settings`` (any of :data:`JOIN_SETTINGS`) are checked against the study's and refused in one
