@@ -27,14 +27,19 @@ EXPECTED_MODE_MODULES: tuple[type[nn.Module], ...] = (
 # Outputs equal to this relative tolerance are the same output (eval-mode fast paths of torch's
 # Transformer layers reorder float sums).
 RTOL = 1e-4
+# Draws of a random module's output, and how far above the noise their mean may sit from the eval
+# output before the module is called biased (unbiased draws give a ratio near 1 on any output of more
+# than a few dozen values; a dropout of p = 0.1 that does not rescale gives 1 + 16 * 0.1 / 0.9, about 2.8).
+DRAWS = 16
+BIAS_RATIO = 1.6
 
 
-def _output_fn(model: nn.Module, compute: LossComputer, batch: Batch) -> Callable[[], torch.Tensor]:
+def _output_fn(model: nn.Module, compute: LossComputer, batch: Batch) -> Callable[..., torch.Tensor]:
     """A function returning the model's output (or, where it is hidden, the loss) on ``batch``, with
-    the RNG reseeded so that only the mode, not the dropout draw, can change it."""
-    def run() -> torch.Tensor:
+    the RNG reseeded (``seed``) so that only the mode, not the dropout draw, can change it."""
+    def run(seed: int = 0) -> torch.Tensor:
         with torch.random.fork_rng(devices=[]), torch.no_grad():
-            torch.manual_seed(0)
+            torch.manual_seed(seed)
             out, _ = outputs_of(model, compute, batch)
             if out is None:
                 out = forward(model, compute, batch).loss
@@ -62,9 +67,10 @@ class _Buffers:
             b.copy_(value)
 
 
-def _differing(model: nn.Module, run: Callable[[], torch.Tensor], base: torch.Tensor,
-               buffers: _Buffers) -> list[tuple[str, nn.Module]]:
-    """The modules whose own train flag, set alone (every other module in eval), changes the output."""
+def _differing(model: nn.Module, run: Callable[..., torch.Tensor], base: torch.Tensor,
+               buffers: _Buffers) -> list[tuple[str, nn.Module, bool]]:
+    """The modules whose own train flag, set alone (every other module in eval), changes the output,
+    each with whether the change is dropout's (:func:`_dropout_like`)."""
     found = []
     for name, module in model.named_modules():
         module.training = True  # this module only: .train() would recurse into its children
@@ -74,8 +80,55 @@ def _differing(model: nn.Module, run: Callable[[], torch.Tensor], base: torch.Te
             module.training = False
             buffers.restore()
         if changed:
-            found.append((name or type(model).__name__, module))
+            found.append((name or type(model).__name__, module, _dropout_like(module, run, buffers)))
     return found
+
+
+def _dropout_like(module: nn.Module, run: Callable[..., torch.Tensor], buffers: _Buffers) -> bool:
+    """Whether ``module``'s train mode acts as an inverted dropout: its own output is random (another
+    RNG seed gives another one) and right on average (the mean over seeds is its eval output, within
+    the noise). Dropout applied functionally from a module's flag, as the attention of Hugging Face's
+    models does, passes; a mode bug (a fixed change) or a dropout that does not rescale by 1/(1-p) does not."""
+    module.training = True
+    try:
+        draws = [_own_output(module, run, seed) for seed in range(DRAWS)]
+    finally:
+        module.training = False
+        buffers.restore()
+    base = _own_output(module, run, 0)
+    if base is None or any(d is None or d.shape != base.shape for d in draws):
+        return False
+    devs = torch.stack([d - base for d in draws])
+    if _same(draws[1], draws[0]):
+        return False  # not random: a fixed change of the output
+    mean = devs.mean(0)
+    spread = float(((devs - mean) ** 2).sum()) / (DRAWS - 1)  # one draw's variance, summed over the output
+    # Unbiased draws: the squared norm of their mean is spread / DRAWS (in expectation); a bias adds to it.
+    return float((mean ** 2).sum()) * DRAWS <= BIAS_RATIO * spread
+
+
+def _own_output(module: nn.Module, run: Callable[..., torch.Tensor], seed: int) -> torch.Tensor | None:
+    """Every floating tensor ``module`` outputs during one forward of the model (seeded), as one flat vector."""
+    captured: list[torch.Tensor] = []
+
+    def hook(_: nn.Module, __: object, out: object) -> None:
+        captured.extend(t.detach().float().flatten() for t in _tensors(out) if t.is_floating_point())
+    handle = module.register_forward_hook(hook)
+    try:
+        run(seed)
+    finally:
+        handle.remove()
+    return torch.cat(captured) if captured else None
+
+
+def _tensors(out: object) -> list[torch.Tensor]:
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, dict):
+        out = list(out.values())
+    if isinstance(out, (list, tuple)):
+        return [t for o in out for t in _tensors(o)]
+    return []
 
 
 def check_modes(model: nn.Module, compute: LossComputer, batch: Batch) -> list[Finding]:
@@ -95,8 +148,8 @@ def check_modes(model: nn.Module, compute: LossComputer, batch: Batch) -> list[F
         found = _differing(model, run, base, buffers)
     except Exception as exc:
         return [raised(CHECK, exc, "the forward")]
-    expected = [f"{n} ({type(m).__name__})" for n, m in found if isinstance(m, EXPECTED_MODE_MODULES)]
-    other = [f"{n} ({type(m).__name__})" for n, m in found if not isinstance(m, EXPECTED_MODE_MODULES)]
+    expected = [f"{n} ({type(m).__name__})" for n, m, random in found if random or isinstance(m, EXPECTED_MODE_MODULES)]
+    other = [f"{n} ({type(m).__name__})" for n, m, random in found if not (random or isinstance(m, EXPECTED_MODE_MODULES))]
     out: list[Finding] = []
     if other:
         out.append(Finding(CHECK, "warn", f"{', '.join(other)} changes the output between train() and eval(), and is "

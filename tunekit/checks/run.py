@@ -32,6 +32,7 @@ from tunekit.checks.nonfinite import check_data_finite, check_nonfinite, check_s
 from tunekit.checks.overfit import check_overfit, loss_floor
 from tunekit.checks.recipe import QUICK, check_lr, check_memory, check_warmup
 from tunekit.results import DoctorResult, Finding, LRFindResult
+from tunekit.integrations import takes_their_objects
 
 __all__ = ["doctor", "DATA_BATCHES", "TINY_BATCH", "RECIPE_RANGE_STEPS"]
 
@@ -194,6 +195,7 @@ def stage_recipe(run: _Run, batch: Batch, lr: Optional[float], warmup: Optional[
                                  run.batch_size, budget, source, sub.device, accumulation_steps)
 
 
+@takes_their_objects
 def doctor(
     model: nn.Module | Task,
     train_data: Data | None = None,

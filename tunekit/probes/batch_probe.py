@@ -49,6 +49,7 @@ from tunekit.training.schedule import lr_schedule
 from tunekit.training.step import TrainStep, Updates, make_scaler
 from tunekit.inputs.resolve import resolve_inputs
 from tunekit.inputs.task import ComputeLoss, LossFn, Task
+from tunekit.integrations import takes_their_objects
 
 __all__ = ["probe", "ProbeResult", "plan_batches", "scale_lr", "find_largest_batch", "budget_bytes"]
 
@@ -115,6 +116,7 @@ def _free_memory(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
+@takes_their_objects
 def probe(
     model: nn.Module | Task, train_data: Data | None = None, loss_fn: LossFn | None = None, optimizer: Any = None,
     *, compute_loss: ComputeLoss | None = None,

@@ -29,6 +29,7 @@ from tunekit.inputs.resolve import resolve_inputs
 from tunekit.precision import Precision
 from tunekit.inputs.task import ComputeLoss, LossFn, Task
 from tunekit.training.loop import TrainConfig, evaluate
+from tunekit.integrations import takes_their_objects
 
 __all__ = ["lr_find", "LRFindResult", "TASK_DEFAULT", "optimizer_family"]
 
@@ -91,6 +92,7 @@ def _check_args(min_lr: float, max_lr: float, steps: int, mode: str, repeats: in
         raise UsageError(f"diverge_threshold must be > 1 (a multiple of the best loss), got {diverge_threshold!r}")
 
 
+@takes_their_objects
 def lr_find(
     model: nn.Module | Task, train_data: Data | None = None, loss_fn: LossFn | None = None, optimizer: Any = None,
     *, compute_loss: ComputeLoss | None = None,
