@@ -39,6 +39,8 @@ from tunekit.hpsearch.study import (SPEC_KEY, check_report_of, check_resume, def
                                     open_study, stored_plan, study_exists)
 from tunekit.hpsearch.summary import build_result
 from tunekit.inputs.space import SearchSpace
+from tunekit.integrations import adapt_for_search
+from tunekit.integrations.adapted import say_notes
 from tunekit.results import SearchResult, write_report
 
 __all__ = ["search", "run_search"]
@@ -125,7 +127,16 @@ def search(
     """
     # Every parameter but the first two is a settings field (tests/test_search.py keeps them in step).
     settings = SearchSettings(**{k: v for k, v in locals().items() if k not in ("task", "space")})
-    return run_search(task, space, settings)
+    adapted = adapt_for_search(task)  # a Hugging Face Trainer or a Lightning module: fresh models per trial
+    if adapted is None:
+        return run_search(task, space, settings)
+    say_notes(adapted)
+    result = run_search(adapted.task, space, settings)
+    if result.best_value is not None and adapted.theirs is not None:
+        result.best_theirs, result.theirs_kind = adapted.theirs(result.best_config), adapted.kind
+        if settings.out is not None:
+            write_report(result, settings.out)
+    return result
 
 
 @dataclass

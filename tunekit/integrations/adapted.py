@@ -29,11 +29,12 @@ class IntegrationWarning(UserWarning):
 class Adapted:
     """The user's objects as a Task.
 
+    ``theirs(config)``: a tunekit configuration (a search's best) as their arguments.
+
     ``task``: its model factory gives the model in hand (probes, which put it back) or a fresh one per
     call (a search); its ``defaults`` are their recipe (lr, warmup, schedule, clipping, accumulation,
     precision, run length). ``model``: the model in hand, if any. ``notes``: what is not honoured.
-    ``names``: tunekit's setting -> their argument's name, to give a search's best configuration
-    back in their terms."""
+    ``names``: tunekit's setting -> their argument's name."""
 
     task: Task
     kind: str  # "transformers.Trainer" or "lightning.LightningModule"
@@ -41,6 +42,7 @@ class Adapted:
     notes: list[str] = field(default_factory=list)
     names: dict[str, str] = field(default_factory=dict)
     after: list[Callable[[], None]] = field(default_factory=list)  # what puts their objects back, when the call ends
+    theirs: Optional[Callable[[dict[str, Any]], dict[str, Any]]] = None  # a configuration in their terms
 
     def close(self) -> None:
         for undo in self.after:

@@ -20,7 +20,7 @@ from typing import Any, Optional
 
 import torch
 from torch import nn
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Dataset
 
 from tunekit.errors import UsageError
 from tunekit.inputs.task import Task
@@ -60,7 +60,8 @@ def from_trainer(trainer: Any, *, fresh: bool = False) -> Adapted:
     task = Task(model=latest, train_data=train_data, val_data=val_data, compute_loss=_compute_loss(trainer),
                 optimizer=_optimizer_factory(trainer, latest), batch_size=int(args.per_device_train_batch_size),
                 precision="bf16" if args.bf16 else "fp16" if args.fp16 else "fp32", name=name, defaults=defaults)
-    adapted = Adapted(task, "transformers.Trainer", None if fresh else trainer.model, notes, dict(ARG_NAMES))
+    adapted = Adapted(task, "transformers.Trainer", None if fresh else trainer.model, notes, dict(ARG_NAMES),
+                      theirs=lambda config: training_arguments(config, trainer))
     if not fresh and _checkpointing_asked(args) and not _checkpointing(trainer.model):
         adapted.after.append(lambda: _disable_checkpointing(trainer.model))
     return adapted
@@ -126,7 +127,7 @@ def _loaders(trainer: Any, notes: list[str]) -> tuple[DataLoader, Optional[DataL
     if _is_datasets(dataset):  # a datasets.Dataset: the Trainer drops the columns its model does not take
         loader = trainer.get_train_dataloader()
         dataset, collate = loader.dataset, loader.collate_fn
-    train = DataLoader(dataset, batch_size=int(args.per_device_train_batch_size), shuffle=True, collate_fn=collate,
+    train = DataLoader(_as_dataset(dataset), batch_size=int(args.per_device_train_batch_size), shuffle=True, collate_fn=collate,
                        drop_last=bool(args.dataloader_drop_last), generator=torch.Generator().manual_seed(int(args.seed)))
     evalset = trainer.eval_dataset
     if isinstance(evalset, dict):
@@ -138,7 +139,24 @@ def _loaders(trainer: Any, notes: list[str]) -> tuple[DataLoader, Optional[DataL
     if _is_datasets(evalset):
         loader = trainer.get_eval_dataloader(evalset)
         evalset, collate = loader.dataset, loader.collate_fn
-    return train, DataLoader(evalset, batch_size=int(args.per_device_eval_batch_size), collate_fn=collate)
+    return train, DataLoader(_as_dataset(evalset), batch_size=int(args.per_device_eval_batch_size), collate_fn=collate)
+
+
+class _Indexed(Dataset):
+    """A list of samples (the Trainer takes one as a dataset) as a torch Dataset, which tunekit re-batches."""
+
+    def __init__(self, samples: Any) -> None:
+        self.samples = samples
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, i: int) -> Any:
+        return self.samples[i]
+
+
+def _as_dataset(data: Any) -> Any:
+    return data if isinstance(data, Dataset) or not hasattr(data, "__getitem__") else _Indexed(data)
 
 
 def _is_datasets(data: Any) -> bool:
@@ -212,16 +230,16 @@ def training_arguments(config: dict[str, Any], trainer: Any = None) -> dict[str,
     arguments to change, e.g. ``dataclasses.replace(trainer.args, **training_arguments(best))``."""
     out: dict[str, Any] = {}
     for key, value in config.items():
-        if key == "min_lr_ratio":
-            if value:
-                out["lr_scheduler_type"] = "cosine_with_min_lr"
-                out["lr_scheduler_kwargs"] = {"min_lr_rate": value}
-        elif key == "precision":
+        if key == "precision":
             out["bf16"], out["fp16"] = value == "bf16", value == "fp16"
         elif key == "clip_grad_norm":
             out["max_grad_norm"] = 0.0 if value is None else value
         elif key in ARG_NAMES:
             out[ARG_NAMES[key]] = value
+    floor = config.get("min_lr_ratio")
+    if floor and out.get("lr_scheduler_type", "cosine") == "cosine":  # HF's cosine decays to 0: this one to a floor
+        out["lr_scheduler_type"] = "cosine_with_min_lr"
+        out["lr_scheduler_kwargs"] = {"min_lr_rate": floor}
     if trainer is not None:  # only what differs from the Trainer's own arguments
         out = {k: v for k, v in out.items() if getattr(trainer.args, k, object()) != v}
     return out

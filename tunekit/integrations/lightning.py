@@ -56,7 +56,8 @@ def from_lightning(module: Any, datamodule: Any = None, trainer: Any = None, *,
                 name=type(module).__name__, defaults=defaults)
     names = {k: n for k, options in _HPARAM_NAMES.items() for n in options[:1]}
     names.update({k: n for k, options in _HPARAM_NAMES.items() for n in options if n in _hparams(module)})
-    return Adapted(task, "lightning.LightningModule", module if factory is None else None, notes, names)
+    return Adapted(task, "lightning.LightningModule", module if factory is None else None, notes, names,
+                   theirs=lambda config: hyperparameters(config, module))
 
 
 def _hparams(module: Any) -> dict[str, Any]:

@@ -59,6 +59,10 @@ class SearchResult(Result):
     probe_seconds: float = 0.0  # the probes' own time (the range test's and the batch probe's)
     device: Optional[str] = None  # where the trials ran (and the probe timed the steps that price them)
     time_limit: Optional[float] = None  # the device seconds after which no trial started, if one was set
+    # The best configuration in the terms of the user's Hugging Face Trainer (the TrainingArguments to
+    # change) or LightningModule (its hyperparameters), when the search was given one.
+    best_theirs: Optional[dict[str, Any]] = None
+    theirs_kind: Optional[str] = None
 
     @property
     def goal(self) -> Objective:
@@ -327,6 +331,9 @@ class SearchResult(Result):
             lines.append(f"best {self.objective} {self.best_value:.4f}: "
                          + ", ".join(f"{k}={_fmt(v)}" for k, v in sorted(self.best_config.items())))
             lines += self._full_run()
+        if self.best_theirs is not None:
+            lines.append(f"in your {self.theirs_kind}'s terms: "
+                         + (", ".join(f"{k}={_fmt(v)}" for k, v in sorted(self.best_theirs.items())) or "as it is"))
         return "\n".join(lines)
 
     def _device_line(self) -> str:

@@ -225,7 +225,10 @@ def _fresh_step(task: Task, cfg: TrainConfig, device: torch.device, precision: P
     model.train()
     optimizer = task.make_optimizer(model)
     if cfg.weight_decay is not None:
-        for group in optimizer.param_groups:
+        # The groups that decay take the run's weight decay; groups kept free of it (biases and norms, as
+        # Hugging Face's Trainer builds them) stay free, unless no group decays at all.
+        decaying = [g for g in optimizer.param_groups if g.get("weight_decay", 0)] or optimizer.param_groups
+        for group in decaying:
             group["weight_decay"] = cfg.weight_decay
     return TrainStep(model, optimizer, task.loss_computer(), device=device, precision=precision,
                      accumulation_steps=cfg.accumulation_steps, clip_grad_norm=cfg.clip_grad_norm)
