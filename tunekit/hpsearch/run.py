@@ -43,7 +43,7 @@ from tunekit.integrations import adapt_for_search
 from tunekit.integrations.adapted import say_notes
 from tunekit.results import SearchResult, write_report
 
-__all__ = ["search", "run_search"]
+__all__ = ["search", "search_with", "run_search"]
 
 SECONDS_KEY = "tunekit_seconds"  # the study's wall seconds, over all its runs
 
@@ -127,11 +127,19 @@ def search(
     """
     # Every parameter but the first two is a settings field (tests/test_search.py keeps them in step).
     settings = SearchSettings(**{k: v for k, v in locals().items() if k not in ("task", "space")})
-    adapted = adapt_for_search(task)  # a Hugging Face Trainer or a Lightning module: fresh models per trial
+    return search_with(task, space, settings)
+
+
+def search_with(task: Any, space: str | SearchSpace, settings: SearchSettings, backend: Optional[Backend] = None) -> SearchResult:
+    """:func:`search` with its settings built, and optionally a backend of the caller's (the user's own
+    training loop: :func:`tunekit.integrations.search_own`). A Hugging Face Trainer or a Lightning
+    module is taken as a Task that builds a fresh model per trial; the best configuration comes back
+    in their terms too."""
+    adapted = adapt_for_search(task)
     if adapted is None:
-        return run_search(task, space, settings)
+        return run_search(task, space, settings, backend)
     say_notes(adapted)
-    result = run_search(adapted.task, space, settings)
+    result = run_search(adapted.task, space, settings, backend)
     if result.best_value is not None and adapted.theirs is not None:
         result.best_theirs, result.theirs_kind = adapted.theirs(result.best_config), adapted.kind
         if settings.out is not None:
@@ -164,10 +172,12 @@ class _Prepared:
     spec: dict[str, Any]
 
 
-def run_search(task: Any, space: str | SearchSpace, settings: SearchSettings) -> SearchResult:
-    """:func:`search` with its settings built: the stages of the module's docstring."""
+def run_search(task: Any, space: str | SearchSpace, settings: SearchSettings,
+               backend: Optional[Backend] = None) -> SearchResult:
+    """:func:`search` with its settings built: the stages of the module's docstring. ``backend``:
+    one of the caller's, else the one ``settings.backend`` names."""
     start = time.perf_counter()
-    backend = get_backend(settings.backend)
+    backend = backend if backend is not None else get_backend(settings.backend)
     backend.check(settings)
     with _no_empty_study_left(settings):
         prep = _prepare(task, space, settings, backend)

@@ -29,7 +29,7 @@ from tunekit.integrations.adapted import Adapted, IntegrationWarning, kind_of, s
 from tunekit.integrations.hf import from_trainer, training_arguments
 from tunekit.integrations.lightning import from_lightning, hyperparameters
 
-__all__ = ["LightningRun", "Adapted", "IntegrationWarning", "adapt", "adapt_for_search", "takes_their_objects",
+__all__ = ["LightningRun", "Adapted", "IntegrationWarning", "adapt", "adapt_for_search", "takes_their_objects", "search_own",
            "training_arguments", "hyperparameters", "from_trainer", "from_lightning"]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -84,6 +84,26 @@ def adapt_for_search(obj: Any) -> Optional[Adapted]:
         if made_kind == "lightning":
             return from_lightning(made, factory=obj)
     return None
+
+
+def search_own(task: Any, space: Any = "from_scratch", *, run: Callable[[Any], Any], **kwargs: Any) -> Any:
+    """A search whose trials run in the user's own loop: ``run(trial)`` trains one, typically
+    ``Trainer(..., args=replace(args, **trial.training_arguments()), callbacks=[trial.hf_callback()]).train()``
+    or ``lightning.Trainer(**trial.lightning_arguments(), callbacks=[trial.lightning_callback()]).fit(module)``.
+
+    ``task`` is what the probes measure (a Trainer, a LightningRun, a Task or a spec); ``kwargs`` are
+    :func:`tunekit.search`'s. The trials are pruned by tunekit's rungs through the callbacks' reports,
+    one after another in this process, with the memory a finished trial left collected before the next."""
+    from tunekit.hpsearch.backends.own import OwnLoop
+    from tunekit.hpsearch.run import search_with
+    from tunekit.hpsearch.settings import SearchSettings
+
+    if kwargs.get("backend", "local") != "local":
+        raise UsageError(f"search_own runs trials in this process, in your loop: backend={kwargs['backend']!r} "
+                         "cannot be used with it; drop backend=")
+    if not callable(run):
+        raise UsageError(f"run must be a function of one trial, got {run!r}: pass run=lambda trial: ...")
+    return search_with(task, space, SearchSettings(**kwargs), OwnLoop(run))
 
 
 def _copies(module: Any) -> Callable[[], Any]:

@@ -56,14 +56,16 @@ class LocalBackend:
 
 def run_local(study: Any, dists: dict[str, Any], make_config: Callable[[dict[str, Any]], TrialConfig], task: Any,
               target: int, *, prune: bool, on_end: Callable[[str], None], store: Any = None, shared: bool = False,
-              poll: float = 0.5, out_of_time: Callable[[], bool] = lambda: False) -> None:
+              poll: float = 0.5, out_of_time: Callable[[], bool] = lambda: False,
+              run: Callable[..., Outcome] = run_trial) -> None:
     """Run trials until the study holds ``target`` finished ones (other workers' included), or until
     ``out_of_time()`` says the study has spent its device time.
 
     One ``study.optimize`` call a trial, so that between trials a shared worker can see
     the study: it stops when the target is reached, waits while the others' running trials
     would reach it (failing those whose worker stopped, and running their re-runs), and
-    claims its slot (:func:`~tunekit.hpsearch.shared.workers.claim`) before a trial trains."""
+    claims its slot (:func:`~tunekit.hpsearch.shared.workers.claim`) before a trial trains. ``run``
+    trains one trial (:func:`~tunekit.hpsearch.trial.run_trial`, or the user's own loop's)."""
     import optuna
 
     from tunekit.hpsearch.shared.workers import claim, counts, mark_surplus, reap_every, reap_stopped, reaping
@@ -78,7 +80,7 @@ def run_local(study: Any, dists: dict[str, Any], make_config: Callable[[dict[str
         if shared and not claim(study, trial.number, target):
             mark_surplus(trial, target)
             raise Surplus("surplus")
-        return _objective(trial, study, dists, make_config, task, prune, cache)
+        return _objective(trial, study, dists, make_config, task, prune, cache, run)
 
     def after(study: Any, trial: Any) -> None:
         if not trial.user_attrs.get("tunekit_surplus"):
@@ -109,7 +111,7 @@ def run_local(study: Any, dists: dict[str, Any], make_config: Callable[[dict[str
 
 
 def _objective(trial: Any, study: Any, dists: dict[str, Any], make_config: Callable[[dict[str, Any]], TrialConfig],
-               task: Any, prune: bool, cache: dict[str, Any]) -> float:
+               task: Any, prune: bool, cache: dict[str, Any], run: Callable[..., Outcome] = run_trial) -> float:
     try:
         cfg = make_config(sample_params(trial, dists))
     except UsageError as exc:  # a config that cannot run (no micro-batch fits) fails as its own trial
@@ -117,7 +119,7 @@ def _objective(trial: Any, study: Any, dists: dict[str, Any], make_config: Calla
     for key, value in start_attrs(cfg).items():
         trial.set_user_attr(key, value)
     try:
-        outcome = run_trial(task, trial, cfg, prune=prune, cache=cache)
+        outcome = run(task, trial, cfg, prune=prune, cache=cache)
     except KeyboardInterrupt:
         note_interrupted(study, [trial.number])  # Optuna fails the trial; --resume runs it again
         raise
