@@ -21,7 +21,7 @@ from tunekit.training.schedule import Warmup, warmup_steps
 from tunekit.bytesize import parse_bytes
 from tunekit.probes.state import Snapshot, preserved, seed_everything_for
 from tunekit.training.step import TrainStep, make_scaler
-from tunekit.inputs.resolve import ProbeInputs, check_saved, resolve_inputs
+from tunekit.inputs.resolve import ProbeInputs, check_saved, resolve_inputs, step_settings
 from tunekit.inputs.task import ComputeLoss, LossFn, Task, loss_problem
 from tunekit.checks.common import forward, outputs_of, raised, slice_batch
 from tunekit.checks.datachecks import check_constant_label, check_input_scale, check_leakage, check_shuffled, own_order
@@ -32,7 +32,7 @@ from tunekit.checks.nonfinite import check_data_finite, check_nonfinite, check_s
 from tunekit.checks.overfit import check_overfit, loss_floor
 from tunekit.checks.recipe import QUICK, check_lr, check_memory, check_warmup
 from tunekit.results import DoctorResult, Finding, LRFindResult
-from tunekit.integrations import takes_their_objects
+from tunekit.integrations.objects import takes_their_objects
 
 __all__ = ["doctor", "DATA_BATCHES", "TINY_BATCH", "RECIPE_RANGE_STEPS"]
 
@@ -205,7 +205,7 @@ def doctor(
     *,
     compute_loss: ComputeLoss | None = None,
     batch_size: int | None = None,
-    accumulation_steps: int = 1,
+    accumulation_steps: int | None = None,
     precision: str | None = None,
     device: str = "auto",
     seed: int = 0,
@@ -224,7 +224,7 @@ def doctor(
     ``model`` is a :class:`Task` (a fresh model is checked) or a model in hand with its
     ``train_data``, ``loss_fn`` (or ``compute_loss``) and ``optimizer`` (an instance or a
     factory; AdamW by default). ``lr``, ``warmup`` and ``steps`` describe the run you intend
-    (for a Task, its own recipe by default); ``memory_budget`` defaults to the free memory.
+    (for a Task, its own recipe by default, as are ``accumulation_steps`` and ``precision``); ``memory_budget`` defaults to the free memory.
     ``anomaly=True`` runs the non-finite check's backward under autograd's anomaly mode.
     ``overfit_floor`` is the lowest loss the tiny batch can reach, for a loss with terms that do
     not vanish (a KL term, an auxiliary loss); by default 0, or label smoothing's floor.
@@ -236,6 +236,7 @@ def doctor(
     failure finding that names it (the run would fail the same way), not a crash; a usage error
     (data or loss that tunekit cannot read) is raised as :class:`UsageError`.
     """
+    _, accumulation_steps, precision = step_settings(model, None, accumulation_steps, precision)  # a Task's recipe
     _check_args(lr, warmup, steps, accumulation_steps)
     if overfit_floor is not None and not (isinstance(overfit_floor, (int, float)) and overfit_floor >= 0):
         raise UsageError(f"overfit_floor must be a loss value >= 0, got {overfit_floor!r}: pass e.g. overfit_floor=0.5")

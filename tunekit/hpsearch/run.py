@@ -39,7 +39,7 @@ from tunekit.hpsearch.study import (SPEC_KEY, check_report_of, check_resume, def
                                     open_study, stored_plan, study_exists)
 from tunekit.hpsearch.summary import build_result
 from tunekit.inputs.space import SearchSpace
-from tunekit.integrations import adapt_for_search
+from tunekit.integrations.objects import adapt_for_search
 from tunekit.integrations.adapted import say_notes
 from tunekit.results import SearchResult, write_report
 

@@ -182,6 +182,8 @@ def dataset_size(data: Data) -> int | None:
     """Samples in a map-style dataset (or a DataLoader's); None when it has no length."""
     if isinstance(data, DataLoader):
         data = data.dataset
+        if isinstance(data, Sized) and hasattr(data, "__getitem__") and not isinstance(data, IterableDataset):
+            return len(data)  # a DataLoader over a list of samples: re-batched like a Dataset
     if isinstance(data, Dataset) and not isinstance(data, IterableDataset):
         try:
             return len(data)  # type: ignore[arg-type]

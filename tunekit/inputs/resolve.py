@@ -20,7 +20,33 @@ from tunekit.training.step import resolve_device
 from tunekit.precision import Precision, check_precision
 from tunekit.inputs.task import ComputeLoss, LossComputer, LossFn, Task, check_optimizer_holds, default_optimizer
 
-__all__ = ["ProbeInputs", "resolve_inputs", "check_saved"]
+__all__ = ["ProbeInputs", "resolve_inputs", "check_saved", "step_settings", "TASK_DEFAULT"]
+
+
+class _TaskDefault:
+    """The default of a setting that ``train`` takes from the task: the task's, else train's own."""
+
+    def __repr__(self) -> str:
+        return "TASK_DEFAULT"
+
+
+#: ``clip_grad_norm``'s default: the task's ``defaults["clip_grad_norm"]``, else 1.0, as ``train`` resolves it.
+TASK_DEFAULT: Any = _TaskDefault()
+_TRAIN_CLIP = 1.0  # TrainConfig.clip_grad_norm's default
+
+
+def step_settings(model: Any, clip_grad_norm: Any, accumulation_steps: int | None,
+                  precision: Precision | None) -> tuple[float | None, int, Precision | None]:
+    """The step's clipping, accumulation and precision, resolved from a Task's recipe (its ``defaults``)
+    the way ``train`` resolves them, where the call leaves them unset (TASK_DEFAULT, None)."""
+    defaults = model.defaults if isinstance(model, Task) else {}
+    if clip_grad_norm is TASK_DEFAULT:
+        clip_grad_norm = defaults.get("clip_grad_norm", _TRAIN_CLIP)
+    if accumulation_steps is None:
+        accumulation_steps = defaults.get("accumulation_steps", 1)
+    if precision is None:
+        precision = defaults.get("precision")  # else the task's precision (resolve_inputs)
+    return clip_grad_norm, accumulation_steps, precision
 
 
 @dataclass

@@ -77,7 +77,8 @@ def _model_factory(trainer: Any, fresh: bool, notes: list[str]) -> Callable[[], 
         build: Callable[[], nn.Module] = lambda: trainer.model  # noqa: E731
     elif trainer.model_init is not None:
         init = trainer.model_init
-        build = init if init.__code__.co_argcount == 0 else (lambda: init(None))
+        made = init if init.__code__.co_argcount == 0 else (lambda: init(None))
+        build = lambda: _as_trainer_sets(made(), args)  # noqa: E731
     else:
         template = copy.deepcopy(trainer.model).to("cpu")  # the weights every trial starts from (a fine-tune's)
         build = lambda: copy.deepcopy(template)  # noqa: E731
@@ -92,6 +93,14 @@ def _model_factory(trainer: Any, fresh: bool, notes: list[str]) -> Callable[[], 
         _enable_checkpointing(model, args)
         return model
     return checkpointed
+
+
+def _as_trainer_sets(model: nn.Module, args: Any) -> nn.Module:
+    """A fresh model as the Trainer sets its own up: no key/value cache in training (``args.use_cache``)."""
+    config = getattr(model, "config", None)
+    if config is not None and hasattr(args, "use_cache"):
+        config.use_cache = args.use_cache
+    return model
 
 
 def _checkpointing_asked(args: Any) -> bool:

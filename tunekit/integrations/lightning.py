@@ -67,6 +67,8 @@ def _hparams(module: Any) -> dict[str, Any]:
 def _loaders(module: Any, datamodule: Any) -> tuple[DataLoader, Optional[Any]]:
     """The datamodule's loaders (after its ``setup("fit")``, as Lightning calls it), else the module's;
     a map-style training set reshuffled by a seeded generator, so the same call sees the same batches."""
+    if isinstance(datamodule, DataLoader):  # the training data itself, given in place of a datamodule
+        return _reshuffled(datamodule), None
     source = datamodule if datamodule is not None else module
     if datamodule is not None:
         datamodule.setup("fit")
@@ -77,15 +79,21 @@ def _loaders(module: Any, datamodule: Any) -> tuple[DataLoader, Optional[Any]]:
                          "datamodule, or define train_dataloader on the module") from exc
     if not isinstance(loader, DataLoader):
         raise UsageError(f"train_dataloader() returned a {type(loader).__name__}: tunekit takes one DataLoader")
-    if not isinstance(loader.dataset, IterableDataset) and loader.batch_size is not None:
-        loader = DataLoader(loader.dataset, batch_size=loader.batch_size, shuffle=True, collate_fn=loader.collate_fn,
-                            drop_last=loader.drop_last, generator=torch.Generator().manual_seed(0))
+    loader = _reshuffled(loader)
     val = None
     if _overridden(source, "val_dataloader"):
         val = source.val_dataloader()
         if isinstance(val, (list, tuple)):
             val = val[0] if val else None
     return loader, val
+
+
+def _reshuffled(loader: DataLoader) -> DataLoader:
+    """A map-style loader's dataset, shuffled by a generator seeded at 0 (the same call sees the same batches)."""
+    if isinstance(loader.dataset, IterableDataset) or loader.batch_size is None:
+        return loader
+    return DataLoader(loader.dataset, batch_size=loader.batch_size, shuffle=True, collate_fn=loader.collate_fn,
+                      drop_last=loader.drop_last, generator=torch.Generator().manual_seed(0))
 
 
 def _overridden(obj: Any, hook: str) -> bool:

@@ -47,9 +47,9 @@ from tunekit.bytesize import format_bytes, parse_bytes
 from tunekit.probes.state import preserved, seed_everything_for
 from tunekit.training.schedule import lr_schedule
 from tunekit.training.step import TrainStep, Updates, make_scaler
-from tunekit.inputs.resolve import resolve_inputs
+from tunekit.inputs.resolve import TASK_DEFAULT, resolve_inputs, step_settings
 from tunekit.inputs.task import ComputeLoss, LossFn, Task
-from tunekit.integrations import takes_their_objects
+from tunekit.integrations.objects import takes_their_objects
 
 __all__ = ["probe", "ProbeResult", "plan_batches", "scale_lr", "find_largest_batch", "budget_bytes"]
 
@@ -121,8 +121,8 @@ def probe(
     model: nn.Module | Task, train_data: Data | None = None, loss_fn: LossFn | None = None, optimizer: Any = None,
     *, compute_loss: ComputeLoss | None = None,
     memory_budget: int | str | None = None, headroom: float = 0.15,
-    device: str = "auto", precision: str | None = None, accumulation_steps: int = 1,
-    clip_grad_norm: float | None = 1.0,
+    device: str = "auto", precision: str | None = None, accumulation_steps: int | None = None,
+    clip_grad_norm: float | None = TASK_DEFAULT,
     target_batch: int | None = None, lr: float | None = None, lr_batch: int | None = None,
     max_batch: int | None = None, trace_sizes: tuple[int, ...] = (4, 8, 16),
     throughput_points: int = 5, timing_steps: int = 5,
@@ -136,7 +136,9 @@ def probe(
     of it is kept free. ``target_batch`` asks for a plan of (micro-batch,
     accumulation) pairs for that effective batch (default: the critical batch,
     rounded to a power of two). ``lr`` found at effective batch ``lr_batch`` is
-    rescaled to the target by the linear and square-root rules.
+    rescaled to the target by the linear and square-root rules. ``accumulation_steps``,
+    ``clip_grad_norm`` and ``precision`` default to a Task's recipe (its ``defaults``), as
+    :func:`tunekit.train` resolves them (no accumulation, clipping at 1.0, else).
 
     The noise scale is measured after ``noise_warmup`` updates (default 50 for a
     Task's fresh model, 0 for a model in hand), at ``lr`` or the task's default LR;
@@ -147,9 +149,10 @@ def probe(
     memory model is refitted with it (adding what kernels allocate internally,
     which no trace sees) and the new largest batch is confirmed again.
     """
+    clip_grad_norm, accumulation_steps, precision = step_settings(model, clip_grad_norm, accumulation_steps, precision)
     _check_args(headroom, accumulation_steps, target_batch, lr, lr_batch)
-    if noise_warmup is None:  # a fresh model of a task trains a little first; a model in hand is measured as it is
-        noise_warmup = 50 if isinstance(model, Task) else 0
+    # A fresh model of a task trains a little first; a model in hand is measured as it is.
+    noise_warmup = (50 if isinstance(model, Task) else 0) if noise_warmup is None else noise_warmup
     sub = resolve_inputs("probe", model, train_data, loss_fn, optimizer, compute_loss=compute_loss,
                           precision=precision, device=device, seed=seed)
     n_data = _dataset_size(sub.data)
@@ -164,9 +167,8 @@ def probe(
         seed_everything_for(seed, sub.device)
         sub.model.train()
         run = _Run(sub, sub.data, sub.device, snap, scaler, seed, accumulation_steps, clip_grad_norm)
-        # 1. The memory model, on fake tensors.
         sizes = sorted({min(s, room.limit) for s in trace_sizes})
-        mm, traces = _memory_model(run, sizes)
+        mm, traces = _memory_model(run, sizes)  # 1. The memory model, on fake tensors.
         _stage_done(stages, "memory model")
         predicted = _predicted_largest(mm, room)
 
@@ -179,8 +181,7 @@ def probe(
         throughput = _throughput(run, sizes, confirmed, throughput_points, timing_steps)
         _stage_done(stages, "throughput")
 
-        # 4. Gradient noise scale.
-        noise = _noise(run, confirmed, room.limit, noise_repeats, noise_warmup, lr)
+        noise = _noise(run, confirmed, room.limit, noise_repeats, noise_warmup, lr)  # 4. Gradient noise scale.
         _stage_done(stages, "noise scale")
 
     # 5. What it means for a run: the critical batch, a plan for the target batch, the LR rescaled to it.

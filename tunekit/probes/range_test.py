@@ -25,25 +25,14 @@ from tunekit.progress import bar
 from tunekit.probes.state import preserved, seed_everything_for
 from tunekit.training.step import TrainStep, Updates, make_scaler
 from tunekit.probes.lr_rules import DEFAULT_RULE, RULES, assess, blowup, bracket_minimum, bracket_next, bracket_polish, prepare
-from tunekit.inputs.resolve import resolve_inputs
+from tunekit.inputs.resolve import TASK_DEFAULT, resolve_inputs, step_settings
 from tunekit.precision import Precision
 from tunekit.inputs.task import ComputeLoss, LossFn, Task
 from tunekit.training.loop import TrainConfig, evaluate
-from tunekit.integrations import takes_their_objects
+from tunekit.integrations.objects import takes_their_objects
 
 __all__ = ["lr_find", "LRFindResult", "TASK_DEFAULT", "optimizer_family"]
 
-
-class _TaskDefault:
-    """The default of a setting that ``train`` takes from the task: the task's, else train's own."""
-
-    def __repr__(self) -> str:
-        return "TASK_DEFAULT"
-
-
-#: ``clip_grad_norm``'s default: the task's ``defaults["clip_grad_norm"]``, else 1.0, as ``train`` resolves it.
-TASK_DEFAULT: Any = _TaskDefault()
-_TRAIN_CLIP = 1.0  # TrainConfig.clip_grad_norm's default
 
 _ADAPTIVE = (torch.optim.Adam, torch.optim.AdamW, torch.optim.RMSprop, torch.optim.Adagrad, torch.optim.Adadelta,
              torch.optim.Adamax, torch.optim.NAdam, torch.optim.RAdam)
@@ -57,19 +46,6 @@ def optimizer_family(optimizer: torch.optim.Optimizer) -> str:
     if isinstance(optimizer, _ADAPTIVE):
         return "adaptive"
     return "other"
-
-
-def _resolve_step_settings(model: Any, clip_grad_norm: Any, accumulation_steps: int | None,
-                           precision: Precision | None) -> tuple[float | None, int, Precision | None]:
-    """The step's clipping, accumulation and precision, resolved from the task the way ``train`` does."""
-    defaults = model.defaults if isinstance(model, Task) else {}
-    if clip_grad_norm is TASK_DEFAULT:
-        clip_grad_norm = defaults.get("clip_grad_norm", _TRAIN_CLIP)
-    if accumulation_steps is None:
-        accumulation_steps = defaults.get("accumulation_steps", 1)
-    if precision is None:
-        precision = defaults.get("precision")  # else the task's precision (resolve_inputs)
-    return clip_grad_norm, accumulation_steps, precision
 
 
 def _check_args(min_lr: float, max_lr: float, steps: int, mode: str, repeats: int, diverge_threshold: float,
@@ -142,8 +118,7 @@ def lr_find(
     ``refine=False`` gives the curve's suggestion alone, for 100 updates.
     """
     # The step's settings resolved as train resolves them, and every value checked before any work.
-    clip_grad_norm, accumulation_steps, precision = _resolve_step_settings(model, clip_grad_norm, accumulation_steps,
-                                                                           precision)
+    clip_grad_norm, accumulation_steps, precision = step_settings(model, clip_grad_norm, accumulation_steps, precision)
     _check_args(min_lr, max_lr, steps, mode, repeats, diverge_threshold, batch_size, accumulation_steps, clip_grad_norm)
     check_int("refine_steps", refine_steps, 10, hint="a short run needs updates: pass e.g. refine_steps=100")
     check_int("refine_seeds", refine_seeds, hint="pass e.g. refine_seeds=2")

@@ -1,0 +1,204 @@
+"""Hugging Face Trainer and Lightning objects in hand: lr_find, probe, doctor and search take them, give
+the same answers as the same problem written as a Task, and leave them as they were."""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+import weakref
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+import tunekit
+from tunekit.errors import UsageError
+
+pytest.importorskip("transformers")
+pytest.importorskip("lightning")
+
+from .their_objects import (hf_task, hf_trainer, lightning_run, lightning_task, tensors_of,  # noqa: E402
+                           unchanged, vit_model)
+
+pytestmark = pytest.mark.slow
+
+LR_FIND = dict(refine=False, steps=20, progress=False)
+PROBE = dict(trace_sizes=(2, 4), throughput_points=2, timing_steps=1, noise_repeats=4, calibrate_steps=False,
+             max_batch=32, progress=False)
+SEARCH = dict(trials=6, evals=3, progress=False)
+
+
+def their(family: str, tmp: Any) -> tuple[Any, nn.Module]:
+    """(what the user holds, its model)."""
+    if family == "lightning":
+        run = lightning_run(tmp)
+        return run, run.module
+    trainer = hf_trainer(family, tmp)
+    return trainer, trainer.model
+
+
+def task_of(family: str) -> tunekit.Task:
+    return lightning_task() if family == "lightning" else hf_task(family)
+
+
+def doctor_lines(result: Any) -> list[tuple[str, str, str]]:
+    return [(f["check"], f["status"], f["message"]) for f in result.findings]
+
+
+@pytest.mark.parametrize("family", ["gpt2", "bert", "lightning"])
+def test_lr_find_probe_and_doctor_answer_as_the_task_does_and_leave_the_objects(family: str, tmp_path: Any) -> None:
+    obj, model = their(family, tmp_path)
+    before = tensors_of(model)
+    modes = [m.training for m in model.modules()]
+    task = task_of(family)
+
+    found, found_task = tunekit.lr_find(obj, **LR_FIND), tunekit.lr_find(task, **LR_FIND)
+    assert found.losses == found_task.losses
+    assert found.suggestion == found_task.suggestion and found.settings["from"]["kind"]
+    probed, probed_task = tunekit.probe(obj, **PROBE), tunekit.probe(task, **PROBE)
+    assert probed.memory == probed_task.memory and probed.max_batch == probed_task.max_batch
+    assert probed.noise == probed_task.noise
+    checked, checked_task = tunekit.doctor(obj, progress=False), tunekit.doctor(task, progress=False)
+    assert doctor_lines(checked) == doctor_lines(checked_task)
+
+    assert unchanged(model, before) and [m.training for m in model.modules()] == modes
+    if family != "lightning":
+        assert obj.optimizer is None and obj.lr_scheduler is None  # the Trainer keeps none of ours
+
+
+@pytest.mark.parametrize("family", ["gpt2", "bert", "lightning"])
+def test_a_search_from_their_objects_is_the_tasks_search(family: str, tmp_path: Any) -> None:
+    if family == "lightning":
+        obj = lightning_run(tmp_path, factory=True)  # a fresh module per trial, as Task(model=TinyLit) builds
+    else:
+        obj = hf_trainer(family, tmp_path, model_init=True)
+    result = tunekit.search(obj, "from_scratch", out=tmp_path / "theirs", **SEARCH)
+    # The probe's timed steps price the trials and place the batches: the same probe, stored, for both.
+    result_task = tunekit.search(task_of(family), "from_scratch", probe_result=tmp_path / "theirs" / "probe.json",
+                                 **SEARCH)
+    ours = [(t["params"], t["value"], t["state"]) for t in result.trials]
+    assert ours == [(t["params"], t["value"], t["state"]) for t in result_task.trials]
+    assert len(ours) == 6 and result.best_theirs is not None
+    if family == "lightning":
+        assert result.best_theirs["lr"] == result.best_config["lr"]  # the module's own hparam name
+    else:
+        assert result.best_theirs["learning_rate"] == result.best_config["lr"]
+        assert "in your transformers.Trainer's terms: " in result.table()
+
+
+def test_the_trainers_recipe_is_read_and_what_cannot_be_honoured_is_said(tmp_path: Any) -> None:
+    from tunekit.integrations import adapt
+
+    trainer = hf_trainer("gpt2", tmp_path, gradient_accumulation_steps=2, bf16=True, weight_decay=0.1, max_steps=-1,
+                         num_train_epochs=2, lr_scheduler_type="polynomial", warmup_steps=0.25)
+    adapted = adapt(trainer)
+    d = adapted.task.defaults
+    assert d["accumulation_steps"] == 2 and adapted.task.precision == "bf16" and d["clip_grad_norm"] == 0.5
+    assert d["max_steps"] == 2 * (96 // 8 // 2) and d["warmup"] == 3  # 2 epochs of 6 updates; a quarter of them
+    assert any("polynomial" in n for n in adapted.notes)
+    groups = adapted.task.make_optimizer(adapted.task.make_model()).param_groups
+    assert sorted(g["weight_decay"] for g in groups) == [0.0, 0.1]  # biases and norms do not decay, as in HF
+    with pytest.warns(UserWarning, match="polynomial"):
+        tunekit.lr_find(trainer, **LR_FIND, precision="fp32")
+
+
+def test_gradient_checkpointing_is_on_for_the_call_and_off_after(tmp_path: Any) -> None:
+    trainer = hf_trainer("gpt2", tmp_path, gradient_checkpointing=True)
+    seen = []
+    model = trainer.model
+    original = model.forward
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        seen.append(any(getattr(m, "gradient_checkpointing", False) is True for m in model.modules()))
+        return original(*args, **kwargs)
+
+    model.forward = spy
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tunekit.lr_find(trainer, **LR_FIND)
+    del model.forward
+    assert seen and all(seen)
+    assert not any(getattr(m, "gradient_checkpointing", False) is True for m in model.modules())
+
+
+@pytest.mark.parametrize("make", ["gpt2", "bert", "vit", "lightning"])
+def test_doctor_raises_no_false_alarm_on_healthy_models(make: str, tmp_path: Any) -> None:
+    if make == "lightning":
+        obj = lightning_run(tmp_path)
+    else:
+        obj = hf_trainer(make, tmp_path, warmup_steps=0)
+    result = tunekit.doctor(obj, progress=False)
+    alarms = [(f["check"], f["message"]) for f in result.findings if f["status"] in ("warn", "fail")]
+    assert alarms == []
+    if make in ("gpt2", "bert", "vit"):  # their attention's functional dropout is named as expected
+        modes = [f for f in result.findings if f["check"] == "modes"]
+        assert modes and "Attention" in modes[0]["message"]
+
+
+def test_doctor_finds_a_softmax_before_cross_entropy_in_a_classification_head(tmp_path: Any) -> None:
+    trainer = hf_trainer("bert", tmp_path)
+    trainer.model.classifier = nn.Sequential(trainer.model.classifier, nn.Softmax(dim=-1))
+    result = tunekit.doctor(trainer, progress=False)
+    # The model's own loss is not a criterion tunekit can name: the softmax is a warning, and the tiny batch
+    # that cannot be fitted through it a failure.
+    assert any(f["check"] == "loss" and f["status"] == "warn" and "softmax" in f["fix"] for f in result.findings)
+    assert any(f["check"] == "overfit" and f["status"] == "fail" for f in result.findings)
+
+
+def test_their_objects_refused_in_one_line(tmp_path: Any) -> None:
+    trainer = hf_trainer("gpt2", tmp_path, model_init=True)
+    trainer.model = None
+    with pytest.raises(UsageError, match="holds no model"):
+        tunekit.lr_find(trainer, **LR_FIND)
+    with pytest.raises(UsageError, match="brings its own data"):
+        tunekit.lr_find(hf_trainer("gpt2", tmp_path), [1, 2], **LR_FIND)
+
+
+def test_search_own_runs_each_trial_in_the_users_trainer_and_frees_it(tmp_path: Any) -> None:
+    from transformers import Trainer
+
+    from tunekit.integrations import search_own
+
+    base = hf_trainer("gpt2", tmp_path, model_init=True)
+    alive: list[weakref.ref[Any]] = []
+    trained: list[dict[str, Any]] = []
+
+    def run(trial: Any) -> None:
+        assert all(ref() is None for ref in alive), "a finished trial's model outlived it"
+        args = dataclasses.replace(base.args, **trial.training_arguments())
+        trained.append({"lr": args.learning_rate, "max_steps": args.max_steps})
+        trainer = Trainer(model_init=base.model_init, args=args, train_dataset=base.train_dataset,
+                          eval_dataset=base.eval_dataset, callbacks=[trial.hf_callback()])
+        alive.append(weakref.ref(trainer.model))
+        trainer.train()
+
+    result = search_own(base, "from_scratch", run=run, trials=4, evals=3, progress=False)
+    assert [t["state"] for t in result.trials] == ["COMPLETE"] * 4
+    assert [t["config"]["lr"] for t in sorted(result.trials, key=lambda t: t["number"])] == [t["lr"] for t in trained]
+    assert all(len(t["curve"]) == 3 for t in result.trials)  # every evaluation reported
+
+
+def test_the_callbacks_stop_a_pruned_trial(tmp_path: Any) -> None:
+    from tunekit.hpsearch.backends.own import OwnTrial
+    from tunekit.hpsearch.plan import TrialConfig
+    from tunekit.integrations.callbacks import hf_callback, lightning_callback
+
+    class Trial:  # an Optuna trial whose pruner always says stop
+        number, params = 0, {}
+
+        def report(self, value: float, step: int) -> None:
+            self.reported = (value, step)
+
+        def should_prune(self) -> bool:
+            return True
+
+    cfg = TrialConfig({"max_steps": 30, "batch_size": 8, "accumulation_steps": 1, "eval_every": 10}, {}, 80)
+    own = OwnTrial(Trial(), cfg, prune=True)
+    control = type("Control", (), {"should_training_stop": False})()
+    hf_callback(own).on_evaluate(None, type("State", (), {"global_step": 10})(), control, metrics={"eval_loss": 1.5})
+    assert control.should_training_stop and own.outcome(1.0).state == "PRUNED"
+    lit = type("LitTrainer", (), {"sanity_checking": False, "global_step": 10, "should_stop": False,
+                                  "callback_metrics": {"val_loss": torch.tensor(2.0)}})()
+    lightning_callback(OwnTrial(Trial(), cfg, prune=True)).on_validation_end(lit, None)
+    assert lit.should_stop
