@@ -108,3 +108,27 @@ def test_a_notebook_shows_the_findings_the_warnings_and_the_search_progress(
 
     assert SEARCH_BAR.search(_bar_text(search)), search
     assert "best loss" in _result(search)["text/html"]
+
+
+EXAMPLE = ROOT / "examples" / "hf_and_lightning.ipynb"
+
+
+@pytest.mark.slow  # a Jupyter kernel, transformers and lightning imported, every call on tiny models
+def test_the_hf_and_lightning_notebook_runs_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("transformers")
+    pytest.importorskip("lightning")
+    _kernel_spec(tmp_path, monkeypatch)
+    work = tmp_path / "work"
+    work.mkdir()
+    nb = nbformat.read(EXAMPLE, as_version=4)
+    nb.cells.insert(0, nbformat.v4.new_code_cell(f"import sys; sys.path.insert(0, {str(ROOT)!r})"))  # this checkout
+    client = nbclient.NotebookClient(nb, timeout=300, kernel_name=KERNEL, resources={"metadata": {"path": str(work)}})
+    client.execute(env={**_kernel_env(tmp_path), "CI": "true"})  # no progress bars: the outputs are the results
+    results = [_result(c["outputs"]) for c in nb.cells if c.cell_type == "code"
+               and any(o["output_type"] == "execute_result" for o in c["outputs"])]
+    shown = "\n".join(r["text/plain"] for r in results)
+    assert "LRFindResult(suggestion=" in shown and "DoctorResult(task='GPT2LMHeadModel'" in shown
+    assert "ProbeResult(" in shown and "'learning_rate':" in shown  # the best as TrainingArguments
+    assert "DoctorResult(task='Classifier', fail=0, warn=0" in shown  # a healthy LightningModule: no alarm
+    assert "'COMPLETE'" in shown  # the user's own trainer.train() trials
+    assert not list(work.glob("**/ray_results")) and not (Path.home() / "hf_out").exists()

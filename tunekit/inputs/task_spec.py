@@ -119,6 +119,20 @@ def _takes_config(fn: Callable[..., Any]) -> bool:
     )
 
 
+def _their_objects(made: Any, spec: str) -> Task:
+    """A task function may return a Hugging Face Trainer or a LightningRun: the Task of its objects
+    (fresh models from its model_init or module class, else copies of its model as it is)."""
+    from tunekit.integrations.adapted import kind_of, say_notes
+    from tunekit.integrations.objects import LightningRun, adapt_for_search
+
+    adapted = adapt_for_search(made) if kind_of(made) is not None or isinstance(made, LightningRun) else None
+    if adapted is None:
+        raise UsageError(f"task '{spec}' returned a {type(made).__name__}, not a tunekit.Task: return Task(model=..., "
+                         "train_data=..., loss=...), a Hugging Face Trainer or a tunekit.integrations.LightningRun")
+    say_notes(adapted)
+    return adapted.task
+
+
 def load_task(spec: str | Task, config: dict[str, Any] | None = None) -> Task:
     """The Task that ``spec`` names, built with ``config`` (task hyperparameters).
 
@@ -140,7 +154,7 @@ def load_task(spec: str | Task, config: dict[str, Any] | None = None) -> Task:
         # Almost always a config value the task function cannot use (--set width=abc).
         raise UsageError(f"task '{spec}' rejected its config {config}: {type(exc).__name__}: {_one_line(exc)}") from exc
     if not isinstance(task, Task):
-        raise UsageError(f"task '{spec}' returned a {type(task).__name__}, not a tunekit.Task: return Task(model=..., train_data=..., loss=...)")
+        task = _their_objects(task, spec)
     if task.name == "task":
         task.name = spec.rpartition(":")[2] or spec
     return task

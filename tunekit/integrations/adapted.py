@@ -33,14 +33,12 @@ class Adapted:
 
     ``task``: its model factory gives the model in hand (probes, which put it back) or a fresh one per
     call (a search); its ``defaults`` are their recipe (lr, warmup, schedule, clipping, accumulation,
-    precision, run length). ``model``: the model in hand, if any. ``notes``: what is not honoured.
-    ``names``: tunekit's setting -> their argument's name."""
+    precision, run length). ``model``: the model in hand, if any. ``notes``: what is not honoured."""
 
     task: Task
     kind: str  # "transformers.Trainer" or "lightning.LightningModule"
     model: Optional[nn.Module] = None
     notes: list[str] = field(default_factory=list)
-    names: dict[str, str] = field(default_factory=dict)
     after: list[Callable[[], None]] = field(default_factory=list)  # what puts their objects back, when the call ends
     theirs: Optional[Callable[[dict[str, Any]], dict[str, Any]]] = None  # a configuration in their terms
 

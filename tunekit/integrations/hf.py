@@ -60,7 +60,7 @@ def from_trainer(trainer: Any, *, fresh: bool = False) -> Adapted:
     task = Task(model=latest, train_data=train_data, val_data=val_data, compute_loss=_compute_loss(trainer),
                 optimizer=_optimizer_factory(trainer, latest), batch_size=int(args.per_device_train_batch_size),
                 precision="bf16" if args.bf16 else "fp16" if args.fp16 else "fp32", name=name, defaults=defaults)
-    adapted = Adapted(task, "transformers.Trainer", None if fresh else trainer.model, notes, dict(ARG_NAMES),
+    adapted = Adapted(task, "transformers.Trainer", None if fresh else trainer.model, notes,
                       theirs=lambda config: training_arguments(config, trainer))
     if not fresh and _checkpointing_asked(args) and not _checkpointing(trainer.model):
         adapted.after.append(lambda: _disable_checkpointing(trainer.model))

@@ -31,9 +31,15 @@ __all__ = ["from_lightning", "hyperparameters"]
 # Lightning's precision strings -> tunekit's.
 _PRECISION = {"bf16-mixed": "bf16", "bf16-true": "bf16", "bf16": "bf16", "16-mixed": "fp16", "16-true": "fp16",
               "16": "fp16", "32-true": "fp32", "32": "fp32"}
+# What a search tunes, as a best configuration gives it back.
+TUNED = ("lr", "batch_size", "accumulation_steps", "warmup", "weight_decay", "schedule", "min_lr_ratio", "max_steps",
+         "clip_grad_norm", "precision")
+# Those a lightning.Trainer takes, under its names.
+_TRAINER_NAMES = {"accumulation_steps": "accumulate_grad_batches", "clip_grad_norm": "gradient_clip_val",
+                  "max_steps": "max_steps", "precision": "precision"}
 # tunekit's settings -> the hyperparameter names modules commonly give them.
 _HPARAM_NAMES = {"lr": ("lr", "learning_rate"), "batch_size": ("batch_size",), "weight_decay": ("weight_decay",),
-                 "warmup": ("warmup", "warmup_steps"), "accumulation_steps": ("accumulate_grad_batches",)}
+                 "warmup": ("warmup", "warmup_steps")}
 
 
 def from_lightning(module: Any, datamodule: Any = None, trainer: Any = None, *,
@@ -54,9 +60,7 @@ def from_lightning(module: Any, datamodule: Any = None, trainer: Any = None, *,
     task = Task(model=latest, train_data=train, val_data=val, compute_loss=_training_step_loss,
                 optimizer=_optimizer_factory(latest), batch_size=train.batch_size, precision=precision,
                 name=type(module).__name__, defaults=defaults)
-    names = {k: n for k, options in _HPARAM_NAMES.items() for n in options[:1]}
-    names.update({k: n for k, options in _HPARAM_NAMES.items() for n in options if n in _hparams(module)})
-    return Adapted(task, "lightning.LightningModule", module if factory is None else None, notes, names,
+    return Adapted(task, "lightning.LightningModule", module if factory is None else None, notes,
                    theirs=lambda config: hyperparameters(config, module))
 
 
@@ -168,11 +172,17 @@ def _optimizer_factory(latest: LatestModel) -> Callable[[Iterable[nn.Parameter]]
 
 
 def hyperparameters(config: dict[str, Any], module: Any = None) -> dict[str, Any]:
-    """A search's best configuration in the module's hyperparameter names (``lr`` or ``learning_rate`` as
-    ``module.hparams`` has it); settings the module does not take keep tunekit's names."""
+    """A search's best configuration in the module's terms: the settings tunekit tunes, under the names
+    ``module.hparams`` gives them (``lr`` or ``learning_rate``), else as ``lightning.Trainer`` arguments
+    (``accumulate_grad_batches``, ``gradient_clip_val``, ``max_steps``) or tunekit's names; a value the
+    module's hyperparameters already hold is left out."""
     have = _hparams(module) if module is not None else {}
     out = {}
-    for key, value in config.items():
+    for key in TUNED:
+        if key not in config:
+            continue
         names = _HPARAM_NAMES.get(key, (key,))
-        out[next((n for n in names if n in have), names[0])] = value
+        name = next((n for n in names if n in have), _TRAINER_NAMES.get(key, names[0]))
+        if name not in have or have[name] != config[key]:
+            out[name] = config[key]
     return out
