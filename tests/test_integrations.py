@@ -52,6 +52,7 @@ def test_lr_find_probe_and_doctor_answer_as_the_task_does_and_leave_the_objects(
     before = tensors_of(model)
     modes = [m.training for m in model.modules()]
     task = task_of(family)
+    rng = torch.get_rng_state()
 
     found, found_task = tunekit.lr_find(obj, **LR_FIND), tunekit.lr_find(task, **LR_FIND)
     assert found.losses == found_task.losses
@@ -63,6 +64,7 @@ def test_lr_find_probe_and_doctor_answer_as_the_task_does_and_leave_the_objects(
     assert doctor_lines(checked) == doctor_lines(checked_task)
 
     assert unchanged(model, before) and [m.training for m in model.modules()] == modes
+    assert torch.equal(torch.get_rng_state(), rng)
     if family != "lightning":
         assert obj.optimizer is None and obj.lr_scheduler is None  # the Trainer keeps none of ours
 
@@ -74,9 +76,10 @@ def test_a_search_from_their_objects_is_the_tasks_search(family: str, tmp_path: 
     else:
         obj = hf_trainer(family, tmp_path, model_init=True)
     result = tunekit.search(obj, "from_scratch", out=tmp_path / "theirs", **SEARCH)
-    # The probe's timed steps price the trials and place the batches: the same probe, stored, for both.
-    result_task = tunekit.search(task_of(family), "from_scratch", probe_result=tmp_path / "theirs" / "probe.json",
-                                 **SEARCH)
+    # The probe's timed steps price the trials and place the batches: the same probes, stored, for both.
+    saved = tmp_path / "theirs"
+    result_task = tunekit.search(task_of(family), "from_scratch", probe_result=saved / "probe.json",
+                                 lr_find_result=saved / "lr_find.json", **SEARCH)
     ours = [(t["params"], t["value"], t["state"]) for t in result.trials]
     assert ours == [(t["params"], t["value"], t["state"]) for t in result_task.trials]
     assert len(ours) == 6 and result.best_theirs is not None
@@ -102,6 +105,36 @@ def test_the_trainers_recipe_is_read_and_what_cannot_be_honoured_is_said(tmp_pat
     assert sorted(g["weight_decay"] for g in groups) == [0.0, 0.1]  # biases and norms do not decay, as in HF
     with pytest.warns(UserWarning, match="polynomial"):
         tunekit.lr_find(trainer, **LR_FIND, precision="fp32")
+
+
+def test_the_lightning_trainers_settings_are_read(tmp_path: Any) -> None:
+    from tunekit.integrations import LightningRun, adapt
+
+    from .their_objects import lightning_classes, lightning_trainer
+
+    module_cls, data_cls = lightning_classes()
+    trainer = lightning_trainer(tmp_path, precision="bf16-mixed", accumulate_grad_batches=2,
+                                gradient_clip_algorithm="value", max_steps=-1, max_epochs=3)
+    adapted = adapt(LightningRun(module_cls(), data_cls(), trainer))
+    d = adapted.task.defaults
+    assert adapted.task.precision == "bf16" and d["accumulation_steps"] == 2 and d["clip_grad_norm"] == 0.5
+    assert d["max_steps"] == 3 * (256 // 16 // 2)  # three epochs of 8 updates
+    assert d["schedule"] == "constant" and d["lr"] == 1e-2  # no scheduler: Lightning's constant LR, as configured
+    assert any("gradient_clip_algorithm='value'" in n for n in adapted.notes)
+
+
+def test_an_optimizer_given_to_the_trainer_is_used_and_put_back(tmp_path: Any) -> None:
+    from transformers import Trainer
+
+    base = hf_trainer("gpt2", tmp_path)
+    optimizer = torch.optim.SGD(base.model.parameters(), lr=0.1, momentum=0.9)
+    for p in base.model.parameters():  # a momentum buffer of the user's, to be kept
+        optimizer.state[p]["momentum_buffer"] = torch.ones_like(p)
+    trainer = Trainer(model=base.model, args=base.args, train_dataset=base.train_dataset, optimizers=(optimizer, None))
+    state = {id(p): s["momentum_buffer"].clone() for p, s in optimizer.state.items()}
+    assert tunekit.lr_find(trainer, **LR_FIND).settings["optimizer"] == "SGD"  # theirs, not the one HF would build
+    assert all(torch.equal(s["momentum_buffer"], state[id(p)]) for p, s in optimizer.state.items())
+    assert optimizer.param_groups[0]["lr"] == 0.1
 
 
 def test_gradient_checkpointing_is_on_for_the_call_and_off_after(tmp_path: Any) -> None:

@@ -93,7 +93,7 @@ def test_join_a_real_local_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 def test_resume_after_the_driver_is_killed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Not set here: tunekit keeps the Ray it starts on loopback by itself.
     monkeypatch.delenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", raising=False)
-    after = kill_and_resume(tmp_path, ["--backend", "ray", "--max-concurrent", "1"], kills=5, seed=1, window_s=3)
+    after = kill_and_resume(tmp_path, ["--backend", "ray", "--max-concurrent", "1"], kills=3, seed=1, window_s=3)
     assert {t.user_attrs["worker"]["node"] for t in after if "worker" in t.user_attrs} == {"127.0.0.1"}
     # TPE went on from the stored trials: the params after resume are not a replay of a fresh start.
     finished = [t for t in after if t.state.name == "COMPLETE"]

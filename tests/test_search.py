@@ -186,7 +186,7 @@ def test_diverged_and_failed_trials_are_recorded_and_the_search_goes_on(tmp_path
 
 @pytest.mark.slow  # kill and resume
 def test_resume_after_the_process_is_killed_at_random_points(tmp_path: Path) -> None:
-    kill_and_resume(tmp_path, [], kills=5, seed=0)
+    kill_and_resume(tmp_path, [], kills=3, seed=0)
 
 
 def test_cli_search_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

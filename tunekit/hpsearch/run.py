@@ -97,7 +97,9 @@ def search(
     """Search a space for the best training configuration of ``task``.
 
     ``task``: a spec (``shapes``, ``pkg.mod:fn``, ``file.py:fn``; its function gets the space's
-    ``task.*`` entries over ``task_config``) or a :class:`Task`. ``trials``: finished trials the
+    ``task.*`` entries over ``task_config``) or a :class:`Task`; or a Hugging Face ``Trainer``, a
+    :class:`tunekit.integrations.LightningRun`, or a function returning a fresh one of either (the
+    best configuration then also comes back in their terms, ``result.best_theirs``). ``trials``: finished trials the
     study should hold (a resumed search runs only what is missing). ``budget``: what one full
     trial may draw, ``"4000samples"``, ``"2epochs"``, ``"1e6tokens"`` or ``"200updates"`` (at the
     task's batch; ``max_steps=N`` is ``"Nupdates"``), by default one run of the task's recipe; a
