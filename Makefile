@@ -30,7 +30,8 @@ run: $(STAMP)
 	$(VENV)/bin/tunekit lr-find
 
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -m "not serial" -n auto --maxprocesses=4  # in parallel, on the machine's cores
+	$(PY) -m pytest -q -m serial  # Ray clusters, timers, killed processes (tests/conftest.py): one at a time
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow"

@@ -14,7 +14,17 @@ import torch
 torch.set_num_threads(1)
 
 
+# Tests that must have the machine to themselves (`make test` runs them after the others, one at a
+# time): Ray clusters sized to its cores, workers judged by heartbeats and timers, processes killed
+# at random points of a run. The rest run in parallel (pytest-xdist).
+SERIAL_FILES = ("test_ray.py", "test_ray_cluster.py", "test_shared.py")
+SERIAL_TESTS = ("test_resume_after_the_process_is_killed_at_random_points",)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.name in SERIAL_FILES or item.originalname in SERIAL_TESTS:
+            item.add_marker(pytest.mark.serial)
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")

@@ -97,10 +97,9 @@ def search(
     """Search a space for the best training configuration of ``task``.
 
     ``task``: a spec (``shapes``, ``pkg.mod:fn``, ``file.py:fn``; its function gets the space's
-    ``task.*`` entries over ``task_config``) or a :class:`Task`; or a Hugging Face ``Trainer``, a
-    :class:`tunekit.integrations.LightningRun`, or a function returning a fresh one of either (the
-    best configuration then also comes back in their terms, ``result.best_theirs``). ``trials``: finished trials the
-    study should hold (a resumed search runs only what is missing). ``budget``: what one full
+    ``task.*`` entries over ``task_config``), a :class:`Task`, or a HF ``Trainer`` or a ``LightningRun``
+    (or a function returning one): ``result.best_theirs`` is then the best in their terms. ``trials``: finished
+    trials the study should hold (a resumed search runs only what is missing). ``budget``: what one full
     trial may draw, ``"4000samples"``, ``"2epochs"``, ``"1e6tokens"`` or ``"200updates"`` (at the
     task's batch; ``max_steps=N`` is ``"Nupdates"``), by default one run of the task's recipe; a
     trial at effective batch B runs budget / B updates. ``seed`` seeds the trials' models and
@@ -124,8 +123,7 @@ def search(
     ``artifacts``, ``storage_retry``: seconds a storage that does not answer is retried before the search
     stops in one line); ``run_trials=False`` creates the study and runs no trial.
 
-    The keyword arguments are the fields of :class:`~tunekit.hpsearch.settings.SearchSettings`,
-    built once here; :func:`run_search` takes such an object.
+    The keyword arguments are the fields of :class:`~tunekit.hpsearch.settings.SearchSettings`, built once here.
     """
     # Every parameter but the first two is a settings field (tests/test_search.py keeps them in step).
     settings = SearchSettings(**{k: v for k, v in locals().items() if k not in ("task", "space")})

@@ -204,6 +204,10 @@ def _unsupported(trainer: Any) -> list[str]:
                        ("fsdp", "FSDP is not used: one process, one device")):
         if getattr(args, flag, None):
             notes.append(f"{flag} is set: {what}")
+    gpus = int(getattr(args, "n_gpu", 1) or 1)
+    if gpus > 1:
+        notes.append(f"the Trainer would split each batch over {gpus} GPUs (DataParallel): tunekit measures one "
+                     "device, at per_device_train_batch_size")
     return notes
 
 
