@@ -484,3 +484,46 @@ def test_refined_lr_find_is_the_best_of_its_short_runs() -> None:
     assert r.samples == plain.samples + ref["samples"]
     again = LRFindResult.from_json(r.to_json())
     assert again.refinement == ref
+
+
+# ------------------------------------------------------------------- scoring the short runs
+
+
+def test_hold_out_splits_each_kind_of_data_and_the_short_runs_never_see_the_held_slice() -> None:
+    from torch.utils.data import DataLoader, IterableDataset, TensorDataset
+
+    from tunekit.inputs.data import BatchStream, hold_out
+
+    ids = TensorDataset(torch.arange(100).float()[:, None], torch.arange(100))
+    train, held = hold_out(ids, 0.2, 2048, seed=0)
+    assert (len(train), len(held)) == (80, 20) and hold_out(ids, 0.2, 2048, seed=0)[1].indices == held.indices
+    assert len(hold_out(ids, 0.2, 8, seed=0)[1]) == 8  # at most `most` samples
+    stream, seen = BatchStream(train, 10, seed=3), set()
+    for _ in range(24):  # three epochs of the training part
+        seen |= set(stream.take(1)[0][1].tolist())
+    assert seen == set(range(100)) - set(held.indices)
+    collate = lambda b: (torch.stack([x for x, _ in b]), torch.stack([y for _, y in b]))  # noqa: E731
+    loader_train, loader_held = hold_out(DataLoader(ids, batch_size=10, collate_fn=collate), 0.2, 2048, seed=0)
+    assert loader_train.collate_fn is collate and len(loader_held.dataset) == 20
+    assert hold_out([1, 2, 3, 4, 5], 0.2, 2048, seed=0) == ([1, 2, 3, 4], [5])
+    assert hold_out([1], 0.2, 2048, seed=0) is None
+
+    class Stream(IterableDataset):
+        def __iter__(self):  # type: ignore[no-untyped-def]
+            return iter([])
+    assert hold_out(Stream(), 0.2, 2048, seed=0) is None
+
+
+def test_without_validation_data_the_result_says_what_scored_the_short_runs() -> None:
+    data = regression_data(240)
+    model = nn.Linear(8, 1)
+    common = dict(batch_size=16, refine_steps=10, progress=False)
+    found = lr_find(model, data, nn.MSELoss(), refine_seeds=1, **common)
+    assert found.settings["refine_scored_on"] == "the training data it trains on (no val_data given)"
+    held = lr_find(model, data, nn.MSELoss(), refine_seeds=2, hold_out_share=0.2, **common)
+    assert held.settings["refine_scored_on"] == "48 held-out training samples (another slice for each of the 2 seeds)"
+    assert "scored on 48 held-out training samples" in held.summary()
+    given = lr_find(model, data, nn.MSELoss(), val_data=regression_data(64, seed=5), refine_seeds=1, **common)
+    assert given.settings["refine_scored_on"] == "the validation data"
+    with pytest.raises(UsageError, match="hold_out_share must be a fraction"):
+        lr_find(model, data, nn.MSELoss(), hold_out_share=1.5, **common)

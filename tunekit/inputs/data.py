@@ -12,11 +12,12 @@ from collections.abc import Iterable, Iterator, Mapping, Sized
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, Dataset, IterableDataset, TensorDataset
+from torch.utils.data import DataLoader, Dataset, IterableDataset, Subset, TensorDataset
 
 from tunekit.errors import UsageError
 
-__all__ = ["Batch", "Data", "to_device", "batch_size_of", "BatchStream", "iterate_once", "check_data", "rebatched_loader", "dataset_size"]
+__all__ = ["Batch", "Data", "to_device", "batch_size_of", "BatchStream", "iterate_once", "check_data", "rebatched_loader",
+           "dataset_size", "hold_out"]
 
 Batch = Any
 Data = Any  # Dataset | DataLoader | Iterable[Batch]
@@ -108,7 +109,7 @@ class BatchStream:
         self.shuffle = shuffle
         self._iter: Iterator[Batch] | None = None
         self.epoch = 0
-        if isinstance(data, TensorDataset):
+        if isinstance(data, TensorDataset) or _tensor_subset(data):
             n = len(data)
             if batch_size is None:
                 raise UsageError("a Dataset needs a batch size: pass e.g. batch_size=32")
@@ -126,12 +127,15 @@ class BatchStream:
 
     def _epoch(self) -> Iterator[Batch]:
         data = self.data
-        if isinstance(data, TensorDataset):
+        if isinstance(data, TensorDataset) or _tensor_subset(data):
+            tensors, rows = (data.tensors, None) if isinstance(data, TensorDataset) else (data.dataset.tensors,
+                                                                                           torch.as_tensor(data.indices))
             n, bs = len(data), int(self.batch_size)  # type: ignore[arg-type]
             order = torch.randperm(n, generator=self.generator) if self.shuffle else torch.arange(n)
+            order = order if rows is None else rows[order]
             for start in range(0, n - bs + 1, bs):
                 idx = order[start : start + bs]
-                yield tuple(t[idx] for t in data.tensors)
+                yield tuple(t[idx] for t in tensors)
         elif isinstance(data, Dataset):
             yield from DataLoader(data, batch_size=self.batch_size, shuffle=self.shuffle, drop_last=True, generator=self.generator)
         elif isinstance(data, DataLoader) and self.batch_size is not None and data.batch_size != self.batch_size:
@@ -176,6 +180,35 @@ def iterate_once(data: Data, batch_size: int | None, limit: int | None = None) -
         if limit is not None and i >= limit:
             return
         yield batch
+
+
+def _tensor_subset(data: Data) -> bool:
+    """A Subset of a TensorDataset (a held-out split of one): sliced directly, like the TensorDataset."""
+    return isinstance(data, Subset) and isinstance(data.dataset, TensorDataset)
+
+
+def hold_out(data: Data, share: float, most: int, seed: int) -> tuple[Data, Data] | None:
+    """(what to train on, a held-out slice): ``share`` of the samples (at most ``most``), drawn by ``seed``,
+    from a map-style Dataset or a DataLoader over one, or the last batches of a list of batches; None
+    where there is no fixed set of samples to split (an iterable dataset) or too little to split."""
+    if isinstance(data, list):
+        k = min(len(data) - 1, max(1, round(share * len(data))))
+        return (data[:-k], data[-k:]) if k >= 1 else None
+    loader = data if isinstance(data, DataLoader) else None
+    dataset = loader.dataset if loader is not None else data
+    if not isinstance(dataset, Dataset) or isinstance(dataset, IterableDataset) or dataset_size(dataset) is None:
+        return None
+    n = len(dataset)  # type: ignore[arg-type]
+    k = min(most, int(share * n))
+    if k < 1 or n - k < 1:
+        return None
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()
+    train, held = Subset(dataset, order[k:]), Subset(dataset, sorted(order[:k]))
+    if loader is None:
+        return train, held
+    again = dict(batch_size=loader.batch_size, collate_fn=loader.collate_fn, num_workers=loader.num_workers)
+    # The training part shuffles from torch's global RNG, which each run seeds (the same order per seed).
+    return DataLoader(train, shuffle=True, **again), DataLoader(held, shuffle=False, **again)
 
 
 def dataset_size(data: Data) -> int | None:

@@ -143,8 +143,9 @@ class LRFindResult(Result):
             spread = ""
             if self.lr_range is not None:
                 spread = f" (range over {repeats} repeats: {self.lr_range[0]:.3g} .. {self.lr_range[1]:.3g})"
-            how = (f"best of {len(ref['lrs'])} LRs, {seeds} short runs of {steps} updates each" if ref is not None
-                   else f"{self.default_rule} rule")
+            scored = self.settings.get("refine_scored_on")
+            how = (f"best of {len(ref['lrs'])} LRs, {seeds} short runs of {steps} updates each"
+                   + (f" scored on {scored}" if scored else "") if ref is not None else f"{self.default_rule} rule")
             lines.append(f"suggested peak LR: {self.suggestion:.3g}{spread}  [{how}, confidence {self.confidence:.2f}]")
             if not self.confident:
                 lines.append("LOW CONFIDENCE, do not trust this number blindly: " + "; ".join(self.reasons))
