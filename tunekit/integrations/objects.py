@@ -9,6 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Optional, TypeVar
 
+from torch import nn
+
 from tunekit.errors import UsageError
 from tunekit.integrations.adapted import Adapted, kind_of, say_notes
 from tunekit.integrations.hf import from_trainer
@@ -61,7 +63,7 @@ def adapt_for_search(obj: Any) -> Optional[Adapted]:
         return from_trainer(obj, fresh=True)
     if kind == "lightning":
         return from_lightning(obj, factory=_copies(obj))
-    if callable(obj) and not isinstance(obj, type) and not inspect.signature(obj).parameters:
+    if callable(obj) and not isinstance(obj, (type, nn.Module)) and _takes_nothing(obj):
         made = obj()
         made_kind = kind_of(made)
         if made_kind == "hf":
@@ -71,6 +73,14 @@ def adapt_for_search(obj: Any) -> Optional[Adapted]:
         if made_kind == "lightning":
             return from_lightning(made, factory=obj)
     return None
+
+
+def _takes_nothing(fn: Any) -> bool:
+    """A factory called with no arguments (a builtin whose signature cannot be read is not one)."""
+    try:
+        return not inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def _copies(module: Any) -> Callable[[], Any]:
