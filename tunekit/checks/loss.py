@@ -46,6 +46,28 @@ def loss_kind(loss: Any) -> Optional[str]:
     return _BY_NAME.get(getattr(loss, "__name__", ""))
 
 
+# The heads of Hugging Face models that compute cross-entropy themselves from integer labels: the
+# language models always; the classifiers unless their config says regression or multi-label (and
+# with one label, which transformers takes as regression).
+_HF_LM_HEADS = ("ForCausalLM", "LMHeadModel", "ForMaskedLM", "ForTokenClassification")
+_HF_CLASS_HEADS = ("ForSequenceClassification", "ForImageClassification")
+
+
+def model_loss_kind(model: nn.Module, compute: LossComputer, y: torch.Tensor) -> Optional[str]:
+    """"ce" where the loss is a Hugging Face model's own and that model computes cross-entropy from
+    these integer labels (transformers' documented rule for its heads), else None."""
+    config = getattr(model, "config", None)
+    if compute.loss is not None or compute.compute_loss is not None or config is None or y.is_floating_point():
+        return None
+    name = type(model).__name__
+    if name.endswith(_HF_LM_HEADS):
+        return "ce"
+    if name.endswith(_HF_CLASS_HEADS) and getattr(config, "num_labels", 2) > 1 and \
+            getattr(config, "problem_type", None) in (None, "single_label_classification"):
+        return "ce"
+    return None
+
+
 def _probabilities(out: torch.Tensor, dim: Optional[int]) -> bool:
     """Values in [0, 1] (that sum to 1 over ``dim`` when given): a softmax or sigmoid was applied."""
     if out.numel() < 2 or float(out.min()) < 0 or float(out.max()) > 1:
@@ -152,7 +174,7 @@ def check_loss_contract(model: nn.Module, compute: LossComputer, batch: Batch) -
         return failed or [Finding(CHECK, "info", "the loss's inputs are not visible (a custom compute_loss, or no "
                                   "labels): not checked")]
     out, y = out.detach().float(), y.detach()
-    kind = loss_kind(compute.loss)
+    kind = loss_kind(compute.loss) or model_loss_kind(model, compute, y)
     found = _fed(kind, out, y, compute.loss)
     if any(f.status == "fail" for f in found):
         return found  # the loss would raise, or mislead, for that reason: said once
