@@ -70,7 +70,7 @@ class _Buffers:
 def _differing(model: nn.Module, run: Callable[..., torch.Tensor], base: torch.Tensor,
                buffers: _Buffers) -> list[tuple[str, nn.Module, bool]]:
     """The modules whose own train flag, set alone (every other module in eval), changes the output,
-    each with whether the change is dropout's (:func:`_dropout_like`)."""
+    each with whether the change is expected (torch's dropout or normalisation, or :func:`_dropout_like`)."""
     found = []
     for name, module in model.named_modules():
         module.training = True  # this module only: .train() would recurse into its children
@@ -80,7 +80,9 @@ def _differing(model: nn.Module, run: Callable[..., torch.Tensor], base: torch.T
             module.training = False
             buffers.restore()
         if changed:
-            found.append((name or type(model).__name__, module, _dropout_like(module, run, buffers)))
+            # torch's dropout and normalisation are expected by their type: only other modules pay the draws.
+            expected = isinstance(module, EXPECTED_MODE_MODULES) or _dropout_like(module, run, buffers)
+            found.append((name or type(model).__name__, module, expected))
     return found
 
 
@@ -148,8 +150,8 @@ def check_modes(model: nn.Module, compute: LossComputer, batch: Batch) -> list[F
         found = _differing(model, run, base, buffers)
     except Exception as exc:
         return [raised(CHECK, exc, "the forward")]
-    expected = [f"{n} ({type(m).__name__})" for n, m, random in found if random or isinstance(m, EXPECTED_MODE_MODULES)]
-    other = [f"{n} ({type(m).__name__})" for n, m, random in found if not (random or isinstance(m, EXPECTED_MODE_MODULES))]
+    expected = [f"{n} ({type(m).__name__})" for n, m, ok in found if ok]
+    other = [f"{n} ({type(m).__name__})" for n, m, ok in found if not ok]
     out: list[Finding] = []
     if other:
         out.append(Finding(CHECK, "warn", f"{', '.join(other)} changes the output between train() and eval(), and is "

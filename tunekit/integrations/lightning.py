@@ -23,6 +23,7 @@ from torch import nn
 from torch.utils.data import DataLoader, IterableDataset
 
 from tunekit.errors import UsageError
+from tunekit.inputs.data import rebatched_loader
 from tunekit.inputs.task import Task
 from tunekit.integrations.adapted import Adapted, LatestModel
 
@@ -96,8 +97,7 @@ def _reshuffled(loader: DataLoader) -> DataLoader:
     """A map-style loader's dataset, shuffled by a generator seeded at 0 (the same call sees the same batches)."""
     if isinstance(loader.dataset, IterableDataset) or loader.batch_size is None:
         return loader
-    return DataLoader(loader.dataset, batch_size=loader.batch_size, shuffle=True, collate_fn=loader.collate_fn,
-                      drop_last=loader.drop_last, generator=torch.Generator().manual_seed(0))
+    return rebatched_loader(loader, loader.batch_size, torch.Generator().manual_seed(0))
 
 
 def _overridden(obj: Any, hook: str) -> bool:
