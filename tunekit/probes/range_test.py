@@ -25,6 +25,7 @@ from tunekit.progress import bar
 from tunekit.probes.state import preserved, seed_everything_for
 from tunekit.training.step import TrainStep, Updates, make_scaler
 from tunekit.probes.lr_rules import DEFAULT_RULE, RULES, assess, blowup, bracket_minimum, bracket_next, bracket_polish, prepare
+from tunekit.probes.refine_plan import DEFAULT_RUN_STEPS, REFINE_SHARE, RefinePlan, at_horizon, plan_refinement
 from tunekit.inputs.resolve import TASK_DEFAULT, resolve_inputs, step_settings
 from tunekit.precision import Precision
 from tunekit.inputs.task import ComputeLoss, LossFn, Task
@@ -77,7 +78,8 @@ def lr_find(
     batch_size: int | None = None, accumulation_steps: int | None = None, precision: Precision | None = None,
     clip_grad_norm: float | None = TASK_DEFAULT, device: str = "auto", seed: int = 0,
     repeats: int = 1, diverge_threshold: float = 4.0,
-    refine: bool = True, refine_steps: int = 100, refine_seeds: int = 2, hold_out_share: float | None = None,
+    run_steps: int | None = None, refine: bool = True, refine_share: float = REFINE_SHARE,
+    refine_steps: int | None = None, refine_seeds: int | None = None, hold_out_share: float | None = None,
     scaler: torch.amp.GradScaler | None = None, progress: bool | None = None,
 ) -> LRFindResult:
     """Run an LR range test and suggest a peak LR for a warmup + cosine run.
@@ -103,25 +105,34 @@ def lr_find(
     With ``loss_on="val"``, each point is the loss on the first ``val_batches``
     batches of ``val_data`` (a fixed subset) instead of the training loss.
 
+    ``run_steps`` is the run the suggestion is for: its length in optimizer
+    updates (default: a Task's recipe, ``defaults["max_steps"]``, else
+    ``train``'s 200; for a model in hand, 10,000). The suggestion is the peak LR
+    for a warmup + cosine run of that length, and the result says so.
+
     ``refine`` (the default) then checks the curve's suggestion with short real
-    runs: warmup + cosine schedules of ``refine_steps`` updates from the same
-    starting point, at half-decade steps around it (around the point where the
-    sweep comes apart, less half a decade, when the curve is not to be trusted),
-    extended until one has a worse run on each side, and one more a quarter
-    decade from the best on its better side; the suggestion is the vertex of
-    the parabola through the best and its neighbours. Each LR is scored by the
-    mean over ``refine_seeds`` runs (other data orders) of the loss on a fixed
-    subset of ``val_data`` (else of the training data, or, with ``hold_out_share``,
-    of that share of it held out of each run), at most 2048 samples. A
-    range test's curve alone puts the best peak LR anywhere from 0.2x to 25x its
-    minimum (benchmarks/lr_rules.py). The 4-7 LRs cost a fixed 800-1400 updates
-    by default, whatever the run's length, counted in ``samples``;
-    ``refine=False`` gives the curve's suggestion alone, for 100 updates.
+    warmup + cosine runs costing at most ``refine_share`` (5%) of the planned
+    run's updates, the sweep aside: up to 7 LRs, runs as long as that allows
+    (two data orders per LR from 50 updates), none shorter than 30 updates (the
+    curve's suggestion then stands alone, and the result says why).
+    ``refine_steps`` / ``refine_seeds`` fix the runs instead, whatever they
+    cost. The LRs lie at half decades around the curve's suggestion (below its
+    blow-up when the curve is not to be trusted), extended until a worse run
+    lies on each side of the best, plus one a quarter decade from the best; the
+    parabola's vertex through the best and its neighbours is carried from the
+    runs' length to ``run_steps`` (:func:`~tunekit.probes.refine_plan.at_horizon`).
+    Each run is scored on a fixed subset (at most 2048 samples) of ``val_data``,
+    else of the training data (with ``hold_out_share``, a share of it held out
+    of the run). The curve alone puts the best peak LR anywhere from 0.2x to
+    25x its minimum (benchmarks/lr_rules.py). ``samples`` counts every training
+    sample drawn; ``refinement`` holds the runs and their cost beside the run's.
     """
     # The step's settings resolved as train resolves them, and every value checked before any work.
     clip_grad_norm, accumulation_steps, precision = step_settings(model, clip_grad_norm, accumulation_steps, precision)
     _check_args(min_lr, max_lr, steps, mode, repeats, diverge_threshold, batch_size, accumulation_steps, clip_grad_norm)
-    _check_refine(refine_steps, refine_seeds, hold_out_share)
+    _check_refine(run_steps, refine_share, refine_steps, refine_seeds, hold_out_share)
+    run_steps, run_from = planned_run(model, run_steps)
+    plan = plan_refinement(run_steps, refine_share, REFINE_RUNS, refine_steps, refine_seeds) if refine else None
 
     # What is tested: a Task's fresh model, or the user's objects (put back as they were at the end).
     sub = resolve_inputs("lr_find", model, train_data, loss_fn, optimizer, compute_loss=compute_loss,
@@ -131,22 +142,35 @@ def lr_find(
                    sub.batch_size, accumulation_steps, clip_grad_norm,
                    scaler if scaler is not None else make_scaler(sub.precision, sub.device), seed, diverge_threshold)
     settings = _settings(setup, sub.task.name, min_lr=min_lr, max_lr=max_lr, steps=steps, mode=mode, repeats=repeats,
-                         loss_on=loss_on, refine=refine, refine_steps=refine_steps, refine_seeds=refine_seeds)
+                         loss_on=loss_on, plan=plan)
+    settings.update(run_steps=run_steps, run_steps_from=run_from, refine_share=refine_share,
+                    refine_plan=plan.why if plan is not None else None)
 
     start = time.perf_counter()
-    total = steps * repeats + (REFINE_RUNS * refine_steps * refine_seeds if refine else 0)
+    result = _test_and_refine(setup, settings, sweep_lrs(min_lr, max_lr, steps, mode), repeats,
+                              val_batches if loss_on == "val" else None, plan, hold_out_share, progress)
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def _test_and_refine(setup: _Setup, settings: dict[str, Any], lrs: np.ndarray, repeats: int, val_batches: int | None,
+                     plan: RefinePlan | None, hold_out_share: float | None, progress: bool | None) -> LRFindResult:
+    """The sweeps, their curve's suggestion, then the short runs the plan buys, all from the user's objects
+    as they were (put back at the end, also on an exception)."""
+    total = len(lrs) * repeats + (plan.most_updates if plan is not None and plan.refines else 0)
     with bar(total, "lr-find", "step", progress) as steps_bar, \
             preserved(setup.user_model, setup.optimizer, setup.scaler, setup.data) as initial:
         # The range test: ``repeats`` sweeps of the LR, each from the same weights and optimizer state.
-        runs = _sweeps(setup, initial, sweep_lrs(min_lr, max_lr, steps, mode), repeats,
-                       val_batches if loss_on == "val" else None, steps_bar)
+        runs = _sweeps(setup, initial, lrs, repeats, val_batches, steps_bar)
         result = _result(runs, settings, 0.0)
         # Then short real runs around the curve's suggestion: the curve alone can be off by 25x.
-        if refine:
-            short_run, result.settings["refine_scored_on"] = _short_runner(setup, initial, refine_steps,
-                                                                           refine_seeds, steps_bar, hold_out_share)
+        if plan is not None and plan.refines:
+            short_run, result.settings["refine_scored_on"] = _short_runner(setup, initial, plan.steps, plan.seeds,
+                                                                           steps_bar, hold_out_share)
             _refine(result, short_run)
-    result.seconds = time.perf_counter() - start
+            _carry_to_run(result, plan, settings["run_steps"], _samples_per_update(setup, runs))
+        elif plan is not None:
+            result.settings["not_refined"] = plan.why
     return result
 
 
@@ -182,12 +206,31 @@ class _Setup:
                         batch_size=self.batch_size, max_batches=max_batches)["loss"]
 
 
-def _check_refine(refine_steps: int, refine_seeds: int, hold_out_share: float | None) -> None:
-    check_int("refine_steps", refine_steps, 10, hint="a short run needs updates: pass e.g. refine_steps=100")
-    check_int("refine_seeds", refine_seeds, hint="pass e.g. refine_seeds=2")
+def _check_refine(run_steps: int | None, share: float, refine_steps: int | None, refine_seeds: int | None,
+                  hold_out_share: float | None) -> None:
+    if run_steps is not None:
+        check_int("run_steps", run_steps, hint="the updates of the run you plan: pass e.g. run_steps=10000")
+    if isinstance(share, bool) or not isinstance(share, (int, float)) or not (share > 0 and math.isfinite(share)):
+        raise UsageError(f"refine_share must be a positive fraction of the planned run, got {share!r}: "
+                         "pass e.g. refine_share=0.05")
+    if refine_steps is not None:
+        check_int("refine_steps", refine_steps, 10, hint="a short run needs updates: pass e.g. refine_steps=100")
+    if refine_seeds is not None:
+        check_int("refine_seeds", refine_seeds, hint="pass e.g. refine_seeds=2")
     if hold_out_share is not None and not 0 < hold_out_share < 1:
         raise UsageError(f"hold_out_share must be a fraction in (0, 1), got {hold_out_share!r}: "
                          "pass e.g. hold_out_share=0.2")
+
+
+def planned_run(model: Any, run_steps: int | None) -> tuple[int, str]:
+    """(the planned run's updates, where that number came from): as given; else a Task's recipe
+    (its ``max_steps``, else ``train``'s default); else, for a model in hand, ``DEFAULT_RUN_STEPS``."""
+    if run_steps is not None:
+        return int(run_steps), "given"
+    if isinstance(model, Task):
+        steps = model.defaults.get("max_steps")
+        return (int(steps), "the task's recipe") if steps else (TrainConfig().max_steps, "train's default")
+    return DEFAULT_RUN_STEPS, "the default for a model in hand"
 
 
 def _check_loss_on(loss_on: str, val_data: Data | None) -> None:
@@ -198,14 +241,15 @@ def _check_loss_on(loss_on: str, val_data: Data | None) -> None:
 
 
 def _settings(setup: _Setup, task: str, *, min_lr: float, max_lr: float, steps: int, mode: str, repeats: int,
-              loss_on: str, refine: bool, refine_steps: int, refine_seeds: int) -> dict[str, Any]:
+              loss_on: str, plan: RefinePlan | None) -> dict[str, Any]:
     """The settings the result records, as resolved (the task's defaults and the device filled in)."""
     return dict(min_lr=min_lr, max_lr=max_lr, steps=steps, mode=mode, batch_size=setup.batch_size,
                 accumulation_steps=setup.accumulation_steps, precision=setup.precision,
                 clip_grad_norm=setup.clip_grad_norm, device=str(setup.device), seed=setup.seed, repeats=repeats,
                 diverge_threshold=setup.threshold, loss_on=loss_on, task=task,
-                optimizer=type(setup.optimizer).__name__, family=optimizer_family(setup.optimizer), refine=refine,
-                refine_steps=refine_steps if refine else None, refine_seeds=refine_seeds if refine else None)
+                optimizer=type(setup.optimizer).__name__, family=optimizer_family(setup.optimizer), refine=plan is not None,
+                refine_steps=plan.steps if plan is not None and plan.refines else None,
+                refine_seeds=plan.seeds if plan is not None and plan.refines else None)
 
 
 def _sweeps(setup: _Setup, initial: Any, lrs: np.ndarray, repeats: int, val_batches: int | None,
@@ -353,7 +397,7 @@ def _refine(result: LRFindResult, short_run: Callable[[float], tuple[float, int]
     ys = [scores[x] for x in xs]
     lr = float(10 ** bracket_minimum(xs, ys)) if math.isfinite(min(ys)) else None
     result.refinement = {"start": start, "lrs": [float(10 ** x) for x in xs], "scores": ys, "samples": samples,
-                         "bracketed": bracketed, "curve_suggestion": result.suggestion}
+                         "bracketed": bracketed, "curve_suggestion": result.suggestion, "best_lr": lr}
     result.samples += samples
     if lr is None:
         result.confident = False
@@ -364,6 +408,26 @@ def _refine(result: LRFindResult, short_run: Callable[[float], tuple[float, int]
         result.confident = False
         result.reasons.append("the short runs' best is at the edge of the LRs they tried: the suggestion may lie "
                               "beyond it (widen the sweep)")
+
+
+def _samples_per_update(setup: _Setup, runs: list[dict[str, Any]]) -> float:
+    """Training samples one update draws: the batch times accumulation, else as the first sweep drew them."""
+    if setup.batch_size:
+        return float(setup.batch_size * setup.accumulation_steps)
+    return runs[0]["samples"] / max(1, len(runs[0]["lrs"]))
+
+
+def _carry_to_run(result: LRFindResult, plan: RefinePlan, run_steps: int, per_update: float) -> None:
+    """The short runs' best, found for ``plan.steps``-update runs, carried to the planned run's length;
+    the refinement records both, and its cost (updates, samples, share) beside the planned run's."""
+    ref = result.refinement
+    if ref is None:
+        return
+    updates = len(ref["lrs"]) * plan.steps * plan.seeds  # as planned: a run cut short by divergence costs less
+    ref.update(at_steps=plan.steps, seeds=plan.seeds, updates=updates, run_steps=run_steps,
+               run_samples=int(round(per_update * run_steps)), share=ref["samples"] / (per_update * run_steps))
+    if ref.get("best_lr") is not None:
+        result.suggestion = at_horizon(ref["best_lr"], plan.steps, run_steps)
 
 
 def refine_start(result: LRFindResult) -> float | None:

@@ -147,6 +147,7 @@ class LRFindResult(Result):
             how = (f"best of {len(ref['lrs'])} LRs, {seeds} short runs of {steps} updates each"
                    + (f" scored on {scored}" if scored else "") if ref is not None else f"{self.default_rule} rule")
             lines.append(f"suggested peak LR: {self.suggestion:.3g}{spread}  [{how}, confidence {self.confidence:.2f}]")
+            lines += self._for_run()
             if not self.confident:
                 lines.append("LOW CONFIDENCE, do not trust this number blindly: " + "; ".join(self.reasons))
         stop = f", stopped at lr {self.diverged_at_lr:.3g} (diverged)" if self.diverged_at_lr else ""
@@ -155,4 +156,24 @@ class LRFindResult(Result):
         if ref is not None:  # the short runs' cost, inside the sweep's parentheses
             runs = runs[:-1] + f", then {len(ref['lrs'])} LRs x {seeds} short runs of {steps}: {ref['samples']} samples)"
         lines.append(f"{self.samples} samples{runs} in {self.seconds:.1f}s{stop}")
-        return "\n".join(lines)
+        return "\n".join(lines + self._cost())
+
+    def _for_run(self) -> list[str]:
+        """The run the suggestion is for, and how the short runs' answer was carried to it."""
+        run_steps, ref = self.settings.get("run_steps"), self.refinement
+        if not run_steps:
+            return []
+        line = f"for a warmup + cosine run of {run_steps:,} updates ({self.settings.get('run_steps_from', 'given')})"
+        if ref is not None and ref.get("best_lr") is not None and ref.get("at_steps") and ref["at_steps"] < run_steps:
+            line += f"; best of the {ref['at_steps']}-update runs {ref['best_lr']:.3g}, carried to {run_steps:,}"
+        not_refined = self.settings.get("not_refined")
+        return [line] + ([f"not refined: {not_refined}"] if not_refined else [])
+
+    def _cost(self) -> list[str]:
+        """What the test cost as a share of the planned run (samples), the refinement's share apart."""
+        ref = self.refinement
+        if not ref or not ref.get("run_samples"):
+            return []
+        total = self.samples / ref["run_samples"]
+        return [f"cost: {100 * total:.1f}% of the planned run's {ref['run_samples']:,} samples "
+                f"(the short runs {100 * ref['share']:.1f}%: {self.settings.get('refine_plan')})"]
