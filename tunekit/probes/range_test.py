@@ -105,10 +105,8 @@ def lr_find(
     With ``loss_on="val"``, each point is the loss on the first ``val_batches``
     batches of ``val_data`` (a fixed subset) instead of the training loss.
 
-    ``run_steps`` is the run the suggestion is for: its length in optimizer
-    updates (default: a Task's recipe, ``defaults["max_steps"]``, else
-    ``train``'s 200; for a model in hand, 10,000). The suggestion is the peak LR
-    for a warmup + cosine run of that length, and the result says so.
+    The suggestion is for a run of ``run_steps`` updates (default: a Task's
+    ``defaults["max_steps"]``, else ``train``'s 200; a model in hand 10,000).
 
     ``refine`` (the default) then checks the curve's suggestion with short real
     warmup + cosine runs costing at most ``refine_share`` (5%) of the planned
