@@ -1,4 +1,5 @@
 import copy
+import dataclasses
 import json
 import random
 from pathlib import Path
@@ -527,3 +528,56 @@ def test_without_validation_data_the_result_says_what_scored_the_short_runs() ->
     assert given.settings["refine_scored_on"] == "the validation data"
     with pytest.raises(UsageError, match="hold_out_share must be a fraction"):
         lr_find(model, data, nn.MSELoss(), hold_out_share=1.5, **common)
+
+
+# ------------------------------------------------------------------- the planned run and the refinement's cost
+
+
+def test_the_refinement_buys_what_its_share_of_the_planned_run_allows() -> None:
+    from tunekit.probes.refine_plan import MIN_REFINE_STEPS, TWO_SEEDS_FROM, at_horizon, plan_refinement
+
+    short = plan_refinement(200, 0.05, runs=7)  # 10 updates: no useful run
+    assert not short.refines and short.budget == 10 and "curve's suggestion alone" in short.why
+    edge = plan_refinement(7 * MIN_REFINE_STEPS * 20, 0.05, runs=7)  # exactly the shortest useful runs
+    assert (edge.steps, edge.seeds) == (MIN_REFINE_STEPS, 1) and edge.most_updates <= edge.budget
+    for run in (5_000, 20_000, 100_000, 10 ** 6):
+        plan = plan_refinement(run, 0.05, runs=7)
+        assert plan.refines and plan.most_updates <= 0.05 * run  # never more than the share
+        assert plan.seeds == (2 if plan.steps >= TWO_SEEDS_FROM else 1)
+    assert plan_refinement(10 ** 6, 0.05, runs=7).steps > plan_refinement(20_000, 0.05, runs=7).steps
+    assert plan_refinement(50, 10.0, runs=7).steps == 50  # a run no longer than the planned one
+    given = plan_refinement(200, 0.05, runs=7, steps=20, seeds=3)
+    assert (given.steps, given.seeds) == (20, 3)  # the caller's choice, whatever it costs
+    assert at_horizon(0.01, 100, 100, exponent=0.3) == 0.01 and at_horizon(0.01, 100, 50, exponent=0.3) == 0.01
+    assert at_horizon(0.01, 100, 1000, exponent=0.5) == pytest.approx(0.01 / 10 ** 0.5)
+
+
+def test_lr_find_spends_at_most_its_share_of_the_planned_run_and_says_which_run_it_is_for() -> None:
+    task = classification_task()  # no max_steps in its recipe: train's 200
+    curve = lr_find(task, device="cpu", steps=30)
+    assert curve.refinement is None and curve.settings["run_steps"] == 200
+    assert curve.settings["run_steps_from"] == "train's default" and "cannot buy" in curve.settings["not_refined"]
+    assert "for a warmup + cosine run of 200 updates" in curve.summary() and "not refined" in curve.summary()
+    assert curve.samples == lr_find(task, device="cpu", steps=30, refine=False).samples  # the curve alone's cost
+    planned = lr_find(task, device="cpu", steps=30, run_steps=6000)
+    ref = planned.refinement
+    run_samples = 6000 * task.batch_size
+    assert ref is not None and ref["run_steps"] == 6000 and ref["run_samples"] == run_samples
+    assert ref["samples"] <= 0.05 * run_samples and ref["share"] == pytest.approx(ref["samples"] / run_samples)
+    assert planned.settings["refine_steps"] == ref["at_steps"] >= 30 and planned.settings["run_steps_from"] == "given"
+    assert "cost:" in planned.summary() and f"of the planned run's {run_samples:,} samples" in planned.summary()
+    recipe = lr_find(dataclasses.replace(task, defaults={**task.defaults, "max_steps": 6000}), device="cpu", steps=30)
+    assert recipe.settings["run_steps_from"] == "the task's recipe" and recipe.refinement["lrs"] == ref["lrs"]
+    assert LRFindResult.from_json(planned.to_json()).refinement == ref
+    with pytest.raises(UsageError, match="run_steps must be a positive integer, got 0"):
+        lr_find(task, device="cpu", run_steps=0)
+    with pytest.raises(UsageError, match="refine_share must be a positive fraction"):
+        lr_find(task, device="cpu", refine_share=0)
+
+
+def test_a_model_in_hand_is_refined_for_a_run_of_the_documented_default_length() -> None:
+    from tunekit.probes.refine_plan import DEFAULT_RUN_STEPS
+
+    r = lr_find(nn.Linear(8, 1), regression_data(240), nn.MSELoss(), batch_size=16, steps=20, progress=False)
+    assert r.settings["run_steps"] == DEFAULT_RUN_STEPS and r.settings["run_steps_from"] == "the default for a model in hand"
+    assert r.refinement is not None and r.refinement["samples"] <= 0.05 * DEFAULT_RUN_STEPS * 16

@@ -42,6 +42,7 @@ EPILOG_LR_FIND = """examples:
   tunekit lr-find --task charlm --repeats 3 --out runs/lm
   tunekit lr-find --task my_project.tasks:cifar --batch-size 128 --accumulation-steps 2 --precision bf16
   tunekit lr-find --min-lr 1e-6 --max-lr 1 --steps 200 --mode exp
+  tunekit lr-find --task charlm --run-steps 20000  for a 20,000-update run; 5% of it checks the curve
 """
 
 EPILOG_PROBE = """examples:
@@ -219,10 +220,15 @@ def _add_lr_find_command(sub: Any) -> None:
     p.add_argument("--repeats", type=int, default=1, help="repeat with other seeds and data orders; report the spread (default 1)")
     p.add_argument("--no-refine", action="store_true",
                    help="the curve's suggestion alone, without the short runs that check it")
-    p.add_argument("--refine-steps", type=int, default=100, metavar="N",
-                   help="updates of each short warmup + cosine run that checks the suggestion (default 100)")
-    p.add_argument("--refine-seeds", type=int, default=2, metavar="S",
-                   help="short runs per LR, with other data orders, their scores averaged (default 2)")
+    p.add_argument("--run-steps", type=int, metavar="N", help="updates of the run you plan: the suggestion is "
+                   "for it, and the short runs cost a share of it (default: the task's recipe, else 200)")
+    p.add_argument("--refine-share", type=_positive_float, default=0.05, metavar="F",
+                   help="the short runs' cost as a share of the planned run's updates (default 0.05)")
+    p.add_argument("--refine-steps", type=int, metavar="N",
+                   help="updates of each short warmup + cosine run, whatever it costs (default: what the share buys)")
+    p.add_argument("--refine-seeds", type=int, metavar="S",
+                   help="short runs per LR, with other data orders, their scores averaged (default: 2 from 50 "
+                   "updates, else 1)")
     _add_run_args(p, "lr_find.json and lr_find.png")
 
 

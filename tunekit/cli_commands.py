@@ -129,7 +129,8 @@ def cmd_lr_find(args: argparse.Namespace) -> int:
     result = lr_find(task, min_lr=args.min_lr, max_lr=args.max_lr, steps=args.steps, mode=args.mode,
                      batch_size=args.batch_size, accumulation_steps=args.accumulation_steps,
                      precision=args.precision, clip_grad_norm=clip, repeats=args.repeats, seed=args.seed,
-                     refine=not args.no_refine, refine_steps=args.refine_steps, refine_seeds=args.refine_seeds,
+                     refine=not args.no_refine, run_steps=args.run_steps, refine_share=args.refine_share,
+                     refine_steps=args.refine_steps, refine_seeds=args.refine_seeds,
                      device=args.device, progress=_progress(args))
     return _show(result, out)
 
