@@ -724,6 +724,10 @@ def test_the_search_says_where_its_lr_came_from(tmp_path: Path) -> None:
     r = search(regression_task(), str(write_space(tmp_path, SMALL.replace('[warmup]', 'seeded = "lr_find"\n\n[warmup]'))),
                trials=1, max_steps=10, device="cpu")
     assert "LR seeded from the search's own range test" in r.table() and "the curve alone" in r.table()
+    # One LR across tools: the search's own range test is lr_find's for a run of one full trial.
+    alone = lr_find(regression_task(), device="cpu", run_steps=10)
+    assert r.lr_find["run_steps"] == 10 and r.lr_find["suggestion"] == alone.suggestion and not r.lr_find["refined"]
+    assert "for a run of one trial (10 updates)" in r.table()
     refined = lr_find(regression_task(), device="cpu", steps=40, refine_steps=20, refine_seeds=1)
     assert refined.refinement
     r2 = search(regression_task(), str(write_space(tmp_path, SMALL.replace('[warmup]', 'seeded = "lr_find"\n\n[warmup]'))),

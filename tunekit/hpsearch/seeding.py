@@ -54,6 +54,7 @@ class Probes:
     probe: Any = None
     samples: int = 0
     seconds: float = 0.0
+    own_lr_find: bool = True  # the search's own range test (else the caller's saved result)
 
 
 def prepare_inputs(task: Any, space: str | SearchSpace, settings: SearchSettings) -> SearchInputs:
@@ -162,7 +163,8 @@ def run_probes(inputs: SearchInputs, settings: SearchSettings, existing: bool, s
             lr_find_result = out_dir / "lr_find.json"
         if probe_result is None and (out_dir / "probe.json").is_file():
             probe_result = out_dir / "probe.json"
-    found = Probes(_load_result(lr_find_result, "lr_find"), _load_result(probe_result, "probe"))
+    found = Probes(_load_result(lr_find_result, "lr_find"), _load_result(probe_result, "probe"),
+                   own_lr_find=saved[0] is None)
     for given, result in ((saved[0], found.lr_find), (saved[1], found.probe)):
         if given is None and result is not None:  # this search's own, from an earlier run: its cost counts
             found.samples += int(result.samples or 0)  # (a study's stored total replaces it, when there is one)
@@ -177,8 +179,10 @@ def run_probes(inputs: SearchInputs, settings: SearchSettings, existing: bool, s
     if sp.needs_lr_find and found.lr_find is None:
         from tunekit.probes.range_test import lr_find
 
+        # The suggestion lr_find gives for a run of one full trial (one LR across tools): its short runs
+        # cost at most 5% of that trial, else the curve alone seeds the space, which spans decades around it.
         found.lr_find = lr_find(task, accumulation_steps=int(cfg.accumulation_steps), **common,
-                                refine=False)  # the space spans decades around it: the sweep alone seeds it
+                                run_steps=_trial_updates(inputs))
         found.samples += found.lr_find.samples
         found.seconds += found.lr_find.seconds
         _save(found.lr_find, out_dir, "lr_find")
@@ -195,6 +199,14 @@ def run_probes(inputs: SearchInputs, settings: SearchSettings, existing: bool, s
         found.seconds += found.probe.seconds
         _save(found.probe, out_dir, "probe")
     return found
+
+
+def _trial_updates(inputs: SearchInputs) -> Optional[int]:
+    """One full trial's optimizer updates at the task's own batch (None for a budget in device time, not
+    yet priced: lr_find then plans for the task's recipe)."""
+    if not inputs.budget.priced:
+        return None
+    return max(1, inputs.budget.samples // _task_batch(inputs))
 
 
 def probe_cap(inputs: SearchInputs, lr_find: Any) -> Optional[int]:

@@ -44,18 +44,20 @@ def build_result(study: Any, store: Any, settings: SearchSettings, sp: SearchSpa
         budget=budget.to_dict(), task=task_spec, plan=plan.to_dict(), probe_samples=probes.samples, seconds=seconds,
         seed=settings.seed, sampler_seed=settings.sampler_seed, probe_seconds=probes.seconds,
         device=probes.probe.device if probes.probe is not None else None, time_limit=settings.time_limit,
-        lr_find=_lr_find_summary(probes.lr_find, sp), probe=_probe_summary(probes.probe))
+        lr_find=_lr_find_summary(probes.lr_find, sp, probes.own_lr_find), probe=_probe_summary(probes.probe))
     result.param_importances = result.importances()
     return result
 
 
-def _lr_find_summary(lf: Any, sp: SearchSpace) -> Optional[dict[str, Any]]:
+def _lr_find_summary(lf: Any, sp: SearchSpace, own: bool) -> Optional[dict[str, Any]]:
     if lf is None or "lr" not in sp.entries:
         return None
-    # One update a point of each sweep (the search's range test is not refined).
-    updates = sum(len(r.get("lrs") or ()) for r in lf.repeats) or len(lf.lrs)
+    # One update a point of each sweep, and the short runs' updates where they ran.
+    updates = (sum(len(r.get("lrs") or ()) for r in lf.repeats) or len(lf.lrs)) + int((lf.refinement or {}).get("updates", 0))
     return {"suggestion": lf.suggestion, "samples": lf.samples, "updates": updates, "seconds": lf.seconds,
-            "refined": bool(lf.refinement), "lr_bounds": list(lr_bounds_from_curve(lf, sp.entries["lr"].margin))}
+            "refined": bool(lf.refinement), "own": own, "run_steps": lf.settings.get("run_steps"),
+            "not_refined": lf.settings.get("not_refined"),
+            "lr_bounds": list(lr_bounds_from_curve(lf, sp.entries["lr"].margin))}
 
 
 def _probe_summary(pr: Any) -> Optional[dict[str, Any]]:

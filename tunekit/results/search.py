@@ -358,15 +358,18 @@ class SearchResult(Result):
                 f"for its updates (measured {_secs(float(best.get('seconds') or 0.0))} with its evaluations)"]
 
     def _lr_source(self) -> list[str]:
-        """Where the LR range came from, said next to its number: the search's own range test is the
-        curve alone, cheaper than tunekit lr-find's refined suggestion, so the two may differ."""
+        """Where the LR range came from, said next to its number: the search's own range test is
+        lr_find's for a run of one full trial (refined when 5% of that trial buys short runs), or the
+        caller's saved result."""
         lf = self.lr_find or {}
         if lf.get("suggestion") is None:
             return []
-        if lf.get("refined"):
-            return [f"LR seeded from the saved lr_find result: {lf['suggestion']:.3g} (refined by short runs)"]
-        return [f"LR seeded from the search's own range test: {lf['suggestion']:.3g} (the curve alone, no short runs; "
-                "tunekit lr-find refines it, and --lr-find FILE seeds the search with that)"]
+        how = "refined by short runs" if lf.get("refined") else "the curve alone, no short runs"
+        if not lf.get("own", not lf.get("refined")):  # results saved before "own" was recorded: refined = saved
+            return [f"LR seeded from the saved lr_find result: {lf['suggestion']:.3g} ({how})"]
+        run = f" for a run of one trial ({lf['run_steps']:,} updates)" if lf.get("run_steps") else ""
+        more = "" if lf.get("refined") else "; --lr-find FILE seeds the search with a refined one"
+        return [f"LR seeded from the search's own range test: {lf['suggestion']:.3g}{run} ({how}{more})"]
 
     def summary(self, out: str | Path | None = None) -> str:
         """:meth:`table`, what the search cost, where it is, and how to re-run its best trial
