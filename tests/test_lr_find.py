@@ -534,22 +534,32 @@ def test_without_validation_data_the_result_says_what_scored_the_short_runs() ->
 
 
 def test_the_refinement_buys_what_its_share_of_the_planned_run_allows() -> None:
-    from tunekit.probes.refine_plan import MIN_REFINE_STEPS, TWO_SEEDS_FROM, at_horizon, plan_refinement
+    from tunekit.probes.refine_plan import (MIN_REFINE_STEPS, TWO_LENGTHS_FROM, TWO_SEEDS_FROM, at_horizon,
+                                            from_two_lengths, plan_refinement)
 
     short = plan_refinement(200, 0.05, runs=7)  # 10 updates: no useful run
     assert not short.refines and short.budget == 10 and "curve's suggestion alone" in short.why
-    edge = plan_refinement(7 * MIN_REFINE_STEPS * 20, 0.05, runs=7)  # exactly the shortest useful runs
-    assert (edge.steps, edge.seeds) == (MIN_REFINE_STEPS, 1) and edge.most_updates <= edge.budget
-    for run in (5_000, 20_000, 100_000, 10 ** 6):
+    one = plan_refinement(7 * MIN_REFINE_STEPS * 20, 0.05, runs=7)  # exactly the shortest useful runs
+    assert one.lengths == (MIN_REFINE_STEPS,) and one.seeds == 1 and one.most_updates <= one.budget
+    two = plan_refinement(7 * 3 * TWO_LENGTHS_FROM * 20, 0.05, runs=7)  # runs at H and 2H
+    assert two.lengths == (TWO_LENGTHS_FROM, 2 * TWO_LENGTHS_FROM) and two.most_updates <= two.budget
+    for run in (5_000, 12_000, 20_000, 100_000, 10 ** 6, 10 ** 7):
         plan = plan_refinement(run, 0.05, runs=7)
-        assert plan.refines and plan.most_updates <= 0.05 * run  # never more than the share
-        assert plan.seeds == (2 if plan.steps >= TWO_SEEDS_FROM else 1)
+        assert plan.most_updates <= 0.05 * run  # never more than the share
+        assert plan.seeds == 1 or plan.steps >= TWO_SEEDS_FROM  # a second seed only for long runs
+    assert plan_refinement(10 ** 5, 0.05, runs=7).seeds == 1 and plan_refinement(10 ** 7, 0.05, runs=7).seeds == 2
     assert plan_refinement(10 ** 6, 0.05, runs=7).steps > plan_refinement(20_000, 0.05, runs=7).steps
-    assert plan_refinement(50, 10.0, runs=7).steps == 50  # a run no longer than the planned one
+    assert max(plan_refinement(50, 100.0, runs=7).lengths) <= 50  # no run longer than the planned one
     given = plan_refinement(200, 0.05, runs=7, steps=20, seeds=3)
-    assert (given.steps, given.seeds) == (20, 3)  # the caller's choice, whatever it costs
+    assert given.lengths == (20,) and given.seeds == 3  # the caller's choice, whatever it costs
     assert at_horizon(0.01, 100, 100, exponent=0.3) == 0.01 and at_horizon(0.01, 100, 50, exponent=0.3) == 0.01
     assert at_horizon(0.01, 100, 1000, exponent=0.5) == pytest.approx(0.01 / 10 ** 0.5)
+    # Two lengths: the best LR halves its distance to a limit with each doubling (saturation 1): 1e-2 at H,
+    # 1e-2.5 at 2H -> limit 1e-3; at 8H a quarter of the way is left.
+    assert from_two_lengths(1e-2, 10 ** -2.5, 100, 800, saturation=1.0) == pytest.approx(10 ** -3.25)
+    assert from_two_lengths(1e-3, 10 ** -2.5, 100, 800, saturation=1.0) == pytest.approx(10 ** -1.75)  # either way
+    assert from_two_lengths(1e-2, 1e-3, 100, 10 ** 6, saturation=1.0) == pytest.approx(1e-4, rel=1e-3)  # at most 1 decade
+    assert from_two_lengths(1e-2, 10 ** -2.5, 100, 150) == 10 ** -2.5  # a run no longer than the longer runs
 
 
 def test_lr_find_spends_at_most_its_share_of_the_planned_run_and_says_which_run_it_is_for() -> None:
@@ -559,14 +569,16 @@ def test_lr_find_spends_at_most_its_share_of_the_planned_run_and_says_which_run_
     assert curve.settings["run_steps_from"] == "train's default" and "cannot buy" in curve.settings["not_refined"]
     assert "for a warmup + cosine run of 200 updates" in curve.summary() and "not refined" in curve.summary()
     assert curve.samples == lr_find(task, device="cpu", steps=30, refine=False).samples  # the curve alone's cost
-    planned = lr_find(task, device="cpu", steps=30, run_steps=6000)
+    planned = lr_find(task, device="cpu", steps=30, run_steps=13000)  # 650 updates: runs of 30 and 60
     ref = planned.refinement
-    run_samples = 6000 * task.batch_size
-    assert ref is not None and ref["run_steps"] == 6000 and ref["run_samples"] == run_samples
+    run_samples = 13000 * task.batch_size
+    assert ref is not None and ref["run_steps"] == 13000 and ref["run_samples"] == run_samples
     assert ref["samples"] <= 0.05 * run_samples and ref["share"] == pytest.approx(ref["samples"] / run_samples)
-    assert planned.settings["refine_steps"] == ref["at_steps"] >= 30 and planned.settings["run_steps_from"] == "given"
+    assert planned.settings["refine_lengths"] == [30, 60]
+    assert ref["at_steps"] == 60 and [len(st["lrs"]) for st in ref["stages"]] and planned.settings["run_steps_from"] == "given"
+    assert ref["samples"] == sum(st["samples"] for st in ref["stages"])
     assert "cost:" in planned.summary() and f"of the planned run's {run_samples:,} samples" in planned.summary()
-    recipe = lr_find(dataclasses.replace(task, defaults={**task.defaults, "max_steps": 6000}), device="cpu", steps=30)
+    recipe = lr_find(dataclasses.replace(task, defaults={**task.defaults, "max_steps": 13000}), device="cpu", steps=30)
     assert recipe.settings["run_steps_from"] == "the task's recipe" and recipe.refinement["lrs"] == ref["lrs"]
     assert LRFindResult.from_json(planned.to_json()).refinement == ref
     with pytest.raises(UsageError, match="run_steps must be a positive integer, got 0"):

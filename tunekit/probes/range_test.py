@@ -25,7 +25,8 @@ from tunekit.progress import bar
 from tunekit.probes.state import preserved, seed_everything_for
 from tunekit.training.step import TrainStep, Updates, make_scaler
 from tunekit.probes.lr_rules import DEFAULT_RULE, RULES, assess, blowup, bracket_minimum, bracket_next, bracket_polish, prepare
-from tunekit.probes.refine_plan import DEFAULT_RUN_STEPS, REFINE_SHARE, RefinePlan, at_horizon, plan_refinement
+from tunekit.probes.refine_plan import (DEFAULT_RUN_STEPS, REFINE_SHARE, RefinePlan, at_horizon, from_two_lengths,
+                                        plan_refinement)
 from tunekit.inputs.resolve import TASK_DEFAULT, resolve_inputs, step_settings
 from tunekit.precision import Precision
 from tunekit.inputs.task import ComputeLoss, LossFn, Task
@@ -165,7 +166,9 @@ def _test_and_refine(setup: _Setup, settings: dict[str, Any], lrs: np.ndarray, r
         if plan is not None and plan.refines:
             short_run, result.settings["refine_scored_on"] = _short_runner(setup, initial, plan.steps, plan.seeds,
                                                                            steps_bar, hold_out_share)
-            _refine(result, short_run)
+            longer_run = (_short_runner(setup, initial, plan.long_steps, plan.seeds, steps_bar, hold_out_share)[0]
+                          if plan.long_steps else None)
+            _refine(result, short_run, longer_run)
             _carry_to_run(result, plan, settings["run_steps"], _samples_per_update(setup, runs))
         elif plan is not None:
             result.settings["not_refined"] = plan.why
@@ -247,6 +250,7 @@ def _settings(setup: _Setup, task: str, *, min_lr: float, max_lr: float, steps: 
                 diverge_threshold=setup.threshold, loss_on=loss_on, task=task,
                 optimizer=type(setup.optimizer).__name__, family=optimizer_family(setup.optimizer), refine=plan is not None,
                 refine_steps=plan.steps if plan is not None and plan.refines else None,
+                refine_lengths=list(plan.lengths) if plan is not None else None,
                 refine_seeds=plan.seeds if plan is not None and plan.refines else None)
 
 
@@ -357,12 +361,11 @@ def _short_run(step: TrainStep, batches: BatchStream, lrs: np.ndarray, threshold
     return (value if math.isfinite(value) else math.inf), samples
 
 
-def _refine(result: LRFindResult, short_run: Callable[[float], tuple[float, int]]) -> None:
-    """Check the curve's suggestion with short real runs around it; the result takes their answer."""
-    start = refine_start(result)
-    if start is None:
-        result.reasons.append("no suggestion to refine: the curve has neither a minimum nor a blow-up")
-        return
+def _bracket(start: float, short_run: Callable[[float], tuple[float, int]]) -> dict[str, Any]:
+    """Short runs at half decades around ``start``, extended until a worse run lies on each side of the
+    best, then one a quarter decade from the best: their LRs, scores, samples, whether the best was
+    bracketed, and ``best_lr``, the vertex of the parabola through the best and its neighbours (None
+    when every run diverged)."""
     step = REFINE_OFFSETS[1] - REFINE_OFFSETS[0]
     scores: dict[float, float] = {}
     samples = 0
@@ -393,16 +396,35 @@ def _refine(result: LRFindResult, short_run: Callable[[float], tuple[float, int]
         at(polish)
     xs = sorted(scores)
     ys = [scores[x] for x in xs]
-    lr = float(10 ** bracket_minimum(xs, ys)) if math.isfinite(min(ys)) else None
-    result.refinement = {"start": start, "lrs": [float(10 ** x) for x in xs], "scores": ys, "samples": samples,
-                         "bracketed": bracketed, "curve_suggestion": result.suggestion, "best_lr": lr}
-    result.samples += samples
-    if lr is None:
+    best = float(10 ** bracket_minimum(xs, ys)) if math.isfinite(min(ys)) else None
+    return {"lrs": [float(10 ** x) for x in xs], "scores": ys, "samples": samples, "bracketed": bracketed,
+            "best_lr": best}
+
+
+def _refine(result: LRFindResult, short_run: Callable[[float], tuple[float, int]],
+            longer_run: Callable[[float], tuple[float, int]] | None = None) -> None:
+    """Check the curve's suggestion with short real runs around it; the result takes their answer.
+    With ``longer_run`` (runs twice as long), a second bracket around the first one's best: the
+    refinement's ``lrs``/``scores`` are then the longer runs', ``stages`` holds both."""
+    start = refine_start(result)
+    if start is None:
+        result.reasons.append("no suggestion to refine: the curve has neither a minimum nor a blow-up")
+        return
+    stages = [_bracket(start, short_run)]
+    if longer_run is not None and stages[0]["best_lr"] is not None:
+        stages.append(_bracket(stages[0]["best_lr"], longer_run))
+    last = stages[-1]
+    result.refinement = {"start": start, **last, "samples": sum(st["samples"] for st in stages),
+                         "bracketed": all(st["bracketed"] for st in stages), "curve_suggestion": result.suggestion}
+    if len(stages) > 1:
+        result.refinement["stages"] = stages
+    result.samples += result.refinement["samples"]
+    if last["best_lr"] is None:
         result.confident = False
         result.reasons.append("every short run of the refinement diverged: the curve's suggestion is kept")
         return
-    result.suggestion = lr
-    if not bracketed:
+    result.suggestion = last["best_lr"]
+    if not result.refinement["bracketed"]:
         result.confident = False
         result.reasons.append("the short runs' best is at the edge of the LRs they tried: the suggestion may lie "
                               "beyond it (widen the sweep)")
@@ -416,16 +438,22 @@ def _samples_per_update(setup: _Setup, runs: list[dict[str, Any]]) -> float:
 
 
 def _carry_to_run(result: LRFindResult, plan: RefinePlan, run_steps: int, per_update: float) -> None:
-    """The short runs' best, found for ``plan.steps``-update runs, carried to the planned run's length;
-    the refinement records both, and its cost (updates, samples, share) beside the planned run's."""
+    """The short runs' best carried to the planned run's length: from how it moved between the two
+    lengths where the plan bought two, else by the length's power law. The refinement records the
+    lengths and its cost (updates, samples, share) beside the planned run's."""
     ref = result.refinement
     if ref is None:
         return
-    updates = len(ref["lrs"]) * plan.steps * plan.seeds  # as planned: a run cut short by divergence costs less
-    ref.update(at_steps=plan.steps, seeds=plan.seeds, updates=updates, run_steps=run_steps,
+    stages = ref.get("stages") or [ref]
+    updates = sum(len(st["lrs"]) * n for st, n in zip(stages, plan.lengths)) * plan.seeds  # as planned
+    ref.update(at_steps=plan.lengths[len(stages) - 1], seeds=plan.seeds, updates=updates, run_steps=run_steps,
                run_samples=int(round(per_update * run_steps)), share=ref["samples"] / (per_update * run_steps))
-    if ref.get("best_lr") is not None:
-        result.suggestion = at_horizon(ref["best_lr"], plan.steps, run_steps)
+    if ref.get("best_lr") is None:
+        return
+    if len(stages) > 1 and stages[0]["best_lr"] is not None:
+        result.suggestion = from_two_lengths(stages[0]["best_lr"], stages[1]["best_lr"], plan.steps, run_steps)
+    else:
+        result.suggestion = at_horizon(ref["best_lr"], ref["at_steps"], run_steps)
 
 
 def refine_start(result: LRFindResult) -> float | None:

@@ -13,60 +13,77 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-__all__ = ["RefinePlan", "plan_refinement", "at_horizon", "DEFAULT_RUN_STEPS", "REFINE_SHARE", "MIN_REFINE_STEPS",
-           "HORIZON_EXPONENT"]
+__all__ = ["RefinePlan", "plan_refinement", "at_horizon", "from_two_lengths", "DEFAULT_RUN_STEPS", "REFINE_SHARE",
+           "MIN_REFINE_STEPS", "TWO_LENGTHS_FROM", "HORIZON_EXPONENT", "SATURATION"]
 
 # A model in hand comes with no recipe: its planned run, when the caller does not say, is one of
 # a typical real length (a Task's recipe, or train's default, gives a Task's).
 DEFAULT_RUN_STEPS = 10_000
 # The refinement's cost as a share of the planned run's updates (the range test's sweep aside).
 REFINE_SHARE = 0.05
-# Below this many updates a short warmup + cosine run says little about a long one: no refinement.
-MIN_REFINE_STEPS = 30
-# Two seeds per LR once each run can be this long: a longer run first, then less noise.
-TWO_SEEDS_FROM = 50
-# The best peak LR falls with the run's length as (N / H) ** -HORIZON_EXPONENT.
+# Below this many updates a short run's best LR is further from a long run's than the curve's own
+# suggestion (benchmarks/lr_horizon_eval.py): no refinement at a single length.
+MIN_REFINE_STEPS = 60
+# Runs at two lengths, H and 2H, from this H: how the best LR moves from H to 2H says where it settles.
+TWO_LENGTHS_FROM = 30
+# A second seed per LR only once runs are this long: a short run's bias outweighs its noise.
+TWO_SEEDS_FROM = 200
+# One length: the best peak LR falls with the run's length as (N / H) ** -HORIZON_EXPONENT.
 HORIZON_EXPONENT = 0.0
+# Two lengths: log10 of the best LR approaches its limit as (N / H) ** -SATURATION.
+SATURATION = 1.0
+# How far past the longer runs' best the limit may be put: one decade (two noisy bests can say anything).
+MOST_CARRIED = 1.0
 
 
 @dataclass(frozen=True)
 class RefinePlan:
-    """The refinement's short runs: ``steps`` updates each, ``seeds`` per LR, at most ``runs`` LRs;
-    ``steps == 0`` when the budget buys no useful run (the curve's suggestion alone). ``why`` says so."""
+    """The refinement's short runs: ``steps`` updates each (then ``long_steps``, twice as many, when the
+    budget buys two lengths), ``seeds`` per LR, at most ``runs`` LRs at each length; ``steps == 0`` when
+    the budget buys no useful run (the curve's suggestion alone). ``why`` says which, in words."""
 
     steps: int
     seeds: int
     runs: int
     budget: int  # updates the refinement may spend: share x run_steps
     why: str
+    long_steps: int = 0
 
     @property
     def refines(self) -> bool:
         return self.steps > 0
 
     @property
+    def lengths(self) -> tuple[int, ...]:
+        return (self.steps, self.long_steps) if self.long_steps else (self.steps,) if self.steps else ()
+
+    @property
     def most_updates(self) -> int:
         """The refinement's cost in updates when it runs all of its LRs."""
-        return self.steps * self.seeds * self.runs
+        return sum(self.lengths) * self.seeds * self.runs
 
 
 def plan_refinement(run_steps: int, share: float, runs: int, steps: Optional[int] = None,
                     seeds: Optional[int] = None) -> RefinePlan:
-    """The short runs a refinement of at most ``runs`` LRs can buy with ``share`` of a ``run_steps``-update
-    run: as long as the budget allows (never longer than the run itself), a second seed per LR once runs
-    reach ``TWO_SEEDS_FROM`` updates; none when a run would be shorter than ``MIN_REFINE_STEPS``.
-    ``steps`` / ``seeds``, when given, are the caller's choice and are taken as they are."""
+    """The short runs ``share`` of a ``run_steps``-update run buys for a refinement of at most ``runs`` LRs
+    per length: runs at two lengths (H and 2H, H at least ``TWO_LENGTHS_FROM``) when it can, else at one
+    (at least ``MIN_REFINE_STEPS``), else none; never longer than the run itself; a second seed per LR from
+    ``TWO_SEEDS_FROM`` updates. ``steps`` / ``seeds``, when given, are the caller's, taken as they are (one
+    length)."""
     budget = int(share * run_steps)
     if steps is not None:
         return RefinePlan(steps, seeds or 2, runs, budget, "the short runs' length as given")
-    if seeds is None:
-        seeds = 2 if budget // (2 * runs) >= TWO_SEEDS_FROM else 1
-    length = min(budget // (seeds * runs), run_steps)
-    if length < MIN_REFINE_STEPS:
-        return RefinePlan(0, seeds, runs, budget,
-                          f"{_pct(share)} of a {run_steps:,}-update run ({budget:,} updates) cannot buy {runs} short "
-                          f"runs of {MIN_REFINE_STEPS} updates: the curve's suggestion alone (refine_share= buys more)")
-    return RefinePlan(length, seeds, runs, budget, f"{_pct(share)} of a {run_steps:,}-update run")
+    pick = seeds or (2 if budget // (6 * runs) >= TWO_SEEDS_FROM else 1)  # two seeds only for runs that long
+    two = min(budget // (3 * pick * runs), run_steps // 2)
+    how = f"{_pct(share)} of a {run_steps:,}-update run"
+    if two >= TWO_LENGTHS_FROM:
+        return RefinePlan(two, pick, runs, budget, how, long_steps=2 * two)
+    one = min(budget // (pick * runs), run_steps)
+    if one >= MIN_REFINE_STEPS:
+        return RefinePlan(one, pick, runs, budget, how)
+    return RefinePlan(0, pick, runs, budget,
+                      f"{how} ({budget:,} updates) cannot buy {runs} short runs of {MIN_REFINE_STEPS} updates: "
+                      f"the curve's suggestion alone (refine_share= buys more)")
 
 
 def at_horizon(lr: float, steps: int, run_steps: int, exponent: float = HORIZON_EXPONENT) -> float:
@@ -75,6 +92,21 @@ def at_horizon(lr: float, steps: int, run_steps: int, exponent: float = HORIZON_
     if run_steps <= steps or exponent == 0:
         return lr
     return float(lr * math.exp(-exponent * math.log(run_steps / steps)))
+
+
+def from_two_lengths(lr_short: float, lr_long: float, steps: int, run_steps: int,
+                     saturation: float = SATURATION) -> float:
+    """The peak LR for a ``run_steps``-update run from the best LRs of runs of ``steps`` and ``2 * steps``
+    updates: log10 of the best LR moves towards a limit as (length) ** -saturation, so the move from
+    ``steps`` to ``2 * steps`` says how much of the way is left (the limit at most ``MOST_CARRIED`` decades
+    from ``lr_long``). Short runs favour LRs that learn fast, long runs the ones that end low: the move can go
+    either way."""
+    x1, x2 = math.log10(lr_short), math.log10(lr_long)
+    limit = x1 - (x1 - x2) / (1 - 2 ** -saturation)
+    limit = min(max(limit, x2 - MOST_CARRIED), x2 + MOST_CARRIED)
+    if run_steps <= 2 * steps:
+        return lr_long
+    return float(10 ** (limit + (x2 - limit) * (2 * steps / run_steps) ** saturation))
 
 
 def _pct(share: float) -> str:

@@ -144,6 +144,8 @@ class LRFindResult(Result):
             if self.lr_range is not None:
                 spread = f" (range over {repeats} repeats: {self.lr_range[0]:.3g} .. {self.lr_range[1]:.3g})"
             scored = self.settings.get("refine_scored_on")
+            lengths = self.settings.get("refine_lengths") or [steps]
+            steps = " then ".join(str(n) for n in lengths) if len(lengths) > 1 else steps
             how = (f"best of {len(ref['lrs'])} LRs, {seeds} short runs of {steps} updates each"
                    + (f" scored on {scored}" if scored else "") if ref is not None else f"{self.default_rule} rule")
             lines.append(f"suggested peak LR: {self.suggestion:.3g}{spread}  [{how}, confidence {self.confidence:.2f}]")
@@ -165,7 +167,10 @@ class LRFindResult(Result):
             return []
         line = f"for a warmup + cosine run of {run_steps:,} updates ({self.settings.get('run_steps_from', 'given')})"
         if ref is not None and ref.get("best_lr") is not None and ref.get("at_steps") and ref["at_steps"] < run_steps:
-            line += f"; best of the {ref['at_steps']}-update runs {ref['best_lr']:.3g}, carried to {run_steps:,}"
+            bests = [st for st in ref.get("stages") or [] if st.get("best_lr") is not None]
+            moved = (f"best of the {ref['at_steps'] // 2}-update runs {bests[0]['best_lr']:.3g}, "
+                     if len(bests) > 1 else "")
+            line += f"; {moved}best of the {ref['at_steps']}-update runs {ref['best_lr']:.3g}, carried to {run_steps:,}"
         not_refined = self.settings.get("not_refined")
         return [line] + ([f"not refined: {not_refined}"] if not_refined else [])
 
