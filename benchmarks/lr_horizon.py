@@ -191,7 +191,22 @@ def summarize(runs: dict[int, list[float | None]], seeds: int, batch: int, steps
     mean = np.mean(per_seed, axis=0)
     return {"lrs": [lr_of(k) for k in ks], "mean": [float(m) for m in mean], "per_seed": per_seed,
             "diverged": [[runs[k][s] is None for k in ks] for s in range(seeds)], "penalty": penalty,
-            "best_lr": lr_of(ks[int(np.argmin(mean))]), "seeds": list(range(seeds)), "samples": steps * batch}
+            "best_lr": lr_of(ks[int(np.argmin(mean))]), "best_lr_fit": fitted_best(ks, mean),
+            "seeds": list(range(seeds)), "samples": steps * batch}
+
+
+def fitted_best(ks: list[int], mean: np.ndarray) -> float:
+    """The vertex of a parabola in log10 LR through the grid minimum and up to 2 points either side.
+
+    Near a flat optimum the grid's argmin moves by a point with seed noise; the fit moves less. Where
+    the parabola is not convex, the grid's argmin."""
+    i = int(np.argmin(mean))
+    lo, hi = max(i - MARGIN, 0), min(i + MARGIN, len(ks) - 1)
+    x = np.array(ks[lo: hi + 1]) * STEP
+    if len(x) < 3:
+        return lr_of(ks[i])
+    a, b, _ = np.polyfit(x, mean[lo: hi + 1], 2)
+    return float(10 ** np.clip(-b / (2 * a), x[0], x[-1])) if a > 0 else lr_of(ks[i])
 
 
 def cached_runs(entry: dict[str, Any] | None) -> dict[int, list[float | None]]:
@@ -266,7 +281,10 @@ def ground_truth(names: list[str], lengths: tuple[int, ...] = LENGTHS, seeds: in
         record = data["tasks"].setdefault(name, {"lengths": {}})
         record.update(_describe(task, spec))
         for n in lengths:
-            if (name, n) not in todo:
+            if (name, n) not in todo:  # cached: its summary rebuilt, so fields added since are filled in
+                entry = record["lengths"][str(n)]
+                fresh = summarize(cached_runs(entry), len(entry["per_seed"]), task.batch_size or 1, n)
+                record["lengths"][str(n)] = fresh | {"complete": True, "seconds": entry.get("seconds")}
                 continue
             runs = {} if recompute else cached_runs(record["lengths"].get(str(n)))
             start = time.perf_counter()
@@ -281,6 +299,7 @@ def ground_truth(names: list[str], lengths: tuple[int, ...] = LENGTHS, seeds: in
             dump(data, path)
             print(f"  {name} @ {n} updates: best lr {entry['best_lr']:.3g} on {len(entry['lrs'])} points "
                   f"({entry['lrs'][0]:.3g}..{entry['lrs'][-1]:.3g}), {entry['seconds']:.0f} s", flush=True)
+    dump(data, path)
     return data
 
 
@@ -318,17 +337,19 @@ def at(entry: dict[str, Any], lr: float) -> float:
 
 
 def table(data: dict[str, Any], names: list[str], lengths: list[int]) -> None:
-    """Best LR per length, the shortest/longest ratio, and how flat the longest run's optimum is."""
+    """Best LR per length (grid argmin, and the parabola fit's in brackets), the shortest/longest ratio of
+    each, and how flat the longest run's optimum is: the seed-mean loss at 0.5x and 2x its best over the min."""
     short, long = min(lengths), max(lengths)
-    print(f"{'task':16s} " + " ".join(f"{'best@' + str(n):>10s}" for n in lengths)
-          + f" {'ratio ' + str(short) + '/' + str(long):>14s}  at {long}: loss(0.5x best)/min, loss(2x best)/min")
+    print(f"{'task':16s} " + " ".join(f"{'best@' + str(n) + ' (fit)':>20s}" for n in lengths)
+          + f" {'ratio ' + str(short) + '/' + str(long) + ' (fit)':>22s}   at {long}: loss(0.5x)/min loss(2x)/min")
     for name in names:
         entries = data["tasks"][name]["lengths"]
         best = {n: entries[str(n)]["best_lr"] for n in lengths}
+        fit = {n: entries[str(n)]["best_lr_fit"] for n in lengths}
         e = entries[str(long)]
         low, high = (at(e, best[long] * f) / min(e["mean"]) for f in (0.5, 2.0))
-        print(f"{name:16s} " + " ".join(f"{best[n]:10.3g}" for n in lengths)
-              + f" {best[short] / best[long]:14.2f}  {low:.4f}, {high:.4f}")
+        print(f"{name:16s} " + " ".join(f"{best[n]:9.3g} ({fit[n]:8.3g})" for n in lengths)
+              + f" {best[short] / best[long]:11.2f} ({fit[short] / fit[long]:8.2f})   {low:13.4f} {high:12.4f}")
 
 
 def lr_find_report(data: dict[str, Any], names: list[str], lengths: list[int], seeds: int) -> None:
