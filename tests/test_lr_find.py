@@ -555,9 +555,9 @@ def test_the_refinement_buys_what_its_share_of_the_planned_run_allows() -> None:
     assert at_horizon(0.01, 100, 100, exponent=0.3) == 0.01 and at_horizon(0.01, 100, 50, exponent=0.3) == 0.01
     assert at_horizon(0.01, 100, 1000, exponent=0.5) == pytest.approx(0.01 / 10 ** 0.5)
     # Two lengths: the best LR halves its distance to a limit with each doubling (saturation 1): 1e-2 at H,
-    # 1e-2.5 at 2H -> limit 1e-3; at 8H a quarter of the way is left.
-    assert from_two_lengths(1e-2, 10 ** -2.5, 100, 800, saturation=1.0) == pytest.approx(10 ** -3.25)
-    assert from_two_lengths(1e-3, 10 ** -2.5, 100, 800, saturation=1.0) == pytest.approx(10 ** -1.75)  # either way
+    # 1e-2.5 at 2H -> limit 1e-3; at 8H (4 x 2H) a quarter of the half decade from 2H is left.
+    assert from_two_lengths(1e-2, 10 ** -2.5, 100, 800, saturation=1.0) == pytest.approx(10 ** -2.875)
+    assert from_two_lengths(1e-3, 10 ** -2.5, 100, 800, saturation=1.0) == pytest.approx(10 ** -2.125)  # either way
     assert from_two_lengths(1e-2, 1e-3, 100, 10 ** 6, saturation=1.0) == pytest.approx(1e-4, rel=1e-3)  # at most 1 decade
     assert from_two_lengths(1e-2, 10 ** -2.5, 100, 150) == 10 ** -2.5  # a run no longer than the longer runs
 
