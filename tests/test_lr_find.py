@@ -534,14 +534,13 @@ def test_without_validation_data_the_result_says_what_scored_the_short_runs() ->
 
 
 def test_the_refinement_buys_what_its_share_of_the_planned_run_allows() -> None:
-    from tunekit.probes.refine_plan import (MIN_REFINE_STEPS, TWO_LENGTHS_FROM, TWO_SEEDS_FROM, at_horizon,
-                                            from_two_lengths, plan_refinement)
+    from tunekit.probes.refine_plan import (TWO_LENGTHS_FROM, TWO_SEEDS_FROM, at_horizon, from_two_lengths,
+                                            plan_refinement)
 
     short = plan_refinement(200, 0.05, runs=7)  # 10 updates: no useful run
     assert not short.refines and short.budget == 10 and "curve's suggestion alone" in short.why
-    one = plan_refinement(7 * MIN_REFINE_STEPS * 20, 0.05, runs=7)  # exactly the shortest useful runs
-    assert one.lengths == (MIN_REFINE_STEPS,) and one.seeds == 1 and one.most_updates <= one.budget
-    two = plan_refinement(7 * 3 * TWO_LENGTHS_FROM * 20, 0.05, runs=7)  # runs at H and 2H
+    assert not plan_refinement(7 * 3 * TWO_LENGTHS_FROM * 20 - 20, 0.05, runs=7).refines  # a run's worth short
+    two = plan_refinement(7 * 3 * TWO_LENGTHS_FROM * 20, 0.05, runs=7)  # exactly the shortest useful runs
     assert two.lengths == (TWO_LENGTHS_FROM, 2 * TWO_LENGTHS_FROM) and two.most_updates <= two.budget
     for run in (5_000, 12_000, 20_000, 100_000, 10 ** 6, 10 ** 7):
         plan = plan_refinement(run, 0.05, runs=7)
@@ -569,7 +568,7 @@ def test_lr_find_spends_at_most_its_share_of_the_planned_run_and_says_which_run_
     assert curve.settings["run_steps_from"] == "train's default" and "cannot buy" in curve.settings["not_refined"]
     assert "for a warmup + cosine run of 200 updates" in curve.summary() and "not refined" in curve.summary()
     assert curve.samples == lr_find(task, device="cpu", steps=30, refine=False).samples  # the curve alone's cost
-    planned = lr_find(task, device="cpu", steps=30, run_steps=13000)  # 650 updates: runs of 30 and 60
+    planned = lr_find(task, device="cpu", steps=30, run_steps=13000)  # 650 updates: 7 x (30 + 60) at most
     ref = planned.refinement
     run_samples = 13000 * task.batch_size
     assert ref is not None and ref["run_steps"] == 13000 and ref["run_samples"] == run_samples

@@ -111,15 +111,15 @@ def lr_find(
 
     ``refine`` (the default) then checks the curve's suggestion with short real
     warmup + cosine runs costing at most ``refine_share`` (5%) of the planned
-    run's updates, the sweep aside: up to 7 LRs, runs as long as that allows
-    (two data orders per LR from 50 updates), none shorter than 30 updates (the
-    curve's suggestion then stands alone, and the result says why).
-    ``refine_steps`` / ``refine_seeds`` fix the runs instead, whatever they
-    cost. The LRs lie at half decades around the curve's suggestion (below its
-    blow-up when the curve is not to be trusted), extended until a worse run
-    lies on each side of the best, plus one a quarter decade from the best; the
-    parabola's vertex through the best and its neighbours is carried from the
-    runs' length to ``run_steps`` (:func:`~tunekit.probes.refine_plan.at_horizon`).
+    run's updates, the sweep aside: up to 7 LRs at each of two lengths, H and
+    2H, H as long as the share allows and at least 15 updates (else the curve's
+    suggestion stands alone, and the result says why). ``refine_steps`` /
+    ``refine_seeds`` fix one length instead, whatever it costs. The LRs lie at
+    half decades around the curve's suggestion (below its blow-up when the
+    curve is not to be trusted), extended until a worse run lies on each side of
+    the best, plus one a quarter decade from the best; each length's best is the
+    parabola's vertex there, and how it moves from H to 2H carries it to
+    ``run_steps`` (:func:`~tunekit.probes.refine_plan.from_two_lengths`).
     Each run is scored on a fixed subset (at most 2048 samples) of ``val_data``,
     else of the training data (with ``hold_out_share``, a share of it held out
     of the run). The curve alone puts the best peak LR anywhere from 0.2x to

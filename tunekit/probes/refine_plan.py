@@ -14,18 +14,17 @@ from dataclasses import dataclass
 from typing import Optional
 
 __all__ = ["RefinePlan", "plan_refinement", "at_horizon", "from_two_lengths", "DEFAULT_RUN_STEPS", "REFINE_SHARE",
-           "MIN_REFINE_STEPS", "TWO_LENGTHS_FROM", "HORIZON_EXPONENT", "SATURATION"]
+           "TWO_LENGTHS_FROM", "HORIZON_EXPONENT", "SATURATION"]
 
 # A model in hand comes with no recipe: its planned run, when the caller does not say, is one of
 # a typical real length (a Task's recipe, or train's default, gives a Task's).
 DEFAULT_RUN_STEPS = 10_000
 # The refinement's cost as a share of the planned run's updates (the range test's sweep aside).
 REFINE_SHARE = 0.05
-# Below this many updates a short run's best LR is further from a long run's than the curve's own
-# suggestion (benchmarks/lr_horizon_eval.py): no refinement at a single length.
-MIN_REFINE_STEPS = 60
 # Runs at two lengths, H and 2H, from this H: how the best LR moves from H to 2H says where it settles.
-TWO_LENGTHS_FROM = 30
+# (A single length is biased by its length: its best LR is 2-7x a 3,000-update run's at 30-60 updates,
+# where two lengths from 15 updates are closer than the curve's suggestion: benchmarks/lr_horizon_eval.py.)
+TWO_LENGTHS_FROM = 15
 # A second seed per LR only once runs are this long: a short run's bias outweighs its noise.
 TWO_SEEDS_FROM = 200
 # One length: the best peak LR falls with the run's length as (N / H) ** -HORIZON_EXPONENT.
@@ -66,24 +65,21 @@ class RefinePlan:
 def plan_refinement(run_steps: int, share: float, runs: int, steps: Optional[int] = None,
                     seeds: Optional[int] = None) -> RefinePlan:
     """The short runs ``share`` of a ``run_steps``-update run buys for a refinement of at most ``runs`` LRs
-    per length: runs at two lengths (H and 2H, H at least ``TWO_LENGTHS_FROM``) when it can, else at one
-    (at least ``MIN_REFINE_STEPS``), else none; never longer than the run itself; a second seed per LR from
-    ``TWO_SEEDS_FROM`` updates. ``steps`` / ``seeds``, when given, are the caller's, taken as they are (one
-    length)."""
+    per length: runs at two lengths, H and 2H, as long as the budget allows (never longer than the run
+    itself), or none when H would be under ``TWO_LENGTHS_FROM``; a second seed per LR from
+    ``TWO_SEEDS_FROM`` updates. ``steps`` / ``seeds``, when given, are the caller's, taken as they are
+    (one length, whatever it costs)."""
     budget = int(share * run_steps)
     if steps is not None:
         return RefinePlan(steps, seeds or 2, runs, budget, "the short runs' length as given")
     pick = seeds or (2 if budget // (6 * runs) >= TWO_SEEDS_FROM else 1)  # two seeds only for runs that long
-    two = min(budget // (3 * pick * runs), run_steps // 2)
+    length = min(budget // (3 * pick * runs), run_steps // 2)
     how = f"{_pct(share)} of a {run_steps:,}-update run"
-    if two >= TWO_LENGTHS_FROM:
-        return RefinePlan(two, pick, runs, budget, how, long_steps=2 * two)
-    one = min(budget // (pick * runs), run_steps)
-    if one >= MIN_REFINE_STEPS:
-        return RefinePlan(one, pick, runs, budget, how)
+    if length >= TWO_LENGTHS_FROM:
+        return RefinePlan(length, pick, runs, budget, how, long_steps=2 * length)
     return RefinePlan(0, pick, runs, budget,
-                      f"{how} ({budget:,} updates) cannot buy {runs} short runs of {MIN_REFINE_STEPS} updates: "
-                      f"the curve's suggestion alone (refine_share= buys more)")
+                      f"{how} ({budget:,} updates) cannot buy {runs} short runs of {TWO_LENGTHS_FROM} and "
+                      f"{2 * TWO_LENGTHS_FROM} updates: the curve's suggestion alone (refine_share= buys more)")
 
 
 def at_horizon(lr: float, steps: int, run_steps: int, exponent: float = HORIZON_EXPONENT) -> float:
