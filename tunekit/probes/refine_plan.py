@@ -77,9 +77,10 @@ def plan_refinement(run_steps: int, share: float, runs: int, steps: Optional[int
     how = f"{_pct(share)} of a {run_steps:,}-update run"
     if length >= TWO_LENGTHS_FROM:
         return RefinePlan(length, pick, runs, budget, how, long_steps=2 * length)
+    least = math.ceil(100 * 3 * runs * TWO_LENGTHS_FROM / run_steps) / 100
     return RefinePlan(0, pick, runs, budget,
                       f"{how} ({budget:,} updates) cannot buy {runs} short runs of {TWO_LENGTHS_FROM} and "
-                      f"{2 * TWO_LENGTHS_FROM} updates: the curve's suggestion alone (refine_share= buys more)")
+                      f"{2 * TWO_LENGTHS_FROM} updates: the curve's suggestion alone (refine_share={least:g} buys them)")
 
 
 def at_horizon(lr: float, steps: int, run_steps: int, exponent: float = HORIZON_EXPONENT) -> float:
