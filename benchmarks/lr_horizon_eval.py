@@ -37,6 +37,8 @@ SHORT = {15: 1, 30: 1, 60: 2, 120: 2}  # short-run length -> seeds per LR (the c
 CURVE_AT = 200  # the planned length the curve's rule was chosen for (the lr_rules tasks: 100-400 updates)
 ALPHAS = [round(a, 2) for a in np.arange(0.0, 0.61, 0.05)]
 SEEDS0 = 100
+FIND_DATA = 3000  # lr_find's tasks hold the data of a 3,000-update run (more than its short runs read)
+MORE_GRIDS = Path(__file__).resolve().parent / "data" / "lr_horizon_grid_15k.json"  # longer runs, cheap tasks
 PAIRS = [("15", "30"), ("30", "60"), ("60", "120")]  # two lengths, H and 2H, from the cached refinements
 GAMMAS = [0.5, 0.75, 1.0, 1.5, 2.0]
 
@@ -49,12 +51,12 @@ def finds(name: str, seeds: int, longest: int) -> dict[str, Any]:
     for s in range(SEEDS0, SEEDS0 + seeds):
         got = record.setdefault(str(s), {})
         if "curve" not in got:
-            task = task or TASKS[name].make(longest)
+            task = task or TASKS[name].make(FIND_DATA)
             c = tunekit.lr_find(task, seed=s, refine=False, progress=False)
             got.update(curve=c.suggestion, curve_samples=c.samples)
         for h, k in SHORT.items():
             if str(h) not in got:
-                task = task or TASKS[name].make(longest)
+                task = task or TASKS[name].make(FIND_DATA)
                 r = tunekit.lr_find(task, seed=s, refine_steps=h, refine_seeds=k, run_steps=h, progress=False)
                 ref = r.refinement or {}
                 got[str(h)] = {"best": ref.get("best_lr"), "samples": ref.get("samples", 0),
@@ -63,6 +65,11 @@ def finds(name: str, seeds: int, longest: int) -> dict[str, Any]:
                 print(f"  {name} seed {s} H={h}: best {got[str(h)]['best']}", flush=True)
         FINDS.write_text(json.dumps(cache, indent=1))
     return {s: record[str(s)] for s in range(SEEDS0, SEEDS0 + seeds)}
+
+
+def lens(grid: dict[str, Any], t: str) -> list[int]:
+    """The planned lengths with a complete grid for task ``t``."""
+    return sorted(int(n) for n, e in grid[t]["lengths"].items() if e.get("complete"))
 
 
 def default_calls(name: str, seeds: int, lengths: list[int]) -> dict[int, dict[int, Any]]:
@@ -75,7 +82,7 @@ def default_calls(name: str, seeds: int, lengths: list[int]) -> dict[int, dict[i
         for s in range(SEEDS0, SEEDS0 + seeds):
             key = f"{n}/{s}"
             if key not in record:
-                task = task or TASKS[name].make(max(lengths))
+                task = task or TASKS[name].make(FIND_DATA)
                 r = tunekit.lr_find(task, seed=s, run_steps=n, progress=False)
                 ref = r.refinement or {}
                 stages = [{k: st.get(k) for k in ("best_lr", "lrs", "scores", "samples")} for st in ref.get("stages", [])]
@@ -112,7 +119,7 @@ def score(grid: dict[str, Any], runs: dict[str, dict[int, Any]], names: list[str
           lengths: list[int], a: float) -> float:  # noqa: D103
     """Mean regret of the rules ``hows`` at exponent ``a`` over ``names``, lengths and seeds."""
     vals = [regret(grid[t]["lengths"][str(n)], predict(f, how, n, a))
-            for t in names for f in runs[t].values() for how in hows for n in lengths]
+            for t in names for f in runs[t].values() for how in hows for n in lens(grid, t)]
     return float(np.mean(vals))
 
 
@@ -137,7 +144,7 @@ def rules_report(grid: dict[str, Any], runs: dict[str, dict[int, Any]], names: l
           f"{'worst':>7s} {'spread':>6s} {'cost':>7s}")
     rows: dict[tuple[str, int], list[float]] = {}
     for t in names:
-        for n in lengths:
+        for n in lens(grid, t):
             entry = grid[t]["lengths"][str(n)]
             for k, (hows, _) in KINDS.items():
                 for how in hows:
@@ -168,8 +175,8 @@ def defaults_report(grid: dict[str, Any], names: list[str], lengths: list[int], 
           f"{'worst':>7s} {'spread':>6s} {'cost':>7s}")
     table: list[float] = []
     for t in names:
-        calls = default_calls(t, seeds, lengths)
-        for n in lengths:
+        calls = default_calls(t, seeds, lens(grid, t))
+        for n in lens(grid, t):
             entry = grid[t]["lengths"][str(n)]
             got = list(calls[n].values())
             lrs = [c["suggestion"] for c in got]
@@ -188,10 +195,11 @@ def main() -> None:
     torch.set_num_threads(1)
     print(hardware())
     grid = load()["tasks"]
-    names = [t for t in a.tasks.split(",") if t in grid]
-    lengths = sorted({int(n) for t in names for n in grid[t]["lengths"]})
-    names = [t for t in names if all(grid[t]["lengths"].get(str(n), {}).get("complete") for n in lengths)]
-    runs = {t: finds(t, a.seeds, max(lengths)) for t in names}
+    for t, more in (load(MORE_GRIDS)["tasks"] if MORE_GRIDS.is_file() else {}).items():
+        grid.setdefault(t, more)["lengths"].update({n: e for n, e in more["lengths"].items() if e.get("complete")})
+    names = [t for t in a.tasks.split(",") if t in grid and len(lens(grid, t)) >= 3]
+    lengths = sorted({n for t in names for n in lens(grid, t)})
+    runs = {t: finds(t, a.seeds, FIND_DATA) for t in names}
     rules_report(grid, runs, names, lengths)
     defaults_report(grid, names, lengths, a.seeds)
 

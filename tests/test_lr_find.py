@@ -576,6 +576,11 @@ def test_lr_find_spends_at_most_its_share_of_the_planned_run_and_says_which_run_
     assert planned.settings["refine_lengths"] == [30, 60]
     assert ref["at_steps"] == 60 and [len(st["lrs"]) for st in ref["stages"]] and planned.settings["run_steps_from"] == "given"
     assert ref["samples"] == sum(st["samples"] for st in ref["stages"])
+    from tunekit.probes.refine_plan import from_two_lengths  # the two lengths' bests, carried to the run
+
+    short, longer = (st["best_lr"] for st in ref["stages"])
+    assert planned.suggestion == pytest.approx(from_two_lengths(short, longer, 30, 13000)) and ref["best_lr"] == longer
+    assert np.log10(ref["stages"][1]["lrs"][0] / short) > -1.6  # the longer runs bracket the shorter runs' best
     assert "cost:" in planned.summary() and f"of the planned run's {run_samples:,} samples" in planned.summary()
     recipe = lr_find(dataclasses.replace(task, defaults={**task.defaults, "max_steps": 13000}), device="cpu", steps=30)
     assert recipe.settings["run_steps_from"] == "the task's recipe" and recipe.refinement["lrs"] == ref["lrs"]
