@@ -1,14 +1,16 @@
-"""lr_find for the run the user plans, on the long-horizon tasks (issue 21): horizon exponents chosen leave-one-task-out.
+"""lr_find for the run the user plans, on the long-horizon tasks (issue 21): horizon rules chosen leave-one-task-out.
 
-For each task of ``benchmarks/lr_horizon.py`` and finder seed: the curve's suggestion alone, and the refinement's
-best LR at short-run lengths H (30 updates with one seed, 60 and 120 with two, as ``plan_refinement`` runs
-them). Offline, against the ground-truth grids at planned lengths N (300, 1,000, 3,000 updates):
+For each task of ``benchmarks/lr_horizon.py`` (fresh data every step; grids at 300, 1,000 and 3,000 updates,
+and 15,000 for the three cheap tasks) and 5 finder seeds:
 
-- refined: ``best(H) * (N / H) ** -a``, ``a`` chosen on the other tasks (``HORIZON_EXPONENT``);
-- the curve alone: ``c * (N / N0) ** -a``, N0 = 200 updates (the length its rule was chosen at, lr_rules.py).
+1. the rules, offline from cached refinements at one length H (15 and 30 updates with one seed per LR, 60 and
+   120 with two): the curve alone ``c * (N / 200) ** -a``; one length ``best(H) * (N / H) ** -a``; two lengths
+   ``from_two_lengths(best(H), best(2H), H, N, saturation=a)``; each ``a`` chosen on the other tasks;
+2. ``lr_find(task, run_steps=N)`` as a user calls it, every other setting its default (cached): what its
+   5% bought, its suggestion, its ratio to the best LR for N, regret, spread and whole cost.
 
-Reported per task and length: the best LR, each prediction, its ratio to the best, its regret (interpolated on
-the grid's seed-mean curve) and its cost as a share of the planned run's samples; then the held-out figures.
+Regret is interpolated over log LR on the grid's seed-mean curve at N; cost is samples over the N-update
+run's samples, the sweep included.
 
     python benchmarks/lr_horizon_eval.py [--seeds 5] [--tasks a,b]   (the finds are cached in data/)
 """

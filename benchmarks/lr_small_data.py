@@ -1,6 +1,7 @@
-"""lr_find on small data called without validation data (issue 21): short runs scored on a held-out
-slice of the training data (``hold_out_share=0.2``, another slice per seed) against scored on the
-training data itself (the default, chosen here).
+"""lr_find on small data called without validation data (issue 21), for the planned 200-update run:
+its default (5% of the run buys no short runs: the curve alone), then paying twice the run for short
+runs scored on the training data itself or on a held-out slice of it (``hold_out_share=0.2``, another
+slice per seed).
 
 Each task has a few hundred training samples and a planned run (warmup + cosine, ``train``'s
 defaults) of 200 updates. Its ground truth: that run at each LR of a grid, several seeds, scored on a
@@ -88,15 +89,22 @@ def loss_at(curve: np.ndarray, lr: float) -> float:
     return float(np.interp(x, np.log10(GRID), curve))
 
 
-def suggestions(spec: dict[str, Any], seeds: int, held_out: bool) -> list[tuple[float, int]]:
-    """(the suggestion, its samples) for each finder seed, called without validation data; ``held_out``
-    holds a fifth of the training data out of each short run to score it on."""
+ARMS = {  # how lr_find is called: for the planned run, its defaults; then paying for short runs
+    "default (5%)": {},
+    "share 2, train": {"refine_share": 2.0},
+    "share 2, held-out": {"refine_share": 2.0, "hold_out_share": 0.2},
+}
+
+
+def suggestions(spec: dict[str, Any], seeds: int, arm: dict[str, Any]) -> list[tuple[float, int]]:
+    """(the suggestion, its samples) for each finder seed, called without validation data for the planned
+    run (``run_steps=STEPS``), with the arm's settings."""
     out = []
     for s in range(100, 100 + seeds):
         torch.manual_seed(s)
         model = spec["model"]()
         found = tunekit.lr_find(model, spec["train"], spec["loss"], spec["opt"], batch_size=BATCH, seed=s,
-                                hold_out_share=0.2 if held_out else None, progress=False)
+                                run_steps=STEPS, progress=False, **arm)
         out.append((float(found.suggestion), int(found.samples)))
     return out
 
@@ -109,21 +117,22 @@ def main() -> None:
     torch.set_num_threads(1)
     print(hardware())
     print(f"planned run: {STEPS} updates at batch {BATCH}, warmup + cosine; no validation data given to lr_find")
-    print(f"{'task':22} {'best lr':>8} {'scored on':>10} {'median lr':>10} {'x best':>7} {'regret mean':>12} "
-          f"{'worst':>7} {'spread dec':>10}")
-    summary: dict[str, list[float]] = {"held-out": [], "train": []}
+    print(f"{'task':22} {'best lr':>8} {'lr_find':>18} {'median lr':>10} {'x best':>7} {'regret mean':>12} "
+          f"{'worst':>7} {'spread dec':>10} {'cost x run':>10}")
+    summary: dict[str, list[float]] = {label: [] for label in ARMS}
     for name, spec in tasks().items():
         curve = grid_curve(spec, a.seeds)
         best_lr, best = float(GRID[int(np.argmin(curve))]), float(curve.min())
-        for label, held in (("held-out", True), ("train", False)):
-            lrs = [lr for lr, _ in suggestions(spec, a.finder_seeds, held)]
+        for label, arm in ARMS.items():
+            found = suggestions(spec, a.finder_seeds, arm)
+            lrs, cost = [lr for lr, _ in found], float(np.mean([n for _, n in found])) / (STEPS * BATCH)
             regrets = [loss_at(curve, lr) / best - 1 for lr in lrs]
             summary[label] += regrets
             spread = float(np.log10(max(lrs) / min(lrs)))
-            print(f"{name:22} {best_lr:>8.3g} {label:>10} {np.median(lrs):>10.3g} {np.median(lrs) / best_lr:>7.2f} "
-                  f"{100 * np.mean(regrets):>11.2f}% {100 * max(regrets):>6.1f}% {spread:>10.2f}")
+            print(f"{name:22} {best_lr:>8.3g} {label:>18} {np.median(lrs):>10.3g} {np.median(lrs) / best_lr:>7.2f} "
+                  f"{100 * np.mean(regrets):>11.2f}% {100 * max(regrets):>6.1f}% {spread:>10.2f} {cost:>10.2f}")
     for label, regrets in summary.items():
-        print(f"scored on {label}: mean regret {100 * np.mean(regrets):.2f}%, worst {100 * max(regrets):.2f}%")
+        print(f"{label}: mean regret {100 * np.mean(regrets):.2f}%, worst {100 * max(regrets):.2f}%")
 
 
 if __name__ == "__main__":

@@ -104,14 +104,19 @@ class LRFindResult(Result):
         if not ref:
             ax.text(0.5, 0.5, "no refinement (lr_find(refine=False))", ha="center", va="center", transform=ax.transAxes)
             return ax
-        finite = [(lr, v) for lr, v in zip(ref["lrs"], ref["scores"]) if math.isfinite(v)]
-        if finite:
-            ax.plot(*zip(*finite), "o-", color="C0", label=f"short runs ({self.settings.get('refine_steps')} updates, mean of {self.settings.get('refine_seeds')})")
-        for lr, v in zip(ref["lrs"], ref["scores"]):
-            if not math.isfinite(v):
-                ax.axvline(lr, color="k", ls="--", lw=0.8, alpha=0.4)
+        lengths = self.settings.get("refine_lengths") or [self.settings.get("refine_steps")]
+        for k, (stage, steps) in enumerate(zip(ref.get("stages") or [ref], lengths)):
+            finite = [(lr, v) for lr, v in zip(stage["lrs"], stage["scores"]) if math.isfinite(v)]
+            if finite:
+                ax.plot(*zip(*finite), "o-", color=f"C{k}",
+                        label=f"short runs ({steps} updates, mean of {self.settings.get('refine_seeds')})")
+            for lr, v in zip(stage["lrs"], stage["scores"]):
+                if not math.isfinite(v):
+                    ax.axvline(lr, color="k", ls="--", lw=0.8, alpha=0.4)
         if self.suggestion is not None:
-            ax.axvline(self.suggestion, color="C3", lw=2, label=f"suggested: {self.suggestion:.2g}")
+            run = self.settings.get("run_steps")
+            ax.axvline(self.suggestion, color="C3", lw=2,
+                       label=f"suggested: {self.suggestion:.2g}" + (f" for {run:,} updates" if run else ""))
         ax.set_xscale("log")
         ax.set_xlabel("peak learning rate")
         ax.set_ylabel("loss after the short run")
