@@ -172,6 +172,7 @@ def _test_and_refine(setup: _Setup, settings: dict[str, Any], lrs: np.ndarray, r
             _carry_to_run(result, plan, settings["run_steps"], _samples_per_update(setup, runs))
         elif plan is not None:
             result.settings["not_refined"] = plan.why
+    result.settings["run_samples"] = int(round(_samples_per_update(setup, runs) * settings["run_steps"]))
     return result
 
 

@@ -180,10 +180,13 @@ class LRFindResult(Result):
         return [line] + ([f"not refined: {not_refined}"] if not_refined else [])
 
     def _cost(self) -> list[str]:
-        """What the test cost as a share of the planned run (samples), the refinement's share apart."""
-        ref = self.refinement
-        if not ref or not ref.get("run_samples"):
+        """What the test cost as a share of the planned run (samples), the short runs' share apart."""
+        ref, run_samples = self.refinement, self.settings.get("run_samples") or (self.refinement or {}).get("run_samples")
+        if not run_samples:
             return []
-        total = self.samples / ref["run_samples"]
+        line = f"cost: {100 * self.samples / run_samples:.1f}% of the planned run's {run_samples:,} samples"
+        if ref and ref.get("share") is not None:
+            line += f" (the short runs {100 * ref['share']:.1f}%: {self.settings.get('refine_plan')})"
+        return [line]
         return [f"cost: {100 * total:.1f}% of the planned run's {ref['run_samples']:,} samples "
                 f"(the short runs {100 * ref['share']:.1f}%: {self.settings.get('refine_plan')})"]
