@@ -96,7 +96,7 @@ ARMS = {  # how lr_find is called: for the planned run, its defaults; then payin
 }
 
 
-def suggestions(spec: dict[str, Any], seeds: int, arm: dict[str, Any]) -> list[tuple[float, int]]:
+def suggestions(spec: dict[str, Any], seeds: int, arm: dict[str, Any]) -> list[tuple[float | None, int]]:
     """(the suggestion, its samples) for each finder seed, called without validation data for the planned
     run (``run_steps=STEPS``), with the arm's settings."""
     out = []
@@ -105,7 +105,7 @@ def suggestions(spec: dict[str, Any], seeds: int, arm: dict[str, Any]) -> list[t
         model = spec["model"]()
         found = tunekit.lr_find(model, spec["train"], spec["loss"], spec["opt"], batch_size=BATCH, seed=s,
                                 run_steps=STEPS, progress=False, **arm)
-        out.append((float(found.suggestion), int(found.samples)))
+        out.append((found.suggestion, int(found.samples)))  # None: no suggestion (scored as the grid's worst)
     return out
 
 
@@ -125,12 +125,13 @@ def main() -> None:
         best_lr, best = float(GRID[int(np.argmin(curve))]), float(curve.min())
         for label, arm in ARMS.items():
             found = suggestions(spec, a.finder_seeds, arm)
-            lrs, cost = [lr for lr, _ in found], float(np.mean([n for _, n in found])) / (STEPS * BATCH)
-            regrets = [loss_at(curve, lr) / best - 1 for lr in lrs]
+            lrs, cost = [lr for lr, _ in found if lr is not None], float(np.mean([n for _, n in found])) / (STEPS * BATCH)
+            regrets = [(loss_at(curve, lr) if lr is not None else float(curve.max())) / best - 1 for lr, _ in found]
             summary[label] += regrets
-            spread = float(np.log10(max(lrs) / min(lrs)))
+            spread = float(np.log10(max(lrs) / min(lrs))) if lrs else math.nan
             print(f"{name:22} {best_lr:>8.3g} {label:>18} {np.median(lrs):>10.3g} {np.median(lrs) / best_lr:>7.2f} "
-                  f"{100 * np.mean(regrets):>11.2f}% {100 * max(regrets):>6.1f}% {spread:>10.2f} {cost:>10.2f}")
+                  f"{100 * np.mean(regrets):>11.2f}% {100 * max(regrets):>6.1f}% {spread:>10.2f} {cost:>10.2f}"
+                  + (f"  ({len(found) - len(lrs)} without a suggestion)" if len(lrs) < len(found) else ""))
     for label, regrets in summary.items():
         print(f"{label}: mean regret {100 * np.mean(regrets):.2f}%, worst {100 * max(regrets):.2f}%")
 
