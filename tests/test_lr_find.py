@@ -582,6 +582,8 @@ def test_lr_find_spends_at_most_its_share_of_the_planned_run_and_says_which_run_
     assert planned.suggestion == pytest.approx(from_two_lengths(short, longer, 30, 13000)) and ref["best_lr"] == longer
     assert np.log10(ref["stages"][1]["lrs"][0] / short) > -1.6  # the longer runs bracket the shorter runs' best
     assert "cost:" in planned.summary() and f"of the planned run's {run_samples:,} samples" in planned.summary()
+    n1, n2 = (len(st["lrs"]) for st in ref["stages"])
+    assert f"best of {n1}+{n2} LRs, 1 short runs of 30 and 60 updates each" in planned.summary()
     recipe = lr_find(dataclasses.replace(task, defaults={**task.defaults, "max_steps": 13000}), device="cpu", steps=30)
     assert recipe.settings["run_steps_from"] == "the task's recipe" and recipe.refinement["lrs"] == ref["lrs"]
     assert LRFindResult.from_json(planned.to_json()).refinement == ref

@@ -149,9 +149,8 @@ class LRFindResult(Result):
             if self.lr_range is not None:
                 spread = f" (range over {repeats} repeats: {self.lr_range[0]:.3g} .. {self.lr_range[1]:.3g})"
             scored = self.settings.get("refine_scored_on")
-            lengths = self.settings.get("refine_lengths") or [steps]
-            steps = " then ".join(str(n) for n in lengths) if len(lengths) > 1 else steps
-            how = (f"best of {len(ref['lrs'])} LRs, {seeds} short runs of {steps} updates each"
+            lrs, steps = self._short_runs()
+            how = (f"best of {lrs} LRs, {seeds} short runs of {steps} updates each"
                    + (f" scored on {scored}" if scored else "") if ref is not None else f"{self.default_rule} rule")
             lines.append(f"suggested peak LR: {self.suggestion:.3g}{spread}  [{how}, confidence {self.confidence:.2f}]")
             lines += self._for_run()
@@ -161,9 +160,17 @@ class LRFindResult(Result):
         runs = (f" over {repeats} runs ({len(self.losses)} updates in the first)" if repeats > 1
                 else f" ({len(self.losses)} updates)")
         if ref is not None:  # the short runs' cost, inside the sweep's parentheses
-            runs = runs[:-1] + f", then {len(ref['lrs'])} LRs x {seeds} short runs of {steps}: {ref['samples']} samples)"
+            lrs, steps = self._short_runs()
+            runs = runs[:-1] + f", then {lrs} LRs x {seeds} short runs of {steps}: {ref['samples']} samples)"
         lines.append(f"{self.samples} samples{runs} in {self.seconds:.1f}s{stop}")
         return "\n".join(lines + self._cost())
+
+    def _short_runs(self) -> tuple[str, str]:
+        """(how many LRs the short runs tried, of what length), at each length: "5+4", "35 and 70"."""
+        ref = self.refinement or {}
+        stages = ref.get("stages") or [ref]
+        lengths = self.settings.get("refine_lengths") or [self.settings.get("refine_steps")]
+        return "+".join(str(len(st.get("lrs") or ())) for st in stages), " and ".join(str(n) for n in lengths)
 
     def _for_run(self) -> list[str]:
         """The run the suggestion is for, and how the short runs' answer was carried to it."""
