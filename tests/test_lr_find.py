@@ -534,8 +534,8 @@ def test_without_validation_data_the_result_says_what_scored_the_short_runs() ->
 
 
 def test_the_refinement_buys_what_its_share_of_the_planned_run_allows() -> None:
-    from tunekit.probes.refine_plan import (TWO_LENGTHS_FROM, TWO_SEEDS_FROM, at_horizon, from_two_lengths,
-                                            plan_refinement)
+    from tunekit.probes.refine_plan import (MOST_CARRIED, TWO_LENGTHS_FROM, TWO_SEEDS_FROM, at_horizon,
+                                            from_two_lengths, plan_refinement)
 
     short = plan_refinement(200, 0.05, runs=7)  # 10 updates: no useful run
     assert not short.refines and short.budget == 10 and "curve's suggestion alone" in short.why
@@ -557,7 +557,8 @@ def test_the_refinement_buys_what_its_share_of_the_planned_run_allows() -> None:
     # 1e-2.5 at 2H -> limit 1e-3; at 8H (4 x 2H) a quarter of the half decade from 2H is left.
     assert from_two_lengths(1e-2, 10 ** -2.5, 100, 800, saturation=1.0) == pytest.approx(10 ** -2.875)
     assert from_two_lengths(1e-3, 10 ** -2.5, 100, 800, saturation=1.0) == pytest.approx(10 ** -2.125)  # either way
-    assert from_two_lengths(1e-2, 1e-3, 100, 10 ** 6, saturation=1.0) == pytest.approx(1e-4, rel=1e-3)  # at most 1 decade
+    far = from_two_lengths(1e-2, 1e-3, 100, 10 ** 6, saturation=1.0)  # the limit at most MOST_CARRIED decades away
+    assert far == pytest.approx(10 ** (-3 - MOST_CARRIED), rel=1e-3)
     assert from_two_lengths(1e-2, 10 ** -2.5, 100, 150) == 10 ** -2.5  # a run no longer than the longer runs
 
 

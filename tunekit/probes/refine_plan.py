@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 __all__ = ["RefinePlan", "plan_refinement", "at_horizon", "from_two_lengths", "DEFAULT_RUN_STEPS", "REFINE_SHARE",
-           "TWO_LENGTHS_FROM", "HORIZON_EXPONENT", "SATURATION"]
+           "TWO_LENGTHS_FROM", "HORIZON_EXPONENT", "SATURATION", "MOST_CARRIED"]
 
 # A model in hand comes with no recipe: its planned run, when the caller does not say, is one of
 # a typical real length (a Task's recipe, or train's default, gives a Task's).
