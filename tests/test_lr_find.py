@@ -534,8 +534,8 @@ def test_without_validation_data_the_result_says_what_scored_the_short_runs() ->
 
 
 def test_the_refinement_buys_what_its_share_of_the_planned_run_allows() -> None:
-    from tunekit.probes.refine_plan import (MOST_CARRIED, TWO_LENGTHS_FROM, TWO_SEEDS_FROM, at_horizon,
-                                            from_two_lengths, plan_refinement)
+    from tunekit.probes.refine_plan import (MOST_CARRIED, TWO_LENGTHS_FROM, TWO_SEEDS_FROM, from_two_lengths,
+                                            plan_refinement)
 
     short = plan_refinement(200, 0.05, runs=7)  # 10 updates: no useful run
     assert not short.refines and short.budget == 10 and "curve's suggestion alone" in short.why
@@ -551,8 +551,6 @@ def test_the_refinement_buys_what_its_share_of_the_planned_run_allows() -> None:
     assert plan_refinement(200, 100.0, runs=7).lengths == (100, 200)  # no run longer than the planned one
     given = plan_refinement(200, 0.05, runs=7, steps=20, seeds=3)
     assert given.lengths == (20,) and given.seeds == 3  # the caller's choice, whatever it costs
-    assert at_horizon(0.01, 100, 100, exponent=0.3) == 0.01 and at_horizon(0.01, 100, 50, exponent=0.3) == 0.01
-    assert at_horizon(0.01, 100, 1000, exponent=0.5) == pytest.approx(0.01 / 10 ** 0.5)
     # Two lengths: the best LR halves its distance to a limit with each doubling (saturation 1): 1e-2 at H,
     # 1e-2.5 at 2H -> limit 1e-3; at 8H (4 x 2H) a quarter of the half decade from 2H is left.
     assert from_two_lengths(1e-2, 10 ** -2.5, 100, 800, saturation=1.0) == pytest.approx(10 ** -2.875)

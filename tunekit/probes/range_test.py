@@ -25,8 +25,7 @@ from tunekit.progress import bar
 from tunekit.probes.state import preserved, seed_everything_for
 from tunekit.training.step import TrainStep, Updates, make_scaler
 from tunekit.probes.lr_rules import DEFAULT_RULE, RULES, assess, blowup, bracket_minimum, bracket_next, bracket_polish, prepare
-from tunekit.probes.refine_plan import (DEFAULT_RUN_STEPS, REFINE_SHARE, RefinePlan, at_horizon, from_two_lengths,
-                                        plan_refinement)
+from tunekit.probes.refine_plan import DEFAULT_RUN_STEPS, REFINE_SHARE, RefinePlan, from_two_lengths, plan_refinement
 from tunekit.inputs.resolve import TASK_DEFAULT, resolve_inputs, step_settings
 from tunekit.precision import Precision
 from tunekit.inputs.task import ComputeLoss, LossFn, Task
@@ -439,9 +438,8 @@ def _samples_per_update(setup: _Setup, runs: list[dict[str, Any]]) -> float:
 
 
 def _carry_to_run(result: LRFindResult, plan: RefinePlan, run_steps: int, per_update: float) -> None:
-    """The short runs' best carried to the planned run's length: from how it moved between the two
-    lengths where the plan bought two, else by the length's power law. The refinement records the
-    lengths and its cost (updates, samples, share) beside the planned run's."""
+    """The two lengths' bests carried to the planned run's length (one length's best is kept as it is);
+    the refinement records the lengths and its cost (updates, samples, share) beside the planned run's."""
     ref = result.refinement
     if ref is None:
         return
@@ -449,12 +447,8 @@ def _carry_to_run(result: LRFindResult, plan: RefinePlan, run_steps: int, per_up
     updates = sum(len(st["lrs"]) * n for st, n in zip(stages, plan.lengths)) * plan.seeds  # as planned
     ref.update(at_steps=plan.lengths[len(stages) - 1], seeds=plan.seeds, updates=updates, run_steps=run_steps,
                run_samples=int(round(per_update * run_steps)), share=ref["samples"] / (per_update * run_steps))
-    if ref.get("best_lr") is None:
-        return
-    if len(stages) > 1 and stages[0]["best_lr"] is not None:
-        result.suggestion = from_two_lengths(stages[0]["best_lr"], stages[1]["best_lr"], plan.steps, run_steps)
-    else:
-        result.suggestion = at_horizon(ref["best_lr"], ref["at_steps"], run_steps)
+    if len(stages) > 1 and ref["best_lr"] is not None:  # the second length ran from the first one's best
+        result.suggestion = from_two_lengths(stages[0]["best_lr"], ref["best_lr"], plan.steps, run_steps)
 
 
 def refine_start(result: LRFindResult) -> float | None:

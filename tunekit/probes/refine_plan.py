@@ -13,8 +13,8 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-__all__ = ["RefinePlan", "plan_refinement", "at_horizon", "from_two_lengths", "DEFAULT_RUN_STEPS", "REFINE_SHARE",
-           "TWO_LENGTHS_FROM", "HORIZON_EXPONENT", "SATURATION", "MOST_CARRIED"]
+__all__ = ["RefinePlan", "plan_refinement", "from_two_lengths", "DEFAULT_RUN_STEPS", "REFINE_SHARE", "TWO_LENGTHS_FROM",
+           "SATURATION", "MOST_CARRIED"]
 
 # A model in hand comes with no recipe: its planned run, when the caller does not say, is one of
 # a typical real length (a Task's recipe, or train's default, gives a Task's).
@@ -27,10 +27,8 @@ REFINE_SHARE = 0.05
 TWO_LENGTHS_FROM = 15
 # A second seed per LR only once runs are this long: a short run's bias outweighs its noise.
 TWO_SEEDS_FROM = 200
-# One length (the caller's refine_steps): the best peak LR falls with the run's length as
-# (N / H) ** -HORIZON_EXPONENT. 0: best on the 12 short-run tasks of benchmarks/lr_rules.py (mean regret
-# 1.7% against 2.1% at 0.3), where the 4 long-horizon tasks would take 0.3; it is left uncarried.
-HORIZON_EXPONENT = 0.0
+# One length (the caller's refine_steps) is not carried: a power law in the run's length made the 12
+# short-run tasks of benchmarks/lr_rules.py worse (mean regret 1.7% at exponent 0, 2.1% at 0.3).
 # Two lengths: log10 of the best LR approaches its limit as (N / H) ** -SATURATION. 1: within 0.2% of the
 # lowest regret over 0.5-2 on the long-horizon tasks, with the least spread over seeds of those (0.17 decades).
 SATURATION = 1.0
@@ -85,14 +83,6 @@ def plan_refinement(run_steps: int, share: float, runs: int, steps: Optional[int
     return RefinePlan(0, pick, runs, budget,
                       f"{how} ({budget:,} updates) cannot buy {runs} short runs of {TWO_LENGTHS_FROM} and "
                       f"{2 * TWO_LENGTHS_FROM} updates: the curve's suggestion alone (refine_share={least:g} buys them)")
-
-
-def at_horizon(lr: float, steps: int, run_steps: int, exponent: float = HORIZON_EXPONENT) -> float:
-    """The peak LR for a ``run_steps``-update run, from the best one for ``steps``-update runs:
-    ``lr * (run_steps / steps) ** -exponent`` (no change for a run no longer than the short ones)."""
-    if run_steps <= steps or exponent == 0:
-        return lr
-    return float(lr * math.exp(-exponent * math.log(run_steps / steps)))
 
 
 def from_two_lengths(lr_short: float, lr_long: float, steps: int, run_steps: int,
