@@ -227,8 +227,8 @@ def _add_lr_find_command(sub: Any) -> None:
     p.add_argument("--refine-steps", type=int, metavar="N",
                    help="updates of each short warmup + cosine run, whatever it costs (default: what the share buys)")
     p.add_argument("--refine-seeds", type=int, metavar="S",
-                   help="short runs per LR, with other data orders, their scores averaged (default: 2 from 50 "
-                   "updates, else 1)")
+                   help="short runs per LR, with other data orders, their scores averaged (default: 1, 2 for runs "
+                   "of 200 updates or more; 2 with --refine-steps)")
     _add_run_args(p, "lr_find.json and lr_find.png")
 
 

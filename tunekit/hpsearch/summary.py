@@ -56,7 +56,6 @@ def _lr_find_summary(lf: Any, sp: SearchSpace, own: bool) -> Optional[dict[str, 
     updates = (sum(len(r.get("lrs") or ()) for r in lf.repeats) or len(lf.lrs)) + int((lf.refinement or {}).get("updates", 0))
     return {"suggestion": lf.suggestion, "samples": lf.samples, "updates": updates, "seconds": lf.seconds,
             "refined": bool(lf.refinement), "own": own, "run_steps": lf.settings.get("run_steps"),
-            "not_refined": lf.settings.get("not_refined"),
             "lr_bounds": list(lr_bounds_from_curve(lf, sp.entries["lr"].margin))}
 
 

@@ -1,10 +1,10 @@
 """What the refinement of a range test may spend, and how its answer carries to the planned run.
 
 Pure functions: the refinement's short runs are sized from the run the user plans (its length in
-optimizer updates) and the share of that run they may cost; their best LR, found at the short
-runs' length, is carried to the planned length by a power law in the run's length.
+optimizer updates) and the share of that run they may cost; their best LRs at two lengths, H and 2H,
+are carried to the planned length by how the best moved between them.
 
-The constants are chosen by ``benchmarks/lr_horizon.py`` (leave one task out): see its report.
+The constants are chosen by ``benchmarks/lr_horizon_eval.py`` (leave one task out): see its report.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ DEFAULT_RUN_STEPS = 10_000
 # The refinement's cost as a share of the planned run's updates (the range test's sweep aside).
 REFINE_SHARE = 0.05
 # Runs at two lengths, H and 2H, from this H: how the best LR moves from H to 2H says where it settles.
-# (A single length is biased by its length: its best LR is 2-7x a 3,000-update run's at 30-60 updates,
-# where two lengths from 15 updates are closer than the curve's suggestion: benchmarks/lr_horizon_eval.py.)
+# (A single length is biased by its length, either way: against a 3,000-update run's best, 30-update runs'
+# best was 0.3-6.9x on the long-horizon tasks, where two lengths from 15 updates come closer than the curve.)
 TWO_LENGTHS_FROM = 15
 # A second seed per LR only once runs are this long: a short run's bias outweighs its noise.
 TWO_SEEDS_FROM = 200

@@ -76,7 +76,7 @@ class LRFindResult(Result):
                 ax.axvline(lr, ymax=0.04, color="C3", lw=2)
         if self.suggestion is not None:
             flag = "" if self.confident else " (low confidence)"
-            how = f", best of {len(ref['lrs'])} short runs" if ref is not None else ""
+            how = f", best of {self._short_runs()[0]} short runs" if ref is not None else ""
             ax.axvline(self.suggestion, color="C3", lw=2, label=f"suggested: {self.suggestion:.2g}{how}{flag}")
         if self.diverged_at_lr is not None:
             ax.axvline(self.diverged_at_lr, color="k", lw=0.8, alpha=0.4, ls="--", label="stopped (diverged)")
@@ -133,7 +133,7 @@ class LRFindResult(Result):
             lines.append(f"{name:<10} {'-' if lr is None else f'{lr:.3g}':>10}{mark}")
         if ref is not None:
             got = "-" if self.suggestion is None else f"{self.suggestion:.3g}"
-            lines.append(f"{'refined':<10} {got:>10}  <- suggested: best of {len(ref['lrs'])} short runs "
+            lines.append(f"{'refined':<10} {got:>10}  <- suggested: best of {self._short_runs()[0]} short runs "
                          f"from {ref['start']:.3g}")
         return "\n".join(lines)
 
@@ -179,9 +179,9 @@ class LRFindResult(Result):
             return []
         line = f"for a warmup + cosine run of {run_steps:,} updates ({self.settings.get('run_steps_from', 'given')})"
         if ref is not None and ref.get("best_lr") is not None and ref.get("at_steps") and ref["at_steps"] < run_steps:
-            bests = [st for st in ref.get("stages") or [] if st.get("best_lr") is not None]
-            moved = (f"best of the {ref['at_steps'] // 2}-update runs {bests[0]['best_lr']:.3g}, "
-                     if len(bests) > 1 else "")
+            stages, lengths = ref.get("stages") or [], self.settings.get("refine_lengths") or []
+            moved = (f"best of the {lengths[0]}-update runs {stages[0]['best_lr']:.3g}, "
+                     if len(stages) > 1 and len(lengths) > 1 else "")
             line += f"; {moved}best of the {ref['at_steps']}-update runs {ref['best_lr']:.3g}, carried to {run_steps:,}"
         not_refined = self.settings.get("not_refined")
         return [line] + ([f"not refined: {not_refined}"] if not_refined else [])
@@ -195,5 +195,3 @@ class LRFindResult(Result):
         if ref and ref.get("share") is not None:
             line += f" (the short runs {100 * ref['share']:.1f}%: {self.settings.get('refine_plan')})"
         return [line]
-        return [f"cost: {100 * total:.1f}% of the planned run's {ref['run_samples']:,} samples "
-                f"(the short runs {100 * ref['share']:.1f}%: {self.settings.get('refine_plan')})"]
