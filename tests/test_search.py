@@ -806,3 +806,26 @@ def test_train_config_of_a_trial_with_no_final_value_says_so() -> None:
     run = TrainResult(config={}, task="t", losses=[1.0] * 10)
     line = run.compared_with({"number": 4, "state": "PRUNED", "value": None})
     assert "ended pruned, with no final loss to compare with" in line and "NOT the same" not in line
+
+
+def test_the_noise_scale_is_measured_only_where_it_is_cheap_next_to_a_trial(tmp_path: Path) -> None:
+    """The search reads the noise scale only to move its batch centre: the probe skips it where it would
+    cost more than NOISE_SHARE of one full trial (and where the space has no batch), and says so."""
+    from tunekit.hpsearch.seeding import NOISE_SHARE, noise_repeats, prepare_inputs
+    from tunekit.hpsearch.settings import SearchSettings
+    from tunekit.probes.batch_probe import NOISE_REPEATS, noise_cost
+
+    task = classification_task()
+    updates, samples = noise_cost()
+    cheap = int(max(updates, samples / task.batch_size) / NOISE_SHARE) + 1  # updates a trial where it is cheap
+    for steps, measured in ((cheap, True), (cheap // 2, False)):
+        inputs = prepare_inputs(task, "from_scratch", SearchSettings(budget=f"{steps}updates"))
+        repeats, why = noise_repeats(inputs)
+        assert (repeats == NOISE_REPEATS and why is None) if measured else (repeats == 0 and "% of one trial" in why)
+    no_batch = prepare_inputs(task, str(write_space(tmp_path, SMALL)), SearchSettings(budget=f"{cheap}updates"))
+    assert noise_repeats(no_batch) == (0, "not measured: the space has no batch to centre")
+    # A short search: the probe skipped it (its cost is not in the probes'), the choices centre on the
+    # range test's batch, and the table says why.
+    r = search(task, "from_scratch", trials=1, max_steps=20, device="cpu", memory_budget="256MiB")
+    assert r.probe["critical_batch"] is None and r.seed_params["batch"] == task.batch_size
+    assert r.probe["updates"] < updates and "critical batch not measured: its" in r.table()

@@ -63,4 +63,5 @@ def _probe_summary(pr: Any) -> Optional[dict[str, Any]]:
     if pr is None:
         return None
     return {"max_batch": pr.max_batch, "critical_batch": pr.critical_batch, "samples": pr.samples,
-            "updates": pr.updates, "seconds": pr.seconds, "critical_batch_range": pr.critical_batch_range}
+            "updates": pr.updates, "seconds": pr.seconds, "critical_batch_range": pr.critical_batch_range,
+            "noise_not_measured": pr.settings.get("noise_not_measured")}

@@ -51,7 +51,25 @@ from tunekit.inputs.resolve import TASK_DEFAULT, resolve_inputs, step_settings
 from tunekit.inputs.task import ComputeLoss, LossFn, Task
 from tunekit.integrations.objects import takes_their_objects
 
-__all__ = ["probe", "ProbeResult", "plan_batches", "scale_lr", "find_largest_batch", "budget_bytes"]
+__all__ = ["probe", "ProbeResult", "plan_batches", "scale_lr", "find_largest_batch", "budget_bytes", "noise_cost",
+           "NOISE_REPEATS", "TASK_NOISE_WARMUP"]
+
+# The noise-scale stage: a fresh model of a Task first trains TASK_NOISE_WARMUP updates at a batch of
+# at most NOISE_WARMUP_BATCH; then NOISE_REPEATS gradients at a small batch (at most NOISE_SMALL_BATCH)
+# and as many at up to NOISE_MAX_ACCUM times it.
+NOISE_REPEATS = 12
+TASK_NOISE_WARMUP = 50
+NOISE_WARMUP_BATCH = 8 * 4
+NOISE_SMALL_BATCH = 8
+NOISE_MAX_ACCUM = 16
+
+
+def noise_cost(warmup: int = TASK_NOISE_WARMUP, repeats: int = NOISE_REPEATS) -> tuple[int, int]:
+    """What the noise-scale stage costs at most: (optimizer steps, training samples)."""
+    if repeats < 2:
+        return 0, 0
+    return (warmup + 2 * repeats,
+            warmup * NOISE_WARMUP_BATCH + repeats * NOISE_SMALL_BATCH * (1 + NOISE_MAX_ACCUM))
 
 
 def scale_lr(lr: float, from_batch: int, to_batch: int) -> dict[str, float]:
@@ -126,7 +144,7 @@ def probe(
     target_batch: int | None = None, lr: float | None = None, lr_batch: int | None = None,
     max_batch: int | None = None, trace_sizes: tuple[int, ...] = (4, 8, 16),
     throughput_points: int = 5, timing_steps: int = 5,
-    noise_repeats: int = 12, noise_warmup: int | None = None,
+    noise_repeats: int = NOISE_REPEATS, noise_warmup: int | None = None,
     calibrate_steps: bool = True, seed: int = 0, progress: bool | None = None,
 ) -> ProbeResult:
     """Probe memory and throughput of the shared step, and the critical batch size.
@@ -152,7 +170,7 @@ def probe(
     clip_grad_norm, accumulation_steps, precision = step_settings(model, clip_grad_norm, accumulation_steps, precision)
     _check_args(headroom, accumulation_steps, target_batch, lr, lr_batch)
     # A fresh model of a task trains a little first; a model in hand is measured as it is.
-    noise_warmup = (50 if isinstance(model, Task) else 0) if noise_warmup is None else noise_warmup
+    noise_warmup = (TASK_NOISE_WARMUP if isinstance(model, Task) else 0) if noise_warmup is None else noise_warmup
     sub = resolve_inputs("probe", model, train_data, loss_fn, optimizer, compute_loss=compute_loss,
                           precision=precision, device=device, seed=seed)
     n_data = _dataset_size(sub.data)
@@ -186,7 +204,7 @@ def probe(
 
     # 5. What it means for a run: the critical batch, a plan for the target batch, the LR rescaled to it.
     critical = noise["b_simple"] if noise and math.isfinite(noise["b_simple"]) else None
-    target, why = _target(target_batch, critical if noise_warmup else None, confirmed)
+    target, why = _target(target_batch, critical if noise_warmup else None, confirmed, measured=noise_repeats >= 2)
     plan, lr_scaling = _plan(target, confirmed, throughput, mm, lr, lr_batch)
     knee, fastest = _knee(throughput)
     return ProbeResult(
@@ -264,13 +282,15 @@ def _warnings(throughput: list[dict[str, float]], noise: Optional[dict[str, Any]
     return out
 
 
-def _target(given: Optional[int], critical: Optional[float], largest: int) -> tuple[int, str]:
+def _target(given: Optional[int], critical: Optional[float], largest: int, measured: bool = True) -> tuple[int, str]:
     """The effective batch to plan for, and why: the one given; else the critical batch as a power of two
     (``critical`` is None where the noise scale is not to be trusted); else the largest batch that fits."""
     if given is not None:
         return given, "the batch asked for"
     if critical is not None:
         return int(2 ** round(math.log2(max(critical, 1)))), "the critical batch, as a power of two"
+    if not measured:
+        return largest, "the largest batch that fits: the noise scale was not measured (noise_repeats < 2)"
     return largest, ("the largest batch that fits: no noise scale to trust (a model measured as given, at "
                      "initialisation, understates it; probe a Task or pass noise_warmup=50 for the critical batch)")
 
@@ -490,9 +510,9 @@ def _noise(run: _Run, confirmed: int, limit: int, repeats: int, warmup: int, lr:
     if repeats < 2:
         return None
     if warmup > 0:
-        _warm_up(run, warmup, lr or float(sub.task.defaults.get("lr", 1e-3)), min(32, confirmed))
-    b_small = max(1, min(8, confirmed, limit // 64 or 1))
-    k_big = max(2, min(16, limit // b_small))
+        _warm_up(run, warmup, lr or float(sub.task.defaults.get("lr", 1e-3)), min(NOISE_WARMUP_BATCH, confirmed))
+    b_small = max(1, min(NOISE_SMALL_BATCH, confirmed, limit // 64 or 1))
+    k_big = max(2, min(NOISE_MAX_ACCUM, limit // b_small))
     norms: dict[int, list[float]] = {1: [], k_big: []}
     stream = BatchStream(run.data, b_small, seed=run.seed + 1)
     for k in (1, k_big):

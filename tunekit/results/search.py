@@ -327,6 +327,8 @@ class SearchResult(Result):
                      + f"{self._full_trials():.2f} full trials), {self.seconds:.1f} s")
         lines.append(self._device_line())
         lines += self._lr_source()
+        if (self.probe or {}).get("noise_not_measured"):  # why the batch choices centre where they do
+            lines.append(f"critical batch {self.probe['noise_not_measured']}")  # type: ignore[index]
         if self.best_value is not None:
             lines.append(f"best {self.objective} {self.best_value:.4f}: "
                          + ", ".join(f"{k}={_fmt(v)}" for k, v in sorted(self.best_config.items())))
