@@ -39,6 +39,11 @@ def test_shipped_spaces_parse() -> None:
         ('[lr]\ntype = "float"\nlog = true\nlow = 1e-4\nhigh = 1\nseeded = "lr_find"\nmargin = "x"\n', "margin must be a number of decades"),
         ('[task.width]\ntype = "int"\nlow = 1\nhigh = 8\nstep = "a"\n', "step must be a positive integer"),
         ('[task.width]\ntype = "int"\nlog = true\nlow = 0.5\nhigh = 8\n', "a log int range needs low >= 1"),
+        ('[warmup]\ntype = "float"\nlow = 0\nhigh = 1\nadaptive_l2 = [0, 1]\n', "which only a float [weight_decay] takes"),
+        ('[weight_decay]\ntype = "categorical"\nchoices = [0]\nadaptive_l2 = [0, 1]\n', "only a float [weight_decay]"),
+        ('[weight_decay]\ntype = "float"\nlow = 0\nhigh = 1\nadaptive_l2 = 1e-3\n', "adaptive_l2 must be [low, high]"),
+        ('[weight_decay]\ntype = "float"\nlog = true\nlow = 1e-3\nhigh = 1\nadaptive_l2 = [0, 1e-3]\n',
+         "is log-scaled but adaptive_l2 low is 0"),
     ],
 )
 def test_bad_space_files_name_the_entry(tmp_path: Path, body: str, needle: str) -> None:
@@ -829,3 +834,36 @@ def test_the_noise_scale_is_measured_only_where_it_is_cheap_next_to_a_trial(tmp_
     r = search(task, "from_scratch", trials=1, max_steps=20, device="cpu", memory_budget="256MiB")
     assert r.probe["critical_batch"] is None and r.seed_params["batch"] == task.batch_size
     assert r.probe["updates"] < updates and "critical batch not measured: its" in r.table()
+
+
+def test_l2_inside_an_adaptive_optimizer_is_searched_over_its_own_range(tmp_path: Path) -> None:
+    """L2 inside an adaptive optimizer (Adam's weight_decay) means far more than decoupled decay at the
+    same number (for SGD the two are the same): where the task's optimizer does that, from_scratch
+    searches its ``adaptive_l2`` range, and the seed trial keeps the task's own weight decay
+    (clipped into that range)."""
+    import dataclasses
+
+    from tunekit.hpsearch.plan import is_adaptive_l2
+
+    p = [torch.nn.Parameter(torch.zeros(2))]
+    assert is_adaptive_l2(torch.optim.Adam(p)) and is_adaptive_l2(torch.optim.RMSprop(p))
+    assert is_adaptive_l2(torch.optim.NAdam(p)) and is_adaptive_l2(torch.optim.Adagrad(p))
+    assert not is_adaptive_l2(torch.optim.AdamW(p)) and not is_adaptive_l2(torch.optim.Adam(p, decoupled_weight_decay=True))
+    assert not is_adaptive_l2(torch.optim.SGD(p, lr=0.1, momentum=0.9))  # L2 and decoupled decay agree for SGD
+
+    class Custom(torch.optim.Optimizer):  # unknown to torch: taken as decoupling
+        def __init__(self, params: list) -> None:
+            super().__init__(params, {"lr": 0.1, "weight_decay": 0.0})
+
+    assert not is_adaptive_l2(Custom(p))
+    sp = load_space("from_scratch")
+    assert "where an adaptive optimizer adds it to the gradient" in sp.table()
+    wd = {c: sp.distributions(probe=_probe_like(None, None), adaptive_l2=c)["weight_decay"] for c in (True, False)}
+    assert (wd[True].low, wd[True].high, wd[False].low, wd[False].high) == (1e-6, 1e-3, 1e-3, 0.1)
+    adam = dataclasses.replace(regression_task(), optimizer=lambda ps: torch.optim.Adam(ps, lr=1e-3, weight_decay=5e-4))
+    r = search(adam, "from_scratch", trials=4, max_steps=30, device="cpu", memory_budget="256MiB")
+    assert r.seed_params["weight_decay"] == pytest.approx(5e-4)  # the task's own, inside the adaptive_l2 range
+    assert all(1e-6 <= t["params"]["weight_decay"] <= 1e-3 for t in r.trials)
+    sgd = dataclasses.replace(regression_task(), optimizer=lambda ps: torch.optim.SGD(ps, lr=0.05, weight_decay=5e-4))
+    r = search(sgd, "from_scratch", trials=1, max_steps=30, device="cpu", memory_budget="256MiB")
+    assert r.seed_params["weight_decay"] == pytest.approx(1e-3)  # the decoupled range's, clipped

@@ -28,8 +28,8 @@ from tunekit.hpsearch.backends.base import Backend, Work, get_backend
 from tunekit.hpsearch.plan import Plan, largest_batch, split_batch
 from tunekit.hpsearch.resilient import STORAGE_RETRY
 from tunekit.hpsearch.rungs import ladder, make_pruner
-from tunekit.hpsearch.seeding import (Probes, SearchInputs, design_size, enqueue_seed_and_design, make_plan,
-                                      prepare_inputs, priced, recipe, run_probes, with_objective)
+from tunekit.hpsearch.seeding import (Probes, SearchInputs, adaptive_l2, design_size, enqueue_seed_and_design,
+                                      make_plan, prepare_inputs, priced, recipe, run_probes, with_objective)
 from tunekit.hpsearch.settings import SearchSettings
 from tunekit.hpsearch.shared.workers import (TAKEN_OVER, check_spec, claim_creation, creator_gave_up, default_threads,
                                              end_creation, open_storage, register_worker, resume_study, space_dict,
@@ -229,7 +229,8 @@ def _prepare(task: Any, space: str | SearchSpace, settings: SearchSettings, back
             probes.samples = int(opened.old_plan.get("probe_samples", probes.samples))
             probes.seconds = float(opened.old_plan.get("probe_seconds", probes.seconds))
         plan = make_plan(inputs, probes, settings)
-        dists = inputs.space.distributions(probes.lr_find, probes.probe, max_batch=largest_batch(plan))
+        dists = inputs.space.distributions(probes.lr_find, probes.probe, max_batch=largest_batch(plan),
+                                           adaptive_l2=adaptive_l2(inputs, settings.seed))
         if opened.old_dists:  # the space a study started with stays its space
             dists = {n: optuna.distributions.json_to_distribution(d) for n, d in opened.old_dists.items()}
             check_resume(opened.old_plan, plan.to_dict(), f"'{opened.name}'")

@@ -18,7 +18,7 @@ from typing import Any, Optional
 
 from tunekit.errors import UsageError
 from tunekit.hpsearch.budget import Budget, price_budget, resolve_budget
-from tunekit.hpsearch.plan import MIN_UPDATES, Plan, initial_design, lr_rule_for, split_batch
+from tunekit.hpsearch.plan import MIN_UPDATES, Plan, is_adaptive_l2, initial_design, lr_rule_for, split_batch
 from tunekit.hpsearch.settings import SearchSettings
 from tunekit.hpsearch.study import enqueue_design
 from tunekit.inputs.resolve import check_saved
@@ -26,7 +26,7 @@ from tunekit.inputs.space import SearchSpace, batch_centre, load_space, referenc
 from tunekit.probes.step_time import update_seconds
 
 __all__ = ["SearchInputs", "Probes", "prepare_inputs", "run_probes", "priced", "make_plan", "design_size",
-           "enqueue_seed_and_design", "probe_cap", "noise_repeats", "EVAL_SAMPLES", "DESIGN_TRIALS", "NOISE_SHARE"]
+           "enqueue_seed_and_design", "probe_cap", "noise_repeats", "adaptive_l2", "EVAL_SAMPLES", "DESIGN_TRIALS", "NOISE_SHARE"]
 
 # Validation reads at most this many samples (the first ones, in the set's own order).
 EVAL_SAMPLES = 4096
@@ -300,6 +300,15 @@ def make_plan(inputs: SearchInputs, probes: Probes, settings: SearchSettings) ->
                 eval_batches=eval_batches, fixed=sp.fixed(), objective=settings.goal.name,
                 direction=settings.goal.direction, budget_seconds=inputs.budget.seconds,
                 step_times=probes.probe.step_times if probes.probe is not None else [])
+
+
+def adaptive_l2(inputs: SearchInputs, seed: int) -> bool:
+    """Whether the task's optimizer is adaptive and adds weight decay to the gradient (L2), where the
+    space's [weight_decay] has an ``adaptive_l2`` range for it (:func:`~tunekit.hpsearch.plan.is_adaptive_l2`)."""
+    entry = inputs.space.entries.get("weight_decay")
+    if entry is None or not entry.adaptive_l2:
+        return False
+    return is_adaptive_l2(inputs.task.make_optimizer(inputs.task.make_model(seed)))
 
 
 def design_size(settings: SearchSettings, sp: SearchSpace, probes: Probes) -> int:

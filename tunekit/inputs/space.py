@@ -46,6 +46,8 @@ class Entry:
     margin: float = 0.5
     scale_with_batch: Optional[str] = None
     around_critical: list[float] = field(default_factory=lambda: [0.25, 0.5, 1.0, 2.0, 4.0])
+    # [low, high] in place of low..high where an adaptive optimizer adds weight decay to the gradient (L2)
+    adaptive_l2: Optional[list[float]] = None
 
 
 def _bad(where: str, name: str, msg: str) -> UsageError:
@@ -55,7 +57,8 @@ def _bad(where: str, name: str, msg: str) -> UsageError:
 def _parse_entry(where: str, name: str, raw: Any) -> Entry:
     if not isinstance(raw, dict):
         raise _bad(where, name, f"must be a table, got {raw!r}: write [{name}] with type = ...")
-    known = {"type", "low", "high", "log", "step", "choices", "value", "seeded", "margin", "scale_with_batch", "around_critical"}
+    known = {"type", "low", "high", "log", "step", "choices", "value", "seeded", "margin", "scale_with_batch", "around_critical",
+             "adaptive_l2"}
     unknown = sorted(set(raw) - known)
     if unknown:
         raise _bad(where, name, f"has an unknown key {unknown[0]!r}: known keys are {', '.join(sorted(known))}")
@@ -86,15 +89,16 @@ def _parse_entry(where: str, name: str, raw: Any) -> Entry:
         if e.scale_with_batch not in ("auto", "linear", "sqrt", "none", "sqrt_below"):
             raise _bad(where, name, f"scale_with_batch {e.scale_with_batch!r} is unknown: use auto, linear, sqrt, "
                                     "sqrt_below or none")
+    if "adaptive_l2" in raw and kind != "float":
+        raise _bad(where, name, "has adaptive_l2 = [low, high], which only a float [weight_decay] takes")
     if kind in ("float", "int"):
         for k in ("low", "high"):
             if not isinstance(raw.get(k), (int, float)) or isinstance(raw.get(k), bool):
                 raise _bad(where, name, f"needs a numeric {k}, got {raw.get(k)!r}")
         e.low, e.high, e.log = float(raw["low"]), float(raw["high"]), bool(raw.get("log", False))
-        if not e.low < e.high:
-            raise _bad(where, name, f"has low {e.low:g} >= high {e.high:g}: low must be below high")
-        if e.log and e.low <= 0:
-            raise _bad(where, name, f"is log-scaled but low is {e.low:g}: a log range needs low > 0")
+        _check_range(where, name, e.low, e.high, e.log)
+        if "adaptive_l2" in raw:
+            e.adaptive_l2 = _adaptive_l2(where, name, raw["adaptive_l2"], e)
         if kind == "int":
             step = raw.get("step", 1)
             if not is_int_at_least(step):
@@ -116,6 +120,24 @@ def _parse_entry(where: str, name: str, raw: Any) -> Entry:
     return e
 
 
+def _check_range(where: str, name: str, low: float, high: float, log: bool, what: str = "") -> None:
+    if not low < high:
+        raise _bad(where, name, f"has {what}low {low:g} >= high {high:g}: low must be below high")
+    if log and low <= 0:
+        raise _bad(where, name, f"is log-scaled but {what}low is {low:g}: a log range needs low > 0")
+
+
+def _adaptive_l2(where: str, name: str, raw: Any, e: Entry) -> list[float]:
+    """The range ``adaptive_l2 = [low, high]`` of a float [weight_decay] (see SearchSpace.distributions)."""
+    if name != "weight_decay" or e.type != "float":
+        raise _bad(where, name, "has adaptive_l2 = [low, high], which only a float [weight_decay] takes")
+    if (not isinstance(raw, list) or len(raw) != 2
+            or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in raw)):
+        raise _bad(where, name, f"adaptive_l2 must be [low, high], two numbers, got {raw!r}")
+    _check_range(where, name, float(raw[0]), float(raw[1]), e.log, "adaptive_l2 ")
+    return [float(raw[0]), float(raw[1])]
+
+
 @dataclass
 class SearchSpace:
     name: str
@@ -130,11 +152,14 @@ class SearchSpace:
     def needs_probe(self) -> bool:
         return "batch" in self.entries
 
-    def distributions(self, lr_find: Any = None, probe: Any = None, max_batch: int | None = None) -> dict[str, Any]:
+    def distributions(self, lr_find: Any = None, probe: Any = None, max_batch: int | None = None,
+                      adaptive_l2: bool = False) -> dict[str, Any]:
         """Optuna distributions, with seeded entries' bounds taken from the probes' results.
 
         ``max_batch`` caps a seeded batch's choices (a search passes the largest batch
-        its sample budget leaves enough updates for).
+        its sample budget leaves enough updates for). ``adaptive_l2``: the optimizer is adaptive and
+        adds weight decay to the gradient (L2: torch's Adam, RMSprop...), and a [weight_decay] with an
+        ``adaptive_l2`` range takes that range.
         """
         import optuna.distributions as d
 
@@ -146,7 +171,8 @@ class SearchSpace:
                 low, high = lr_bounds_from_curve(lr_find, e.margin)
                 out[name] = d.FloatDistribution(low, high, log=True)
             elif e.type == "float":
-                out[name] = d.FloatDistribution(e.low, e.high, log=e.log)  # type: ignore[arg-type]
+                low, high = e.adaptive_l2 if e.adaptive_l2 and adaptive_l2 else (e.low, e.high)
+                out[name] = d.FloatDistribution(low, high, log=e.log)  # type: ignore[arg-type]
             elif e.type == "int":
                 out[name] = d.IntDistribution(int(e.low), int(e.high), log=e.log, step=1 if e.log else (e.step or 1))  # type: ignore[arg-type]
             elif e.type == "categorical":
@@ -178,6 +204,8 @@ class SearchSpace:
                         f"without a confident range test; rescaled with the batch: {e.scale_with_batch}")
             elif e.type in ("float", "int"):
                 what = f"{e.type} {e.low:g}..{e.high:g}" + (" (log)" if e.log else "")
+                if e.adaptive_l2:
+                    what += f"; {e.adaptive_l2[0]:g}..{e.adaptive_l2[1]:g} where an adaptive optimizer adds it to the gradient (L2)"
             elif e.type == "categorical":
                 what = f"one of {e.choices}"
             else:
