@@ -315,6 +315,8 @@ def test_plan_splits_from_memory_and_rescales_the_lr() -> None:
     assert design[0] == {"lr": pytest.approx(0.05 / 3), "batch": 64}
     assert [d["lr"] for d in design] == pytest.approx([0.05 / 3, 0.05, 0.1, 0.05, 0.05])
     assert [d["batch"] for d in design] == [64, 64, 64, 32, 16]
+    # On a device a step of twice the batch does not saturate, the last point tries twice the batch.
+    assert [d["batch"] for d in initial_design(dists, 0.05, 64, 5, larger_batch=True)] == [64, 64, 64, 32, 128]
     # Elsewhere the seed trial keeps the task's own recipe, clipped into the space.
     dists["weight_decay"] = optuna.distributions.FloatDistribution(1e-3, 0.1, log=True)
     dists["schedule"] = optuna.distributions.CategoricalDistribution(["cosine", "linear"])
@@ -867,3 +869,16 @@ def test_l2_inside_an_adaptive_optimizer_is_searched_over_its_own_range(tmp_path
     sgd = dataclasses.replace(regression_task(), optimizer=lambda ps: torch.optim.SGD(ps, lr=0.05, weight_decay=5e-4))
     r = search(sgd, "from_scratch", trials=1, max_steps=30, device="cpu", memory_budget="256MiB")
     assert r.seed_params["weight_decay"] == pytest.approx(1e-3)  # the decoupled range's, clipped
+
+
+def test_twice_the_batch_is_tried_where_the_timed_steps_say_it_is_cheaper() -> None:
+    """The design's last point doubles the batch where the probe's timed steps price an update of twice
+    the batch clearly under two of it (a device far from saturation), and quarters it where not."""
+    from tunekit.hpsearch.seeding import larger_is_cheaper
+
+    flat = SimpleNamespace(step_times=[[8, 0.010], [32, 0.011], [128, 0.014]], max_batch=128)  # a GPU below saturation
+    linear = SimpleNamespace(step_times=[[8, 0.010], [32, 0.040], [128, 0.160]], max_batch=128)  # saturated
+    assert larger_is_cheaper(flat, 32) and not larger_is_cheaper(linear, 32)
+    # Twice the batch above the largest micro-batch runs as accumulation: two micro-steps, no saving.
+    assert not larger_is_cheaper(flat, 128)
+    assert not larger_is_cheaper(SimpleNamespace(step_times=[], max_batch=128), 32) and not larger_is_cheaper(None, 32)

@@ -26,13 +26,16 @@ from tunekit.inputs.space import SearchSpace, batch_centre, load_space, referenc
 from tunekit.probes.step_time import update_seconds
 
 __all__ = ["SearchInputs", "Probes", "prepare_inputs", "run_probes", "priced", "make_plan", "design_size",
-           "enqueue_seed_and_design", "probe_cap", "noise_repeats", "adaptive_l2", "EVAL_SAMPLES", "DESIGN_TRIALS", "NOISE_SHARE"]
+           "enqueue_seed_and_design", "probe_cap", "noise_repeats", "adaptive_l2", "larger_is_cheaper", "EVAL_SAMPLES", "DESIGN_TRIALS", "NOISE_SHARE"]
 
 # Validation reads at most this many samples (the first ones, in the set's own order).
 EVAL_SAMPLES = 4096
 DESIGN_TRIALS = 5
 # Micro-batches the search's probe times, to price its trials in device time.
 PRICE_POINTS = 4
+# Twice the batch is "cheaper" where its update costs at most this share of two updates at the batch:
+# the same samples in at least 10% less device time (a saturated device's timings land near 1.0).
+UNSATURATED = 0.9
 # The search reads the noise scale for one thing: to move its batch choices' centre below the range
 # test's batch, where the estimate confidently excludes it (``batch_centre``); in none of the 18
 # studies of benchmarks/search_efficiency.py did it move. So the probe measures it only where it
@@ -331,6 +334,17 @@ def recipe(task: Any, cfg: Any, seed: int) -> dict[str, Any]:
     return out
 
 
+def larger_is_cheaper(probe: Any, batch: Optional[float]) -> bool:
+    """Whether, on the probe's timed steps, an update of twice ``batch`` costs at most ``UNSATURATED``
+    times twice one of it: the same samples in clearly less device time (see ``plan.LARGER``)."""
+    curve = probe.step_times if probe is not None else []
+    if not curve or not batch:
+        return False
+    one = update_seconds(curve, *split_batch(int(batch), int(probe.max_batch)))
+    two = update_seconds(curve, *split_batch(2 * int(batch), int(probe.max_batch)))
+    return two <= UNSATURATED * 2 * one
+
+
 def enqueue_seed_and_design(study: Any, dists: dict[str, Any], probes: Probes, n: int, trials: int,
                             task_recipe: dict[str, Any]) -> dict[str, Any]:
     """The seed trial (the probes' recommendation) and the design around it, once per study.
@@ -340,6 +354,6 @@ def enqueue_seed_and_design(study: Any, dists: dict[str, Any], probes: Probes, n
     lf, pr = probes.lr_find, probes.probe
     lr = lf.suggestion if lf is not None and lf.suggestion and lf.confident else None
     centre = batch_centre(pr, reference_batch(lf)) if "batch" in dists else None
-    points = initial_design(dists, lr, centre, max(1, n), task_recipe)
+    points = initial_design(dists, lr, centre, max(1, n), task_recipe, larger_batch=larger_is_cheaper(pr, centre))
     enqueue_design(study, points[:trials])
     return points[0]
