@@ -882,3 +882,23 @@ def test_twice_the_batch_is_tried_where_the_timed_steps_say_it_is_cheaper() -> N
     # Twice the batch above the largest micro-batch runs as accumulation: two micro-steps, no saving.
     assert not larger_is_cheaper(flat, 128)
     assert not larger_is_cheaper(SimpleNamespace(step_times=[], max_batch=128), 32) and not larger_is_cheaper(None, 32)
+
+
+def test_the_table_says_which_way_the_designs_batch_step_went(tmp_path: Path) -> None:
+    """The design's batch step is decided by the probe's stored timed steps, and the search says so."""
+    import dataclasses
+
+    far = classification_task()
+    lf = lr_find(far, steps=30, device="cpu")
+    task = dataclasses.replace(far, defaults={"lr": lf.suggestion})  # the task's own LR near the suggestion
+    pr = probe(task, memory_budget="256MiB", device="cpu", throughput_points=2, noise_repeats=4)
+    for times, doubled in (([[8, 0.010], [64, 0.011]], True), ([[8, 0.010], [64, 0.080]], False)):
+        pr.throughput = [{"batch": b, "samples_per_s": b / t} for b, t in times]
+        r = search(task, "from_scratch", trials=5, max_steps=40, lr_find_result=lf, probe_result=pr, device="cpu")
+        d = r.probe["design_batch"]
+        assert d["batch"] == 32 and d["doubled"] is doubled
+        assert r.trials[4]["params"]["batch"] == (64 if doubled else 8)
+        assert ("design's batch step: twice the batch, 64" if doubled else "a quarter of the batch, 8") in r.table()
+    # Where the suggestion is far from the task's own LR, the last point tries that LR: no batch step to report.
+    r = search(far, "from_scratch", trials=5, max_steps=40, lr_find_result=lf, probe_result=pr, device="cpu")
+    assert "design's batch step" not in r.table()

@@ -26,7 +26,8 @@ from tunekit.inputs.space import SearchSpace, batch_centre, load_space, referenc
 from tunekit.probes.step_time import update_seconds
 
 __all__ = ["SearchInputs", "Probes", "prepare_inputs", "run_probes", "priced", "make_plan", "design_size",
-           "enqueue_seed_and_design", "probe_cap", "noise_repeats", "adaptive_l2", "larger_is_cheaper", "EVAL_SAMPLES", "DESIGN_TRIALS", "NOISE_SHARE"]
+           "enqueue_seed_and_design", "probe_cap", "noise_repeats", "adaptive_l2", "larger_is_cheaper",
+           "twice_batch_share", "design_batch", "EVAL_SAMPLES", "DESIGN_TRIALS", "NOISE_SHARE"]
 
 # Validation reads at most this many samples (the first ones, in the set's own order).
 EVAL_SAMPLES = 4096
@@ -334,15 +335,33 @@ def recipe(task: Any, cfg: Any, seed: int) -> dict[str, Any]:
     return out
 
 
-def larger_is_cheaper(probe: Any, batch: Optional[float]) -> bool:
-    """Whether, on the probe's timed steps, an update of twice ``batch`` costs at most ``UNSATURATED``
-    times twice one of it: the same samples in clearly less device time (see ``plan.LARGER``)."""
+def twice_batch_share(probe: Any, batch: Optional[float]) -> Optional[float]:
+    """An update of twice ``batch`` over two updates of it, priced by the probe's timed steps (stored
+    with the study, so the same on every run); None without timings or a batch."""
     curve = probe.step_times if probe is not None else []
     if not curve or not batch:
-        return False
+        return None
     one = update_seconds(curve, *split_batch(int(batch), int(probe.max_batch)))
     two = update_seconds(curve, *split_batch(2 * int(batch), int(probe.max_batch)))
-    return two <= UNSATURATED * 2 * one
+    return two / (2 * one)
+
+
+def larger_is_cheaper(probe: Any, batch: Optional[float]) -> bool:
+    """Whether an update of twice ``batch`` costs at most ``UNSATURATED`` of two updates of it: the same
+    samples in clearly less device time, and the design doubles the batch (see ``plan.LARGER``)."""
+    share = twice_batch_share(probe, batch)
+    return share is not None and share <= UNSATURATED
+
+
+def design_batch(probes: Probes, dists: dict[str, Any]) -> Optional[dict[str, Any]]:
+    """What the design's batch step was and why, for the search's result: the centre batch, the price of
+    an update of twice it over two of it, the line it was held to, and whether the step doubled it."""
+    if "batch" not in dists or probes.probe is None:
+        return None
+    centre = batch_centre(probes.probe, reference_batch(probes.lr_find))
+    share = twice_batch_share(probes.probe, centre)
+    return {"batch": centre, "twice_share": share, "unsaturated": UNSATURATED,
+            "doubled": share is not None and share <= UNSATURATED, "design_trials": DESIGN_TRIALS}
 
 
 def enqueue_seed_and_design(study: Any, dists: dict[str, Any], probes: Probes, n: int, trials: int,

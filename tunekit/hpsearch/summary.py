@@ -6,7 +6,7 @@ from typing import Any, Optional
 
 from tunekit.hpsearch.budget import Budget
 from tunekit.hpsearch.plan import Plan
-from tunekit.hpsearch.seeding import Probes
+from tunekit.hpsearch.seeding import Probes, design_batch
 from tunekit.hpsearch.settings import SearchSettings
 from tunekit.hpsearch.study import safe_url, trial_dicts
 from tunekit.inputs.space import SearchSpace, lr_bounds_from_curve
@@ -44,7 +44,8 @@ def build_result(study: Any, store: Any, settings: SearchSettings, sp: SearchSpa
         budget=budget.to_dict(), task=task_spec, plan=plan.to_dict(), probe_samples=probes.samples, seconds=seconds,
         seed=settings.seed, sampler_seed=settings.sampler_seed, probe_seconds=probes.seconds,
         device=probes.probe.device if probes.probe is not None else None, time_limit=settings.time_limit,
-        lr_find=_lr_find_summary(probes.lr_find, sp, probes.own_lr_find), probe=_probe_summary(probes.probe))
+        lr_find=_lr_find_summary(probes.lr_find, sp, probes.own_lr_find),
+        probe=_probe_summary(probes.probe, design_batch(probes, dists)))
     result.param_importances = result.importances()
     return result
 
@@ -59,9 +60,9 @@ def _lr_find_summary(lf: Any, sp: SearchSpace, own: bool) -> Optional[dict[str, 
             "lr_bounds": list(lr_bounds_from_curve(lf, sp.entries["lr"].margin))}
 
 
-def _probe_summary(pr: Any) -> Optional[dict[str, Any]]:
+def _probe_summary(pr: Any, design: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]:
     if pr is None:
         return None
     return {"max_batch": pr.max_batch, "critical_batch": pr.critical_batch, "samples": pr.samples,
             "updates": pr.updates, "seconds": pr.seconds, "critical_batch_range": pr.critical_batch_range,
-            "noise_not_measured": pr.settings.get("noise_not_measured")}
+            "noise_not_measured": pr.settings.get("noise_not_measured"), "design_batch": design}

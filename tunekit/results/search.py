@@ -327,8 +327,7 @@ class SearchResult(Result):
                      + f"{self._full_trials():.2f} full trials), {self.seconds:.1f} s")
         lines.append(self._device_line())
         lines += self._lr_source()
-        if (self.probe or {}).get("noise_not_measured"):  # why the batch choices centre where they do
-            lines.append(f"critical batch {self.probe['noise_not_measured']}")  # type: ignore[index]
+        lines += self._batch_source()
         if self.best_value is not None:
             lines.append(f"best {self.objective} {self.best_value:.4f}: "
                          + ", ".join(f"{k}={_fmt(v)}" for k, v in sorted(self.best_config.items())))
@@ -372,6 +371,23 @@ class SearchResult(Result):
         run = f" for a run of one trial ({lf['run_steps']:,} updates)" if lf.get("run_steps") else ""
         more = "" if lf.get("refined") else "; --lr-find FILE seeds the search with a refined one"
         return [f"LR seeded from the search's own range test: {lf['suggestion']:.3g}{run} ({how}{more})"]
+
+    def _batch_source(self) -> list[str]:
+        """Why the batch choices centre where they do, and which way the design's batch step went (the
+        probe's stored timed steps decided it)."""
+        probe = self.probe or {}
+        lines = [f"critical batch {probe['noise_not_measured']}"] if probe.get("noise_not_measured") else []
+        d = probe.get("design_batch")
+        stepped = d and (2 * d["batch"] if d["doubled"] else d["batch"] / 4)
+        # Said where the design has that point (not where the last point went to the task's own LR).
+        if d and d.get("twice_share") is not None and any(
+                t["number"] < d.get("design_trials", 5) and t["params"].get("batch") == stepped for t in self.trials):
+            step = f"twice the batch, {stepped:g}" if d["doubled"] else f"a quarter of the batch, {stepped:g}"
+            how = "at most" if d["doubled"] else "over"
+            lines.append(f"design's batch step: {step}; the timed steps price an update of {2 * d['batch']:g} at "
+                         f"{d['twice_share']:.2f} of two of {d['batch']:g} ({how} {d['unsaturated']:g}: "
+                         + ("the device is not saturated)" if d["doubled"] else "the same samples cost about the same time)"))
+        return lines
 
     def summary(self, out: str | Path | None = None) -> str:
         """:meth:`table`, what the search cost, where it is, and how to re-run its best trial
