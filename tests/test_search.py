@@ -825,12 +825,15 @@ def test_the_noise_scale_is_measured_only_where_it_is_cheap_next_to_a_trial(tmp_
     task = classification_task()
     updates, samples = noise_cost()
     cheap = int(max(updates, samples / task.batch_size) / NOISE_SHARE) + 1  # updates a trial where it is cheap
+    ran_at = SimpleNamespace(settings={"batch_size": task.batch_size})  # a range test's batch to centre on
     for steps, measured in ((cheap, True), (cheap // 2, False)):
         inputs = prepare_inputs(task, "from_scratch", SearchSettings(budget=f"{steps}updates"))
-        repeats, why = noise_repeats(inputs)
+        repeats, why = noise_repeats(inputs, ran_at)
         assert (repeats == NOISE_REPEATS and why is None) if measured else (repeats == 0 and "% of one trial" in why)
+    # Without a range test's batch, the estimate is the centre itself: measured, however dear.
+    assert noise_repeats(inputs, None) == (NOISE_REPEATS, None)
     no_batch = prepare_inputs(task, str(write_space(tmp_path, SMALL)), SearchSettings(budget=f"{cheap}updates"))
-    assert noise_repeats(no_batch) == (0, "not measured: the space has no batch to centre")
+    assert noise_repeats(no_batch, ran_at) == (0, "not measured: the space has no batch to centre")
     # A short search: the probe skipped it (its cost is not in the probes'), the choices centre on the
     # range test's batch, and the table says why.
     r = search(task, "from_scratch", trials=1, max_steps=20, device="cpu", memory_budget="256MiB")
@@ -851,7 +854,16 @@ def test_l2_inside_an_adaptive_optimizer_is_searched_over_its_own_range(tmp_path
     assert is_adaptive_l2(torch.optim.Adam(p)) and is_adaptive_l2(torch.optim.RMSprop(p))
     assert is_adaptive_l2(torch.optim.NAdam(p)) and is_adaptive_l2(torch.optim.Adagrad(p))
     assert not is_adaptive_l2(torch.optim.AdamW(p)) and not is_adaptive_l2(torch.optim.Adam(p, decoupled_weight_decay=True))
-    assert not is_adaptive_l2(torch.optim.SGD(p, lr=0.1, momentum=0.9))  # L2 and decoupled decay agree for SGD
+    assert not is_adaptive_l2(torch.optim.SGD(p, lr=0.1, momentum=0.9))  # SGD's L2 is decay: no normalisation
+    older = [torch.optim.Adam(p), torch.optim.AdamW(p)]  # as torch before 2.7 builds them: no flag in the group
+    for opt in older:
+        del opt.param_groups[0]["decoupled_weight_decay"]
+    assert is_adaptive_l2(older[0]) and not is_adaptive_l2(older[1])
+    # A shared study created before adaptive_l2 existed keeps its spec: an unset key is left out of it.
+    from tunekit.hpsearch.shared.workers import space_dict
+
+    assert "adaptive_l2" not in space_dict(load_space("classifier_head"))["entries"]["weight_decay"]
+    assert space_dict(load_space("from_scratch"))["entries"]["weight_decay"]["adaptive_l2"] == [1e-6, 1e-3]
 
     class Custom(torch.optim.Optimizer):  # unknown to torch: taken as decoupling
         def __init__(self, params: list) -> None:
@@ -896,9 +908,10 @@ def test_the_table_says_which_way_the_designs_batch_step_went(tmp_path: Path) ->
         pr.throughput = [{"batch": b, "samples_per_s": b / t} for b, t in times]
         r = search(task, "from_scratch", trials=5, max_steps=40, lr_find_result=lf, probe_result=pr, device="cpu")
         d = r.probe["design_batch"]
-        assert d["batch"] == 32 and d["doubled"] is doubled
-        assert r.trials[4]["params"]["batch"] == (64 if doubled else 8)
-        assert ("design's batch step: twice the batch, 64" if doubled else "a quarter of the batch, 8") in r.table()
+        assert (d["from"], d["step"], d["doubled"]) == (32, 64 if doubled else 8, doubled)
+        assert r.trials[4]["params"]["batch"] == d["step"]
+        assert f"design's batch step: 32 -> {d['step']}" in r.table()
+        assert ("the device is not saturated" if doubled else "over that, it quarters it") in r.table()
     # Where the suggestion is far from the task's own LR, the last point tries that LR: no batch step to report.
     r = search(far, "from_scratch", trials=5, max_steps=40, lr_find_result=lf, probe_result=pr, device="cpu")
-    assert "design's batch step" not in r.table()
+    assert "design's batch step" not in r.table() and r.probe["design_batch"] is None

@@ -18,7 +18,8 @@ from typing import Any, Optional
 
 from tunekit.errors import UsageError
 from tunekit.hpsearch.budget import Budget, price_budget, resolve_budget
-from tunekit.hpsearch.plan import MIN_UPDATES, Plan, is_adaptive_l2, initial_design, lr_rule_for, split_batch
+from tunekit.hpsearch.plan import (AROUND, LARGER, MIN_UPDATES, Plan, initial_design, is_adaptive_l2, lr_rule_for,
+                                   nearest_choice, split_batch)
 from tunekit.hpsearch.settings import SearchSettings
 from tunekit.hpsearch.study import enqueue_design
 from tunekit.inputs.resolve import check_saved
@@ -27,7 +28,7 @@ from tunekit.probes.step_time import update_seconds
 
 __all__ = ["SearchInputs", "Probes", "prepare_inputs", "run_probes", "priced", "make_plan", "design_size",
            "enqueue_seed_and_design", "probe_cap", "noise_repeats", "adaptive_l2", "larger_is_cheaper",
-           "twice_batch_share", "design_batch", "EVAL_SAMPLES", "DESIGN_TRIALS", "NOISE_SHARE"]
+           "twice_batch_share", "design_batch", "DESIGN_BATCH_ATTR", "EVAL_SAMPLES", "DESIGN_TRIALS", "NOISE_SHARE"]
 
 # Validation reads at most this many samples (the first ones, in the set's own order).
 EVAL_SAMPLES = 4096
@@ -37,11 +38,15 @@ PRICE_POINTS = 4
 # Twice the batch is "cheaper" where its update costs at most this share of two updates at the batch:
 # the same samples in at least 10% less device time (a saturated device's timings land near 1.0).
 UNSATURATED = 0.9
+# The study's user attribute that keeps the design's batch step (see design_batch).
+DESIGN_BATCH_ATTR = "tunekit_design_batch"
 # The search reads the noise scale for one thing: to move its batch choices' centre below the range
 # test's batch, where the estimate confidently excludes it (``batch_centre``); in none of the 18
 # studies of benchmarks/search_efficiency.py did it move. So the probe measures it only where it
 # costs at most this share of one full trial (in updates and in samples): from about 740 updates and
-# 32,000 samples a trial. Elsewhere the choices centre on the range test's batch, as they do when the estimate fails.
+# 32,000 samples a trial. Elsewhere the choices centre on the range test's batch, as they do when the
+# estimate fails. Always measured without a range test's batch (the estimate is then the centre) and
+# under a budget in device time (the trial's size is known only once this probe has timed its steps).
 NOISE_SHARE = 0.10
 
 
@@ -203,7 +208,7 @@ def run_probes(inputs: SearchInputs, settings: SearchSettings, existing: bool, s
         # are stored with the study, so its trials are the same on every run. No batch above what
         # the space can offer, or a budget in samples can use, is tried: those steps are the
         # probe's dearest, in samples and in time.
-        repeats, skipped = noise_repeats(inputs)
+        repeats, skipped = noise_repeats(inputs, found.lr_find)
         found.probe = probe(task, memory_budget=settings.memory_budget, throughput_points=PRICE_POINTS,
                             max_batch=probe_cap(inputs, found.lr_find), noise_repeats=repeats, **common)
         if skipped:
@@ -214,14 +219,16 @@ def run_probes(inputs: SearchInputs, settings: SearchSettings, existing: bool, s
     return found
 
 
-def noise_repeats(inputs: SearchInputs) -> tuple[int, Optional[str]]:
+def noise_repeats(inputs: SearchInputs, lr_find: Any = None) -> tuple[int, Optional[str]]:
     """The gradients the search's probe measures the noise scale with (0: not measured), and why none."""
     from tunekit.probes.batch_probe import NOISE_REPEATS, noise_cost
 
     if "batch" not in inputs.space.entries:
         return 0, "not measured: the space has no batch to centre"
     trial_updates = _trial_updates(inputs)
-    if trial_updates is None:  # a budget in device time, priced by this probe: the trial's size is not known yet
+    if trial_updates is None or reference_batch(lr_find) is None:
+        # A budget in device time is priced by this probe (the trial's size is not known yet); and
+        # without a range test's batch the noise scale is the centre itself.
         return NOISE_REPEATS, None
     updates, samples = noise_cost()
     share = max(updates / trial_updates, samples / inputs.budget.samples)
@@ -353,15 +360,20 @@ def larger_is_cheaper(probe: Any, batch: Optional[float]) -> bool:
     return share is not None and share <= UNSATURATED
 
 
-def design_batch(probes: Probes, dists: dict[str, Any]) -> Optional[dict[str, Any]]:
-    """What the design's batch step was and why, for the search's result: the centre batch, the price of
-    an update of twice it over two of it, the line it was held to, and whether the step doubled it."""
-    if "batch" not in dists or probes.probe is None:
+def design_batch(probe: Any, dists: dict[str, Any], centre: Optional[float], doubled: bool,
+                 design: list[dict[str, Any]]) -> Optional[dict[str, Any]]:
+    """The design's batch step, for the search's result: from which batch to which, the price of an
+    update of twice the centre over two of it, the line it was held to; None where the design has no
+    such point (too few design trials, or its last point went to the task's own LR)."""
+    if centre is None or "batch" not in dists:
         return None
-    centre = batch_centre(probes.probe, reference_batch(probes.lr_find))
-    share = twice_batch_share(probes.probe, centre)
-    return {"batch": centre, "twice_share": share, "unsaturated": UNSATURATED,
-            "doubled": share is not None and share <= UNSATURATED, "design_trials": DESIGN_TRIALS}
+    choices = dists["batch"].choices
+    base = nearest_choice(choices, centre)
+    step = nearest_choice(choices, centre * (LARGER[1] if doubled else AROUND[-1][1]))
+    if step == base or not any(p.get("batch") == step for p in design[1:]):
+        return None
+    return {"from": base, "step": step, "centre": float(centre), "twice_share": twice_batch_share(probe, centre),
+            "unsaturated": UNSATURATED, "doubled": doubled}
 
 
 def enqueue_seed_and_design(study: Any, dists: dict[str, Any], probes: Probes, n: int, trials: int,
@@ -373,6 +385,11 @@ def enqueue_seed_and_design(study: Any, dists: dict[str, Any], probes: Probes, n
     lf, pr = probes.lr_find, probes.probe
     lr = lf.suggestion if lf is not None and lf.suggestion and lf.confident else None
     centre = batch_centre(pr, reference_batch(lf)) if "batch" in dists else None
-    points = initial_design(dists, lr, centre, max(1, n), task_recipe, larger_batch=larger_is_cheaper(pr, centre))
-    enqueue_design(study, points[:trials])
-    return points[0]
+    # Twice the batch where it is cheaper and the space offers a larger batch than the centre's.
+    doubled = centre is not None and larger_is_cheaper(pr, centre) and (
+        nearest_choice(dists["batch"].choices, 2 * centre) > nearest_choice(dists["batch"].choices, centre))
+    design = initial_design(dists, lr, centre, max(1, n), task_recipe, larger_batch=doubled)[:trials]
+    enqueue_design(study, design)
+    # Said in the result (the study keeps it, for every worker and a resume).
+    study.set_user_attr(DESIGN_BATCH_ATTR, design_batch(pr, dists, centre, doubled, design))
+    return design[0]

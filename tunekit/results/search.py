@@ -378,15 +378,8 @@ class SearchResult(Result):
         probe = self.probe or {}
         lines = [f"critical batch {probe['noise_not_measured']}"] if probe.get("noise_not_measured") else []
         d = probe.get("design_batch")
-        stepped = d and (2 * d["batch"] if d["doubled"] else d["batch"] / 4)
-        # Said where the design has that point (not where the last point went to the task's own LR).
-        if d and d.get("twice_share") is not None and any(
-                t["number"] < d.get("design_trials", 5) and t["params"].get("batch") == stepped for t in self.trials):
-            step = f"twice the batch, {stepped:g}" if d["doubled"] else f"a quarter of the batch, {stepped:g}"
-            how = "at most" if d["doubled"] else "over"
-            lines.append(f"design's batch step: {step}; the timed steps price an update of {2 * d['batch']:g} at "
-                         f"{d['twice_share']:.2f} of two of {d['batch']:g} ({how} {d['unsaturated']:g}: "
-                         + ("the device is not saturated)" if d["doubled"] else "the same samples cost about the same time)"))
+        if d:
+            lines.append(f"design's batch step: {d['from']:g} -> {d['step']:g}" + _priced(d))
         return lines
 
     def summary(self, out: str | Path | None = None) -> str:
@@ -402,6 +395,17 @@ class SearchResult(Result):
         """The trials as trials.csv, beside search.json and search.png."""
         self.write_csv(out / "trials.csv")
         return [out / "trials.csv"]
+
+
+def _priced(design: dict[str, Any]) -> str:
+    """Why the design's batch step went the way it did: what the probe's timed steps priced."""
+    share, line, centre = design.get("twice_share"), design["unsaturated"], design["centre"]
+    if share is None:
+        return " (no timed steps to price a larger batch)"
+    why = ("the device is not saturated" if design["doubled"] else
+           "cheaper, but the space offers no larger batch" if share <= line else "over that, it quarters it")
+    return (f"; the timed steps price an update of {2 * centre:g} at {share:.2f} of two of {centre:g} "
+            f"(doubled at most {line:g}: {why})")
 
 
 def best_of(trials: list[dict[str, Any]], direction: str = "minimize") -> Optional[dict[str, Any]]:

@@ -299,8 +299,11 @@ def space_of(spec: dict[str, Any]) -> Any:
 def space_dict(sp: Any) -> dict[str, Any]:
     import dataclasses
 
+    # Keys added to Entry later are left out where unset: a study created before them still matches.
+    later = ("adaptive_l2",)
     return {"name": sp.name, "description": sp.description,
-            "entries": {n: dataclasses.asdict(e) for n, e in sp.entries.items()}}
+            "entries": {n: {k: v for k, v in dataclasses.asdict(e).items() if not (k in later and v is None)}
+                        for n, e in sp.entries.items()}}
 
 
 # --- stopped workers ------------------------------------------------------------------
