@@ -229,11 +229,12 @@ def _prepare(task: Any, space: str | SearchSpace, settings: SearchSettings, back
             probes.samples = int(opened.old_plan.get("probe_samples", probes.samples))
             probes.seconds = float(opened.old_plan.get("probe_seconds", probes.seconds))
         plan = make_plan(inputs, probes, settings)
-        dists = inputs.space.distributions(probes.lr_find, probes.probe, max_batch=largest_batch(plan),
-                                           adaptive_l2=adaptive_l2(inputs, settings.seed))
         if opened.old_dists:  # the space a study started with stays its space
             dists = {n: optuna.distributions.json_to_distribution(d) for n, d in opened.old_dists.items()}
             check_resume(opened.old_plan, plan.to_dict(), f"'{opened.name}'")
+        else:
+            dists = inputs.space.distributions(probes.lr_find, probes.probe, max_batch=largest_batch(plan),
+                                               adaptive_l2=adaptive_l2(inputs, settings.seed))
         spec = study_spec(task, settings, inputs.space, probes, plan, dists)
         if opened.spec is not None:
             check_spec(opened.spec, spec, opened.name)

@@ -387,7 +387,7 @@ def enqueue_seed_and_design(study: Any, dists: dict[str, Any], probes: Probes, n
     centre = batch_centre(pr, reference_batch(lf)) if "batch" in dists else None
     # Twice the batch where it is cheaper and the space offers a larger batch than the centre's.
     doubled = centre is not None and larger_is_cheaper(pr, centre) and (
-        nearest_choice(dists["batch"].choices, 2 * centre) > nearest_choice(dists["batch"].choices, centre))
+        nearest_choice(dists["batch"].choices, LARGER[1] * centre) > nearest_choice(dists["batch"].choices, centre))
     design = initial_design(dists, lr, centre, max(1, n), task_recipe, larger_batch=doubled)[:trials]
     enqueue_design(study, design)
     # Said in the result (the study keeps it, for every worker and a resume).

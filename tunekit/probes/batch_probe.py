@@ -59,7 +59,7 @@ __all__ = ["probe", "ProbeResult", "plan_batches", "scale_lr", "find_largest_bat
 # and as many at up to NOISE_MAX_ACCUM times it.
 NOISE_REPEATS = 12
 TASK_NOISE_WARMUP = 50
-NOISE_WARMUP_BATCH = 8 * 4
+NOISE_WARMUP_BATCH = 32
 NOISE_SMALL_BATCH = 8
 NOISE_MAX_ACCUM = 16
 
