@@ -37,14 +37,14 @@ test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow"
 
 bench: $(STAMP)
-	$(PY) benchmarks/step_overhead.py
-	$(PY) benchmarks/lr_regret.py
-	$(PY) benchmarks/probe_accuracy.py
-	$(PY) benchmarks/search_efficiency.py
-	$(PY) benchmarks/lr_batch.py --loto
-	$(PY) benchmarks/ray_overhead.py
-	$(PY) benchmarks/shared_study.py
-	$(PY) benchmarks/shared_study_load.py
+	$(PY) -m benchmarks.step_overhead
+	$(PY) -m benchmarks.lr_regret
+	$(PY) -m benchmarks.probe_accuracy
+	$(PY) -m benchmarks.search_efficiency
+	$(PY) -m benchmarks.lr_batch --loto
+	$(PY) -m benchmarks.ray_overhead
+	$(PY) -m benchmarks.shared_study
+	$(PY) -m benchmarks.shared_study_load
 
 clean:
 	rm -rf $(VENV) *.egg-info

@@ -1,7 +1,7 @@
 """A zoo of broken training set-ups, each with one known fault, and healthy ones: does `tunekit.doctor`
 find each fault with the check meant for it, and leave the healthy ones alone?
 
-    python benchmarks/doctor_zoo.py            # every set-up; the last line is the score
+    python -m benchmarks.doctor_zoo            # every set-up; the last line is the score
 
 For each set-up it prints the expected finding and what doctor reported (warnings and failures).
 A fault counts as found when its check reports it (fail, or warn for the soft ones); a healthy
@@ -19,7 +19,6 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Optional
 
@@ -28,7 +27,6 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tunekit.builtin import builtin_task  # noqa: E402
 from tunekit.builtin.shapes import make_shapes  # noqa: E402
@@ -37,8 +35,7 @@ from tunekit.inputs.data import BatchStream  # noqa: E402
 from tunekit.inputs.resolve import resolve_inputs  # noqa: E402
 from tunekit.training.step import TrainStep  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import hardware  # noqa: E402
+from benchmarks._common import hardware  # noqa: E402
 
 DIM, CLASSES, N = 16, 4, 512
 

@@ -12,7 +12,7 @@ fails, and 0 with one SKIP line where there is no CUDA device.
 4. A fractional-GPU packing that the real GPU's memory cannot hold is refused.
 5. Ray trials on 2 logical slices of one GPU: each trial trains on CUDA.
 
-    python benchmarks/gpu_check.py
+    python -m benchmarks.gpu_check
 """
 
 from __future__ import annotations
@@ -21,12 +21,10 @@ import sys
 import tempfile
 import traceback
 from collections.abc import Callable
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import hardware  # noqa: E402
+from benchmarks._common import hardware  # noqa: E402
 
 import tunekit  # noqa: E402
 
@@ -75,7 +73,7 @@ def check_real_oom() -> str:
 
 
 def check_memory_model() -> str:
-    from probe_accuracy import measure, predict
+    from benchmarks.probe_accuracy import measure, predict
 
     ratios = {}
     for batch in (64, 256, 1024):

@@ -26,7 +26,7 @@ mean regret, per budget) and its regret on the held-out task is the figure. Prin
 tunekit's rule (chosen from these figures, so in-sample) and the textbook one it replaced
 (linear for SGD, square root for adaptive optimizers, whatever the budget).
 
-    python benchmarks/lr_batch.py [--tasks a,b] [--loto]   # runs what the cache lacks
+    python -m benchmarks.lr_batch [--tasks a,b] [--loto]   # runs what the cache lacks
 
 Runs are cached in ``benchmarks/.cache/lr_batch/TASK.json`` (``--cache DIR``); one process per
 core (``--tasks``) fills them in parallel.
@@ -38,7 +38,6 @@ import argparse
 import json
 import math
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -46,9 +45,8 @@ from typing import Any
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import hardware  # noqa: E402
-from search_tasks import TASKS  # noqa: E402
+from benchmarks._common import hardware  # noqa: E402
+from benchmarks.search_tasks import TASKS  # noqa: E402
 
 import tunekit  # noqa: E402
 from tunekit.hpsearch.plan import lr_rule_for  # noqa: E402

@@ -12,10 +12,10 @@ the best seed-mean loss sits at that end, or (at the top) while the top LR has
 neither diverged nor degraded, i.e. its loss is still less than
 L* + 20% of (untrained loss - L*); at most two decades each way.
 
-    python benchmarks/lr_grid.py                  # run what is missing, print the table
-    python benchmarks/lr_grid.py --regenerate     # drop the JSON (and cached backbones), rerun all
-    python benchmarks/lr_grid.py --tasks a,b [--regenerate] [--seeds 3]
-    python benchmarks/lr_grid.py --table          # only print the table of what is there
+    python -m benchmarks.lr_grid                  # run what is missing, print the table
+    python -m benchmarks.lr_grid --regenerate     # drop the JSON (and cached backbones), rerun all
+    python -m benchmarks.lr_grid --tasks a,b [--regenerate] [--seeds 3]
+    python -m benchmarks.lr_grid --table          # only print the table of what is there
 
 A diverged run (non-finite loss) is stored with ``final_loss: null``; for the
 curve it counts as the untrained model's loss, and a finite final loss above
@@ -36,9 +36,8 @@ from typing import Any
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import hardware  # noqa: E402
-from lr_tasks import CACHE, TASKS  # noqa: E402
+from benchmarks._common import hardware  # noqa: E402
+from benchmarks.lr_tasks import CACHE, TASKS  # noqa: E402
 
 import tunekit  # noqa: E402
 from tunekit.training.step import resolve_device  # noqa: E402
@@ -237,7 +236,7 @@ def main() -> None:
             for p in CACHE.glob("*.pt"):  # the pretrained backbones too
                 p.unlink()
     data["hardware"] = hardware()
-    data["command"] = "python benchmarks/lr_grid.py --regenerate"
+    data["command"] = "python -m benchmarks.lr_grid --regenerate"
     data["lrs"] = f"10^(k/{PER_DECADE}), k integer"
     print(f"hardware: {data['hardware']}", flush=True)
     start = time.perf_counter()

@@ -15,8 +15,8 @@ Then, without ``--grid-only``: ``lr_find`` as it is today (short runs, whatever 
 suggestion against the best LR at each length, and its regret at the longest length (interpolated over
 log LR on that length's seed-mean curve).
 
-    python benchmarks/lr_horizon.py --grid-only [--tasks a,b] [--seeds 2] [--lengths 300,1000,3000] [--recompute]
-    python benchmarks/lr_horizon.py [--tasks a,b] [--seeds 2] [--lengths 300,1000,3000]
+    python -m benchmarks.lr_horizon --grid-only [--tasks a,b] [--seeds 2] [--lengths 300,1000,3000] [--recompute]
+    python -m benchmarks.lr_horizon [--tasks a,b] [--seeds 2] [--lengths 300,1000,3000]
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ import argparse
 import json
 import math
 import os
-import sys
 import sysconfig
 import time
 from collections.abc import Callable
@@ -38,9 +37,8 @@ import torch
 from torch import nn
 from torch.utils.data import TensorDataset
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import hardware  # noqa: E402
-from lr_tasks import mlp, teacher_regression  # noqa: E402
+from benchmarks._common import hardware  # noqa: E402
+from benchmarks.lr_tasks import mlp, teacher_regression  # noqa: E402
 
 import tunekit  # noqa: E402
 from tunekit.builtin.charlm import VOCAB, CharTransformer, lm_loss  # noqa: E402

@@ -12,7 +12,7 @@ and 15,000 for the three cheap tasks) and 5 finder seeds:
 Regret is interpolated over log LR on the grid's seed-mean curve at N; cost is samples over the N-update
 run's samples, the sweep included.
 
-    python benchmarks/lr_horizon_eval.py [--seeds 5] [--tasks a,b]   (the finds are cached in data/)
+    python -m benchmarks.lr_horizon_eval [--seeds 5] [--tasks a,b]   (the finds are cached in data/)
 """
 
 from __future__ import annotations
@@ -20,16 +20,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import hardware  # noqa: E402
-from lr_horizon import TASKS, at, load  # noqa: E402
+from benchmarks._common import hardware  # noqa: E402
+from benchmarks.lr_horizon import TASKS, at, load  # noqa: E402
 
 import tunekit  # noqa: E402
 from tunekit.probes.refine_plan import from_two_lengths  # noqa: E402

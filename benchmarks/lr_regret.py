@@ -12,7 +12,7 @@ counts as the untrained model's loss; a suggestion beyond the grid takes the
 edge's value). The finder's cost is its wall time over the time of the same
 number of plain training updates.
 
-    python benchmarks/lr_regret.py [--seeds 2] [--finder-seeds 3] [--tasks shapes,charlm,shapes-sgd]
+    python -m benchmarks.lr_regret [--seeds 2] [--finder-seeds 3] [--tasks shapes,charlm,shapes-sgd]
 
 Besides the rules that lr_find reports, a few candidate default rules are
 scored on the same curves; the best of them became tunekit's default.
@@ -23,15 +23,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
-import sys
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import hardware  # noqa: E402
+from benchmarks._common import hardware  # noqa: E402
 
 import tunekit  # noqa: E402
 from tunekit.probes import lr_rules as suggest  # noqa: E402

@@ -21,7 +21,7 @@ the seeds per task and its regret by lr_find's confidence. ``--repeats R``: the
 spread of ``lr_find(task, repeats=R)``. ``--cost``: the finder against the same
 number of plain updates, interleaved.
 
-    python benchmarks/lr_rules.py [--tasks a,b] [--refind] [--loto] [--repeats 3] [--cost]
+    python -m benchmarks.lr_rules [--tasks a,b] [--refind] [--loto] [--repeats 3] [--cost]
 """
 
 from __future__ import annotations
@@ -39,10 +39,9 @@ from typing import Any
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import hardware  # noqa: E402
-from lr_grid import GRID_JSON, curve, load, loss_at, summary  # noqa: E402
-from lr_tasks import TASKS  # noqa: E402
+from benchmarks._common import hardware  # noqa: E402
+from benchmarks.lr_grid import GRID_JSON, curve, load, loss_at, summary  # noqa: E402
+from benchmarks.lr_tasks import TASKS  # noqa: E402
 
 import tunekit  # noqa: E402
 from tunekit.probes import lr_rules as suggest  # noqa: E402
@@ -519,7 +518,7 @@ def main() -> None:
     names = args.tasks.split(",") if args.tasks else [n for n in TASKS if grid["tasks"].get(n, {}).get("runs")]
     missing = [n for n in names if not grid["tasks"].get(n, {}).get("runs")]
     if missing:
-        sys.exit(f"no grid for {', '.join(missing)}: run python benchmarks/lr_grid.py --tasks {','.join(missing)}")
+        sys.exit(f"no grid for {', '.join(missing)}: run python -m benchmarks.lr_grid --tasks {','.join(missing)}")
     print(f"hardware: {hardware()}", flush=True)
     if args.cost:
         print(cost_table())

@@ -9,16 +9,14 @@ large test set the finder never sees. The finder is called as a notebook user ca
 the training data, the loss, no validation data; five finder seeds. Regret at the suggestion is
 interpolated over log LR on the grid's seed-mean curve.
 
-    python benchmarks/lr_small_data.py [--seeds 3] [--finder-seeds 5]
+    python -m benchmarks.lr_small_data [--seeds 3] [--finder-seeds 5]
 """
 
 from __future__ import annotations
 
 import argparse
 import math
-import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -26,8 +24,7 @@ import torch
 from torch import nn
 from torch.utils.data import TensorDataset
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import hardware  # noqa: E402
+from benchmarks._common import hardware  # noqa: E402
 
 import tunekit  # noqa: E402
 

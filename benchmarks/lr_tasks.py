@@ -41,10 +41,7 @@ from torch.utils.data import TensorDataset
 import tunekit
 from tunekit import Task
 
-try:  # run as a script from benchmarks/ or imported as benchmarks.lr_tasks
-    from search_tasks import LM_VOCAB, GratingCNN, TinyGPT, _LM_INDEX, gratings, lm_loss
-except ImportError:  # pragma: no cover
-    from benchmarks.search_tasks import LM_VOCAB, GratingCNN, TinyGPT, _LM_INDEX, gratings, lm_loss
+from benchmarks.search_tasks import LM_VOCAB, GratingCNN, TinyGPT, _LM_INDEX, gratings, lm_loss
 
 __all__ = ["Spec", "TASKS", "CACHE", "LoRALinear", "add_lora"]
 

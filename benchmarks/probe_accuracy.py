@@ -35,7 +35,7 @@ The true largest batch is searched with that measurement: the line through the m
 at 1/2 and 1 of the recommended batch gives a first guess, then brackets of 0.3% are measured
 until one batch fits and the next does not.
 
-    python benchmarks/probe_accuracy.py
+    python -m benchmarks.probe_accuracy
 """
 
 from __future__ import annotations
@@ -55,8 +55,7 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_flatten
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import hardware  # noqa: E402
+from benchmarks._common import hardware  # noqa: E402
 
 import tunekit  # noqa: E402
 from tunekit.bytesize import parse_bytes  # noqa: E402

@@ -22,7 +22,7 @@ last about one second each. For each backend:
 It also watches the driver's memory (RSS) over a longer run of short trials:
 it should stay flat as trials finish.
 
-    python benchmarks/ray_overhead.py [--trials 20] [--target-seconds 1.0] [--memory-trials 60]
+    python -m benchmarks.ray_overhead [--trials 20] [--target-seconds 1.0] [--memory-trials 60]
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ import argparse
 import logging
 import os
 import statistics
-import sys
 import tempfile
 import threading
 import time
@@ -39,8 +38,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import hardware  # noqa: E402
+from benchmarks._common import hardware  # noqa: E402
 
 import tunekit  # noqa: E402
 

@@ -37,9 +37,9 @@ Every run (task, strategy, seed) and the grid are cached as JSON under
 ``--cache``, so an interrupted run resumes, tasks can run in separate processes,
 and ``--report`` prints the tables from the cache without training:
 
-    python benchmarks/search_efficiency.py --tasks cnn_adamw,mlp_sgd &
-    python benchmarks/search_efficiency.py --tasks tiny_lm &
-    wait; python benchmarks/search_efficiency.py --report
+    python -m benchmarks.search_efficiency --tasks cnn_adamw,mlp_sgd &
+    python -m benchmarks.search_efficiency --tasks tiny_lm &
+    wait; python -m benchmarks.search_efficiency --report
 
 The report also gives tunekit's seconds per update against the peers' loop at the same
 batch (both train through ``tunekit.train``; tunekit's trials also write each evaluation to
@@ -83,9 +83,8 @@ os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
 
 import torch  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import hardware  # noqa: E402
-from search_tasks import TASKS  # noqa: E402
+from benchmarks._common import hardware  # noqa: E402
+from benchmarks.search_tasks import TASKS  # noqa: E402
 
 import tunekit  # noqa: E402
 
@@ -203,13 +202,22 @@ def run_optuna_sh(task: tunekit.Task, budget: int, seed: int, n_trials: int) -> 
 _WORKER_TASKS: dict[str, tunekit.Task] = {}
 
 
+def task_by_name(name: str) -> tunekit.Task:
+    """One of this benchmark's own tasks, else a corpus task (benchmarks/corpus)."""
+    if name in TASKS:
+        return TASKS[name](None)
+    from benchmarks.corpus import build
+
+    return build(name)
+
+
 def _ray_trial(config: dict[str, Any], task_name: str, budget: int, seed: int) -> None:
     """One Ray Tune trial: reports loss and samples at each evaluation, the last one marked complete."""
     from ray import tune
 
     torch.set_num_threads(1)
     if task_name not in _WORKER_TASKS:  # built once a worker: reused actors skip building the data
-        _WORKER_TASKS[task_name] = TASKS[task_name](None)
+        _WORKER_TASKS[task_name] = task_by_name(task_name)
     task = _WORKER_TASKS[task_name]
     batch = int(config["batch_size"])
     updates = max(1, budget // batch)
@@ -240,7 +248,11 @@ def start_ray() -> float:
     if ray.is_initialized():
         return 0.0
     t0 = time.perf_counter()
-    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    # The workers import this module as benchmarks.search_efficiency: the repository's root on their path.
+    root = str(Path(__file__).resolve().parents[1])
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
+    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
+             runtime_env={"env_vars": {"PYTHONPATH": path}})
     host = ray.util.get_node_ip_address()
     if host != "127.0.0.1":
         raise SystemExit(f"Ray listens on {host}, not on loopback: refusing to run")

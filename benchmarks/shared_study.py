@@ -18,7 +18,7 @@ Figures:
 - with one worker frozen mid-trial (SIGSTOP: its process lives, its heartbeat stops, as with
   a hung or cut-off machine): the same, found by the heartbeat's grace period G alone.
 
-    python benchmarks/shared_study.py [--trials 12] [--grace 5]
+    python -m benchmarks.shared_study [--trials 12] [--grace 5]
 """
 
 from __future__ import annotations
@@ -37,8 +37,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import hardware  # noqa: E402
+from benchmarks._common import hardware  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SPACE = """

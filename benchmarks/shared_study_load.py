@@ -14,7 +14,7 @@ time in the study beside its training (from asked to told, less the training's o
 claiming, sampling, reporting, telling; on a machine of few cores, also the wait for a core), p50
 and p99, against the one process.
 
-    python benchmarks/shared_study_load.py [--workers 32] [--trials 96] [--grace 10]
+    python -m benchmarks.shared_study_load [--workers 32] [--trials 96] [--grace 10]
 """
 
 from __future__ import annotations
@@ -33,9 +33,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import hardware  # noqa: E402
-from shared_study import SPACE, Postgres, _popen, _study  # noqa: E402
+from benchmarks._common import hardware  # noqa: E402
+from benchmarks.shared_study import SPACE, Postgres, _popen, _study  # noqa: E402
 
 TASK = f"{Path(__file__).resolve().parent / 'shared_study.py'}:make_task"
 

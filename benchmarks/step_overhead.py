@@ -6,7 +6,7 @@ K forward/backward passes under autocast with the loss scaled by 1/K, read the
 loss once, clip the global grad norm, step AdamW. The runs are interleaved and
 repeated, and the median time per optimizer update is compared.
 
-    python benchmarks/step_overhead.py [--repeats 5] [--steps 100]
+    python -m benchmarks.step_overhead [--repeats 5] [--steps 100]
 
 Prints per-configuration median times and the median of the paired ratios
 tunekit / hand-written (1.00 = no overhead).
@@ -17,15 +17,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
-import sys
 import time
-from pathlib import Path
 
 import torch
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import hardware, median  # noqa: E402
+from benchmarks._common import hardware, median  # noqa: E402
 
 import tunekit  # noqa: E402
 from tunekit.training.schedule import lr_schedule  # noqa: E402

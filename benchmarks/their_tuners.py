@@ -12,7 +12,7 @@
    best configuration is trained again by the Trainer from other seeds; reported: that mean
    validation loss, and the samples each search spent (probes included).
 
-    python benchmarks/their_tuners.py [--seeds 2] [--trials 6] [--parts lightning,hf]
+    python -m benchmarks.their_tuners [--seeds 2] [--trials 6] [--parts lightning,hf]
 
 Every run is on the CPU with one thread; the hardware is printed.
 """
@@ -23,11 +23,9 @@ import argparse
 import copy
 import dataclasses
 import math
-import sys
 import tempfile
 import warnings
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -35,8 +33,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import hardware  # noqa: E402
+from benchmarks._common import hardware  # noqa: E402
 
 import tunekit  # noqa: E402
 from tunekit.integrations import training_arguments  # noqa: E402

@@ -2,17 +2,14 @@
 curve, the regret of a rule and the leave-one-task-out choice of one."""
 
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 import torch
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from lr_grid import curve, loss_at, lr_of, summary  # noqa: E402
-from lr_rules import candidates, loto_select, regrets_of  # noqa: E402
-from lr_tasks import FrozenFeatures, add_lora  # noqa: E402
+from benchmarks.lr_grid import curve, loss_at, lr_of, summary
+from benchmarks.lr_rules import candidates, loto_select, regrets_of
+from benchmarks.lr_tasks import FrozenFeatures, add_lora
 
 
 def test_lora_starts_at_the_base_model_and_trains_only_adapters() -> None:

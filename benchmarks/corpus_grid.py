@@ -1,0 +1,36 @@
+"""Run the corpus's ground-truth LR grids (benchmarks/harness/grid.py says how), one task after another.
+
+    python -m benchmarks.corpus_grid [--tasks a,b] [--shard I/N] [--seeds 2] [--lengths]
+
+``--shard I/N`` runs every N-th task from the I-th (one process a core: ``--shard 0/2`` and ``1/2``);
+``--lengths`` also grids the long-horizon tasks at a quarter of their planned run.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from benchmarks.corpus import CORPUS
+from benchmarks.harness import grid
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.corpus_grid", description=__doc__)
+    ap.add_argument("--tasks", default="")
+    ap.add_argument("--shard", default="0/1")
+    ap.add_argument("--seeds", type=int, default=2)
+    ap.add_argument("--lengths", action="store_true")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    names = args.tasks.split(",") if args.tasks else list(CORPUS)
+    i, n = map(int, args.shard.split("/"))
+    for name in names[i::n]:
+        grid.ensure(name, args.seeds)
+        if args.lengths and CORPUS[name].family == "long-horizon":
+            grid.ensure(name, args.seeds, steps=CORPUS[name].run_steps // 4)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,237 @@
+"""The LR suggestion on the whole corpus, family by family, against the rules users have.
+
+For every corpus task: ``tunekit.lr_find(task, run_steps=<the planned run>, seed=s)`` for five finder
+seeds, called as a user calls it (a small-data task without its validation set). Each answer is scored by
+the task's ground-truth grid (``python -m benchmarks.corpus_grid``): regret = (L(lr) - L*) / L*, L
+interpolated over log LR on the grid's seed-mean curve. Beside it, on the same sweeps, the rules users
+have: fastai's valley, the steepest slope (torch-lr-finder), the minimum over 10, and Lightning's
+``suggestion()`` (the steepest gradient of its smoothed loss, skipping 10 points at the start and 1 at
+the end). Spread: log10(max / min) of the five seeds' answers. Cost: the samples lr_find drew, as a
+share of the planned run's (run x batch).
+
+Leave-one-family-out (``benchmarks/harness/lofo.py``): among curve-only rules (a point of the curve,
+divided by k, one k for all or one per optimizer family), the rule chosen on the other families is
+scored on the family left out. tunekit's shipped rule was chosen on the older 12-task LR benchmark:
+its tasks that the corpus keeps are marked * (in-sample).
+
+    python -m benchmarks.corpus_lr [--tasks a,b] [--seeds 5] [--refind] [--quick]
+
+Finder runs are cached in benchmarks/data/corpus_lr_finds/ (``--refind`` runs them again).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+import tunekit
+from benchmarks.corpus import CORPUS, entry
+from benchmarks.harness import grid, lofo, report
+from tunekit.probes import lr_rules as suggest
+
+FINDS = Path(__file__).resolve().parent / "data" / "corpus_lr_finds"
+PEERS = ("valley", "steepest", "min/10", "lightning")
+DIVISORS = (1, 1.5, 2, 3, 5, 10)
+LONG = 1000  # planned runs of at least this many updates are "long" (the LR issue's split)
+
+
+def in_sample() -> set[str]:
+    """The corpus tasks tunekit's shipped LR rule was chosen on (the older 12-task benchmark)."""
+    from benchmarks.lr_tasks import TASKS
+
+    return set(TASKS)
+
+
+def lightning_rule(lrs: list[float], losses: list[float], skip_begin: int = 10, skip_end: int = 1) -> float | None:
+    """Lightning's ``_LRFinder.suggestion()``: its loss is an exponential moving average (beta 0.98,
+    bias-corrected) of the raw losses; the suggestion is the LR at the steepest (most negative)
+    gradient of that curve, the first ``skip_begin`` and last ``skip_end`` points left out."""
+    beta, avg, smoothed = 0.98, 0.0, []
+    for i, v in enumerate(losses):
+        if v is None or not math.isfinite(v):
+            break
+        avg = beta * avg + (1 - beta) * v
+        smoothed.append(avg / (1 - beta ** (i + 1)))
+    y = np.array(smoothed[skip_begin: len(smoothed) - skip_end])
+    if len(y) < 2:
+        return None
+    return float(lrs[skip_begin + int(np.gradient(y).argmin())])
+
+
+def find_once(name: str, seed: int) -> dict[str, Any]:
+    e = entry(name)
+    task = e.make()
+    if not e.finder_val:
+        task = dataclasses.replace(task, val_data=None)
+    r = tunekit.lr_find(task, run_steps=e.run_steps, seed=seed, progress=False, device="cpu")
+    ref = r.refinement or {}
+    losses = [v if v is not None and math.isfinite(v) else None for v in r.losses]
+    return {"seed": seed, "suggestion": r.suggestion, "suggestions": r.suggestions,
+            "lightning": lightning_rule(r.lrs, losses), "lrs": list(r.lrs), "losses": losses,
+            "family": r.settings.get("family"), "samples": int(r.samples), "sweep_updates": len(r.lrs),
+            "refine_updates": int(ref.get("updates") or 0), "refined": bool(ref), "confident": bool(r.confident),
+            "seconds": round(r.seconds, 3), "not_refined": r.settings.get("not_refined")}
+
+
+def finds(name: str, seeds: int, refind: bool, root: Path = FINDS) -> list[dict[str, Any]]:
+    path = root / f"{name}.json"
+    have = json.loads(path.read_text()) if path.exists() and not refind else {"command": report.command(),
+                                                                              "commit": report.commit(), "runs": []}
+    done = {r["seed"] for r in have["runs"]}
+    for s in range(seeds):
+        if s not in done:
+            have["runs"].append(find_once(name, s))
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".tmp{os.getpid()}")
+            tmp.write_text(json.dumps(have) + "\n")
+            tmp.replace(path)
+    return sorted(have["runs"], key=lambda r: r["seed"])[:seeds]
+
+
+def spread(lrs: list[float | None]) -> float:
+    v = [x for x in lrs if x]
+    return float(math.log10(max(v) / min(v))) if len(v) >= 2 else math.nan
+
+
+@dataclasses.dataclass
+class TaskScore:
+    name: str
+    truth: grid.Truth
+    picks: dict[str, list[float | None]]  # rule -> the seeds' LRs
+    share: float  # lr_find's samples / the planned run's
+    refined: bool
+
+    def regret(self, rule: str) -> float:
+        return float(np.mean([self.truth.regret(lr) for lr in self.picks[rule]]))
+
+
+def score_task(name: str, runs: list[dict[str, Any]], truth: grid.Truth) -> TaskScore:
+    e = CORPUS[name]
+    picks: dict[str, list[float | None]] = {"tunekit": [r["suggestion"] for r in runs]}
+    for p in PEERS:
+        picks[p] = [r["lightning"] if p == "lightning" else r["suggestions"].get(p) for r in runs]
+    planned = e.run_steps * e.batch
+    return TaskScore(name, truth, picks, float(np.median([r["samples"] / planned for r in runs])),
+                     any(r["refined"] for r in runs))
+
+
+def curve_rules() -> dict[str, Any]:
+    rules: dict[str, Any] = {f"{a}/{k:g}": suggest.divided(a, k) for a in suggest.ANCHORS for k in DIVISORS}
+    for a in suggest.ANCHORS:
+        for ks in DIVISORS:
+            for ka in DIVISORS:
+                rules[f"{a}/(sgd {ks:g}, adaptive {ka:g})"] = suggest.divided(a, {"sgd": ks, "adaptive": ka})
+    return rules
+
+
+def lofo_table(scores: dict[str, TaskScore], runs: dict[str, list[dict[str, Any]]]) -> str:
+    rules = curve_rules()
+    regret: dict[str, dict[str, float]] = {r: {} for r in rules}
+    for name, ts in scores.items():
+        curves = [suggest.prepare(r["lrs"], [math.nan if v is None else v for v in r["losses"]], family=r["family"])
+                  for r in runs[name]]
+        for rname, rule in rules.items():
+            regret[rname][name] = float(np.mean([ts.truth.regret(rule(c) if len(c.lrs) >= 3 else None) for c in curves]))
+    held = lofo.select(regret, {n: CORPUS[n].family for n in scores})
+    lines = ["Leave-one-family-out among curve-only rules (each family's rule chosen on the other families):",
+             f"{'held-out family':<15}{'rule chosen on the others':<34}{'mean':>8}{'worst':>8}   tunekit's shipped rule: mean / worst"]
+    for fam, h in held.items():
+        ship = [scores[t].regret("tunekit") for t in h.scores]
+        lines.append(f"{fam:<15}{h.rule:<34}{100 * h.mean:7.1f}%{100 * h.worst:7.1f}%   "
+                     f"{100 * np.mean(ship):.1f}% / {100 * max(ship):.1f}%")
+    means = [h.mean for h in held.values()]
+    lines.append(f"over families: held-out mean {100 * np.mean(means):.1f}%, worst family {100 * max(means):.1f}%")
+    return "\n".join(lines)
+
+
+def family_table(scores: dict[str, TaskScore]) -> str:
+    fams: dict[str, list[TaskScore]] = {}
+    for ts in scores.values():
+        fams.setdefault(CORPUS[ts.name].family, []).append(ts)
+    head = (f"{'family':<13}{'n':>3}  {'tunekit mean':>12}{'worst':>8}{'spread':>8}{'cost':>7}  "
+            + "".join(f"{p + ' mean/worst':>21}" for p in PEERS))
+    lines = ["Regret at the planned run, per family (mean over tasks of the mean over finder seeds; worst task):",
+             head, "-" * len(head)]
+    overall: dict[str, list[float]] = {r: [] for r in ("tunekit", *PEERS)}
+    for fam, tss in fams.items():
+        cells = []
+        for r in ("tunekit", *PEERS):
+            regs = [ts.regret(r) for ts in tss]
+            overall[r].append(float(np.mean(regs)))
+            cells.append((100 * float(np.mean(regs)), 100 * max(regs)))
+        sp = float(np.nanmedian([spread(ts.picks["tunekit"]) for ts in tss]))
+        cost = float(np.median([ts.share for ts in tss]))
+        lines.append(f"{fam:<13}{len(tss):>3}  {cells[0][0]:11.1f}%{cells[0][1]:7.1f}%{sp:8.2f}{100 * cost:6.1f}%  "
+                     + "".join(f"{m:12.1f}% /{w:6.1f}%" for m, w in cells[1:]))
+    lines.append("-" * len(head))
+    lines.append("over families (mean of family means; worst family): " + ", ".join(
+        f"{r} {100 * np.mean(v):.1f}% / {100 * max(v):.1f}%" for r, v in overall.items()))
+    for label, keep in (("planned runs < 1,000 updates", lambda e: e.run_steps < LONG),
+                        (">= 1,000 updates", lambda e: e.run_steps >= LONG)):
+        sel = [ts for ts in scores.values() if keep(CORPUS[ts.name])]
+        if sel:
+            lines.append(f"{label}: tunekit mean {100 * np.mean([ts.regret('tunekit') for ts in sel]):.1f}%, "
+                         f"worst task {100 * max(ts.regret('tunekit') for ts in sel):.1f}% ({len(sel)} tasks)")
+    lines.append("spread: median over the family's tasks of log10(max/min) of the 5 seeds' suggestions (decades); "
+                 "cost: median of lr_find's samples / the planned run's")
+    return "\n".join(lines)
+
+
+def task_table(scores: dict[str, TaskScore]) -> str:
+    inside = in_sample()
+    head = (f"{'task':<25}{'family':<13}{'run':>5}{'best lr':>9}{'tunekit (median)':>17}{'x best':>7}{'regret':>8}"
+            f"{'spread':>7}{'cost':>7}{'seed sd':>8}  " + "".join(f"{p:>10}" for p in PEERS))
+    lines = ["Per task (* the shipped rule's own benchmark: in-sample):", head, "-" * len(head)]
+    for name, ts in scores.items():
+        e = CORPUS[name]
+        v = [x for x in ts.picks["tunekit"] if x]
+        med = float(10 ** np.median(np.log10(v))) if v else math.nan
+        lines.append(f"{name + ('*' if name in inside else ''):<25}{e.family:<13}{e.run_steps:>5}{ts.truth.best_lr:9.3g}"
+                     f"{med:17.3g}{med / ts.truth.best_lr:7.2f}{100 * ts.regret('tunekit'):7.1f}%"
+                     f"{spread(ts.picks['tunekit']):7.2f}{100 * ts.share:6.1f}%{100 * ts.truth.seed_sd:7.1f}%  "
+                     + "".join(f"{100 * ts.regret(p):9.1f}%" for p in PEERS))
+    lines.append("seed sd: the grid's seed-to-seed sd of the final loss at the best LR, as a share of L* (a regret "
+                 "under it is within seed noise)")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.corpus_lr", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tasks", default="")
+    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--refind", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="one tiny task, two seeds, in a temporary folder")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    if args.quick:
+        names, seeds = ["iris_mlp_sgdm", "wine_mlp_adamw"], 2
+        tmp = Path(tempfile.mkdtemp(prefix="tk_corpus_lr_"))
+        grid_root, finds_root = tmp / "grid", tmp / "finds"
+    else:
+        names = args.tasks.split(",") if args.tasks else list(CORPUS)
+        seeds, grid_root, finds_root = args.seeds, grid.GRIDS, FINDS
+    scores, runs = {}, {}
+    for name in names:
+        if not args.quick and grid.load(name, root=grid_root) is None:
+            print(f"{name}: no grid yet (python -m benchmarks.corpus_grid --tasks {name}): left out", flush=True)
+            continue
+        truth = grid.ensure(name, 1 if args.quick else 2, root=grid_root, quiet=True)
+        runs[name] = finds(name, seeds, args.refind, finds_root)
+        scores[name] = score_task(name, runs[name], truth)
+        print(f"  {name}: regret {100 * scores[name].regret('tunekit'):.1f}%", flush=True)
+    body = "\n\n".join([family_table(scores), lofo_table(scores, runs), task_table(scores)])
+    report.write("corpus_lr", "The LR suggestion on the task corpus, by family", body, quick=args.quick)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,207 @@
+"""The search on the corpus, one task a family, against the searches and the LR-free optimizers users pick.
+
+Each task's full trial (1 FTE) is its planned run: ``run_steps`` updates at its batch. Arms, each seeded
+by the search seed s (every trial trains with seed s):
+
+- ``tunekit``: ``tunekit.search(task, "from_scratch", trials=N, budget="<FTE>samples")``, its probes
+  counted first;
+- ``random``, ``optuna_sh`` (TPE + successive halving), ``ray_asha`` (OptunaSearch + ASHA): the peers of
+  ``benchmarks/search_efficiency.py``, over its wide space, trials through ``tunekit.train``;
+- ``schedulefree`` and ``prodigy``: one run of 1 FTE at their defaults (``benchmarks/harness/lr_free.py``).
+
+Targets (``benchmarks/harness/costs.py``): ``expected`` = 1.02 x the ground-truth grid's best mean
+(``python -m benchmarks.corpus_grid``), and ``best known`` = 1.01 x the best final loss any arm found, frozen
+in benchmarks/data/corpus_search_targets.json the first time it is computed. Reported per family: FTE
+(samples), updates and device seconds to each target (medians over seeds; probes, pruned and failed
+trials included; a study that misses counts as inf), reached k/n, anytime best loss after 2/4/8/16 FTE.
+
+No constant of the search was fitted on these tasks (its constants come from benchmarks/search_tasks.py's
+four tasks, none of which is used here): every figure is held-out.
+
+    python -m benchmarks.corpus_search [--tasks a,b] [--seeds 3] [--trials 24] [--arms ...] [--shard I/N]
+    python -m benchmarks.corpus_search --report      # the tables from the cached runs
+    python -m benchmarks.corpus_search --quick       # one tiny task, one seed, 4 trials, in a temporary folder
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from benchmarks import search_efficiency as se
+from benchmarks.corpus import CORPUS
+from benchmarks.harness import costs, grid, lr_free, report
+
+#: One task a family: the cheapest real-data task of each that is not in the search's own benchmark.
+SEARCH_TASKS = ("digits_mlp_sgdm", "digits_cnn_bn_nesterov", "lstm_torchsrc_adam", "photo_pixels_huber_sgdm",
+                "wine_mlp_adamw", "photo_pixels_long_sgdm", "digits_ft_cnn_sgdm", "hf_digits_cls",
+                "const_digits_mlp_adam")
+SEARCHES = ("tunekit", "random", "optuna_sh", "ray_asha")
+FREE = ("schedulefree", "prodigy")
+ARMS = SEARCHES + FREE
+CACHE = Path(__file__).resolve().parent / ".cache" / "corpus_search"
+TARGETS = Path(__file__).resolve().parent / "data" / "corpus_search_targets.json"
+
+
+def fte_of(name: str) -> int:
+    return CORPUS[name].run_steps * CORPUS[name].batch
+
+
+def run_arm(arm: str, name: str, seed: int, trials: int) -> dict[str, Any]:
+    task, e = CORPUS[name].make(), CORPUS[name]
+    if arm in FREE:
+        return lr_free.run(arm, task, e.run_steps, e.batch, seed)
+    return se.run_strategy(arm, name, task, fte_of(name), seed, trials)
+
+
+def cached(cache: Path, arm: str, name: str, seed: int, trials: int, quiet: bool = False) -> dict[str, Any]:
+    path = cache / name / f"{arm}_seed{seed}_trials{1 if arm in FREE else trials}.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    run = run_arm(arm, name, seed, trials)
+    run.update(task=name, arm=arm, seed=seed, fte=fte_of(name))
+    se.save_json(path, run)
+    if not quiet:
+        print(f"  {name} seed {seed} {arm:<12} best {costs.best_value(run):.4f}  spent "
+              f"{costs.spent(run) / fte_of(name):5.2f} FTE  {run.get('seconds', 0):.1f} s", flush=True)
+    return run
+
+
+def fmt(v: float, spec: str = ".2f") -> str:
+    return "inf" if v == math.inf else ("-" if not math.isfinite(v) else format(v, spec))
+
+
+def arm_stats(runs: list[dict[str, Any]], target: float, fte: int) -> dict[str, float]:
+    out: dict[str, float] = {"n": len(runs), "reached": sum(math.isfinite(costs.to_target(r, target)) for r in runs)}
+    for cost in costs.COSTS:
+        vals = [costs.to_target(r, target, cost) for r in runs]
+        out[cost] = costs.median([v / fte if cost == "samples" else v for v in vals])
+    return out
+
+
+def family_block(name: str, runs: dict[str, list[dict[str, Any]]], truth: grid.Truth, quick: bool) -> tuple[str, dict[str, Any]]:
+    e, fte = CORPUS[name], fte_of(name)
+    found = min(costs.best_value(r) for rs in runs.values() for r in rs)
+    expected = costs.EXPECTED_MARGIN * truth.best
+    best_known = (costs.BEST_KNOWN_MARGIN * found if quick else
+                  costs.freeze(TARGETS, name, costs.BEST_KNOWN_MARGIN * found))
+    lines = [f"## {e.family}: {name} ({e.data}; {e.optimizer}, batch {e.batch}, {e.run_steps} updates = 1 FTE = "
+             f"{fte} samples)",
+             f"grid: best lr {truth.best_lr:.3g}, L* {truth.best:.4f}; targets: expected {expected:.4f} (1.02 x L*), "
+             f"best known {best_known:.4f} (1.01 x {best_known / costs.BEST_KNOWN_MARGIN:.4f}, frozen)"]
+    summary: dict[str, Any] = {"family": e.family}
+    for label, target in (("expected", expected), ("best known", best_known)):
+        lines.append(f"  to the {label} target: FTE (samples) | updates | device s | reached")
+        stats = {a: arm_stats(rs, target, fte) for a, rs in runs.items() if rs and a in SEARCHES}
+        for a, st in stats.items():
+            lines.append(f"    {a:<12}{fmt(st['samples']):>8} |{fmt(st['updates'], '.0f'):>7} |{fmt(st['seconds'], '.1f'):>7} |"
+                         f"{int(st['reached'])}/{int(st['n'])}")
+        peers = {a: st for a, st in stats.items() if a != "tunekit"}
+        if "tunekit" in stats and peers:
+            ratios = []
+            for cost in costs.COSTS:
+                best_peer = min(peers, key=lambda a: peers[a][cost])
+                r = stats["tunekit"][cost] / peers[best_peer][cost] if math.isfinite(peers[best_peer][cost]) else math.nan
+                ratios.append(f"{cost} {fmt(r, '.2f')} (vs {best_peer})")
+                summary[(label, cost)] = r
+            summary[(label, "reached")] = (int(stats["tunekit"]["reached"]), int(stats["tunekit"]["n"]),
+                                           max(int(p["reached"]) for p in peers.values()))
+            lines.append("    tunekit / best peer: " + ", ".join(ratios))
+    lines.append("  anytime: median best final loss after k FTE of samples (probes included)")
+    lines.append("    " + f"{'':<12}" + "".join(f"{k:>9}" for k in costs.ANYTIME))
+    for a, rs in runs.items():
+        if rs and a in SEARCHES:
+            at = costs.anytime(rs, fte)
+            lines.append(f"    {a:<12}" + "".join(f"{fmt(v, '.4f'):>9}" for v in at.values()))
+            summary[("anytime", a)] = at
+    tk_best = costs.median([costs.best_value(r) for r in runs.get("tunekit", [])])
+    tk_spent = costs.median([costs.spent(r) / fte for r in runs.get("tunekit", [])])
+    for a in FREE:
+        if runs.get(a):
+            v = costs.median([costs.best_value(r) for r in runs[a]])
+            summary[("free", a)] = (v, tk_best)
+            lines.append(f"  {a} at its defaults, 1 FTE: final loss {fmt(v, '.4f')} (median over seeds); tunekit's "
+                         f"best trial {fmt(tk_best, '.4f')} after {fmt(tk_spent)} FTE of search: "
+                         + ("tunekit better" if tk_best < v else "tunekit NOT better"))
+    return "\n".join(lines), summary
+
+
+def overview(summaries: dict[str, dict[str, Any]]) -> str:
+    lines = ["Overview, one task a family (tunekit's median over the best peer's median, in each cost; "
+             "reached: tunekit's k/n and the best peer's k):",
+             f"{'family':<13}{'expected: samples':>18}{'updates':>9}{'device s':>10}{'reached':>9}"
+             f"{'best known: samples':>21}{'reached':>9}{'8 FTE <= peers 16':>19}{'beats SF':>9}{'beats Prodigy':>14}"]
+    for name, s in summaries.items():
+        def g(k: tuple[str, str]) -> str:
+            return fmt(s.get(k, math.nan))
+
+        def reach(label: str) -> str:
+            r = s.get((label, "reached"))
+            return f"{r[0]}/{r[1]} ({r[2]})" if r else "-"
+
+        peers16 = [s[("anytime", a)][16] for a in SEARCHES[1:] if ("anytime", a) in s]
+        tk8 = s.get(("anytime", "tunekit"), {}).get(8, math.nan)
+        any_ok = "yes" if peers16 and tk8 <= min(peers16) else ("no" if peers16 else "-")
+        free = ["yes" if s[("free", a)][1] < s[("free", a)][0] else "no" if ("free", a) in s else "-" for a in FREE]
+        lines.append(f"{s['family']:<13}{g(('expected', 'samples')):>18}{g(('expected', 'updates')):>9}"
+                     f"{g(('expected', 'seconds')):>10}{reach('expected'):>9}{g(('best known', 'samples')):>21}"
+                     f"{reach('best known'):>9}{any_ok:>19}{free[0]:>9}{free[1]:>14}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.corpus_search", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tasks", default=",".join(SEARCH_TASKS))
+    ap.add_argument("--arms", default=",".join(ARMS))
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--trials", type=int, default=24)
+    ap.add_argument("--shard", default="0/1", help="I/N: run every N-th (task, seed) from the I-th")
+    ap.add_argument("--report", action="store_true", help="only the tables, from the cached runs")
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    names, arms = args.tasks.split(","), args.arms.split(",")
+    cache, seeds, trials, grid_root = CACHE, args.seeds, args.trials, grid.GRIDS
+    if args.quick:
+        tmp = Path(tempfile.mkdtemp(prefix="tk_corpus_search_"))
+        names, arms, seeds, trials = ["wine_mlp_adamw"], [a for a in ARMS if a != "ray_asha"], 1, 4
+        cache, grid_root = tmp / "runs", tmp / "grid"
+    i, n = map(int, args.shard.split("/"))
+    jobs = [(name, seed) for seed in range(seeds) for name in names]
+    try:
+        if not args.report:
+            for name, seed in jobs[i::n]:
+                for arm in arms:
+                    cached(cache, arm, name, seed, trials)
+        if args.report or n == 1:
+            blocks, summaries = [], {}
+            for name in names:
+                runs = {a: [json.loads(p.read_text()) for s in range(seeds)
+                            if (p := cache / name / f"{a}_seed{s}_trials{1 if a in FREE else trials}.json").exists()]
+                        for a in arms}
+                if not any(runs.values()):
+                    continue
+                truth = grid.ensure(name, 1 if args.quick else 2, root=grid_root, quiet=True)
+                block, summaries[name] = family_block(name, runs, truth, args.quick)
+                blocks.append(block)
+            body = "\n\n".join([overview(summaries), *blocks])
+            report.write("corpus_search", f"The search on the corpus, one task a family ({seeds} seeds, {trials} trials)",
+                         body, quick=args.quick)
+    finally:
+        import sys
+
+        if "ray" in sys.modules:
+            import ray
+
+            ray.shutdown()
+
+
+if __name__ == "__main__":
+    main()

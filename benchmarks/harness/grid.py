@@ -1,0 +1,183 @@
+"""Ground-truth LR grids: the planned run, trained in full at 3 LRs a decade, several seeds each.
+
+One JSON file a task and run length under ``benchmarks/data/corpus_grid/`` (``NAME.json`` for the
+planned run, ``NAME@STEPS.json`` for another length), written after every run, so an interrupted grid
+resumes, and each holding the command that made it. The grid starts from the corpus entry's range and
+grows a decade at an end while the best seed-mean loss sits at that end, or (at the top) while the top
+LR has neither diverged nor degraded (its loss under L* + 20% of (untrained - L*)); at most two decades
+each way. A diverged run counts as the untrained loss.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import tunekit
+from tunekit import TrainConfig
+
+PER_DECADE = 3
+DEGRADED = 0.2  # the top LR has degraded when its loss exceeds L* + DEGRADED * (untrained - L*)
+MAX_EXTEND = 2  # decades each way beyond the starting range
+GRIDS = Path(__file__).resolve().parent.parent / "data" / "corpus_grid"
+
+
+def lr_of(k: int) -> float:
+    return float(10 ** (k / PER_DECADE))
+
+
+def capped(loss: float | None, untrained: float) -> float:
+    return untrained if loss is None or not math.isfinite(loss) else min(loss, untrained)
+
+
+def curve(grid: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(k values, log10 LRs, seed-mean capped final loss) over the LRs that have all their seeds."""
+    untrained = grid["untrained_loss"]
+    by_k: dict[int, list[float]] = {}
+    for run in grid["runs"]:
+        by_k.setdefault(run["k"], []).append(capped(run["final_loss"], untrained))
+    seeds = grid["seeds"]
+    ks = np.array(sorted(k for k, v in by_k.items() if len(v) >= seeds), dtype=int)
+    mean = np.array([np.mean(by_k[k][:seeds]) for k in ks])
+    return ks, ks / PER_DECADE, mean
+
+
+def untrained_loss(task: tunekit.Task) -> float:
+    from tunekit.inputs.resolve import resolve_device
+
+    cfg = TrainConfig.for_task(task)
+    return float(tunekit.evaluate(task.make_model(0), task.val_data, task.loss_computer(), device=resolve_device("cpu"),
+                                  batch_size=cfg.eval_batch_size or task.batch_size, max_batches=cfg.eval_batches)["loss"])
+
+
+def fill(grid: dict[str, Any], task: tunekit.Task, start: tuple[float, float], seeds: int,
+         save: Callable[[], None], **train_kw: Any) -> int:
+    """Run what ``grid`` lacks (``grid["runs"]``), growing it as the module says; returns the new runs."""
+    grid.setdefault("runs", [])
+    grid["seeds"] = seeds
+    if "untrained_loss" not in grid:
+        grid["untrained_loss"] = untrained_loss(task)
+    done = {(r["k"], r["seed"]) for r in grid["runs"]}
+    new = 0
+
+    def ensure(k: int) -> None:
+        nonlocal new
+        for seed in range(seeds):
+            if (k, seed) in done:
+                continue
+            r = tunekit.train(task, lr=lr_of(k), seed=seed, device="cpu", progress=False, **train_kw)
+            final = r.final_loss
+            last = r.evals[-1] if r.evals else {}
+            grid["runs"].append({"k": k, "lr": lr_of(k), "seed": seed,
+                                 "final_loss": final if math.isfinite(final) else None,
+                                 "accuracy": last.get("accuracy"), "diverged": bool(r.diverged),
+                                 "updates": r.updates, "samples": r.samples, "seconds": round(r.seconds, 3)})
+            done.add((k, seed))
+            new += 1
+            save()
+
+    k_lo, k_hi = round(start[0] * PER_DECADE), round(start[1] * PER_DECADE)
+    for k in range(k_lo, k_hi + 1):
+        ensure(k)
+    low_limit, high_limit = k_lo - MAX_EXTEND * PER_DECADE, k_hi + MAX_EXTEND * PER_DECADE
+    while True:  # grow by a decade at an end the optimum (or a still-healthy top) sits at
+        t = Truth.of(grid)
+        ks = curve(grid)[0]
+        if t.best_k == ks[0] and ks[0] > low_limit:
+            for k in range(ks[0] - PER_DECADE, ks[0]):
+                ensure(k)
+        elif (t.best_k == ks[-1] or (t.top_gap < DEGRADED and not t.top_diverged)) and ks[-1] < high_limit:
+            for k in range(ks[-1] + 1, ks[-1] + PER_DECADE + 1):
+                ensure(k)
+        else:
+            break
+    grid["runs"].sort(key=lambda r: (r["k"], r["seed"]))
+    save()
+    return new
+
+
+@dataclass(frozen=True)
+class Truth:
+    """What a grid says: the seed-mean curve over log LR, its best LR and loss, the untrained loss."""
+
+    log_lrs: np.ndarray
+    mean: np.ndarray
+    best_k: int
+    best_lr: float
+    best: float  # L*, the best seed-mean final loss
+    untrained: float
+    top_gap: float
+    top_diverged: bool
+    interior: bool
+    seed_sd: float  # the seeds' sd at the best LR, as a share of L*
+
+    @classmethod
+    def of(cls, grid: dict[str, Any]) -> Truth:
+        ks, log_lrs, mean = curve(grid)
+        i = int(np.argmin(mean))
+        best, untrained = float(mean[i]), grid["untrained_loss"]
+        at_best = [capped(r["final_loss"], untrained) for r in grid["runs"] if r["k"] == ks[i]]
+        return cls(log_lrs, mean, int(ks[i]), lr_of(int(ks[i])), best, untrained,
+                   (float(mean[-1]) - best) / max(untrained - best, 1e-12),
+                   any(r["diverged"] for r in grid["runs"] if r["k"] == ks[-1]), 0 < i < len(mean) - 1,
+                   float(np.std(at_best, ddof=1)) / best if len(at_best) > 1 and best > 0 else math.nan)
+
+    def loss_at(self, lr: float | None) -> float:
+        """The seed-mean curve interpolated over log LR; the edge's value beyond the grid; untrained for none."""
+        if lr is None or not (lr > 0 and math.isfinite(lr)):
+            return self.untrained
+        return float(np.interp(math.log10(lr), self.log_lrs, self.mean))
+
+    def regret(self, lr: float | None) -> float:
+        """(L(lr) - L*) / L*: the share of the best final loss that this LR loses."""
+        return (self.loss_at(lr) - self.best) / self.best
+
+
+def path_of(name: str, steps: int | None = None, root: Path = GRIDS) -> Path:
+    return root / (f"{name}.json" if steps is None else f"{name}@{steps}.json")
+
+
+def load(name: str, steps: int | None = None, root: Path = GRIDS) -> dict[str, Any] | None:
+    p = path_of(name, steps, root)
+    return json.loads(p.read_text()) if p.exists() else None
+
+
+def ensure(name: str, seeds: int = 2, steps: int | None = None, root: Path = GRIDS, quiet: bool = False) -> Truth:
+    """The grid of corpus task ``name`` (its planned run, or ``steps`` updates), run where missing."""
+    from benchmarks.corpus import entry
+    from benchmarks.harness.report import command, commit
+
+    e = entry(name)
+    path = path_of(name, steps, root)
+    grid = load(name, steps, root) or {"task": name, "family": e.family, "steps": steps or e.run_steps}
+    if grid.get("seeds") not in (None, seeds):
+        raise SystemExit(f"{path} holds a grid of {grid['seeds']} seeds, asked for {seeds}: delete it to rerun")
+    grid.setdefault("command", command())
+    grid.setdefault("commit", commit())
+    task = e.make()
+    if steps is not None:
+        task = dataclasses.replace(task, defaults={**task.defaults, "max_steps": steps})
+
+    def save() -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(grid, indent=0) + "\n")
+        tmp.replace(path)
+
+    t0 = time.perf_counter()
+    new = fill(grid, task, e.grid, seeds, save)
+    t = Truth.of(grid)
+    if not quiet:
+        print(f"{path.stem}: {len(t.log_lrs)} LRs x {seeds} seeds, {new} new runs in {time.perf_counter() - t0:.0f}s; "
+              f"best lr {t.best_lr:.3g}, L* {t.best:.4f}, untrained {t.untrained:.4f}"
+              f"{'' if t.interior else ', AT AN EDGE'}", flush=True)
+    return t
