@@ -1,0 +1,85 @@
+"""The benchmark harness (benchmarks/harness): leave-one-family-out selection, costs to a target, anytime
+curves, frozen targets, the ground truth's regret, Lightning's suggestion rule, and the corpus's shape."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from benchmarks.corpus import CORPUS, FAMILIES, families
+from benchmarks.corpus_lr import lightning_rule
+from benchmarks.harness import costs, grid, lofo
+
+
+def test_lofo_never_scores_a_rule_on_the_family_it_was_chosen_on() -> None:
+    # Rule "a" is perfect on family X and bad elsewhere; "b" is the reverse. Left out, X must get "b"'s
+    # scores (chosen on Y), and Y must get "a"'s (chosen on X): the held-out figure is the honest, bad one.
+    family_of = {"x1": "X", "x2": "X", "y1": "Y"}
+    scores = {"a": {"x1": 0.0, "x2": 0.0, "y1": 0.5}, "b": {"x1": 0.4, "x2": 0.6, "y1": 0.0}}
+    held = lofo.select(scores, family_of)
+    assert held["X"].rule == "b" and held["X"].scores == {"x1": 0.4, "x2": 0.6}
+    assert held["X"].mean == pytest.approx(0.5) and held["X"].worst == pytest.approx(0.6)
+    assert held["Y"].rule == "a" and held["Y"].mean == pytest.approx(0.5)
+
+
+def _run(*trials: tuple[str, float | None, int], probe: int = 0) -> dict:
+    return {"probe_samples": probe, "probe_updates": 0, "probe_seconds": 0.0,
+            "trials": [{"number": i, "state": s, "value": v, "samples": n, "updates": n // 10, "seconds": n / 100,
+                        "finished": float(i)} for i, (s, v, n) in enumerate(trials)]}
+
+
+def test_cost_to_target_counts_probes_and_every_trial_until_the_first_hit() -> None:
+    run = _run(("PRUNED", None, 50), ("COMPLETE", 1.5, 100), ("COMPLETE", 0.9, 100), ("COMPLETE", 0.5, 100), probe=30)
+    assert costs.to_target(run, 1.0) == 30 + 50 + 100 + 100
+    assert costs.to_target(run, 1.0, "updates") == 5 + 10 + 10
+    assert costs.to_target(run, 0.1) == math.inf
+    assert costs.spent(run) == 380
+
+
+def test_anytime_is_the_best_completed_value_within_the_samples_spent() -> None:
+    run = _run(("COMPLETE", 2.0, 100), ("COMPLETE", 1.0, 100), ("COMPLETE", 3.0, 100))
+    assert costs.best_after(run, 99) == math.inf
+    assert costs.best_after(run, 100) == 2.0
+    assert costs.best_after(run, 250) == 1.0
+    assert costs.anytime([run, run], 100, (1, 2, 3)) == {1: 2.0, 2: 1.0, 3: 1.0}
+
+
+def test_a_frozen_target_does_not_move(tmp_path) -> None:
+    path = tmp_path / "targets.json"
+    assert costs.freeze(path, "t", 1.5) == 1.5
+    assert costs.freeze(path, "t", 0.5) == 1.5  # a better find later does not move it
+    assert json.loads(path.read_text()) == {"t": 1.5}
+
+
+def test_grid_truth_interpolates_over_log_lr_and_caps_divergence() -> None:
+    runs = [{"k": k, "seed": s, "final_loss": v, "diverged": v is None}
+            for k, vals in {-6: (2.0, 2.0), -3: (1.0, 1.2), 0: (None, None)}.items() for s, v in enumerate(vals)]
+    t = grid.Truth.of({"runs": runs, "seeds": 2, "untrained_loss": 3.0})
+    assert t.best_lr == pytest.approx(0.1) and t.best == pytest.approx(1.1)
+    assert t.loss_at(1.0) == pytest.approx(3.0)  # diverged: the untrained loss
+    assert t.loss_at(10 ** -0.5) == pytest.approx((1.1 + 3.0) / 2)  # halfway in log LR
+    assert t.loss_at(1e-4) == pytest.approx(2.0)  # beyond the grid: the edge's value
+    assert t.regret(0.1) == 0 and t.regret(None) == pytest.approx((3.0 - 1.1) / 1.1)
+    assert t.top_diverged and t.interior
+
+
+def test_lightning_rule_is_the_steepest_point_of_its_smoothed_curve() -> None:
+    lrs = list(np.logspace(-5, 0, 60))
+    losses = [2.0] * 20 + list(np.linspace(2.0, 0.5, 20)) + [0.5] * 20
+    lr = lightning_rule(lrs, losses)
+    assert lr is not None and lrs[20] <= lr <= lrs[45]  # in the fall (the EMA lags it a little)
+    assert lightning_rule(lrs[:5], losses[:5]) is None  # too short once 10 + 1 points are skipped
+
+
+def test_the_corpus_has_its_families_real_data_and_metadata() -> None:
+    assert len(CORPUS) >= 30 and len(FAMILIES) >= 8
+    assert sum(not e.real for e in CORPUS.values()) <= len(CORPUS) / 3
+    fams = families()
+    for fam in ("tabular", "cnn", "lm", "regression", "small-data", "long-horizon", "finetune", "dict-batch", "constant-lr"):
+        assert fams.get(fam), fam
+    assert all(e.run_steps >= 1000 for e in fams["long-horizon"])
+    assert all(e.schedule == "constant" for e in fams["constant-lr"])
+    assert not any(e.finder_val for e in fams["small-data"])
+    optimizers = {e.optimizer for e in CORPUS.values()}
+    assert {"adamw", "adam-l2", "sgd-momentum", "sgd-nesterov"} <= optimizers and optimizers & {"rmsprop", "adagrad"}
