@@ -1,10 +1,15 @@
-"""Shared bits of the benchmarks: the hardware line, and a median helper."""
+"""Shared bits of the benchmarks: the hardware line, a median helper, and a recorder of printed figures."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import platform
 import statistics
+import sys
+from collections.abc import Iterator
+from typing import TextIO
 
 import torch
 
@@ -26,3 +31,31 @@ def hardware() -> str:
 
 def median(xs: list[float]) -> float:
     return statistics.median(xs)
+
+
+class Tee(io.TextIOBase):
+    """A text stream that writes through to another and keeps what passed: a script's printed
+    figures, printed as they come, then the body of its report."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream, self.parts = stream, []
+
+    def write(self, s: str) -> int:
+        self.stream.write(s)
+        self.parts.append(s)
+        return len(s)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def text(self) -> str:
+        return "".join(self.parts)
+
+
+@contextlib.contextmanager
+def recorded() -> Iterator[Tee]:
+    """``with recorded() as out: ...``: what the block prints still goes to stdout, and ``out.text()``
+    holds it afterwards."""
+    tee = Tee(sys.stdout)
+    with contextlib.redirect_stdout(tee):
+        yield tee

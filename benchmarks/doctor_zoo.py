@@ -2,6 +2,9 @@
 find each fault with the check meant for it, and leave the healthy ones alone?
 
     python -m benchmarks.doctor_zoo            # every set-up; the last line is the score
+    python -m benchmarks.doctor_zoo --quick    # three set-ups (two faults, one healthy): a smoke run
+
+The report goes to benchmarks/data/doctor_zoo_report.txt (a quick run's to a temporary folder).
 
 For each set-up it prints the expected finding and what doctor reported (warnings and failures).
 A fault counts as found when its check reports it (fail, or warn for the soft ones); a healthy
@@ -14,6 +17,7 @@ GPT-like nn.Module that takes dict batches (input_ids, labels) and returns an ob
 
 from __future__ import annotations
 
+import argparse
 import math
 import sys
 import time
@@ -35,7 +39,8 @@ from tunekit.inputs.data import BatchStream  # noqa: E402
 from tunekit.inputs.resolve import resolve_inputs  # noqa: E402
 from tunekit.training.step import TrainStep  # noqa: E402
 
-from benchmarks._common import hardware  # noqa: E402
+from benchmarks._common import recorded  # noqa: E402
+from benchmarks.harness import report  # noqa: E402
 
 DIM, CLASSES, N = 16, 4, 512
 
@@ -325,6 +330,7 @@ SETUPS: list[Setup] = [
     Setup("built-in shapes", lambda: builtin("shapes")),
     Setup("built-in charlm", lambda: builtin("charlm")),
 ]
+QUICK = ("detached encoder", "NaN in inputs", "MLP classifier")  # --quick: a gradient fault, a data fault, a healthy one
 
 
 def smoke_run(setup: Setup) -> bool:
@@ -356,11 +362,24 @@ def run(setup: Setup) -> tuple[list[Any], float]:
 
 
 def main() -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.doctor_zoo", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK)}: a smoke run, not a score")
+    args = ap.parse_args()
     torch.set_num_threads(1)
-    print(f"hardware: {hardware()}")
+    setups = [s for s in SETUPS if s.name in QUICK] if args.quick else SETUPS
+    with recorded() as out:
+        ok = score(setups)
+    report.write("doctor_zoo", f"doctor on a zoo of broken and healthy set-ups ({len(setups)} set-ups)", out.text(),
+                 quick=args.quick)
+    return 0 if ok else 1
+
+
+def score(setups: list[Setup]) -> bool:
+    """Print a line a set-up and the scores; whether doctor found every fault with no false alarm."""
     found = faults = healthy_fail = healthy_warn = smoke_found = smoke_false = 0
     print(f"{'set-up':<32} {'expected':<16} {'verdict':<8} {'smoke':<6} {'s':>5}  findings (fail/warn)")
-    for setup in SETUPS:
+    for setup in setups:
         smoke = smoke_run(setup)
         if setup.check is None:
             smoke_false += smoke
@@ -379,13 +398,14 @@ def main() -> int:
             hit = any(f.check == setup.check and f.status == setup.status for f in findings)
             found += hit
             verdict, expected = ("found" if hit else "MISSED"), f"{setup.status} {setup.check}"
-        print(f"{setup.name:<32} {expected:<16} {verdict:<8} {'found' if smoke else '-':<6} {seconds:>5.1f}  {shown}")
-    healthy = sum(s.check is None for s in SETUPS)
+        print(f"{setup.name:<32} {expected:<16} {verdict:<8} {'found' if smoke else '-':<6} {seconds:>5.1f}  {shown}",
+              flush=True)
+    healthy = sum(s.check is None for s in setups)
     print(f"peer (a fast_dev_run-style smoke run: one update, one validation batch): {smoke_found}/{faults} faults "
           f"found ({smoke_found / faults:.0%}), {smoke_false} false positives on {healthy} healthy set-ups")
     print(f"detection rate {found}/{faults} ({found / faults:.0%}) faults found by their check; false positives on "
           f"{healthy} healthy set-ups: {healthy_fail} failures, {healthy_warn} warnings")
-    return 0 if found == faults and healthy_fail == 0 and healthy_warn <= 1 else 1
+    return found == faults and healthy_fail == 0 and healthy_warn <= 1
 
 
 if __name__ == "__main__":
