@@ -6,10 +6,12 @@ K forward/backward passes under autocast with the loss scaled by 1/K, read the
 loss once, clip the global grad norm, step AdamW. The runs are interleaved and
 repeated, and the median time per optimizer update is compared.
 
-    python -m benchmarks.step_overhead [--repeats 5] [--steps 100]
+    python -m benchmarks.step_overhead [--repeats 7] [--steps 60] [--task NAME]
+    python -m benchmarks.step_overhead --quick   # shapes fp32 only, 2 repeats of 10 updates, 1 thread: a smoke run
 
 Prints per-configuration median times and the median of the paired ratios
-tunekit / hand-written (1.00 = no overhead).
+tunekit / hand-written (1.00 = no overhead), and writes them to
+benchmarks/data/step_overhead_report.txt (a quick run's to a temporary folder).
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ import time
 import torch
 from torch import nn
 
-from benchmarks._common import hardware, median  # noqa: E402
+from benchmarks._common import median, recorded  # noqa: E402
+from benchmarks.harness import report  # noqa: E402
 
 import tunekit  # noqa: E402
 from tunekit.training.schedule import lr_schedule  # noqa: E402
@@ -79,7 +82,12 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--task", help="only this task's configurations")
+    ap.add_argument("--quick", action="store_true",
+                    help="the first configuration only (shapes, 64 x 1, fp32), 2 repeats of 10 updates on 1 thread: "
+                    "a smoke run")
     args = ap.parse_args()
+    if args.quick:
+        args.repeats, args.steps, args.threads = 2, 10, 1
     torch.set_num_threads(args.threads)
 
     # (task, micro-batch, accumulation K, precision, share of --steps): bf16 matmuls
@@ -90,7 +98,14 @@ def main() -> None:
         ("charlm", 32, 1, "fp32", 1.0),
         ("charlm", 16, 2, "bf16", 0.3),
     ]
-    print(f"hardware: {hardware()}")
+    if args.quick:
+        configs = configs[:1]
+    with recorded() as out:
+        table(args, configs)
+    report.write("step_overhead", "tunekit's training step against a hand-written loop", out.text(), quick=args.quick)
+
+
+def table(args: argparse.Namespace, configs: list[tuple[str, int, int, str, float]]) -> None:
     print(f"up to {args.steps} updates per run, {args.repeats} interleaved repeats; median time per update, "
           "median of paired ratios\n")
     print(f"{'task':<8} {'batch x K':>10} {'prec':>5} {'hand-written':>13} {'tunekit':>10} {'ratio':>7}")
