@@ -35,11 +35,16 @@ The true largest batch is searched with that measurement: the line through the m
 at 1/2 and 1 of the recommended batch gives a first guess, then brackets of 0.3% are measured
 until one batch fits and the next does not.
 
-    python -m benchmarks.probe_accuracy
+    python -m benchmarks.probe_accuracy [MODEL ...]   # every case, or only these models' (mlp, cnn, ...)
+    python -m benchmarks.probe_accuracy --quick       # the fp32 MLP under 64 MiB only, at its recommended
+                                                      # batch, one search step for the true largest: a smoke run
+
+The tables are written to benchmarks/data/probe_accuracy_report.txt (a quick run's to a temporary folder).
 """
 
 from __future__ import annotations
 
+import argparse
 import copy
 import gc
 import json
@@ -55,7 +60,8 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_flatten
 
-from benchmarks._common import hardware  # noqa: E402
+from benchmarks._common import recorded  # noqa: E402
+from benchmarks.harness import report  # noqa: E402
 
 import tunekit  # noqa: E402
 from tunekit.bytesize import parse_bytes  # noqa: E402
@@ -181,8 +187,8 @@ def naive_peak(mm: MemoryModel, b: int) -> float:
 
 
 def true_largest(spec: str, precision: str, device: str, budget: int, total: Any, rec: int, half: int,
-                 limit: int) -> tuple[int, int]:
-    """(the largest batch whose measured total fits ``budget``, subprocess runs it took).
+                 limit: int, max_runs: int = 8) -> tuple[int, int]:
+    """(the largest batch whose measured total fits ``budget``, subprocess runs it took: at most ``max_runs``).
 
     ``total(b)`` is the measured peak plus the resident bytes, with the measurements at the
     recommended batch and half of it cached."""
@@ -194,7 +200,7 @@ def true_largest(spec: str, precision: str, device: str, budget: int, total: Any
             continue
         runs += b != rec
         lo, hi = (max(lo, b), hi) if total(b) <= budget else (lo, min(hi, b))
-    while hi - lo > max(1, int(0.003 * lo)) and runs < 8:
+    while hi - lo > max(1, int(0.003 * lo)) and runs < max_runs:
         if lo == 0:
             b = hi // 2
         elif hi > limit:
@@ -223,7 +229,10 @@ def probe_in_child(name: str, precision: str, budget_text: str, device: str) -> 
     return tunekit.ProbeResult.from_json(json.dumps(got["result"])), got["wall"]
 
 
-def run_case(name: str, precision: str, budget_text: str, device: str) -> dict[str, Any]:
+def run_case(name: str, precision: str, budget_text: str, device: str, divisors: tuple[int, ...] = (16, 4, 2, 1),
+             max_runs: int = 8) -> dict[str, Any]:
+    """The probe's answer, its predictions at the recommended batch over ``divisors`` against measurements,
+    and the true largest batch (searched in at most ``max_runs`` measurements past the first ones)."""
     spec = spec_of(name)
     task = tunekit.load_task(spec)
     dev = torch.device(device)
@@ -239,7 +248,7 @@ def run_case(name: str, precision: str, budget_text: str, device: str) -> dict[s
         return cache[b]
 
     rec = r.max_batch
-    points = sorted({max(1, rec // 16), max(1, rec // 4), max(1, rec // 2), rec})
+    points = sorted({max(1, rec // k) for k in divisors})
     rows: list[dict[str, Any]] = []
     unresolved: list[dict[str, Any]] = []
     for b in points:
@@ -261,7 +270,7 @@ def run_case(name: str, precision: str, budget_text: str, device: str) -> dict[s
               f"{rows[-1]['naive']:>9.3f}{'  <- recommended' if b == rec else ''}", flush=True)
     limit = r.dataset_size or rec
     true, runs = true_largest(spec, precision, device, budget, lambda b: meas(b) + resident(task, model, b),
-                              rec, max(1, rec // 2), limit)
+                              rec, max(1, rec // 2), limit, max_runs)
     small_pred = small.largest_batch(budget, limit)
     return {"name": name, "precision": precision, "budget": budget_text, "rows": rows, "unresolved": unresolved,
             "rec": rec, "true": true,
@@ -305,17 +314,29 @@ def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--probe":
         print(json.dumps(probe_case(*sys.argv[2:6])))
         return
-    only = set(sys.argv[1:])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.probe_accuracy", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("models", nargs="*", help="only these models' cases")
+    ap.add_argument("--quick", action="store_true",
+                    help="the fp32 MLP under 64 MiB only, at its recommended batch, one search step for the true "
+                    "largest (5 subprocesses): a smoke run")
+    args = ap.parse_args()
+    only = set(args.models)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     torch.set_num_threads(1)
-    print(f"hardware: {hardware()}")
-    print(f"device: {device}; measurement: VmHWM delta in a subprocess, MALLOC_MMAP_THRESHOLD_=65536, heap trimmed "
-          "before the step (as the probe measures); headroom 0\n")
-    print(f"{'model':<10} {'prec':>5} {'batch':>7} {'measured':>13} {'v2 ratio':>9} {'small':>9} {'naive':>9}")
-    t0 = time.perf_counter()
-    cases = [run_case(n, p, bud, device) for n, p, bud in CASES if not only or n in only]
-    summary(cases)
-    print(f"benchmark wall time {time.perf_counter() - t0:.0f}s")
+    cases = [c for c in CASES if not only or c[0] in only]
+    kw: dict[str, Any] = {}
+    if args.quick:
+        cases, kw = [("mlp", "fp32", "64MiB")], {"divisors": (1,), "max_runs": 1}
+    with recorded() as out:
+        print(f"device: {device}; measurement: VmHWM delta in a subprocess, MALLOC_MMAP_THRESHOLD_=65536, heap "
+              "trimmed before the step (as the probe measures); headroom 0\n")
+        print(f"{'model':<10} {'prec':>5} {'batch':>7} {'measured':>13} {'v2 ratio':>9} {'small':>9} {'naive':>9}")
+        t0 = time.perf_counter()
+        summary([run_case(n, p, bud, device, **kw) for n, p, bud in cases])
+        print(f"benchmark wall time {time.perf_counter() - t0:.0f}s")
+    report.write("probe_accuracy", "The probe's memory predictions and largest batch against measured steps",
+                 out.text(), quick=args.quick)
 
 
 if __name__ == "__main__":
