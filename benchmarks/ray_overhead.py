@@ -23,6 +23,11 @@ It also watches the driver's memory (RSS) over a longer run of short trials:
 it should stay flat as trials finish.
 
     python -m benchmarks.ray_overhead [--trials 20] [--target-seconds 1.0] [--memory-trials 60]
+    python -m benchmarks.ray_overhead --quick   # 3 trials of about 0.2 s, one at a time only, 4 memory
+                                                # trials: a smoke run
+
+The tables are written to benchmarks/data/ray_overhead_report.txt (a quick run's to a temporary folder).
+Ray runs on loopback, with an auth token of this process's own (nothing written to ~/.ray).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import secrets
 import statistics
 import tempfile
 import threading
@@ -38,7 +44,8 @@ from pathlib import Path
 
 import torch
 
-from benchmarks._common import hardware  # noqa: E402
+from benchmarks._common import recorded  # noqa: E402
+from benchmarks.harness import report  # noqa: E402
 
 import tunekit  # noqa: E402
 
@@ -105,10 +112,24 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=20)
     ap.add_argument("--target-seconds", type=float, default=1.0)
     ap.add_argument("--memory-trials", type=int, default=60)
+    ap.add_argument("--quick", action="store_true",
+                    help="3 trials of about 0.2 s, one at a time only (no row of as many trials as cores), "
+                    "4 memory trials: a smoke run, not a figure")
     args = ap.parse_args()
+    if args.quick:
+        args.trials, args.target_seconds, args.memory_trials = 3, 0.2, 4
     torch.set_num_threads(1)
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
-    print(f"hardware: {hardware()}")
+    if not (os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH")):
+        # A local Ray with token auth writes ~/.ray/auth_token unless given one: a token of this process's
+        # own, inherited by its workers, keeps auth on and writes nothing.
+        os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+    with recorded() as out:
+        measure(args)
+    report.write("ray_overhead", "Trials on Ray Tune against the local backend", out.text(), quick=args.quick)
+
+
+def measure(args: argparse.Namespace) -> None:
     steps = steps_for(args.target_seconds)
     print(f"task shapes, {steps} updates a trial (about {args.target_seconds:g} s here), {args.trials} trials, no pruning\n")
 
@@ -120,11 +141,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         space = Path(tmp) / "fixed.toml"
         space.write_text(SPACE)
-        ncpu = os.cpu_count() or 1
+        # --quick: trials one at a time only (each further Ray worker process costs seconds to start).
+        ncpu = 1 if args.quick else os.cpu_count() or 1
         rows = []
         # The local backend runs one trial at a time in this process: compare it with one Ray trial at a time.
-        for name, backend, conc in (("local", "local", 1), ("ray, 1 at a time", "ray", 1),
-                                    (f"ray, {ncpu} at a time", "ray", ncpu)):
+        configs = [("local", "local", 1), ("ray, 1 at a time", "ray", 1)]
+        if ncpu > 1:
+            configs.append((f"ray, {ncpu} at a time", "ray", ncpu))
+        for name, backend, conc in configs:
             m = run(backend, space, args.trials, steps, conc, 1)
             rows.append((name, conc, m))
             print(f"  {name:<18} wall {m['wall']:7.2f} s, trials {m['train']:7.2f} s, start-up {m['startup']:5.2f} s",
@@ -137,10 +161,11 @@ def main() -> None:
             gap, per = (f"{m['gap'] * 1000:.1f}", f"{m['gap'] / m['trial']:.1%}") if conc == 1 else ("-", "-")
             print(f"{name:<20} {m['wall']:>7.2f} {m['train']:>9.2f} {m['trial']:>8.2f} {m['startup']:>11.2f} "
                   f"{gap:>7} {per:>15}")
-        local, ray1, rayn = (m for _, _, m in rows)
+        local, ray1 = rows[0][2], rows[1][2]
         print(f"\nRay wall / local wall, same search, one trial at a time: {ray1['wall'] / local['wall']:.3f} "
               f"(start-up included; without it {(ray1['wall'] - ray1['startup']) / (local['wall'] - local['startup']):.3f})")
-        print(f"Ray wall / local wall, {ncpu} trials at a time on {ncpu} cores: {rayn['wall'] / local['wall']:.3f}")
+        if ncpu > 1:
+            print(f"Ray wall / local wall, {ncpu} trials at a time on {ncpu} cores: {rows[2][2]['wall'] / local['wall']:.3f}")
         print(f"per-trial scheduling overhead on {ray1['trial']:.2f} s trials (Ray, 1 at a time): "
               f"{ray1['gap'] / ray1['trial']:.1%} (target < 10%); local backend: {local['gap'] / local['trial']:.1%}")
 
