@@ -19,6 +19,9 @@ Figures:
   a hung or cut-off machine): the same, found by the heartbeat's grace period G alone.
 
     python -m benchmarks.shared_study [--trials 12] [--grace 5]
+    python -m benchmarks.shared_study --quick   # the run with a worker SIGKILLed only, 6 trials: a smoke run
+
+The figures are written to benchmarks/data/shared_study_report.txt (a quick run's to a temporary folder).
 """
 
 from __future__ import annotations
@@ -37,7 +40,8 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from benchmarks._common import hardware  # noqa: E402
+from benchmarks._common import recorded  # noqa: E402
+from benchmarks.harness import report  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SPACE = """
@@ -218,22 +222,35 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trials", type=int, default=12)
     ap.add_argument("--grace", type=int, default=5, help="heartbeat grace period of the killed run (s)")
+    ap.add_argument("--quick", action="store_true", help="the run with a worker SIGKILLed only, 6 trials (no single process, no plain "
+                    "shared run, no frozen worker): a smoke run, not a figure")
     a = ap.parse_args()
-    print(hardware())
+    if a.quick:
+        a.trials = 6  # two a worker: the victim gets one to be killed in
+    # --quick: the run with a worker SIGKILLed only (each run starts processes that take seconds to start).
+    runs = [("shared", "", "3 workers, PostgreSQL"), ("killed", "kill", "3 workers, 1 SIGKILLed"),
+            ("frozen", "freeze", f"3 workers, 1 frozen (grace {a.grace} s)")]
+    if a.quick:
+        runs = runs[1:2]
     with tempfile.TemporaryDirectory(prefix="tunekit-bench-") as tmp_s, Postgres() as pg:
         tmp = Path(tmp_s)
         (tmp / "space.toml").write_text(SPACE)
-        urls = [pg.url(db) for db in ("shared", "killed", "frozen")]
-        single = run_single(tmp, tmp / "space.toml", a.trials)
-        shared = run_shared(tmp, tmp / "space.toml", a.trials, urls[0], "s", kill="", grace=a.grace)
-        killed = run_shared(tmp, tmp / "space.toml", a.trials, urls[1], "k", kill="kill", grace=a.grace)
-        frozen = run_shared(tmp, tmp / "space.toml", a.trials, urls[2], "f", kill="freeze", grace=a.grace)
-    print(_line("1 process, SQLite", single))
-    print(_line("3 workers, PostgreSQL", shared))
-    print(_line("3 workers, 1 SIGKILLed", killed))
-    print(_line(f"3 workers, 1 frozen (grace {a.grace} s)", frozen))
-    print(f"per-trial overhead, shared / single: {shared['overhead_s'] / single['overhead_s']:.2f} "
-          f"({1000 * (shared['overhead_s'] - single['overhead_s']):+.0f} ms a trial, on trials of {single['train_s']:.2f} s)")
+        urls = [pg.url(db) for db, _, _ in runs]
+        single = None if a.quick else run_single(tmp, tmp / "space.toml", a.trials)
+        got = {db: run_shared(tmp, tmp / "space.toml", a.trials, url, db[0], kill=kill, grace=a.grace)
+               for (db, kill, _), url in zip(runs, urls)}
+    with recorded() as out:
+        if single is not None:
+            print(_line("1 process, SQLite", single))
+        for db, _, label in runs:
+            print(_line(label, got[db]))
+        if single is not None and "shared" in got:
+            shared = got["shared"]
+            print(f"per-trial overhead, shared / single: {shared['overhead_s'] / single['overhead_s']:.2f} "
+                  f"({1000 * (shared['overhead_s'] - single['overhead_s']):+.0f} ms a trial, on trials of "
+                  f"{single['train_s']:.2f} s)")
+    report.write("shared_study", f"Three workers on one PostgreSQL study against one process ({a.trials} trials)",
+                 out.text(), quick=a.quick)
 
 
 if __name__ == "__main__":
