@@ -15,6 +15,10 @@ claiming, sampling, reporting, telling; on a machine of few cores, also the wait
 and p99, against the one process.
 
     python -m benchmarks.shared_study_load [--workers 32] [--trials 96] [--grace 10]
+    python -m benchmarks.shared_study_load --quick   # 2 workers, 4 trials, the chaos within 4 s, no single
+                                                     # process: a smoke run
+
+The figures are written to benchmarks/data/shared_study_load_report.txt (a quick run's to a temporary folder).
 """
 
 from __future__ import annotations
@@ -33,8 +37,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import hardware  # noqa: E402
-from benchmarks.shared_study import SPACE, Postgres, _popen, _study  # noqa: E402
+from benchmarks._common import recorded  # noqa: E402
+from benchmarks.harness import report  # noqa: E402
+from benchmarks.shared_study import ROOT, SPACE, Postgres, _popen, _study  # noqa: E402
 
 TASK = f"{Path(__file__).resolve().parent / 'shared_study.py'}:make_task"
 
@@ -87,8 +92,10 @@ def run_single(tmp: Path, space: Path, trials: int) -> dict[str, Any]:
     return figures(study, trials, set())
 
 
-def chaos(url: str, procs: list[subprocess.Popen[bytes]], n_kill: int, restart: Any, seed: int) -> dict[str, Any]:
-    """Once trials finish, SIGKILL ``n_kill`` random workers at random moments and restart the database once."""
+def chaos(url: str, procs: list[subprocess.Popen[bytes]], n_kill: int, restart: Any, seed: int, after: int = 5,
+          span: float = 20.0) -> dict[str, Any]:
+    """Once ``after`` trials finish, SIGKILL ``n_kill`` random workers at random moments within ``span`` seconds
+    and restart the database once, in its middle half."""
     rng = random.Random(seed)
     deadline = time.time() + 600
     while time.time() < deadline:
@@ -96,11 +103,12 @@ def chaos(url: str, procs: list[subprocess.Popen[bytes]], n_kill: int, restart: 
             done = sum(t.state.is_finished() for t in _study(url, "load").trials)
         except Exception:  # noqa: BLE001 - the study not there yet, or the database restarting
             done = 0
-        if done >= 5:
+        if done >= after:
             break
         time.sleep(0.5)
     victims = rng.sample(procs, n_kill)
-    events: list[tuple[float, str]] = [(rng.uniform(0, 20), "kill") for _ in victims] + [(rng.uniform(5, 15), "restart")]
+    events: list[tuple[float, str]] = ([(rng.uniform(0, span), "kill") for _ in victims]
+                                       + [(rng.uniform(span / 4, 3 * span / 4), "restart")])
     start, killed, restarted = time.time(), set(), 0.0
     for at, what in sorted(events):
         time.sleep(max(0.0, start + at - time.time()))
@@ -117,18 +125,20 @@ def chaos(url: str, procs: list[subprocess.Popen[bytes]], n_kill: int, restart: 
     return {"killed": killed, "restart_s": restarted}
 
 
-def run_shared(tmp: Path, space: Path, trials: int, workers: int, grace: int, url: str, restart: Any) -> dict[str, Any]:
+def run_shared(tmp: Path, space: Path, trials: int, workers: int, grace: int, url: str, restart: Any,
+               chaos_kw: dict[str, Any] | None = None) -> dict[str, Any]:
     created = subprocess.run(_cli("study", "create", "--task", TASK, "--space", str(space), "--trials", str(trials),
                                   "--max-steps", "40", "--no-prune", "--device", "cpu", "--quiet", "--storage", url,
                                   "--study", "load", "--out", str(tmp / "created")),
-                             cwd=tmp, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1",
-                                                                               MPLBACKEND="Agg"))
+                             cwd=tmp, capture_output=True, text=True,
+                             env=dict(os.environ, OMP_NUM_THREADS="1", MPLBACKEND="Agg", PYTHONPATH=str(ROOT)))
     assert created.returncode == 0, created.stderr[-2000:]
     t0 = time.time()
     procs = [_popen(_cli("worker", "--storage", url, "--study", "load", "--grace-period", str(grace), "--threads",
                          "1", "--quiet"), tmp) for _ in range(workers)]
     box: dict[str, Any] = {}
-    th = threading.Thread(target=lambda: box.update(chaos(url, procs, max(1, workers // 10), restart, 0)))
+    th = threading.Thread(target=lambda: box.update(chaos(url, procs, max(1, workers // 10), restart, 0,
+                                                           **(chaos_kw or {}))))
     th.start()
     errors = {}
     for p in procs:
@@ -154,24 +164,35 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=32)
     ap.add_argument("--trials", type=int, default=96)
     ap.add_argument("--grace", type=int, default=10, help="heartbeat grace period (s)")
+    ap.add_argument("--quick", action="store_true",
+                    help="2 workers, 4 trials, grace 5 s, the kill and the restart within 4 s of the first trial's end, "
+                    "and no single-process run: a smoke run, not a figure")
     a = ap.parse_args()
-    print(hardware())
+    chaos_kw: dict[str, Any] = {}
+    if a.quick:
+        a.workers, a.trials, a.grace = 2, 4, 5
+        chaos_kw = {"after": 1, "span": 4.0}
     # Each worker holds a few connections (its trials, its heartbeat, its reaper): room for them all.
     with tempfile.TemporaryDirectory(prefix="tunekit-load-") as tmp_s, Postgres(max(200, 8 * a.workers)) as pg:
         tmp = Path(tmp_s)
         (tmp / "space.toml").write_text(SPACE)
-        shared = run_shared(tmp, tmp / "space.toml", a.trials, a.workers, a.grace, pg.url("load"), pg.restart)
-        single = run_single(tmp, tmp / "space.toml", a.trials)
-    print(line("1 process, SQLite", single))
-    print(line(f"{a.workers} workers, PostgreSQL", shared))
-    for pid, (code, err) in shared["bad_exits"].items():
-        print(f"  worker {pid} exited {code}: {err.strip().splitlines()[-1] if err.strip() else ''}")
-    ok = (shared["usable"] == a.trials and shared["duplicates"] == 0 and shared["running_left"] == 0
-          and not shared["false_fails"] and not shared["bad_exits"])
-    print(f"{'PASS' if ok else 'FAIL'}: exact N {shared['usable'] == a.trials}, 0 duplicates {shared['duplicates'] == 0}, "
-          f"0 left RUNNING {shared['running_left'] == 0}, 0 live trials failed {not shared['false_fails']}, "
-          f"no other worker exit {not shared['bad_exits']}; p99 per trial beside training, shared / single: "
-          f"{shared['p99'] / single['p99']:.1f}x; wall {shared['wall_s']:.0f} s")
+        shared = run_shared(tmp, tmp / "space.toml", a.trials, a.workers, a.grace, pg.url("load"), pg.restart, chaos_kw)
+        single = None if a.quick else run_single(tmp, tmp / "space.toml", a.trials)
+    with recorded() as out:
+        if single is not None:
+            print(line("1 process, SQLite", single))
+        print(line(f"{a.workers} workers, PostgreSQL", shared))
+        for pid, (code, err) in shared["bad_exits"].items():
+            print(f"  worker {pid} exited {code}: {err.strip().splitlines()[-1] if err.strip() else ''}")
+        ok = (shared["usable"] == a.trials and shared["duplicates"] == 0 and shared["running_left"] == 0
+              and not shared["false_fails"] and not shared["bad_exits"])
+        ratio = f"{shared['p99'] / single['p99']:.1f}x" if single is not None else "n/a (no single-process run)"
+        print(f"{'PASS' if ok else 'FAIL'}: exact N {shared['usable'] == a.trials}, 0 duplicates {shared['duplicates'] == 0}, "
+              f"0 left RUNNING {shared['running_left'] == 0}, 0 live trials failed {not shared['false_fails']}, "
+              f"no other worker exit {not shared['bad_exits']}; p99 per trial beside training, shared / single: "
+              f"{ratio}; wall {shared['wall_s']:.0f} s")
+    report.write("shared_study_load", f"{a.workers} workers on one PostgreSQL study, some killed, the database "
+                 f"restarted ({a.trials} trials)", out.text(), quick=a.quick)
 
 
 if __name__ == "__main__":
