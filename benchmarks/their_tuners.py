@@ -13,8 +13,11 @@
    validation loss, and the samples each search spent (probes included).
 
     python -m benchmarks.their_tuners [--seeds 2] [--trials 6] [--parts lightning,hf]
+    python -m benchmarks.their_tuners --quick   # Lightning only: one module, 1 seed, 3 grid LRs, runs of 50
+                                                # updates (--parts lightning,hf --quick adds HF: 1 seed, 2 trials)
 
-Every run is on the CPU with one thread; the hardware is printed.
+Every run is on the CPU with one thread. The figures are written, with the hardware, to
+benchmarks/data/their_tuners_report.txt (a quick run's to a temporary folder).
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from benchmarks._common import hardware  # noqa: E402
+from benchmarks._common import recorded  # noqa: E402
+from benchmarks.harness import report  # noqa: E402
 
 import tunekit  # noqa: E402
 from tunekit.integrations import training_arguments  # noqa: E402
@@ -158,12 +162,13 @@ def _lightning_finders(task: dict[str, Any], seed: int, root: str) -> dict[str, 
     return out
 
 
-def lightning_part(seeds: int) -> None:
+def lightning_part(seeds: int, tasks: dict[str, dict[str, Any]] | None = None, lrs: Any = GRID) -> None:
+    """Each task's grid over ``lrs`` and both finders' suggestions (``tasks``: lightning_tasks()'s, unless given)."""
     print("\n== Lightning: Tuner.lr_find vs tunekit.lr_find, judged by the module's own planned fit ==")
     rows = []
     with tempfile.TemporaryDirectory() as root:
-        for name, task in lightning_tasks().items():
-            grid = {lr: float(np.mean([_fit(task, lr, s, root) for s in range(seeds)])) for lr in GRID}
+        for name, task in (tasks or lightning_tasks()).items():
+            grid = {lr: float(np.mean([_fit(task, lr, s, root) for s in range(seeds)])) for lr in lrs}
             best_lr = min(grid, key=grid.get)
             print(f"{name}: {task['steps']} updates; grid best lr {best_lr:.3g}, loss {grid[best_lr]:.4f}")
             for seed in range(seeds):
@@ -199,12 +204,15 @@ def _model_init(trial: Any = None) -> nn.Module:
 
 def _hf_trainer(root: str, **over: Any) -> Any:
     from transformers import Trainer, TrainingArguments
+    from transformers.trainer_callback import PrinterCallback
 
     args = dict(output_dir=root, per_device_train_batch_size=16, learning_rate=5e-5, num_train_epochs=2,
                 report_to=[], use_cpu=True, save_strategy="no", disable_tqdm=True, eval_strategy="epoch",
                 logging_strategy="no", log_level="error")
-    return Trainer(model_init=_model_init, args=TrainingArguments(**{**args, **over}), train_dataset=_tokens(512, 1),
-                   eval_dataset=_tokens(128, 2))
+    trainer = Trainer(model_init=_model_init, args=TrainingArguments(**{**args, **over}), train_dataset=_tokens(512, 1),
+                      eval_dataset=_tokens(128, 2))
+    trainer.remove_callback(PrinterCallback)  # its per-epoch dicts on stdout: not this report's figures
+    return trainer
 
 
 def _retrain(root: str, changes: dict[str, Any], seeds: list[int]) -> float:
@@ -253,19 +261,29 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=2)
     parser.add_argument("--trials", type=int, default=6)
-    parser.add_argument("--parts", default="lightning,hf")
+    parser.add_argument("--parts", default=None, help="lightning,hf (the default; --quick: lightning)")
+    parser.add_argument("--quick", action="store_true",
+                        help="a smoke run, not a figure: Lightning only (unless --parts names hf), on one module "
+                        "(mlp-adamw), 1 seed, a grid of 3 LRs, runs of 50 updates; HF, if asked: 1 seed, 2 trials")
     a = parser.parse_args()
+    parts = a.parts or ("lightning" if a.quick else "lightning,hf")
+    tasks, lrs = None, GRID
+    if a.quick:
+        a.seeds, a.trials = 1, 2
+        tasks = {"mlp-adamw": {**lightning_tasks()["mlp-adamw"], "steps": 50}}
+        lrs = GRID[2:7:2]  # 1e-3, 1e-2, 1e-1
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore")
     import logging
 
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
-    print(hardware())
-    if "lightning" in a.parts:
-        lightning_part(a.seeds)
-    if "hf" in a.parts:
-        hf_part(a.seeds, a.trials)
-
+    with recorded() as out:
+        if "lightning" in parts:
+            lightning_part(a.seeds, tasks, lrs)
+        if "hf" in parts:
+            hf_part(a.seeds, a.trials)
+    report.write("their_tuners", f"tunekit against the tuners of Lightning and Hugging Face ({parts}; {a.seeds} seeds)",
+                 out.text(), quick=a.quick)
 
 if __name__ == "__main__":
     main()
