@@ -52,6 +52,12 @@ the paired ratios.
 Options: ``--seeds N`` (default 5 a task, 3 for tiny_lm), ``--trials N`` (24),
 ``--strategies tunekit,random,optuna_sh,ray_asha``. A cached run is reused while
 its task's FTE is unchanged: delete the cache after changing a task otherwise.
+
+The tables are written to benchmarks/data/search_efficiency_report.txt (``--per-update``'s to
+search_efficiency_per_update_report.txt). ``--quick`` is a smoke run, not a figure: the corpus's
+wine_mlp_adamw (150 updates of a small MLP), 1 seed, 4 trials, tunekit, random and optuna_sh (not
+ray_asha unless --strategies names it: Ray's start-up alone takes longer than the rest), an LR grid of
+every other LR and one seed, all in a temporary folder (its report too).
 """
 
 from __future__ import annotations
@@ -83,7 +89,8 @@ os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
 
 import torch  # noqa: E402
 
-from benchmarks._common import hardware  # noqa: E402
+from benchmarks._common import recorded  # noqa: E402
+from benchmarks.harness import report as harness_report  # noqa: E402
 from benchmarks.search_tasks import TASKS  # noqa: E402
 
 import tunekit  # noqa: E402
@@ -102,6 +109,7 @@ GRID_SEEDS = (1000, 1001, 1002)
 MARGIN = 1.02
 WORST = 1e300  # a diverged trial's loss, for Ray's scheduler: the worst, yet finite
 DEFAULT_CACHE = Path(__file__).resolve().parent / ".cache" / "search_efficiency"
+QUICK_TASK = "wine_mlp_adamw"  # --quick's task, from the corpus: 150 updates of a small MLP on 120 samples
 
 Run = dict[str, Any]  # one search: its trials (state, value, samples, finished, params), probes, seconds
 
@@ -724,7 +732,7 @@ def _pearson(a: list[float], b: list[float]) -> float:
 
 def run_task(task_name: str, args: argparse.Namespace, seeds: int) -> None:
     """Train what the cache lacks for this task: the grid, then every (seed, strategy) run."""
-    task = TASKS[task_name](None)
+    task = task_by_name(task_name)
     fte = fte_of(task)
     print(f"{task_name}: grid of {len(GRID_LRS)} LRs x {len(GRID_SEEDS)} seeds, then {seeds} seeds x "
           f"{', '.join(args.strategies)} at {args.trials} trials of {fte} samples", flush=True)
@@ -748,13 +756,17 @@ def run_task(task_name: str, args: argparse.Namespace, seeds: int) -> None:
 def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated, from {', '.join(TASKS)}")
-    ap.add_argument("--strategies", default=",".join(STRATEGIES), help="comma-separated, from " + ", ".join(STRATEGIES))
+    ap.add_argument("--strategies", default=None, help="comma-separated, from " + ", ".join(STRATEGIES) + " (default: all)")
     ap.add_argument("--seeds", type=int, default=None, help="searches a (task, strategy); default 5, 3 for tiny_lm")
     ap.add_argument("--trials", type=int, default=24, help="trials a search")
     ap.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="folder of the cached runs and grids")
     ap.add_argument("--report", action="store_true", help="print the tables from the cache; train nothing")
     ap.add_argument("--per-update", action="store_true",
                     help="only time tunekit's trial path against the peers' loop, interleaved, and print the ratios")
+    ap.add_argument("--quick", action="store_true",
+                    help=f"a smoke run, not a figure: {QUICK_TASK}, 1 seed, 4 trials, tunekit, random and optuna_sh "
+                    "(ray_asha only if --strategies names it), an LR grid of every other LR and one seed, in a "
+                    "temporary folder")
     ap.add_argument("--variant", action="append", default=[], metavar="NAME=JSON",
                     help="also run tunekit with these search() settings, as strategy tunekit_NAME "
                     "(e.g. r1='{\"rungs\": 1}'; name it in --strategies)")
@@ -762,6 +774,8 @@ def parse_args() -> argparse.Namespace:
     for v in args.variant:
         name, _, kw = v.partition("=")
         VARIANTS[f"tunekit_{name}"] = json.loads(kw)
+    if args.strategies is None:
+        args.strategies = ",".join(s for s in STRATEGIES if not (args.quick and s == "ray_asha"))
     args.tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     args.strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
     known_strategies = (*STRATEGIES, *[v for v in VARIANTS if v not in STRATEGIES])
@@ -770,6 +784,11 @@ def parse_args() -> argparse.Namespace:
         if bad:
             ap.error(f"unknown {kind} {bad[0]!r}: use {', '.join(known)}")
     args.strategies = [s for s in known_strategies if s in args.strategies]  # a fixed column order
+    if args.quick:
+        global GRID_LRS, GRID_SEEDS
+        args.tasks, args.seeds, args.trials = [QUICK_TASK], 1, 4
+        args.cache = Path(tempfile.mkdtemp(prefix="tk_search_efficiency_"))
+        GRID_LRS, GRID_SEEDS = GRID_LRS[::2], GRID_SEEDS[:1]
     return args
 
 
@@ -777,30 +796,36 @@ def main() -> None:
     args = parse_args()
     torch.set_num_threads(1)
     prepare_cache(args.cache)
-    print(f"hardware: {hardware()}")
-    print("compute: training samples drawn by every trial (pruned and failed ones included) and by tunekit's probes; "
-          "1 FTE = one full trial's samples\n", flush=True)
+    compute = ("compute: training samples drawn by every trial (pruned and failed ones included) and by tunekit's "
+               "probes; 1 FTE = one full trial's samples\n")
     if "tunekit" in args.strategies and not tunekit_has_budget():
         print("tunekit arm skipped: tunekit.search has no `budget` parameter yet\n", flush=True)
     if args.per_update:
-        for name in args.tasks:
-            print(per_update_check(name, TASKS[name](None), args.cache), flush=True)
+        with recorded() as out:
+            for name in args.tasks:
+                print(per_update_check(name, task_by_name(name), args.cache), flush=True)
+        harness_report.write("search_efficiency_per_update", "Per-update time, tunekit's trial path against the "
+                             "peers' loop", out.text(), quick=args.quick)
         return
     try:
         if not args.report:
             for name in args.tasks:
                 run_task(name, args, args.seeds or DEFAULT_SEEDS[name])
             print()
-        summaries = [report_task(name, TASKS[name](None), args.cache, args.seeds or DEFAULT_SEEDS[name], args.trials,
-                                 args.strategies) for name in args.tasks]
+        with recorded() as out:
+            print(compute)
+            summaries = [report_task(name, task_by_name(name), args.cache, args.seeds or DEFAULT_SEEDS[name],
+                                     args.trials, args.strategies) for name in args.tasks]
+            print()
+            for line in summaries:
+                print(line)
     finally:
         if "ray" in sys.modules:
             import ray
 
             ray.shutdown()
-    print()
-    for line in summaries:
-        print(line)
+    harness_report.write("search_efficiency", f"Samples to a target loss, by search strategy ({args.trials} trials a "
+                         "search)", out.text(), quick=args.quick)
 
 
 if __name__ == "__main__":

@@ -222,8 +222,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trials", type=int, default=12)
     ap.add_argument("--grace", type=int, default=5, help="heartbeat grace period of the killed run (s)")
-    ap.add_argument("--quick", action="store_true", help="the run with a worker SIGKILLed only, 6 trials (no single process, no plain "
-                    "shared run, no frozen worker): a smoke run, not a figure")
+    ap.add_argument("--quick", action="store_true",
+                    help="the run with a worker SIGKILLed only, 6 trials (no single process, no plain shared run, "
+                    "no frozen worker): a smoke run, not a figure")
     a = ap.parse_args()
     if a.quick:
         a.trials = 6  # two a worker: the victim gets one to be killed in
