@@ -29,7 +29,11 @@ tunekit's rule (chosen from these figures, so in-sample) and the textbook one it
     python -m benchmarks.lr_batch [--tasks a,b] [--loto]   # runs what the cache lacks
 
 Runs are cached in ``benchmarks/.cache/lr_batch/TASK.json`` (``--cache DIR``); one process per
-core (``--tasks``) fills them in parallel.
+core (``--tasks``) fills them in parallel. The tables are written to benchmarks/data/lr_batch_report.txt.
+
+    python -m benchmarks.lr_batch --quick   # a smoke run, not a figure: mlp_sgd and long_adam shrunk (16 hidden
+                                            # units, 2,048 samples, 40 updates), batches B0/2..2 B0, 1 seed, --loto,
+                                            # in a temporary folder (its report too)
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ import argparse
 import json
 import math
 import statistics
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -45,7 +50,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from benchmarks._common import hardware  # noqa: E402
+from benchmarks._common import recorded  # noqa: E402
+from benchmarks.harness import report as harness_report  # noqa: E402
 from benchmarks.search_tasks import TASKS  # noqa: E402
 
 import tunekit  # noqa: E402
@@ -63,6 +69,10 @@ EVALS = 8
 # the grid of every batch centres on it.
 CENTRE = {"cnn_adamw": 0.0215, "mlp_sgd": 0.0464, "tiny_lm": 0.00464, "long_adam": 0.01}
 DEFAULT_CACHE = Path(__file__).resolve().parent / ".cache" / "lr_batch"
+# --quick: an SGD task and an adaptive one (so that --loto has a rule to choose), shrunk; 3 batches, 1 seed.
+QUICK_CONFIG = {"mlp_sgd": {"hidden": 16, "n_train": 2048, "max_steps": 40},
+                "long_adam": {"hidden": 16, "n_train": 2048, "max_steps": 40}}
+QUICK_MULTS, QUICK_SEEDS = (0.5, 1.0, 2.0), (1000,)
 
 
 def family(task: tunekit.Task) -> str:
@@ -104,17 +114,18 @@ def run_point(task: tunekit.Task, budget: str, batch: int, lr: float, seed: int)
     return float(r.final_loss) if math.isfinite(r.final_loss) and not r.diverged else math.inf
 
 
-def fill(name: str, cache: Path) -> dict[str, Any]:
-    """Every (budget, batch, lr, seed) point of one task, run where the cache lacks it."""
+def fill(name: str, cache: Path, config: dict[str, Any] | None = None, mults: tuple[float, ...] = MULTS,
+         seeds: tuple[int, ...] = SEEDS) -> dict[str, Any]:
+    """Every (budget, batch, lr, seed) point of one task (built with ``config``), run where the cache lacks it."""
     path = cache / f"{name}.json"
     data = json.loads(path.read_text()) if path.is_file() else {"points": {}, "seconds": 0.0}
-    task = TASKS[name](None)
+    task = TASKS[name](config)
     data["family"], data["batch"] = family(task), int(task.batch_size)
     for budget in BUDGETS:
-        for mult in MULTS:
+        for mult in mults:
             batch = max(1, int(task.batch_size * mult))
             for lr in grid_lrs(CENTRE[name], mult):
-                for seed in SEEDS:
+                for seed in seeds:
                     key = f"{budget}/{batch}/{lr:g}/{seed}"
                     if key in data["points"]:
                         continue
@@ -238,9 +249,14 @@ def main() -> None:
     ap.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     ap.add_argument("--loto", action="store_true")
     ap.add_argument("--report", action="store_true", help="only report what the cache holds")
+    ap.add_argument("--quick", action="store_true",
+                    help="a smoke run, not a figure: mlp_sgd and long_adam shrunk (16 hidden units, 2,048 samples, 40 "
+                    "updates), batches B0/2..2 B0, 1 seed, --loto, in a temporary folder")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    print(f"hardware: {hardware()}", flush=True)
+    if args.quick:
+        args.tasks, args.loto, args.report = ",".join(QUICK_CONFIG), True, False
+        args.cache = Path(tempfile.mkdtemp(prefix="tk_lr_batch_"))
     names = [t for t in args.tasks.split(",") if t]
     bad = [t for t in names if t not in CENTRE]
     if bad:
@@ -249,9 +265,14 @@ def main() -> None:
     for n in names:
         if args.report:
             data[n] = json.loads((args.cache / f"{n}.json").read_text())
+        elif args.quick:
+            data[n] = fill(n, args.cache, QUICK_CONFIG[n], QUICK_MULTS, QUICK_SEEDS)
         else:
             data[n] = fill(n, args.cache)
-    report(data, args.loto)
+    with recorded() as out:
+        report(data, args.loto)
+    harness_report.write("lr_batch", "LR vs batch: the best LR's move with the batch, and the rules that predict it",
+                         out.text(), quick=args.quick)
 
 
 if __name__ == "__main__":
