@@ -18,7 +18,8 @@ torch.set_num_threads(1)
 # time): Ray clusters sized to its cores, workers judged by heartbeats and timers, processes killed
 # at random points of a run. The rest run in parallel (pytest-xdist).
 SERIAL_FILES = ("test_ray.py", "test_ray_cluster.py", "test_shared.py")
-SERIAL_TESTS = ("test_resume_after_the_process_is_killed_at_random_points",)
+SERIAL_TESTS = ("test_resume_after_the_process_is_killed_at_random_points",
+                "test_bench_quick_serial")  # tests/test_bench_quick.py: benchmarks that start Ray, PostgreSQL, processes
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

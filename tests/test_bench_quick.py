@@ -1,0 +1,59 @@
+"""Every benchmark's --quick mode: its real code path on the smallest setting, in seconds, run as the
+Makefile's bench-quick runs it (python -m benchmarks.NAME from the repository's root). Each must exit 0,
+print its report with the harness's header (benchmarks/harness/report.py), and leave benchmarks/data alone:
+a quick run's report goes to a temporary folder."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .tasks import ROOT
+
+DATA = ROOT / "benchmarks" / "data"
+# Quick runs that need nothing beyond their own process (and its threads).
+QUICK = ["doctor_zoo", "step_overhead", "their_tuners", "search_efficiency", "lr_batch", "corpus_lr", "corpus_search"]
+# Quick runs that start Ray, PostgreSQL or several processes: tests/conftest.py marks this test serial.
+QUICK_SERIAL = ["probe_accuracy", "ray_overhead", "shared_study", "shared_study_load"]
+
+
+def bench(*args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, OMP_NUM_THREADS="1", MPLBACKEND="Agg")
+    return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, timeout=300, cwd=ROOT,
+                          env=env)
+
+
+def check_quick(name: str) -> None:
+    r = bench(f"benchmarks.{name}", "--quick")
+    assert r.returncode == 0, f"stdout:\n{r.stdout[-3000:]}\nstderr:\n{r.stderr[-3000:]}"
+    lines = r.stdout.splitlines()
+    assert f"command: python -m benchmarks.{name} --quick" in lines, r.stdout[-3000:]
+    assert any(line.startswith("# ") and line.endswith("(quick mode: not a figure to quote)") for line in lines)
+    written = [line for line in lines if line.startswith("(report written to ")]
+    assert written, r.stdout[-3000:]
+    path = Path(written[-1].removeprefix("(report written to ").removesuffix(")"))
+    # Not benchmarks/data/NAME_report.txt: a quick run never replaces a full run's report.
+    assert path.is_file() and DATA not in path.parents and ROOT not in path.parents, path
+
+
+@pytest.mark.slow  # a subprocess that trains
+@pytest.mark.parametrize("name", QUICK)
+def test_bench_quick(name: str) -> None:
+    check_quick(name)
+
+
+@pytest.mark.slow  # Ray, PostgreSQL, several processes: serial (tests/conftest.py)
+@pytest.mark.parametrize("name", QUICK_SERIAL)
+def test_bench_quick_serial(name: str) -> None:
+    check_quick(name)
+
+
+@pytest.mark.slow  # a subprocess
+def test_corpus_list() -> None:
+    r = bench("benchmarks.corpus", "--list")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "tasks in" in r.stdout, r.stdout[-3000:]
