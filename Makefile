@@ -12,7 +12,7 @@ STAMP  := $(VENV)/.installed
 TORCH_CPU   ?= torch==2.13.0
 TORCH_INDEX ?=
 
-.PHONY: setup run test test-fast bench clean
+.PHONY: setup run test test-fast bench bench-quick clean
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml Makefile
@@ -36,6 +36,9 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow"
 
+# The full benchmarks (hours on a small machine): each writes its report to benchmarks/data/NAME_report.txt.
+# corpus_lr and corpus_search score against the ground-truth grids in benchmarks/data/corpus_grid
+# (python -m benchmarks.corpus_grid fills in missing ones).
 bench: $(STAMP)
 	$(PY) -m benchmarks.step_overhead
 	$(PY) -m benchmarks.lr_regret
@@ -45,6 +48,25 @@ bench: $(STAMP)
 	$(PY) -m benchmarks.ray_overhead
 	$(PY) -m benchmarks.shared_study
 	$(PY) -m benchmarks.shared_study_load
+	$(PY) -m benchmarks.doctor_zoo
+	$(PY) -m benchmarks.their_tuners
+	$(PY) -m benchmarks.corpus_lr
+	$(PY) -m benchmarks.corpus_search
+
+# Each benchmark's smoke run (seconds each): the same code on the smallest setting, its report to a
+# temporary folder, nothing written under benchmarks/data (tests/test_bench_quick.py runs these too).
+bench-quick: $(STAMP)
+	$(PY) -m benchmarks.step_overhead --quick
+	$(PY) -m benchmarks.probe_accuracy --quick
+	$(PY) -m benchmarks.search_efficiency --quick
+	$(PY) -m benchmarks.lr_batch --quick
+	$(PY) -m benchmarks.ray_overhead --quick
+	$(PY) -m benchmarks.shared_study --quick
+	$(PY) -m benchmarks.shared_study_load --quick
+	$(PY) -m benchmarks.doctor_zoo --quick
+	$(PY) -m benchmarks.their_tuners --quick
+	$(PY) -m benchmarks.corpus_lr --quick
+	$(PY) -m benchmarks.corpus_search --quick
 
 clean:
 	rm -rf $(VENV) *.egg-info
