@@ -73,12 +73,13 @@ def check_real_oom() -> str:
 
 
 def check_memory_model() -> str:
-    from benchmarks.probe_accuracy import measure, predict
+    from benchmarks.probe_accuracy import measure
 
+    pr = tunekit.probe(tunekit.load_task("shapes"), device="cuda", throughput_points=0, noise_repeats=0)
     ratios = {}
     for batch in (64, 256, 1024):
         measured = measure("shapes", batch, "fp32", "cuda")["measured"]
-        ratios[batch] = predict("shapes", batch, "fp32", "cuda") / measured
+        ratios[batch] = pr.predicted_peak(batch) / measured
     ok = all(abs(r - 1) <= 0.05 for r in ratios.values())
     return _verdict(ok, "predicted / measured peak: " + ", ".join(f"batch {b}: {r:.3f}" for b, r in ratios.items()))
 

@@ -63,6 +63,7 @@ every other LR and one seed, all in a temporary folder (its report too).
 from __future__ import annotations
 
 import argparse
+import functools
 import inspect
 import json
 import math
@@ -133,10 +134,10 @@ def train_trial(task: tunekit.Task, params: dict[str, Any], budget: int, seed: i
                          eval_batches=None, seed=seed, device="cpu", callback=callback)
 
 
-def wide_space(trial: Any) -> dict[str, Any]:
+def wide_space(trial: Any, batches: tuple[int, ...] = tuple(BATCHES)) -> dict[str, Any]:
     """The wide, unseeded space (an Optuna define-by-run function); returns the constants."""
     trial.suggest_float("lr", 1e-6, 1.0, log=True)
-    trial.suggest_categorical("batch_size", BATCHES)
+    trial.suggest_categorical("batch_size", list(batches))
     trial.suggest_float("warmup", 0.0, 0.1)
     trial.suggest_float("weight_decay", 1e-3, 0.1, log=True)
     trial.suggest_categorical("schedule", ["cosine", "linear"])
@@ -156,6 +157,14 @@ def record(number: int, state: str, value: Optional[float], samples: int, params
 # --- the strategies ----------------------------------------------------------------------
 
 
+def batches_for(task: tunekit.Task) -> tuple[int, ...]:
+    """The wide space's batches that the task's training data can fill (a user with 120 samples does
+    not try 256)."""
+    n = len(task.train_data) if hasattr(task.train_data, "__len__") else None
+    fits = tuple(b for b in BATCHES if n is None or b <= n)
+    return fits or (min(BATCHES),)
+
+
 def run_optuna(task: tunekit.Task, budget: int, seed: int, n_trials: int, sampler: Any, pruner: Any) -> Run:
     """An ask-and-tell Optuna study over the wide space; intermediate losses reported against samples."""
     import optuna
@@ -165,7 +174,7 @@ def run_optuna(task: tunekit.Task, budget: int, seed: int, n_trials: int, sample
     trials = []
     for number in range(n_trials):
         trial = study.ask()
-        params = {**wide_space(trial), **trial.params}
+        params = {**wide_space(trial, batches_for(task)), **trial.params}
         batch = int(params["batch_size"])
         updates = max(1, budget // batch)
         seen = [0]
@@ -284,7 +293,8 @@ def run_ray_asha(task_name: str, budget: int, seed: int, n_trials: int) -> Run:
             tune.with_resources(tune.with_parameters(_ray_trial, task_name=task_name, budget=budget, seed=seed),
                                 {"cpu": 1}),
             tune_config=tune.TuneConfig(
-                search_alg=OptunaSearch(space=wide_space, metric="loss", mode="min", seed=seed),
+                search_alg=OptunaSearch(space=functools.partial(wide_space, batches=batches_for(task_by_name(task_name))),
+                                        metric="loss", mode="min", seed=seed),
                 scheduler=ASHAScheduler(time_attr="samples", max_t=budget, grace_period=budget // EVALS,
                                         metric="loss", mode="min"),
                 num_samples=n_trials, max_concurrent_trials=1, reuse_actors=True),
