@@ -37,20 +37,12 @@ import numpy as np
 import torch
 
 from benchmarks._common import hardware  # noqa: E402
+from benchmarks.harness.grid import PER_DECADE, capped, curve, fill, lr_of  # noqa: F401  (lr_rules and the tests import them from here)
 from benchmarks.lr_tasks import CACHE, TASKS  # noqa: E402
 
-import tunekit  # noqa: E402
-from tunekit.training.step import resolve_device  # noqa: E402
-from tunekit.training.loop import TrainConfig, evaluate  # noqa: E402
+from tunekit.training.loop import TrainConfig  # noqa: E402
 
 GRID_JSON = Path(__file__).resolve().parent / "data" / "lr_grid.json"
-PER_DECADE = 3
-DEGRADED = 0.2  # the top LR has degraded when its loss exceeds L* + DEGRADED * (untrained - L*)
-MAX_EXTEND = 2  # decades each way beyond the task's starting range
-
-
-def lr_of(k: int) -> float:
-    return float(10 ** (k / PER_DECADE))
 
 
 # --- the JSON --------------------------------------------------------------------------------
@@ -73,22 +65,6 @@ def save(data: dict[str, Any], path: Path = GRID_JSON) -> None:
 
 
 # --- the curve of one task (shared with lr_rules.py) -------------------------------------------
-
-
-def capped(loss: float | None, untrained: float) -> float:
-    return untrained if loss is None or not math.isfinite(loss) else min(loss, untrained)
-
-
-def curve(entry: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(k values, log10 LRs, seed-mean capped final loss) over the LRs that have all their seeds."""
-    untrained = entry["untrained_loss"]
-    by_k: dict[int, list[float]] = {}
-    for run in entry["runs"]:
-        by_k.setdefault(run["k"], []).append(capped(run["final_loss"], untrained))
-    seeds = entry["seeds"]
-    ks = np.array(sorted(k for k, v in by_k.items() if len(v) >= seeds), dtype=int)
-    mean = np.array([np.mean(by_k[k][:seeds]) for k in ks])
-    return ks, ks / PER_DECADE, mean
 
 
 def loss_at(lr: float | None, log_lrs: np.ndarray, mean: np.ndarray, worst: float) -> float:
@@ -119,12 +95,6 @@ def summary(entry: dict[str, Any]) -> dict[str, Any]:
 # --- running ------------------------------------------------------------------------------------
 
 
-def untrained_loss(task: tunekit.Task) -> float:
-    cfg = TrainConfig.for_task(task)
-    return float(evaluate(task.make_model(0), task.val_data, task.loss_computer(), device=resolve_device("cpu"),
-                          batch_size=cfg.eval_batch_size or task.batch_size, max_batches=cfg.eval_batches)["loss"])
-
-
 def run_task(name: str, data: dict[str, Any], seeds: int, save_to: Path) -> None:
     spec = TASKS[name]
     start = time.perf_counter()
@@ -140,45 +110,7 @@ def run_task(name: str, data: dict[str, Any], seeds: int, save_to: Path) -> None
                                                              "min_lr_ratio", "clip_grad_norm", "eval_batches",
                                                              "eval_batch_size")},
                  trainable_parameters=sum(p.numel() for p in task.make_model(0).parameters() if p.requires_grad))
-    if "untrained_loss" not in entry:
-        entry["untrained_loss"] = untrained_loss(task)
-    entry.setdefault("runs", [])
-    done = {(r["k"], r["seed"]) for r in entry["runs"]}
-    new = 0
-
-    def ensure(k: int) -> None:
-        nonlocal new
-        for seed in range(seeds):
-            if (k, seed) in done:
-                continue
-            r = tunekit.train(task, lr=lr_of(k), seed=seed, device="cpu")
-            final = r.final_loss
-            last = r.evals[-1] if r.evals else {}
-            entry["runs"].append({"k": k, "lr": lr_of(k), "seed": seed,
-                                  "final_loss": final if math.isfinite(final) else None,
-                                  "accuracy": last.get("accuracy"), "diverged": bool(r.diverged),
-                                  "updates": r.updates, "seconds": round(r.seconds, 3)})
-            done.add((k, seed))
-            new += 1
-            save(data, save_to)
-
-    k_lo, k_hi = round(spec.grid[0] * PER_DECADE), round(spec.grid[1] * PER_DECADE)
-    for k in range(k_lo, k_hi + 1):
-        ensure(k)
-    low_limit, high_limit = k_lo - MAX_EXTEND * PER_DECADE, k_hi + MAX_EXTEND * PER_DECADE
-    while True:  # grow the grid by a decade at an end the optimum (or a still-healthy top) sits at
-        s = summary(entry)
-        ks = curve(entry)[0]
-        if s["best_k"] == ks[0] and ks[0] > low_limit:
-            for k in range(ks[0] - PER_DECADE, ks[0]):
-                ensure(k)
-        elif (s["best_k"] == ks[-1] or (s["top_gap"] < DEGRADED and not s["top_diverged"])) and ks[-1] < high_limit:
-            for k in range(ks[-1] + 1, ks[-1] + PER_DECADE + 1):
-                ensure(k)
-        else:
-            break
-    entry["runs"].sort(key=lambda r: (r["k"], r["seed"]))
-    save(data, save_to)
+    new = fill(entry, task, spec.grid, seeds, lambda: save(data, save_to))
     s = summary(entry)
     print(f"{name}: {s['points']} LRs {s['lo']:.3g}..{s['hi']:.3g} x {seeds} seeds, {new} new runs "
           f"in {time.perf_counter() - start:.0f}s ({s['seconds_per_run']:.2f}s/run); best lr {s['best_lr']:.3g}, "

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 import tunekit
 from tunekit import TrainConfig
@@ -52,10 +53,8 @@ def curve(grid: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def untrained_loss(task: tunekit.Task) -> float:
-    from tunekit.inputs.resolve import resolve_device
-
     cfg = TrainConfig.for_task(task)
-    return float(tunekit.evaluate(task.make_model(0), task.val_data, task.loss_computer(), device=resolve_device("cpu"),
+    return float(tunekit.evaluate(task.make_model(0), task.val_data, task.loss_computer(), device=torch.device("cpu"),
                                   batch_size=cfg.eval_batch_size or task.batch_size, max_batches=cfg.eval_batches)["loss"])
 
 

@@ -43,15 +43,13 @@ def _caught(task: tunekit.Task, make_opt: Any) -> tuple[tunekit.Task, dict[str, 
 
 
 def _score(task: tunekit.Task, model: nn.Module) -> float:
-    from tunekit.inputs.resolve import resolve_device
-
-    return float(tunekit.evaluate(model, task.val_data, task.loss_computer(), device=resolve_device("cpu"),
+    return float(tunekit.evaluate(model, task.val_data, task.loss_computer(), device=torch.device("cpu"),
                                   batch_size=int(task.defaults.get("eval_batch_size") or 256))["loss"])
 
 
 def _recompute_batchnorm(task: tunekit.Task, model: nn.Module, batch: int, seed: int) -> int:
     """BatchNorm statistics recomputed at the current weights; returns the samples read."""
-    norms = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    norms = [m for m in model.modules() if isinstance(m, (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d))]
     if not norms or not any(p.requires_grad for m in norms for p in m.parameters()):
         return 0  # none, or frozen (a frozen backbone keeps its statistics)
     for m in norms:
