@@ -90,6 +90,7 @@ os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
 
 import torch  # noqa: E402
 
+from benchmarks.harness import costs  # noqa: E402
 from benchmarks._common import recorded  # noqa: E402
 from benchmarks.harness import report as harness_report  # noqa: E402
 from benchmarks.search_tasks import TASKS  # noqa: E402
@@ -441,32 +442,9 @@ def grid_means(grid: dict[str, Any]) -> dict[float, float]:
 # --- analysis ----------------------------------------------------------------------------
 
 
-def completion_order(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return sorted(trials, key=lambda t: (t.get("finished") is None, t.get("finished") or 0.0, t.get("number") or 0))
-
-
-def samples_to_target(run: Run, target: float, cost: str = "samples") -> float:
-    """``cost`` (samples, updates or seconds) spent, probes first, until the first completed trial at or
-    below ``target``; inf if none; nan where a cached run predates the cost."""
-    if any(cost not in t for t in run["trials"]):
-        return math.nan
-    spent = float(run.get(f"probe_{cost}", 0) or 0)
-    for t in completion_order(run["trials"]):
-        spent += t[cost]
-        if t["state"] == "COMPLETE" and t["value"] is not None and t["value"] <= target:
-            return float(spent)
-    return math.inf
-
-
-def samples_spent(run: Run, cost: str = "samples") -> float:
-    if any(cost not in t for t in run["trials"]):
-        return math.nan
-    return float(run.get(f"probe_{cost}", 0) or 0) + sum(t[cost] for t in run["trials"])
-
-
-def best_value(run: Run) -> float:
-    return min((t["value"] for t in run["trials"] if t["state"] == "COMPLETE" and t["value"] is not None),
-               default=math.inf)
+# One counting of costs for every search benchmark: benchmarks/harness/costs.py.
+samples_to_target, samples_spent = costs.to_target, costs.spent
+completion_order, best_value = costs.completion_order, costs.best_value
 
 
 def median(xs: list[float]) -> float:
