@@ -39,9 +39,10 @@ test-fast: $(STAMP)
 # The full benchmarks (hours on a small machine): each writes its report to benchmarks/data/NAME_report.txt.
 # corpus_lr and corpus_search score against the ground-truth grids in benchmarks/data/corpus_grid
 # (python -m benchmarks.corpus_grid fills in missing ones).
+# Every benchmark the README quotes, each writing benchmarks/data/NAME_report.txt (hours on 2 cores;
+# the corpus's grids and finder runs are cached in benchmarks/data, a search's runs in benchmarks/.cache).
 bench: $(STAMP)
 	$(PY) -m benchmarks.step_overhead
-	$(PY) -m benchmarks.lr_regret
 	$(PY) -m benchmarks.probe_accuracy
 	$(PY) -m benchmarks.search_efficiency
 	$(PY) -m benchmarks.lr_batch --loto
@@ -50,6 +51,7 @@ bench: $(STAMP)
 	$(PY) -m benchmarks.shared_study_load
 	$(PY) -m benchmarks.doctor_zoo
 	$(PY) -m benchmarks.their_tuners
+	$(PY) -m benchmarks.corpus_grid
 	$(PY) -m benchmarks.corpus_lr
 	$(PY) -m benchmarks.corpus_search
 
@@ -65,6 +67,7 @@ bench-quick: $(STAMP)
 	$(PY) -m benchmarks.shared_study_load --quick
 	$(PY) -m benchmarks.doctor_zoo --quick
 	$(PY) -m benchmarks.their_tuners --quick
+	$(PY) -m benchmarks.corpus --list
 	$(PY) -m benchmarks.corpus_lr --quick
 	$(PY) -m benchmarks.corpus_search --quick
 
