@@ -16,9 +16,11 @@ from .tasks import ROOT
 
 DATA = ROOT / "benchmarks" / "data"
 # Quick runs that need nothing beyond their own process (and its threads).
-QUICK = ["doctor_zoo", "step_overhead", "their_tuners", "search_efficiency", "lr_batch", "corpus_lr", "corpus_search"]
+# (probe_accuracy's children measure their own resident memory, which other processes do not move.)
+QUICK = ["doctor_zoo", "step_overhead", "their_tuners", "search_efficiency", "lr_batch", "corpus_lr", "corpus_search",
+         "probe_accuracy"]
 # Quick runs that start Ray, PostgreSQL or several processes: tests/conftest.py marks this test serial.
-QUICK_SERIAL = ["probe_accuracy", "ray_overhead", "shared_study", "shared_study_load"]
+QUICK_SERIAL = ["ray_overhead", "shared_study", "shared_study_load"]
 
 
 def bench(*args: str) -> subprocess.CompletedProcess[str]:
