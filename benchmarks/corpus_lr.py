@@ -143,10 +143,10 @@ def lofo_table(scores: dict[str, TaskScore], runs: dict[str, list[dict[str, Any]
             regret[rname][name] = float(np.mean([ts.truth.regret(rule(c) if len(c.lrs) >= 3 else None) for c in curves]))
     held = lofo.select(regret, {n: CORPUS[n].family for n in scores})
     lines = ["Leave-one-family-out among curve-only rules (each family's rule chosen on the other families):",
-             f"{'held-out family':<15}{'rule chosen on the others':<34}{'mean':>8}{'worst':>8}   tunekit's shipped rule: mean / worst"]
+             f"{'held-out family':<16}{'rule chosen on the others':<33}{'mean':>8}{'worst':>8}   tunekit's shipped rule: mean / worst"]
     for fam, h in held.items():
         ship = [scores[t].regret("tunekit") for t in h.scores]
-        lines.append(f"{fam:<15}{h.rule:<34}{100 * h.mean:7.1f}%{100 * h.worst:7.1f}%   "
+        lines.append(f"{fam:<16}{h.rule:<33}{100 * h.mean:7.1f}%{100 * h.worst:7.1f}%   "
                      f"{100 * np.mean(ship):.1f}% / {100 * max(ship):.1f}%")
     means = [h.mean for h in held.values()]
     lines.append(f"over families: held-out mean {100 * np.mean(means):.1f}%, worst family {100 * max(means):.1f}%")
