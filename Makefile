@@ -30,8 +30,8 @@ run: $(STAMP)
 	$(VENV)/bin/tunekit lr-find
 
 test: $(STAMP)
-	$(PY) -m pytest -q -m "not serial" -n auto --maxprocesses=4  # in parallel, on the machine's cores
-	$(PY) -m pytest -q -m serial  # Ray clusters, timers, killed processes (tests/conftest.py): one at a time
+	$(PY) -m pytest -q -m "not serial and not bench_serial" -n auto --maxprocesses=4  # in parallel, on the machine's cores
+	$(PY) -m pytest -q -m "serial and not bench_serial"  # Ray clusters, timers, killed processes (tests/conftest.py): one at a time
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow"

@@ -19,7 +19,11 @@ DATA = ROOT / "benchmarks" / "data"
 # (probe_accuracy's children measure their own resident memory, which other processes do not move.)
 QUICK = ["doctor_zoo", "step_overhead", "their_tuners", "search_efficiency", "lr_batch", "corpus_lr", "corpus_search",
          "probe_accuracy"]
-# Quick runs that start Ray, PostgreSQL or several processes: tests/conftest.py marks this test serial.
+# Quick runs that start a Ray instance, a PostgreSQL server and several worker processes. They would
+# need the machine to themselves (tests/conftest.py marks them serial) and add a minute to CI's serial
+# phase, whose Ray and shared-study tests (tests/test_ray*.py, tests/test_shared.py) already run the
+# same backends and workers; so they run with `pytest -m bench_serial` and `make bench-quick`, not in
+# `make test`.
 QUICK_SERIAL = ["ray_overhead", "shared_study", "shared_study_load"]
 
 
@@ -48,7 +52,8 @@ def test_bench_quick(name: str) -> None:
     check_quick(name)
 
 
-@pytest.mark.slow  # Ray, PostgreSQL, several processes: serial (tests/conftest.py)
+@pytest.mark.bench_serial  # Ray, PostgreSQL, several processes: not in make test (above)
+@pytest.mark.slow
 @pytest.mark.parametrize("name", QUICK_SERIAL)
 def test_bench_quick_serial(name: str) -> None:
     check_quick(name)
