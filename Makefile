@@ -42,6 +42,7 @@ test-fast: $(STAMP)
 # Every benchmark the README quotes, each writing benchmarks/data/NAME_report.txt (hours on 2 cores;
 # the corpus's grids and finder runs are cached in benchmarks/data, a search's runs in benchmarks/.cache).
 bench: $(STAMP)
+	$(PIP) install -q -e ".[bench,hf,lightning]"
 	$(PY) -m benchmarks.step_overhead
 	$(PY) -m benchmarks.probe_accuracy
 	$(PY) -m benchmarks.search_efficiency

@@ -210,11 +210,11 @@ def main() -> None:
     ap.add_argument("--tasks", default="")
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--refind", action="store_true")
-    ap.add_argument("--quick", action="store_true", help="one tiny task, two seeds, in a temporary folder")
+    ap.add_argument("--quick", action="store_true", help="two tiny synthetic tasks, two seeds, in a temporary folder")
     args = ap.parse_args()
     torch.set_num_threads(1)
     if args.quick:
-        names, seeds = ["iris_mlp_sgdm", "wine_mlp_adamw"], 2
+        names, seeds = ["mlp_huber_sgdm", "mlp_bce_adam"], 2  # synthetic: no scikit-learn needed
         tmp = Path(tempfile.mkdtemp(prefix="tk_corpus_lr_"))
         grid_root, finds_root = tmp / "grid", tmp / "finds"
     else:

@@ -20,7 +20,7 @@ four tasks, none of which is used here): every figure is held-out.
 
     python -m benchmarks.corpus_search [--tasks a,b] [--seeds 3] [--trials 24] [--arms ...] [--shard I/N]
     python -m benchmarks.corpus_search --report      # the tables from the cached runs
-    python -m benchmarks.corpus_search --quick       # one tiny task, one seed, 4 trials, in a temporary folder
+    python -m benchmarks.corpus_search --quick       # one tiny synthetic task, one seed, 4 trials, in a temporary folder
 """
 
 from __future__ import annotations
@@ -196,7 +196,7 @@ def main() -> None:
     cache, seeds, trials, grid_root = CACHE, args.seeds, args.trials, grid.GRIDS
     if args.quick:
         tmp = Path(tempfile.mkdtemp(prefix="tk_corpus_search_"))
-        names, arms, seeds, trials = ["wine_mlp_adamw"], [a for a in ARMS if a != "ray_asha"], 1, 4
+        names, arms, seeds, trials = ["mlp_bce_adam"], [a for a in ARMS if a != "ray_asha"], 1, 4
         cache, grid_root = tmp / "runs", tmp / "grid"
     i, n = map(int, args.shard.split("/"))
     jobs = [(name, seed) for seed in range(seeds) for name in names]

@@ -55,7 +55,7 @@ its task's FTE is unchanged: delete the cache after changing a task otherwise.
 
 The tables are written to benchmarks/data/search_efficiency_report.txt (``--per-update``'s to
 search_efficiency_per_update_report.txt). ``--quick`` is a smoke run, not a figure: the corpus's
-wine_mlp_adamw (150 updates of a small MLP), 1 seed, 4 trials, tunekit, random and optuna_sh (not
+mlp_bce_adam (100 updates of a small MLP), 1 seed, 4 trials, tunekit, random and optuna_sh (not
 ray_asha unless --strategies names it: Ray's start-up alone takes longer than the rest), an LR grid of
 every other LR and one seed, all in a temporary folder (its report too).
 """
@@ -111,7 +111,7 @@ GRID_SEEDS = (1000, 1001, 1002)
 MARGIN = 1.02
 WORST = 1e300  # a diverged trial's loss, for Ray's scheduler: the worst, yet finite
 DEFAULT_CACHE = Path(__file__).resolve().parent / ".cache" / "search_efficiency"
-QUICK_TASK = "wine_mlp_adamw"  # --quick's task, from the corpus: 150 updates of a small MLP on 120 samples
+QUICK_TASK = "mlp_bce_adam"  # --quick's task, from the corpus: 100 updates of a small MLP on a synthetic teacher
 
 Run = dict[str, Any]  # one search: its trials (state, value, samples, finished, params), probes, seconds
 
