@@ -12,7 +12,7 @@ import argparse
 
 import torch
 
-from benchmarks.corpus import CORPUS
+from benchmarks.corpus import CORPUS, pick
 from benchmarks.harness import grid
 
 
@@ -24,7 +24,7 @@ def main() -> None:
     ap.add_argument("--lengths", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    names = args.tasks.split(",") if args.tasks else list(CORPUS)
+    names = pick(args.tasks) if args.tasks else list(CORPUS)
     i, n = map(int, args.shard.split("/"))
     for name in names[i::n]:
         grid.ensure(name, args.seeds)

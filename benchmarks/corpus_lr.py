@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 import tunekit
-from benchmarks.corpus import CORPUS, entry
+from benchmarks.corpus import CORPUS, entry, pick
 from benchmarks.harness import grid, lofo, report
 from tunekit.probes import lr_rules as suggest
 
@@ -218,7 +218,7 @@ def main() -> None:
         tmp = Path(tempfile.mkdtemp(prefix="tk_corpus_lr_"))
         grid_root, finds_root = tmp / "grid", tmp / "finds"
     else:
-        names = args.tasks.split(",") if args.tasks else list(CORPUS)
+        names = pick(args.tasks) if args.tasks else list(CORPUS)
         seeds, grid_root, finds_root = args.seeds, grid.GRIDS, FINDS
     scores, runs = {}, {}
     for name in names:
@@ -229,6 +229,8 @@ def main() -> None:
         runs[name] = finds(name, seeds, args.refind, finds_root)
         scores[name] = score_task(name, runs[name], truth)
         print(f"  {name}: regret {100 * scores[name].regret('tunekit'):.1f}%", flush=True)
+    if not scores:
+        raise SystemExit("no task has a grid yet: run python -m benchmarks.corpus_grid first")
     body = "\n\n".join([family_table(scores), lofo_table(scores, runs), task_table(scores)])
     report.write("corpus_lr", "The LR suggestion on the task corpus, by family", body, quick=args.quick)
 

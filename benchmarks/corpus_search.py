@@ -35,7 +35,7 @@ from typing import Any
 import torch
 
 from benchmarks import search_efficiency as se
-from benchmarks.corpus import CORPUS
+from benchmarks.corpus import CORPUS, pick
 from benchmarks.harness import costs, grid, lr_free, report
 
 #: One task a family: the cheapest real-data task of each that is not in the search's own benchmark.
@@ -192,7 +192,9 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    names, arms = args.tasks.split(","), args.arms.split(",")
+    names, arms = pick(args.tasks), args.arms.split(",")
+    if not set(arms) <= set(ARMS):
+        ap.error(f"unknown arm(s) {', '.join(sorted(set(arms) - set(ARMS)))}: choose from {', '.join(ARMS)}")
     cache, seeds, trials, grid_root = CACHE, args.seeds, args.trials, grid.GRIDS
     if args.quick:
         tmp = Path(tempfile.mkdtemp(prefix="tk_corpus_search_"))
@@ -218,6 +220,8 @@ def main() -> None:
                 complete = not args.quick and len({len(rs) for rs in runs.values()}) == 1
                 block, summaries[name] = family_block(name, runs, truth, complete)
                 blocks.append(block)
+            if not blocks:
+                raise SystemExit("no cached run for these tasks: nothing to report (run without --report first)")
             body = "\n\n".join([overview(summaries), *blocks])
             report.write("corpus_search", f"The search on the corpus, one task a family ({seeds} seeds, {trials} trials)",
                          body, quick=args.quick)

@@ -17,12 +17,13 @@ LR and no warmup: Lightning's default without a scheduler).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tunekit import Task
 
-__all__ = ["Entry", "CORPUS", "FAMILIES", "families", "entry", "build"]
+__all__ = ["Entry", "CORPUS", "FAMILIES", "families", "entry", "build", "pick"]
 
 
 @dataclass(frozen=True)
@@ -121,3 +122,14 @@ def entry(name: str) -> Entry:
 def build(name: str) -> Task:
     """A fresh Task of the corpus entry ``name``."""
     return entry(name).make()
+
+
+def pick(names: str) -> list[str]:
+    """The corpus tasks a comma-separated ``--tasks`` value names; an unknown one is one line, exit 2."""
+    picked = [n.strip() for n in names.split(",") if n.strip()]
+    bad = [n for n in picked if n not in CORPUS]
+    if bad or not picked:
+        print(f"unknown corpus task(s) {', '.join(bad) or repr(names)}: see `python -m benchmarks.corpus --list`",
+              file=sys.stderr)
+        raise SystemExit(2)
+    return picked
