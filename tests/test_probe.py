@@ -12,7 +12,8 @@ from tunekit import Task, UsageError, probe
 from tunekit.inputs.data import BatchStream
 from tunekit.probes.memory_trace import Trace, fit_memory_model, static_bytes, trace_step
 from tunekit.probes.noise_scale import noise_scale
-from tunekit.probes.batch_probe import find_largest_batch, plan_batches, scale_lr
+from tunekit.probes import clean_heap
+from tunekit.probes.batch_probe import MEASURED_IN_CHILD, MEASURED_IN_PROCESS, find_largest_batch, plan_batches, scale_lr
 from tunekit.bytesize import parse_bytes
 from tunekit.training.step import TrainStep
 from tunekit.inputs.task import LossComputer
@@ -154,17 +155,29 @@ def test_the_search_never_answers_a_batch_that_was_measured_over() -> None:
     assert all(t["peak_bytes"] <= 10_000 for t in tried if t["ok"]) and len(tried) <= 6
 
 
-def test_an_end_to_end_probe_with_a_fake_out_of_memory_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    real_call = TrainStep.__call__
+class FailsAbove(MLP):
+    """An MLP whose real forward fails above a batch size: with an out-of-memory error, or another one.
+    The trace's fake tensors (batches 4-16) pass; the failure happens wherever the real step runs,
+    in the probe's measuring child process or in this one."""
 
-    def oom_above_3000(self: TrainStep, micro_batches: list) -> object:  # real steps only: the trace does not call it
-        if micro_batches[0][0].shape[0] > 3000:
-            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (fake)")
-        return real_call(self, micro_batches)
+    def __init__(self, above: int, error: str) -> None:
+        super().__init__(8, 16, 4)
+        self.above, self.error = above, error
 
-    monkeypatch.setattr(TrainStep, "__call__", oom_above_3000)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[0] > self.above:
+            if self.error == "oom":
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (fake)")
+            raise RuntimeError("out of memory?  no: a bug")  # string matching would misread this
+        return super().forward(x)
+
+
+@pytest.mark.parametrize("where", ["child", "process"])
+def test_an_end_to_end_probe_with_a_fake_out_of_memory_error(where: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    if where == "process":  # where no child can measure (not Linux with glibc): the steps run here
+        monkeypatch.setattr(clean_heap, "available", lambda: "not here")
     torch.manual_seed(0)
-    model = MLP(8, 16, 4)
+    model = FailsAbove(3000, "oom")
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     data = small_task().train_data
     model.eval()
@@ -175,6 +188,7 @@ def test_an_end_to_end_probe_with_a_fake_out_of_memory_error(monkeypatch: pytest
     assert [(t["batch"], t["ok"]) for t in r1.tried][:2] == [(4096, False), (3276, False)]
     # Then half, 1638, ran; measured below its prediction, the refit tries just under the OOM and stops there.
     assert r1.max_batch == max(t["batch"] for t in r1.tried if t["ok"]) == 1638 and r1.real_steps <= 4
+    assert r1.memory_measured.startswith(MEASURED_IN_CHILD if where == "child" else MEASURED_IN_PROCESS)
     assert not model.training
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
     assert opt.state_dict()["state"] == {}
@@ -184,13 +198,12 @@ def test_an_end_to_end_probe_with_a_fake_out_of_memory_error(monkeypatch: pytest
     assert [t["batch"] for t in r2.tried] == [t["batch"] for t in r1.tried] and r2.max_batch == r1.max_batch
 
 
-def test_other_errors_are_not_taken_for_oom(monkeypatch: pytest.MonkeyPatch) -> None:
-    def boom(self: TrainStep, micro_batches: list) -> object:  # real steps only: the trace does not call it
-        raise RuntimeError("out of memory?  no: a bug")  # string matching would misread this
-
-    monkeypatch.setattr(TrainStep, "__call__", boom)
-    with pytest.raises(RuntimeError, match="a bug"):
-        probe(small_task(), memory_budget="1GiB", device="cpu", noise_repeats=0)
+def test_other_errors_are_not_taken_for_oom() -> None:
+    # The real step fails in the measuring child; it is run again here, so the error is the user's own.
+    model = FailsAbove(16, "bug")
+    with pytest.raises(RuntimeError, match="a bug") as info:
+        probe(model, small_task().train_data, nn.CrossEntropyLoss(), memory_budget="1GiB", device="cpu", noise_repeats=0)
+    assert any(entry.name == "forward" for entry in info.traceback)
 
 
 def test_noise_scale_estimator_on_exact_norms() -> None:

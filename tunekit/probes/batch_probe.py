@@ -4,7 +4,8 @@
    memory model (:mod:`tunekit.probes.memory_trace`).
 2. Predict the largest micro-batch that fits the budget less a headroom, and
    confirm it with a real step whose peak is measured (CUDA: max_memory_allocated;
-   CPU: peak resident memory). Off by more than 3%, the model is refitted with
+   CPU: peak resident memory, in a child process whose heap starts clean, so that the
+   answer does not depend on what this process did before: :mod:`tunekit.probes.clean_heap`). Off by more than 3%, the model is refitted with
    that point and the new largest batch confirmed again: kernel workspaces that
    grow with the batch (RNNs, cuDNN, attention) are found where they matter. On
    CUDA an out-of-memory error is caught by its type, memory is freed outside the
@@ -41,6 +42,7 @@ from tunekit.inputs.data import BatchStream, Data, dataset_size
 from tunekit.errors import UsageError, check_int
 from tunekit.progress import bar
 from tunekit.results import ProbeResult
+from tunekit.probes import clean_heap
 from tunekit.probes.memory_trace import MemoryModel, Trace, calibrate, fit_memory_model, real_step_peak, trace_step
 from tunekit.probes.noise_scale import noise_scale
 from tunekit.bytesize import format_bytes, parse_bytes
@@ -181,7 +183,8 @@ def probe(
 
     # Stages 1-4 run on the user's objects, which come back as they were however the probe ends.
     start = time.perf_counter()
-    with bar(4, "probe", "stage", progress) as stages, preserved(sub.model, sub.optimizer, scaler, sub.data) as snap:
+    with bar(4, "probe", "stage", progress) as stages, preserved(sub.model, sub.optimizer, scaler, sub.data) as snap, \
+            _measuring_child(sub.device, calibrate_steps) as child:
         seed_everything_for(seed, sub.device)
         sub.model.train()
         run = _Run(sub, sub.data, sub.device, snap, scaler, seed, accumulation_steps, clip_grad_norm)
@@ -192,7 +195,7 @@ def probe(
 
         # 2. Real steps at the batch the model recommends, measured; the model is refitted until
         # one agrees with it. What kernels allocate out of the trace's sight is found here.
-        confirmed, tried, mm = _largest_batch(run, mm, traces, room, calibrate_steps)
+        confirmed, tried, mm, measured_how = _largest_batch(run, mm, traces, room, calibrate_steps, child, sizes[0])
         _stage_done(stages, "largest batch")
 
         # 3. Throughput up to the confirmed batch (none with throughput_points=0).
@@ -214,7 +217,8 @@ def probe(
         fastest_batch=fastest, critical_batch=critical, noise=noise,
         critical_batch_range=(noise["low"], noise["high"]) if critical is not None else None,
         plan=plan, plan_reason=why, lr_scaling=lr_scaling, dataset_size=n_data, seconds=time.perf_counter() - start, settings=settings,
-        updates=run.counter["updates"], samples=run.counter["samples"], warnings=_warnings(throughput, noise, noise_warmup))
+        updates=run.counter["updates"], samples=run.counter["samples"], memory_measured=measured_how,
+        warnings=_warnings(throughput, noise, noise_warmup) + _measurement_warnings(measured_how))
 
 
 @dataclass
@@ -465,23 +469,83 @@ def cuda_budget(dev: torch.device, budget: Optional[int]) -> Iterator[None]:
         torch.cuda.set_per_process_memory_fraction(1.0, dev)
 
 
-def _largest_batch(run: _Run, mm: MemoryModel, traces: dict[int, Trace], room: _Room,
-                   calibrate_steps: bool) -> tuple[int, list[dict[str, Any]], MemoryModel]:
+@contextlib.contextmanager
+def _measuring_child(dev: torch.device, calibrate_steps: bool) -> Iterator[Optional[clean_heap.CleanHeapSteps]]:
+    """On the CPU, the child process that measures the real steps (started now: it imports torch
+    while the memory model is traced); None on CUDA, without calibration, or where it cannot run."""
+    if dev.type != "cpu" or not calibrate_steps or clean_heap.available() is not None:
+        yield None
+        return
+    child = clean_heap.CleanHeapSteps()
+    try:
+        yield child
+    finally:
+        child.close()
+
+
+# How the real steps' peaks were measured, as the result states it.
+MEASURED_IN_CHILD = ("peak resident memory of each real step in a child process whose heap starts clean "
+                     "(glibc's mmap threshold pinned at 64 KiB): the same whatever this process did before")
+MEASURED_IN_PROCESS = "peak resident memory of each real step in this process"
+IN_PROCESS_CAVEAT = "it may read higher after other work in this process"
+
+
+def _measurement(run: _Run, child: Optional[clean_heap.CleanHeapSteps], calibrate_steps: bool) -> tuple[bool, str]:
+    """(whether the child measures the steps, how the result says they were measured)."""
+    if run.dev.type == "cuda":
+        return False, "torch.cuda.max_memory_allocated of each real step"
+    if not calibrate_steps:
+        return False, "not measured (calibrate_steps=False): the traced model, confirmed by a step that ran"
+    why = clean_heap.available() if child is None else child.load(
+        run.sub.model, run.sub.optimizer, run.sub.compute,
+        clean_heap.StepSettings(run.sub.precision, run.k, run.clip_grad_norm, run.seed, torch.get_num_threads()))
+    if why is None:
+        return True, MEASURED_IN_CHILD
+    return False, f"{MEASURED_IN_PROCESS}, as {why}; {IN_PROCESS_CAVEAT}"
+
+
+def _measurement_warnings(how: str) -> list[str]:
+    return [f"memory: {how}"] if how.startswith(MEASURED_IN_PROCESS) else []
+
+
+def _largest_batch(run: _Run, mm: MemoryModel, traces: dict[int, Trace], room: _Room, calibrate_steps: bool,
+                   child: Optional[clean_heap.CleanHeapSteps] = None,
+                   warm_up_batch: int = 4) -> tuple[int, list[dict[str, Any]], MemoryModel, str]:
     """The probe's search for the largest batch: real steps through the shared step at the batches
     the memory model recommends, each measured and traced, the model calibrated on them.
-    Without ``calibrate_steps`` one step confirms the trace's prediction and nothing is refitted."""
+    Without ``calibrate_steps`` one step confirms the trace's prediction and nothing is refitted.
+    On the CPU the steps run in ``child`` (a copy of the objects, a clean heap) where it can take
+    them; returns the confirmed batch, the tries, the model and how the steps were measured."""
     real: dict[int, int] = {}  # peak above the level before the step, as real_step_peak measures it
+    in_child, how = _measurement(run, child, calibrate_steps)
+
+    def in_process(batches: list[Any]) -> Optional[int]:
+        step = run.make_step(run.sub.model, run.sub.optimizer)
+        try:
+            return real_step_peak(lambda: step(batches), run.dev)
+        finally:
+            del step
+            run.reset()
+
+    def in_the_child(batches: list[Any]) -> Optional[int]:
+        assert child is not None
+        warm = None if child.warm else BatchStream(run.data, warm_up_batch, seed=run.seed).take(run.k)
+        try:
+            got = child.measure(batches, warm_up=warm)
+        except clean_heap.ChildOutOfMemory as exc:
+            raise torch.OutOfMemoryError(f"out of memory in the probe's measuring process: {exc}") from None
+        except clean_heap.ChildStepError:
+            return in_process(batches)  # the user's own error, raised here as theirs
+        run.counter["updates"] += 1 + (warm is not None)  # the child's steps are the probe's cost too
+        run.counter["samples"] += got.samples
+        return got.peak_bytes
 
     def run_step(b: int) -> Optional[float]:
         if b not in traces:
             traces[b] = _trace_at(run, b)  # fake tensors: no memory, a fraction of a second
         batches = BatchStream(run.data, b, seed=run.seed).take(run.k)
-        step = run.make_step(run.sub.model, run.sub.optimizer)
-        try:
-            delta = real_step_peak(lambda: step(batches), run.dev)
-        finally:
-            del step, batches
-            run.reset()
+        delta = in_the_child(batches) if in_child else in_process(batches)
+        del batches
         if delta is None or not calibrate_steps:
             return None
         real[b] = delta
@@ -497,7 +561,7 @@ def _largest_batch(run: _Run, mm: MemoryModel, traces: dict[int, Trace], room: _
                                                      free=lambda: _free_memory(run.dev))
     if confirmed < 1:
         raise UsageError(f"no batch size ran within the budget (tried {[t['batch'] for t in tried]}): raise memory_budget")
-    return confirmed, tried, model  # type: ignore[return-value]
+    return confirmed, tried, model, how  # type: ignore[return-value]
 
 
 def _noise(run: _Run, confirmed: int, limit: int, repeats: int, warmup: int, lr: Optional[float]) -> Optional[dict[str, Any]]:

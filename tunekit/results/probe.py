@@ -52,6 +52,7 @@ class ProbeResult(Result):
     updates: int = 0  # every real optimizer update the probe ran
     samples: int = 0  # the training samples those updates drew (the probe's compute cost)
     warnings: list[str] = field(default_factory=list)  # where an answer is not to be trusted, and why
+    memory_measured: str = ""  # how the real steps' peak memory was measured
 
     @property
     def step_times(self) -> list[list[float]]:
