@@ -146,3 +146,35 @@ def cnn_task(config: dict | None = None) -> tunekit.Task:
     from tunekit.builtin.shapes import shapes_task
 
     return shapes_task({"n_train": 16384})
+
+
+# The corpus's models (benchmarks/corpus), on their own data repeated to CORPUS_SAMPLES samples, so that
+# the batch that fills a budget exists: a step's memory depends on the shapes, not on what the samples say.
+CORPUS_SAMPLES = 65536
+
+
+def corpus_task(name: str, samples: int = CORPUS_SAMPLES) -> tunekit.Task:
+    """The corpus task ``name`` with its training data repeated (in order) to ``samples`` samples."""
+    import dataclasses
+
+    from torch.utils.data import Subset
+
+    from benchmarks.corpus import build
+
+    task = build(name)
+    data = task.train_data.dataset if isinstance(task.train_data, DataLoader) else task.train_data
+    index = torch.arange(samples) % len(data)
+    return dataclasses.replace(task, train_data=Subset(data, index.tolist()), name=f"{name}_x{samples}")
+
+
+def __getattr__(attr: str) -> Any:
+    """``corpus_<name>_task``: :func:`corpus_task` of the corpus entry ``name``, as a task spec names it."""
+    if attr.startswith("corpus_") and attr.endswith("_task"):
+        name = attr[len("corpus_"):-len("_task")]
+
+        def make(config: dict | None = None) -> tunekit.Task:
+            return corpus_task(name)
+
+        make.__name__ = attr
+        return make
+    raise AttributeError(attr)

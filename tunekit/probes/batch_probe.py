@@ -36,7 +36,6 @@ from typing import Any, Optional, Protocol
 import numpy as np
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from tunekit.inputs.data import BatchStream, Data, dataset_size
 from tunekit.errors import UsageError, check_int
@@ -524,7 +523,6 @@ def _largest_batch(run: _Run, mm: MemoryModel, traces: dict[int, Trace], room: _
         try:
             return real_step_peak(lambda: step(batches), run.dev)
         finally:
-            del step
             run.reset()
 
     def in_the_child(batches: list[Any]) -> Optional[int]:
