@@ -216,9 +216,13 @@ def test_probe_summary_and_train_comparison(monkeypatch: pytest.MonkeyPatch) -> 
     from tunekit.results import ProbeResult, TrainResult
 
     monkeypatch.setattr(ProbeResult, "table", lambda self: "TABLE")
-    probe = ProbeResult.__new__(ProbeResult)  # summary() reads only table() and seconds
-    probe.seconds = 3.25
-    assert probe.summary() == "TABLE\nprobe took 3.2s"
+    probe = ProbeResult.__new__(ProbeResult)  # summary() reads table() and the costs
+    probe.seconds, probe.samples, probe.updates, probe.accumulation_steps = 3.25, 2412, 15, 1
+    probe.run_steps, probe.run_batch, probe.throughput = None, None, []
+    assert probe.summary() == "TABLE\nthe probe took 3.2 s and 2,412 samples (15 updates)"
+    # With the planned run known and the steps timed, its cost beside the probe's: 300 updates of 32 at 800/s.
+    probe.run_steps, probe.run_batch, probe.throughput = 300, 32, [{"batch": 32, "samples_per_s": 800.0}]
+    assert probe.summary().endswith("; the planned run (300 updates at batch 32): 9,600 samples, ~12 s at the speed measured")
     run = TrainResult(config={}, task="t", losses=[1.0] * 10)
     assert run.compared_with({"number": 3, "value": 1.0}) == "trial 3 of the search: loss 1.0; this run: 1.0 (the same)"
     assert run.compared_with({"number": 3, "value": 2.0}).endswith("(NOT the same)")

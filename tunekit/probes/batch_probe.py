@@ -217,6 +217,7 @@ def probe(
         critical_batch_range=(noise["low"], noise["high"]) if critical is not None else None,
         plan=plan, plan_reason=why, lr_scaling=lr_scaling, dataset_size=n_data, seconds=time.perf_counter() - start, settings=settings,
         updates=run.counter["updates"], samples=run.counter["samples"], memory_measured=measured_how,
+        run_steps=sub.task.defaults.get("max_steps"), run_batch=sub.task.batch_size,
         warnings=_warnings(throughput, noise, noise_warmup) + _measurement_warnings(measured_how))
 
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from tunekit.bytesize import format_bytes
 from tunekit.probes.memory_model import MemoryModel, PhaseFit
-from tunekit.probes.step_time import step_curve
+from tunekit.probes.step_time import format_seconds, step_curve, update_seconds
 from tunekit.results.base import Result
 
 __all__ = ["ProbeResult"]
@@ -53,6 +53,8 @@ class ProbeResult(Result):
     samples: int = 0  # the training samples those updates drew (the probe's compute cost)
     warnings: list[str] = field(default_factory=list)  # where an answer is not to be trusted, and why
     memory_measured: str = ""  # how the real steps' peak memory was measured
+    run_steps: Optional[int] = None  # the planned run's updates (the task's max_steps), where the task states them
+    run_batch: Optional[int] = None  # its micro-batch (the task's batch_size), with accumulation_steps
 
     @property
     def step_times(self) -> list[list[float]]:
@@ -64,6 +66,31 @@ class ProbeResult(Result):
     def real_steps(self) -> int:
         """Real steps that the search for the largest batch took."""
         return len(self.tried)
+
+    @property
+    def run_samples(self) -> Optional[int]:
+        """Samples the planned run draws, where its length and batch are known: the probe's cost set beside it."""
+        if self.run_steps is None or self.run_batch is None:
+            return None
+        return self.run_steps * self.run_batch * self.accumulation_steps
+
+    @property
+    def run_seconds(self) -> Optional[float]:
+        """The planned run's seconds at the speed the probe timed (None without timings or a known run)."""
+        curve = self.step_times
+        if self.run_steps is None or self.run_batch is None or not curve:
+            return None
+        return self.run_steps * update_seconds(curve, self.run_batch, self.accumulation_steps)
+
+    def cost(self) -> str:
+        """What the probe spent, in seconds and samples, beside what the planned run will."""
+        text = f"the probe took {format_seconds(self.seconds)} and {self.samples:,} samples ({self.updates} updates)"
+        if self.run_samples is not None:
+            run = f"{self.run_steps} updates at batch {self.run_batch * self.accumulation_steps}"
+            secs = self.run_seconds
+            text += (f"; the planned run ({run}): {self.run_samples:,} samples"
+                     + (f", ~{format_seconds(secs)} at the speed measured" if secs is not None else ""))
+        return text
 
     def memory_model(self) -> MemoryModel:
         m = self.memory
@@ -142,6 +169,8 @@ class ProbeResult(Result):
                 mark = "  <- knee" if t["batch"] == self.knee_batch else ""
                 lines.append(f"{t['batch']:>8} {t['samples_per_s']:>10.1f}{mark}")
             lines.append(f"fastest batch {self.fastest_batch}; knee (within 5% of the best) {self.knee_batch}")
+        if self.memory_measured and not any(self.memory_measured in w for w in self.warnings):
+            lines.append(f"memory measured as: {self.memory_measured}")
         for w in self.warnings:
             lines.append(f"WARNING: {w}")
         if self.critical_batch is not None and self.critical_batch_range is not None:
@@ -163,4 +192,4 @@ class ProbeResult(Result):
 
     def summary(self) -> str:
         """:meth:`table` and how long the probe took (what ``tunekit probe`` prints)."""
-        return f"{self.table()}\nprobe took {self.seconds:.1f}s"
+        return f"{self.table()}\n{self.cost()}"
