@@ -471,16 +471,14 @@ def cuda_budget(dev: torch.device, budget: Optional[int]) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _measuring_child(dev: torch.device, calibrate_steps: bool) -> Iterator[Optional[clean_heap.CleanHeapSteps]]:
-    """On the CPU, the child process that measures the real steps (started now: it imports torch
-    while the memory model is traced); None on CUDA, without calibration, or where it cannot run."""
+    """On the CPU, the child process that measures the real steps (the first probe starts it, and it
+    imports torch while the memory model is traced); None on CUDA, without calibration, or where it
+    cannot run."""
     if dev.type != "cpu" or not calibrate_steps or clean_heap.available() is not None:
         yield None
         return
-    child = clean_heap.CleanHeapSteps()
-    try:
+    with clean_heap.steps_child() as child:
         yield child
-    finally:
-        child.close()
 
 
 # How the real steps' peaks were measured, as the result states it.

@@ -16,12 +16,15 @@ whatever this process did before. The child gets a copy of the model, optimizer 
 (``cloudpickle``, so classes defined in a notebook travel too), loads a fresh copy of them
 for each step, runs one small step first (library initialisation is not the step's memory),
 and measures each step from the same state. The user's objects in this process are not
-touched. Where the child cannot be used (not Linux with glibc, objects that do not pickle),
+touched. One child serves every probe of the process (:func:`steps_child`): started at the first,
+it drops each probe's objects when that probe ends, so later probes pay no start-up. Where the child cannot be used (not Linux with glibc, objects that do not pickle),
 :func:`available` and :meth:`CleanHeapSteps.load` say why, and the caller measures in process.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import gc
 import os
 import pickle
@@ -31,7 +34,9 @@ import signal
 import struct
 import subprocess
 import sys
+import threading
 import traceback
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -108,6 +113,7 @@ class CleanHeapSteps:
             payload = cloudpickle.dumps((model, optimizer, compute))
         except Exception as exc:  # any object of the user's may refuse to pickle
             return f"the model, optimizer or loss could not be copied to a child process ({type(exc).__name__}: {exc})"
+        self.warm = False  # a new model's first step initialises its kernels: warmed up again
         reply = self._call(("load", list(sys.path), settings, payload))
         if reply[0] != "ok":
             return f"the child process could not load them ({reply[1].strip().splitlines()[-1]})"
@@ -127,6 +133,14 @@ class CleanHeapSteps:
         if reply[0] == "oom":
             raise ChildOutOfMemory(reply[1])
         raise ChildStepError(reply[1])
+
+    def unload(self) -> None:
+        """Drop the objects the child holds (the probe is done with them)."""
+        if self.alive():
+            self._call(("unload",))
+
+    def alive(self) -> bool:
+        return self._proc.poll() is None
 
     def close(self) -> None:
         for fd in (self._to_child, self._from_child):
@@ -159,6 +173,32 @@ class CleanHeapSteps:
                 return ("oom", "the child process was killed (out of memory)")
             return ("error", f"the child process exited with code {code}")
         return pickle.loads(data)
+
+
+_shared: Optional[CleanHeapSteps] = None
+_shared_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def steps_child() -> Iterator[CleanHeapSteps]:
+    """The process's measuring child: started at the first use, kept for the next (it exits with this
+    process), its objects dropped when the caller is done. A thread that finds it in use gets one of
+    its own for the while."""
+    global _shared
+    if not _shared_lock.acquire(blocking=False):
+        with CleanHeapSteps() as own:
+            yield own
+        return
+    try:
+        if _shared is None or not _shared.alive():
+            _shared = CleanHeapSteps()
+            atexit.register(_shared.close)
+        try:
+            yield _shared
+        finally:
+            _shared.unload()
+    finally:
+        _shared_lock.release()
 
 
 def _send(fd: int, data: bytes) -> None:
@@ -214,7 +254,10 @@ def _child(read_fd: int, write_fd: int) -> None:
             return
         message = pickle.loads(data)
         try:
-            if message[0] == "load":
+            if message[0] == "unload":
+                state.clear()
+                reply = ("ok",)
+            elif message[0] == "load":
                 _, path, settings, payload = message
                 sys.path[:] = path
                 import torch
