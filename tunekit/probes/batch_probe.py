@@ -191,16 +191,13 @@ def probe(
         mm, traces = _memory_model(run, sizes)  # 1. The memory model, on fake tensors.
         _stage_done(stages, "memory model")
         predicted = _predicted_largest(mm, room)
-
         # 2. Real steps at the batch the model recommends, measured; the model is refitted until
         # one agrees with it. What kernels allocate out of the trace's sight is found here.
         confirmed, tried, mm, measured_how = _largest_batch(run, mm, traces, room, calibrate_steps, child, sizes[0])
         _stage_done(stages, "largest batch")
-
         # 3. Throughput up to the confirmed batch (none with throughput_points=0).
         throughput = _throughput(run, sizes, confirmed, throughput_points, timing_steps)
         _stage_done(stages, "throughput")
-
         noise = _noise(run, confirmed, room.limit, noise_repeats, noise_warmup, lr)  # 4. Gradient noise scale.
         _stage_done(stages, "noise scale")
 
