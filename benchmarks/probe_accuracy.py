@@ -10,7 +10,7 @@ batch. Three ways of calling it:
 
 * fresh: the first call in a fresh Python process, as a script runs it;
 * after work: every case probed one after another in ONE process, after that process made and
-  dropped tensors of 0.2-16 MiB (a notebook's earlier cells) and trained a model for 30 updates,
+  dropped tensors of 0.2-30 MiB (a notebook's earlier cells) and trained a model for 30 updates,
   as a notebook user calls it; the first case is probed a second time at the end;
 * in process (v2): the same, with the real steps measured in the probe's own process, as the
   probe before issue 35 measured them.
@@ -182,9 +182,9 @@ def _probe(name: str, precision: str, budget_text: str, device: str) -> dict[str
 
 
 def _earlier_work() -> list[torch.Tensor]:
-    """What a notebook did before the probe: tensors of 0.2-16 MiB made and half of them dropped (glibc
+    """What a notebook did before the probe: tensors of 0.2-30 MiB made and half of them dropped (glibc
     serves them from its heap, whose free chunks stay), and a short training run."""
-    made = [torch.ones(int((0.2 + (i * 7919 % 160) / 10) * 2**18)) for i in range(160)]
+    made = [torch.ones(int((0.2 + (i * 7919 % 300) / 10) * 2**18)) for i in range(400)]
     del made[::2]
     from benchmarks.probe_models import mlp_task
 
@@ -302,7 +302,8 @@ def summary(cases: list[dict[str, Any]], second: dict[str, Any]) -> None:
     steps = [c["real_steps"][arms[0]] for c in cases]
     print(f"real steps to calibrate and confirm ({arms[0]}): median {statistics.median(steps)}, max {max(steps)}; "
           f"probe wall time (fresh): median {statistics.median(c['wall'].get('fresh', math.nan) for c in cases):.1f}s, "
-          f"after work: median {statistics.median(c['wall'].get('after work', math.nan) for c in cases):.1f}s")
+          f"after work: median {statistics.median(c['wall'].get('after work', math.nan) for c in cases):.1f}s, "
+          f"in process: median {statistics.median(c['wall'].get('in process', math.nan) for c in cases):.1f}s")
     print(f"measured as: {cases[0]['measured_how']}")
 
 

@@ -183,7 +183,8 @@ def test_an_end_to_end_probe_with_a_fake_out_of_memory_error(where: str, monkeyp
     model.eval()
     before = copy.deepcopy(model.state_dict())
     rng = torch.get_rng_state()
-    kw = dict(memory_budget="1GiB", device="cpu", throughput_points=1, noise_repeats=0)
+    # A budget the step could fill (under 8x the traced peak at the whole data's batch), so the steps are measured.
+    kw = dict(memory_budget="4MiB", device="cpu", throughput_points=1, noise_repeats=0)
     r1 = probe(model, data, nn.CrossEntropyLoss(), opt, **kw)
     assert [(t["batch"], t["ok"]) for t in r1.tried][:2] == [(4096, False), (3276, False)]
     # Then half, 1638, ran; measured below its prediction, the refit tries just under the OOM and stops there.
@@ -202,7 +203,7 @@ def test_other_errors_are_not_taken_for_oom() -> None:
     # The real step fails in the measuring child; it is run again here, so the error is the user's own.
     model = FailsAbove(16, "bug")
     with pytest.raises(RuntimeError, match="a bug") as info:
-        probe(model, small_task().train_data, nn.CrossEntropyLoss(), memory_budget="1GiB", device="cpu", noise_repeats=0)
+        probe(model, small_task().train_data, nn.CrossEntropyLoss(), memory_budget="4MiB", device="cpu", noise_repeats=0)
     assert any(entry.name == "forward" for entry in info.traceback)
 
 
@@ -506,3 +507,10 @@ def test_two_probes_in_one_process_agree_after_other_work() -> None:
     assert first.memory_measured == MEASURED_IN_CHILD
     assert second.predicted_peak(b) == pytest.approx(first.predicted_peak(b), rel=0.02)
     assert second.max_batch == pytest.approx(first.max_batch, rel=0.02)
+
+
+def test_steps_are_not_measured_where_the_budget_cannot_bind() -> None:
+    # The whole data's batch is traced far under the budget: no measuring child, and the result says why.
+    r = probe(small_task(), memory_budget="1GiB", device="cpu", throughput_points=0, noise_repeats=0, progress=False)
+    assert r.memory_measured.startswith("not measured: at batch 4096, the largest the data or max_batch allows")
+    assert r.max_batch == 4096 and r.real_steps == 1
