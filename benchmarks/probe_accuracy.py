@@ -181,27 +181,30 @@ def _probe(name: str, precision: str, budget_text: str, device: str) -> dict[str
     return {"result": json.loads(r.to_json()), "wall": time.perf_counter() - t0}
 
 
-def _earlier_work() -> list[torch.Tensor]:
+def _earlier_work(light: bool = False) -> list[torch.Tensor]:
     """What a notebook did before the probe: tensors of 0.2-30 MiB made and half of them dropped (glibc
-    serves them from its heap, whose free chunks stay), and a short training run."""
-    made = [torch.ones(int((0.2 + (i * 7919 % 300) / 10) * 2**18)) for i in range(400)]
+    serves them from its heap, whose free chunks stay), and a short training run (``light``: 40
+    tensors of up to 8 MiB and 5 updates, for the smoke run)."""
+    count, top = (40, 80) if light else (400, 300)
+    made = [torch.ones(int((0.2 + (i * 7919 % top) / 10) * 2**18)) for i in range(count)]
     del made[::2]
     from benchmarks.probe_models import mlp_task
 
-    tunekit.train(mlp_task(), max_steps=30, progress=False)
+    tunekit.train(mlp_task(), max_steps=5 if light else 30, progress=False)
     return made
 
 
-def after_work(keys: list[str], in_process: bool, device: str) -> dict[str, Any]:
-    """Run in the subprocess: every case probed in this one process after earlier work, the first twice."""
+def after_work(keys: list[str], in_process: bool, device: str, light: bool = False) -> dict[str, Any]:
+    """Run in the subprocess: every case probed in this one process after earlier work, the first twice
+    (``light``: the smoke run's lighter earlier work, one call)."""
     torch.set_num_threads(1)
     if in_process:  # the probe before issue 35: the real steps measured in its own process
         from tunekit.probes import clean_heap
 
         clean_heap.available = lambda: "measured in process, as before issue 35"  # type: ignore[assignment]
-    held = _earlier_work()
+    held = _earlier_work(light)
     out = {key: _probe(*key.split(":"), device) for key in keys}
-    second = _probe(*keys[0].split(":"), device)
+    second = None if light else _probe(*keys[0].split(":"), device)
     del held
     return {"results": out, "second": second}
 
@@ -317,13 +320,15 @@ def main() -> None:
         print(json.dumps(_probe(*sys.argv[2:6])))
         return
     if len(sys.argv) > 1 and sys.argv[1] == "--after-work":
-        print(json.dumps(after_work(sys.argv[4:], sys.argv[2] == "1", sys.argv[3])))
+        light = sys.argv[4] == "--light"
+        print(json.dumps(after_work(sys.argv[4 + light:], sys.argv[2] == "1", sys.argv[3], light)))
         return
     ap = argparse.ArgumentParser(prog="python -m benchmarks.probe_accuracy", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("models", nargs="*", help="only these models' cases")
     ap.add_argument("--quick", action="store_true",
-                    help="the checkpointed MLP at fp32 under 64 MiB only, after work (no fresh call), at its recommended "
+                    help="the checkpointed MLP at fp32 under 64 MiB only, after lighter work (no fresh call, no second "
+                    "call), at its recommended "
                     "batch, one search step for the true largest: a smoke run")
     args = ap.parse_args()
     only = set(args.models)
@@ -347,10 +352,11 @@ def main() -> None:
                                              for k in keys}
         second: dict[str, Any] = {}
         for arm, flag in arms.items():
-            got = _child(["--after-work", flag, device, *keys])
+            got = _child(["--after-work", flag, device, *(["--light"] if args.quick else []), *keys])
             for k in keys:
                 probes[k][arm] = got["results"][k]
-            second[arm] = got["second"]
+            if got["second"] is not None:
+                second[arm] = got["second"]
         print(f"{'model':<30} {'prec':>5} {'batch':>7} {'truth':>12} " + " ".join(f"{a:>10}" for a in (*ARMS, "naive"))
               + "   (predicted / true peak above the resident state)")
         done = []
