@@ -514,3 +514,29 @@ def test_steps_are_not_measured_where_the_budget_cannot_bind() -> None:
     r = probe(small_task(), memory_budget="1GiB", device="cpu", throughput_points=0, noise_repeats=0, progress=False)
     assert r.memory_measured.startswith("not measured: at batch 4096, the largest the data or max_batch allows")
     assert r.max_batch == 4096 and r.real_steps == 1
+
+
+class Unpicklable:
+    """A handle that copies in process (the probe's snapshot deep-copies the model) but will not pickle."""
+
+    def __deepcopy__(self, memo: dict) -> "Unpicklable":
+        return self
+
+    def __reduce_ex__(self, protocol: object) -> object:
+        raise TypeError("this handle cannot leave its process")
+
+
+class HoldsAHandle(MLP):
+    """A model that does not pickle, so no child process can take a copy of it."""
+
+    def __init__(self) -> None:
+        super().__init__(8, 16, 4)
+        self.handle = Unpicklable()
+
+
+def test_a_model_that_does_not_pickle_is_measured_in_process_and_said() -> None:
+    r = probe(HoldsAHandle(), small_task().train_data, nn.CrossEntropyLoss(), memory_budget="4MiB", device="cpu",
+              throughput_points=0, noise_repeats=0, progress=False)
+    assert r.memory_measured.startswith(MEASURED_IN_PROCESS) and "could not be copied to a child process" in r.memory_measured
+    assert any(w.startswith("memory: ") and "after other work" in w for w in r.warnings)
+    assert r.max_batch >= 1
