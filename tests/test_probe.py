@@ -540,3 +540,12 @@ def test_a_model_that_does_not_pickle_is_measured_in_process_and_said() -> None:
     assert r.memory_measured.startswith(MEASURED_IN_PROCESS) and "could not be copied to a child process" in r.memory_measured
     assert any(w.startswith("memory: ") and "after other work" in w for w in r.warnings)
     assert r.max_batch >= 1
+
+
+def test_a_model_too_big_to_copy_beside_itself_is_measured_in_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tunekit.probes import batch_probe
+
+    monkeypatch.setattr(batch_probe, "_cpu_available_bytes", lambda: 1024)  # a machine with 1 KiB free
+    r = probe(MLP(8, 16, 4), small_task().train_data, nn.CrossEntropyLoss(), memory_budget="4MiB", device="cpu",
+              throughput_points=0, noise_repeats=0, progress=False)
+    assert r.memory_measured.startswith(MEASURED_IN_PROCESS) and "would take over half the available RAM" in r.memory_measured

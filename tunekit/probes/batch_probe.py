@@ -42,7 +42,7 @@ from tunekit.errors import UsageError, check_int
 from tunekit.progress import bar
 from tunekit.results import ProbeResult
 from tunekit.probes import clean_heap
-from tunekit.probes.memory_trace import MemoryModel, Trace, calibrate, fit_memory_model, real_step_peak, trace_step
+from tunekit.probes.memory_trace import MemoryModel, Trace, calibrate, fit_memory_model, real_step_peak, static_bytes, trace_step
 from tunekit.probes.noise_scale import noise_scale
 from tunekit.bytesize import format_bytes, parse_bytes
 from tunekit.probes.state import preserved, seed_everything_for
@@ -507,12 +507,24 @@ def _measurement(run: _Run, child: Optional[clean_heap.CleanHeapSteps], calibrat
         return False, "torch.cuda.max_memory_allocated of each real step"
     if not calibrate_steps:
         return False, "not measured (calibrate_steps=False): the traced model, confirmed by a step that ran"
-    why = clean_heap.available() if child is None else child.load(
-        run.sub.model, run.sub.optimizer, run.sub.compute,
-        clean_heap.StepSettings(run.sub.precision, run.k, run.clip_grad_norm, run.seed, torch.get_num_threads()))
+    why = clean_heap.available() if child is None else _too_big_to_copy(run)
+    if why is None and child is not None:
+        why = child.load(run.sub.model, run.sub.optimizer, run.sub.compute, clean_heap.StepSettings(
+            run.sub.precision, run.k, run.clip_grad_norm, run.seed, torch.get_num_threads()))
     if why is None:
         return True, MEASURED_IN_CHILD
     return False, f"{MEASURED_IN_PROCESS}, as {why}; {IN_PROCESS_CAVEAT}"
+
+
+def _too_big_to_copy(run: _Run) -> Optional[str]:
+    """Why the model should not be copied to the measuring child, where its two copies there (the one
+    sent and the one a step loads) would take over half the available RAM; else None."""
+    state = sum(static_bytes(run.sub.model, run.sub.optimizer)[k] for k in ("params", "buffers", "optimizer"))
+    available = _cpu_available_bytes()
+    if 2 * state <= available / 2:
+        return None
+    return (f"two copies of the model and optimizer state ({format_bytes(2 * state)}) would take over half the "
+            f"available RAM ({format_bytes(available)})")
 
 
 def _measurement_warnings(how: str) -> list[str]:
