@@ -5,8 +5,8 @@
 2. Predict the largest micro-batch that fits the budget less a headroom, and
    confirm it with a real step whose peak is measured (CUDA: max_memory_allocated;
    CPU: peak resident memory, in a child process whose heap starts clean, so that the
-   answer does not depend on what this process did before: :mod:`tunekit.probes.clean_heap`). Off by more than 3%, the model is refitted with
-   that point and the new largest batch confirmed again: kernel workspaces that
+   answer does not depend on what this process did before: :mod:`tunekit.probes.clean_heap`).
+   Off by more than 3%, the model is refitted with that point and the new largest batch confirmed again: kernel workspaces that
    grow with the batch (RNNs, cuDNN, attention) are found where they matter. On
    CUDA an out-of-memory error is caught by its type, memory is freed outside the
    except block, and the next try is smaller. On the CPU the budget is checked

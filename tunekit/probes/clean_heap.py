@@ -16,8 +16,9 @@ whatever this process did before. The child gets a copy of the model, optimizer 
 (``cloudpickle``, so classes defined in a notebook travel too), loads a fresh copy of them
 for each step, runs one small step first (library initialisation is not the step's memory),
 and measures each step from the same state. The user's objects in this process are not
-touched. One child serves every probe of the process (:func:`steps_child`): started at the first,
-it drops each probe's objects when that probe ends, so later probes pay no start-up. Where the child cannot be used (not Linux with glibc, objects that do not pickle),
+touched. One child serves every probe of the process (:func:`steps_child`): started at the
+first, it drops each probe's objects when that probe ends, so later probes pay no start-up.
+Where the child cannot be used (not Linux with glibc, objects that do not pickle),
 :func:`available` and :meth:`CleanHeapSteps.load` say why, and the caller measures in process.
 """
 
@@ -89,8 +90,8 @@ class Measured:
 class CleanHeapSteps:
     """A child process that runs real steps of one model and measures their peak resident memory.
 
-    Started at construction (it imports torch while the caller traces); :meth:`load` sends the
-    objects, :meth:`measure` runs one step from their state as sent; :meth:`close` ends it.
+    Started at construction (it imports torch while the caller pickles the objects); :meth:`load`
+    sends them, :meth:`measure` runs one step from their state as sent; :meth:`close` ends it.
     """
 
     def __init__(self) -> None:
@@ -244,7 +245,7 @@ def _status(field: str) -> int:
 def _child(read_fd: int, write_fd: int) -> None:
     import ctypes
 
-    import tunekit.training.step  # noqa: F401  (torch and the step load while the parent traces)
+    import tunekit.training.step  # noqa: F401  (torch and the step load while the parent pickles the objects)
 
     libc = ctypes.CDLL(None)
     state: dict[str, Any] = {}
@@ -280,7 +281,8 @@ def _child(read_fd: int, write_fd: int) -> None:
 def _is_oom(exc: BaseException) -> bool:
     import torch
 
-    return isinstance(exc, (torch.OutOfMemoryError, MemoryError)) or "can't allocate memory" in str(exc)
+    # PyTorch's CPU allocator raises a plain RuntimeError when malloc fails; its message is the one sign.
+    return isinstance(exc, (torch.OutOfMemoryError, MemoryError)) or "DefaultCPUAllocator: can't allocate memory" in str(exc)
 
 
 def _build(state: dict[str, Any]) -> Any:
