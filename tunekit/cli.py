@@ -173,6 +173,8 @@ _FLAGS: dict[str, dict[str, Any]] = {
                             help="seconds to keep retrying a database or tunekit serve that does not answer (a "
                             "restart) before stopping (default 60)"),
     "--storage": dict(metavar="URL"), "--study": dict(metavar="NAME"), "--port": dict(type=int),
+    "--keep": dict(choices=["best", "all", "none"], default="best", help="which trials' trained weights to write: the best's "
+                   "(one file, replaced as the best improves), all finished ones', or none (default best)"),
     "--artifacts": dict(metavar="DIR", help="Optuna artifact store (a folder every machine sees): the probes' "
                         "JSON and plots, and the report's search.png, attached to the study for optuna-dashboard"),
 }
@@ -325,7 +327,7 @@ def _add_search_command(sub: Any) -> None:
                  "successive-halving early stopping. Writes DIR/search.json, DIR/trials.csv, DIR/search.png and the "
                  "study (DIR/study.db).", task=False)
     _add_search_flags(p)
-    _add(p, "--time-limit")
+    _add(p, "--time-limit", "--keep")
 
 
 def _add_worker_command(sub: Any) -> None:
@@ -338,7 +340,7 @@ def _add_worker_command(sub: Any) -> None:
     _add(p, "--set")
     _add(p, "--trials", "--budget", help="must agree with the study's")
     _add(p, "--max-steps", help="must agree with the study's budget")
-    _add(p, "--time-limit")
+    _add(p, "--time-limit", "--keep")
     _add(p, "--seed", "--sampler-seed", default=None, help="must agree with the study's")
     _add(p, "--device")
     _add_timeout(p)

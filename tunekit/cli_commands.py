@@ -180,7 +180,7 @@ def cmd_search(args: argparse.Namespace) -> int:
                     time_limit=args.time_limit, backend=args.backend, threads=args.threads, worker_id=args.worker_id,
                     cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial,
                     max_concurrent=args.max_concurrent, max_failures=args.max_failures, address=args.address,
-                    storage_path=args.storage_path)
+                    storage_path=args.storage_path, keep=args.keep)
     print(result.summary(out))
     return 0
 
@@ -216,7 +216,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     out = out_dir(args.out)
     result = join_study(args.storage, args.study, task=args.task, out=out, device=args.device, progress=_progress(args),
                         worker_id=args.worker_id, threads=args.threads, grace_period=args.grace_period,
-                        storage_retry=args.storage_retry,
+                        storage_retry=args.storage_retry, keep=args.keep,
                         timeout=args.timeout, time_limit=args.time_limit, trials=args.trials, budget=args.budget,
                         max_steps=args.max_steps,
                         seed=args.seed, sampler_seed=args.sampler_seed, task_config=task_config(args.task_config) or None)

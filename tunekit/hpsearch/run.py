@@ -25,6 +25,7 @@ from typing import Any, Optional
 
 from tunekit.errors import UsageError
 from tunekit.hpsearch.backends.base import Backend, Work, get_backend
+from tunekit.hpsearch.keep import Keeper, settle, weights_folder
 from tunekit.hpsearch.plan import Plan, largest_batch, split_batch
 from tunekit.hpsearch.resilient import STORAGE_RETRY
 from tunekit.hpsearch.rungs import ladder, make_pruner
@@ -78,6 +79,7 @@ def search(
     memory_budget: Optional[str] = None,
     device: str = "auto",
     progress: Optional[bool] = None,
+    keep: str = "best",
     backend: str = "local",
     cpus_per_trial: float = 1,
     gpus_per_trial: float = 0,
@@ -112,6 +114,10 @@ def search(
     much device time (measured, summed over trials, like Optuna's ``timeout`` in device-seconds). ``backend="ray"``:
     Ray Tune runs the trials (``cpus_per_trial``, ``gpus_per_trial``, ``max_concurrent``,
     ``max_failures``, ``address``, ``storage_path``, ``ray_init``). See the README for each.
+
+    ``keep``: which trials' trained weights are written, ``"best"`` (one file, the best trial's:
+    ``result.best_model()``), ``"all"`` (every finished trial's) or ``"none"``; in ``out``/weights (a
+    shared study's artifact folder, a Ray run's ``storage_path``; a temporary folder without ``out``).
 
     ``objective``: what trials are compared and pruned by: ``"loss"`` (the validation loss, the
     default), ``"accuracy"``, ``"perplexity"``, the name of one of the task's own metrics
@@ -188,9 +194,12 @@ def run_search(task: Any, space: str | SearchSpace, settings: SearchSettings,
 
     # Run until the study holds `trials` finished trials. Interrupted (Ctrl-C), the
     # report of what finished is written all the same, and --resume goes on from it.
+    keeper = _keeper(study, settings)
     try:
         if settings.run_trials:
-            work = Work(study, prep.dists, prep.plan, prep.task, settings.trials, settings, prep.opened.store, _no_end)
+            settle(study, keeper)  # what a search killed during a write left
+            work = Work(study, prep.dists, prep.plan, prep.task, settings.trials, settings, prep.opened.store, _no_end,
+                        keeper)
             _run_trials(backend, work)
     finally:
         _set_threads(threads_before)  # the caller's (a notebook's) threads again
@@ -200,6 +209,7 @@ def run_search(task: Any, space: str | SearchSpace, settings: SearchSettings,
         result = build_result(study, prep.opened.store, settings, prep.inputs.space, prep.dists, seed_params,
                               prep.inputs.budget, prep.plan, prep.probes, seconds,
                               task if isinstance(task, str) else None)
+        result.made_from = prep.task  # what best_model() builds the model from, in this process
         if settings.out is not None:
             write_report(result, settings.out)
     return result
@@ -267,6 +277,15 @@ def _no_empty_study_left(settings: SearchSettings) -> Iterator[None]:
             for path in (db, db.with_name("study.db-journal"), db.with_name("study.db-wal"), db.with_name("study.db-shm")):
                 path.unlink(missing_ok=True)
         raise
+
+
+def _keeper(study: Any, settings: SearchSettings) -> Optional[Keeper]:
+    """Which trials' weights this process keeps, and where (:mod:`tunekit.hpsearch.keep`)."""
+    from tunekit.hpsearch.shared.server import ARTIFACTS_KEY
+
+    artifacts = settings.artifacts or (study.user_attrs.get(ARTIFACTS_KEY) if settings.shared else None)
+    folder = weights_folder(settings, study.study_name, artifacts)
+    return Keeper(settings.keep, folder, settings.goal.direction) if folder is not None else None
 
 
 def _seconds_so_far(study: Any, elapsed: float) -> float:

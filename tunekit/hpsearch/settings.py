@@ -16,6 +16,7 @@ from typing import Any, Optional
 
 from tunekit.errors import UsageError, check_int
 from tunekit.hpsearch.budget import parse_budget, parse_duration
+from tunekit.hpsearch.keep import KEEP
 from tunekit.hpsearch.resilient import STORAGE_RETRY
 from tunekit.objective import Objective
 
@@ -71,6 +72,9 @@ class SearchSettings:
     memory_budget: Optional[str] = None
     device: str = "auto"
     progress: Optional[bool] = None  # None: a bar where a person is watching (tunekit.progress)
+    # Which trials' trained weights are written: the best's (one file, replaced as the best improves),
+    # every finished trial's, or none (tunekit.hpsearch.keep).
+    keep: str = "best"
     # --- the backend that runs the trials ----------------------------------------------------
     backend: str = "local"
     cpus_per_trial: float = 1
@@ -128,6 +132,9 @@ class SearchSettings:
         self._check_resources()
         if self.backend not in BACKENDS:
             raise UsageError(f"backend {self.backend!r} is unknown: use local or ray")
+        if self.keep not in KEEP:
+            raise UsageError(f"keep {self.keep!r} is unknown: use best (the best trial's weights), all (every "
+                             "finished trial's) or none")
         if self.sampler not in SAMPLERS:
             raise UsageError(f"sampler {self.sampler!r} is unknown: use tpe or random")
         if self.threads is not None:

@@ -353,6 +353,8 @@ def trial_dicts(study: Any) -> list[dict[str, Any]]:
             d["rerun_as"] = reruns[t.number]
         if RETRY_OF in ua:
             d["retry_of"] = ua[RETRY_OF]
+        if ua.get("weights") and Path(ua["weights"]).is_file():
+            d["weights"] = ua["weights"]  # its kept weights (a file removed since, as no longer the best, is not)
         for extra in ("worker", "attempts"):
             if extra in ua:
                 d[extra] = ua[extra]

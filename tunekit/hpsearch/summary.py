@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Optional
 
 from tunekit.hpsearch.budget import Budget
@@ -45,9 +46,16 @@ def build_result(study: Any, store: Any, settings: SearchSettings, sp: SearchSpa
         seed=settings.seed, sampler_seed=settings.sampler_seed, probe_seconds=probes.seconds,
         device=probes.probe.device if probes.probe is not None else None, time_limit=settings.time_limit,
         lr_find=_lr_find_summary(probes.lr_find, sp, probes.own_lr_find),
-        probe=_probe_summary(probes.probe, study.user_attrs.get(DESIGN_BATCH_ATTR)))
+        probe=_probe_summary(probes.probe, study.user_attrs.get(DESIGN_BATCH_ATTR)),
+        keep=settings.keep, best_weights=_kept(best))
     result.param_importances = result.importances()
     return result
+
+
+def _kept(best: Optional[dict[str, Any]]) -> Optional[str]:
+    """The best trial's weights file, where it was kept and is still there."""
+    path = (best or {}).get("weights")
+    return str(path) if path and Path(path).is_file() else None
 
 
 def _lr_find_summary(lf: Any, sp: SearchSpace, own: bool) -> Optional[dict[str, Any]]:

@@ -19,11 +19,12 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from tunekit.errors import SetupError
+from tunekit.hpsearch.keep import WEIGHTS_ATTR, Keeper
 from tunekit.hpsearch.resilient import StorageUnreachable
 from tunekit.objective import Objective
 from tunekit.hpsearch.plan import TrialConfig
 
-__all__ = ["Outcome", "run_config", "run_trial", "evaluation_reporter", "record", "conclude", "start_attrs", "outcome_of", "TrialFailed",
+__all__ = ["Outcome", "run_config", "run_trial", "keep_weights", "evaluation_reporter", "record", "conclude", "start_attrs", "outcome_of", "TrialFailed",
            "INTERRUPTED"]
 
 INTERRUPTED = "interrupted; re-run on --resume"
@@ -46,6 +47,7 @@ class Outcome:
     final_step: Optional[int] = None  # where the final value is reported (in samples), as the last intermediate value
     reason: Optional[str] = None  # why a PRUNED trial stopped (a FAIL's reason is its error)
     val_loss: Optional[float] = None  # the last evaluation's validation loss, whatever the objective
+    weights: Optional[str] = None  # the path of its kept weights (tunekit.hpsearch.keep)
 
     def attrs(self) -> dict[str, Any]:
         out: dict[str, Any] = {"curve": self.curve, "samples": self.samples, "updates": self.updates,
@@ -62,6 +64,8 @@ class Outcome:
             out["diverged"] = True
         if self.worker:
             out["worker"] = self.worker
+        if self.weights:
+            out[WEIGHTS_ATTR] = self.weights
         return out
 
 
@@ -80,11 +84,12 @@ def start_attrs(cfg: TrialConfig) -> dict[str, Any]:
 
 
 def run_config(task: Any, cfg: TrialConfig, report: Callable[[int, dict[str, float]], Any],
-               cache: Optional[dict[str, Any]] = None) -> Any:
+               cache: Optional[dict[str, Any]] = None, trained: Optional[dict[str, Any]] = None) -> Any:
     """One trial's training run: the task built with its config, then :func:`tunekit.train`.
 
     ``cache`` keeps the last task built, so trials with the same task config
     (most of them) do not rebuild its data; train() starts a fresh model each time.
+    ``trained``: filled with the trained model's state (on the CPU) when the run goes to its end.
     """
     from tunekit.inputs.task_spec import load_task
     from tunekit.inputs.task import Task
@@ -100,7 +105,20 @@ def run_config(task: Any, cfg: TrialConfig, report: Callable[[int, dict[str, flo
             if cache is not None:
                 cache.clear()
                 cache[key] = run_task
-    return train(run_task, cfg.train, callback=report, progress=False)  # the search's own bar counts trials
+    on_trained = (lambda model: trained.update(Keeper.snapshot(model))) if trained is not None else None
+    # The search's own bar counts trials.
+    return train(run_task, cfg.train, callback=report, progress=False, on_trained=on_trained)
+
+
+def keep_weights(keeper: Optional[Keeper], state: dict[str, Any], outcome: Outcome, number: int, cfg: TrialConfig,
+                 study: Any = None) -> None:
+    """A complete trial's weights written where ``keeper`` says, when it keeps them (its path into the outcome)."""
+    if keeper is None or not state or outcome.state != "COMPLETE" or outcome.value is None:
+        return
+    if keeper.wants(outcome.value, study):
+        about = {"config": {k: v for k, v in cfg.train.items() if k != "device"}, "task_config": dict(cfg.task),
+                 "objective": cfg.objective, "direction": cfg.direction}
+        outcome.weights = keeper.write(state, number, outcome.value, about)
 
 
 def outcome_of(result: Any, curve: list[list[float]], seconds: float, final_step: Optional[int] = None,
@@ -137,11 +155,13 @@ def evaluation_reporter(cfg: TrialConfig, curve: list[list[float]], last: dict[s
     return value
 
 
-def run_trial(task: Any, trial: Any, cfg: TrialConfig, *, prune: bool, cache: Optional[dict[str, Any]] = None) -> Outcome:
+def run_trial(task: Any, trial: Any, cfg: TrialConfig, *, prune: bool, cache: Optional[dict[str, Any]] = None,
+              keeper: Optional[Keeper] = None) -> Outcome:
     """Run one trial in this process; Optuna's pruner (the study's) decides at each evaluation.
 
     Reports are in training samples seen, so the rungs of trials at different
-    batches fall at the same amount of data. KeyboardInterrupt propagates.
+    batches fall at the same amount of data. KeyboardInterrupt propagates. A complete
+    trial's weights are kept as ``keeper`` says (before the study is told: the path is its attribute).
     """
     import optuna
 
@@ -160,8 +180,9 @@ def run_trial(task: Any, trial: Any, cfg: TrialConfig, *, prune: bool, cache: Op
         if prune and trial.should_prune():
             raise optuna.TrialPruned(f"pruned at {cfg.reported(step)} samples with {cfg.goal.label} {value:.4f}")
 
+    state: dict[str, Any] = {}
     try:
-        result = run_config(task, cfg, report, cache)
+        result = run_config(task, cfg, report, cache, state if keeper is not None else None)
     except optuna.TrialPruned as exc:
         return _stopped(Outcome("PRUNED", reason=str(exc)), cfg, curve, last, t0)
     except SetupError as exc:
@@ -172,7 +193,9 @@ def run_trial(task: Any, trial: Any, cfg: TrialConfig, *, prune: bool, cache: Op
         raise
     except Exception as exc:  # the user's task or model raised: the trial fails, the search goes on
         return _stopped(Outcome("FAIL", error=f"{type(exc).__name__}: {exc}"), cfg, curve, last, t0)
-    return outcome_of(result, curve, time.perf_counter() - t0, final_step(cfg), cfg.goal)
+    outcome = outcome_of(result, curve, time.perf_counter() - t0, final_step(cfg), cfg.goal)
+    keep_weights(keeper, state, outcome, trial.number, cfg, trial.study)
+    return outcome
 
 
 def _stopped(outcome: Outcome, cfg: TrialConfig, curve: list[list[float]], last: dict[str, float],

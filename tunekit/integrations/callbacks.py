@@ -2,7 +2,8 @@
 
 Each reports the trial's evaluations to its study (through :meth:`OwnTrial.report`), at the optimizer
 updates done so far, and stops training when tunekit's rungs prune the trial. They hold the trial,
-never the model or the Trainer, so nothing of a finished trial outlives it.
+never the model or the Trainer, so nothing of a finished trial outlives it; the final evaluation hands
+the model's state to the trial, which the search keeps when the trial is its best.
 
 This module imports transformers or lightning (whichever callback is asked for): the user has them.
 """
@@ -41,7 +42,7 @@ def hf_callback(trial: Any, metric: Optional[str] = None) -> Any:
             if value is None:
                 raise KeyError(f"the evaluation reported no eval_{objective} (it has {sorted(metrics)}): "
                                f"pass metric= one of them to trial.hf_callback()")
-            if trial.report(state.global_step, value):
+            if trial.report(state.global_step, value, model=kwargs.get("model")):
                 control.should_training_stop = True
 
     return TunekitTrialCallback()
@@ -63,7 +64,7 @@ def lightning_callback(trial: Any, metric: str = "val_loss") -> Any:
             if value is None:
                 raise KeyError(f"validation logged no {metric!r} (it logged {sorted(trainer.callback_metrics)}): "
                                "self.log it in validation_step, or pass metric= to trial.lightning_callback()")
-            if trial.report(trainer.global_step, value):
+            if trial.report(trainer.global_step, value, model=pl_module):
                 trainer.should_stop = True
 
     return TunekitTrialCallback()

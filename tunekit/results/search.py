@@ -63,6 +63,8 @@ class SearchResult(Result):
     # change) or LightningModule (its hyperparameters), when the search was given one.
     best_theirs: Optional[dict[str, Any]] = None
     theirs_kind: Optional[str] = None
+    keep: str = "best"  # which trials' weights were kept: best, all, none
+    best_weights: Optional[str] = None  # the best trial's weights file, where it was kept
 
     @property
     def goal(self) -> Objective:
@@ -126,6 +128,66 @@ class SearchResult(Result):
                 return t
         raise UsageError(f"study '{self.study_name}' has no trial {number}: give one of "
                          f"{', '.join(str(t['number']) for t in self.trials)}")
+
+    # The Task (or Hugging Face / Lightning object, as a Task) the search trained, in the process that ran it.
+    made_from: Any = field(default=None, repr=False, compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        import dataclasses
+
+        out = dataclasses.asdict(dataclasses.replace(self, made_from=None))  # an object of this process, not saved
+        out.pop("made_from")
+        return out
+
+    def weights_of(self, number: Optional[int] = None) -> dict[str, Any]:
+        """The kept file of trial ``number`` (the best complete one by default), as ``torch.load`` reads it:
+        ``state_dict``, ``trial``, ``value``, ``config``."""
+        from tunekit.hpsearch.keep import load_weights
+
+        t = self.trial(number)
+        path = t.get("weights") if number is not None else (self.best_weights or t.get("weights"))
+        if not path or not Path(path).is_file():
+            why = ("the search kept no weights (keep='none'): search again with keep='best', or re-run it: "
+                   "tunekit train --config search.json") if self.keep == "none" else (
+                f"trial {t['number']}'s weights are not kept{f' (no file at {path})' if path else ''}: only the best "
+                "trial's are under keep='best'; pass keep='all' to keep every finished trial's")
+            raise UsageError(why)
+        return load_weights(path)
+
+    def best_model(self, task: Any = None, trial: Optional[int] = None) -> Any:
+        """The best trial's model (or trial ``trial``'s), with its kept weights: built by the task's own factory,
+        with the trial's seed, on the CPU, in eval mode. ``task``: the task spec or Task the search ran (by
+        default the one it was given in this process, or its spec from search.json)."""
+        from tunekit.inputs.task import Task
+        from tunekit.inputs.task_spec import load_task
+
+        saved = self.weights_of(trial)
+        built = task if task is not None else self.made_from if self.made_from is not None else self.task
+        if built is None:
+            raise UsageError("best_model() needs the task this search ran: pass best_model(task=...) (its spec "
+                             "or Task object)")
+        if not isinstance(built, Task):
+            built = load_task(built, saved.get("task_config") or None)
+        model = built.make_model(int((saved.get("config") or {}).get("seed", self.seed)))
+        model.load_state_dict(saved["state_dict"])
+        return model.eval()
+
+    def load_best_into(self, obj: Any, trial: Optional[int] = None) -> Any:
+        """The best trial's weights (or trial ``trial``'s) loaded into the model of ``obj``: a ``torch.nn.Module``
+        (a LightningModule too), a Hugging Face ``Trainer`` (its ``model``) or a ``LightningRun`` (its
+        ``module``); returns the model loaded. The configuration to train again with is ``best_theirs``."""
+        import torch
+
+        model = getattr(obj, "model", None) if not isinstance(obj, torch.nn.Module) else obj
+        if model is None and hasattr(obj, "module"):
+            model = obj.module
+        if not isinstance(model, torch.nn.Module):
+            raise UsageError(f"load_best_into takes a torch.nn.Module, a Hugging Face Trainer or a LightningRun, "
+                             f"got {type(obj).__name__}: pass the model itself")
+        state = self.weights_of(trial)["state_dict"]
+        device = next(model.parameters(), torch.empty(0)).device
+        model.load_state_dict({k: v.to(device) for k, v in state.items()})
+        return model
 
     def write_csv(self, path: str | Path) -> None:
         keys = sorted({k for t in self.trials for k in t.get("params", {})})
@@ -387,6 +449,9 @@ class SearchResult(Result):
         (what ``tunekit search`` prints); ``out`` is the folder the search wrote to, if any."""
         wrote = f"; wrote {out}/search.json, trials.csv, search.png" if out is not None else ""
         lines = [self.table(), f"search took {self.seconds:.1f}s{wrote}; study '{self.study_name}' in {self.storage}"]
+        if self.best_weights:
+            lines.append(f"the best trial's weights: {self.best_weights} (result.best_model(), or torch.load(path)"
+                         "['state_dict'])")
         if self.best_value is not None and out is not None:
             lines.append(f"re-run the best trial exactly: tunekit train --config {out}/search.json")
         return "\n".join(lines)

@@ -165,6 +165,7 @@ def train(
     *,
     callback: EvalCallback | None = None,
     progress: Optional[bool] = None,
+    on_trained: Callable[[nn.Module], None] | None = None,
     **overrides: Any,
 ) -> TrainResult:
     """Train a fresh model of ``task`` through the shared step; return its curve.
@@ -173,7 +174,8 @@ def train(
     overrides win over both. Divergence (a non-finite loss) ends the run and is
     reported in the result, not raised. ``callback(step, metrics)`` runs after
     each evaluation; returning True stops the run (``stopped_early``), and an
-    exception it raises (e.g. ``optuna.TrialPruned``) propagates.
+    exception it raises (e.g. ``optuna.TrialPruned``) propagates. ``on_trained(model)`` gets the trained
+    model after the final evaluation of a run that went to its end (a search keeps its weights there).
 
     The global torch RNG is left as it was: the run draws from its own seed.
     """
@@ -216,6 +218,8 @@ def train(
         if not result.diverged and not result.stopped_early:
             run_eval(update)
         result.seconds = time.perf_counter() - start
+        if on_trained is not None and not result.diverged and not result.stopped_early:
+            on_trained(step.model)
     return result
 
 

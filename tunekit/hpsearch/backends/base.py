@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Optional, Protocol
 
+from tunekit.hpsearch.keep import Keeper
 from tunekit.hpsearch.plan import Plan, TrialConfig, trial_config
 from tunekit.hpsearch.settings import SearchSettings
 
@@ -32,6 +33,7 @@ class Work:
     settings: SearchSettings
     store: Any  # the study's storage: a shared study's workers read each other's trials there
     on_end: Callable[[str], None]  # called with a trial's final state (COMPLETE, PRUNED, FAIL)
+    keeper: Optional[Keeper] = None  # which trials' weights are kept, and where (None: none)
 
     def config(self, params: dict[str, Any]) -> TrialConfig:
         """The run of a trial with these params."""

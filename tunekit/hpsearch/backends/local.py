@@ -15,6 +15,7 @@ from typing import Any, Optional
 
 from tunekit.errors import SetupError, UsageError
 from tunekit.hpsearch.backends.base import Work
+from tunekit.hpsearch.keep import Keeper, settle
 from tunekit.hpsearch.plan import Plan, TrialConfig
 from tunekit.hpsearch.settings import SearchSettings
 from tunekit.hpsearch.study import finished_count, note_interrupted, stopped
@@ -51,13 +52,14 @@ class LocalBackend:
 
     def run(self, work: Work) -> None:
         run_local(work.study, work.dists, work.config, work.task, work.target, prune=work.settings.prune,
-                  on_end=work.on_end, store=work.store, shared=work.settings.shared, out_of_time=work.out_of_time)
+                  on_end=work.on_end, store=work.store, shared=work.settings.shared, out_of_time=work.out_of_time,
+                  keeper=work.keeper)
 
 
 def run_local(study: Any, dists: dict[str, Any], make_config: Callable[[dict[str, Any]], TrialConfig], task: Any,
               target: int, *, prune: bool, on_end: Callable[[str], None], store: Any = None, shared: bool = False,
               poll: float = 0.5, out_of_time: Callable[[], bool] = lambda: False,
-              run: Callable[..., Outcome] = run_trial) -> None:
+              run: Callable[..., Outcome] = run_trial, keeper: Optional[Keeper] = None) -> None:
     """Run trials until the study holds ``target`` finished ones (other workers' included), or until
     ``out_of_time()`` says the study has spent its device time.
 
@@ -65,7 +67,8 @@ def run_local(study: Any, dists: dict[str, Any], make_config: Callable[[dict[str
     the study: it stops when the target is reached, waits while the others' running trials
     would reach it (failing those whose worker stopped, and running their re-runs), and
     claims its slot (:func:`~tunekit.hpsearch.shared.workers.claim`) before a trial trains. ``run``
-    trains one trial (:func:`~tunekit.hpsearch.trial.run_trial`, or the user's own loop's)."""
+    trains one trial (:func:`~tunekit.hpsearch.trial.run_trial`, or the user's own loop's); ``keeper``
+    keeps the trials' weights, and after each trial the files the study's best makes surplus go."""
     import optuna
 
     from tunekit.hpsearch.shared.workers import claim, counts, mark_surplus, reap_every, reap_stopped, reaping
@@ -80,9 +83,10 @@ def run_local(study: Any, dists: dict[str, Any], make_config: Callable[[dict[str
         if shared and not claim(study, trial.number, target):
             mark_surplus(trial, target)
             raise Surplus("surplus")
-        return _objective(trial, study, dists, make_config, task, prune, cache, run)
+        return _objective(trial, study, dists, make_config, task, prune, cache, run, keeper)
 
     def after(study: Any, trial: Any) -> None:
+        settle(study, keeper)
         if not trial.user_attrs.get("tunekit_surplus"):
             on_end(trial.state.name)
 
@@ -111,7 +115,8 @@ def run_local(study: Any, dists: dict[str, Any], make_config: Callable[[dict[str
 
 
 def _objective(trial: Any, study: Any, dists: dict[str, Any], make_config: Callable[[dict[str, Any]], TrialConfig],
-               task: Any, prune: bool, cache: dict[str, Any], run: Callable[..., Outcome] = run_trial) -> float:
+               task: Any, prune: bool, cache: dict[str, Any], run: Callable[..., Outcome] = run_trial,
+               keeper: Optional[Keeper] = None) -> float:
     try:
         cfg = make_config(sample_params(trial, dists))
     except UsageError as exc:  # a config that cannot run (no micro-batch fits) fails as its own trial
@@ -119,7 +124,7 @@ def _objective(trial: Any, study: Any, dists: dict[str, Any], make_config: Calla
     for key, value in start_attrs(cfg).items():
         trial.set_user_attr(key, value)
     try:
-        outcome = run(task, trial, cfg, prune=prune, cache=cache)
+        outcome = run(task, trial, cfg, prune=prune, cache=cache, keeper=keeper)
     except KeyboardInterrupt:
         note_interrupted(study, [trial.number])  # Optuna fails the trial; --resume runs it again
         raise

@@ -19,10 +19,11 @@ from typing import Any, Optional
 from tunekit.errors import SetupError
 from tunekit.hpsearch.backends.base import Work
 from tunekit.hpsearch.backends.local import run_local
+from tunekit.hpsearch.keep import Keeper
 from tunekit.hpsearch.plan import Plan, TrialConfig
 from tunekit.hpsearch.resilient import StorageUnreachable
 from tunekit.hpsearch.settings import SearchSettings
-from tunekit.hpsearch.trial import Outcome, final_step
+from tunekit.hpsearch.trial import Outcome, final_step, keep_weights
 
 __all__ = ["OwnLoop", "OwnTrial"]
 
@@ -39,6 +40,7 @@ class OwnTrial:
         self.curve: list[list[float]] = []
         self.updates = 0
         self.stopped: Optional[str] = None  # why tunekit's rungs stopped it
+        self.trained: dict[str, Any] = {}  # the model's state at the final evaluation (kept if the trial is the best)
 
     @property
     def eval_every(self) -> int:
@@ -63,12 +65,16 @@ class OwnTrial:
                 "val_check_interval": self.eval_every * k, "check_val_every_n_epoch": None,
                 "gradient_clip_val": self.config.get("clip_grad_norm")}
 
-    def report(self, updates: int, value: float) -> bool:
-        """An evaluation after ``updates`` optimizer updates; True when the trial should stop (pruned)."""
+    def report(self, updates: int, value: float, model: Any = None) -> bool:
+        """An evaluation after ``updates`` optimizer updates; True when the trial should stop (pruned).
+        ``model``: the model evaluated; at the final evaluation its state is the trial's weights."""
         value = float(value)
         self.updates = int(updates)
         self.curve.append([self.updates * self._cfg.effective_batch, value])
         if self.updates >= int(self.config["max_steps"]) or self.stopped:
+            if model is not None and not self.stopped:
+                self.trained.clear()
+                self.trained.update(Keeper.snapshot(model))
             return bool(self.stopped)  # the final value is the trial's own
         if math.isfinite(value):
             self._trial.report(value, self._cfg.reported(self.updates))
@@ -123,9 +129,10 @@ class OwnLoop:
     def run(self, work: Work) -> None:
         run_local(work.study, work.dists, work.config, work.task, work.target, prune=work.settings.prune,
                   on_end=work.on_end, store=work.store, shared=work.settings.shared, out_of_time=work.out_of_time,
-                  run=self.trial)
+                  run=self.trial, keeper=work.keeper)
 
-    def trial(self, task: Any, trial: Any, cfg: TrialConfig, *, prune: bool, cache: Any = None) -> Outcome:
+    def trial(self, task: Any, trial: Any, cfg: TrialConfig, *, prune: bool, cache: Any = None,
+              keeper: Optional[Keeper] = None) -> Outcome:
         """One trial through the user's function; an error of theirs fails the trial, and the search goes on."""
         own = OwnTrial(trial, cfg, prune)
         start = time.perf_counter()
@@ -139,7 +146,10 @@ class OwnLoop:
             return outcome
         finally:
             _free_memory()
-        return own.outcome(time.perf_counter() - start)
+        outcome = own.outcome(time.perf_counter() - start)
+        keep_weights(keeper, own.trained, outcome, own.number, cfg, trial.study)
+        own.trained.clear()
+        return outcome
 
 
 def _free_memory() -> None:

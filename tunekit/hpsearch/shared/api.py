@@ -49,13 +49,14 @@ def _load_spec(store: Any, name: str, storage: str, timeout: float) -> dict[str,
 def join_study(storage: str, study_name: str, *, task: Any = None, out: Any = None, device: str = "auto",
                progress: Optional[bool] = None, worker_id: Optional[str] = None, threads: Optional[int] = None,
                grace_period: Optional[int] = None, timeout: float = 1800.0, time_limit: Any = None,
-               storage_retry: float = STORAGE_RETRY, **settings: Any) -> Any:
+               storage_retry: float = STORAGE_RETRY, keep: str = "best", **settings: Any) -> Any:
     """Join study ``study_name`` as a worker: run its trials until it holds its count; no probe runs.
 
     ``settings`` (any of :data:`JOIN_SETTINGS`) are checked against the study's and refused in one
     line when they disagree; those not given are the study's. ``task`` defaults to the study's spec
     (give the same task object when the study was created with one). ``time_limit``: no trial starts
-    once the study (all its workers) has spent that much device time."""
+    once the study (all its workers) has spent that much device time. ``keep``: which of this worker's
+    trials keep their weights (:mod:`tunekit.hpsearch.keep`), in the study's artifact folder when it has one."""
     from tunekit.hpsearch.run import search
     from tunekit.hpsearch.shared.workers import space_of
 
@@ -74,7 +75,7 @@ def join_study(storage: str, study_name: str, *, task: Any = None, out: Any = No
     return search(spec["task"] if task is None else task, space_of(spec), storage=storage, study_name=study_name,
                   out=out, device=device, progress=progress, worker_id=worker_id, threads=threads,
                   grace_period=grace_period, join_timeout=timeout, time_limit=time_limit, storage_retry=storage_retry,
-                  **kw)
+                  keep=keep, **kw)
 
 
 def reap_study(storage: str, study_name: str, workers: Optional[list[str]] = None,

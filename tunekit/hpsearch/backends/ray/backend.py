@@ -16,6 +16,7 @@ value, which mixes short and full runs in TPE's model; here it is PRUNED.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import time
@@ -29,9 +30,10 @@ from tunekit.errors import SetupError, UsageError
 from tunekit.hpsearch.backends.base import Work
 from tunekit.hpsearch.plan import Plan, TrialConfig
 from tunekit.hpsearch.settings import SearchSettings
+from tunekit.hpsearch.keep import Keeper, settle
 from tunekit.hpsearch.study import finished_count, note_interrupted
-from tunekit.hpsearch.trial import (INTERRUPTED, Outcome, evaluation_reporter, final_step, outcome_of, record,
-                                   run_config, start_attrs)
+from tunekit.hpsearch.trial import (INTERRUPTED, Outcome, evaluation_reporter, final_step, keep_weights, outcome_of,
+                                   record, run_config, start_attrs)
 
 __all__ = ["RayBackend", "run_ray", "check_packing", "fits", "largest_micro_batch"]
 
@@ -109,8 +111,11 @@ def trainable(config: dict[str, Any], task: Any = None) -> None:
                          "updates": step, "val_loss": last.get("loss"), "label": goal_label, "curve": curve,
                          "worker": worker})
 
+    keeper = Keeper(**config["keep"]) if config.get("keep") else None
+    state: dict[str, Any] = {}
     try:
-        result = run_config(task if task is not None else config["task"], cfg, report, cache=_TASK_CACHE)
+        result = run_config(task if task is not None else config["task"], cfg, report, cache=_TASK_CACHE,
+                            trained=state if keeper is not None else None)
     except SetupError as exc:
         # The task cannot train whatever the params: no retry; the driver stops the search on it.
         _report({ERROR_KEY: f"SetupError: {exc}", DONE_KEY: "FAIL", "curve": curve, "worker": worker})
@@ -121,11 +126,14 @@ def trainable(config: dict[str, Any], task: Any = None) -> None:
         _report({ERROR_KEY: f"{type(exc).__name__}: {exc}"[:2000], "curve": curve, "worker": worker})
         raise
     outcome = outcome_of(result, curve, time.perf_counter() - t0, final_step(cfg), cfg.goal)
+    # Written in the run's storage; the driver, which holds the study, removes those the best makes surplus.
+    keep_weights(keeper, state, outcome, int(config["number"]), cfg)
+    state.clear()
     worker["finished"] = time.time()
     tune.report({DONE_KEY: outcome.state, "value": outcome.value, "samples": outcome.samples,
                  "updates": outcome.updates, "seconds": outcome.seconds, "error": outcome.error,
                  "diverged": outcome.diverged, "curve": curve, "worker": worker, "initial_loss": outcome.initial_loss,
-                 "final_step": outcome.final_step, "val_loss": outcome.val_loss})
+                 "final_step": outcome.final_step, "val_loss": outcome.val_loss, "weights": outcome.weights})
 
 
 def _finite(value: float, direction: str = "minimize") -> float:
@@ -241,7 +249,7 @@ def _scheduler(book: dict[int, Any], prune: bool) -> Any:
     return PrunerScheduler()
 
 
-def _recorder(study: Any, ledger: Ledger, on_end: Callable[[str], None]) -> Any:
+def _recorder(study: Any, ledger: Ledger, on_end: Callable[[str], None], keeper: Optional[Keeper] = None) -> Any:
     from ray.tune import Callback
 
     book = ledger.book
@@ -287,6 +295,7 @@ def _recorder(study: Any, ledger: Ledger, on_end: Callable[[str], None]) -> Any:
         @staticmethod
         def _end(ot: Any, outcome: Outcome) -> None:
             record(study, ot, outcome)
+            settle(study, keeper)
             on_end(outcome.state)
 
     return Recorder()
@@ -305,7 +314,8 @@ def _outcome(last: dict[str, Any]) -> Outcome:
     return Outcome(state, value, curve, seen, int(last.get("updates") or 0),
                    float(last.get("seconds") or last.get("time_total_s") or 0.0),
                    last.get("error") or last.get(ERROR_KEY), bool(last.get("diverged")), last.get("worker"),
-                   last.get("initial_loss"), last.get("final_step"), reason, last.get("val_loss"))
+                   last.get("initial_loss"), last.get("final_step"), reason, last.get("val_loss"),
+                   last.get("weights") if state == "COMPLETE" else None)
 
 
 def _error_text(trial: Any) -> str:
@@ -391,7 +401,8 @@ def run_ray(work: Work, n_trials: int) -> None:
             root = Path(tempfile.mkdtemp(prefix="tunekit-ray-"))  # never ~/ray_results
         tuner = tune.Tuner(
             tune.with_resources(run_fn, {"cpu": cpus_per_trial, "gpu": gpus_per_trial}),
-            param_space={"task": work.task if isinstance(work.task, str) else None, "cpus": cpus_per_trial},
+            param_space={"task": work.task if isinstance(work.task, str) else None, "cpus": cpus_per_trial,
+                         "keep": dataclasses.asdict(work.keeper) if work.keeper is not None else None},
             tune_config=tune.TuneConfig(search_alg=_searcher(study, work.dists, work.config, ledger, work.out_of_time),
                                         scheduler=_scheduler(book, s.prune),
                                         num_samples=n_trials * (1 + max_failures),  # room for trials run again
@@ -400,7 +411,7 @@ def run_ray(work: Work, n_trials: int) -> None:
                 name=study.study_name, storage_path=str(root.resolve()), verbose=0,
                 failure_config=tune.FailureConfig(max_failures=max_failures),
                 checkpoint_config=tune.CheckpointConfig(checkpoint_at_end=False),
-                callbacks=[_recorder(study, ledger, work.on_end)], log_to_file=True, stop=_setup_stopper(ledger)),
+                callbacks=[_recorder(study, ledger, work.on_end, work.keeper)], log_to_file=True, stop=_setup_stopper(ledger)),
         )
         with warnings.catch_warnings():
             # Optuna warns that ask-and-tell trials send no heartbeat: the driver here is

@@ -1,0 +1,145 @@
+"""The trials' trained weights, kept: the best trial's (``keep="best"``), every finished one's (``"all"``), or none.
+
+A trial's weights are its model's state at the evaluation that gave its value: the last one, at the end
+of its run (only a COMPLETE trial has a value). They are written to ``trial-N.pt`` in the search's weights
+folder, atomically (a temporary file, then ``os.replace``): a process killed during the write leaves the
+files that were there as they were. The file's path goes into the trial's ``weights`` attribute before the
+study is told the trial ended, so the study itself says which file is whose.
+
+Under ``"best"``, a trial writes only when it beats the study's best at its end, and once the study
+knows it (:func:`settle`), the files of every other trial are removed: one copy stays, the study's best.
+Two workers that finish at once may both write; the study then says which is better, and the other's
+file goes. A file is removed only once the best's own file is in place, so the best so far is never lost.
+
+The folder: a shared study's artifact folder where it has one (every worker sees it), else the search's
+output folder, else a temporary folder (a notebook's search without ``out``).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+__all__ = ["KEEP", "Keeper", "settle", "weights_folder", "WEIGHTS_ATTR", "load_weights"]
+
+KEEP = ("best", "none", "all")
+WEIGHTS_ATTR = "weights"  # the trial's attribute: the path of its kept weights
+_HOST = socket.gethostname().replace(".", "-")  # in a temporary file's name: whose write it is
+
+
+@dataclass(frozen=True)
+class Keeper:
+    """Where and which trials' weights are kept (one per search process)."""
+
+    mode: str  # "best" or "all" ("none" keeps no Keeper at all)
+    folder: str
+    direction: str = "minimize"
+
+    def path(self, number: int) -> Path:
+        return Path(self.folder) / f"trial-{number}.pt"
+
+    def wants(self, value: float, study: Any = None) -> bool:
+        """Whether a trial that ended with ``value`` keeps its weights: always under "all"; under "best", when
+        it beats the study's best so far (a process without the study, a Ray worker, writes and lets the
+        driver settle)."""
+        import math
+
+        if not math.isfinite(value):
+            return False
+        if self.mode == "all" or study is None:
+            return True
+        from tunekit.hpsearch.summary import best_trial
+
+        best = best_trial(study)
+        if best is None or best.value is None:
+            return True
+        return value < best.value if self.direction == "minimize" else value > best.value
+
+    @staticmethod
+    def snapshot(model: Any) -> dict[str, Any]:
+        """The model's state on the CPU (on a CPU, the trained tensors themselves: the model is let go after)."""
+        return {k: v.detach().to("cpu") for k, v in model.state_dict().items()}
+
+    def write(self, state: dict[str, Any], number: int, value: float, about: dict[str, Any]) -> str:
+        """Trial ``number``'s state and what it is, written atomically as its file; the file's path.
+
+        The file is a dict a plain ``torch.load`` reads: ``state_dict`` (what ``model.load_state_dict`` and
+        Lightning's ``load_from_checkpoint`` take), and ``trial``, ``value`` and the trial's run."""
+        import torch
+
+        path = self.path(number)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{_HOST}.{os.getpid()}.tmp")
+        try:
+            with open(tmp, "wb") as f:
+                torch.save({"state_dict": state, "trial": int(number), "value": float(value), **about}, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+        return str(path)
+
+
+def weights_folder(settings: Any, study_name: str, artifacts: Optional[str] = None) -> Optional[str]:
+    """Where a search keeps weights (None under "none"): a shared study's artifact folder (``artifacts``:
+    the study's, or this worker's), else the Ray run's storage path, else the output folder, else a
+    temporary folder."""
+    if settings.keep == "none":
+        return None
+    if artifacts:
+        return str(Path(artifacts).resolve() / "weights" / study_name)
+    if settings.backend == "ray" and settings.storage_path:
+        return str(Path(settings.storage_path).resolve() / study_name / "weights")
+    if settings.out is not None:
+        return str(Path(settings.out).resolve() / "weights")
+    return tempfile.mkdtemp(prefix="tunekit-weights-")
+
+
+def settle(study: Any, keeper: Optional[Keeper]) -> None:
+    """Under "best": every kept file but the study's best trial's removed, once the best's is in place;
+    and the temporary files of writes this host's dead processes left."""
+    if keeper is None or keeper.mode != "best":
+        return
+    import optuna
+
+    from tunekit.hpsearch.summary import best_trial
+
+    best = best_trial(study)
+    kept = best.user_attrs.get(WEIGHTS_ATTR) if best is not None else None
+    if not kept or not Path(kept).is_file():
+        return  # the best's file is not (yet) there: nothing goes before it is
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+        other = t.user_attrs.get(WEIGHTS_ATTR)
+        if other and t.number != best.number:
+            Path(other).unlink(missing_ok=True)
+    _clear_stale(Path(kept).parent)
+
+
+def _clear_stale(folder: Path) -> None:
+    """Temporary files of this host's writes whose process is gone (killed during a write)."""
+    for tmp in folder.glob(f".trial-*.{_HOST}.*.tmp"):
+        pid = tmp.name.rsplit(".", 2)[-2]
+        if pid.isdigit() and not _alive(int(pid)):
+            tmp.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def load_weights(path: str | Path) -> dict[str, Any]:
+    """A kept file's contents (``state_dict``, ``trial``, ``value``, ...), on the CPU."""
+    import torch
+
+    return torch.load(path, map_location="cpu", weights_only=True)  # type: ignore[no-any-return]
