@@ -14,6 +14,7 @@ from torch import nn
 
 import tunekit
 from tunekit.errors import UsageError
+from tunekit.training.loop import evaluate
 
 pytest.importorskip("transformers")
 pytest.importorskip("lightning")
@@ -90,6 +91,17 @@ def test_a_search_from_their_objects_is_the_tasks_search(family: str, tmp_path: 
     else:
         assert result.best_theirs["learning_rate"] == result.best_config["lr"]
         assert "in your transformers.Trainer's terms: " in result.table()
+    # The best trial's weights: its model scores its value; their own objects load the same weights.
+    best = result.best_model()
+    task, cfg = result.made_from, result.best_config
+    scored = evaluate(best, task.val_data, task.loss_computer(), device=torch.device("cpu"),
+                      batch_size=cfg.get("eval_batch_size") or task.batch_size, max_batches=cfg.get("eval_batches"))
+    assert scored["loss"] == pytest.approx(result.best_value, rel=1e-5)
+    if family == "lightning":  # Lightning's own loader reads the file
+        theirs = type(lightning_run(tmp_path).module).load_from_checkpoint(result.best_weights)
+    else:
+        theirs = result.load_best_into(hf_trainer(family, tmp_path))
+    assert all(torch.equal(a, b) for a, b in zip(best.state_dict().values(), theirs.state_dict().values()))
 
 
 def test_the_trainers_recipe_is_read_and_what_cannot_be_honoured_is_said(tmp_path: Any) -> None:
@@ -210,6 +222,40 @@ def test_search_own_runs_each_trial_in_the_users_trainer_and_frees_it(tmp_path: 
     assert [t["state"] for t in result.trials] == ["COMPLETE"] * 4
     assert [t["config"]["lr"] for t in sorted(result.trials, key=lambda t: t["number"])] == [t["lr"] for t in trained]
     assert all(len(t["curve"]) == 3 for t in result.trials)  # every evaluation reported
+
+
+def test_search_own_keeps_the_best_weights_and_gives_back_each_trials_memory(tmp_path: Any) -> None:
+    """24 trials in the user's own Trainer, whose model carries a 64 MiB buffer: the process's memory as each
+    trial starts stays within 5% of its level after the first; the best trial's weights, loaded into the
+    user's Trainer, evaluate to the best trial's value."""
+    from transformers import Trainer
+
+    from tunekit.integrations import search_own
+
+    base = hf_trainer("gpt2", tmp_path, model_init=True)
+    rss: list[int] = []
+
+    def heavy() -> nn.Module:
+        model = base.model_init()
+        model.register_buffer("ballast", torch.ones(16 * 2**20), persistent=False)  # not in the weights' file
+        return model
+
+    def run(trial: Any) -> None:
+        with open("/proc/self/statm") as f:
+            rss.append(int(f.read().split()[1]) * 4096)
+        args = dataclasses.replace(base.args, **trial.training_arguments())
+        Trainer(model_init=heavy, args=args, train_dataset=base.train_dataset, eval_dataset=base.eval_dataset,
+                callbacks=[trial.hf_callback()]).train()
+
+    result = search_own(base, "from_scratch", run=run, trials=24, evals=2, max_steps=4, progress=False,
+                        out=tmp_path / "out", seed_trial=False, design=0, sampler="random")
+    assert max(rss[1:]) <= 1.05 * rss[1], [round(x / 2**20) for x in rss]
+    assert len(list((tmp_path / "out" / "weights").glob("trial-*.pt"))) == 1
+    user = hf_trainer("gpt2", tmp_path)  # the user's own Trainer, its model in hand
+    result.load_best_into(user)
+    best = result.trial()
+    evaluated = user.evaluate()["eval_loss"]
+    assert evaluated == pytest.approx(result.best_value, rel=1e-5), (best["number"], evaluated)
 
 
 def test_the_callbacks_stop_a_pruned_trial(tmp_path: Any) -> None:

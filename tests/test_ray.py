@@ -12,7 +12,11 @@ ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.slow  # Ray instances and Tune runs
 
 
+import torch  # noqa: E402
+
 from tunekit import UsageError, search  # noqa: E402
+from tunekit.inputs.task_spec import load_task  # noqa: E402
+from tunekit.training.loop import evaluate  # noqa: E402
 from tunekit.hpsearch.backends.ray.backend import (DONE_KEY, ERROR_KEY, Ledger, _recorder, _scheduler, _searcher,  # noqa: E402
                                          check_packing, trainable)
 
@@ -115,6 +119,12 @@ def test_ray_search_completes_and_prunes(local_ray, tmp_path: Path) -> None:
     # The local instance listens on loopback only.
     assert {t["worker"]["node"] for t in r.trials} == {"127.0.0.1"}
     assert {t["worker"]["cluster"].split(":")[0] for t in r.trials} == {"127.0.0.1"}
+    # The best trial's weights, written by its Ray worker, kept alone: they score the best trial's value.
+    assert [p.name for p in (tmp_path / "out" / "weights").glob("trial-*.pt")] == [f"trial-{r.trial()['number']}.pt"]
+    task = load_task("tests.tasks:regression_task")
+    metrics = evaluate(r.best_model(), task.val_data, task.loss_computer(), device=torch.device("cpu"),
+                       batch_size=task.batch_size, max_batches=r.best_config.get("eval_batches"))
+    assert metrics["loss"] == pytest.approx(r.best_value, rel=1e-6)
 
 
 def test_logical_gpus_one_per_trial(local_ray, tmp_path: Path) -> None:

@@ -17,10 +17,14 @@ from typing import Any
 import optuna
 import pytest
 
+import torch
+
 from tunekit import UsageError, search
 from tunekit.hpsearch import create_study, join_study, reap_study, study_result
 from tunekit.hpsearch.shared.workers import claim, mark_surplus
 from tunekit.hpsearch.study import excluded, finished_count, make_storage
+from tunekit.inputs.task_spec import load_task
+from tunekit.training.loop import evaluate
 
 from .tasks import ROOT, SMALL, run_cli, write_space
 
@@ -126,7 +130,7 @@ def test_a_killed_worker_costs_one_trial_and_the_survivors_ride_out_a_database_r
 def test_journal_workers_recover_a_killed_worker(tmp_path: Path) -> None:
     space, journal = write_space(tmp_path, SMALL), str(tmp_path / "study.log")
     created = run_cli("study", "create", "--space", str(space), "--trials", "5", "--storage", journal, "--study", "j",
-                      "--out", str(tmp_path / "c"), *SLOW)
+                      "--out", str(tmp_path / "c"), "--artifacts", str(tmp_path / "art"), *SLOW)
     assert created.returncode == 0, created.stderr[-2000:]
     procs = [_start(["worker", "--storage", journal, "--study", "j", "--quiet"], tmp_path) for _ in range(2)]
     victim = procs[0]
@@ -140,6 +144,42 @@ def test_journal_workers_recover_a_killed_worker(tmp_path: Path) -> None:
     assert report.returncode == 0, report.stderr[-2000:]
     rows = json.loads((tmp_path / "r" / "search.json").read_text())["trials"]
     assert sum(r.get("stopped", False) for r in rows) == 1 and sum(not r.get("stopped") for r in rows) == 5
+    # The best trial's weights, in the study's artifact folder every worker sees: one file, scoring its value.
+    result = study_result(journal, "j")
+    kept = list((tmp_path / "art" / "weights" / "j").glob("trial-*.pt"))
+    assert [p.name for p in kept] == [f"trial-{result.trial()['number']}.pt"] and result.best_weights == str(kept[0])
+    task = load_task("tests.tasks:slow_regression_task")
+    metrics = evaluate(result.best_model(), task.val_data, task.loss_computer(), device=torch.device("cpu"),
+                       batch_size=task.batch_size, max_batches=result.best_config.get("eval_batches"))
+    assert metrics["loss"] == pytest.approx(result.best_value, rel=1e-6)
+
+
+@pytest.mark.parametrize("order", ["better first", "worse first"])
+def test_two_workers_that_finish_at_once_keep_the_better_trials_weights(tmp_path: Path, order: str) -> None:
+    """Both beat the best when they end, so both write; once the study knows both, only the better's file stays,
+    whichever settles first, and never before the best's own file is there."""
+    from tunekit.hpsearch.keep import Keeper, settle
+
+    study = optuna.create_study()
+    keeper = Keeper("best", str(tmp_path / "w"))
+    first = study.ask()
+    first.set_user_attr("weights", keeper.write({"state_dict": {}}, first.number, 1.0, {}))
+    study.tell(first, 1.0)
+    a, b = study.ask(), study.ask()
+    assert keeper.wants(0.8, study) and keeper.wants(0.9, study)  # neither knows of the other
+    for trial, value in ((a, 0.8), (b, 0.9)):
+        trial.set_user_attr("weights", keeper.write({"state_dict": {}}, trial.number, value, {}))
+    for trial, value in ((a, 0.8), (b, 0.9))[:: 1 if order == "better first" else -1]:
+        study.tell(trial, value)
+        settle(study, keeper)
+    assert sorted(p.name for p in (tmp_path / "w").glob("trial-*.pt")) == [f"trial-{a.number}.pt"]
+    # The best's file missing (its writer died before the write ended): nothing else is removed.
+    Path(a.user_attrs["weights"]).unlink()
+    c = study.ask()
+    c.set_user_attr("weights", keeper.write({"state_dict": {}}, c.number, 0.95, {}))
+    study.tell(c, 0.95)
+    settle(study, keeper)
+    assert (tmp_path / "w" / f"trial-{c.number}.pt").exists()
 
 
 @pytest.mark.slow  # a PostgreSQL server process

@@ -11,8 +11,9 @@ knows it (:func:`settle`), the files of every other trial are removed: one copy 
 Two workers that finish at once may both write; the study then says which is better, and the other's
 file goes. A file is removed only once the best's own file is in place, so the best so far is never lost.
 
-The folder: a shared study's artifact folder where it has one (every worker sees it), else the search's
-output folder, else a temporary folder (a notebook's search without ``out``).
+The folder: a shared study's artifact folder where it has one (every worker sees it), else the Ray run's
+storage path, else the search's output folder, else a temporary folder (a notebook's search without
+``out``: removed when the process ends, as nothing else names it; a shared worker's stays).
 """
 
 from __future__ import annotations
@@ -61,11 +62,14 @@ class Keeper:
 
     @staticmethod
     def snapshot(model: Any) -> dict[str, Any]:
-        """The model's state on the CPU (on a CPU, the trained tensors themselves: the model is let go after)."""
-        return {k: v.detach().to("cpu") for k, v in model.state_dict().items()}
+        """What a kept file holds of ``model``: its state on the CPU (on a CPU, the trained tensors themselves:
+        the model is let go after), and for a LightningModule what ``load_from_checkpoint`` reads besides."""
+        out: dict[str, Any] = {"state_dict": {k: v.detach().to("cpu") for k, v in model.state_dict().items()}}
+        out.update(_lightning_keys(model))
+        return out
 
-    def write(self, state: dict[str, Any], number: int, value: float, about: dict[str, Any]) -> str:
-        """Trial ``number``'s state and what it is, written atomically as its file; the file's path.
+    def write(self, snapshot: dict[str, Any], number: int, value: float, about: dict[str, Any]) -> str:
+        """Trial ``number``'s :meth:`snapshot` and what it is, written atomically as its file; the file's path.
 
         The file is a dict a plain ``torch.load`` reads: ``state_dict`` (what ``model.load_state_dict`` and
         Lightning's ``load_from_checkpoint`` take), and ``trial``, ``value`` and the trial's run."""
@@ -76,13 +80,33 @@ class Keeper:
         tmp = path.with_name(f".{path.name}.{_HOST}.{os.getpid()}.tmp")
         try:
             with open(tmp, "wb") as f:
-                torch.save({"state_dict": state, "trial": int(number), "value": float(value), **about}, f)
+                torch.save({**snapshot, "trial": int(number), "value": float(value), **about}, f)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)
         finally:
             tmp.unlink(missing_ok=True)
         return str(path)
+
+
+def _lightning_keys(model: Any) -> dict[str, Any]:
+    """A LightningModule's version key and hyperparameters (those plain enough for ``weights_only`` loading),
+    as Lightning's own checkpoints hold them."""
+    import json
+    import sys
+
+    lightning = sys.modules.get("lightning") or sys.modules.get("pytorch_lightning")  # imported by the user, if at all
+    module_class = getattr(getattr(lightning, "pytorch", lightning), "LightningModule", None)
+    if module_class is None or not isinstance(model, module_class):
+        return {}
+    out: dict[str, Any] = {"pytorch-lightning_version": str(lightning.__version__)}
+    try:
+        hparams = json.loads(json.dumps(dict(model.hparams)))
+    except (TypeError, ValueError):
+        return out  # load_from_checkpoint(path, **the module's arguments) then
+    if hparams:
+        out["hyper_parameters"] = hparams
+    return out
 
 
 def weights_folder(settings: Any, study_name: str, artifacts: Optional[str] = None) -> Optional[str]:
@@ -97,7 +121,13 @@ def weights_folder(settings: Any, study_name: str, artifacts: Optional[str] = No
         return str(Path(settings.storage_path).resolve() / study_name / "weights")
     if settings.out is not None:
         return str(Path(settings.out).resolve() / "weights")
-    return tempfile.mkdtemp(prefix="tunekit-weights-")
+    folder = tempfile.mkdtemp(prefix="tunekit-weights-")
+    if not settings.shared:  # this process's result is the only one that names it: gone with the process
+        import atexit
+        import shutil
+
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
 
 
 def settle(study: Any, keeper: Optional[Keeper]) -> None:

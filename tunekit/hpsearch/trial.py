@@ -110,15 +110,15 @@ def run_config(task: Any, cfg: TrialConfig, report: Callable[[int, dict[str, flo
     return train(run_task, cfg.train, callback=report, progress=False, on_trained=on_trained)
 
 
-def keep_weights(keeper: Optional[Keeper], state: dict[str, Any], outcome: Outcome, number: int, cfg: TrialConfig,
+def keep_weights(keeper: Optional[Keeper], snapshot: dict[str, Any], outcome: Outcome, number: int, cfg: TrialConfig,
                  study: Any = None) -> None:
     """A complete trial's weights written where ``keeper`` says, when it keeps them (its path into the outcome)."""
-    if keeper is None or not state or outcome.state != "COMPLETE" or outcome.value is None:
+    if keeper is None or not snapshot or outcome.state != "COMPLETE" or outcome.value is None:
         return
     if keeper.wants(outcome.value, study):
         about = {"config": {k: v for k, v in cfg.train.items() if k != "device"}, "task_config": dict(cfg.task),
                  "objective": cfg.objective, "direction": cfg.direction}
-        outcome.weights = keeper.write(state, number, outcome.value, about)
+        outcome.weights = keeper.write(snapshot, number, outcome.value, about)
 
 
 def outcome_of(result: Any, curve: list[list[float]], seconds: float, final_step: Optional[int] = None,

@@ -1,0 +1,188 @@
+"""The best trial's weights kept: loaded back, they score the best trial's value; a kill during their write
+loses nothing; a resume keeps or improves them; and trials leave no memory behind."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from tunekit import Task, UsageError, search
+from tunekit.hpsearch.keep import load_weights
+from tunekit.inputs.task_spec import load_task
+from tunekit.training.loop import evaluate
+
+from .tasks import ROOT, SMALL, regression_data, run_cli, write_space
+
+SPEC = "tests.tasks:regression_task"
+
+
+def score(model: nn.Module, task: Task, config: dict[str, Any]) -> float:
+    """The validation loss as a trial's final evaluation computes it."""
+    metrics = evaluate(model, task.val_data, task.loss_computer(), device=torch.device("cpu"),
+                       batch_size=config.get("eval_batch_size") or task.batch_size or config["batch_size"],
+                       max_batches=config.get("eval_batches"))
+    return metrics["loss"]
+
+
+def kept_files(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.glob("trial-*.pt"))
+
+
+def test_best_model_scores_the_best_trials_value_and_one_copy_is_kept(tmp_path: Path) -> None:
+    r = search(SPEC, str(write_space(tmp_path, SMALL)), trials=5, max_steps=20, seed=3, out=tmp_path / "out",
+               device="cpu", progress=False)
+    best = r.trial()
+    assert r.best_weights == str((tmp_path / "out" / "weights" / f"trial-{best['number']}.pt").resolve())
+    assert kept_files(tmp_path / "out" / "weights") == [f"trial-{best['number']}.pt"]  # one copy, the best's
+    model = r.best_model()
+    assert not model.training
+    # The same device and precision as the trial's evaluation: the same value, to float rounding.
+    assert score(model, load_task(SPEC), r.best_config) == pytest.approx(r.best_value, rel=1e-6, abs=1e-9)
+    # From the report alone, in another process's terms: the spec and the file.
+    again = type(r).from_json(tmp_path / "out" / "search.json")
+    assert again.best_weights == r.best_weights and again.made_from is None
+    assert score(again.best_model(), load_task(SPEC), r.best_config) == pytest.approx(r.best_value, rel=1e-6)
+    # Only the best trial shows a file; the others' were removed as the best improved.
+    assert [t["number"] for t in r.trials if t.get("weights")] == [best["number"]]
+    assert "the best trial's weights: " + r.best_weights in r.summary(tmp_path / "out")
+
+
+def test_keep_all_keeps_every_finished_trial_and_none_keeps_nothing(tmp_path: Path) -> None:
+    space = str(write_space(tmp_path, SMALL))
+    r = search(SPEC, space, trials=3, max_steps=20, seed=1, out=tmp_path / "all", device="cpu", progress=False,
+               keep="all", prune=False)
+    assert kept_files(tmp_path / "all" / "weights") == [f"trial-{t['number']}.pt" for t in r.trials]
+    task = load_task(SPEC)
+    for t in r.trials:  # each file holds its own trial's trained state
+        saved = r.weights_of(t["number"])
+        assert saved["trial"] == t["number"] and saved["value"] == t["value"]
+        model = r.best_model(trial=t["number"])
+        assert score(model, task, t["config"]) == pytest.approx(t["value"], rel=1e-6)
+    none = search(SPEC, space, trials=2, max_steps=20, seed=1, out=tmp_path / "none", device="cpu", progress=False,
+                  keep="none")
+    assert not (tmp_path / "none" / "weights").exists() and none.best_weights is None
+    with pytest.raises(UsageError, match="keep='none'"):
+        none.best_model()
+
+
+def test_load_best_into_a_model_in_hand_and_a_task_object(tmp_path: Path) -> None:
+    task = load_task(SPEC)
+    r = search(task, str(write_space(tmp_path, SMALL)), trials=3, max_steps=20, device="cpu", progress=False)
+    assert r.best_weights is not None and r.best_weights.startswith(os.path.realpath(__import__("tempfile").gettempdir()))
+    built = r.best_model()  # the Task object given, in this process
+    mine = task.make_model(0)
+    r.load_best_into(mine)
+    for a, b in zip(built.state_dict().values(), mine.state_dict().values()):
+        assert torch.equal(a, b)
+    with pytest.raises(UsageError, match="load_best_into takes"):
+        r.load_best_into("not a model")
+
+
+KILLER = """
+import os, signal, sys
+import torch
+real_save = torch.save
+writes = []
+
+def dying_save(obj, f, *args, **kwargs):
+    # The second trial's weights: half a file, then the process is killed, as by the kernel.
+    if getattr(f, "name", "").rsplit("/", 1)[-1].startswith(".trial-"):
+        writes.append(f.name)
+        if len(writes) == 2:
+            f.write(b"half a file" * 1000)
+            f.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
+    return real_save(obj, f, *args, **kwargs)
+
+torch.save = dying_save
+import tunekit
+tunekit.search("tests.tasks:regression_task", sys.argv[1], trials=4, max_steps=20, out=sys.argv[2], device="cpu",
+               progress=False, prune=False, keep="all")
+"""
+
+
+def test_a_kill_during_the_write_leaves_a_loadable_best_and_a_resume_improves_on_it(tmp_path: Path) -> None:
+    script = tmp_path / "killer.py"
+    script.write_text(KILLER)
+    space, out = write_space(tmp_path, SMALL), tmp_path / "out"
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", MPLBACKEND="Agg")
+    p = subprocess.run([sys.executable, str(script), str(space), str(out)], env=env, cwd=tmp_path, timeout=300)
+    assert p.returncode == -9
+    weights = out / "weights"
+    assert kept_files(weights) == ["trial-0.pt"]  # the first trial's, whole; the second's never replaced it
+    assert load_weights(weights / "trial-0.pt")["trial"] == 0
+    assert list(weights.glob(".trial-1.pt.*.tmp"))  # the half-written file, under its temporary name
+    # A resume runs the killed trial again, keeps the best (as keep=best: one file) and clears the half file.
+    r = search(SPEC, str(space), trials=4, max_steps=20, out=out, device="cpu", progress=False, prune=False, resume=True)
+    best = r.trial()
+    assert kept_files(weights) == [f"trial-{best['number']}.pt"] and not list(weights.glob(".*.tmp"))
+    assert score(r.best_model(), load_task(SPEC), r.best_config) == pytest.approx(r.best_value, rel=1e-6)
+
+
+def test_a_resume_that_finds_no_better_trial_keeps_the_best_it_had(tmp_path: Path) -> None:
+    space, out = str(write_space(tmp_path, SMALL)), tmp_path / "out"
+    first = search(SPEC, space, trials=2, max_steps=20, out=out, device="cpu", progress=False)
+    before = load_weights(first.best_weights)["state_dict"]
+    r = search(SPEC, space, trials=4, max_steps=20, out=out, device="cpu", progress=False, resume=True)
+    assert kept_files(out / "weights") == [Path(r.best_weights).name]
+    if r.best_value >= first.best_value:  # no better trial: the same file, untouched
+        assert r.best_weights == first.best_weights
+        after = load_weights(r.best_weights)["state_dict"]
+        assert all(torch.equal(before[k], after[k]) for k in before)
+    else:  # a better one replaced it
+        assert r.trial()["number"] >= 2 and not Path(first.best_weights).exists()
+
+
+# --- memory between trials ----------------------------------------------------------------------
+
+BUFFER = 16 * 2**20  # floats: 64 MiB a model, well above anything else a trial holds
+
+
+class Heavy(nn.Module):
+    """A small MLP carrying a large buffer, as an embedding table or a cache would."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+        self.register_buffer("table", torch.ones(BUFFER))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x) + 0 * self.table[:1]
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="RSS read from /proc")
+def test_memory_returns_between_trials_of_a_24_trial_search(tmp_path: Path) -> None:
+    at_start: list[int] = []  # RSS as each trial builds its model: what the trials before it left
+
+    def make() -> nn.Module:
+        at_start.append(_rss())
+        return Heavy()
+
+    task = Task(model=make, train_data=regression_data(128), val_data=regression_data(32, seed=1), loss=nn.MSELoss(),
+                batch_size=16, name="heavy")
+    search(task, str(write_space(tmp_path, SMALL)), trials=24, max_steps=4, evals=2, out=tmp_path / "out",
+           device="cpu", progress=False, seed_trial=False, design=0, sampler="random")
+    trials = at_start[-24:]  # the probes' models came first
+    first = trials[1]  # after the first trial
+    assert max(trials[1:]) <= 1.05 * first, [round(x / 2**20) for x in trials]
+
+
+def test_keep_flag_on_the_cli(tmp_path: Path) -> None:
+    bad = run_cli("search", "--keep", "everything", "--out", str(tmp_path))
+    assert bad.returncode == 2 and "--keep" in bad.stderr and "Traceback" not in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) <= 2
+    worker = run_cli("worker", "--storage", str(tmp_path / "j.log"), "--study", "s", "--keep", "some")
+    assert worker.returncode == 2 and "invalid choice: 'some'" in worker.stderr
