@@ -3,6 +3,7 @@ loses nothing; a resume keeps or improves them; and trials leave no memory behin
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -186,3 +187,12 @@ def test_keep_flag_on_the_cli(tmp_path: Path) -> None:
     assert len(bad.stderr.strip().splitlines()) <= 2
     worker = run_cli("worker", "--storage", str(tmp_path / "j.log"), "--study", "s", "--keep", "some")
     assert worker.returncode == 2 and "invalid choice: 'some'" in worker.stderr
+    out = tmp_path / "out"
+    ran = run_cli("search", "--task", SPEC, "--space", str(write_space(tmp_path, SMALL)), "--trials", "2",
+                  "--max-steps", "10", "--keep", "all", "--device", "cpu", "--quiet", "--out", str(out))
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert len(kept_files(out / "weights")) == 2
+    best = json.loads((out / "search.json").read_text())["best_weights"]
+    assert f"the best trial's weights: {best}" in ran.stdout
+    report = run_cli("report", str(out))
+    assert report.returncode == 0 and f"the best trial's weights: {best}" in report.stdout

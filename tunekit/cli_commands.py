@@ -292,6 +292,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise UsageError(f"'{path}' is not a search.json ({exc}): give a directory written by tunekit search") from None
     result.save(path.parent)
     print(result.table())
+    if result.weights_line():
+        print(result.weights_line())
     print(f"redrew {path.parent / 'search.png'} and trials.csv")
     return 0
 
@@ -305,6 +307,8 @@ def _report_study(args: argparse.Namespace) -> int:
     out = out_dir(args.out or args.dir or "tunekit_runs")
     result = write_study_report(args.storage, args.study, out, artifacts=args.artifacts)
     print(result.table())
+    if result.weights_line():
+        print(result.weights_line())
     print(f"wrote {out}/search.json, trials.csv, search.png: study '{args.study}', {len(result.trials)} trials")
     return 0
 

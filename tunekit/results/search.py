@@ -449,12 +449,20 @@ class SearchResult(Result):
         (what ``tunekit search`` prints); ``out`` is the folder the search wrote to, if any."""
         wrote = f"; wrote {out}/search.json, trials.csv, search.png" if out is not None else ""
         lines = [self.table(), f"search took {self.seconds:.1f}s{wrote}; study '{self.study_name}' in {self.storage}"]
-        if self.best_weights:
-            lines.append(f"the best trial's weights: {self.best_weights} (result.best_model(), or torch.load(path)"
-                         "['state_dict'])")
+        if self.weights_line():
+            lines.append(self.weights_line())
         if self.best_value is not None and out is not None:
             lines.append(f"re-run the best trial exactly: tunekit train --config {out}/search.json")
         return "\n".join(lines)
+
+    def weights_line(self) -> str:
+        """Where the best trial's weights are (empty when none were kept, or the file is gone)."""
+        if not self.best_weights:
+            return ""
+        if not Path(self.best_weights).is_file():
+            return f"the best trial's weights were at {self.best_weights}: the file is gone"
+        return (f"the best trial's weights: {self.best_weights} (result.best_model(), or torch.load(path)"
+                "['state_dict'])")
 
     def _save_more(self, out: Path) -> list[Path]:
         """The trials as trials.csv, beside search.json and search.png."""
