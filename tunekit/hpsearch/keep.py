@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-__all__ = ["KEEP", "Keeper", "settle", "weights_folder", "WEIGHTS_ATTR", "load_weights"]
+__all__ = ["KEEP", "Keeper", "settle", "weights_folder", "WEIGHTS_ATTR", "load_weights", "load_into"]
 
 KEEP = ("best", "none", "all")
 WEIGHTS_ATTR = "weights"  # the trial's attribute: the path of its kept weights
@@ -53,9 +53,7 @@ class Keeper:
             return False
         if self.mode == "all" or study is None:
             return True
-        from tunekit.hpsearch.summary import best_trial
-
-        best = best_trial(study)
+        best = _best(study)
         if best is None or best.value is None:
             return True
         return value < best.value if self.direction == "minimize" else value > best.value
@@ -137,9 +135,7 @@ def settle(study: Any, keeper: Optional[Keeper]) -> None:
         return
     import optuna
 
-    from tunekit.hpsearch.summary import best_trial
-
-    best = best_trial(study)
+    best = _best(study)
     kept = best.user_attrs.get(WEIGHTS_ATTR) if best is not None else None
     if not kept or not Path(kept).is_file():
         return  # the best's file is not (yet) there: nothing goes before it is
@@ -148,6 +144,14 @@ def settle(study: Any, keeper: Optional[Keeper]) -> None:
         if other and t.number != best.number:
             Path(other).unlink(missing_ok=True)
     _clear_stale(Path(kept).parent)
+
+
+def _best(study: Any) -> Any:
+    """The study's best complete trial (Optuna's ``best_trial``), or None before the first."""
+    try:
+        return study.best_trial
+    except ValueError:  # no complete trial yet
+        return None
 
 
 def _clear_stale(folder: Path) -> None:
@@ -166,6 +170,24 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def load_into(obj: Any, state: dict[str, Any]) -> Any:
+    """``state`` loaded into the model of ``obj`` (a module, a Hugging Face Trainer's ``model``, a
+    LightningRun's ``module``), on the device it is on; the model."""
+    import torch
+
+    from tunekit.errors import UsageError
+
+    model = obj if isinstance(obj, torch.nn.Module) else getattr(obj, "model", None)
+    if model is None:
+        model = getattr(obj, "module", None)
+    if not isinstance(model, torch.nn.Module):
+        raise UsageError(f"load_best_into takes a torch.nn.Module, a Hugging Face Trainer or a LightningRun, got "
+                         f"{type(obj).__name__}: pass the model itself")
+    device = next(iter(model.parameters()), torch.empty(0)).device
+    model.load_state_dict({k: v.to(device) for k, v in state.items()})
+    return model
 
 
 def load_weights(path: str | Path) -> dict[str, Any]:

@@ -113,12 +113,8 @@ def search(
     ``time_limit="2h"``: no trial starts once the study's trials and probes have spent that
     much device time (measured, summed over trials, like Optuna's ``timeout`` in device-seconds). ``backend="ray"``:
     Ray Tune runs the trials (``cpus_per_trial``, ``gpus_per_trial``, ``max_concurrent``,
-    ``max_failures``, ``address``, ``storage_path``, ``ray_init``). See the README for each.
-
-    ``keep``: which trials' trained weights are written, ``"best"`` (one file, the best trial's:
-    ``result.best_model()``), ``"all"`` (every finished trial's) or ``"none"``; in ``out``/weights (a
-    shared study's artifact folder, a Ray run's ``storage_path``; a temporary folder without ``out``).
-
+    ``max_failures``, ``address``, ``storage_path``, ``ray_init``). See the README for each. ``keep``: the
+    trained weights kept: the best trial's (``result.best_model()``), ``"all"`` finished ones', ``"none"``.
     ``objective``: what trials are compared and pruned by: ``"loss"`` (the validation loss, the
     default), ``"accuracy"``, ``"perplexity"``, the name of one of the task's own metrics
     (``Task(metrics={"f1": fn})``), or ``fn(model, val_data) -> float`` (a Task object's search);
@@ -127,9 +123,8 @@ def search(
     A ``storage`` is shared: the first search creates the study and runs the probes, the others
     join it (:mod:`tunekit.hpsearch.shared`: ``grace_period``, ``worker_id``, ``threads``, ``join_timeout``,
     ``artifacts``, ``storage_retry``: seconds a storage that does not answer is retried before the search
-    stops in one line); ``run_trials=False`` creates the study and runs no trial.
-
-    The keyword arguments are the fields of :class:`~tunekit.hpsearch.settings.SearchSettings`, built once here.
+    stops in one line); ``run_trials=False`` creates the study and runs no trial. The keyword arguments
+    are the fields of :class:`~tunekit.hpsearch.settings.SearchSettings`, built once here.
     """
     # Every parameter but the first two is a settings field (tests/test_search.py keeps them in step).
     settings = SearchSettings(**{k: v for k, v in locals().items() if k not in ("task", "space")})

@@ -176,18 +176,9 @@ class SearchResult(Result):
         """The best trial's weights (or trial ``trial``'s) loaded into the model of ``obj``: a ``torch.nn.Module``
         (a LightningModule too), a Hugging Face ``Trainer`` (its ``model``) or a ``LightningRun`` (its
         ``module``); returns the model loaded. The configuration to train again with is ``best_theirs``."""
-        import torch
+        from tunekit.hpsearch.keep import load_into
 
-        model = getattr(obj, "model", None) if not isinstance(obj, torch.nn.Module) else obj
-        if model is None and hasattr(obj, "module"):
-            model = obj.module
-        if not isinstance(model, torch.nn.Module):
-            raise UsageError(f"load_best_into takes a torch.nn.Module, a Hugging Face Trainer or a LightningRun, "
-                             f"got {type(obj).__name__}: pass the model itself")
-        state = self.weights_of(trial)["state_dict"]
-        device = next(model.parameters(), torch.empty(0)).device
-        model.load_state_dict({k: v.to(device) for k, v in state.items()})
-        return model
+        return load_into(obj, self.weights_of(trial)["state_dict"])
 
     def write_csv(self, path: str | Path) -> None:
         keys = sorted({k for t in self.trials for k in t.get("params", {})})

@@ -10,7 +10,6 @@ memory until it ran out).
 
 from __future__ import annotations
 
-import gc
 import math
 import time
 from collections.abc import Callable
@@ -23,7 +22,7 @@ from tunekit.hpsearch.keep import Keeper
 from tunekit.hpsearch.plan import Plan, TrialConfig
 from tunekit.hpsearch.resilient import StorageUnreachable
 from tunekit.hpsearch.settings import SearchSettings
-from tunekit.hpsearch.trial import Outcome, final_step, keep_weights
+from tunekit.hpsearch.trial import Outcome, final_step, free_memory, keep_weights
 
 __all__ = ["OwnLoop", "OwnTrial"]
 
@@ -145,17 +144,8 @@ class OwnLoop:
             outcome.state, outcome.error = "FAIL", f"{type(exc).__name__}: {exc}"
             return outcome
         finally:
-            _free_memory()
+            free_memory()
         outcome = own.outcome(time.perf_counter() - start)
         keep_weights(keeper, own.trained, outcome, own.number, cfg, trial.study)
         own.trained.clear()
         return outcome
-
-
-def _free_memory() -> None:
-    """What the user's trial left (its Trainer, model, optimizer, once unreferenced), collected and given back."""
-    import torch
-
-    gc.collect()
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.empty_cache()

@@ -32,8 +32,8 @@ from tunekit.hpsearch.plan import Plan, TrialConfig
 from tunekit.hpsearch.settings import SearchSettings
 from tunekit.hpsearch.keep import Keeper, settle
 from tunekit.hpsearch.study import finished_count, note_interrupted
-from tunekit.hpsearch.trial import (INTERRUPTED, Outcome, evaluation_reporter, final_step, keep_weights, outcome_of,
-                                   record, run_config, start_attrs)
+from tunekit.hpsearch.trial import (INTERRUPTED, Outcome, evaluation_reporter, final_step, free_memory, keep_weights,
+                                   outcome_of, record, run_config, start_attrs)
 
 __all__ = ["RayBackend", "run_ray", "check_packing", "fits", "largest_micro_batch"]
 
@@ -129,6 +129,7 @@ def trainable(config: dict[str, Any], task: Any = None) -> None:
     # Written in the run's storage; the driver, which holds the study, removes those the best makes surplus.
     keep_weights(keeper, state, outcome, int(config["number"]), cfg)
     state.clear()
+    free_memory()  # the worker is reused for the next trial
     worker["finished"] = time.time()
     tune.report({DONE_KEY: outcome.state, "value": outcome.value, "samples": outcome.samples,
                  "updates": outcome.updates, "seconds": outcome.seconds, "error": outcome.error,
