@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import subprocess
 import sys
@@ -210,6 +211,8 @@ def test_search_summary_says_where_and_how_to_rerun_and_save_adds_the_csv(tmp_pa
         "re-run the best trial exactly: tunekit train --config runs/search.json"]
     assert r.save(tmp_path) == [tmp_path / "search.json", tmp_path / "trials.csv", tmp_path / "search.png"]
     assert all(p.stat().st_size > 0 for p in tmp_path.iterdir())
+    memory = dataclasses.replace(r, storage="in-memory")  # a notebook's search without out
+    assert "study 's' held in memory (nothing to resume)" in memory.summary()
 
 
 def test_probe_summary_and_train_comparison(monkeypatch: pytest.MonkeyPatch) -> None:

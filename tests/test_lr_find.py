@@ -228,6 +228,7 @@ def test_bad_arguments(kwargs: dict, pattern: str) -> None:
 def test_cli_lr_find_writes_files(tmp_path: Path) -> None:
     r = run_cli("lr-find", "--steps", "30", "--refine-steps", "20", "--out", str(tmp_path), "--quiet")
     assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("task: shapes (built in; --task SPEC runs yours")  # what ran, said first
     data = json.loads((tmp_path / "lr_find.json").read_text())
     assert data["suggestions"]["tunekit"] is not None  # the default task has a clear descent
     assert data["refinement"]["curve_suggestion"] == data["suggestions"]["tunekit"]
@@ -598,3 +599,21 @@ def test_a_model_in_hand_is_refined_for_a_run_of_the_documented_default_length()
     r = lr_find(nn.Linear(8, 1), regression_data(240), nn.MSELoss(), batch_size=16, steps=20, progress=False)
     assert r.settings["run_steps"] == DEFAULT_RUN_STEPS and r.settings["run_steps_from"] == "the default for a model in hand"
     assert r.refinement is not None and r.refinement["samples"] <= 0.05 * DEFAULT_RUN_STEPS * 16
+
+
+def test_the_result_names_the_planned_runs_schedule_and_never_offers_a_share_over_the_run() -> None:
+    """A task whose recipe decays linearly (as a Trainer's lr_scheduler_type="linear" becomes) is said to be
+    planned as such; a refinement dearer than the run itself is said as a cost, not as a share to pass."""
+    from tunekit.probes.refine_plan import plan_refinement
+
+    base = classification_task()
+    task = dataclasses.replace(base, defaults={**base.defaults, "schedule": "linear", "warmup": 0.1})
+    r = lr_find(task, steps=30, refine=False, run_steps=200, progress=False)
+    assert "for a warmup + linear-decay run of 200 updates" in r.summary()
+    flat = dataclasses.replace(base, defaults={**base.defaults, "schedule": "constant", "warmup": 0})
+    assert "for a constant-LR run of 200 updates" in lr_find(flat, steps=30, refine=False, run_steps=200,
+                                                             progress=False).summary()
+    short = plan_refinement(run_steps=100, share=0.05, runs=4)
+    assert not short.refines and "x the planned run itself" in short.why and "refine_share=" not in short.why
+    longer = plan_refinement(run_steps=2000, share=0.01, runs=4)
+    assert not longer.refines and "refine_share=0." in longer.why

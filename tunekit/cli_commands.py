@@ -83,6 +83,8 @@ def _load(args: argparse.Namespace) -> Any:
     from tunekit.builtin import DEFAULT_TASK
     from tunekit.inputs.task_spec import load_task
 
+    if not args.task:  # say which task ran: a first run without --task should not leave that a guess
+        print(f"task: {DEFAULT_TASK} (built in; --task SPEC runs yours: tunekit tasks lists the built-in ones)")
     return load_task(args.task or DEFAULT_TASK, task_config(args.task_config))
 
 

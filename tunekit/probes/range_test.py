@@ -142,7 +142,7 @@ def lr_find(
     settings = _settings(setup, sub.task.name, min_lr=min_lr, max_lr=max_lr, steps=steps, mode=mode, repeats=repeats,
                          loss_on=loss_on, plan=plan)
     settings.update(run_steps=run_steps, run_steps_from=run_from, refine_share=refine_share,
-                    refine_plan=plan.why if plan is not None else None)
+                    refine_plan=plan.why if plan is not None else None, run_schedule=_schedule_words(model))
 
     start = time.perf_counter()
     result = _test_and_refine(setup, settings, sweep_lrs(min_lr, max_lr, steps, mode), repeats,
@@ -283,6 +283,13 @@ def _schedule_of(model: Any) -> tuple[Any, str, float]:
     cfg = TrainConfig()
     return (defaults.get("warmup", cfg.warmup), defaults.get("schedule", cfg.schedule),
             defaults.get("min_lr_ratio", cfg.min_lr_ratio))
+
+
+def _schedule_words(model: Any) -> str:
+    """The planned run's schedule as the result says it: "warmup + cosine", "linear-decay", ..."""
+    warmup, decay, _ = _schedule_of(model)
+    words = {"cosine": "cosine", "linear": "linear-decay", "constant": "constant-LR"}.get(decay, decay)
+    return f"warmup + {words}" if warmup else words
 
 
 def _scoring_split(setup: _Setup, seed: int, share: float | None) -> tuple[Data, Data, str]:

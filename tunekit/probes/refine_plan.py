@@ -80,9 +80,12 @@ def plan_refinement(run_steps: int, share: float, runs: int, steps: Optional[int
     if length >= TWO_LENGTHS_FROM:
         return RefinePlan(length, pick, runs, budget, how, long_steps=2 * length)
     least = math.ceil(100 * 3 * runs * TWO_LENGTHS_FROM / run_steps) / 100
+    # A share over 1 would spend more than the planned run itself on choosing its LR: not worth offering.
+    buys = (f"refine_share={least:g} buys them" if least <= 1 else
+            f"they would cost {least:.2g}x the planned run itself")
     return RefinePlan(0, pick, runs, budget,
                       f"{how} ({budget:,} updates) cannot buy {runs} short runs of {TWO_LENGTHS_FROM} and "
-                      f"{2 * TWO_LENGTHS_FROM} updates: the curve's suggestion alone (refine_share={least:g} buys them)")
+                      f"{2 * TWO_LENGTHS_FROM} updates: the curve's suggestion alone ({buys})")
 
 
 def from_two_lengths(lr_short: float, lr_long: float, steps: int, run_steps: int,

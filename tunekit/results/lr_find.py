@@ -177,7 +177,8 @@ class LRFindResult(Result):
         run_steps, ref = self.settings.get("run_steps"), self.refinement
         if not run_steps:
             return []
-        line = f"for a warmup + cosine run of {run_steps:,} updates ({self.settings.get('run_steps_from', 'given')})"
+        schedule = self.settings.get("run_schedule") or "warmup + cosine"  # an older result's: always this
+        line = f"for a {schedule} run of {run_steps:,} updates ({self.settings.get('run_steps_from', 'given')})"
         if ref is not None and ref.get("best_lr") is not None and ref.get("at_steps") and ref["at_steps"] < run_steps:
             stages, lengths = ref.get("stages") or [], self.settings.get("refine_lengths") or []
             moved = (f"best of the {lengths[0]}-update runs {stages[0]['best_lr']:.3g}, "

@@ -439,7 +439,8 @@ class SearchResult(Result):
         """:meth:`table`, what the search cost, where it is, and how to re-run its best trial
         (what ``tunekit search`` prints); ``out`` is the folder the search wrote to, if any."""
         wrote = f"; wrote {out}/search.json, trials.csv, search.png" if out is not None else ""
-        lines = [self.table(), f"search took {self.seconds:.1f}s{wrote}; study '{self.study_name}' in {self.storage}"]
+        where = "held in memory (nothing to resume)" if self.storage == "in-memory" else f"in {self.storage}"
+        lines = [self.table(), f"search took {self.seconds:.1f}s{wrote}; study '{self.study_name}' {where}"]
         if self.weights_line():
             lines.append(self.weights_line())
         if self.best_value is not None and out is not None:
