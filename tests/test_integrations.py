@@ -71,13 +71,27 @@ def test_lr_find_probe_and_doctor_answer_as_the_task_does_and_leave_the_objects(
         assert obj.optimizer is None and obj.lr_scheduler is None  # the Trainer keeps none of ours
 
 
+def _rngs() -> tuple[Any, ...]:
+    import random
+
+    import numpy as np
+
+    return torch.get_rng_state().clone(), random.getstate(), np.random.get_state()[1].copy()
+
+
+def _same_rngs(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    return bool(torch.equal(a[0], b[0]) and a[1] == b[1] and (a[2] == b[2]).all())
+
+
 @pytest.mark.parametrize("family", ["gpt2", "bert", "lightning"])
 def test_a_search_from_their_objects_is_the_tasks_search(family: str, tmp_path: Any) -> None:
     if family == "lightning":
         obj = lightning_run(tmp_path, factory=True)  # a fresh module per trial, as Task(model=TinyLit) builds
     else:
         obj = hf_trainer(family, tmp_path, model_init=True)
+    rngs = _rngs()
     result = tunekit.search(obj, "from_scratch", out=tmp_path / "theirs", **SEARCH)
+    assert _same_rngs(rngs, _rngs())  # a factory's draws (a module's class, model_init) put back too
     # The probe's timed steps price the trials and place the batches: the same probes, stored, for both.
     saved = tmp_path / "theirs"
     result_task = tunekit.search(task_of(family), "from_scratch", probe_result=saved / "probe.json",
@@ -218,7 +232,9 @@ def test_search_own_runs_each_trial_in_the_users_trainer_and_frees_it(tmp_path: 
         alive.append(weakref.ref(trainer.model))
         trainer.train()
 
+    rngs = _rngs()
     result = search_own(base, "from_scratch", run=run, trials=4, evals=3, progress=False)
+    assert _same_rngs(rngs, _rngs())  # the Trainer seeds the global RNGs as it trains: put back
     assert [t["state"] for t in result.trials] == ["COMPLETE"] * 4
     assert [t["config"]["lr"] for t in sorted(result.trials, key=lambda t: t["number"])] == [t["lr"] for t in trained]
     assert all(len(t["curve"]) == 3 for t in result.trials)  # every evaluation reported

@@ -136,11 +136,16 @@ def search_with(task: Any, space: str | SearchSpace, settings: SearchSettings, b
     training loop: :func:`tunekit.integrations.search_own`). A Hugging Face Trainer or a Lightning
     module is taken as a Task that builds a fresh model per trial; the best configuration comes back
     in their terms too."""
-    adapted = adapt_for_search(task)
-    if adapted is None:
-        return run_search(task, space, settings, backend)
-    say_notes(adapted)
-    result = run_search(adapted.task, space, settings, backend)
+    from tunekit.probes.state import preserved
+
+    # Every RNG as the caller left it: a model factory (a module's class, model_init) draws from the
+    # global one as it builds the template, and so may their code; the trials draw from their own seeds.
+    with preserved():
+        adapted = adapt_for_search(task)
+        if adapted is None:
+            return run_search(task, space, settings, backend)
+        say_notes(adapted)
+        result = run_search(adapted.task, space, settings, backend)
     if result.best_value is not None and adapted.theirs is not None:
         result.best_theirs, result.theirs_kind = adapted.theirs(result.best_config), adapted.kind
         if settings.out is not None:
