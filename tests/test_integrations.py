@@ -297,3 +297,15 @@ def test_the_callbacks_stop_a_pruned_trial(tmp_path: Any) -> None:
                                   "callback_metrics": {"val_loss": torch.tensor(2.0)}})()
     lightning_callback(OwnTrial(Trial(), cfg, prune=True)).on_validation_end(lit, None)
     assert lit.should_stop
+
+
+def test_when_a_run_evaluates_does_not_change_how_it_trains_on_a_model_with_dropout() -> None:
+    """GPT-2's dropout draws from the global RNG; iterating a DataLoader without a generator draws its base seed
+    from it too, and a loader with a seeded generator of its own advances with each run. The same config gives
+    the same run, whether it evaluates every 3 updates or only at its end, first or second."""
+    task = hf_task("gpt2")
+    loader_state = task.train_data.generator.get_state()
+    every = tunekit.train(task, max_steps=12, eval_every=3, progress=False)
+    at_end = tunekit.train(task, max_steps=12, progress=False)
+    assert every.losses == at_end.losses and every.final_loss == at_end.final_loss
+    assert torch.equal(task.train_data.generator.get_state(), loader_state)  # the user's loader as it was

@@ -17,7 +17,7 @@ from tunekit.errors import UsageError, check_int
 from tunekit.progress import bar
 from tunekit.results import TrainResult
 from tunekit.training.schedule import DECAYS, Warmup, lr_schedule, warmup_steps
-from tunekit.probes.state import seed_everything_for
+from tunekit.probes.state import preserved, seed_everything_for
 from tunekit.training.step import StepOutput, TrainStep, Updates, autocast_context, resolve_device
 from tunekit.precision import Precision, check_precision
 from tunekit.inputs.task import LossComputer, Metric, Task, accuracy_counts
@@ -129,11 +129,15 @@ def evaluate(
     """Mean loss over ``data`` (weighted by batch size), accuracy where outputs are class scores,
     and each of ``metrics`` (``fn(model, data)``, without gradients; :attr:`Task.metrics`).
 
-    The model is put in eval mode and returned to the mode it was in.
+    The model is put in eval mode and returned to the mode it was in, and the global CPU RNG to its
+    state: when a run evaluates does not change how it trains.
     """
     was_training = model.training
     model.eval()
     total, count, correct, counted = 0.0, 0, 0, 0
+    # The global CPU RNG as it was: iterating a DataLoader draws its base seed from it (a loader without a
+    # generator of its own), which would move a training run's dropout by when it evaluates.
+    rng = torch.get_rng_state()
     try:
         for batch in iterate_once(data, batch_size, max_batches):
             batch = to_device(batch, device)
@@ -156,6 +160,7 @@ def evaluate(
                 out[name] = float(fn(model, data))
     finally:
         model.train(was_training)
+        torch.set_rng_state(rng)
     return out
 
 
@@ -177,7 +182,8 @@ def train(
     exception it raises (e.g. ``optuna.TrialPruned``) propagates. ``on_trained(model)`` gets the trained
     model after the final evaluation of a run that went to its end (a search keeps its weights there).
 
-    The global torch RNG is left as it was: the run draws from its own seed.
+    The global RNGs and the training DataLoader's generators are left as they were: the run draws from its
+    own seed, and two runs of one Task with the same config are the same run.
     """
     cfg = TrainConfig.for_task(task, config, **overrides)
     device = resolve_device(cfg.device)
@@ -186,7 +192,9 @@ def train(
 
     # The run's own RNG: seeded here, and the caller's (CPU and the run's GPU) put back afterwards.
     cuda_devices = [device.index if device.index is not None else torch.cuda.current_device()] if device.type == "cuda" else []
-    with torch.random.fork_rng(devices=cuda_devices):
+    # The training DataLoader's own generators too: each run starts from the order the loader held when it
+    # was called (a loader with a seeded generator otherwise gives a second run another data order).
+    with torch.random.fork_rng(devices=cuda_devices), preserved(data=task.train_data):
         seed_everything_for(cfg.seed, device)
         step = _fresh_step(task, cfg, device, precision)
         batches = BatchStream(task.train_data, cfg.batch_size, seed=cfg.seed)
