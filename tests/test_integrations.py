@@ -309,3 +309,34 @@ def test_when_a_run_evaluates_does_not_change_how_it_trains_on_a_model_with_drop
     at_end = tunekit.train(task, max_steps=12, progress=False)
     assert every.losses == at_end.losses and every.final_loss == at_end.final_loss
     assert torch.equal(task.train_data.generator.get_state(), loader_state)  # the user's loader as it was
+
+
+def test_advice_comes_in_the_objects_own_terms(tmp_path: Any) -> None:
+    """What to fix, said as the user of each object fixes it: a Trainer's eval_dataset and compute_loss_func,
+    a LightningRun for a lightning.Trainer, the package an optim= needs; Adafactor read as Adam-like."""
+    import lightning as L
+
+    no_eval = hf_trainer("gpt2", tmp_path, model_init=True)
+    no_eval.eval_dataset = None
+    with pytest.raises(UsageError, match="give the Trainer an eval_dataset") as caught:
+        tunekit.search(no_eval, "from_scratch", **SEARCH)
+    assert "the task val_data" not in str(caught.value)
+    with pytest.raises(UsageError, match="LightningRun\\(module, datamodule, trainer\\)"):
+        tunekit.lr_find(L.Trainer(logger=False, accelerator="cpu"), [1, 2], **LR_FIND)
+
+    unlabelled = hf_trainer("gpt2", tmp_path)
+    unlabelled.train_dataset = [{"input_ids": b["input_ids"]} for b in unlabelled.train_dataset]
+    with pytest.raises(UsageError, match="compute_loss_func=") as caught:
+        tunekit.lr_find(unlabelled, **LR_FIND)
+    assert len(str(caught.value).splitlines()) == 1
+
+    def lm_loss(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return model(input_ids=batch["input_ids"], labels=batch["input_ids"]).loss
+
+    found = tunekit.lr_find(unlabelled, compute_loss=lm_loss, **LR_FIND)  # the caller's loss, taken
+    assert found.suggestion is not None
+
+    with pytest.raises(UsageError, match="optim='adamw_bnb_8bit'.*install it, or use optim='adamw_torch'"):
+        tunekit.lr_find(hf_trainer("gpt2", tmp_path, optim="adamw_bnb_8bit"), **LR_FIND)
+    adafactor = tunekit.lr_find(hf_trainer("gpt2", tmp_path, optim="adafactor"), **LR_FIND)
+    assert adafactor.settings["optimizer"] == "Adafactor" and adafactor.settings["family"] == "adaptive"

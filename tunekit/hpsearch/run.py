@@ -145,7 +145,8 @@ def search_with(task: Any, space: str | SearchSpace, settings: SearchSettings, b
         if adapted is None:
             return run_search(task, space, settings, backend)
         say_notes(adapted)
-        result = run_search(adapted.task, space, settings, backend)
+        with adapted.speaking():
+            result = run_search(adapted.task, space, settings, backend)
     if result.best_value is not None and adapted.theirs is not None:
         result.best_theirs, result.theirs_kind = adapted.theirs(result.best_config), adapted.kind
         if settings.out is not None:

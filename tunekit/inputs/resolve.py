@@ -82,6 +82,8 @@ def resolve_inputs(
         task = model
         if train_data is not None or loss_fn is not None:
             raise UsageError(f"{what}(task) takes its data and loss from the task: do not pass train_data or loss_fn too")
+        if compute_loss is not None:  # the caller's loss over the task's (a Trainer's model that returns none)
+            task = dataclasses.replace(task, loss=None, compute_loss=compute_loss)
         dev = resolve_device(device)
         user_model = task.make_model(seed).to(dev)
         if isinstance(optimizer, torch.optim.Optimizer):
@@ -94,7 +96,7 @@ def resolve_inputs(
         precision = precision or task.precision
     else:
         if not isinstance(model, nn.Module):
-            raise UsageError(f"{what} takes a tunekit.Task or a torch.nn.Module, got a {type(model).__name__}")
+            raise UsageError(_not_a_model(what, model))
         if train_data is None:
             raise UsageError(f"{what}(model, ...) needs train_data: a DataLoader, a Dataset or a list of batches")
         params = [p for p in model.parameters() if p.requires_grad]
@@ -121,6 +123,16 @@ def resolve_inputs(
         user_model = model
         precision = precision or "fp32"
     return ProbeInputs(task, user_model, user_opt, data, vdata, task.loss_computer(), batch_size, check_precision(precision), dev)
+
+
+def _not_a_model(what: str, obj: Any) -> str:
+    """What ``what`` takes, said to someone who passed ``obj``; a Lightning Trainer alone is told what to wrap."""
+    kind = type(obj)
+    if kind.__name__ == "Trainer" and kind.__module__.split(".")[0] in ("lightning", "pytorch_lightning"):
+        return (f"{what} takes the module, not the lightning.Trainer alone: pass LightningRun(module, datamodule, "
+                "trainer) (from tunekit.integrations), or the LightningModule")
+    return (f"{what} takes a tunekit.Task, a torch.nn.Module, a Hugging Face Trainer or a LightningRun(module, "
+            f"datamodule, trainer), got a {kind.__name__}")
 
 
 def check_saved(kind: str, settings: dict[str, Any], task_name: str, precision: str, device: str) -> None:

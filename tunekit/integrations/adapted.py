@@ -7,8 +7,9 @@ shared step, as for any Task.
 
 from __future__ import annotations
 
+import contextlib
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -19,6 +20,22 @@ from tunekit.errors import UsageError
 from tunekit.inputs.task import Task
 
 __all__ = ["Adapted", "LatestModel", "IntegrationWarning", "say_notes", "kind_of"]
+
+
+# tunekit's advice, as said of a Task, and what the user of each object does instead.
+_THEIR_TERMS: dict[str, tuple[tuple[str, str], ...]] = {
+    "transformers.Trainer": (
+        ("(or give the task val_data)", "(or give the Trainer an eval_dataset)"),
+        ("give the task val_data", "give the Trainer an eval_dataset"),
+        ("compute_loss=(model, batch) -> loss",
+         "compute_loss=(model, batch) -> loss to lr_find, probe and doctor, or give the Trainer "
+         "compute_loss_func=(outputs, labels, num_items_in_batch) -> loss (what search uses)"),
+    ),
+    "lightning.LightningModule": (
+        ("give the task val_data", "give the module or its datamodule a val_dataloader() (LightningRun(module, "
+         "datamodule, trainer))"),
+    ),
+}
 
 
 class IntegrationWarning(UserWarning):
@@ -45,6 +62,23 @@ class Adapted:
     def close(self) -> None:
         for undo in self.after:
             undo()
+
+    def in_their_terms(self, message: str) -> str:
+        """tunekit's advice (said of a Task) as the user of this object acts on it."""
+        for ours, theirs in _THEIR_TERMS.get(self.kind, ()):
+            message = message.replace(ours, theirs)
+        return message
+
+    @contextlib.contextmanager
+    def speaking(self) -> Iterator[None]:
+        """Refusals raised inside, in this object's terms."""
+        try:
+            yield
+        except UsageError as exc:
+            said = self.in_their_terms(str(exc))
+            if said == str(exc):
+                raise
+            raise UsageError(said) from None
 
     def device(self, device: Any) -> Any:
         """A model in hand is worked on where it lives: "auto" is its device (moving it would change their object)."""

@@ -234,8 +234,17 @@ def _optimizer_factory(trainer: Any, latest: LatestModel) -> Callable[[Iterable[
         # so that the user's Trainer keeps no optimizer of ours.
         shadow = copy.copy(trainer)
         shadow.optimizer = None
-        return shadow.create_optimizer(model)
+        try:
+            return shadow.create_optimizer(model)
+        except ImportError as exc:  # optim="adamw_bnb_8bit" and friends need a package the Trainer imports late
+            raise UsageError(f"TrainingArguments(optim={_optim_name(trainer)!r}) needs a package that is not "
+                             f"installed ({exc}): install it, or use optim='adamw_torch'") from None
     return build
+
+
+def _optim_name(trainer: Any) -> str:
+    optim = getattr(trainer.args, "optim", "")
+    return str(getattr(optim, "value", optim))
 
 
 def training_arguments(config: dict[str, Any], trainer: Any = None) -> dict[str, Any]:

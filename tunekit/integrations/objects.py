@@ -110,7 +110,8 @@ def takes_their_objects(fn: F) -> F:
         kwargs["device"] = adapted.device(kwargs.get("device", "auto"))
         say_notes(adapted)
         try:
-            result = fn(adapted.task, *args, **kwargs)
+            with adapted.speaking():  # advice in their terms: the Trainer's eval_dataset, not the task's val_data
+                result = fn(adapted.task, *args, **kwargs)
         finally:
             adapted.close()
         settings = getattr(result, "settings", None)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -39,12 +40,20 @@ _ADAPTIVE = (torch.optim.Adam, torch.optim.AdamW, torch.optim.RMSprop, torch.opt
              torch.optim.Adamax, torch.optim.NAdam, torch.optim.RAdam)
 
 
+# Second-moment optimizers of other packages, by class name (tunekit imports neither): Hugging Face's
+# Adafactor (optim="adafactor") and bitsandbytes' 8-bit and paged Adams (optim="adamw_bnb_8bit", ...).
+_ADAPTIVE_NAMES = frozenset({"Adafactor", "Adam8bit", "AdamW8bit", "Adam32bit", "AdamW32bit", "PagedAdam",
+                             "PagedAdamW", "PagedAdam8bit", "PagedAdamW8bit", "PagedAdamW32bit", "LAMB", "LAMB8bit"})
+
+
 def optimizer_family(optimizer: torch.optim.Optimizer) -> str:
     """"sgd" (plain, momentum or Nesterov), "adaptive" (per-parameter second-moment scaling: Adam, AdamW,
-    RMSprop, Adagrad...) or "other". The rules read it: the two families sit differently against the curve."""
+    RMSprop, Adagrad, Adafactor...) or "other". The rules read it: the two families sit differently
+    against the curve."""
     if isinstance(optimizer, torch.optim.SGD):
         return "sgd"
-    if isinstance(optimizer, _ADAPTIVE):
+    if isinstance(optimizer, _ADAPTIVE) or type(optimizer).__name__ in _ADAPTIVE_NAMES or (
+            hasattr(torch.optim, "Adafactor") and isinstance(optimizer, torch.optim.Adafactor)):
         return "adaptive"
     return "other"
 
@@ -141,6 +150,9 @@ def lr_find(
                    scaler if scaler is not None else make_scaler(sub.precision, sub.device), seed, diverge_threshold)
     settings = _settings(setup, sub.task.name, min_lr=min_lr, max_lr=max_lr, steps=steps, mode=mode, repeats=repeats,
                          loss_on=loss_on, plan=plan)
+    if settings["family"] == "other":  # the rules know SGD-like and Adam-like optimizers: said, not guessed silently
+        warnings.warn(f"the optimizer {settings['optimizer']} is neither SGD-like nor Adam-like to the LR rules: the "
+                      "curve's suggestion is the middle of their two; the short runs (refine=True) check it", stacklevel=2)
     settings.update(run_steps=run_steps, run_steps_from=run_from, refine_share=refine_share,
                     refine_plan=plan.why if plan is not None else None, run_schedule=_schedule_words(model))
 
