@@ -94,7 +94,14 @@ def test_a_search_from_their_objects_is_the_tasks_search(family: str, tmp_path: 
     assert _same_rngs(rngs, _rngs())  # a factory's draws (a module's class, model_init) put back too
     # The probe's timed steps price the trials and place the batches: the same probes, stored, for both.
     saved = tmp_path / "theirs"
-    result_task = tunekit.search(task_of(family), "from_scratch", probe_result=saved / "probe.json",
+    space: Any = "from_scratch"
+    if family == "lightning":  # its module has no scheduler: the search keeps the constant LR it trains with
+        from tunekit.inputs.space import Entry, SearchSpace, load_space
+
+        sp = load_space("from_scratch")
+        fixed = {"schedule": "constant", "warmup": 0, "min_lr_ratio": 1.0}
+        space = SearchSpace(sp.name, sp.description, {**sp.entries, **{k: Entry(k, "fixed", value=v) for k, v in fixed.items()}})
+    result_task = tunekit.search(task_of(family), space, probe_result=saved / "probe.json",
                                  lr_find_result=saved / "lr_find.json", **SEARCH)
     ours = [(t["params"], t["value"], t["state"]) for t in result.trials]
     assert ours == [(t["params"], t["value"], t["state"]) for t in result_task.trials]
@@ -102,6 +109,11 @@ def test_a_search_from_their_objects_is_the_tasks_search(family: str, tmp_path: 
     if family == "lightning":
         assert result.best_theirs.get("lr", 1e-2) == result.best_config["lr"]  # the module's own hparam name
         assert "eval_every" not in result.best_theirs  # what tunekit tunes, not how it ran the trials
+        # What the module can apply, and only what changes: no schedule for a module without a scheduler, no
+        # Trainer argument at the value it has (accumulate_grad_batches=1, its max_steps).
+        assert {t["config"]["schedule"] for t in result.trials} == {"constant"}
+        assert not {"schedule", "warmup", "min_lr_ratio", "accumulate_grad_batches"} & set(result.best_theirs)
+        assert ("max_steps" in result.best_theirs) == (result.best_config["max_steps"] != 24)  # the run's 24 updates
     else:
         assert result.best_theirs["learning_rate"] == result.best_config["lr"]
         assert "in your transformers.Trainer's terms: " in result.table()

@@ -145,6 +145,7 @@ def search_with(task: Any, space: str | SearchSpace, settings: SearchSettings, b
         if adapted is None:
             return run_search(task, space, settings, backend)
         say_notes(adapted)
+        space = _what_they_can_apply(space, adapted)
         with adapted.speaking():
             result = run_search(adapted.task, space, settings, backend)
     if result.best_value is not None and adapted.theirs is not None:
@@ -152,6 +153,30 @@ def search_with(task: Any, space: str | SearchSpace, settings: SearchSettings, b
         if settings.out is not None:
             write_report(result, settings.out)
     return result
+
+
+def _what_they_can_apply(space: str | SearchSpace, adapted: Any) -> str | SearchSpace:
+    """A shipped space with the settings the object cannot apply (a module without a scheduler: schedule,
+    warmup, decay floor) fixed at its recipe's; a space of the user's own is searched as given, and said."""
+    if not adapted.cannot_apply:
+        return space
+    import warnings
+
+    from tunekit.inputs.space import Entry, load_space
+    from tunekit.integrations.adapted import IntegrationWarning
+
+    sp = space if isinstance(space, SearchSpace) else load_space(space)
+    tuned = [k for k, v in adapted.cannot_apply.items()
+             if k in sp.entries and not (sp.entries[k].type == "fixed" and sp.entries[k].value == v)]
+    if not tuned:
+        return space
+    if isinstance(space, SearchSpace) or Path(str(space)).suffix == ".toml":  # the user's own: as asked
+        warnings.warn(f"{adapted.kind}: the space searches {', '.join(tuned)}, which its training does not apply "
+                      "(configure_optimizers returns no scheduler): best_theirs may hold a schedule it cannot run",
+                      IntegrationWarning, stacklevel=4)
+        return space
+    fixed = {key: Entry(key, "fixed", value=adapted.cannot_apply[key]) for key in tuned}
+    return SearchSpace(sp.name, sp.description, {**sp.entries, **fixed})
 
 
 @dataclass

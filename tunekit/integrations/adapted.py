@@ -58,6 +58,9 @@ class Adapted:
     notes: list[str] = field(default_factory=list)
     after: list[Callable[[], None]] = field(default_factory=list)  # what puts their objects back, when the call ends
     theirs: Optional[Callable[[dict[str, Any]], dict[str, Any]]] = None  # a configuration in their terms
+    # Settings their training cannot change from its recipe (a module without a scheduler trains at a
+    # constant LR): a search over a shipped space keeps them fixed, so its best is one they can apply.
+    cannot_apply: dict[str, Any] = field(default_factory=dict)
 
     def close(self) -> None:
         for undo in self.after:

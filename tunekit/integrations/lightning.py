@@ -52,8 +52,10 @@ def from_lightning(module: Any, datamodule: Any = None, trainer: Any = None, *,
     train, val = _loaders(module, datamodule)
     optimizer, scheduler = _configured(module)
     defaults: dict[str, Any] = {"lr": float(optimizer.param_groups[0]["lr"])}
-    if scheduler is None:  # Lightning without a scheduler: a constant LR from the first update
-        defaults.update(schedule="constant", warmup=0, min_lr_ratio=1.0)
+    fixed: dict[str, Any] = {}
+    if scheduler is None:  # Lightning without a scheduler: a constant LR from the first update, which it keeps
+        fixed = {"schedule": "constant", "warmup": 0, "min_lr_ratio": 1.0}
+        defaults.update(fixed)
     else:
         notes.append(f"the scheduler from configure_optimizers ({type(scheduler).__name__}) is replaced by "
                      "tunekit's warmup + cosine decay")
@@ -62,7 +64,7 @@ def from_lightning(module: Any, datamodule: Any = None, trainer: Any = None, *,
                 optimizer=_optimizer_factory(latest), batch_size=train.batch_size, precision=precision,
                 name=type(module).__name__, defaults=defaults)
     return Adapted(task, "lightning.LightningModule", module if factory is None else None, notes,
-                   theirs=lambda config: hyperparameters(config, module))
+                   theirs=lambda config: hyperparameters(config, module, dict(defaults)), cannot_apply=fixed)
 
 
 def _hparams(module: Any) -> dict[str, Any]:
@@ -171,15 +173,16 @@ def _optimizer_factory(latest: LatestModel) -> Callable[[Iterable[nn.Parameter]]
     return build
 
 
-def hyperparameters(config: dict[str, Any], module: Any = None) -> dict[str, Any]:
+def hyperparameters(config: dict[str, Any], module: Any = None, recipe: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     """A search's best configuration in the module's terms: the settings tunekit tunes, under the names
     ``module.hparams`` gives them (``lr`` or ``learning_rate``), else as ``lightning.Trainer`` arguments
     (``accumulate_grad_batches``, ``gradient_clip_val``, ``max_steps``) or tunekit's names; a value the
-    module's hyperparameters already hold is left out."""
+    module's hyperparameters or its run's ``recipe`` (what it trains with now) already hold is left out."""
     have = _hparams(module) if module is not None else {}
+    recipe = recipe or {}
     out = {}
     for key in TUNED:
-        if key not in config:
+        if key not in config or (key in recipe and recipe[key] == config[key]):
             continue
         names = _HPARAM_NAMES.get(key, (key,))
         name = next((n for n in names if n in have), _TRAINER_NAMES.get(key, names[0]))
