@@ -1,6 +1,8 @@
 import copy
 import json
+import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -18,7 +20,7 @@ from tunekit.bytesize import parse_bytes
 from tunekit.training.step import TrainStep
 from tunekit.inputs.task import LossComputer
 
-from .tasks import MLP, classification_task
+from .tasks import MLP, classification_task, regression_task
 from .tasks import run_cli
 
 CPU = torch.device("cpu")
@@ -549,3 +551,26 @@ def test_a_model_too_big_to_copy_beside_itself_is_measured_in_process(monkeypatc
     r = probe(MLP(8, 16, 4), small_task().train_data, nn.CrossEntropyLoss(), memory_budget="4MiB", device="cpu",
               throughput_points=0, noise_repeats=0, progress=False)
     assert r.memory_measured.startswith(MEASURED_IN_PROCESS) and "would take over half the available RAM" in r.memory_measured
+
+
+def test_a_cpu_probe_takes_a_runs_share_of_memory_and_never_plans_on_an_unbounded_critical_batch(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from tunekit.probes import batch_probe
+
+    monkeypatch.setattr(batch_probe, "_cpu_total_bytes", lambda: 16 * 2**30)
+    monkeypatch.setattr(batch_probe, "_cpu_available_bytes", lambda: 15 * 2**30)
+    budget, source = batch_probe.budget_bytes(None, torch.device("cpu"))
+    assert budget == 4 * 2**30 and "1/4 of this machine's RAM" in source  # said, with the way to more
+    monkeypatch.setattr(batch_probe, "_cpu_available_bytes", lambda: 2**30)  # a busy machine: what is free
+    assert batch_probe.budget_bytes(None, torch.device("cpu")) == (2**30, "available RAM")
+    # A measured noise scale whose interval is 0..inf: the plan is the task's batch, and says why.
+    real_noise = batch_probe._noise
+
+    def unbounded(*args: Any, **kwargs: Any) -> Any:
+        return {**real_noise(*args, **kwargs), "b_simple": 1.2, "low": 0.0, "high": math.inf}
+
+    monkeypatch.setattr(batch_probe, "_noise", unbounded)
+    task = regression_task()
+    r = probe(task, trace_sizes=(2, 4), throughput_points=2, timing_steps=1, noise_repeats=2, calibrate_steps=False,
+              progress=False)
+    assert "unbounded" in r.plan_reason and r.plan[0]["micro_batch"] * r.plan[0]["accumulation_steps"] == task.batch_size

@@ -113,6 +113,13 @@ def plan_batches(target: int, max_batch: int, throughput: list[dict[str, float]]
     return faster + [p for p in out if p not in faster]
 
 
+CPU_SHARE = 4  # of the machine's memory, a CPU probe's default budget
+
+
+def _cpu_total_bytes() -> int:
+    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
 def _cpu_available_bytes() -> int:
     try:
         with open("/proc/meminfo") as f:
@@ -121,7 +128,7 @@ def _cpu_available_bytes() -> int:
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
-    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    return _cpu_total_bytes()
 
 
 def _is_oom(exc: BaseException) -> bool:
@@ -202,7 +209,11 @@ def probe(
 
     # 5. What it means for a run: the critical batch, a plan for the target batch, the LR rescaled to it.
     critical = noise["b_simple"] if noise and math.isfinite(noise["b_simple"]) else None
-    target, why = _target(target_batch, critical if noise_warmup else None, confirmed, measured=noise_repeats >= 2)
+    # A plan rests on the critical batch only where its interval is bounded: 0..inf says nothing of it.
+    bounded = critical is not None and noise["low"] > 0 and math.isfinite(noise["high"])
+    unbounded = bool(noise_warmup) and critical is not None and not bounded
+    target, why = _target(target_batch, critical if noise_warmup and bounded else None, confirmed,
+                          measured=noise_repeats >= 2, own=sub.task.batch_size if unbounded else None)
     plan, lr_scaling = _plan(target, confirmed, throughput, mm, lr, lr_batch)
     knee, fastest = _knee(throughput)
     return ProbeResult(
@@ -282,13 +293,18 @@ def _warnings(throughput: list[dict[str, float]], noise: Optional[dict[str, Any]
     return out
 
 
-def _target(given: Optional[int], critical: Optional[float], largest: int, measured: bool = True) -> tuple[int, str]:
+def _target(given: Optional[int], critical: Optional[float], largest: int, measured: bool = True,
+            own: Optional[int] = None) -> tuple[int, str]:
     """The effective batch to plan for, and why: the one given; else the critical batch as a power of two
-    (``critical`` is None where the noise scale is not to be trusted); else the largest batch that fits."""
+    (``critical`` is None where the noise scale is not to be trusted); else, where it was measured but its
+    interval is unbounded, the task's own batch (``own``); else the largest batch that fits."""
     if given is not None:
         return given, "the batch asked for"
     if critical is not None:
         return int(2 ** round(math.log2(max(critical, 1)))), "the critical batch, as a power of two"
+    if own is not None:
+        return min(own, largest), ("the task's own batch: the critical batch's interval is unbounded (its noise "
+                                   "scale is too noisy to plan on)")
     if not measured:
         return largest, "the largest batch that fits: the noise scale was not measured (noise_repeats < 2)"
     return largest, ("the largest batch that fits: no noise scale to trust (a model measured as given, at "
@@ -328,7 +344,13 @@ def budget_bytes(memory_budget: int | str | None, dev: torch.device) -> tuple[in
     if dev.type == "cuda":
         free, _ = torch.cuda.mem_get_info(dev)
         return int(free + torch.cuda.memory_allocated(dev)), "free GPU memory"
-    return _cpu_available_bytes(), "available RAM"
+    # A CPU run shares its machine: a quarter of its memory is what one would sensibly take (the whole of
+    # the free memory let a Trainer's probe run the whole dataset as one batch, 4.66 GiB, on a shared machine).
+    share = _cpu_total_bytes() // CPU_SHARE
+    available = _cpu_available_bytes()
+    if available <= share:
+        return available, "available RAM"
+    return share, f"1/{CPU_SHARE} of this machine's RAM, a CPU run's share; memory_budget= for more"
 
 
 @dataclass
