@@ -93,10 +93,12 @@ def run_arm(arm: str, trials: int, out: Path) -> dict[str, Any]:
         study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=0))
         study.optimize(objective, n_trials=trials)
         seconds, reproduced = time.perf_counter() - t0, None
+        starts = list(rss[-trials:])
     else:
         r = tunekit.search(task, str(space_file), trials=trials, max_steps=STEPS, evals=3, out=out, device="cpu",
                            progress=False, keep=arm, seed=0)
         seconds = time.perf_counter() - t0
+        starts = list(rss[-trials:])  # before best_model() below builds one more
         folder = out / "weights"
         reproduced = None
         if r.best_weights:
@@ -104,7 +106,6 @@ def run_arm(arm: str, trials: int, out: Path) -> dict[str, Any]:
             m = evaluate(r.best_model(), task.val_data, task.loss_computer(), device=torch.device("cpu"),
                          batch_size=cfg.get("eval_batch_size") or task.batch_size, max_batches=cfg.get("eval_batches"))
             reproduced = abs(m["loss"] - r.best_value) / abs(r.best_value)
-    starts = rss[-trials:]
     files, size = _disk(folder)
     return {"arm": arm, "seconds": seconds, "files": files, "bytes": size, "rss_first": starts[1] if len(starts) > 1 else starts[0],
             "rss_max": max(starts[1:] or starts), "reproduced_rel_err": reproduced}
