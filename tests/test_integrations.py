@@ -352,3 +352,14 @@ def test_advice_comes_in_the_objects_own_terms(tmp_path: Any) -> None:
         tunekit.lr_find(hf_trainer("gpt2", tmp_path, optim="adamw_bnb_8bit"), **LR_FIND)
     adafactor = tunekit.lr_find(hf_trainer("gpt2", tmp_path, optim="adafactor"), **LR_FIND)
     assert adafactor.settings["optimizer"] == "Adafactor" and adafactor.settings["family"] == "adaptive"
+
+
+@pytest.mark.parametrize("family", ["gpt2", "lightning"])
+def test_the_doctor_and_lr_find_give_one_lr_for_one_object(family: str, tmp_path: Any) -> None:
+    """The doctor's quick range test is lr_find's own sweep (its steps, clipping and rule): where lr_find does not
+    refine (a run too short to pay for short runs), the two say the same LR."""
+    obj, _ = their(family, tmp_path)
+    checked = tunekit.doctor(obj, progress=False)
+    quick = next(f for f in checked.items() if "suggestion" in f.evidence)
+    found = tunekit.lr_find(their(family, tmp_path)[0], progress=False)
+    assert found.refinement is None and quick.evidence["suggestion"] == pytest.approx(found.suggestion, rel=1e-9)

@@ -15,13 +15,13 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, TensorDataset
 
 from tunekit.inputs.data import Batch, BatchStream, Data, rebatched_loader, batch_size_of, to_device
 from tunekit.errors import UsageError, check_int
-from tunekit.probes.range_test import lr_find
+from tunekit.probes.range_test import SWEEP_STEPS, lr_find
 from tunekit.progress import bar
 from tunekit.training.schedule import Warmup, warmup_steps
 from tunekit.bytesize import parse_bytes
 from tunekit.probes.state import Snapshot, preserved, seed_everything_for
 from tunekit.training.step import TrainStep, make_scaler
-from tunekit.inputs.resolve import ProbeInputs, check_saved, resolve_inputs, step_settings
+from tunekit.inputs.resolve import TASK_DEFAULT, ProbeInputs, check_saved, resolve_inputs, step_settings
 from tunekit.inputs.task import ComputeLoss, LossFn, Task, loss_problem
 from tunekit.checks.common import forward, outputs_of, raised, slice_batch
 from tunekit.checks.datachecks import check_constant_label, check_input_scale, check_leakage, check_shuffled, own_order
@@ -39,7 +39,9 @@ __all__ = ["doctor", "DATA_BATCHES", "TINY_BATCH", "RECIPE_RANGE_STEPS"]
 DATA_BATCHES = 8  # batches drawn across the data for its checks: enough samples for a feature's statistics
 SHUFFLE_BATCHES = 16  # consecutive batches in the data's own order, for the shuffling check
 TINY_BATCH = 4  # samples of the tiny-batch overfit ("2 to 8")
-RECIPE_RANGE_STEPS = 50  # the quick range test the intended LR is compared with
+# The quick range test the intended LR is compared with: lr_find's own sweep (its steps, its clipping, its
+# rule), without the short runs, so the doctor's number is lr_find's curve suggestion.
+RECIPE_RANGE_STEPS = SWEEP_STEPS
 MODES_BATCH = 8  # one forward per module at this batch: cheap, and enough samples for batch statistics
 MEMORY_TRACE = 8  # largest batch traced for the memory model (and half of it)
 STAGES = ("data", "model and loss", "gradients", "nonfinite", "modes", "overfit", "recipe")
@@ -175,10 +177,11 @@ def stage_recipe(run: _Run, batch: Batch, lr: Optional[float], warmup: Optional[
         saved = run.saved_lr_find
         suggestion, confident, source = saved.suggestion, saved.confident, "the saved lr_find result's"
     elif lr is not None:
+        clip = step_settings(sub.task, TASK_DEFAULT, accumulation_steps, sub.precision)[0]  # the recipe's, as lr_find's
         res = lr_find(sub.model, sub.data, optimizer=sub.optimizer, compute_loss=lambda m, b: sub.compute(m, b)[0],
                       batch_size=sub.batch_size, accumulation_steps=accumulation_steps, precision=sub.precision,
-                      device=str(sub.device), seed=seed, steps=RECIPE_RANGE_STEPS, scaler=run.scaler,
-                      refine=False, progress=False)  # a pre-flight check: the curve's order of magnitude is enough
+                      device=str(sub.device), seed=seed, steps=RECIPE_RANGE_STEPS, clip_grad_norm=clip,
+                      scaler=run.scaler, refine=False, progress=False)  # the curve alone: a pre-flight check
         suggestion, confident = res.suggestion, res.confident
     run.findings += check_lr(lr, suggestion, confident, source)
     run.findings += check_warmup(warmup, steps)

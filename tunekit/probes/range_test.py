@@ -33,7 +33,11 @@ from tunekit.inputs.task import ComputeLoss, LossFn, Task
 from tunekit.training.loop import TrainConfig, evaluate
 from tunekit.integrations.objects import takes_their_objects
 
-__all__ = ["lr_find", "LRFindResult", "TASK_DEFAULT", "optimizer_family"]
+__all__ = ["lr_find", "LRFindResult", "TASK_DEFAULT", "optimizer_family", "SWEEP_STEPS"]
+
+# The sweep's updates: the curve, hence the rule's suggestion, depends on how fast the LR rises; the
+# doctor runs this same sweep, so that its number is lr_find's curve suggestion.
+SWEEP_STEPS = 100
 
 
 _ADAPTIVE = (torch.optim.Adam, torch.optim.AdamW, torch.optim.RMSprop, torch.optim.Adagrad, torch.optim.Adadelta,
@@ -83,7 +87,7 @@ def lr_find(
     model: nn.Module | Task, train_data: Data | None = None, loss_fn: LossFn | None = None, optimizer: Any = None,
     *, compute_loss: ComputeLoss | None = None,
     val_data: Data | None = None, loss_on: Literal["train", "val"] = "train", val_batches: int = 4,
-    min_lr: float = 1e-7, max_lr: float = 10.0, steps: int = 100, mode: Literal["exp", "linear"] = "exp",
+    min_lr: float = 1e-7, max_lr: float = 10.0, steps: int = SWEEP_STEPS, mode: Literal["exp", "linear"] = "exp",
     batch_size: int | None = None, accumulation_steps: int | None = None, precision: Precision | None = None,
     clip_grad_norm: float | None = TASK_DEFAULT, device: str = "auto", seed: int = 0,
     repeats: int = 1, diverge_threshold: float = 4.0,
