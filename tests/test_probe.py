@@ -1,6 +1,7 @@
 import copy
 import json
 import math
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -574,3 +575,21 @@ def test_a_cpu_probe_takes_a_runs_share_of_memory_and_never_plans_on_an_unbounde
     r = probe(task, trace_sizes=(2, 4), throughput_points=2, timing_steps=1, noise_repeats=2, calibrate_steps=False,
               progress=False)
     assert "unbounded" in r.plan_reason and r.plan[0]["micro_batch"] * r.plan[0]["accumulation_steps"] == task.batch_size
+
+
+def test_a_probe_dearer_than_its_planned_run_says_so_before_its_real_steps() -> None:
+    import dataclasses
+    import re
+
+    from tunekit.probes.batch_probe import ProbeCostWarning
+
+    base = regression_task()
+    task = dataclasses.replace(base, defaults={**base.defaults, "max_steps": 10})  # a 160-sample run
+    with pytest.warns(ProbeCostWarning, match="the probe will draw up to") as said:
+        r = probe(task, trace_sizes=(2, 4), throughput_points=3, timing_steps=3, noise_repeats=4, progress=False)
+    ahead = int(re.search(r"up to ([\d,]+) samples", str(said[0].message)).group(1).replace(",", ""))
+    assert r.samples <= ahead <= 2 * r.samples  # an upper bound, and not a loose one
+    long_run = dataclasses.replace(base, defaults={**base.defaults, "max_steps": 100_000})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ProbeCostWarning)  # a probe cheaper than its run says nothing ahead
+        probe(long_run, trace_sizes=(2, 4), throughput_points=3, timing_steps=3, noise_repeats=4, progress=False)

@@ -197,6 +197,8 @@ def probe(
         mm, traces = _memory_model(run, sizes)  # 1. The memory model, on fake tensors.
         _stage_done(stages, "memory model")
         predicted = _predicted_largest(mm, room)
+        _say_cost_ahead(predicted, sizes, throughput_points, timing_steps, accumulation_steps, noise_repeats,
+                        noise_warmup, room.limit, sub.task)
         # 2. Real steps at the batch the model recommends, measured; the model is refitted until
         # one agrees with it. What kernels allocate out of the trace's sight is found here.
         confirmed, tried, mm, measured_how = _largest_batch(run, mm, traces, room, calibrate_steps, sizes[0])
@@ -252,6 +254,42 @@ def _dataset_size(data: Data) -> int:
     if n is None:
         raise UsageError("probe varies the batch size: pass a map-style Dataset or a DataLoader over one, not a list of batches")
     return n
+
+
+def cost_ahead(predicted: int, sizes: list[int], points_n: int, timing_steps: int, k: int, repeats: int,
+               warmup: int, limit: int) -> int:
+    """The samples the probe's real steps will draw, at most, once the memory model predicts the largest batch:
+    the largest batch's steps (a warm-up and up to two measured), the throughput points (a warm-up and the
+    timed rounds each), the noise scale (its warm-up and its two accumulations)."""
+    largest = 3 * predicted * k
+    points = {max(1, int(round(x))) for x in np.geomspace(max(1, min(sizes[0], predicted)), predicted, points_n)} \
+        if points_n >= 1 else set()
+    throughput = sum(points) * k * (1 + max(3, timing_steps))
+    b_small = max(1, min(NOISE_SMALL_BATCH, predicted, limit // 64 or 1))
+    k_big = max(2, min(NOISE_MAX_ACCUM, limit // b_small))
+    noise = warmup * min(NOISE_WARMUP_BATCH, predicted) + repeats * b_small * (1 + k_big) if repeats >= 2 else 0
+    return int(largest + throughput + noise)
+
+
+def _say_cost_ahead(predicted: int, sizes: list[int], points_n: int, timing_steps: int, k: int, repeats: int,
+                    warmup: int, limit: int, task: Task) -> None:
+    """Before the real steps: what they will cost, said where it is more than the planned run itself."""
+    import warnings
+
+    steps, batch = task.defaults.get("max_steps"), task.batch_size
+    if not steps or not batch:
+        return
+    planned = int(steps) * int(batch)
+    ahead = cost_ahead(predicted, sizes, points_n, timing_steps, k, repeats, warmup, limit)
+    if ahead > planned:
+        warnings.warn(f"the probe will draw up to {ahead:,} samples, {ahead / planned:.1f}x the planned run "
+                      f"({steps} updates at batch {batch}: {planned:,}); its batches go up to {predicted:,}: pass "
+                      f"max_batch= (e.g. {max(batch, 8 * batch):,}), throughput_points= or noise_repeats= to spend "
+                      "less", ProbeCostWarning, stacklevel=4)
+
+
+class ProbeCostWarning(UserWarning):
+    """A probe that will cost more than the run it plans for, said before it starts its real steps."""
 
 
 def _predicted_largest(mm: MemoryModel, room: _Room) -> int:
