@@ -172,3 +172,16 @@ def test_blowup_skips_an_early_bump_the_curve_recovers_from() -> None:
     bumpy = 2.0 + 0.5 * np.exp(-((X + 5) / 0.2) ** 2) + np.where(X > -1.5, 3 * (X + 1.5) ** 2, 0.0)
     up = blowup(prepare(LRS, bumpy))
     assert up is not None and -1.6 < math.log10(up) < -1.1  # not the bump at 1e-5
+
+
+def test_minimum_is_not_the_fit_sloping_off_a_late_spike() -> None:
+    # Falls to a minimum at 1e-2, rises well above its start, then one spike the sweep's median-of-3 check
+    # lets through: the one-sided fit at the curve's end slopes down off it, below every loss in the curve.
+    loss = 2.0 - 0.3 * np.exp(-((X + 2) / 0.7) ** 2) + np.where(X > -1, 0.6 * np.minimum(X + 1, 1), 0.0)
+    loss[np.argmin(np.abs(X - 0.4))] = 50.0
+    c = prepare(LRS, loss, family="adaptive")
+    assert int(np.argmin(c.smooth)) == len(X) - 1 and c.smooth[-1] < loss.min()  # the artefact
+    for rule in (RULES["tunekit"], RULES["min/10"], steepest):
+        lr = rule(c)
+        assert lr is not None and lr < 0.1, rule  # not at the end of the sweep (10)
+    assert abs(math.log10(RULES["tunekit"](c) * 2) - (-2)) < 0.3

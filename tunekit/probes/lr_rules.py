@@ -110,9 +110,26 @@ def prepare(lrs: np.ndarray | list[float], losses: np.ndarray | list[float], ban
     return Curve(lrs, losses, x, smooth, slope, float(h), family)
 
 
+#: A smoothed loss this much (relative) above its start, past the first bandwidth: the sweep has come apart.
+RISEN = 0.1
+
+
 def _descent_end(c: Curve) -> int:
-    """Index of the smoothed minimum: the rules look for descent before it."""
-    return int(np.argmin(c.smooth))
+    """Index of the smoothed minimum: the rules look for descent before it.
+
+    A minimum in the curve's last bandwidth, past a point where the smoothed loss had risen ``RISEN``
+    above its start, is not one: there the one-sided fit at the curve's end slopes down off a spike
+    (a lone one that the sweep's median-of-3 divergence check lets through), below every loss the model
+    reached. The minimum before that rise is taken instead; without this it, and every rule built on
+    it, sat at whatever LR the sweep happened to end at."""
+    end = int(np.argmin(c.smooth))
+    n = len(c.smooth)
+    if n < 3 or c.bandwidth <= 0 or c.x[end] <= c.x[-1] - c.bandwidth:
+        return end
+    start = float(np.median(c.smooth[: max(1, n // 20)]))
+    lo = _edge_points(c)
+    risen = np.flatnonzero(c.smooth[lo:end] > start + RISEN * max(abs(start), 1e-12))
+    return int(np.argmin(c.smooth[: lo + int(risen[0])])) if len(risen) else end
 
 
 def _edge_points(c: Curve) -> int:
