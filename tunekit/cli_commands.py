@@ -78,6 +78,9 @@ def out_dir(path: str | None) -> Path | None:
     return out
 
 
+_LOADED: dict[str, Any] = {}  # what the command's task was made from
+
+
 def _load(args: argparse.Namespace) -> Any:
     """The task that --task and --set name."""
     from tunekit.builtin import DEFAULT_TASK
@@ -85,7 +88,9 @@ def _load(args: argparse.Namespace) -> Any:
 
     if not args.task:  # say which task ran: a first run without --task should not leave that a guess
         print(f"task: {DEFAULT_TASK} (built in; --task SPEC runs yours: tunekit tasks lists the built-in ones)")
-    return load_task(args.task or DEFAULT_TASK, task_config(args.task_config))
+    task = load_task(args.task or DEFAULT_TASK, task_config(args.task_config))
+    _LOADED["origin"] = task.origin  # a task function's Trainer or LightningRun: its errors in its terms
+    return task
 
 
 def _check_size(size: str | None) -> None:
@@ -396,7 +401,12 @@ def _said(args: argparse.Namespace) -> int:
     try:
         return int(args.func(args))
     except UsageError as exc:
-        print(f"tunekit {args.command}: error: {in_cli_terms(str(exc), args.usage())}", file=sys.stderr)
+        said = str(exc)
+        if _LOADED.get("origin"):
+            from tunekit.integrations.adapted import in_their_terms
+
+            said = in_their_terms(said, _LOADED["origin"])
+        print(f"tunekit {args.command}: error: {in_cli_terms(said, args.usage())}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         hint = ""

@@ -139,7 +139,10 @@ def _base_task(task: Any, sp: SearchSpace) -> Any:
     fixed_task_cfg = {n[5:]: v for n, v in sp.fixed().items() if n.startswith("task.")}
     base = task if isinstance(task, Task) else load_task(task, fixed_task_cfg or None)
     if base.val_data is None:
-        raise UsageError("search needs validation data to compare and prune trials: give the task val_data")
+        from tunekit.integrations.adapted import in_their_terms
+
+        raise UsageError(in_their_terms("search needs validation data to compare and prune trials: give the task "
+                                        "val_data", base.origin))
     return base
 
 

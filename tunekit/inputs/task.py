@@ -67,6 +67,8 @@ class Task:
         metrics: the user's own validation metrics, ``{"f1": fn}`` with
             ``fn(model, val_data) -> float`` (called in eval mode, without gradients, at
             each evaluation); a search can optimise one of them (``objective="f1"``).
+        origin: the object it was made from, for a Task tunekit built from a Hugging Face
+            ``Trainer`` (``"transformers.Trainer"``) or a Lightning module: advice is said in its terms.
     """
 
     model: Callable[[], nn.Module]
@@ -80,6 +82,7 @@ class Task:
     name: str = "task"
     defaults: dict[str, Any] = field(default_factory=dict)
     metrics: dict[str, Metric] = field(default_factory=dict)
+    origin: Optional[str] = None
 
     def __post_init__(self) -> None:
         if not callable(self.model):

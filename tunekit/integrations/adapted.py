@@ -19,7 +19,7 @@ from torch import nn
 from tunekit.errors import UsageError
 from tunekit.inputs.task import Task
 
-__all__ = ["Adapted", "LatestModel", "IntegrationWarning", "say_notes", "kind_of"]
+__all__ = ["Adapted", "LatestModel", "IntegrationWarning", "say_notes", "kind_of", "in_their_terms"]
 
 
 # tunekit's advice, as said of a Task, and what the user of each object does instead.
@@ -36,6 +36,13 @@ _THEIR_TERMS: dict[str, tuple[tuple[str, str], ...]] = {
          "datamodule, trainer))"),
     ),
 }
+
+
+def in_their_terms(message: str, origin: Optional[str]) -> str:
+    """tunekit's advice (said of a Task) as the user of the object ``origin`` names acts on it."""
+    for ours, theirs in _THEIR_TERMS.get(origin or "", ()):
+        message = message.replace(ours, theirs)
+    return message
 
 
 class IntegrationWarning(UserWarning):
@@ -68,9 +75,7 @@ class Adapted:
 
     def in_their_terms(self, message: str) -> str:
         """tunekit's advice (said of a Task) as the user of this object acts on it."""
-        for ours, theirs in _THEIR_TERMS.get(self.kind, ()):
-            message = message.replace(ours, theirs)
-        return message
+        return in_their_terms(message, self.kind)
 
     @contextlib.contextmanager
     def speaking(self) -> Iterator[None]:

@@ -58,6 +58,7 @@ def from_trainer(trainer: Any, *, fresh: bool = False) -> Adapted:
     notes += _unsupported(trainer)
     name = type(trainer.model if trainer.model is not None else latest()).__name__
     task = Task(model=latest, train_data=train_data, val_data=val_data, compute_loss=_compute_loss(trainer),
+                origin="transformers.Trainer",
                 optimizer=_optimizer_factory(trainer, latest), batch_size=int(args.per_device_train_batch_size),
                 precision="bf16" if args.bf16 else "fp16" if args.fp16 else "fp32", name=name, defaults=defaults)
     adapted = Adapted(task, "transformers.Trainer", None if fresh else trainer.model, notes,

@@ -61,6 +61,7 @@ def from_lightning(module: Any, datamodule: Any = None, trainer: Any = None, *,
                      "tunekit's warmup + cosine decay")
     precision = _from_trainer(trainer, len(train), defaults, notes)
     task = Task(model=latest, train_data=train, val_data=val, compute_loss=_training_step_loss,
+                origin="lightning.LightningModule",
                 optimizer=_optimizer_factory(latest), batch_size=train.batch_size, precision=precision,
                 name=type(module).__name__, defaults=defaults)
     return Adapted(task, "lightning.LightningModule", module if factory is None else None, notes,
