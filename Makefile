@@ -45,6 +45,7 @@ bench: $(STAMP)
 	$(PIP) install -q -e ".[bench,hf,lightning]"
 	$(PY) -m benchmarks.step_overhead
 	$(PY) -m benchmarks.probe_accuracy
+	$(PY) -m benchmarks.keep_cost
 	$(PY) -m benchmarks.search_efficiency
 	$(PY) -m benchmarks.lr_batch --loto
 	$(PY) -m benchmarks.ray_overhead
@@ -61,6 +62,7 @@ bench: $(STAMP)
 bench-quick: $(STAMP)
 	$(PY) -m benchmarks.step_overhead --quick
 	$(PY) -m benchmarks.probe_accuracy --quick
+	$(PY) -m benchmarks.keep_cost --quick
 	$(PY) -m benchmarks.search_efficiency --quick
 	$(PY) -m benchmarks.lr_batch --quick
 	$(PY) -m benchmarks.ray_overhead --quick

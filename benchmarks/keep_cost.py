@@ -6,7 +6,7 @@ wall seconds are reported as ratios to keep=none within a repeat. The model carr
 a 64 MiB buffer (as an embedding table or a cache would), so a trial that leaks shows at once.
 
     python -m benchmarks.keep_cost            # 24 trials, 3 repeats
-    python -m benchmarks.keep_cost --quick    # 6 trials, 1 repeat
+    python -m benchmarks.keep_cost --quick    # 3 trials, 1 repeat
 """
 
 from __future__ import annotations
@@ -120,7 +120,7 @@ def main() -> None:
     p.add_argument("--trials", type=int)
     p.add_argument("--out")
     args = p.parse_args()
-    trials = args.trials or (6 if args.quick else 24)
+    trials = args.trials or (3 if args.quick else 24)
     if args.arm:  # a child: one arm, its figures as JSON
         print(json.dumps(run_arm(args.arm, trials, Path(args.out))))
         return
