@@ -181,8 +181,7 @@ def probe(
     noise_warmup = (TASK_NOISE_WARMUP if isinstance(model, Task) else 0) if noise_warmup is None else noise_warmup
     sub = resolve_inputs("probe", model, train_data, loss_fn, optimizer, compute_loss=compute_loss,
                           precision=precision, device=device, seed=seed)
-    n_data = _dataset_size(sub.data)
-    room = _Room.of(memory_budget, headroom, sub.device, limit=min(n_data, max_batch or n_data))
+    room = _Room.of(memory_budget, headroom, sub.device, limit=min(n_data := _dataset_size(sub.data), max_batch or n_data))
     scaler = make_scaler(sub.precision, sub.device)  # type: ignore[arg-type]
     settings = dict(memory_budget=memory_budget, headroom=headroom, device=str(sub.device), precision=sub.precision,
                     accumulation_steps=accumulation_steps, clip_grad_norm=clip_grad_norm, seed=seed, task=sub.task.name)
@@ -197,8 +196,8 @@ def probe(
         mm, traces = _memory_model(run, sizes)  # 1. The memory model, on fake tensors.
         _stage_done(stages, "memory model")
         predicted = _predicted_largest(mm, room)
-        _say_cost_ahead(predicted, sizes, throughput_points, timing_steps, accumulation_steps, noise_repeats,
-                        noise_warmup, room.limit, sub.task)
+        _say_cost_ahead(sub.task, predicted, cost_ahead(predicted, sizes, throughput_points, timing_steps,
+                                                         accumulation_steps, noise_repeats, noise_warmup, room.limit))
         # 2. Real steps at the batch the model recommends, measured; the model is refitted until
         # one agrees with it. What kernels allocate out of the trace's sight is found here.
         confirmed, tried, mm, measured_how = _largest_batch(run, mm, traces, room, calibrate_steps, sizes[0])
@@ -211,11 +210,7 @@ def probe(
 
     # 5. What it means for a run: the critical batch, a plan for the target batch, the LR rescaled to it.
     critical = noise["b_simple"] if noise and math.isfinite(noise["b_simple"]) else None
-    # A plan rests on the critical batch only where its interval is bounded: 0..inf says nothing of it.
-    bounded = critical is not None and noise["low"] > 0 and math.isfinite(noise["high"])
-    unbounded = bool(noise_warmup) and critical is not None and not bounded
-    target, why = _target(target_batch, critical if noise_warmup and bounded else None, confirmed,
-                          measured=noise_repeats >= 2, own=sub.task.batch_size if unbounded else None)
+    target, why = _target_of(target_batch, noise, critical, noise_warmup, noise_repeats, confirmed, sub.task.batch_size)
     plan, lr_scaling = _plan(target, confirmed, throughput, mm, lr, lr_batch)
     knee, fastest = _knee(throughput)
     return ProbeResult(
@@ -271,16 +266,14 @@ def cost_ahead(predicted: int, sizes: list[int], points_n: int, timing_steps: in
     return int(largest + throughput + noise)
 
 
-def _say_cost_ahead(predicted: int, sizes: list[int], points_n: int, timing_steps: int, k: int, repeats: int,
-                    warmup: int, limit: int, task: Task) -> None:
-    """Before the real steps: what they will cost, said where it is more than the planned run itself."""
+def _say_cost_ahead(task: Task, predicted: int, ahead: int) -> None:
+    """Before the real steps: what they will cost (``ahead`` samples), said where it is more than the planned run."""
     import warnings
 
     steps, batch = task.defaults.get("max_steps"), task.batch_size
     if not steps or not batch:
         return
     planned = int(steps) * int(batch)
-    ahead = cost_ahead(predicted, sizes, points_n, timing_steps, k, repeats, warmup, limit)
     if ahead > planned:
         warnings.warn(f"the probe will draw up to {ahead:,} samples, {ahead / planned:.1f}x the planned run "
                       f"({steps} updates at batch {batch}: {planned:,}); its batches go up to {predicted:,}: pass "
@@ -329,6 +322,16 @@ def _warnings(throughput: list[dict[str, float]], noise: Optional[dict[str, Any]
                    "initialisation it is much smaller than during training, so the critical batch is likely too "
                    "small (pass noise_warmup=50, or probe a Task)")
     return out
+
+
+def _target_of(given: Optional[int], noise: Optional[dict[str, Any]], critical: Optional[float], noise_warmup: int,
+               repeats: int, largest: int, own: Optional[int]) -> tuple[int, str]:
+    """:func:`_target` from the noise scale as measured: a plan rests on the critical batch only where it was
+    measured on a trained model and its interval is bounded (0..inf says nothing of it)."""
+    bounded = critical is not None and noise is not None and noise["low"] > 0 and math.isfinite(noise["high"])
+    unbounded = bool(noise_warmup) and critical is not None and not bounded
+    return _target(given, critical if noise_warmup and bounded else None, largest, measured=repeats >= 2,
+                   own=own if unbounded else None)
 
 
 def _target(given: Optional[int], critical: Optional[float], largest: int, measured: bool = True,

@@ -154,9 +154,7 @@ def lr_find(
                    scaler if scaler is not None else make_scaler(sub.precision, sub.device), seed, diverge_threshold)
     settings = _settings(setup, sub.task.name, min_lr=min_lr, max_lr=max_lr, steps=steps, mode=mode, repeats=repeats,
                          loss_on=loss_on, plan=plan)
-    if settings["family"] == "other":  # the rules know SGD-like and Adam-like optimizers: said, not guessed silently
-        warnings.warn(f"the optimizer {settings['optimizer']} is neither SGD-like nor Adam-like to the LR rules: the "
-                      "curve's suggestion is the middle of their two; the short runs (refine=True) check it", stacklevel=2)
+    _say_family(settings)
     settings.update(run_steps=run_steps, run_steps_from=run_from, refine_share=refine_share,
                     refine_plan=plan.why if plan is not None else None, run_schedule=_schedule_words(model))
 
@@ -299,6 +297,13 @@ def _schedule_of(model: Any) -> tuple[Any, str, float]:
     cfg = TrainConfig()
     return (defaults.get("warmup", cfg.warmup), defaults.get("schedule", cfg.schedule),
             defaults.get("min_lr_ratio", cfg.min_lr_ratio))
+
+
+def _say_family(settings: dict[str, Any]) -> None:
+    """An optimizer the rules do not know (they know SGD-like and Adam-like ones): said, not guessed silently."""
+    if settings["family"] == "other":
+        warnings.warn(f"the optimizer {settings['optimizer']} is neither SGD-like nor Adam-like to the LR rules: the "
+                      "curve's suggestion is the middle of their two; the short runs (refine=True) check it", stacklevel=3)
 
 
 def _schedule_words(model: Any) -> str:
