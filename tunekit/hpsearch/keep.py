@@ -135,11 +135,16 @@ def settle(study: Any, keeper: Optional[Keeper]) -> None:
         return
     import optuna
 
-    best = _best(study)
-    kept = best.user_attrs.get(WEIGHTS_ATTR) if best is not None else None
+    done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    if not done:
+        return
+    # The best from the same read as the files: a better trial told in between is in neither, not removed.
+    sign = 1.0 if keeper.direction == "minimize" else -1.0
+    best = min(done, key=lambda t: sign * t.value)
+    kept = best.user_attrs.get(WEIGHTS_ATTR)
     if not kept or not Path(kept).is_file():
         return  # the best's file is not (yet) there: nothing goes before it is
-    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+    for t in done:
         other = t.user_attrs.get(WEIGHTS_ATTR)
         if other and t.number != best.number:
             Path(other).unlink(missing_ok=True)

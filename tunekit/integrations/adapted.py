@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import warnings
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -111,20 +112,27 @@ class LatestModel:
 
     def __init__(self, build: Callable[[], nn.Module]) -> None:
         self.build = build
-        self.last: Optional[nn.Module] = None
+        # Held weakly: a finished trial's model is freed with the trial, not kept until the next build.
+        self._last: Optional[weakref.ref[nn.Module]] = None
 
     def __call__(self) -> nn.Module:
-        self.last = self.build()
-        return self.last
+        model = self.build()
+        self._last = weakref.ref(model)
+        return model
+
+    @property
+    def last(self) -> Optional[nn.Module]:
+        return self._last() if self._last is not None else None
 
     def model_of(self, params: Iterable[torch.Tensor]) -> nn.Module:
         """The model these parameters belong to: the last one built."""
         params = list(params)
-        own = {id(p) for p in self.last.parameters()} if self.last is not None else set()
-        if not params or not all(id(p) in own for p in params):
+        last = self.last
+        own = {id(p) for p in last.parameters()} if last is not None else set()
+        if last is None or not params or not all(id(p) in own for p in params):
             raise UsageError("the optimizer factory of a Trainer or LightningModule builds the optimizer of the model "
                              "tunekit built last: call task.make_optimizer(model) right after task.make_model()")
-        return self.last  # type: ignore[return-value]
+        return last
 
 
 def kind_of(obj: Any) -> Optional[str]:
