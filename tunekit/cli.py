@@ -239,7 +239,7 @@ def _add_probe_command(sub: Any) -> None:
                  EPILOG_PROBE, "Predict a training step's peak memory from a trace on fake tensors, confirm the largest "
                                "batch that fits with a real step, measure throughput and the gradient noise scale. "
                                "Writes DIR/probe.json and DIR/probe.png.")
-    _add(p, "--memory-budget", help="e.g. 512MiB, 8GiB, 2.5GB (default: free GPU memory, or available RAM on CPU)")
+    _add(p, "--memory-budget", help="e.g. 512MiB, 8GiB, 2.5GB (default: free GPU memory; on CPU a quarter of RAM, or what is free if less)")
     p.add_argument("--headroom", type=float, default=0.15, help="fraction of the budget kept free (default 0.15)")
     _add(p, "--accumulation-steps", "--precision")
     p.add_argument("--target-batch", type=int, help="effective batch to plan for (default: the critical batch)")

@@ -398,6 +398,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _said(args: argparse.Namespace) -> int:
     """The command, with its errors said the way the CLI says them."""
+    _LOADED.clear()  # this command's task, not an earlier one's in the same process
     try:
         return int(args.func(args))
     except UsageError as exc:

@@ -220,7 +220,7 @@ def run_search(task: Any, space: str | SearchSpace, settings: SearchSettings,
 
     # Run until the study holds `trials` finished trials. Interrupted (Ctrl-C), the
     # report of what finished is written all the same, and --resume goes on from it.
-    keeper = _keeper(study, settings)
+    keeper = _keeper(study, settings) if settings.run_trials else None
     try:
         if settings.run_trials:
             settle(study, keeper)  # what a search killed during a write left

@@ -118,7 +118,13 @@ def keep_weights(keeper: Optional[Keeper], snapshot: dict[str, Any], outcome: Ou
     if keeper.wants(outcome.value, study):
         about = {"config": {k: v for k, v in cfg.train.items() if k != "device"}, "task_config": dict(cfg.task),
                  "objective": cfg.objective, "direction": cfg.direction}
-        outcome.weights = keeper.write(snapshot, number, outcome.value, about)
+        try:
+            outcome.weights = keeper.write(snapshot, number, outcome.value, about)
+        except (OSError, RuntimeError) as exc:  # a full disk, a folder it cannot write: the trial stands, unkept
+            import warnings
+
+            warnings.warn(f"trial {number}'s weights could not be written to {keeper.folder} ({type(exc).__name__}: "
+                          f"{exc}): it is recorded without them; free the disk or pass keep='none'", stacklevel=2)
 
 
 def outcome_of(result: Any, curve: list[list[float]], seconds: float, final_step: Optional[int] = None,

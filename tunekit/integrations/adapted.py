@@ -42,7 +42,8 @@ _THEIR_TERMS: dict[str, tuple[tuple[str, str], ...]] = {
 def in_their_terms(message: str, origin: Optional[str]) -> str:
     """tunekit's advice (said of a Task) as the user of the object ``origin`` names acts on it."""
     for ours, theirs in _THEIR_TERMS.get(origin or "", ()):
-        message = message.replace(ours, theirs)
+        if theirs not in message:  # said once, however many seams it passes
+            message = message.replace(ours, theirs)
     return message
 
 
@@ -85,9 +86,9 @@ class Adapted:
             yield
         except UsageError as exc:
             said = self.in_their_terms(str(exc))
-            if said == str(exc):
-                raise
-            raise UsageError(said) from None
+            if said != str(exc):
+                exc.args = (said,)  # the same error (its type, its cause), in their words
+            raise
 
     def device(self, device: Any) -> Any:
         """A model in hand is worked on where it lives: "auto" is its device (moving it would change their object)."""

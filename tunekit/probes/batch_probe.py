@@ -157,8 +157,8 @@ def probe(
 ) -> ProbeResult:
     """Probe memory and throughput of the shared step, and the critical batch size.
 
-    ``memory_budget`` (bytes or a size such as "8GiB") defaults to the GPU's free
-    memory on CUDA and to the machine's available memory on the CPU; ``headroom``
+    ``memory_budget`` (bytes or "8GiB") defaults to the GPU's free memory, on the CPU to a
+    run's share (a quarter of RAM, or what is free if less); ``headroom``
     of it is kept free. ``target_batch`` asks for a plan of (micro-batch,
     accumulation) pairs for that effective batch (default: the critical batch,
     rounded to a power of two). ``lr`` found at effective batch ``lr_batch`` is

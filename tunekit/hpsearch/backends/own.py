@@ -30,7 +30,7 @@ __all__ = ["OwnLoop", "OwnTrial"]
 class OwnTrial:
     """One trial, trained by the user's code: what to run, and where to report its evaluations."""
 
-    def __init__(self, trial: Any, cfg: TrialConfig, prune: bool) -> None:
+    def __init__(self, trial: Any, cfg: TrialConfig, prune: bool, keeps: bool = False) -> None:
         self.number = int(trial.number)
         self.params: dict[str, Any] = dict(trial.params)
         self.config: dict[str, Any] = {k: v for k, v in cfg.train.items() if k != "device"}
@@ -40,6 +40,7 @@ class OwnTrial:
         self.updates = 0
         self.stopped: Optional[str] = None  # why tunekit's rungs stopped it
         self.trained: dict[str, Any] = {}  # the model's state at the final evaluation (kept if the trial is the best)
+        self._keeps = keeps  # whether the search keeps weights at all
 
     @property
     def eval_every(self) -> int:
@@ -71,9 +72,11 @@ class OwnTrial:
         self.updates = int(updates)
         self.curve.append([self.updates * self._cfg.effective_batch, value])
         if self.updates >= int(self.config["max_steps"]) or self.stopped:
-            if model is not None and not self.stopped:
+            if model is not None and not self.stopped and self._keeps:
+                # A copy: the user's loop may go on with the model after its final evaluation.
                 self.trained.clear()
                 self.trained.update(Keeper.snapshot(model))
+                self.trained["state_dict"] = {k: v.clone() for k, v in self.trained["state_dict"].items()}
             return bool(self.stopped)  # the final value is the trial's own
         if math.isfinite(value):
             self._trial.report(value, self._cfg.reported(self.updates))
@@ -133,7 +136,7 @@ class OwnLoop:
     def trial(self, task: Any, trial: Any, cfg: TrialConfig, *, prune: bool, cache: Any = None,
               keeper: Optional[Keeper] = None) -> Outcome:
         """One trial through the user's function; an error of theirs fails the trial, and the search goes on."""
-        own = OwnTrial(trial, cfg, prune)
+        own = OwnTrial(trial, cfg, prune, keeps=keeper is not None)
         start = time.perf_counter()
         try:
             self.user_run(own)
