@@ -53,6 +53,9 @@ def test_best_model_scores_the_best_trials_value_and_one_copy_is_kept(tmp_path: 
     # Only the best trial shows a file; the others' were removed as the best improved.
     assert [t["number"] for t in r.trials if t.get("weights")] == [best["number"]]
     assert "the best trial's weights: " + r.best_weights in r.summary(tmp_path / "out")
+    Path(r.best_weights).unlink()  # gone: the way back is the exact re-run
+    with pytest.raises(UsageError, match="the best trial's weights are not on disk.*tunekit train --config"):
+        r.best_model()
 
 
 def test_keep_all_keeps_every_finished_trial_and_none_keeps_nothing(tmp_path: Path) -> None:

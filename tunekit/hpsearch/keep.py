@@ -53,8 +53,8 @@ class Keeper:
             return False
         if self.mode == "all" or study is None:
             return True
-        best = _best(study)
-        if best is None or best.value is None:
+        best = _best(study.get_trials(deepcopy=False, states=(_complete(),)), self.direction)
+        if best is None:
             return True
         return value < best.value if self.direction == "minimize" else value > best.value
 
@@ -133,14 +133,11 @@ def settle(study: Any, keeper: Optional[Keeper]) -> None:
     and the temporary files of writes this host's dead processes left."""
     if keeper is None or keeper.mode != "best":
         return
-    import optuna
-
-    done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-    if not done:
-        return
     # The best from the same read as the files: a better trial told in between is in neither, not removed.
-    sign = 1.0 if keeper.direction == "minimize" else -1.0
-    best = min(done, key=lambda t: sign * t.value)
+    done = study.get_trials(deepcopy=False, states=(_complete(),))
+    best = _best(done, keeper.direction)
+    if best is None:
+        return
     kept = best.user_attrs.get(WEIGHTS_ATTR)
     if not kept or not Path(kept).is_file():
         return  # the best's file is not (yet) there: nothing goes before it is
@@ -151,12 +148,16 @@ def settle(study: Any, keeper: Optional[Keeper]) -> None:
     _clear_stale(Path(kept).parent)
 
 
-def _best(study: Any) -> Any:
-    """The study's best complete trial (Optuna's ``best_trial``), or None before the first."""
-    try:
-        return study.best_trial
-    except ValueError:  # no complete trial yet
-        return None
+def _complete() -> Any:
+    import optuna
+
+    return optuna.trial.TrialState.COMPLETE
+
+
+def _best(done: list[Any], direction: str) -> Any:
+    """The best of ``done`` (complete trials) by ``direction``, or None before the first."""
+    sign = 1.0 if direction == "minimize" else -1.0
+    return min(done, key=lambda t: sign * t.value) if done else None
 
 
 def _clear_stale(folder: Path) -> None:

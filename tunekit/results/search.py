@@ -147,10 +147,15 @@ class SearchResult(Result):
         t = self.trial(number)
         path = t.get("weights") if number is not None else (self.best_weights or t.get("weights"))
         if not path or not Path(path).is_file():
-            why = ("the search kept no weights (keep='none'): search again with keep='best', or re-run it: "
-                   "tunekit train --config search.json") if self.keep == "none" else (
-                f"trial {t['number']}'s weights are not kept{f' (no file at {path})' if path else ''}: only the best "
-                "trial's are under keep='best'; pass keep='all' to keep every finished trial's")
+            rerun = f"tunekit train --config search.json{'' if number is None else f' --trial {number}'}"
+            if self.keep == "none":
+                why = f"the search kept no weights (keep='none'): search again with keep='best', or re-run it: {rerun}"
+            elif number is None or number == (best_of(self.trials, self.direction) or {}).get("number"):
+                gone = f" (no file at {path})" if path else ""
+                why = f"the best trial's weights are not on disk{gone}: re-run it exactly: {rerun}"
+            else:
+                why = (f"trial {number}'s weights are not kept: only the best trial's are under keep='best'; pass "
+                       f"keep='all' to keep every finished trial's, or re-run it: {rerun}")
             raise UsageError(why)
         return load_weights(path)
 
