@@ -29,7 +29,10 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors
     from tunekit.inputs.space import list_spaces, load_space
     from tunekit.training.step import StepOutput, TrainStep
     from tunekit.inputs.task import Task
-    from tunekit.inputs.task_spec import list_tasks, load_task
+    from tunekit.inputs.task_spec import TaskSpec, list_tasks, load_task
+    from tunekit.hpsearch.options import (TPE, Halving, Local, NoPruning, ProbeSettings, RandomSampler, Ray,
+                                          SharedStudy, Study)
+    from tunekit.objective import Objective
 
 # name -> the module that defines it
 _LAZY = {
@@ -43,6 +46,10 @@ _LAZY = {
     "list_tasks": "tunekit.inputs.task_spec", "load_task": "tunekit.inputs.task_spec",
     "list_spaces": "tunekit.inputs.space", "load_space": "tunekit.inputs.space",
     "lr_at": "tunekit.training.schedule", "lr_schedule": "tunekit.training.schedule",
+    "TaskSpec": "tunekit.inputs.task_spec", "Objective": "tunekit.objective",
+    # the search's objects, one per concept
+    **{name: "tunekit.hpsearch.options" for name in ("TPE", "RandomSampler", "Halving", "NoPruning", "Local", "Ray",
+                                                     "Study", "SharedStudy", "ProbeSettings")},
 }
 
 __all__ = ["UsageError", *_LAZY]

@@ -10,9 +10,9 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Optional
 
-from tunekit.cli_commands import (CREATE_REFUSES, cmd_dashboard, cmd_doctor, cmd_lr_find, cmd_probe, cmd_report, cmd_search,
+from tunekit.cli_commands import (cmd_dashboard, cmd_doctor, cmd_lr_find, cmd_probe, cmd_report, cmd_search,
                                   cmd_serve, cmd_spaces, cmd_study_create, cmd_study_delete, cmd_study_reap, cmd_tasks,
                                   cmd_train, cmd_worker, in_cli_terms, run)
 
@@ -165,13 +165,7 @@ _FLAGS: dict[str, dict[str, Any]] = {
     "--lr": dict(type=_positive_float), "--steps": dict(type=int), "--warmup": dict(type=_warmup),
     "--clip": dict(type=_clip, dest="clip_grad_norm"), "--memory-budget": dict(metavar="SIZE"),
     "--trials": dict(type=int), "--budget": dict(metavar="AMOUNT"),
-    "--time-limit": dict(metavar="TIME", help="the study's device time (its trials' and probes' measured seconds) "
-                         "after which no trial starts: 2h, 30min, 90s (running trials finish)"),
     "--max-steps": dict(type=int),
-    "--sampler-seed": dict(type=_seed, metavar="N"), "--grace-period": dict(type=int, metavar="S"),
-    "--storage-retry": dict(type=_nonnegative_float, default=60.0, metavar="S",
-                            help="seconds to keep retrying a database or tunekit serve that does not answer (a "
-                            "restart) before stopping (default 60)"),
     "--storage": dict(metavar="URL"), "--study": dict(metavar="NAME"), "--port": dict(type=int),
     "--keep": dict(choices=["best", "all", "none"], default="best", help="which trials' trained weights to write: the best's "
                    "(one file, replaced as the best improves), all finished ones', or none (default best)"),
@@ -265,6 +259,32 @@ def _add_doctor_command(sub: Any) -> None:
     _add_run_args(p, "doctor.json and doctor.png")
 
 
+def _add_options(p: Any, concept: str, skip: Sequence[str] = (), only: Optional[Sequence[str]] = None) -> None:
+    """The flags of a concept's objects (:mod:`tunekit.hpsearch.options`), one per field, generated from
+    the fields: no list of names here. Every default is None, so a flag given can be told from one not."""
+    from tunekit.hpsearch.options import cli_fields, dest_of, flag_of
+
+    seen = set(skip)
+    for _cls, f in cli_fields(concept):
+        flag = flag_of(f)
+        if flag in seen or (only is not None and flag not in only):  # a field of several classes (a study's name, a backend's device): one flag
+            continue
+        seen.add(flag)
+        kind, settings = f.metadata["kind"], dict(dest=dest_of(f), default=None, help=f.metadata["help"])
+        if kind == "bool":
+            settings.update(action="store_const", const=f.default is not True)
+        else:
+            settings.update(type=_KINDS[kind], metavar=f.metadata.get("metavar"))
+        p.add_argument(flag, **settings)
+        if flag == "--heartbeat-grace":  # tunekit 0.x's name for it, kept for a release
+            p.add_argument("--grace-period", dest=settings["dest"], type=int, default=None, help=argparse.SUPPRESS)
+
+
+# How a generated flag parses its value, by its field's kind.
+_KINDS: dict[str, Callable[[str], Any] | None] = {
+    "str": None, "int": int, "count": int, "float": float, "seconds": _nonnegative_float, "seed": _seed}
+
+
 def _add_search_flags(p: argparse.ArgumentParser) -> None:
     """The flags of a search (and of `tunekit study create`, which is one that runs no trial)."""
     _add(p, "--task", "--set")
@@ -274,51 +294,35 @@ def _add_search_flags(p: argparse.ArgumentParser) -> None:
          "at the task's batch), or device time (10min): a trial at batch B runs budget/B updates, or what fits in the "
          "time at B by the probe's timed steps (default: one run of the task's recipe)")
     _add(p, "--max-steps", help="shorthand for --budget Nupdates")
-    p.add_argument("--backend", choices=["local", "ray"], default="local", help="where trials run (default local)")
-    p.add_argument("--sampler", choices=["tpe", "random"], default="tpe", help="Optuna sampler (default tpe)")
-    p.add_argument("--no-prune", action="store_true", help="run every trial to the end")
-    _add(p, "--storage", help="SQLAlchemy URL or journal file (default: sqlite in DIR)")
-    _add(p, "--study", help="study name (default tunekit-TASK-SPACE)")
-    p.add_argument("--resume", action="store_true", help="continue the study: keep finished trials, re-run interrupted ones")
-    p.add_argument("--lr-find", metavar="FILE", help="a saved lr_find.json instead of running the range test")
-    p.add_argument("--probe", metavar="FILE", help="a saved probe.json instead of running the probe")
-    _add(p, "--memory-budget", help="memory budget of the probe (e.g. 8GiB)")
-    _add(p, "--sampler-seed", help="seed of the sampler (default: --seed)")
-    p.add_argument("--rungs", type=int, metavar="N", help="early-stopping rungs, at budget/rf**N .. budget/rf (default: as many as leave rf trials "
-                   "expected to finish, none before the first complete trial had started to learn)")
-    p.add_argument("--first-rung", type=float, metavar="F", help="the first rung as a fraction of the budget (instead of --rungs)")
-    p.add_argument("--reduction-factor", type=int, default=3, metavar="N", help="successive halving keeps the best 1/N at each rung (default 3)")
     p.add_argument("--objective", default="loss", metavar="NAME", help="what trials are compared and pruned by: loss, "
                    "accuracy, perplexity, or a metric of the task (Task(metrics={NAME: fn})) (default loss)")
     p.add_argument("--direction", choices=["minimize", "maximize"], help="which way the objective is better "
                    "(default: loss and perplexity minimize, accuracy maximize)")
-    g = p.add_argument_group("ray backend (--backend ray)")
-    g.add_argument("--cpus-per-trial", type=_nonnegative_float, default=1, metavar="N", help="CPUs per trial (default 1)")
-    g.add_argument("--gpus-per-trial", type=_nonnegative_float, default=0, metavar="N",
-                   help="GPUs per trial; 0.5 runs two trials on a GPU if its memory holds them (default 0)")
-    g.add_argument("--max-concurrent", type=int, metavar="N", help="trials at once (default: as many as resources allow)")
-    g.add_argument("--max-failures", type=int, default=0, metavar="N", help="retries of a trial that raises (default 0)")
-    g.add_argument("--address", metavar="ADDR", help="join a running Ray cluster: auto or HOST:PORT (default: start a local one)")
-    g.add_argument("--storage-path", metavar="DIR", help="Tune's trial directories; a shared filesystem for several machines (default DIR/ray)")
-    g = p.add_argument_group("shared study (--storage URL)")
-    _add_worker_args(g)
-    _add(g, "--artifacts")
-    _add_run_args(p, "search.json, trials.csv, search.png and study.db")
+    p.add_argument("--sampler", choices=["tpe", "random"], default="tpe", help="Optuna sampler (default tpe)")
+    _add_options(p, "sampler")
+    p.add_argument("--no-prune", action="store_true", help="run every trial to the end")
+    _add_options(p, "pruner")
+    _add_options(p, "probes")
+    p.add_argument("--backend", choices=["local", "ray"], default="local", help="where trials run (default local)")
+    _add_options(p, "backend", skip=_RAY_FLAGS)
+    _add_options(p.add_argument_group("ray backend (--backend ray)"), "backend", only=_RAY_FLAGS)
+    _add_options(p, "study", skip=_SHARED_FLAGS)
+    _add_options(p.add_argument_group("shared study (--storage URL)"), "study", only=_SHARED_FLAGS)
+    _add(p, "--seed")
+    _add(p, "--out", help="where to write search.json, trials.csv, search.png and study.db (default tunekit_runs)")
+    _add(p, "--quiet")
 
 
-def _add_timeout(p: Any) -> None:
-    p.add_argument("--timeout", type=_positive_float, default=1800, metavar="S",
-                   help="how long to wait for the study's creator to store its settings (default 1800)")
+def _only_of(concept: str, kind: str) -> tuple[str, ...]:
+    """The flags of ``concept`` that only its class ``kind`` has (the Ray backend's, a shared study's)."""
+    from tunekit.hpsearch.options import CONCEPTS, cli_fields, flag_of
+
+    cls = CONCEPTS[concept][1][kind]
+    others = {flag_of(f) for c, f in cli_fields(concept) if c is not cls}
+    return tuple(flag_of(f) for c, f in cli_fields(concept) if c is cls and flag_of(f) not in others)
 
 
-def _add_worker_args(g: Any) -> None:
-    """The flags of one worker of a shared study."""
-    _add(g, "--storage-retry")
-    _add(g, "--grace-period", help="seconds without a heartbeat after which a worker's trial is failed and re-run once "
-         "(default 60; RDB storages)")
-    g.add_argument("--threads", type=int, metavar="N", help="torch threads of this worker (default: the cores divided "
-                   "among the study's workers on this machine)")
-    g.add_argument("--worker-id", metavar="ID", help="this worker's name, from which its sampler seed comes (default HOST:PID)")
+_RAY_FLAGS, _SHARED_FLAGS = _only_of("backend", "ray"), _only_of("study", "shared")
 
 
 def _add_search_command(sub: Any) -> None:
@@ -327,24 +331,22 @@ def _add_search_command(sub: Any) -> None:
                  "successive-halving early stopping. Writes DIR/search.json, DIR/trials.csv, DIR/search.png and the "
                  "study (DIR/study.db).", task=False)
     _add_search_flags(p)
-    _add(p, "--time-limit", "--keep")
+    _add(p, "--keep")
 
 
 def _add_worker_command(sub: Any) -> None:
     p = _command(sub, "worker", cmd_worker, "join a shared study and run its trials (no probe runs)", EPILOG_WORKER,
                  "Join a study created by `tunekit study create` (or a first `tunekit search --storage URL --study "
                  "NAME`): its settings are the study's, and a flag that disagrees with them is refused.", task=False)
-    _add(p, "--storage", required=True, help="the study's SQLAlchemy URL or journal file")
-    _add(p, "--study", required=True, help="the study's name")
     _add(p, "--task", help=f"{_TASK_FORMS} (default: the study's task)")  # a worker runs the study's task
     _add(p, "--set")
     _add(p, "--trials", "--budget", help="must agree with the study's")
     _add(p, "--max-steps", help="must agree with the study's budget")
-    _add(p, "--time-limit", "--keep")
-    _add(p, "--seed", "--sampler-seed", default=None, help="must agree with the study's")
-    _add(p, "--device")
-    _add_timeout(p)
-    _add_worker_args(p)
+    _add(p, "--seed", default=None, help="must agree with the study's")
+    _add_options(p, "sampler", only=("--sampler-seed",))
+    _add(p, "--keep")
+    _add_options(p, "backend", skip=_RAY_FLAGS)
+    _add_options(p, "study", skip=("--resume",))  # --storage and --study: which study; the rest: this worker
     _add(p, "--out", default=None, help="also write this worker's snapshot of the study there (default: none; "
          "tunekit report --storage URL --study NAME reports the whole study)")
     _add(p, "--quiet")
@@ -357,8 +359,7 @@ def _add_study_command(sub: Any) -> None:
                       description="A search that runs no trial: the probes, the plan, the seed trial and the study's "
                                   "spec go into --storage; then start workers with tunekit worker.")
     _add_search_flags(c)
-    _add_timeout(c)
-    c.set_defaults(func=cmd_study_create, usage=c.format_usage, **dict.fromkeys(CREATE_REFUSES))
+    c.set_defaults(func=cmd_study_create, usage=c.format_usage, backend=None)
     d = ss.add_parser("delete", help="delete a study and its trials (a creator that died before storing its settings)",
                       description="Delete the study and all its trials from --storage; without --yes, say what it holds.")
     _add(d, "--storage", required=True, help="the study's SQLAlchemy URL or journal file")
@@ -371,7 +372,7 @@ def _add_study_command(sub: Any) -> None:
     _add(r, "--storage", required=True, help="the study's SQLAlchemy URL or journal file")
     _add(r, "--study", required=True, help="the study's name")
     r.add_argument("--worker", action="append", metavar="HOST:PID", help="a worker known to have stopped (repeatable)")
-    _add(r, "--grace-period", help="heartbeat grace period (default 60)")
+    _add_options(r, "study", only=("--heartbeat-grace",))
     r.set_defaults(func=cmd_study_reap, usage=r.format_usage)
 
 

@@ -168,14 +168,55 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return _show(result, out, in_cli_terms(result.table(), args.usage()))  # its fixes as this command's flags
 
 
-def _search_settings(args: argparse.Namespace, out: Path | None) -> dict[str, Any]:
-    """The keyword arguments that ``search`` and ``create_study`` both take from the flags."""
-    same = ("trials", "budget", "max_steps", "storage", "seed", "sampler_seed", "sampler", "memory_budget", "device",
-            "rungs", "first_rung", "reduction_factor", "grace_period", "storage_retry", "artifacts", "objective",
-            "direction")
-    return dict(task_config=task_config(args.task_config) or None, study_name=args.study, out=out,
-                lr_find_result=args.lr_find, probe_result=args.probe, prune=not args.no_prune,
-                progress=_progress(args), **{name: getattr(args, name) for name in same})
+def _options(args: argparse.Namespace, concept: str, kind: str) -> Any:
+    """The ``concept``'s object of class ``kind`` from the flags generated from its fields (cli.py); a flag
+    of another class of the concept is refused, not ignored."""
+    from tunekit.hpsearch.options import CONCEPTS, SELECTED_BY, cli_fields, dest_of, flag_of
+
+    cls = CONCEPTS[concept][1][kind]
+    mine = {f.name for c, f in cli_fields(concept) if c is cls}
+    given: dict[str, Any] = {}
+    for owner, f in cli_fields(concept):
+        value = getattr(args, dest_of(f), None)
+        if value is None or f.name in given:
+            continue
+        if f.name not in mine:
+            how = SELECTED_BY[owner]
+            raise UsageError(f"{flag_of(f)} applies only with {how}: drop it" + (f", or pass {how}" if how.startswith("--")
+                                                                                 else ""))
+        given[f.name] = value
+    return cls(**given)
+
+
+def _task(args: argparse.Namespace, default: Any = "shapes") -> Any:
+    """--task and --set as a task: a spec with its config (TaskSpec) where --set was given."""
+    from tunekit.inputs.task_spec import TaskSpec
+
+    config = task_config(args.task_config)
+    spec = args.task or default
+    return TaskSpec(spec, config) if config and spec is not None else spec
+
+
+def _budget(args: argparse.Namespace) -> Any:
+    """--budget, or --max-steps N as Nupdates (one of them)."""
+    if args.max_steps is None:
+        return args.budget
+    if args.budget is not None:
+        raise UsageError("give the budget once: --budget (e.g. 4000samples) or --max-steps, not both")
+    if args.max_steps < 2:
+        raise UsageError(f"--max-steps must be >= 2, got {args.max_steps}: pass e.g. --max-steps 200")
+    return f"{args.max_steps}updates"
+
+
+def _search_args(args: argparse.Namespace, out: Path | None) -> dict[str, Any]:
+    """The arguments that ``search`` and ``create_study`` both take from the flags."""
+    from tunekit.objective import Objective
+
+    return dict(trials=args.trials, budget=_budget(args), objective=Objective.of(args.objective, args.direction),
+                seed=args.seed, sampler=_options(args, "sampler", args.sampler),
+                pruner=_options(args, "pruner", "none" if args.no_prune else "halving"),
+                study=_options(args, "study", "shared" if args.storage else "local"),
+                probes=_options(args, "probes", ""), out=out, progress=_progress(args))
 
 
 def cmd_search(args: argparse.Namespace) -> int:
@@ -183,34 +224,26 @@ def cmd_search(args: argparse.Namespace) -> int:
     from tunekit.hpsearch import search
 
     out = out_dir(args.out)
-    result = search(args.task or "shapes", args.space, **_search_settings(args, out), resume=args.resume,
-                    time_limit=args.time_limit, backend=args.backend, threads=args.threads, worker_id=args.worker_id,
-                    cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial,
-                    max_concurrent=args.max_concurrent, max_failures=args.max_failures, address=args.address,
-                    storage_path=args.storage_path, keep=args.keep)
+    result = search(_task(args), args.space, **_search_args(args, out), backend=_options(args, "backend", args.backend),
+                    keep=args.keep)
     print(result.summary(out))
     return 0
-
-
-# `tunekit study create` shares the search's flags but runs no trial: these, which only say how
-# trials run, default to None there and are refused when given, not ignored.
-CREATE_REFUSES = ("backend", "cpus_per_trial", "gpus_per_trial", "max_concurrent", "max_failures", "address",
-                  "storage_path")
 
 
 def cmd_study_create(args: argparse.Namespace) -> int:
     """`tunekit study create`: the probes, run once, and the study's spec stored for its workers."""
     from tunekit.hpsearch import create_study
+    from tunekit.hpsearch.options import cli_fields, dest_of, flag_of
 
     if not args.storage:
         raise UsageError("tunekit study create needs --storage URL (postgresql://..., sqlite:///..., or a journal file *.log)")
-    given = [name for name in CREATE_REFUSES if getattr(args, name, None) is not None]
+    # Only how trials run: refused, not ignored, since the study runs none here.
+    given = ["--backend"] * (args.backend is not None) + [flag_of(f) for _, f in cli_fields("backend")
+                                                         if getattr(args, dest_of(f), None) is not None]
     if given:
-        flag = "--" + given[0].replace("_", "-")
-        raise UsageError(f"tunekit study create runs no trial, so {flag} would do nothing: drop it, and give it to "
+        raise UsageError(f"tunekit study create runs no trial, so {given[0]} would do nothing: drop it, and give it to "
                          f"the workers (tunekit worker) or to tunekit search")
-    result = create_study(args.task or "shapes", args.space, **_search_settings(args, out_dir(args.out)),
-                          threads=args.threads, worker_id=args.worker_id, join_timeout=args.timeout)
+    result = create_study(_task(args), args.space, **_search_args(args, out_dir(args.out)))
     print(f"study '{result.study_name}' is ready for {args.trials} trials: on each machine run "
           f"tunekit worker --storage {args.storage} --study {result.study_name}")
     return 0
@@ -220,13 +253,13 @@ def cmd_worker(args: argparse.Namespace) -> int:
     """`tunekit worker`: join a shared study and run its trials."""
     from tunekit.hpsearch import join_study
 
+    if not args.storage or not args.study:
+        raise UsageError("tunekit worker needs the study: pass --storage URL --study NAME")
     out = out_dir(args.out)
-    result = join_study(args.storage, args.study, task=args.task, out=out, device=args.device, progress=_progress(args),
-                        worker_id=args.worker_id, threads=args.threads, grace_period=args.grace_period,
-                        storage_retry=args.storage_retry, keep=args.keep,
-                        timeout=args.timeout, time_limit=args.time_limit, trials=args.trials, budget=args.budget,
-                        max_steps=args.max_steps,
-                        seed=args.seed, sampler_seed=args.sampler_seed, task_config=task_config(args.task_config) or None)
+    result = join_study(_options(args, "study", "shared"), task=_task(args, default=None), out=out,
+                        backend=_options(args, "backend", "local"), keep=args.keep, progress=_progress(args),
+                        trials=args.trials, budget=args.budget, max_steps=args.max_steps, seed=args.seed,
+                        sampler_seed=args.sampler_seed)
     mine = [t for t in result.trials if (t.get("worker") or {}).get("pid") == os.getpid()]
     print(f"worker done: ran {len(mine)} of the study's {len(result.trials)} trials; "
           f"tunekit report --storage {args.storage} --study {args.study} reports the whole study")
@@ -237,7 +270,7 @@ def cmd_study_reap(args: argparse.Namespace) -> int:
     """`tunekit study reap`: fail the trials of stopped workers now."""
     from tunekit.hpsearch import reap_study
 
-    numbers = reap_study(args.storage, args.study, workers=args.worker, grace_period=args.grace_period)
+    numbers = reap_study(args.storage, args.study, workers=args.worker, heartbeat_grace=args.heartbeat_grace)
     print(f"failed {len(numbers)} trial(s) of stopped workers{': ' + ', '.join(map(str, numbers)) if numbers else ''}"
           f"{'; each is re-run once by the next worker' if numbers else ''}")
     return 0
@@ -433,7 +466,7 @@ def _said(args: argparse.Namespace) -> int:
 # API parameters whose flag is not their name with dashes.
 _FLAG_OF = {"max_steps": "--steps", "clip_grad_norm": "--clip", "lr_find_result": "--lr-find",
             "probe_result": "--probe", "config": "--set", "task_config": "--set", "overfit_floor": "--loss-floor",
-            "prune": "--no-prune"}
+            "prune": "--no-prune", "join_timeout": "--timeout", "grace_period": "--heartbeat-grace"}
 _SUBJECT = re.compile(r"^([a-z][a-z0-9_]*)(?=[ :])")
 _ASSIGNMENT = re.compile(r"(?<![\w./-])([a-z][a-z0-9_]*)=([^\s,;)]+)")
 # A parameter named bare in a sentence ("raise memory_budget"): only names with an underscore, which

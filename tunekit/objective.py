@@ -9,7 +9,7 @@ needs its direction. The validation loss is recorded beside the objective in eve
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
 from tunekit.errors import UsageError
@@ -30,26 +30,41 @@ def objective_name(objective: Any) -> str:
 
 @dataclass(frozen=True)
 class Objective:
-    """A metric of each evaluation and whether higher or lower is better."""
+    """A metric of each evaluation and whether higher or lower is better.
 
-    name: str = "loss"
-    direction: str = "minimize"
+    ``Objective("accuracy")``, ``Objective("f1", "maximize")`` (a task's metric), or
+    ``Objective(fn, "maximize")`` with ``fn(model, val_data) -> float`` (a Task object's search):
+    the direction of a built-in metric is known; any other needs it."""
 
-    @classmethod
-    def of(cls, objective: Any, direction: Optional[str]) -> "Objective":
-        """The objective a search was given (a name or a callable) with its direction, checked."""
+    name: Any = "loss"
+    direction: Optional[str] = None
+    fn: Any = field(default=None, compare=False, repr=False)  # the metric's function, where it was given as one
+
+    def __post_init__(self) -> None:
+        objective = self.name
         if not (isinstance(objective, str) and objective) and not callable(objective):
             raise UsageError(f"objective must be a metric's name or fn(model, val_data) -> float, got {objective!r}: "
                              "pass e.g. objective='accuracy'")
-        name = objective_name(objective)
+        if callable(objective):
+            object.__setattr__(self, "fn", objective)
+            object.__setattr__(self, "name", objective_name(objective))
+        direction = self.direction
         if direction is None:
-            direction = BUILTIN_DIRECTIONS.get(name) if isinstance(objective, str) else None
+            direction = BUILTIN_DIRECTIONS.get(self.name) if self.fn is None else None
             if direction is None:
-                raise UsageError(f"objective {name!r} is not built in ({', '.join(BUILTIN_DIRECTIONS)}): say which way "
-                                 "is better: pass direction='maximize' or direction='minimize'")
+                raise UsageError(f"objective {self.name!r} is not built in ({', '.join(BUILTIN_DIRECTIONS)}): say which "
+                                 f"way is better: pass objective=Objective({self.name!r}, 'maximize') (or 'minimize')")
         if direction not in DIRECTIONS:
-            raise UsageError(f"direction must be minimize or maximize, got {direction!r}: pass e.g. direction='maximize'")
-        return cls(name, direction)
+            raise UsageError(f"direction must be minimize or maximize, got {direction!r}: pass e.g. "
+                             f"Objective({self.name!r}, 'maximize')")
+        object.__setattr__(self, "direction", direction)
+
+    @classmethod
+    def of(cls, objective: Any, direction: Optional[str] = None) -> "Objective":
+        """The objective a search was given (a name, a callable or an Objective) with its direction, checked."""
+        if isinstance(objective, Objective):
+            return objective if direction is None else cls(objective.fn or objective.name, direction)
+        return cls(objective, direction)
 
     @property
     def sign(self) -> float:

@@ -11,12 +11,27 @@
 - its result, :class:`~tunekit.results.SearchResult`, lives with the others in :mod:`tunekit.results`.
 """
 
-from tunekit.hpsearch.budget import Budget, parse_budget
-from tunekit.results import SearchResult, write_report
-from tunekit.hpsearch.run import search
-from tunekit.hpsearch.study import make_storage
-from tunekit.hpsearch.settings import SearchSettings
-from tunekit.hpsearch.shared.api import create_study, delete_study, join_study, reap_study, study_result
+from __future__ import annotations
 
-__all__ = ["search", "SearchSettings", "SearchResult", "write_report", "make_storage", "Budget", "parse_budget", "create_study",
-           "join_study", "reap_study", "delete_study", "study_result"]
+import importlib
+from typing import Any
+
+# name -> the module that defines it, imported on first use: the CLI reads .options to build its parser
+# without importing the search's machinery.
+_LAZY = {
+    "search": "tunekit.hpsearch.run", "SearchSettings": "tunekit.hpsearch.settings",
+    "SearchResult": "tunekit.results", "write_report": "tunekit.results", "make_storage": "tunekit.hpsearch.study",
+    "Budget": "tunekit.hpsearch.budget", "parse_budget": "tunekit.hpsearch.budget",
+    **{name: "tunekit.hpsearch.shared.api" for name in ("create_study", "join_study", "reap_study", "delete_study",
+                                                          "study_result")},
+    **{name: "tunekit.hpsearch.options" for name in ("TPE", "RandomSampler", "Halving", "NoPruning", "Local", "Ray",
+                                                      "Study", "SharedStudy", "ProbeSettings")},
+}
+__all__ = list(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tunekit.hpsearch' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

@@ -115,8 +115,9 @@ def weights_folder(settings: Any, study_name: str, artifacts: Optional[str] = No
         return None
     if artifacts:
         return str(Path(artifacts).resolve() / "weights" / study_name)
-    if settings.backend == "ray" and settings.storage_path:
-        return str(Path(settings.storage_path).resolve() / study_name / "weights")
+    storage_path = getattr(settings.backend, "storage_path", None)  # Ray's, where trials write
+    if storage_path:
+        return str(Path(storage_path).resolve() / study_name / "weights")
     if settings.out is not None:
         return str(Path(settings.out).resolve() / "weights")
     folder = tempfile.mkdtemp(prefix="tunekit-weights-")

@@ -27,11 +27,12 @@ from tunekit.errors import UsageError
 from tunekit.hpsearch.backends.base import Backend, Work, get_backend
 from tunekit.hpsearch.keep import Keeper, settle, weights_folder
 from tunekit.hpsearch.plan import Plan, largest_batch, split_batch
-from tunekit.hpsearch.resilient import STORAGE_RETRY
 from tunekit.hpsearch.rungs import ladder, make_pruner
 from tunekit.hpsearch.seeding import (Probes, SearchInputs, adaptive_l2, design_size, enqueue_seed_and_design,
                                       make_plan, prepare_inputs, priced, recipe, run_probes, with_objective)
-from tunekit.hpsearch.settings import SearchSettings
+from tunekit.hpsearch.options import (BackendOptions, Halving, Local, ProbeSettings, Pruner, Sampler, SharedStudy, Study,
+                                      TPE)
+from tunekit.hpsearch.settings import SearchSettings, from_keywords
 from tunekit.hpsearch.shared.workers import (TAKEN_OVER, check_spec, claim_creation, creator_gave_up, default_threads,
                                              end_creation, open_storage, register_worker, resume_study, space_dict,
                                              spec_probes, wait_for_spec, worker_seed)
@@ -40,6 +41,7 @@ from tunekit.hpsearch.study import (SPEC_KEY, check_report_of, check_resume, def
                                     open_study, stored_plan, study_exists)
 from tunekit.hpsearch.summary import build_result
 from tunekit.inputs.space import SearchSpace
+from tunekit.inputs.task_spec import TaskSpec, task_of
 from tunekit.integrations.objects import adapt_for_search
 from tunekit.integrations.adapted import say_notes
 from tunekit.results import SearchResult, write_report
@@ -53,82 +55,45 @@ def search(
     task: Any = "shapes",
     space: str | SearchSpace = "from_scratch",
     *,
-    task_config: Optional[dict[str, Any]] = None,
     trials: int = 12,
     budget: Any = None,
-    seed: int = 0,
-    sampler: str = "tpe",
-    sampler_seed: Optional[int] = None,
-    prune: bool = True,
-    reduction_factor: int = 3,
-    rungs: Optional[int] = None,
-    first_rung: Optional[float] = None,
-    seed_trial: bool = True,
-    design: Optional[int] = None,
-    evals: int = 8,
     objective: Any = "loss",
-    direction: Optional[str] = None,
-    max_steps: Optional[int] = None,
-    time_limit: Any = None,
-    storage: Optional[str] = None,
-    study_name: Optional[str] = None,
-    resume: bool = False,
+    seed: int = 0,
+    sampler: Sampler = TPE(),
+    pruner: Pruner = Halving(),
+    backend: BackendOptions = Local(),
+    study: Study | SharedStudy = Study(),
+    probes: ProbeSettings = ProbeSettings(),
     out: str | Path | None = None,
-    lr_find_result: Any = None,
-    probe_result: Any = None,
-    memory_budget: Optional[str] = None,
-    device: str = "auto",
-    progress: Optional[bool] = None,
     keep: str = "best",
-    backend: str = "local",
-    cpus_per_trial: float = 1,
-    gpus_per_trial: float = 0,
-    max_concurrent: Optional[int] = None,
-    max_failures: int = 0,
-    address: Optional[str] = None,
-    storage_path: Optional[str] = None,
-    ray_init: Optional[dict[str, Any]] = None,
-    grace_period: Optional[int] = None,
-    storage_retry: float = STORAGE_RETRY,
-    worker_id: Optional[str] = None,
-    threads: Optional[int] = None,
-    run_trials: bool = True,
-    join_timeout: float = 1800.0,
-    artifacts: Optional[str] = None,
+    progress: Optional[bool] = None,
+    **deprecated: Any,
 ) -> SearchResult:
-    """Search a space for the best training configuration of ``task``.
+    """Search ``space`` for the best training configuration of ``task``; the result holds the best trial.
 
-    ``task``: a spec (``shapes``, ``pkg.mod:fn``, ``file.py:fn``; its function gets the space's
-    ``task.*`` entries over ``task_config``), a :class:`Task`, or a HF ``Trainer`` or a ``LightningRun``
-    (or a function returning one): ``result.best_theirs`` is then the best in their terms. ``trials``: finished
-    trials the study should hold (a resumed search runs only what is missing). ``budget``: what one full
-    trial may draw, ``"4000samples"``, ``"2epochs"``, ``"1e6tokens"`` or ``"200updates"`` (at the
-    task's batch; ``max_steps=N`` is ``"Nupdates"``), by default one run of the task's recipe; a
-    trial at effective batch B runs budget / B updates. ``seed`` seeds the trials' models and
-    data order and the probes, ``sampler_seed`` (default ``seed``) the sampler. ``design``
-    trials (5 with a seeded LR) replace TPE's random start-up. Early stopping: successive
-    halving on samples, ``evals`` reports a trial, ``rungs`` rungs or one from ``first_rung``
-    (a fraction of the budget), keeping the best 1 / ``reduction_factor``. ``budget="10min"`` is
-    device time: a trial at batch B runs the updates the probe's timed steps say fit in it.
-    ``time_limit="2h"``: no trial starts once the study's trials and probes have spent that
-    much device time (measured, summed over trials, like Optuna's ``timeout`` in device-seconds). ``backend="ray"``:
-    Ray Tune runs the trials (``cpus_per_trial``, ``gpus_per_trial``, ``max_concurrent``,
-    ``max_failures``, ``address``, ``storage_path``, ``ray_init``). See the README for each. ``keep``: the
-    trained weights kept: the best trial's (``result.best_model()``), ``"all"`` finished ones', ``"none"``.
-    ``objective``: what trials are compared and pruned by: ``"loss"`` (the validation loss, the
-    default), ``"accuracy"``, ``"perplexity"``, the name of one of the task's own metrics
-    (``Task(metrics={"f1": fn})``), or ``fn(model, val_data) -> float`` (a Task object's search);
-    ``direction``: ``"minimize"`` or ``"maximize"`` (built-ins know theirs); every trial also records its validation loss.
-
-    A ``storage`` is shared: the first search creates the study and runs the probes, the others
-    join it (:mod:`tunekit.hpsearch.shared`: ``grace_period``, ``worker_id``, ``threads``, ``join_timeout``,
-    ``artifacts``, ``storage_retry``: seconds a storage that does not answer is retried before the search
-    stops in one line); ``run_trials=False`` creates the study and runs no trial. The keyword arguments
-    are the fields of :class:`~tunekit.hpsearch.settings.SearchSettings`, built once here.
+    ``task``: a spec (``"shapes"``, ``"pkg.mod:fn"``, ``TaskSpec("file.py:fn", width=64)``), a :class:`Task`,
+    a HF ``Trainer`` or a ``LightningRun``. ``trials``: finished trials the study should hold. ``budget``:
+    what one full trial may draw (``"4000samples"``, ``"2epochs"``, ``"1e6tokens"``, ``"200updates"``,
+    ``"10min"`` of device time; default one run of the task's recipe). ``objective``: ``"loss"``,
+    ``"accuracy"``, ``"perplexity"`` or ``Objective(name_or_fn, direction)``. ``seed`` seeds the trials and
+    the probes. The sampler, pruner, backend, study and probes are objects (:mod:`tunekit.hpsearch.options`),
+    as Optuna takes a sampler and a pruner. ``keep``: whose trained weights are written (``"best"``,
+    ``"all"``, ``"none"``). The 0.x flat keywords still work, with a DeprecationWarning.
     """
-    # Every parameter but the first two is a settings field (tests/test_search.py keeps them in step).
-    settings = SearchSettings(**{k: v for k, v in locals().items() if k not in ("task", "space")})
-    return search_with(task, space, settings)
+    settings = settings_of(task, trials=trials, budget=budget, objective=objective, seed=seed, sampler=sampler,
+                           pruner=pruner, backend=backend, study=study, probes=probes, out=out, keep=keep,
+                           progress=progress, deprecated=deprecated)
+    return search_with(task_of(task), space, settings)
+
+
+def settings_of(task: Any, *, deprecated: dict[str, Any], caller: str = "search", **given: Any) -> SearchSettings:
+    """The search's settings from :func:`search`'s arguments (a TaskSpec's config among them), built once."""
+    kw = from_keywords(given, dict(deprecated), caller)
+    if isinstance(task, TaskSpec):
+        if kw.get("task_config"):
+            raise UsageError("give the task's config once: TaskSpec(spec, config), not also task_config=")
+        kw["task_config"] = dict(task.config) or None
+    return SearchSettings(**kw)
 
 
 def search_with(task: Any, space: str | SearchSpace, settings: SearchSettings, backend: Optional[Backend] = None) -> SearchResult:
@@ -209,7 +174,7 @@ def run_search(task: Any, space: str | SearchSpace, settings: SearchSettings,
     """:func:`search` with its settings built: the stages of the module's docstring. ``backend``:
     one of the caller's, else the one ``settings.backend`` names."""
     start = time.perf_counter()
-    backend = backend if backend is not None else get_backend(settings.backend)
+    backend = backend if backend is not None else get_backend(settings.backend.kind)
     backend.check(settings)
     with _no_empty_study_left(settings):
         prep = _prepare(task, space, settings, backend)
@@ -220,9 +185,10 @@ def run_search(task: Any, space: str | SearchSpace, settings: SearchSettings,
 
     # Run until the study holds `trials` finished trials. Interrupted (Ctrl-C), the
     # report of what finished is written all the same, and --resume goes on from it.
-    keeper = _keeper(study, settings) if settings.run_trials else None
+    run_trials = getattr(settings.study, "run_trials", True)  # False: a shared study's creator that runs none
+    keeper = _keeper(study, settings) if run_trials else None
     try:
-        if settings.run_trials:
+        if run_trials:
             settle(study, keeper)  # what a search killed during a write left
             work = Work(study, prep.dists, prep.plan, prep.task, settings.trials, settings, prep.opened.store, _no_end,
                         keeper)
@@ -249,8 +215,8 @@ def _prepare(task: Any, space: str | SearchSpace, settings: SearchSettings, back
     inputs = prepare_inputs(task, space, settings)
 
     # The storage first: a clash fails before any probe runs; a joining worker takes the spec.
-    opened = _open(settings, default_name(inputs.task.name, inputs.space.name, settings.study_name))
-    saved = (settings.lr_find_result, settings.probe_result)
+    opened = _open(settings, default_name(inputs.task.name, inputs.space.name, settings.study.name))
+    saved = (settings.probes.lr_find, settings.probes.probe)
     if opened.spec is not None:
         # What needs no probe first (the task, the space, the trial count...): a worker with another
         # task is told that, not what follows from it (the probes' task, a budget of other samples).
@@ -259,7 +225,7 @@ def _prepare(task: Any, space: str | SearchSpace, settings: SearchSettings, back
 
     # The probes (or their saved results), the plan every trial shares, the seeded space.
     with _creating(settings, opened):
-        probes = run_probes(inputs, settings, opened.existing or settings.resume, saved)
+        probes = run_probes(inputs, settings, opened.existing or settings.study.resume, saved)
         inputs = priced(inputs, probes)  # a budget in device time, by the probe's timed steps
         if opened.existing:
             probes.samples = int(opened.old_plan.get("probe_samples", probes.samples))
@@ -294,7 +260,7 @@ def _creating(settings: SearchSettings, opened: _Opened) -> Iterator[None]:
 def _no_empty_study_left(settings: SearchSettings) -> Iterator[None]:
     """A search refused before its study holds anything (a resume into an empty folder, a missing saved
     probe) leaves no study.db of its own making behind."""
-    db = settings.out / "study.db" if settings.out is not None and settings.storage is None else None
+    db = settings.out / "study.db" if settings.out is not None and not settings.shared else None
     fresh = db is not None and not db.exists()
     try:
         yield
@@ -309,7 +275,7 @@ def _keeper(study: Any, settings: SearchSettings) -> Optional[Keeper]:
     """Which trials' weights this process keeps, and where (:mod:`tunekit.hpsearch.keep`)."""
     from tunekit.hpsearch.shared.server import ARTIFACTS_KEY
 
-    artifacts = settings.artifacts or (study.user_attrs.get(ARTIFACTS_KEY) if settings.shared else None)
+    artifacts = getattr(settings.study, "artifacts", None) or (study.user_attrs.get(ARTIFACTS_KEY) if settings.shared else None)
     folder = weights_folder(settings, study.study_name, artifacts)
     return Keeper(settings.keep, folder, settings.goal.direction) if folder is not None else None
 
@@ -335,16 +301,18 @@ def _open(settings: SearchSettings, name: str) -> _Opened:
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
         check_report_of(out_dir, name)
-    store = open_storage(settings.storage, out_dir, settings.grace_period, settings.storage_retry)
+    st = settings.study
+    store = (open_storage(st.storage, out_dir, st.heartbeat_grace, st.storage_retry) if isinstance(st, SharedStudy)
+             else open_storage(None, out_dir))
     existing = study_exists(store, name)
-    if existing and not settings.resume and not settings.shared:
+    if existing and not st.resume and not settings.shared:
         raise UsageError(f"study '{name}' already exists in {out_dir}: pass resume=True to continue it, or another out=DIR or study=NAME")
-    if settings.resume and not settings.shared and out_dir is not None and not existing and not _probed(out_dir):
+    if st.resume and not settings.shared and out_dir is not None and not existing and not _probed(out_dir):
         raise UsageError(f"resume: there is no study '{name}' in {out_dir} to continue: drop resume=True to start one")
     # (A folder with the probes' files but no study: a search killed during its probes. It goes on, with them.)
     spec = None
-    if settings.shared and (existing or not claim_creation(store, name, settings.goal.direction)):
-        spec = wait_for_spec(store, name, settings.join_timeout, take_over=True)  # None: an older tunekit's study
+    if isinstance(st, SharedStudy) and (existing or not claim_creation(store, name, settings.goal.direction)):
+        spec = wait_for_spec(store, name, st.join_timeout, take_over=True)  # None: an older tunekit's study
         if spec == TAKEN_OVER:  # its creator died before storing the spec: this process finishes the creation
             spec, existing = None, True
     old_plan, old_dists = stored_plan(store, name) if existing or spec is not None else ({}, {})
@@ -357,8 +325,8 @@ def _probed(out_dir: Path) -> bool:
 
 
 def _spec_probes(spec: dict[str, Any], settings: SearchSettings) -> tuple[Any, Any]:
-    if settings.lr_find_result is not None or settings.probe_result is not None:
-        raise UsageError("a worker that joins a study takes the study's probes: drop lr_find_result= and probe_result=")
+    if settings.probes.lr_find is not None or settings.probes.probe is not None:
+        raise UsageError("a worker that joins a study takes the study's probes: drop ProbeSettings(lr_find=..., probe=...)")
     return spec_probes(spec)
 
 
@@ -390,32 +358,34 @@ def _worker_study(opened: _Opened, settings: SearchSettings, inputs: SearchInput
     with constant_liar, so none proposes what another runs; only the creator enqueues the seed
     trial and design, and stores the spec that joining workers wait for."""
     s, store, name = settings, opened.store, opened.name
+    # Without pruning the study still keeps the ladder halving would use (its stored plan reads the same).
+    h = s.pruner if isinstance(s.pruner, Halving) else Halving(evals=s.pruner.evals)
     n_design = design_size(s, inputs.space, probes)
-    wid = s.worker_id or default_worker_id()
+    wid = getattr(s.study, "worker_id", None) or default_worker_id()
     smp_seed = _sampler_seed(s, wid, store, name, opened.existing)
-    smp = make_sampler(s.sampler, smp_seed, n_design or max(3, min(10, s.trials // 3)),
+    smp = make_sampler(s.sampler.kind, smp_seed, n_design or max(3, min(10, s.trials // 3)),
                        parallel=backend.concurrent or s.shared)
     rung_list = (list(opened.old_plan["rungs"]) if "rungs" in opened.old_plan  # a study keeps the rungs it began with
-                 else ladder(inputs.budget.samples, s.trials, s.reduction_factor, s.evals, s.rungs, s.first_rung))
-    pruner = make_pruner(inputs.budget.samples // s.evals, s.evals, rung_list, s.reduction_factor, s.prune,
-                         adaptive=s.rungs is None and s.first_rung is None, direction=s.goal.direction)
+                 else ladder(inputs.budget.samples, s.trials, h.reduction_factor, h.evals, h.rungs, h.first_rung))
+    pruner = make_pruner(inputs.budget.samples // h.evals, h.evals, rung_list, h.reduction_factor, s.prune,
+                         adaptive=h.rungs is None and h.first_rung is None, direction=s.goal.direction)
     study = open_study(store, name, smp, pruner, s.goal.direction)
     keep_plan(study, {**plan.to_dict(), "probe_samples": probes.samples, "probe_seconds": probes.seconds,
                       "budget": inputs.budget.to_dict(), "sampler_seed": s.sampler_seed, "rungs": rung_list},
               dists, s.goal.label)
-    if s.resume:
+    if s.study.resume:
         resume_study(study, shared=s.shared, store=store)
     seed_params: dict[str, Any] = {}
     if opened.spec is not None:  # a joining worker: the creator has queued the seed trial and design, once
         seed_params = dict(opened.spec.get("seed_params") or {})
-    elif s.seed_trial or n_design:
+    elif s.sampler.seed_trial or n_design:
         seed_params = enqueue_seed_and_design(study, dists, probes, n_design, s.trials,
                                               recipe(inputs.task, inputs.cfg, s.seed))
     if opened.spec is None and SPEC_KEY not in study.user_attrs:  # the creator, last: joining workers wait for it
-        _keep_spec(study, {**spec, "seed_params": seed_params}, s.artifacts, s.out)
+        _keep_spec(study, {**spec, "seed_params": seed_params}, getattr(s.study, "artifacts", None), s.out)
         if s.shared:
             end_creation(store, name)
-    return study, seed_params, _become_worker(study, wid, smp_seed, s.threads, s.shared)
+    return study, seed_params, _become_worker(study, wid, smp_seed, getattr(s.study, "threads", None), s.shared)
 
 
 def _sampler_seed(settings: SearchSettings, wid: str, store: Any, name: str, existing: bool) -> int:

@@ -79,7 +79,7 @@ def prepare_inputs(task: Any, space: str | SearchSpace, settings: SearchSettings
     sp = space if isinstance(space, SearchSpace) else load_space(space)
     sp = _with_task_config(sp, task, settings.task_config)
     base = _base_task(task, sp)
-    cfg = TrainConfig.for_task(base, device=settings.device)
+    cfg = TrainConfig.for_task(base, device=settings.backend.device)
     inputs = SearchInputs(sp, base, cfg, _budget(settings.budget, base, cfg))
     _check_objective(inputs, settings)
     return inputs
@@ -89,13 +89,13 @@ def with_objective(task: Any, settings: SearchSettings) -> Any:
     """The task the trials run: a Task object given ``objective=fn`` gets ``fn`` as one of its metrics."""
     from tunekit.inputs.task import Task
 
-    if isinstance(settings.objective, str):
+    if settings.goal.fn is None:
         return task
     if not isinstance(task, Task):
         raise UsageError(f"objective=<function {settings.goal.name}> needs the task as a Task object, whose trials "
                          "run in this process: with a task spec, give its Task metrics={'name': fn} and pass "
                          "objective='name'")
-    return dataclasses.replace(task, metrics={**task.metrics, settings.goal.name: settings.objective})
+    return dataclasses.replace(task, metrics={**task.metrics, settings.goal.name: settings.goal.fn})
 
 
 def _check_objective(inputs: SearchInputs, settings: SearchSettings) -> None:
@@ -109,7 +109,7 @@ def _check_objective(inputs: SearchInputs, settings: SearchSettings) -> None:
     from tunekit.training.loop import evaluate
     from tunekit.training.step import resolve_device
 
-    device = resolve_device(settings.device)
+    device = resolve_device(settings.backend.device)
     metrics = evaluate(task.make_model(settings.seed).to(device), task.val_data, task.loss_computer(), device=device,
                        batch_size=int(task.batch_size or inputs.cfg.batch_size or 1), max_batches=1)
     if "accuracy" not in metrics:
@@ -191,8 +191,8 @@ def run_probes(inputs: SearchInputs, settings: SearchSettings, existing: bool, s
     precision = sp.fixed().get("precision", cfg.precision)
     for kind, result in (("lr_find", found.lr_find), ("probe", found.probe)):
         if result is not None:
-            check_saved(kind, result.settings, task.name, precision or task.precision, settings.device)
-    common = dict(device=settings.device, seed=settings.seed, progress=settings.progress, clip_grad_norm=clip,
+            check_saved(kind, result.settings, task.name, precision or task.precision, settings.backend.device)
+    common = dict(device=settings.backend.device, seed=settings.seed, progress=settings.progress, clip_grad_norm=clip,
                   precision=precision)
     if sp.needs_lr_find and found.lr_find is None:
         from tunekit.probes.range_test import lr_find
@@ -212,7 +212,7 @@ def run_probes(inputs: SearchInputs, settings: SearchSettings, existing: bool, s
         # the space can offer, or a budget in samples can use, is tried: those steps are the
         # probe's dearest, in samples and in time.
         repeats, skipped = noise_repeats(inputs, found.lr_find)
-        found.probe = probe(task, memory_budget=settings.memory_budget, throughput_points=PRICE_POINTS,
+        found.probe = probe(task, memory_budget=settings.probes.memory_budget, throughput_points=PRICE_POINTS,
                             max_batch=probe_cap(inputs, found.lr_find), noise_repeats=repeats, **common)
         if skipped:
             found.probe.settings["noise_not_measured"] = skipped
@@ -310,7 +310,7 @@ def make_plan(inputs: SearchInputs, probes: Probes, settings: SearchSettings) ->
     eval_batches = None if n_val is None or n_val <= EVAL_SAMPLES else max(1, EVAL_SAMPLES // eval_bs)
     return Plan(budget_samples=inputs.budget.samples, seed=settings.seed, task_batch=_task_batch(inputs),
                 max_micro=int(probes.probe.max_batch) if probes.probe is not None else 1 << 30,
-                ref_batch=ref, lr_rule=rule, evals=settings.evals, device=settings.device, eval_batch_size=eval_bs,
+                ref_batch=ref, lr_rule=rule, evals=settings.pruner.evals, device=settings.backend.device, eval_batch_size=eval_bs,
                 eval_batches=eval_batches, fixed=sp.fixed(), objective=settings.goal.name,
                 direction=settings.goal.direction, budget_seconds=inputs.budget.seconds,
                 step_times=probes.probe.step_times if probes.probe is not None else [])
@@ -327,9 +327,9 @@ def adaptive_l2(inputs: SearchInputs, seed: int) -> bool:
 
 def design_size(settings: SearchSettings, sp: SearchSpace, probes: Probes) -> int:
     """Trials queued before the sampler's own: the seed trial and the design around it."""
-    if settings.design is not None:
-        return settings.design
-    if not settings.seed_trial:
+    if settings.sampler.design is not None:
+        return settings.sampler.design
+    if not settings.sampler.seed_trial:
         return 0
     return DESIGN_TRIALS if probes.lr_find is not None and "lr" in sp.entries else 1
 

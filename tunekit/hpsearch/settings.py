@@ -1,124 +1,98 @@
 """Every setting of a search, in one frozen object built once from the caller's arguments.
 
-:class:`SearchSettings` is validated once, when it is built. The fields marked ``study`` are what
-a shared study keeps in its spec and what a joining worker may repeat (they must agree); the
-others say where and how this process runs. :func:`~tunekit.search` takes the fields as its
-keyword arguments (a test keeps the two in step), and everything below it takes the object.
+:class:`SearchSettings` holds the study's own values (trials, budget, objective, seed) and one
+object per concept (:mod:`.options`: the sampler, the pruner, the backend, the study, the probes).
+A shared study's spec is made from the fields that define it (:meth:`SearchSettings.study_dict`),
+and a worker that joins is rebuilt from it (:meth:`SearchSettings.from_spec`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
 from tunekit.errors import UsageError, check_int
-from tunekit.hpsearch.budget import parse_budget, parse_duration
+from tunekit.hpsearch.budget import parse_budget
 from tunekit.hpsearch.keep import KEEP
-from tunekit.hpsearch.resilient import STORAGE_RETRY
+from tunekit.hpsearch.options import (CONCEPTS, BackendOptions, Halving, Local, NoPruning, ProbeSettings, Pruner,
+                                      Sampler, SharedStudy, Study, TPE)
 from tunekit.objective import Objective
 
-__all__ = ["SearchSettings", "STUDY_SETTINGS", "JOIN_SETTINGS", "BACKENDS"]
-
-BACKENDS = ("local", "ray")
-SAMPLERS = ("tpe", "random")
-
-
-def _study(default: Any, compared_by: str = "spec") -> Any:
-    """A field that defines the study: kept in its spec, compared when a worker joins.
-
-    ``compared_by="plan"``: compared through the plan the setting resolves to (a budget of
-    ``2epochs`` and one of ``4000samples`` may be the same budget), not as written."""
-    return field(default=default, metadata={"study": compared_by})
+__all__ = ["SearchSettings", "SPEC_COMPARED", "from_keywords", "LEGACY"]
 
 
 @dataclass(frozen=True)
 class SearchSettings:
     """The settings of one search (see :func:`tunekit.search` for each)."""
 
-    # --- what the study is: kept in a shared study's spec ---------------------------------
-    task_config: Optional[dict[str, Any]] = _study(None)
-    trials: int = _study(12)
-    budget: Any = _study(None, "plan")
-    seed: int = _study(0, "plan")
-    sampler: str = _study("tpe")
-    sampler_seed: Optional[int] = _study(None)
-    prune: bool = _study(True)
-    reduction_factor: int = _study(3)
-    rungs: Optional[int] = _study(None)
-    first_rung: Optional[float] = _study(None)
-    seed_trial: bool = _study(True)
-    design: Optional[int] = _study(None)
-    evals: int = _study(8, "plan")
-    # What the trials are compared by: a metric's name (loss, accuracy, perplexity, or one of the
-    # task's own metrics) or fn(model, val_data) -> float, and which way is better.
-    objective: Any = _study("loss", "plan")
-    direction: Optional[str] = _study(None, "plan")
-    # ``max_steps=N`` is ``budget="Nupdates"``: folded into ``budget`` when the settings are built.
-    max_steps: Optional[int] = None
-    # The study's device time (its trials' measured seconds and its probes'), after which no
-    # trial starts: 90s, 30min, 2h (seconds once the settings are built). Checked by each
-    # worker, so a resume may raise it.
-    time_limit: Any = None
-    # --- where its results go and what it starts from --------------------------------------
-    storage: Optional[str] = None
-    study_name: Optional[str] = None
-    resume: bool = False
+    trials: int = 12
+    budget: Any = None  # what one full trial may draw: "4000samples", "2epochs", "1e6tokens", "200updates", "10min"
+    objective: Any = "loss"  # a metric's name, fn(model, val_data) -> float, or an Objective: an Objective once built
+    seed: int = 0
+    task_config: Optional[dict[str, Any]] = None  # a task spec's config (TaskSpec), fixed task.* entries of the space
+    sampler: Sampler = field(default_factory=TPE)
+    pruner: Pruner = field(default_factory=Halving)
+    backend: BackendOptions = field(default_factory=Local)
+    study: Study | SharedStudy = field(default_factory=Study)
+    probes: ProbeSettings = field(default_factory=ProbeSettings)
     out: Optional[Path] = None
-    lr_find_result: Any = None
-    probe_result: Any = None
-    memory_budget: Optional[str] = None
-    device: str = "auto"
+    keep: str = "best"  # which trials' trained weights are written (tunekit.hpsearch.keep)
     progress: Optional[bool] = None  # None: a bar where a person is watching (tunekit.progress)
-    # Which trials' trained weights are written: the best's (one file, replaced as the best improves),
-    # every finished trial's, or none (tunekit.hpsearch.keep).
-    keep: str = "best"
-    # --- the backend that runs the trials ----------------------------------------------------
-    backend: str = "local"
-    cpus_per_trial: float = 1
-    gpus_per_trial: float = 0
-    max_concurrent: Optional[int] = None
-    max_failures: int = 0
-    address: Optional[str] = None
-    storage_path: Optional[str] = None
-    ray_init: Optional[dict[str, Any]] = None
-    # --- this process as a worker of a shared study -----------------------------------------
-    grace_period: Optional[int] = None
-    storage_retry: float = STORAGE_RETRY  # seconds a storage that does not answer is retried before this process stops
-    worker_id: Optional[str] = None
-    threads: Optional[int] = None
-    run_trials: bool = True
-    join_timeout: float = 1800.0
-    artifacts: Optional[str] = None
 
     def __post_init__(self) -> None:
         self._check()
         # Normalised once, so the spec, the plan and the report all see the same values.
-        if self.max_steps is not None:
-            object.__setattr__(self, "budget", f"{self.max_steps}updates")
-            object.__setattr__(self, "max_steps", None)
-        if self.sampler_seed is None:
-            object.__setattr__(self, "sampler_seed", self.seed)
-        object.__setattr__(self, "time_limit", parse_duration(self.time_limit, "time_limit"))
-        object.__setattr__(self, "direction", self.goal.direction)
+        if self.sampler.seed is None:
+            object.__setattr__(self, "sampler", dataclasses.replace(self.sampler, seed=self.seed))
+        object.__setattr__(self, "objective", Objective.of(self.objective))
         if self.out is not None and not isinstance(self.out, Path):
             object.__setattr__(self, "out", Path(self.out))
 
     @property
     def shared(self) -> bool:
         """Whether the study lives in a storage that other workers may share."""
-        return self.storage is not None
+        return isinstance(self.study, SharedStudy)
 
     @property
     def goal(self) -> Objective:
         """The objective by name, with its direction."""
-        return Objective.of(self.objective, self.direction)
+        return self.objective
+
+    @property
+    def prune(self) -> bool:
+        return isinstance(self.pruner, Halving)
+
+    @property
+    def sampler_seed(self) -> int:
+        assert self.sampler.seed is not None  # set from the seed when the settings were built
+        return self.sampler.seed
 
     def study_dict(self) -> dict[str, Any]:
-        """The fields that define the study, as its spec keeps them (a callable objective by its name)."""
-        return {name: getattr(self, name) for name in STUDY_SETTINGS} | {"objective": self.goal.name}
+        """The values that define the study, as its spec keeps them (the keys of older tunekits kept)."""
+        halving = self.pruner if isinstance(self.pruner, Halving) else Halving(evals=self.pruner.evals)
+        out = {"task_config": self.task_config, "trials": self.trials, "budget": self.budget, "seed": self.seed,
+               "sampler": self.sampler.kind, "prune": self.prune}
+        for obj in (self.sampler, halving):
+            out.update({f.metadata["spec"]: getattr(obj, f.name) for f in dataclasses.fields(obj) if f.metadata.get("spec")})
+        return out | {"objective": self.goal.name, "direction": self.goal.direction}
+
+    @staticmethod
+    def from_spec(spec: dict[str, Any]) -> dict[str, Any]:
+        """The keyword arguments of :class:`SearchSettings` that a stored spec defines (an older spec lacks some)."""
+        def fields_of(cls: type) -> dict[str, Any]:
+            return {f.name: spec[f.metadata["spec"]] for f in dataclasses.fields(cls)
+                    if f.metadata.get("spec") in spec}
+        sampler_cls = CONCEPTS["sampler"][1].get(spec.get("sampler", "tpe"), TPE)
+        pruner_cls = Halving if spec.get("prune", True) else NoPruning
+        out: dict[str, Any] = {k: spec[k] for k in ("trials", "budget", "seed", "task_config") if k in spec}
+        out["task_config"] = out.get("task_config") or None
+        out["sampler"], out["pruner"] = sampler_cls(**fields_of(sampler_cls)), pruner_cls(**fields_of(pruner_cls))
+        if "objective" in spec:
+            out["objective"] = Objective.of(spec["objective"], spec.get("direction"))
+        return out
 
     def replace(self, **changes: Any) -> "SearchSettings":
         """A copy with ``changes`` (validated again)."""
@@ -127,63 +101,101 @@ class SearchSettings:
     # --- validation: every refusal names the value and the fix -----------------------------
 
     def _check(self) -> None:
-        self._check_counts()
-        self._check_budget()
-        self._check_resources()
-        if self.backend not in BACKENDS:
-            raise UsageError(f"backend {self.backend!r} is unknown: use local or ray")
+        check_int("trials", self.trials, hint="pass e.g. trials=12")
+        parse_budget(self.budget)
+        for name, kind, example in (("sampler", Sampler, "TPE()"), ("pruner", Pruner, "Halving() or NoPruning()"),
+                                    ("backend", BackendOptions, "Local() or Ray()"),
+                                    ("study", (Study, SharedStudy), "Study() or SharedStudy(storage=URL)"),
+                                    ("probes", ProbeSettings, "ProbeSettings(lr_find='lr_find.json')")):
+            if not isinstance(getattr(self, name), kind):
+                raise UsageError(f"{name} must be a tunekit object such as {example}, got {getattr(self, name)!r}: "
+                                 f"pass e.g. {name}={example.split(' or ')[0]}")
         if self.keep not in KEEP:
             raise UsageError(f"keep {self.keep!r} is unknown: use best (the best trial's weights), all (every "
                              "finished trial's) or none")
-        if self.sampler not in SAMPLERS:
-            raise UsageError(f"sampler {self.sampler!r} is unknown: use tpe or random")
-        if self.threads is not None:
-            check_int("threads", self.threads, hint="pass e.g. threads=4")
-        if isinstance(self.storage_retry, bool) or not isinstance(self.storage_retry, (int, float)) or not self.storage_retry >= 0:
-            raise UsageError(f"storage_retry must be seconds >= 0, got {self.storage_retry!r}: pass e.g. storage_retry=60")
-        goal = self.goal  # a bad objective or direction fails here
-        if self.shared and not isinstance(self.objective, str):
+        goal = Objective.of(self.objective)  # a bad objective or direction fails here
+        if self.shared and goal.fn is not None:
             raise UsageError(f"a shared study's objective must be a name every worker can find, got a function "
                              f"({goal.name}): give the task metrics={{'{goal.name}': fn}} and pass "
                              f"objective='{goal.name}'")
 
-    def _check_counts(self) -> None:
-        check_int("trials", self.trials, hint="pass e.g. trials=12")
-        check_int("reduction_factor", self.reduction_factor, minimum=2, hint="pass e.g. reduction_factor=3")
-        check_int("evals", self.evals, hint="evaluations per trial: pass e.g. evals=8")
-        check_int("max_failures", self.max_failures, minimum=0, hint="pass e.g. max_failures=2")
-        for name, minimum, example in (("rungs", 0, 2), ("design", 0, 5), ("max_concurrent", 1, 4)):
-            value = getattr(self, name)
-            if value is not None:
-                check_int(name, value, minimum=minimum, hint=f"pass e.g. {name}={example}")
 
-    def _check_budget(self) -> None:
-        if self.max_steps is not None:
-            if self.budget is not None:
-                raise UsageError("give the budget once: budget (e.g. budget=4000samples) or max_steps, not both")
-            if isinstance(self.max_steps, bool) or not isinstance(self.max_steps, int) or self.max_steps < 2:
-                raise UsageError(f"max_steps must be >= 2, got {self.max_steps!r}: pass e.g. max_steps=200")
-        else:
-            parse_budget(self.budget)
-
-    def _check_resources(self) -> None:
-        cpus, gpus = self.cpus_per_trial, self.gpus_per_trial
-        for flag, v in (("cpus_per_trial", cpus), ("gpus_per_trial", gpus)):
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v >= 0 and math.isfinite(v)):
-                raise UsageError(f"{flag} must be a number >= 0, got {v!r}: pass e.g. {flag}=1")
-        if cpus <= 0 and gpus <= 0:
-            raise UsageError("a trial needs some resource: pass e.g. cpus_per_trial=1, or gpus_per_trial above 0")
-        if gpus > 1 and gpus != int(gpus):
-            raise UsageError(f"gpus_per_trial {gpus:g} is above 1 but not whole: use a fraction below 1 or a whole number")
-        if self.backend == "local" and (self.address or self.storage_path or gpus or self.max_concurrent
-                                        or self.max_failures):
-            raise UsageError("address=..., storage_path=..., gpus_per_trial=..., max_concurrent=... and max_failures=... "
-                             "apply to the Ray backend: pass backend=ray, or drop them")
+# Compared as written when a worker joins; the others (budget, seed, evals, objective) through the
+# plan they resolve to (a budget of 2epochs and one of 4000samples may be the same budget).
+SPEC_COMPARED = ("task_config", "trials", "sampler", "prune",
+                 *(f.metadata["spec"] for cls in (Sampler, Halving) for f in dataclasses.fields(cls)
+                   if f.metadata.get("spec") and f.name != "evals"))
 
 
-# The study's own settings, in the order its spec lists them; a joining worker may repeat these
-# (and max_steps, another way to say the budget), and must agree with the study on each.
-STUDY_SETTINGS = tuple(f.name for f in dataclasses.fields(SearchSettings) if "study" in f.metadata)
-JOIN_SETTINGS = (*STUDY_SETTINGS, "max_steps")
-# Compared as written when a worker joins; the others through the plan they resolve to.
-SPEC_COMPARED = tuple(f.name for f in dataclasses.fields(SearchSettings) if f.metadata.get("study") == "spec")
+# The keywords of tunekit 0.x's search(), each with the object and field that now holds it.
+LEGACY: dict[str, tuple[str, str]] = {
+    "sampler_seed": ("sampler", "seed"), "design": ("sampler", "design"), "seed_trial": ("sampler", "seed_trial"),
+    "reduction_factor": ("pruner", "reduction_factor"), "rungs": ("pruner", "rungs"),
+    "first_rung": ("pruner", "first_rung"), "evals": ("pruner", "evals"),
+    **{name: ("backend", name) for name in ("device", "cpus_per_trial", "gpus_per_trial", "max_concurrent",
+                                            "max_failures", "address", "storage_path", "ray_init")},
+    "study_name": ("study", "name"), "resume": ("study", "resume"), "time_limit": ("study", "time_limit"),
+    "grace_period": ("study", "heartbeat_grace"),
+    **{name: ("study", name) for name in ("storage", "worker_id", "threads", "storage_retry", "join_timeout",
+                                          "artifacts", "run_trials")},
+    "lr_find_result": ("probes", "lr_find"), "probe_result": ("probes", "probe"),
+    "memory_budget": ("probes", "memory_budget"),
+}
+
+
+def from_keywords(kw: dict[str, Any], legacy: dict[str, Any], caller: str = "search") -> dict[str, Any]:
+    """``kw`` (the new keywords) with the old flat keywords in ``legacy`` folded into their objects.
+
+    Each old keyword still works for this release, with a DeprecationWarning that names the new form."""
+    unknown = sorted(set(legacy) - set(LEGACY) - {"sampler", "prune", "backend", "direction", "max_steps", "task_config"})
+    if unknown:
+        raise UsageError(f"{caller}() got an unexpected keyword {unknown[0]}=: see help(tunekit.{caller}) for its "
+                         "parameters (sampler=TPE(...), pruner=Halving(...), backend=Local()/Ray(...), "
+                         "study=Study()/SharedStudy(...), probes=ProbeSettings(...))")
+    kw, legacy = dict(kw), dict(legacy)
+    for concept in ("sampler", "backend"):  # 0.x named them: sampler="random", backend="ray"
+        if isinstance(kw.get(concept), str):
+            legacy[concept] = kw.pop(concept)
+    if not legacy:
+        return kw
+    warnings.warn(f"{caller}({', '.join(f'{k}=' for k in legacy)}) is deprecated: pass the objects instead "
+                  "(sampler=TPE(seed=...), pruner=Halving(...), backend=Ray(...), study=SharedStudy(storage=...), "
+                  "probes=ProbeSettings(...), task=TaskSpec(spec, config)); the old keywords go in the next release",
+                  DeprecationWarning, stacklevel=4)
+    kw["task_config"] = legacy.pop("task_config", None) or None
+    objective, direction = kw.get("objective", "loss"), legacy.pop("direction", None)
+    if direction is not None:
+        kw["objective"] = Objective.of(objective.name if isinstance(objective, Objective) else objective, direction)
+    max_steps = legacy.pop("max_steps", None)
+    if max_steps is not None:
+        if kw.get("budget") is not None:
+            raise UsageError("give the budget once: budget (e.g. budget=4000samples) or max_steps, not both")
+        if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 2:
+            raise UsageError(f"max_steps must be >= 2, got {max_steps!r}: pass e.g. budget='200updates'")
+        kw["budget"] = f"{max_steps}updates"
+    kinds = {"sampler": legacy.pop("sampler", None), "pruner": None if legacy.pop("prune", True) else "none",
+             "backend": legacy.pop("backend", None), "study": "shared" if legacy.get("storage") else None}
+    for concept in ("sampler", "pruner", "backend", "study", "probes"):
+        fields = {f: legacy.pop(k) for k, (c, f) in list(LEGACY.items()) if c == concept and k in legacy}
+        if concept == "study" and kinds["study"] is None:
+            fields.pop("storage", None)
+        kw[concept] = _object_of(concept, kinds.get(concept), kw.get(concept), fields)
+    return kw
+
+
+def _object_of(concept: str, kind: Optional[str], given: Any, fields: dict[str, Any]) -> Any:
+    """The concept's object from an old keyword's kind (``sampler="random"``) and its old fields."""
+    classes = CONCEPTS[concept][1]
+    if kind is not None and kind not in classes:
+        raise UsageError(f"{concept} {kind!r} is unknown: use {' or '.join(k for k in classes if k)}")
+    cls = classes[kind] if kind is not None else (type(given) if given is not None else next(iter(classes.values())))
+    if not fields and kind is None:
+        return given
+    base = {f.name: getattr(given, f.name) for f in dataclasses.fields(given)} if isinstance(given, cls) else {}
+    names = {f.name for f in dataclasses.fields(cls)}
+    wrong = sorted(set(fields) - names)
+    if wrong:
+        owner = next((k for k, c in classes.items() if wrong[0] in {f.name for f in dataclasses.fields(c)}), "another")
+        raise UsageError(f"{wrong[0]}=... applies to {concept}={owner}, not {cls.__name__}: pass "
+                         f"{concept}={CONCEPTS[concept][1].get(owner, cls).__name__}(...), or drop it")
+    return cls(**(base | fields))

@@ -37,14 +37,14 @@ def build_result(study: Any, store: Any, settings: SearchSettings, sp: SearchSpa
     trials = trial_dicts(study)
     best = best_of(trials, goal.direction)
     result = SearchResult(
-        study_name=study.study_name, storage=safe_url(str(getattr(store, "url", settings.storage or "in-memory"))),
+        study_name=study.study_name, storage=safe_url(str(getattr(store, "url", getattr(settings.study, "storage", None) or "in-memory"))),
         space=sp.name, direction=goal.direction, objective=goal.name, best_value=best["value"] if best else None,
         best_params=best["params"] if best else {}, best_config=best["config"] if best else {}, trials=trials,
         seed_params=seed_params,
         distributions={n: optuna.distributions.distribution_to_json(d) for n, d in dists.items()},
         budget=budget.to_dict(), task=task_spec, plan=plan.to_dict(), probe_samples=probes.samples, seconds=seconds,
         seed=settings.seed, sampler_seed=settings.sampler_seed, probe_seconds=probes.seconds,
-        device=probes.probe.device if probes.probe is not None else None, time_limit=settings.time_limit,
+        device=probes.probe.device if probes.probe is not None else None, time_limit=settings.study.time_limit,
         lr_find=_lr_find_summary(probes.lr_find, sp, probes.own_lr_find),
         probe=_probe_summary(probes.probe, study.user_attrs.get(DESIGN_BATCH_ATTR)),
         keep=settings.keep, best_weights=_kept(best))

@@ -18,14 +18,15 @@ import importlib
 import importlib.util
 import inspect
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tunekit.errors import UsageError
 from tunekit.inputs.task import Task
 
-__all__ = ["load_task", "list_tasks", "resolve_task_function"]
+__all__ = ["load_task", "list_tasks", "resolve_task_function", "TaskSpec", "task_of"]
 
 _FORMS = "a built-in name ({names}), 'package.module:function' or 'path/to/file.py:function'"
 
@@ -133,11 +134,13 @@ def _their_objects(made: Any, spec: str) -> Task:
     return adapted.task
 
 
-def load_task(spec: str | Task, config: dict[str, Any] | None = None) -> Task:
-    """The Task that ``spec`` names, built with ``config`` (task hyperparameters).
+def load_task(spec: "str | TaskSpec | Task", config: dict[str, Any] | None = None) -> Task:
+    """The Task that ``spec`` names, built with ``config`` (task hyperparameters) over a TaskSpec's own.
 
     A :class:`Task` passes through unchanged (``config`` must then be empty).
     """
+    if isinstance(spec, TaskSpec):
+        spec, config = spec.spec, {**spec.config, **(config or {})}
     if isinstance(spec, Task):
         if config:
             raise UsageError("config was given with a Task object: a Task is already built; pass its spec or function instead")
@@ -158,3 +161,26 @@ def load_task(spec: str | Task, config: dict[str, Any] | None = None) -> Task:
     if task.name == "task":
         task.name = spec.rpartition(":")[2] or spec
     return task
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """A task by spec (``"pkg.mod:fn"``, ``"file.py:fn"``, a built-in name) with the config its function
+    takes: ``TaskSpec("models.py:make_task", {"width": 64})``. A search keeps both in a shared study's
+    spec, so every worker builds the same task."""
+
+    spec: str
+    config: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.spec, str) or not self.spec:
+            raise UsageError(f"TaskSpec needs a spec string such as 'pkg.mod:fn', got {self.spec!r}")
+        if not isinstance(self.config, Mapping):
+            raise UsageError(f"TaskSpec's config must be a dict of the task function's settings, got {self.config!r}: "
+                             "pass e.g. TaskSpec('pkg.mod:fn', {'width': 64})")
+
+
+def task_of(task: Any) -> Any:
+    """A TaskSpec's spec string (its config goes with the settings); any other task as given."""
+    return task.spec if isinstance(task, TaskSpec) else task
+

@@ -43,7 +43,7 @@ class Work:
         """Whether the study has spent its device-time limit: then no trial starts (those running finish)."""
         from tunekit.hpsearch.study import device_seconds
 
-        limit = self.settings.time_limit
+        limit = self.settings.study.time_limit
         return limit is not None and device_seconds(self.study) >= limit
 
 

@@ -11,24 +11,36 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
+import dataclasses
+
 from tunekit.errors import UsageError
-from tunekit.hpsearch.resilient import STORAGE_RETRY
-from tunekit.hpsearch.settings import JOIN_SETTINGS, STUDY_SETTINGS, SearchSettings
+from tunekit.hpsearch.options import TPE, BackendOptions, Local, SharedStudy
+from tunekit.hpsearch.settings import SearchSettings
 from tunekit.hpsearch.shared.workers import open_storage
 
 __all__ = ["create_study", "join_study", "reap_study", "delete_study", "study_result", "write_study_report",
            "JOIN_SETTINGS"]
 
+# What a joining worker may repeat: the study's own values, as its spec keeps them (and max_steps,
+# another way to say the budget); each must agree with the study's.
+JOIN_SETTINGS = (*SearchSettings().study_dict(), "max_steps")
 
-def create_study(task: Any = "shapes", space: Any = "from_scratch", *, storage: str, study_name: Optional[str] = None,
-                 **kw: Any) -> Any:
-    """Create a shared study: the probes run here, once; the spec, plan and seed trial are stored.
-    Workers then join with :func:`join_study` (``tunekit worker``). Returns the (empty) SearchResult."""
-    if not storage:
-        raise UsageError("create_study needs storage=URL (postgresql://..., sqlite:///..., or a journal file *.log)")
+
+def create_study(task: Any = "shapes", space: Any = "from_scratch", *, study: Optional[SharedStudy] = None,
+                 **search_args: Any) -> Any:
+    """Create the shared ``study``: the probes run here, once; the spec, plan and seed trial are stored.
+    Workers then join with :func:`join_study` (``tunekit worker``), given the same SharedStudy.
+    ``search_args``: those of :func:`tunekit.search`. Returns the (empty) SearchResult."""
     from tunekit.hpsearch.run import search
 
-    return search(task, space, storage=storage, study_name=study_name, run_trials=False, **kw)
+    if study is None:
+        if not search_args.get("storage"):  # tunekit 0.x: storage=URL, study_name=NAME
+            raise UsageError("create_study needs study=SharedStudy(storage=URL) (postgresql://..., sqlite:///..., or "
+                             "a journal file *.log)")
+        return search(task, space, run_trials=False, **search_args)
+    if not isinstance(study, SharedStudy):
+        raise UsageError(f"create_study needs study=SharedStudy(storage=URL), got {study!r}")
+    return search(task, space, study=dataclasses.replace(study, run_trials=False), **search_args)
 
 
 def _load_spec(store: Any, name: str, storage: str, timeout: float) -> dict[str, Any]:
@@ -46,47 +58,78 @@ def _load_spec(store: Any, name: str, storage: str, timeout: float) -> dict[str,
     return spec
 
 
-def join_study(storage: str, study_name: str, *, task: Any = None, out: Any = None, device: str = "auto",
-               progress: Optional[bool] = None, worker_id: Optional[str] = None, threads: Optional[int] = None,
-               grace_period: Optional[int] = None, timeout: float = 1800.0, time_limit: Any = None,
-               storage_retry: float = STORAGE_RETRY, keep: str = "best", **settings: Any) -> Any:
-    """Join study ``study_name`` as a worker: run its trials until it holds its count; no probe runs.
+def join_study(study: SharedStudy | str, study_name: Optional[str] = None, *, task: Any = None, out: Any = None,
+               backend: BackendOptions = Local(), keep: str = "best", progress: Optional[bool] = None,
+               **must_agree: Any) -> Any:
+    """Join the shared ``study`` as a worker: run its trials until it holds its count; no probe runs.
 
-    ``settings`` (any of :data:`JOIN_SETTINGS`) are checked against the study's and refused in one
-    line when they disagree; those not given are the study's. ``task`` defaults to the study's spec
-    (give the same task object when the study was created with one). ``time_limit``: no trial starts
-    once the study (all its workers) has spent that much device time. ``keep``: which of this worker's
-    trials keep their weights (:mod:`tunekit.hpsearch.keep`), in the study's artifact folder when it has one."""
+    ``must_agree`` (any of :data:`JOIN_SETTINGS`, or ``sampler=``/``pruner=`` objects) are checked against
+    the study's and refused in one line when they disagree; those not given are the study's. ``task``
+    defaults to the study's (give the same task object when the study was created with one). ``keep``:
+    which of this worker's trials keep their weights, in the study's artifact folder when it has one."""
     from tunekit.hpsearch.run import search
     from tunekit.hpsearch.shared.workers import space_of
+    from tunekit.inputs.task_spec import TaskSpec
 
-    unknown = sorted(set(settings) - set(JOIN_SETTINGS))
+    if isinstance(study, str):  # tunekit 0.x: join_study(storage, study_name, worker_id=..., timeout=...)
+        study, backend = _legacy_worker(study, study_name, backend, must_agree)
+    unknown = sorted(set(must_agree) - set(JOIN_SETTINGS) - {"sampler", "pruner", "objective"})
     if unknown:
         raise UsageError(f"join_study does not take {unknown[0]}=: a worker takes the study's settings; "
                          f"it may repeat {', '.join(JOIN_SETTINGS)}")
-    spec = _load_spec(open_storage(storage, None, grace_period, storage_retry), study_name, storage, timeout)
+    if not study.name:
+        raise UsageError("join_study needs the study's name: pass study=SharedStudy(storage=URL, name=NAME)")
+    spec = _load_spec(open_storage(study.storage, None, study.heartbeat_grace, study.storage_retry), study.name,
+                      study.storage, study.join_timeout)
     if task is None and spec.get("task") is None:
-        raise UsageError(f"study '{study_name}' was created with a Task object, not a spec: pass the same task=")
-    kw = {k: spec[k] for k in STUDY_SETTINGS if k in spec}  # an older spec lacks the newer settings
-    given = {k: v for k, v in settings.items() if v is not None}
+        raise UsageError(f"study '{study.name}' was created with a Task object, not a spec: pass the same task=")
+    kw = _the_studys(spec, {k: v for k, v in must_agree.items() if v is not None})
+    config = kw.pop("task_config", None)
+    if isinstance(task, TaskSpec):
+        task, config = task.spec, dict(task.config) or config
+    task = spec["task"] if task is None else task
+    task = TaskSpec(task, config) if config and isinstance(task, str) else task
+    return search(task, space_of(spec), study=study, backend=backend, out=out, keep=keep, progress=progress, **kw)
+
+
+def _the_studys(spec: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
+    """The study's settings as :func:`tunekit.search` takes them, with the ones a worker gave over them."""
+    values = {k: spec[k] for k in JOIN_SETTINGS if k in spec}  # an older spec lacks the newer settings
+    objects = {k: given.pop(k) for k in ("sampler", "pruner") if k in given}
     if "budget" in given or "max_steps" in given:
-        kw.pop("budget")  # search() compares the budget it resolves with the study's
-    kw.update(given)
-    return search(spec["task"] if task is None else task, space_of(spec), storage=storage, study_name=study_name,
-                  out=out, device=device, progress=progress, worker_id=worker_id, threads=threads,
-                  grace_period=grace_period, join_timeout=timeout, time_limit=time_limit, storage_retry=storage_retry,
-                  keep=keep, **kw)
+        values.pop("budget", None)  # search() compares the budget it resolves with the study's
+    if "max_steps" in given:
+        given["budget"] = f"{given.pop('max_steps')}updates"
+    if isinstance(given.get("objective"), str) and given["objective"] != values.get("objective"):
+        values.pop("direction", None)  # another objective's own direction, to be told apart in one line
+    return SearchSettings.from_spec(values | given) | objects
+
+
+def _legacy_worker(storage: str, name: Optional[str], backend: BackendOptions,
+                   kw: dict[str, Any]) -> tuple[SharedStudy, BackendOptions]:
+    """tunekit 0.x's join_study(storage, study_name, ...) keywords as a SharedStudy and a backend, warned."""
+    import warnings
+
+    old = {"worker_id": "worker_id", "threads": "threads", "grace_period": "heartbeat_grace", "timeout": "join_timeout",
+           "time_limit": "time_limit", "storage_retry": "storage_retry"}
+    fields = {new: kw.pop(k) for k, new in old.items() if k in kw}
+    device = kw.pop("device", None)
+    warnings.warn("join_study(storage, study_name, ...) is deprecated: pass join_study(SharedStudy(storage=URL, "
+                  "name=NAME, worker_id=..., ...), backend=Local(device=...))", DeprecationWarning, stacklevel=3)
+    if device is not None:
+        backend = dataclasses.replace(backend, device=device)
+    return SharedStudy(storage=storage, name=name, **fields), backend
 
 
 def reap_study(storage: str, study_name: str, workers: Optional[list[str]] = None,
-               grace_period: Optional[int] = None) -> list[int]:
+               heartbeat_grace: Optional[int] = None) -> list[int]:
     """Fail the trials whose worker stopped (stale heartbeat; a process of this machine that is gone;
     or a worker named ``host:pid`` in ``workers``), note why, queue their one re-run. Their numbers."""
     import optuna
 
     from tunekit.hpsearch.shared.workers import reap_stopped
 
-    store = open_storage(storage, None, grace_period)
+    store = open_storage(storage, None, heartbeat_grace)
     if study_name not in optuna.get_all_study_names(store):
         raise UsageError(f"there is no study '{study_name}' in {storage}: give one of "
                          f"{', '.join(optuna.get_all_study_names(store)) or '(none)'}")
@@ -134,8 +177,8 @@ def study_result(storage: str, study_name: str) -> Any:
     dists = {n: optuna.distributions.json_to_distribution(d) for n, d in attrs.get(DISTS_KEY, {}).items()}
     times = [t for tr in study.get_trials(deepcopy=False) for t in (tr.datetime_start, tr.datetime_complete) if t]
     seconds = (max(times) - min(times)).total_seconds() if times else 0.0
-    settings = SearchSettings(storage=storage, study_name=study_name, seed=int(spec["seed"]),
-                              sampler_seed=int(spec["sampler_seed"]))
+    settings = SearchSettings(study=SharedStudy(storage=storage, name=study_name), seed=int(spec["seed"]),
+                              sampler=TPE(seed=int(spec["sampler_seed"])))
     budget = Budget(**{k: v for k, v in plan_d["budget"].items() if k != "samples"})
     probes = Probes(*spec_probes(spec), int(plan_d.get("probe_samples", 0)), float(plan_d.get("probe_seconds", 0.0)))
     return build_result(study, store, settings, space_of(spec), dists, dict(spec.get("seed_params") or {}), budget,

@@ -341,15 +341,16 @@ class RayBackend:
 
         if not ray_available():
             raise UsageError("backend=ray needs Ray Tune: pip install 'tunekit[ray]' (or 'ray[tune]')")
-        if settings.address:
-            check_address(settings.address)  # a wrong address fails at once
+        if settings.backend.address:
+            check_address(settings.backend.address)  # a wrong address fails at once
 
     def check_plan(self, settings: SearchSettings, plan: Plan, dists: dict[str, Any], probe: Optional[Any]) -> None:
         """Fractional GPUs must hold the trials they pack, by the probe's memory model."""
-        if not (0 < settings.gpus_per_trial < 1 and probe is not None and str(probe.device).startswith("cuda")):
+        gpus = settings.backend.gpus_per_trial
+        if not (0 < gpus < 1 and probe is not None and str(probe.device).startswith("cuda")):
             return
         micro = largest_micro_batch(plan, dists)
-        check_packing(settings.gpus_per_trial, probe.predicted_peak(micro), probe.usable_bytes,
+        check_packing(gpus, probe.predicted_peak(micro), probe.usable_bytes,
                       f"micro-batch {micro}, by the probe's memory model")
 
     def run(self, work: Work) -> None:
@@ -374,8 +375,8 @@ def run_ray(work: Work, n_trials: int) -> None:
     """Run ``n_trials`` trials of ``work.study`` on Ray Tune; every outcome lands in the study."""
     from tunekit.hpsearch.backends.ray.cluster import copy_ray_logs, init_ray, prepare_env, ray_available
 
-    s, study = work.settings, work.study
-    address, out_dir, max_failures, max_concurrent = s.address, s.out, s.max_failures, s.max_concurrent
+    s, study, out_dir = work.settings.backend, work.study, work.settings.out
+    address, max_failures, max_concurrent = s.address, s.max_failures, s.max_concurrent
     cpus_per_trial, gpus_per_trial = s.cpus_per_trial, s.gpus_per_trial
     num_cpus, num_gpus = (s.ray_init or {}).get("num_cpus"), (s.ray_init or {}).get("num_gpus")
     prepare_env(address)
@@ -405,7 +406,7 @@ def run_ray(work: Work, n_trials: int) -> None:
             param_space={"task": work.task if isinstance(work.task, str) else None, "cpus": cpus_per_trial,
                          "keep": dataclasses.asdict(work.keeper) if work.keeper is not None else None},
             tune_config=tune.TuneConfig(search_alg=_searcher(study, work.dists, work.config, ledger, work.out_of_time),
-                                        scheduler=_scheduler(book, s.prune),
+                                        scheduler=_scheduler(book, work.settings.prune),
                                         num_samples=n_trials * (1 + max_failures),  # room for trials run again
                                         max_concurrent_trials=max_concurrent, reuse_actors=True),
             run_config=tune.RunConfig(
