@@ -101,8 +101,8 @@ def check_ray_slices() -> str:
     import ray
 
     with tempfile.TemporaryDirectory() as out:
-        r = tunekit.search("shapes", "from_scratch", trials=4, max_steps=40, backend="ray", gpus_per_trial=0.5,
-                           cpus_per_trial=1, out=out, ray_init={"num_gpus": 1, "num_cpus": 4})
+        r = tunekit.search("shapes", "from_scratch", trials=4, budget="40updates", out=out,
+                           backend=tunekit.Ray(gpus_per_trial=0.5, cpus_per_trial=1, ray_init={"num_gpus": 1, "num_cpus": 4}))
     if ray.is_initialized():
         ray.shutdown()
     devices = [t.get("worker", {}).get("device") for t in r.trials]

@@ -95,8 +95,8 @@ def run_arm(arm: str, trials: int, out: Path) -> dict[str, Any]:
         seconds, reproduced = time.perf_counter() - t0, None
         starts = list(rss[-trials:])
     else:
-        r = tunekit.search(task, str(space_file), trials=trials, max_steps=STEPS, evals=3, out=out, device="cpu",
-                           progress=False, keep=arm, seed=0)
+        r = tunekit.search(task, str(space_file), trials=trials, budget=f"{STEPS}updates", out=out, progress=False,
+                           pruner=tunekit.Halving(evals=3), backend=tunekit.Local(device="cpu"), keep=arm, seed=0)
         seconds = time.perf_counter() - t0
         starts = list(rss[-trials:])  # before best_model() below builds one more
         folder = out / "weights"

@@ -70,10 +70,11 @@ def steps_for(seconds: float) -> int:
 
 
 def run(backend: str, space: Path, trials: int, steps: int, concurrent: int, cpus: float) -> dict[str, float]:
-    kw = dict(cpus_per_trial=cpus, max_concurrent=concurrent) if backend == "ray" else {}
+    chosen = (tunekit.Ray(device="cpu", cpus_per_trial=cpus, max_concurrent=concurrent) if backend == "ray"
+              else tunekit.Local(device="cpu"))
     t0 = time.time()
-    r = tunekit.search("shapes", str(space), trials=trials, max_steps=steps, evals=1, prune=False,
-                       backend=backend, device="cpu", seed=0, **kw)
+    r = tunekit.search("shapes", str(space), trials=trials, budget=f"{steps}updates", pruner=tunekit.NoPruning(evals=1),
+                       backend=chosen, seed=0)
     done = sorted((t for t in r.trials if t["state"] == "COMPLETE"), key=lambda t: t["finished"])
     assert len(done) == trials, [t["state"] for t in r.trials]
     # A trial's start: its end (the study told) less its own training time.

@@ -333,7 +333,7 @@ def run_tunekit(task: tunekit.Task, budget: int, seed: int, n_trials: int, **kw:
     search: Any = tunekit.search  # `budget` is new: typed loosely until every checkout has it
     with tempfile.TemporaryDirectory(prefix="tk_search_") as out:
         r = search(task, kw.pop("space", "from_scratch"), trials=n_trials, budget=f"{budget}samples", seed=seed,
-                   out=out, device="cpu", memory_budget="1GiB", **kw)
+                   out=out, backend=tunekit.Local(device="cpu"), probes=tunekit.ProbeSettings(memory_budget="1GiB"), **kw)
     ran = [t for t in r.trials if t["state"] in FINISHED]
     if len(ran) < len(r.trials):  # e.g. enqueued trials the search never ran
         left = sorted({t["state"] for t in r.trials} - set(FINISHED))
@@ -570,8 +570,9 @@ def _tunekit_trials(task: tunekit.Task, params: dict[str, Any], budget: int, n: 
     with tempfile.TemporaryDirectory(prefix="tk_per_update_") as out:
         space = Path(out) / "fixed.toml"
         space.write_text(text)
-        r = tunekit.search(task, str(space), trials=n, budget=f"{budget}samples", seed=0, out=out, device="cpu",
-                           memory_budget="1GiB", progress=False)
+        r = tunekit.search(task, str(space), trials=n, budget=f"{budget}samples", seed=0, out=out,
+                           backend=tunekit.Local(device="cpu"), probes=tunekit.ProbeSettings(memory_budget="1GiB"),
+                           progress=False)
     return [t["seconds"] / t["updates"] for t in r.trials if t["state"] == "COMPLETE" and t.get("updates")]
 
 

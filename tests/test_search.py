@@ -480,38 +480,96 @@ def test_report_prints_no_optuna_log_and_probes_are_written_with_their_plots(tmp
 # --- the settings object and the backend seam ------------------------------------------------
 
 
-def test_search_keywords_are_the_settings_fields() -> None:
-    """search() builds one SearchSettings from its keywords: the two stay in step, name for name,
-    default for default (a keyword added to one and not the other fails here)."""
+def test_search_takes_one_object_per_concept() -> None:
+    """search() takes at most 15 parameters, each a settings field or an object of one concept, and
+    builds its settings without locals(): a parameter added to search() and not to the settings fails here."""
     import dataclasses
     import inspect
 
     from tunekit.hpsearch.settings import SearchSettings
 
-    params = {n: p.default for n, p in inspect.signature(search).parameters.items()
-              if p.kind is inspect.Parameter.KEYWORD_ONLY}
-    fields = {f.name: f.default for f in dataclasses.fields(SearchSettings)}
-    assert params == fields
+    params = inspect.signature(search).parameters
+    assert len(params) <= 15, list(params)
+    fields = {f.name for f in dataclasses.fields(SearchSettings)}
+    named = {n for n, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    assert named <= fields, named - fields
+    for path in (Path(__file__).parent.parent / "tunekit").rglob("*.py"):
+        assert "locals()" not in path.read_text(), path
 
 
-def test_settings_are_checked_once_and_normalised() -> None:
-    from tunekit.hpsearch.settings import JOIN_SETTINGS, STUDY_SETTINGS, SearchSettings
+def test_the_cli_has_a_flag_for_every_field_of_the_search_objects() -> None:
+    """The CLI's flags are generated from the objects' fields: read the fields, find each flag in the
+    parser of tunekit search (the ones a Python object cannot be typed as, e.g. ray_init, say so)."""
+    import dataclasses
 
-    s = SearchSettings(max_steps=40, seed=7, out="runs/x")
-    assert (s.budget, s.max_steps, s.sampler_seed, str(s.out)) == ("40updates", None, 7, "runs/x")
+    from tunekit.cli import build_parser
+    from tunekit.hpsearch.options import CONCEPTS, flag_of
+
+    parser = build_parser()
+    search_cmd = next(a for a in parser._subparsers._group_actions if a.dest == "command").choices["search"]  # noqa: SLF001
+    flags = {o for a in search_cmd._actions for o in a.option_strings}  # noqa: SLF001
+    api_only = set()
+    for concept, (selector, classes) in CONCEPTS.items():
+        assert selector is None or selector in flags, selector
+        for cls in classes.values():
+            for f in dataclasses.fields(cls):
+                if f.metadata.get("cli"):
+                    assert flag_of(f) in flags, (cls.__name__, f.name)
+                else:
+                    api_only.add(f.name)
+    assert api_only == {"ray_init", "run_trials"}
+
+
+def test_the_objects_check_their_values_in_one_line() -> None:
+    from tunekit import Halving, ProbeSettings, Ray, SharedStudy, Study, TPE
+    from tunekit.hpsearch.settings import SearchSettings
+
+    s = SearchSettings(budget="40updates", seed=7, out="runs/x")
+    assert (s.budget, s.sampler_seed, str(s.out), s.prune) == ("40updates", 7, "runs/x", True)
     assert s.replace(trials=3).trials == 3 and s.trials == 12  # frozen: a copy, never a change
     with pytest.raises(Exception):
         s.trials = 3  # type: ignore[misc]
-    assert set(s.study_dict()) == set(STUDY_SETTINGS) and set(JOIN_SETTINGS) == {*STUDY_SETTINGS, "max_steps"}
-    for kw, needle in [({"trials": 0}, "trials must be a positive integer, got 0"),
-                       ({"backend": "dask"}, "backend 'dask' is unknown"),
-                       ({"budget": "3 fortnights"}, "3 fortnights"),
-                       ({"budget": "10updates", "max_steps": 10}, "give the budget once"),
-                       ({"gpus_per_trial": 1.5, "backend": "ray"}, "gpus_per_trial 1.5 is above 1"),
-                       ({"max_failures": 2}, "apply to the Ray backend"),
-                       ({"threads": 0}, "threads must be a positive integer")]:
-        with pytest.raises(UsageError, match=needle):
-            SearchSettings(**kw)
+    for make, needle in [(lambda: SearchSettings(trials=0), "trials must be a positive integer, got 0"),
+                         (lambda: SearchSettings(budget="3 fortnights"), "3 fortnights"),
+                         (lambda: SearchSettings(backend="dask"), "backend must be a tunekit object"),
+                         (lambda: Ray(gpus_per_trial=1.5), "1.5 is above 1 but not whole"),
+                         (lambda: Ray(cpus_per_trial=True), "must be a number >= 0, got True"),
+                         (lambda: Ray(cpus_per_trial=float("inf")), "must be a number >= 0, got inf"),
+                         (lambda: Halving(reduction_factor=1), "reduction_factor"),
+                         (lambda: Halving(rungs=2, first_rung=0.1), "not both"),
+                         (lambda: TPE(design=-1), "design"),
+                         (lambda: SharedStudy(storage=""), "SharedStudy needs storage=URL"),
+                         (lambda: SharedStudy(storage="x.log", threads=0), "threads"),
+                         (lambda: Study(time_limit="soon"), "soon"),
+                         (lambda: SearchSettings(probes=ProbeSettings(), keep="some"), "keep 'some' is unknown")]:
+        with pytest.raises(UsageError, match=needle) as caught:
+            make()
+        assert "\n" not in str(caught.value)
+
+
+def test_the_old_keywords_still_work_warned_and_mean_the_same() -> None:
+    """tunekit 0.x's flat keywords build the same settings as the objects, with a DeprecationWarning."""
+    from tunekit import Halving, Local, NoPruning, ProbeSettings, Ray, SharedStudy, Study, TaskSpec, TPE
+    from tunekit.hpsearch.run import settings_of
+    from tunekit.objective import Objective
+
+    common = dict(trials=4, budget=None, objective="loss", seed=3, out=None, keep="best", progress=False)
+    defaults = dict(sampler=TPE(), pruner=Halving(), backend=Local(), study=Study(), probes=ProbeSettings())
+    with pytest.warns(DeprecationWarning, match="sampler_seed="):
+        old = settings_of("shapes", **common, **defaults, caller="search",
+                          deprecated=dict(sampler_seed=5, rungs=2, backend="ray", cpus_per_trial=2, storage="j.log",
+                                          study_name="s", grace_period=30, max_steps=40))
+    new = settings_of("shapes", **{**common, "budget": "40updates"}, caller="search", deprecated={},
+                      sampler=TPE(seed=5), pruner=Halving(rungs=2), backend=Ray(cpus_per_trial=2),
+                      study=SharedStudy(storage="j.log", name="s", heartbeat_grace=30), probes=ProbeSettings())
+    assert old == new
+    with pytest.warns(DeprecationWarning):
+        assert settings_of("shapes", **common, **{**defaults, "pruner": Halving()}, deprecated=dict(prune=False)).pruner == NoPruning()
+    spec = settings_of(TaskSpec("tests.tasks:regression_task", {"width": 8}), **common, **defaults, deprecated={})
+    assert spec.task_config == {"width": 8}
+    assert Objective("accuracy").direction == "maximize" and Objective.of("f1", "maximize").name == "f1"
+    with pytest.raises(UsageError, match="does not take|unexpected keyword nonsense"):
+        settings_of("shapes", **common, **defaults, deprecated=dict(nonsense=1))
 
 
 def test_a_search_runs_its_trials_through_the_backend_seam_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

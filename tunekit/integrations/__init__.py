@@ -39,13 +39,20 @@ def search_own(task: Any, space: Any = "from_scratch", *, run: Callable[[Any], A
     ``task`` is what the probes measure (a Trainer, a LightningRun, a Task or a spec); ``kwargs`` are
     :func:`tunekit.search`'s. The trials are pruned by tunekit's rungs through the callbacks' reports,
     one after another in this process, with the memory a finished trial left collected before the next."""
-    from tunekit.hpsearch.backends.own import OwnLoop
-    from tunekit.hpsearch.run import search_with
-    from tunekit.hpsearch.settings import SearchSettings
+    import inspect
 
-    if kwargs.get("backend", "local") != "local":
-        raise UsageError(f"search_own runs trials in this process, in your loop: backend={kwargs['backend']!r} "
+    from tunekit.hpsearch.backends.own import OwnLoop
+    from tunekit.hpsearch.options import Local
+    from tunekit.hpsearch.run import search, search_with, settings_of
+    from tunekit.inputs.task_spec import task_of
+
+    backend = kwargs.get("backend", Local())
+    if not isinstance(backend, Local) and backend != "local":
+        raise UsageError(f"search_own runs trials in this process, in your loop: backend={backend!r} "
                          "cannot be used with it; drop backend=")
     if not callable(run):
         raise UsageError(f"run must be a function of one trial, got {run!r}: pass run=lambda trial: ...")
-    return search_with(task, space, SearchSettings(**kwargs), OwnLoop(run))
+    named = {n for n, p in inspect.signature(search).parameters.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    given = {k: kwargs.pop(k) for k in list(kwargs) if k in named}
+    settings = settings_of(task, deprecated=kwargs, caller="search_own", **given)
+    return search_with(task_of(task), space, settings, OwnLoop(run))
