@@ -102,6 +102,7 @@ class SearchSettings:
 
     def _check(self) -> None:
         check_int("trials", self.trials, hint="pass e.g. trials=12")
+        check_int("seed", self.seed, minimum=0, hint="pass e.g. seed=0")
         parse_budget(self.budget)
         for name, kind, example in (("sampler", Sampler, "TPE()"), ("pruner", Pruner, "Halving() or NoPruning()"),
                                     ("backend", BackendOptions, "Local() or Ray()"),
