@@ -40,7 +40,7 @@ def test_in_cli_terms_rewrites_only_the_commands_flags() -> None:
     assert in_cli_terms("pass e.g. max_steps=200.", train_usage) == "pass e.g. --steps 200."
     assert in_cli_terms("pass e.g. max_steps=200", search_usage) == "pass e.g. --max-steps 200"
     assert in_cli_terms("pass resume=True, or another out=DIR", search_usage) == "pass --resume, or another --out DIR"
-    assert in_cli_terms("evals must be 1: pass e.g. evals=8", search_usage) == "evals must be 1: pass e.g. evals=8"  # no flag
+    assert in_cli_terms("ray_init must be a dict: pass e.g. ray_init={}", search_usage) == "ray_init must be a dict: pass e.g. ray_init={}"  # no flag
     assert in_cli_terms("max_steps must be >= 2: pass e.g. max_steps=2", search_usage) == "--max-steps must be >= 2: pass e.g. --max-steps 2"
     assert in_cli_terms("rejected its config {'width': 'x=1'}", search_usage) == "rejected its config {'width': 'x=1'}"
 

@@ -639,7 +639,7 @@ def test_a_function_objective_and_its_direction(tmp_path: Path) -> None:
     assert all(abs(t["value"] - t["val_loss"]) < 1e-5 for t in done)  # the function saw the whole validation set
     with pytest.raises(UsageError, match="needs the task as a Task object"):
         search("tests.tasks:classification_task", "from_scratch", objective=val_loss_again, direction="maximize")
-    with pytest.raises(UsageError, match="say which way is better: pass direction="):
+    with pytest.raises(UsageError, match=r"say which way is better: pass objective=Objective\(.val_loss_again., .maximize.\)"):
         search(classification_task(), "from_scratch", objective=val_loss_again)
     with pytest.raises(UsageError, match="a shared study's objective must be a name"):
         search(classification_task(), "from_scratch", objective=val_loss_again, direction="maximize",

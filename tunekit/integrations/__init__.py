@@ -52,7 +52,7 @@ def search_own(task: Any, space: Any = "from_scratch", *, run: Callable[[Any], A
                          "cannot be used with it; drop backend=")
     if not callable(run):
         raise UsageError(f"run must be a function of one trial, got {run!r}: pass run=lambda trial: ...")
-    named = {n for n, p in inspect.signature(search).parameters.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
-    given = {k: kwargs.pop(k) for k in list(kwargs) if k in named}
+    given = {n: kwargs.pop(n, p.default) for n, p in inspect.signature(search).parameters.items()
+             if p.kind is inspect.Parameter.KEYWORD_ONLY}  # search()'s own defaults for what is not given
     settings = settings_of(task, deprecated=kwargs, caller="search_own", **given)
     return search_with(task_of(task), space, settings, OwnLoop(run))
