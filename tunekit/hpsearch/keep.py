@@ -25,10 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-__all__ = ["KEEP", "Keeper", "settle", "weights_folder", "WEIGHTS_ATTR"]
+from tunekit.hpsearch.keys import WEIGHTS
+
+__all__ = ["KEEP", "Keeper", "settle", "weights_folder"]
 
 KEEP = ("best", "none", "all")
-WEIGHTS_ATTR = "weights"  # the trial's attribute: the path of its kept weights
 _HOST = socket.gethostname().replace(".", "-")  # in a temporary file's name: whose write it is
 
 
@@ -139,11 +140,11 @@ def settle(study: Any, keeper: Optional[Keeper]) -> None:
     best = _best(done, keeper.direction)
     if best is None:
         return
-    kept = best.user_attrs.get(WEIGHTS_ATTR)
+    kept = best.user_attrs.get(WEIGHTS)
     if not kept or not Path(kept).is_file():
         return  # the best's file is not (yet) there: nothing goes before it is
     for t in done:
-        other = t.user_attrs.get(WEIGHTS_ATTR)
+        other = t.user_attrs.get(WEIGHTS)
         if other and t.number != best.number:
             Path(other).unlink(missing_ok=True)
     _clear_stale(Path(kept).parent)

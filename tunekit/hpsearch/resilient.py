@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tunekit.errors import UsageError
+from tunekit.hpsearch.keys import WORKER
 
 __all__ = ["STORAGE_RETRY", "StorageUnreachable", "connection_error", "retrying_class", "stale_reason"]
 
@@ -101,6 +102,6 @@ def retrying_class(base: type, where: str) -> type:
 
 def stale_reason(trial: Any, grace: Any) -> str:
     """Why a trial whose heartbeat went stale was failed, naming its worker where it recorded one."""
-    w = trial.user_attrs.get("worker") or {}
+    w = trial.user_attrs.get(WORKER) or {}
     who = f"worker {w.get('host', '?')}:{w.get('pid', '?')}" if w else "its worker"
     return f"{who} stopped: no heartbeat for {grace} s"

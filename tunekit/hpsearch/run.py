@@ -27,6 +27,7 @@ from typing import Any, Optional
 from tunekit.errors import UsageError
 from tunekit.hpsearch.backends.base import Backend, Work, get_backend
 from tunekit.hpsearch.keep import Keeper, settle, weights_folder
+from tunekit.hpsearch.keys import ARTIFACTS_KEY, SPEC_KEY, WALL_SECONDS_KEY
 from tunekit.hpsearch.plan import Plan, largest_batch, split_batch
 from tunekit.hpsearch.rungs import ladder, make_pruner
 from tunekit.hpsearch.resolve import ResolvedSearch, SearchInputs, resolve_search
@@ -39,7 +40,7 @@ from tunekit.hpsearch.shared.workers import (TAKEN_OVER, check_spec, claim_creat
                                              end_creation, open_storage, register_worker, resume_study, space_dict,
                                              spec_probes, wait_for_spec, worker_seed)
 from tunekit.hpsearch.shared.workers import worker_id as default_worker_id
-from tunekit.hpsearch.study import (SPEC_KEY, check_report_of, check_resume, default_name, finished_count, keep_plan, make_sampler,
+from tunekit.hpsearch.study import (check_report_of, check_resume, default_name, finished_count, keep_plan, make_sampler,
                                     open_study, stored_plan, study_exists)
 from tunekit.hpsearch.seeded_space import distributions
 from tunekit.hpsearch.summary import build_result
@@ -48,8 +49,6 @@ from tunekit.integrations.task_spec import TaskSpec, task_of
 from tunekit.results import SearchResult, write_report
 
 __all__ = ["search", "search_with", "run_search"]
-
-SECONDS_KEY = "tunekit_seconds"  # the study's wall seconds, over all its runs
 
 
 def search(
@@ -246,8 +245,6 @@ def _no_empty_study_left(settings: SearchSettings) -> Iterator[None]:
 
 def _keeper(study: Any, settings: SearchSettings) -> Optional[Keeper]:
     """Which trials' weights this process keeps, and where (:mod:`tunekit.hpsearch.keep`)."""
-    from tunekit.hpsearch.shared.server import ARTIFACTS_KEY
-
     artifacts = getattr(settings.study, "artifacts", None) or (study.user_attrs.get(ARTIFACTS_KEY) if settings.shared else None)
     folder = weights_folder(settings, study.study_name, artifacts)
     return Keeper(settings.keep, folder, settings.goal.direction) if folder is not None else None
@@ -256,8 +253,8 @@ def _keeper(study: Any, settings: SearchSettings) -> Optional[Keeper]:
 def _seconds_so_far(study: Any, elapsed: float) -> float:
     """The study's wall seconds over every run of it (a resume adds its own; one with nothing to run,
     only its few), kept in the study: a resume does not replace the first run's seconds with its own."""
-    total = float(study.user_attrs.get(SECONDS_KEY, 0.0)) + elapsed
-    study.set_user_attr(SECONDS_KEY, total)
+    total = float(study.user_attrs.get(WALL_SECONDS_KEY, 0.0)) + elapsed
+    study.set_user_attr(WALL_SECONDS_KEY, total)
     return total
 
 

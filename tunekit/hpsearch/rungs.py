@@ -20,6 +20,7 @@ import math
 from typing import Any, Optional
 
 from tunekit.errors import UsageError
+from tunekit.hpsearch.keys import FINAL_STEP, INITIAL_LOSS
 
 __all__ = ["ladder", "default_rungs", "make_pruner", "Rungs", "learning_point", "LEARNED"]
 
@@ -96,9 +97,9 @@ class Rungs:
         if not done:
             return []
         first = min(done, key=lambda t: t.number)
-        final = first.user_attrs.get("tunekit_final_step")  # the final value: not an evaluation along the way
+        final = first.user_attrs.get(FINAL_STEP)  # the final value: not an evaluation along the way
         curve = sorted((s, self.sign * v) for s, v in first.intermediate_values.items() if s != final)
-        initial = self.sign * float(first.user_attrs.get("initial_loss", math.nan))  # recorded for the loss alone
+        initial = self.sign * float(first.user_attrs.get(INITIAL_LOSS, math.nan))  # recorded for the loss alone
         point = learning_point(curve, initial, self.sign * float(first.value), self.evals)
         if point is None:
             return self.ladder

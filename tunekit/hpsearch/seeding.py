@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from tunekit.hpsearch.budget import price_budget
+from tunekit.hpsearch.keys import DESIGN_BATCH_KEY
 from tunekit.hpsearch.plan import (AROUND, LARGER, MIN_UPDATES, Plan, initial_design, is_adaptive_l2, lr_rule_for,
                                    nearest_choice, split_batch)
 from tunekit.hpsearch.resolve import SearchInputs
@@ -27,7 +28,7 @@ from tunekit.results.step_time import update_seconds
 
 __all__ = ["Probes", "run_probes", "priced", "make_plan", "design_size",
            "enqueue_seed_and_design", "probe_cap", "noise_repeats", "adaptive_l2", "larger_is_cheaper",
-           "twice_batch_share", "design_batch", "DESIGN_BATCH_ATTR", "EVAL_SAMPLES", "DESIGN_TRIALS", "NOISE_SHARE"]
+           "twice_batch_share", "design_batch", "EVAL_SAMPLES", "DESIGN_TRIALS", "NOISE_SHARE"]
 
 # Validation reads at most this many samples (the first ones, in the set's own order).
 EVAL_SAMPLES = 4096
@@ -37,8 +38,6 @@ PRICE_POINTS = 4
 # Twice the batch is "cheaper" where its update costs at most this share of two updates at the batch:
 # the same samples in at least 10% less device time (a saturated device's timings land near 1.0).
 UNSATURATED = 0.9
-# The study's user attribute that keeps the design's batch step (see design_batch).
-DESIGN_BATCH_ATTR = "tunekit_design_batch"
 # The search reads the noise scale for one thing: to move its batch choices' centre below the range
 # test's batch, where the estimate confidently excludes it (``batch_centre``); in none of the 18
 # studies of benchmarks/search_efficiency.py did it move. So the probe measures it only where it
@@ -286,5 +285,5 @@ def enqueue_seed_and_design(study: Any, dists: dict[str, Any], probes: Probes, n
     design = initial_design(dists, lr, centre, max(1, n), task_recipe, larger_batch=doubled)[:trials]
     enqueue_design(study, design)
     # Said in the result (the study keeps it, for every worker and a resume).
-    study.set_user_attr(DESIGN_BATCH_ATTR, design_batch(pr, dists, centre, doubled, design))
+    study.set_user_attr(DESIGN_BATCH_KEY, design_batch(pr, dists, centre, doubled, design))
     return design[0]

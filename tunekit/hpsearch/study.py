@@ -15,23 +15,16 @@ from typing import Any, Optional
 
 from tunekit.errors import UsageError
 from tunekit.hpsearch.resilient import STORAGE_RETRY, retrying_class, stale_reason
+from tunekit.hpsearch import keys as K
+from tunekit.hpsearch.keys import (DESIGN_KEY, DISTS_KEY, ENQUEUED_KEY, ERROR, INTERRUPTED_KEY, PLAN_KEY, REASON,
+                                   REQUEUED_KEY, RETRY_OF, STOPPED_PREFIX, SURPLUS)
 from tunekit.hpsearch.trial import INTERRUPTED
 
 __all__ = ["make_storage", "study_exists", "make_sampler", "open_study", "check_resume", "mark_interrupted", "fail_trial",
            "stale_reason",
            "requeue_interrupted", "safe_url", "check_report_of", "trial_dicts", "finished_count",
-           "device_seconds", "enqueue", "enqueue_design", "PLAN_KEY", "DISTS_KEY", "SPEC_KEY", "excluded", "stopped"]
+           "device_seconds", "enqueue", "enqueue_design", "excluded", "stopped"]
 
-PLAN_KEY = "tunekit_plan"
-DISTS_KEY = "tunekit_distributions"
-INTERRUPTED_KEY = "tunekit_interrupted"
-REQUEUED_KEY = "tunekit_requeued"
-ENQUEUED_KEY = "tunekit_enqueued"  # a queued trial's params, on the trial
-DESIGN_KEY = "tunekit_design_queued"
-SPEC_KEY = "tunekit_spec"  # what every worker of a shared study must agree on (shared/workers.py)
-STOPPED_PREFIX = "tunekit_stopped:"  # + a trial number: the reason its worker's trial was failed
-RETRY_OF = "tunekit_retry_of"  # on a re-run: the number of the trial it re-runs
-SURPLUS = "tunekit_surplus"  # on a trial that found the study's slots taken: it did not run
 
 
 # Heartbeats: a worker's trial whose heartbeat is older than the grace period is failed by
@@ -172,10 +165,10 @@ def _reasoned_rdb() -> type:
         def set_trial_state_values(self, trial_id: int, state: Any, values: Any = None) -> bool:
             if state == optuna.trial.TrialState.FAIL:
                 trial = self.get_trial(trial_id)
-                if trial.state == optuna.trial.TrialState.RUNNING and "reason" not in trial.user_attrs:
+                if trial.state == optuna.trial.TrialState.RUNNING and REASON not in trial.user_attrs:
                     # Every other path that fails a running trial notes its reason first (fail_trial,
                     # trial.record): only the heartbeat check arrives here without one.
-                    self.set_trial_user_attr(trial_id, "reason", stale_reason(trial, self.grace_period))
+                    self.set_trial_user_attr(trial_id, REASON, stale_reason(trial, self.grace_period))
             return super().set_trial_state_values(trial_id, state, values)
 
     return RDBStorage
@@ -192,7 +185,7 @@ def fail_trial(study: Any, store: Any, number: int, reason: str) -> bool:
         return True
     tid = store.get_trial_id_from_study_id_trial_number(store.get_study_id_from_name(study.study_name), number)
     try:
-        store.set_trial_user_attr(tid, "reason", reason)
+        store.set_trial_user_attr(tid, REASON, reason)
         return bool(store.set_trial_state_values(tid, state=optuna.trial.TrialState.FAIL))
     except optuna.exceptions.UpdateFinishedTrialError:  # another process (or the trial itself) was first
         return False
@@ -282,7 +275,7 @@ def requeue_interrupted(study: Any) -> None:
     interrupted = set(study.user_attrs.get(INTERRUPTED_KEY, []))
     requeued = set(study.user_attrs.get(REQUEUED_KEY, []))
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.FAIL,)):
-        if (t.number in interrupted or t.user_attrs.get("error") == INTERRUPTED) and t.number not in requeued:
+        if (t.number in interrupted or t.user_attrs.get(ERROR) == INTERRUPTED) and t.number not in requeued:
             requeued.add(t.number)
             params = t.params or t.user_attrs.get(ENQUEUED_KEY)  # killed before it took its queued params
             if params:  # else killed before the sampler drew any: there is nothing to re-run
@@ -292,7 +285,7 @@ def requeue_interrupted(study: Any) -> None:
 
 def _interrupted(study: Any) -> set[int]:
     numbers = set(study.user_attrs.get(INTERRUPTED_KEY, []))
-    return numbers | {t.number for t in study.get_trials(deepcopy=False) if t.user_attrs.get("error") == INTERRUPTED}
+    return numbers | {t.number for t in study.get_trials(deepcopy=False) if t.user_attrs.get(ERROR) == INTERRUPTED}
 
 
 def stopped(study: Any) -> dict[int, str]:
@@ -312,7 +305,7 @@ def excluded(study: Any) -> set[int]:
 def device_seconds(study: Any) -> float:
     """The device time the study has spent: its trials' measured seconds and its probes'."""
     probes = float(study.user_attrs.get(PLAN_KEY, {}).get("probe_seconds") or 0.0)
-    return probes + sum(float(t.user_attrs.get("seconds") or 0.0) for t in study.get_trials(deepcopy=False))
+    return probes + sum(float(t.user_attrs.get(K.SECONDS) or 0.0) for t in study.get_trials(deepcopy=False))
 
 
 def finished_count(study: Any) -> int:
@@ -337,14 +330,14 @@ def trial_dicts(study: Any) -> list[dict[str, Any]]:
         ua = t.user_attrs
         d: dict[str, Any] = {
             "number": t.number, "state": t.state.name, "value": t.value, "params": dict(t.params),
-            "config": ua.get("config", {}), "task_config": ua.get("task_config", {}), "curve": ua.get("curve", []),
-            "samples": ua.get("samples"),
-            "updates": ua.get("updates"), "micro_batch": ua.get("micro_batch"),
-            "accumulation_steps": ua.get("accumulation_steps"), "effective_batch": ua.get("effective_batch"),
-            "seconds": ua.get("seconds"), "predicted_seconds": ua.get("predicted_seconds"),
-            "diverged": bool(ua.get("diverged", False)),
-            "val_loss": ua.get("val_loss"), "lr": ua.get("lr_trained", ua.get("config", {}).get("lr")),
-            "error": _interrupted_note(t.number, reruns) if t.number in skip else reasons.get(t.number, ua.get("error")),
+            "config": ua.get(K.CONFIG, {}), "task_config": ua.get(K.TASK_CONFIG, {}), "curve": ua.get(K.CURVE, []),
+            "samples": ua.get(K.SAMPLES),
+            "updates": ua.get(K.UPDATES), "micro_batch": ua.get(K.MICRO_BATCH),
+            "accumulation_steps": ua.get(K.ACCUMULATION_STEPS), "effective_batch": ua.get(K.EFFECTIVE_BATCH),
+            "seconds": ua.get(K.SECONDS), "predicted_seconds": ua.get(K.PREDICTED_SECONDS),
+            "diverged": bool(ua.get(K.DIVERGED, False)),
+            "val_loss": ua.get(K.VAL_LOSS), "lr": ua.get(K.LR_TRAINED, ua.get(K.CONFIG, {}).get("lr")),
+            "error": _interrupted_note(t.number, reruns) if t.number in skip else reasons.get(t.number, ua.get(K.ERROR)),
             "finished": t.datetime_complete.timestamp() if t.datetime_complete else None,
         }
         if t.number in reasons:
@@ -353,11 +346,11 @@ def trial_dicts(study: Any) -> list[dict[str, Any]]:
             d["rerun_as"] = reruns[t.number]
         if RETRY_OF in ua:
             d["retry_of"] = ua[RETRY_OF]
-        if ua.get("weights") and Path(ua["weights"]).is_file():
-            d["weights"] = ua["weights"]  # its kept weights (a file removed since, as no longer the best, is not)
-        for extra in ("worker", "attempts"):
-            if extra in ua:
-                d[extra] = ua[extra]
+        if ua.get(K.WEIGHTS) and Path(ua[K.WEIGHTS]).is_file():
+            d["weights"] = ua[K.WEIGHTS]  # its kept weights (a file removed since, as no longer the best, is not)
+        for key, extra in ((K.WORKER, "worker"), (K.ATTEMPTS, "attempts")):
+            if key in ua:
+                d[extra] = ua[key]
         out.append(d)
     return out
 

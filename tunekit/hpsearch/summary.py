@@ -7,7 +7,8 @@ from typing import Any, Optional
 
 from tunekit.hpsearch.budget import Budget
 from tunekit.hpsearch.plan import Plan
-from tunekit.hpsearch.seeding import DESIGN_BATCH_ATTR, Probes
+from tunekit.hpsearch.keys import DESIGN_BATCH_KEY
+from tunekit.hpsearch.seeding import Probes
 from tunekit.hpsearch.settings import SearchSettings
 from tunekit.hpsearch.study import safe_url, trial_dicts
 from tunekit.hpsearch.seeded_space import lr_bounds_from_curve
@@ -47,7 +48,7 @@ def build_result(study: Any, store: Any, settings: SearchSettings, sp: SearchSpa
         seed=settings.seed, sampler_seed=settings.sampler_seed, probe_seconds=probes.seconds,
         device=probes.probe.device if probes.probe is not None else None, time_limit=settings.study.time_limit,
         lr_find=_lr_find_summary(probes.lr_find, sp, probes.own_lr_find),
-        probe=_probe_summary(probes.probe, study.user_attrs.get(DESIGN_BATCH_ATTR)),
+        probe=_probe_summary(probes.probe, study.user_attrs.get(DESIGN_BATCH_KEY)),
         keep=settings.keep, best_weights=_kept(best))
     result.param_importances = result.importances()
     return result

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from tunekit.errors import SetupError
-from tunekit.hpsearch.keep import WEIGHTS_ATTR, Keeper
+from tunekit.hpsearch import keys as K
+from tunekit.hpsearch.keep import Keeper
 from tunekit.hpsearch.resilient import StorageUnreachable
 from tunekit.objective import Objective
 from tunekit.hpsearch.plan import TrialConfig
@@ -50,22 +51,22 @@ class Outcome:
     weights: Optional[str] = None  # the path of its kept weights (tunekit.hpsearch.keep)
 
     def attrs(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"curve": self.curve, "samples": self.samples, "updates": self.updates,
-                               "seconds": self.seconds}
+        out: dict[str, Any] = {K.CURVE: self.curve, K.SAMPLES: self.samples, K.UPDATES: self.updates,
+                               K.SECONDS: self.seconds}
         if self.val_loss is not None:
-            out["val_loss"] = self.val_loss
+            out[K.VAL_LOSS] = self.val_loss
         if self.initial_loss is not None and math.isfinite(self.initial_loss):
-            out["initial_loss"] = self.initial_loss
+            out[K.INITIAL_LOSS] = self.initial_loss
         if self.error:
-            out["error"] = self.error
+            out[K.ERROR] = self.error
         if self.reason or self.error:  # one attribute a dashboard shows for pruned and failed trials alike
-            out["reason"] = self.reason or self.error
+            out[K.REASON] = self.reason or self.error
         if self.diverged:
-            out["diverged"] = True
+            out[K.DIVERGED] = True
         if self.worker:
-            out["worker"] = self.worker
+            out[K.WORKER] = self.worker
         if self.weights:
-            out[WEIGHTS_ATTR] = self.weights
+            out[K.WEIGHTS] = self.weights
         return out
 
 
@@ -73,13 +74,13 @@ def start_attrs(cfg: TrialConfig) -> dict[str, Any]:
     """What a trial records as it starts: the run it trains (the LR as trained, also on its own for
     dashboards: the ``lr`` param is the LR at the range test's batch), its batch split, and the device
     seconds its updates are predicted to take."""
-    attrs = {"config": {k: v for k, v in cfg.train.items() if k != "device"}, "task_config": dict(cfg.task),
-             "micro_batch": int(cfg.train["batch_size"]), "accumulation_steps": int(cfg.train["accumulation_steps"]),
-             "effective_batch": cfg.effective_batch}
+    attrs = {K.CONFIG: {k: v for k, v in cfg.train.items() if k != "device"}, K.TASK_CONFIG: dict(cfg.task),
+             K.MICRO_BATCH: int(cfg.train["batch_size"]), K.ACCUMULATION_STEPS: int(cfg.train["accumulation_steps"]),
+             K.EFFECTIVE_BATCH: cfg.effective_batch}
     if "lr" in cfg.train:
-        attrs["lr_trained"] = float(cfg.train["lr"])
+        attrs[K.LR_TRAINED] = float(cfg.train["lr"])
     if cfg.predicted_seconds is not None:
-        attrs["predicted_seconds"] = float(cfg.predicted_seconds)
+        attrs[K.PREDICTED_SECONDS] = float(cfg.predicted_seconds)
     return attrs
 
 
@@ -206,7 +207,7 @@ def _run(task: Any, trial: Any, cfg: TrialConfig, report: Callable[[int, dict[st
         return _stopped(Outcome("PRUNED", reason=str(exc)), cfg, curve, last, t0)
     except SetupError as exc:
         # The task cannot train whatever the trial's params: the search stops, in one line.
-        trial.set_user_attr("error", f"SetupError: {exc}")
+        trial.set_user_attr(K.ERROR, f"SetupError: {exc}")
         raise
     except StorageUnreachable:  # the study's storage, not the trial, failed: the worker stops, in one line
         raise
@@ -266,16 +267,13 @@ class TrialFailed(Exception):
     """A trial that diverged or raised: Optuna records it as FAIL; its error is in its attributes."""
 
 
-FINAL_STEP = "tunekit_final_step"  # the step of the final value among the intermediate ones (rungs.py skips it)
-
-
 def _write(trial: Any, outcome: Outcome) -> None:
     for key, value in outcome.attrs().items():
         trial.set_user_attr(key, value)
     if outcome.state == "COMPLETE" and outcome.final_step is not None and outcome.value is not None:
         # The final value as the last intermediate value: a learning curve (optuna-dashboard's
         # included) ends where the trial did, not one evaluation early.
-        trial.set_user_attr(FINAL_STEP, int(outcome.final_step))
+        trial.set_user_attr(K.FINAL_STEP, int(outcome.final_step))
         trial.report(float(outcome.value), int(outcome.final_step))
 
 

@@ -16,6 +16,7 @@ from typing import Any, Optional
 from tunekit.errors import SetupError, UsageError
 from tunekit.hpsearch.backends.base import Work
 from tunekit.hpsearch.keep import Keeper, settle
+from tunekit.hpsearch.keys import SURPLUS, WORKER
 from tunekit.hpsearch.plan import Plan, TrialConfig
 from tunekit.hpsearch.settings import SearchSettings
 from tunekit.hpsearch.study import finished_count, note_interrupted, stopped
@@ -79,7 +80,7 @@ def run_local(study: Any, dists: dict[str, Any], make_config: Callable[[dict[str
 
     def objective(trial: Any) -> float:
         current["number"] = trial.number
-        trial.set_user_attr("worker", me)
+        trial.set_user_attr(WORKER, me)
         if shared and not claim(study, trial.number, target):
             mark_surplus(trial, target)
             raise Surplus("surplus")
@@ -87,7 +88,7 @@ def run_local(study: Any, dists: dict[str, Any], make_config: Callable[[dict[str
 
     def after(study: Any, trial: Any) -> None:
         settle(study, keeper)
-        if not trial.user_attrs.get("tunekit_surplus"):
+        if not trial.user_attrs.get(SURPLUS):
             on_end(trial.state.name)
 
     # A shared worker also reaps stopped workers while it trains (a thread): their trials' re-runs

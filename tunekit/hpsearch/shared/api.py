@@ -190,7 +190,8 @@ def write_study_report(storage: str, study_name: str, out: str | Path, artifacts
     is attached to the study too."""
     import optuna
 
-    from tunekit.hpsearch.shared.server import ARTIFACTS_KEY, attach
+    from tunekit.hpsearch.keys import ARTIFACTS_KEY
+    from tunekit.hpsearch.shared.server import attach
     from tunekit.results import write_report
 
     from tunekit.hpsearch.study import check_report_of

@@ -16,10 +16,9 @@ from pathlib import Path
 from typing import Any, Optional
 
 from tunekit.errors import UsageError
+from tunekit.hpsearch.keys import ARTIFACTS_KEY
 
-__all__ = ["serve", "dashboard", "attach", "storage_url", "ARTIFACTS_KEY"]
-
-ARTIFACTS_KEY = "tunekit_artifacts"  # the study's artifact folder, so a report or dashboard finds it
+__all__ = ["serve", "dashboard", "attach", "storage_url"]
 
 
 def storage_url(target: str) -> str:

@@ -30,15 +30,14 @@ from typing import Any, Optional
 from tunekit.errors import UsageError
 from tunekit.hpsearch.resilient import STORAGE_RETRY
 from tunekit.hpsearch.settings import SPEC_COMPARED
-from tunekit.hpsearch.study import (ENQUEUED_KEY, RETRY_OF, SPEC_KEY, STOPPED_PREFIX, SURPLUS, excluded, fail_trial,
-                                   make_storage, mark_interrupted, requeue_interrupted)
+from tunekit.hpsearch.keys import (CREATOR_KEY, DESIGN_KEY, ENQUEUED_KEY, ERROR, PLAN_KEY, REASON, REQUEUE_REASON, RETRY_OF,
+                                   SPEC_KEY, STOPPED_PREFIX, SURPLUS, WORKER, WORKER_PREFIX)
+from tunekit.hpsearch.study import excluded, fail_trial, make_storage, mark_interrupted, requeue_interrupted
 
 __all__ = ["worker_id", "worker_seed", "register_worker", "default_threads", "claim", "counts", "claim_creation",
-           "wait_for_spec", "check_spec", "creator_gave_up", "end_creation", "TAKEN_OVER", "CREATOR_KEY",
-           "on_stale_trial", "reap_stopped", "reap_every", "reaping", "open_storage", "resume_study", "SPEC_CHECKED",
-           "WORKER_PREFIX"]
+           "wait_for_spec", "check_spec", "creator_gave_up", "end_creation", "TAKEN_OVER",
+           "on_stale_trial", "reap_stopped", "reap_every", "reaping", "open_storage", "resume_study", "SPEC_CHECKED"]
 
-WORKER_PREFIX = "tunekit_worker:"  # + worker id: one study attribute per worker (no lost updates)
 # The settings a joining worker must share with the study, as written (the others, the budget,
 # seed and evals, are checked through the plan they resolve to, by check_resume).
 SPEC_CHECKED = ("version", "task", "space", *SPEC_COMPARED)
@@ -125,8 +124,8 @@ def counts(study: Any) -> tuple[int, int]:
 def mark_surplus(trial: Any, target: int) -> None:
     trial.set_user_attr(SURPLUS, True)
     reason = f"surplus: the study's {target} trials were taken by others; not run"
-    trial.set_user_attr("error", reason)
-    trial.set_user_attr("reason", reason)
+    trial.set_user_attr(ERROR, reason)
+    trial.set_user_attr(REASON, reason)
 
 
 # --- creation and joining -------------------------------------------------------------
@@ -137,7 +136,6 @@ def mark_surplus(trial: Any, target: int) -> None:
 # seconds) is taken over by the next process that creates the study with the same settings
 # (`study create` or `search --storage` again); workers, which have no settings to create with,
 # are told so at once instead of waiting.
-CREATOR_KEY = "tunekit_creator"  # {host, pid, generation, alive}
 CREATOR_BEAT = 2.0
 CREATOR_STALE = 30.0
 TAKEN_OVER = "taken over"  # what wait_for_spec returns to the process that takes a dead creator's place
@@ -234,14 +232,12 @@ def wait_for_spec(store: Any, name: str, timeout: float = 1800.0, poll: float = 
     is a wait past ``timeout`` seconds."""
     import optuna
 
-    from tunekit.hpsearch.study import PLAN_KEY
-
     deadline = time.monotonic() + timeout
     while True:
         attrs = optuna.load_study(study_name=name, storage=store).user_attrs
         if SPEC_KEY in attrs:
             return dict(attrs[SPEC_KEY])
-        if PLAN_KEY in attrs and "tunekit_design_queued" in attrs:
+        if PLAN_KEY in attrs and DESIGN_KEY in attrs:
             return None
         creator = attrs.get(CREATOR_KEY)
         if _creator_dead(creator) and not take_over:
@@ -310,7 +306,7 @@ def space_dict(sp: Any) -> dict[str, Any]:
 
 
 def _where(trial: Any) -> str:
-    w = trial.user_attrs.get("worker") or {}
+    w = trial.user_attrs.get(WORKER) or {}
     return f"{w.get('host', '?')}:{w.get('pid', '?')}" if w else "unknown"
 
 
@@ -325,14 +321,14 @@ def _queue_rerun(study: Any, trial: Any, reason: str) -> None:
         return
     params = dict(trial.params) or trial.user_attrs.get(ENQUEUED_KEY)
     if params:  # else it died before the sampler drew any: nothing to re-run
-        study.enqueue_trial(params, user_attrs={ENQUEUED_KEY: params, RETRY_OF: trial.number, "tunekit_reason": reason},
+        study.enqueue_trial(params, user_attrs={ENQUEUED_KEY: params, RETRY_OF: trial.number, REQUEUE_REASON: reason},
                             skip_if_exists=False)
 
 
 def on_stale_trial(study: Any, trial: Any) -> None:
     """Optuna's heartbeat callback: called once, in the one worker that failed the stale trial (whose
     reason the storage put on it: study.stale_reason)."""
-    note_stopped(study, trial, trial.user_attrs.get("reason") or f"worker {_where(trial)} stopped")
+    note_stopped(study, trial, trial.user_attrs.get(REASON) or f"worker {_where(trial)} stopped")
 
 
 def reap_stopped(study: Any, store: Any = None, workers: Optional[list[str]] = None) -> list[int]:
@@ -351,7 +347,7 @@ def reap_stopped(study: Any, store: Any = None, workers: Optional[list[str]] = N
         optuna.storages.fail_stale_trials(study)  # no-op without heartbeats (a journal file)
     host, named = socket.gethostname(), set(workers or ())
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-        w = t.user_attrs.get("worker") or {}
+        w = t.user_attrs.get(WORKER) or {}
         dead = (w.get("host") == host and w.get("pid") and not _alive(int(w["pid"]))) or _where(t) in named
         if not dead:
             continue

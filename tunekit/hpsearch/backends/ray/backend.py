@@ -28,6 +28,7 @@ from typing import Any, Optional
 
 from tunekit.errors import SetupError, UsageError
 from tunekit.hpsearch.backends.base import Work
+from tunekit.hpsearch.keys import ATTEMPTS, REASON
 from tunekit.hpsearch.plan import Plan, TrialConfig
 from tunekit.hpsearch.settings import SearchSettings
 from tunekit.hpsearch.keep import Keeper, settle
@@ -277,12 +278,12 @@ def _recorder(study: Any, ledger: Ledger, on_end: Callable[[str], None], keeper:
             # Optuna trial, recorded once when it ends; its attempts are noted meanwhile.
             ot = book.get(trial.config.get("number"))
             if ot is not None:
-                ot.set_user_attr("attempts", ledger.failures(trial) + 1)
+                ot.set_user_attr(ATTEMPTS, ledger.failures(trial) + 1)
 
         def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
             number = trial.config.get("number")
             if ledger.run_again(trial):
-                book[number].set_user_attr("attempts", ledger.spent[number] + 1)
+                book[number].set_user_attr(ATTEMPTS, ledger.spent[number] + 1)
                 return
             ot = book.pop(number, None)
             if ot is None:
@@ -290,7 +291,7 @@ def _recorder(study: Any, ledger: Ledger, on_end: Callable[[str], None], keeper:
             last = trial.last_result or {}
             outcome = _outcome(last)
             outcome.state, outcome.error = "FAIL", last.get(ERROR_KEY) or _error_text(trial)
-            ot.set_user_attr("attempts", max(1, ledger.failures(trial)))
+            ot.set_user_attr(ATTEMPTS, max(1, ledger.failures(trial)))
             self._end(ot, outcome)
 
         @staticmethod
@@ -454,7 +455,7 @@ def _fail_unfinished(study: Any, book: dict[int, Any]) -> None:
     numbers = list(book)
     for ot in book.values():
         try:
-            ot.set_user_attr("reason", INTERRUPTED)  # on the trial, for dashboards and reports
+            ot.set_user_attr(REASON, INTERRUPTED)  # on the trial, for dashboards and reports
         except optuna.exceptions.UpdateFinishedTrialError:
             pass  # it finished meanwhile: the tell below leaves it as it is
         study.tell(ot, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
