@@ -17,32 +17,30 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
 from tunekit.errors import UsageError
 from tunekit.hpsearch.backends.base import Backend, Work, get_backend
 from tunekit.hpsearch.keep import Keeper, settle, weights_folder
-from tunekit.hpsearch.keys import ARTIFACTS_KEY, SPEC_KEY, WALL_SECONDS_KEY
+from tunekit.hpsearch.keys import ARTIFACTS_KEY, WALL_SECONDS_KEY
 from tunekit.hpsearch.plan import Plan, largest_batch, split_batch
-from tunekit.hpsearch.rungs import ladder, make_pruner
-from tunekit.hpsearch.resolve import ResolvedSearch, SearchInputs, resolve_search
-from tunekit.hpsearch.seeding import (Probes, adaptive_l2, design_size, enqueue_seed_and_design, make_plan, priced,
-                                      recipe, run_probes)
+from tunekit.hpsearch.resolve import ResolvedSearch, resolve_search
+from tunekit.hpsearch.seeding import Probes, adaptive_l2, make_plan, priced, run_probes
 from tunekit.hpsearch.options import (BackendOptions, Halving, Local, ProbeSettings, Pruner, Sampler, SharedStudy, Study,
                                       TPE)
 from tunekit.hpsearch.settings import SearchSettings, from_keywords
-from tunekit.hpsearch.shared.workers import (TAKEN_OVER, check_spec, claim_creation, creator_gave_up, default_threads,
-                                             end_creation, open_storage, register_worker, resume_study, space_dict,
-                                             spec_probes, wait_for_spec, worker_seed)
-from tunekit.hpsearch.shared.workers import worker_id as default_worker_id
-from tunekit.hpsearch.study import (check_report_of, check_resume, default_name, finished_count, keep_plan, make_sampler,
-                                    open_study, stored_plan, study_exists)
+from tunekit.hpsearch.shared.spec import StoredSpec
+from tunekit.hpsearch.shared.workers import (TAKEN_OVER, check_spec, claim_creation, creator_gave_up, open_storage,
+                                             space_dict, spec_probes, wait_for_spec)
+from tunekit.hpsearch.study import (check_report_of, check_resume, default_name, finished_count, read_dists, read_plan,
+                                    study_exists)
 from tunekit.hpsearch.seeded_space import distributions
+from tunekit.hpsearch.worker_study import FoundStudy, Prepared, open_worker_study, set_threads
 from tunekit.hpsearch.summary import build_result
 from tunekit.inputs.space import SearchSpace
 from tunekit.integrations.task_spec import TaskSpec, task_of
@@ -117,31 +115,6 @@ def search_with(task: Any, space: str | SearchSpace, settings: SearchSettings, b
     return result
 
 
-@dataclass
-class _Opened:
-    """The study's storage as this search found it."""
-
-    store: Any
-    name: str
-    existing: bool
-    old_plan: dict[str, Any]
-    old_dists: dict[str, str]
-    spec: Optional[dict[str, Any]]  # a joining worker's: the study's settings and probes
-
-
-@dataclass
-class _Prepared:
-    """What the trials share, once the storage is open and the probes have run."""
-
-    task: Any  # as the trials run it (a callable objective added to a Task's metrics)
-    inputs: SearchInputs
-    opened: _Opened
-    probes: Probes
-    plan: Plan
-    dists: dict[str, Any]
-    spec: dict[str, Any]
-
-
 def run_search(resolved: ResolvedSearch, backend: Optional[Backend] = None) -> SearchResult:
     """:func:`search` with its inputs resolved: the stages of the module's docstring. ``backend``:
     one of the caller's, else the one ``settings.backend`` names."""
@@ -153,8 +126,8 @@ def run_search(resolved: ResolvedSearch, backend: Optional[Backend] = None) -> S
         prep = _prepare(resolved, backend)
 
     # The study, its seed trial and design (once, by the creator), this worker's sampler.
-    study, seed_params, threads_before = _worker_study(prep.opened, settings, prep.inputs, prep.probes, prep.plan,
-                                                       prep.dists, prep.spec, backend)
+    opened = open_worker_study(prep, settings, concurrent=backend.concurrent)
+    study = opened.study
 
     # Run until the study holds `trials` finished trials. Interrupted (Ctrl-C), the
     # report of what finished is written all the same, and --resume goes on from it.
@@ -163,15 +136,15 @@ def run_search(resolved: ResolvedSearch, backend: Optional[Backend] = None) -> S
     try:
         if run_trials:
             settle(study, keeper)  # what a search killed during a write left
-            work = Work(study, prep.dists, prep.plan, prep.task, settings.trials, settings, prep.opened.store, _no_end,
+            work = Work(study, prep.dists, prep.plan, prep.task, settings.trials, settings, prep.found.store, _no_end,
                         keeper)
             _run_trials(backend, work)
     finally:
-        _set_threads(threads_before)  # the caller's (a notebook's) threads again
+        set_threads(opened.threads_before)  # the caller's (a notebook's) threads again
         seconds = time.perf_counter() - start
         if not settings.shared:  # one process's study: its seconds over every run of it
             seconds = _seconds_so_far(study, seconds)
-        result = build_result(study, prep.opened.store, settings, prep.inputs.space, prep.dists, seed_params,
+        result = build_result(study, prep.found.store, settings, prep.inputs.space, prep.dists, opened.seed_params,
                               prep.inputs.budget, prep.plan, prep.probes, seconds,
                               resolved.named)
         result.made_from = prep.task  # what best_model() builds the model from, in this process
@@ -180,51 +153,57 @@ def run_search(resolved: ResolvedSearch, backend: Optional[Backend] = None) -> S
     return result
 
 
-def _prepare(resolved: ResolvedSearch, backend: Backend) -> _Prepared:
+def _prepare(resolved: ResolvedSearch, backend: Backend) -> Prepared:
     """The storage, the probes, the plan and the seeded space; every refusal before a trial."""
     import optuna
 
     task, inputs, settings = resolved.task, resolved.inputs, resolved.settings
 
     # The storage first: a clash fails before any probe runs; a joining worker takes the spec.
-    opened = _open(settings, default_name(inputs.task.name, inputs.space.name, settings.study.name))
+    found = _open(settings, default_name(inputs.task.name, inputs.space.name, settings.study.name))
     saved = (settings.probes.lr_find, settings.probes.probe)
-    if opened.spec is not None:
+    if found.spec is not None:
         # What needs no probe first (the task, the space, the trial count...): a worker with another
         # task is told that, not what follows from it (the probes' task, a budget of other samples).
-        check_spec(opened.spec, _spec_settings(task, settings, inputs.space), opened.name)
-        saved = _spec_probes(opened.spec, settings)
+        check_spec(found.spec, _spec_settings(task, settings, inputs.space), found.name)
+        saved = _spec_probes(found.spec, settings)
 
     # The probes (or their saved results), the plan every trial shares, the seeded space.
-    with _creating(settings, opened):
-        probes = run_probes(inputs, settings, opened.existing or settings.study.resume, saved)
+    with _creating(settings, found):
+        probes = run_probes(inputs, settings, found.existing or settings.study.resume, saved)
         inputs = priced(inputs, probes)  # a budget in device time, by the probe's timed steps
-        if opened.existing:
-            probes.samples = int(opened.old_plan.get("probe_samples", probes.samples))
-            probes.seconds = float(opened.old_plan.get("probe_seconds", probes.seconds))
+        if found.old_plan is not None:  # the study's probes' cost, as its first run counted it
+            probes.samples = int(_or(found.old_plan.probe_samples, probes.samples))
+            probes.seconds = float(_or(found.old_plan.probe_seconds, probes.seconds))
         plan = make_plan(inputs, probes, settings)
-        if opened.old_dists:  # the space a study started with stays its space
-            dists = {n: optuna.distributions.json_to_distribution(d) for n, d in opened.old_dists.items()}
-            check_resume(opened.old_plan, plan.to_dict(), f"'{opened.name}'")
+        if found.old_dists:  # the space a study started with stays its space
+            dists = {n: optuna.distributions.json_to_distribution(d) for n, d in found.old_dists.items()}
+            if found.old_plan is not None:
+                check_resume(found.old_plan, plan, f"'{found.name}'")
         else:
             dists = distributions(inputs.space, probes.lr_find, probes.probe, max_batch=largest_batch(plan),
                                                adaptive_l2=adaptive_l2(inputs, settings.seed))
         spec = study_spec(task, settings, inputs.space, probes, plan, dists)
-        if opened.spec is not None:
-            check_spec(opened.spec, spec, opened.name)
+        if found.spec is not None:
+            check_spec(found.spec, spec.to_stored(), found.name)
         backend.check_plan(settings, plan, dists, probes.probe)
-    return _Prepared(task, inputs, opened, probes, plan, dists, spec)
+    return Prepared(task, inputs, found, probes, plan, dists, spec)
+
+
+def _or(value: Any, default: Any) -> Any:
+    """``value``, or ``default`` where the study did not store one (an older tunekit's)."""
+    return default if value is None else value
 
 
 @contextlib.contextmanager
-def _creating(settings: SearchSettings, opened: _Opened) -> Iterator[None]:
+def _creating(settings: SearchSettings, found: FoundStudy) -> Iterator[None]:
     """A shared study's creator that fails before it stores the spec says so in the study: the next
     process that creates it with the same settings takes its place at once."""
     try:
         yield
     except BaseException:
-        if settings.shared and opened.spec is None:
-            creator_gave_up(opened.store, opened.name)
+        if settings.shared and found.spec is None:
+            creator_gave_up(found.store, found.name)
         raise
 
 
@@ -261,7 +240,7 @@ def _seconds_so_far(study: Any, elapsed: float) -> float:
 # --- stages ---------------------------------------------------------------------------
 
 
-def _open(settings: SearchSettings, name: str) -> _Opened:
+def _open(settings: SearchSettings, name: str) -> FoundStudy:
     """The storage, whether the study exists, its stored plan and distributions, and a joining
     worker's spec (it waits for the creator's); clashes refused."""
     import optuna
@@ -285,8 +264,10 @@ def _open(settings: SearchSettings, name: str) -> _Opened:
         spec = wait_for_spec(store, name, st.join_timeout, take_over=True)  # None: an older tunekit's study
         if spec == TAKEN_OVER:  # its creator died before storing the spec: this process finishes the creation
             spec, existing = None, True
-    old_plan, old_dists = stored_plan(store, name) if existing or spec is not None else ({}, {})
-    return _Opened(store, name, existing or spec is not None, old_plan, old_dists, spec)
+    if not (existing or spec is not None):
+        return FoundStudy(store, name, False, None, {}, None)
+    stored = optuna.load_study(study_name=name, storage=store)
+    return FoundStudy(store, name, True, read_plan(stored), read_dists(stored), spec)
 
 
 def _probed(out_dir: Path) -> bool:
@@ -294,7 +275,7 @@ def _probed(out_dir: Path) -> bool:
     return any((out_dir / f"{name}.json").is_file() for name in ("lr_find", "probe"))
 
 
-def _spec_probes(spec: dict[str, Any], settings: SearchSettings) -> tuple[Any, Any]:
+def _spec_probes(spec: StoredSpec, settings: SearchSettings) -> tuple[Any, Any]:
     if settings.probes.lr_find is not None or settings.probes.probe is not None:
         raise UsageError("a worker that joins a study takes the study's probes: drop ProbeSettings(lr_find=..., probe=...)")
     return spec_probes(spec)
@@ -309,94 +290,17 @@ def _spec_settings(task: Any, settings: SearchSettings, sp: SearchSpace) -> dict
 
 
 def study_spec(task: Any, settings: SearchSettings, sp: SearchSpace, probes: Probes, plan: Plan,
-               dists: dict[str, Any]) -> dict[str, Any]:
-    """What every worker of a shared study must agree on, as the study keeps it (JSON): the
-    settings' study fields, the task and space, each batch's split and the probes' results."""
+               dists: dict[str, Any]) -> StoredSpec:
+    """What every worker of a shared study must agree on, as the study keeps it: the settings' study
+    fields, the task and space, each batch's split and the probes' results (the seed trial's params
+    are added once it is queued)."""
     batches = sorted({int(b) for n in ("batch", "batch_size") if n in dists for b in getattr(dists[n], "choices", ())})
-    out = {**_spec_settings(task, settings, sp),
-           "splits": {str(b): list(split_batch(b, plan.max_micro)) for b in batches},
-           "lr_find": probes.lr_find.to_dict() if probes.lr_find is not None else None,
-           "probe": probes.probe.to_dict() if probes.probe is not None else None}
-    return json.loads(json.dumps(out, default=str))
-
-
-def _worker_study(opened: _Opened, settings: SearchSettings, inputs: SearchInputs, probes: Probes, plan: Plan,
-                  dists: dict[str, Any], spec: dict[str, Any], backend: Backend) -> tuple[Any, dict[str, Any], Optional[int]]:
-    """The study opened for this worker: (study, the seed trial's params, the threads to restore after).
-
-    Each worker of a shared study samples with its own seed (from the study's and its id), and
-    with constant_liar, so none proposes what another runs; only the creator enqueues the seed
-    trial and design, and stores the spec that joining workers wait for."""
-    s, store, name = settings, opened.store, opened.name
-    # Without pruning the study still keeps the ladder halving would use (its stored plan reads the same).
-    h = s.pruner if isinstance(s.pruner, Halving) else Halving(evals=s.pruner.evals)
-    n_design = design_size(s, inputs.space, probes)
-    wid = getattr(s.study, "worker_id", None) or default_worker_id()
-    smp_seed = _sampler_seed(s, wid, store, name, opened.existing)
-    smp = make_sampler(s.sampler.kind, smp_seed, n_design or max(3, min(10, s.trials // 3)),
-                       parallel=backend.concurrent or s.shared)
-    rung_list = (list(opened.old_plan["rungs"]) if "rungs" in opened.old_plan  # a study keeps the rungs it began with
-                 else ladder(inputs.budget.samples, s.trials, h.reduction_factor, h.evals, h.rungs, h.first_rung))
-    pruner = make_pruner(inputs.budget.samples // h.evals, h.evals, rung_list, h.reduction_factor, s.prune,
-                         adaptive=h.rungs is None and h.first_rung is None, direction=s.goal.direction)
-    study = open_study(store, name, smp, pruner, s.goal.direction)
-    keep_plan(study, {**plan.to_dict(), "probe_samples": probes.samples, "probe_seconds": probes.seconds,
-                      "budget": inputs.budget.to_dict(), "sampler_seed": s.sampler_seed, "rungs": rung_list},
-              dists, s.goal.label)
-    if s.study.resume:
-        resume_study(study, shared=s.shared, store=store)
-    seed_params: dict[str, Any] = {}
-    if opened.spec is not None:  # a joining worker: the creator has queued the seed trial and design, once
-        seed_params = dict(opened.spec.get("seed_params") or {})
-    elif s.sampler.seed_trial or n_design:
-        seed_params = enqueue_seed_and_design(study, dists, probes, n_design, s.trials,
-                                              recipe(inputs.task, inputs.cfg, s.seed))
-    if opened.spec is None and SPEC_KEY not in study.user_attrs:  # the creator, last: joining workers wait for it
-        _keep_spec(study, {**spec, "seed_params": seed_params}, getattr(s.study, "artifacts", None), s.out)
-        if s.shared:
-            end_creation(store, name)
-    return study, seed_params, _become_worker(study, wid, smp_seed, getattr(s.study, "threads", None), s.shared)
-
-
-def _sampler_seed(settings: SearchSettings, wid: str, store: Any, name: str, existing: bool) -> int:
-    """A shared study's worker: its own seed. One process: the study's, moved on by the trials it holds
-    (a resumed search does not replay the first run's proposals)."""
-    assert settings.sampler_seed is not None  # set from the seed when the settings were built
-    if settings.shared:
-        return worker_seed(settings.sampler_seed, wid)
-    import optuna
-
-    return settings.sampler_seed + (len(optuna.load_study(study_name=name, storage=store).trials) if existing else 0)
-
-
-def _keep_spec(study: Any, spec: dict[str, Any], artifacts: Optional[str], out_dir: Optional[Path]) -> None:
-    """The study's spec (and, with an artifact folder, the probes' files attached to the study)."""
-    if artifacts is not None and out_dir is not None:
-        from tunekit.hpsearch.shared.server import attach
-
-        attach(study, artifacts, [out_dir / f"{n}.{x}" for n in ("lr_find", "probe") for x in ("json", "png")])
-    study.set_user_attr(SPEC_KEY, spec)
-
-
-def _become_worker(study: Any, wid: str, smp_seed: int, threads: Optional[int], shared: bool) -> Optional[int]:
-    """A worker of a shared study registers (its id, seed and threads); it, or a search given ``threads``,
-    sets its torch threads. Returns the threads before (None when unchanged)."""
-    if not shared and threads is None:
-        return None
-    n = threads or default_threads(study)
-    if shared:
-        register_worker(study, wid, smp_seed, n)
-    return _set_threads(n)
-
-
-def _set_threads(n: Optional[int]) -> Optional[int]:
-    if n is None:
-        return None
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    return before
+    known = _spec_settings(task, settings, sp)
+    own = {k: known.pop(k) for k in ("version", "task", "space")}
+    spec = {**own, **known, "splits": {str(b): list(split_batch(b, plan.max_micro)) for b in batches},
+            "lr_find": probes.lr_find.to_dict() if probes.lr_find is not None else None,
+            "probe": probes.probe.to_dict() if probes.probe is not None else None}
+    return dataclasses.replace(StoredSpec.from_stored(json.loads(json.dumps(spec, default=str))), held=None)
 
 
 def _no_end(state: str) -> None:
@@ -405,8 +309,6 @@ def _no_end(state: str) -> None:
 
 def _run_trials(backend: Backend, work: Work) -> None:
     """The backend runs the trials still missing, under one progress bar with the best value."""
-    import dataclasses
-
     from tunekit.hpsearch.summary import best_trial
     from tunekit.progress import bar
 

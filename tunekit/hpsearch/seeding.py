@@ -46,6 +46,9 @@ UNSATURATED = 0.9
 # estimate fails. Always measured without a range test's batch (the estimate is then the centre) and
 # under a budget in device time (the trial's size is known only once this probe has timed its steps).
 NOISE_SHARE = 0.10
+# Where the search's probe notes why it did not measure the noise scale: in the probe's own settings,
+# so probe.json and a shared study's spec keep it with the probe. Read through Probes.noise_not_measured.
+_NOISE_NOT_MEASURED = "noise_not_measured"
 
 
 @dataclass
@@ -57,6 +60,15 @@ class Probes:
     samples: int = 0
     seconds: float = 0.0
     own_lr_find: bool = True  # the search's own range test (else the caller's saved result)
+
+    @property
+    def noise_not_measured(self) -> Optional[str]:
+        """Why the search's probe did not measure the noise scale (None: it did, or no probe ran)."""
+        return self.probe.settings.get(_NOISE_NOT_MEASURED) if self.probe is not None else None
+
+    def note_noise_not_measured(self, why: str) -> None:
+        """Note on the probe why the noise scale was not measured (saved with it)."""
+        self.probe.settings[_NOISE_NOT_MEASURED] = why
 
 
 # --- the probes -------------------------------------------------------------------------
@@ -106,7 +118,7 @@ def run_probes(inputs: SearchInputs, settings: SearchSettings, existing: bool, s
         found.probe = probe(task, memory_budget=settings.probes.memory_budget, throughput_points=PRICE_POINTS,
                             max_batch=probe_cap(inputs, found.lr_find), noise_repeats=repeats, **common)
         if skipped:
-            found.probe.settings["noise_not_measured"] = skipped
+            found.note_noise_not_measured(skipped)
         found.samples += found.probe.samples
         found.seconds += found.probe.seconds
         _save(found.probe, out_dir, "probe")

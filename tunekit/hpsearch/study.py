@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Optional
 
@@ -18,12 +20,14 @@ from tunekit.hpsearch.resilient import STORAGE_RETRY, retrying_class, stale_reas
 from tunekit.hpsearch import keys as K
 from tunekit.hpsearch.keys import (DESIGN_KEY, DISTS_KEY, ENQUEUED_KEY, ERROR, INTERRUPTED_KEY, PLAN_KEY, REASON,
                                    REQUEUED_KEY, RETRY_OF, STOPPED_PREFIX, SURPLUS)
+from tunekit.hpsearch.plan import Plan
 from tunekit.hpsearch.trial import INTERRUPTED
 
 __all__ = ["make_storage", "study_exists", "make_sampler", "open_study", "check_resume", "mark_interrupted", "fail_trial",
            "stale_reason",
            "requeue_interrupted", "safe_url", "check_report_of", "trial_dicts", "finished_count",
-           "device_seconds", "enqueue", "enqueue_design", "excluded", "stopped"]
+           "device_seconds", "enqueue", "enqueue_design", "excluded", "stopped", "StoredPlan", "read_plan", "read_dists",
+           "keep_plan"]
 
 
 
@@ -219,14 +223,14 @@ def open_study(store: Any, name: str, sampler: Any, pruner: Any, direction: str 
                                direction=direction, load_if_exists=True)
 
 
-def check_resume(stored: dict[str, Any], plan: dict[str, Any], where: str) -> None:
+def check_resume(stored: StoredPlan, plan: Plan, where: str) -> None:
     """Refuse, in one line, to continue a study under another plan (budget, seed, ...)."""
-    # A plan stored before objectives existed was a study of the validation loss, minimised.
-    stored = {"objective": "loss", "direction": "minimize", **stored}
+    mine = plan.to_dict()
     for key in ("budget_samples", "budget_seconds", "seed", "evals", "ref_batch", "lr_rule", "fixed", "objective",
                 "direction"):
-        if key in stored and stored[key] != plan.get(key):
-            raise UsageError(f"study {where} was run with {key} = {stored[key]!r}, this run asks for {plan.get(key)!r}: "
+        theirs = getattr(stored.plan, key)
+        if stored.holds(key) and theirs != mine.get(key):
+            raise UsageError(f"study {where} was run with {key} = {theirs!r}, this run asks for {mine.get(key)!r}: "
                              f"use the same settings (a worker: drop the flag, to take the study's), or start a new study "
                              "(another --out or --study)")
 
@@ -304,7 +308,8 @@ def excluded(study: Any) -> set[int]:
 
 def device_seconds(study: Any) -> float:
     """The device time the study has spent: its trials' measured seconds and its probes'."""
-    probes = float(study.user_attrs.get(PLAN_KEY, {}).get("probe_seconds") or 0.0)
+    stored = read_plan(study)
+    probes = float(stored.probe_seconds or 0.0) if stored is not None else 0.0
     return probes + sum(float(t.user_attrs.get(K.SECONDS) or 0.0) for t in study.get_trials(deepcopy=False))
 
 
@@ -360,15 +365,58 @@ def _interrupted_note(number: int, reruns: dict[int, int]) -> str:
     return f"interrupted; re-run as trial {reruns[number]}" if number in reruns else INTERRUPTED
 
 
-def stored_plan(store: Any, name: str) -> tuple[dict[str, Any], dict[str, str]]:
-    import optuna
-
-    attrs = optuna.load_study(study_name=name, storage=store).user_attrs
-    return attrs.get(PLAN_KEY, {}), attrs.get(DISTS_KEY, {})
+# A plan stored before objectives existed was a study of the validation loss, minimised.
+_ALWAYS_HELD = ("objective", "direction")
 
 
-def keep_plan(study: Any, plan: dict[str, Any], dists: dict[str, Any], metric_name: str = "validation loss") -> None:
-    """The plan and the distributions, once; and the value's name, for dashboards."""
+@dataclass(frozen=True)
+class StoredPlan:
+    """What a study keeps of its plan (:data:`~tunekit.hpsearch.keys.PLAN_KEY`): the Plan every trial
+    shares, the probes' cost, the budget, the sampler seed and the pruner's rungs. A resumed or joining
+    run reads it back, so it runs the study as it began. Stored flat, as JSON, as tunekit always has;
+    a field an older tunekit did not store is None here (``holds`` tells which it did)."""
+
+    plan: Plan
+    probe_samples: Optional[int] = None
+    probe_seconds: Optional[float] = None
+    budget: Optional[dict[str, Any]] = None  # Budget.to_dict(): amount, unit, per_sample (and samples, once priced)
+    sampler_seed: Optional[int] = None
+    rungs: Optional[tuple[int, ...]] = None  # the ladder, in evaluations: a study keeps the rungs it began with
+    held: frozenset[str] = frozenset()  # the keys the stored dict holds (an older study's lack some)
+
+    def holds(self, key: str) -> bool:
+        return key in self.held or key in _ALWAYS_HELD
+
+    def to_stored(self) -> dict[str, Any]:
+        """The JSON the study keeps."""
+        beside = {"probe_samples": self.probe_samples, "probe_seconds": self.probe_seconds, "budget": self.budget,
+                  "sampler_seed": self.sampler_seed, "rungs": list(self.rungs) if self.rungs is not None else None}
+        return {**self.plan.to_dict(), **beside}
+
+    @classmethod
+    def from_stored(cls, stored: Mapping[str, Any]) -> StoredPlan:
+        """The record from the study's JSON (an older study's: the fields it lacks at their defaults)."""
+        plan = Plan(**{f.name: stored[f.name] for f in fields(Plan) if f.name in stored})
+        rungs = stored.get("rungs")
+        return cls(plan, stored.get("probe_samples"), stored.get("probe_seconds"), stored.get("budget"),
+                   stored.get("sampler_seed"), tuple(int(r) for r in rungs) if rungs is not None else None,
+                   frozenset(stored))
+
+
+def read_plan(study: Any) -> Optional[StoredPlan]:
+    """The plan ``study`` keeps, or None before one is stored. The one reader of :data:`PLAN_KEY`."""
+    stored = study.user_attrs.get(PLAN_KEY)
+    return StoredPlan.from_stored(stored) if stored else None
+
+
+def read_dists(study: Any) -> dict[str, str]:
+    """The distributions ``study`` keeps (JSON, by parameter name); empty before they are stored."""
+    return dict(study.user_attrs.get(DISTS_KEY, {}))
+
+
+def keep_plan(study: Any, stored: StoredPlan, dists: dict[str, Any], metric_name: str = "validation loss") -> None:
+    """The plan and the distributions, once; and the value's name, for dashboards. The one writer of
+    :data:`PLAN_KEY`: the first run's plan stays the study's."""
     import optuna
 
     if not study.metric_names:
@@ -377,7 +425,7 @@ def keep_plan(study: Any, plan: dict[str, Any], dists: dict[str, Any], metric_na
             study.set_metric_names([metric_name])
 
     if PLAN_KEY not in study.user_attrs:
-        study.set_user_attr(PLAN_KEY, plan)
+        study.set_user_attr(PLAN_KEY, stored.to_stored())
     if DISTS_KEY not in study.user_attrs:
         study.set_user_attr(DISTS_KEY, {n: optuna.distributions.distribution_to_json(d) for n, d in dists.items()})
 

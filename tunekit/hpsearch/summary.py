@@ -48,7 +48,7 @@ def build_result(study: Any, store: Any, settings: SearchSettings, sp: SearchSpa
         seed=settings.seed, sampler_seed=settings.sampler_seed, probe_seconds=probes.seconds,
         device=probes.probe.device if probes.probe is not None else None, time_limit=settings.study.time_limit,
         lr_find=_lr_find_summary(probes.lr_find, sp, probes.own_lr_find),
-        probe=_probe_summary(probes.probe, study.user_attrs.get(DESIGN_BATCH_KEY)),
+        probe=_probe_summary(probes, study.user_attrs.get(DESIGN_BATCH_KEY)),
         keep=settings.keep, best_weights=_kept(best))
     result.param_importances = result.importances()
     return result
@@ -70,9 +70,10 @@ def _lr_find_summary(lf: Any, sp: SearchSpace, own: bool) -> Optional[dict[str, 
             "lr_bounds": list(lr_bounds_from_curve(lf, sp.entries["lr"].margin))}
 
 
-def _probe_summary(pr: Any, design: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]:
+def _probe_summary(probes: Probes, design: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]:
+    pr = probes.probe
     if pr is None:
         return None
     return {"max_batch": pr.max_batch, "critical_batch": pr.critical_batch, "samples": pr.samples,
             "updates": pr.updates, "seconds": pr.seconds, "critical_batch_range": pr.critical_batch_range,
-            "noise_not_measured": pr.settings.get("noise_not_measured"), "design_batch": design}
+            "noise_not_measured": probes.noise_not_measured, "design_batch": design}

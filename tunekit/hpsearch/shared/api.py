@@ -16,6 +16,7 @@ import dataclasses
 from tunekit.errors import UsageError
 from tunekit.hpsearch.options import TPE, BackendOptions, Local, SharedStudy
 from tunekit.hpsearch.settings import SearchSettings
+from tunekit.hpsearch.shared.spec import StoredSpec
 from tunekit.hpsearch.shared.workers import open_storage
 
 __all__ = ["create_study", "join_study", "reap_study", "delete_study", "study_result", "write_study_report",
@@ -43,7 +44,7 @@ def create_study(task: Any = "shapes", space: Any = "from_scratch", *, study: Op
     return search(task, space, study=dataclasses.replace(study, run_trials=False), **search_args)
 
 
-def _load_spec(store: Any, name: str, storage: str, timeout: float) -> dict[str, Any]:
+def _load_spec(store: Any, name: str, storage: str, timeout: float) -> StoredSpec:
     import optuna
 
     from tunekit.hpsearch.shared.workers import wait_for_spec
@@ -81,20 +82,20 @@ def join_study(study: SharedStudy | str, study_name: Optional[str] = None, *, ta
         raise UsageError("join_study needs the study's name: pass study=SharedStudy(storage=URL, name=NAME)")
     spec = _load_spec(open_storage(study.storage, None, study.heartbeat_grace, study.storage_retry), study.name,
                       study.storage, study.join_timeout)
-    if task is None and spec.get("task") is None:
+    if task is None and spec.task is None:
         raise UsageError(f"study '{study.name}' was created with a Task object, not a spec: pass the same task=")
     kw = _the_studys(spec, {k: v for k, v in must_agree.items() if v is not None})
     config = kw.pop("task_config", None)
     if isinstance(task, TaskSpec):
         task, config = task.spec, dict(task.config) or config
-    task = spec["task"] if task is None else task
+    task = spec.task if task is None else task
     task = TaskSpec(task, config) if config and isinstance(task, str) else task
     return search(task, space_of(spec), study=study, backend=backend, out=out, keep=keep, progress=progress, **kw)
 
 
-def _the_studys(spec: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
+def _the_studys(spec: StoredSpec, given: dict[str, Any]) -> dict[str, Any]:
     """The study's settings as :func:`tunekit.search` takes them, with the ones a worker gave over them."""
-    values = {k: spec[k] for k in JOIN_SETTINGS if k in spec}  # an older spec lacks the newer settings
+    values = {k: spec.value(k) for k in JOIN_SETTINGS if spec.holds(k)}  # an older spec lacks the newer settings
     objects = {k: given.pop(k) for k in ("sampler", "pruner") if k in given}
     if "budget" in given or "max_steps" in given:
         values.pop("budget", None)  # search() compares the budget it resolves with the study's
@@ -162,27 +163,26 @@ def study_result(storage: str, study_name: str) -> Any:
     import optuna
 
     from tunekit.hpsearch.budget import Budget
-    from tunekit.hpsearch.plan import Plan
     from tunekit.hpsearch.seeding import Probes
     from tunekit.hpsearch.shared.workers import space_of, spec_probes
-    from tunekit.hpsearch.study import DISTS_KEY, PLAN_KEY
+    from tunekit.hpsearch.study import read_dists, read_plan
     from tunekit.hpsearch.summary import build_result
 
     store = open_storage(storage, None)
     spec = _load_spec(store, study_name, storage, timeout=0)
     study = optuna.load_study(study_name=study_name, storage=store)
-    attrs = study.user_attrs
-    plan_d = dict(attrs.get(PLAN_KEY, {}))
-    plan = Plan(**{k: plan_d[k] for k in Plan.__dataclass_fields__ if k in plan_d})
-    dists = {n: optuna.distributions.json_to_distribution(d) for n, d in attrs.get(DISTS_KEY, {}).items()}
+    stored = read_plan(study)
+    if stored is None or stored.budget is None:
+        raise UsageError(f"study '{study_name}' keeps no plan yet: its creator has not finished setting it up")
+    dists = {n: optuna.distributions.json_to_distribution(d) for n, d in read_dists(study).items()}
     times = [t for tr in study.get_trials(deepcopy=False) for t in (tr.datetime_start, tr.datetime_complete) if t]
     seconds = (max(times) - min(times)).total_seconds() if times else 0.0
-    settings = SearchSettings(study=SharedStudy(storage=storage, name=study_name), seed=int(spec["seed"]),
-                              sampler=TPE(seed=int(spec["sampler_seed"])))
-    budget = Budget(**{k: v for k, v in plan_d["budget"].items() if k != "samples"})
-    probes = Probes(*spec_probes(spec), int(plan_d.get("probe_samples", 0)), float(plan_d.get("probe_seconds", 0.0)))
-    return build_result(study, store, settings, space_of(spec), dists, dict(spec.get("seed_params") or {}), budget,
-                        plan, probes, seconds, spec.get("task"))
+    settings = SearchSettings(study=SharedStudy(storage=storage, name=study_name), seed=spec.seed,
+                              sampler=TPE(seed=spec.sampler_seed))
+    budget = Budget(**{k: v for k, v in stored.budget.items() if k != "samples"})
+    probes = Probes(*spec_probes(spec), int(stored.probe_samples or 0), float(stored.probe_seconds or 0.0))
+    return build_result(study, store, settings, space_of(spec), dists, dict(spec.seed_params), budget,
+                        stored.plan, probes, seconds, spec.task)
 
 
 def write_study_report(storage: str, study_name: str, out: str | Path, artifacts: Optional[str] = None) -> Any:

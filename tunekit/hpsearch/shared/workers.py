@@ -30,6 +30,7 @@ from typing import Any, Optional
 from tunekit.errors import UsageError
 from tunekit.hpsearch.resilient import STORAGE_RETRY
 from tunekit.hpsearch.settings import SPEC_COMPARED
+from tunekit.hpsearch.shared.spec import StoredSpec
 from tunekit.hpsearch.keys import (CREATOR_KEY, DESIGN_KEY, ENQUEUED_KEY, ERROR, PLAN_KEY, REASON, REQUEUE_REASON, RETRY_OF,
                                    SPEC_KEY, STOPPED_PREFIX, SURPLUS, WORKER, WORKER_PREFIX)
 from tunekit.hpsearch.study import excluded, fail_trial, make_storage, mark_interrupted, requeue_interrupted
@@ -236,7 +237,7 @@ def wait_for_spec(store: Any, name: str, timeout: float = 1800.0, poll: float = 
     while True:
         attrs = optuna.load_study(study_name=name, storage=store).user_attrs
         if SPEC_KEY in attrs:
-            return dict(attrs[SPEC_KEY])
+            return StoredSpec.from_stored(attrs[SPEC_KEY])
         if PLAN_KEY in attrs and DESIGN_KEY in attrs:
             return None
         creator = attrs.get(CREATOR_KEY)
@@ -248,7 +249,7 @@ def wait_for_spec(store: Any, name: str, timeout: float = 1800.0, poll: float = 
             attrs = optuna.load_study(study_name=name, storage=store).user_attrs
             if SPEC_KEY in attrs:  # it was finished just before: nothing to take over
                 end_creation(store, name)
-                return dict(attrs[SPEC_KEY])
+                return StoredSpec.from_stored(attrs[SPEC_KEY])
             return TAKEN_OVER
         if time.monotonic() > deadline:
             raise UsageError(f"study '{name}' has had no settings for {timeout:.0f}s: the worker that created it is still "
@@ -256,14 +257,14 @@ def wait_for_spec(store: Any, name: str, timeout: float = 1800.0, poll: float = 
         time.sleep(poll)
 
 
-def check_spec(stored: dict[str, Any], mine: dict[str, Any], name: str) -> None:
-    """Refuse, in one line, a worker whose settings disagree with the study's."""
+def check_spec(stored: StoredSpec, mine: dict[str, Any], name: str) -> None:
+    """Refuse, in one line, a worker whose settings disagree with the study's (``mine``: as stored)."""
     for key in SPEC_CHECKED:
-        if key in stored and _norm(stored[key]) != _norm(mine.get(key)):
+        if stored.holds(key) and _norm(stored.value(key)) != _norm(mine.get(key)):
             # The fix names the parameter as key=...; the CLI says it as its flag.
             fix = ("install the study's tunekit version" if key == "version"
                    else f"leave out {key}=... to take the study's")
-            raise UsageError(f"study '{name}' was created with {key} = {stored[key]!r}, this run has "
+            raise UsageError(f"study '{name}' was created with {key} = {stored.value(key)!r}, this run has "
                              f"{mine.get(key)!r}: {fix}, or use another study name")
 
 
@@ -271,24 +272,25 @@ def _norm(value: Any) -> Any:
     return json.loads(json.dumps(value, sort_keys=True, default=str))
 
 
-def spec_probes(spec: dict[str, Any]) -> tuple[Any, Any]:
+def spec_probes(spec: StoredSpec) -> tuple[Any, Any]:
     """The range test and batch probe the study was created with (no worker runs them again)."""
     lf = pr = None
-    if spec.get("lr_find") is not None:
+    if spec.lr_find is not None:
         from tunekit.probes.range_test import LRFindResult
 
-        lf = LRFindResult.from_json(json.dumps(spec["lr_find"]))
-    if spec.get("probe") is not None:
+        lf = LRFindResult.from_json(json.dumps(spec.lr_find))
+    if spec.probe is not None:
         from tunekit.probes.batch_probe import ProbeResult
 
-        pr = ProbeResult.from_json(json.dumps(spec["probe"]))
+        pr = ProbeResult.from_json(json.dumps(spec.probe))
     return lf, pr
 
 
-def space_of(spec: dict[str, Any]) -> Any:
+def space_of(spec: StoredSpec) -> Any:
+    """The study's search space, from its spec."""
     from tunekit.inputs.space import Entry, SearchSpace
 
-    sp = spec["space"]
+    sp = spec.space
     return SearchSpace(sp["name"], sp.get("description", ""), {n: Entry(**e) for n, e in sp["entries"].items()})
 
 
