@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Optional
 
@@ -382,10 +382,11 @@ class StoredPlan:
     budget: Optional[dict[str, Any]] = None  # Budget.to_dict(): amount, unit, per_sample (and samples, once priced)
     sampler_seed: Optional[int] = None
     rungs: Optional[tuple[int, ...]] = None  # the ladder, in evaluations: a study keeps the rungs it began with
-    held: frozenset[str] = frozenset()  # the keys the stored dict holds (an older study's lack some)
+    held: Optional[frozenset[str]] = field(default=None, compare=False)  # the stored keys (None: all of them)
 
     def holds(self, key: str) -> bool:
-        return key in self.held or key in _ALWAYS_HELD
+        """Whether the study stored ``key`` (an older tunekit's plan lacks the later ones)."""
+        return self.held is None or key in self.held or key in _ALWAYS_HELD
 
     def to_stored(self) -> dict[str, Any]:
         """The JSON the study keeps."""
