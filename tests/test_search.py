@@ -723,7 +723,8 @@ def test_a_small_search_has_no_rung_and_a_rung_does_not_cut_a_tie() -> None:
 def test_a_resume_with_nothing_to_run_keeps_the_seconds_and_an_interrupted_trial_names_its_rerun(tmp_path: Path) -> None:
     import optuna as _optuna
 
-    from tunekit.hpsearch.study import INTERRUPTED_KEY, requeue_interrupted, trial_dicts
+    from tunekit.hpsearch.keys import INTERRUPTED_KEY
+    from tunekit.hpsearch.study import requeue_interrupted, trial_dicts
 
     space = str(write_space(tmp_path, SMALL))
     first = search(regression_task(), space, trials=2, max_steps=10, device="cpu", out=tmp_path / "o")
@@ -841,7 +842,7 @@ def test_a_task_that_cannot_train_stops_the_search_in_one_line(tmp_path: Path) -
 def test_studies_from_before_the_objective_resume_as_loss_studies(tmp_path: Path) -> None:
     """A plan stored before objectives existed is a loss study: resumed with another objective it is
     refused in one line (not maximised over old loss values), and resumed as it was it goes on."""
-    from tunekit.hpsearch.study import PLAN_KEY
+    from tunekit.hpsearch.keys import PLAN_KEY
 
     space = str(write_space(tmp_path, SMALL))
     search(regression_task(), space, trials=2, max_steps=10, device="cpu", out=tmp_path / "o")
