@@ -3,7 +3,9 @@
 - :mod:`.run`: :func:`search`, the orchestration;
 - :mod:`.budget`: a trial's budget in samples, tokens, epochs or updates;
 - :mod:`.plan`: params to a trial's run (batch split, LR rescaling), pure;
-- :mod:`.study`: storage, resume, sampler, reading trials back;
+- :mod:`.study`: storage, resume, sampler, the stored plan, reading trials back;
+- :mod:`.worker_study`: the study as one worker opens it (sampler seed, pruner, plan, design);
+- :mod:`.keys`: every study and trial attribute key, defined once;
 - :mod:`.rungs`: successive halving's rungs, in samples;
 - :mod:`.trial`: one trial's run and how its outcome is recorded;
 - :mod:`.backends`: where trials run (:mod:`.backends.local`, :mod:`.backends.ray`), behind one seam;
