@@ -308,14 +308,16 @@ def test_pruned_and_failed_trials_carry_their_reasons(tmp_path: Path) -> None:
 def test_a_stale_heartbeat_fails_the_trial_with_its_workers_name_and_queues_one_rerun(postgres: Any) -> None:
     """A worker elsewhere whose heartbeat stopped (no process here to look at): found by the grace period."""
     url = postgres()
-    store = make_storage(url, None, grace_period=2)
+    store = make_storage(url, None, heartbeat_grace=2)
     study = optuna.create_study(study_name="h", storage=store)
     t = study.ask({"x": optuna.distributions.FloatDistribution(0, 1)})
     t.set_user_attr("worker", {"host": "elsewhere", "pid": 1})
     store.record_heartbeat(store.get_trial_id_from_study_id_trial_number(store.get_study_id_from_name("h"), t.number))
-    assert reap_study(url, "h", grace_period=2) == []  # within the grace period: alive
+    assert reap_study(url, "h", heartbeat_grace=2) == []  # within the grace period: alive
+    with pytest.warns(DeprecationWarning, match=r"reap_study\(grace_period=\) is deprecated: pass heartbeat_grace="):
+        assert reap_study(url, "h", grace_period=2) == []  # 0.x's name, for a release
     time.sleep(3)
-    assert reap_study(url, "h", grace_period=2) == [t.number]
+    assert reap_study(url, "h", heartbeat_grace=2) == [t.number]
     study = optuna.load_study(study_name="h", storage=store)
     reason = "worker elsewhere:1 stopped: no heartbeat for 2 s"  # on the failed trial itself, for dashboards
     assert study.trials[t.number].user_attrs["reason"] == reason == study.user_attrs[f"tunekit_stopped:{t.number}"]

@@ -237,13 +237,14 @@ def cmd_study_create(args: argparse.Namespace) -> int:
 
     if not args.storage:
         raise UsageError("tunekit study create needs --storage URL (postgresql://..., sqlite:///..., or a journal file *.log)")
-    # Only how trials run: refused, not ignored, since the study runs none here.
+    # Only how trials run: refused, not ignored, since the study runs none here (--device stays: the probes run on it).
     given = ["--backend"] * (args.backend is not None) + [flag_of(f) for _, f in cli_fields("backend")
-                                                         if getattr(args, dest_of(f), None) is not None]
+                                                         if f.name != "device" and getattr(args, dest_of(f), None) is not None]
     if given:
         raise UsageError(f"tunekit study create runs no trial, so {given[0]} would do nothing: drop it, and give it to "
                          f"the workers (tunekit worker) or to tunekit search")
-    result = create_study(_task(args), args.space, **_search_args(args, out_dir(args.out)))
+    result = create_study(_task(args), args.space, **_search_args(args, out_dir(args.out)),
+                          backend=_options(args, "backend", "local"))
     print(f"study '{result.study_name}' is ready for {args.trials} trials: on each machine run "
           f"tunekit worker --storage {args.storage} --study {result.study_name}")
     return 0

@@ -41,11 +41,11 @@ DRIVERS = {"postgresql": ("psycopg", "tunekit[postgres]"), "postgres": ("psycopg
            "mysql": ("pymysql", "pymysql")}
 
 
-def make_storage(url: str | None, out: Path | None, grace_period: Optional[int] = None,
+def make_storage(url: str | None, out: Path | None, heartbeat_grace: Optional[int] = None,
                  on_stale: Any = None, retry_for: float = STORAGE_RETRY) -> Any:
     """An Optuna storage: a SQLAlchemy URL, a journal file (*.log, *.jsonl), or SQLite in ``out``.
 
-    ``grace_period``: seconds without a heartbeat after which another worker fails a trial;
+    ``heartbeat_grace``: seconds without a heartbeat after which another worker fails a trial;
     ``on_stale(study, trial)``: what then (a shared study's workers pass theirs:
     :func:`tunekit.hpsearch.shared.workers.open_storage`; None: Optuna's default, the trial failed);
     ``retry_for``: seconds an RDB or gRPC storage that does not answer is retried (:mod:`.resilient`)."""
@@ -57,9 +57,9 @@ def make_storage(url: str | None, out: Path | None, grace_period: Optional[int] 
         return _journal(url)
     if url.startswith("grpc://"):
         return _grpc(url, retry_for)
-    grace = GRACE_PERIOD if grace_period is None else grace_period
+    grace = GRACE_PERIOD if heartbeat_grace is None else heartbeat_grace
     if isinstance(grace, bool) or not isinstance(grace, int) or grace < 2:
-        raise UsageError(f"grace_period must be a whole number of seconds >= 2, got {grace!r}: pass e.g. grace_period=60")
+        raise UsageError(f"heartbeat_grace must be a whole number of seconds >= 2, got {grace!r}: pass e.g. heartbeat_grace=60")
     return _rdb(_with_driver(url), grace, on_stale, retry_for)
 
 

@@ -123,10 +123,19 @@ def _legacy_worker(storage: str, name: Optional[str], backend: BackendOptions,
 
 
 def reap_study(storage: str, study_name: str, workers: Optional[list[str]] = None,
-               heartbeat_grace: Optional[int] = None) -> list[int]:
+               heartbeat_grace: Optional[int] = None, *, grace_period: Optional[int] = None) -> list[int]:
     """Fail the trials whose worker stopped (stale heartbeat; a process of this machine that is gone;
-    or a worker named ``host:pid`` in ``workers``), note why, queue their one re-run. Their numbers."""
+    or a worker named ``host:pid`` in ``workers``), note why, queue their one re-run. Their numbers.
+    (``grace_period=`` is 0.x's name of ``heartbeat_grace``: it works, with a DeprecationWarning.)"""
+    import warnings
+
     import optuna
+
+    if grace_period is not None:
+        if heartbeat_grace is not None:
+            raise UsageError("give the heartbeat's grace once: heartbeat_grace=, not also grace_period=")
+        warnings.warn("reap_study(grace_period=) is deprecated: pass heartbeat_grace=", DeprecationWarning, stacklevel=2)
+        heartbeat_grace = grace_period
 
     from tunekit.hpsearch.shared.workers import reap_stopped
 

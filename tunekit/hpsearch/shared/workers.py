@@ -44,11 +44,11 @@ __all__ = ["worker_id", "worker_seed", "register_worker", "default_threads", "cl
 SPEC_CHECKED = ("version", "task", "space", *SPEC_COMPARED)
 
 
-def open_storage(url: str | None, out: Optional[Path], grace_period: Optional[int] = None,
+def open_storage(url: str | None, out: Optional[Path], heartbeat_grace: Optional[int] = None,
                  retry_for: float = STORAGE_RETRY) -> Any:
     """The study's storage, whose heartbeats fail a stopped worker's trial the shared-study way
     (:func:`on_stale_trial`: the reason noted, one re-run), retried ``retry_for`` seconds when it does not answer."""
-    return make_storage(url, out, grace_period, on_stale=on_stale_trial, retry_for=retry_for)
+    return make_storage(url, out, heartbeat_grace, on_stale=on_stale_trial, retry_for=retry_for)
 
 
 def worker_id() -> str:
