@@ -230,27 +230,17 @@ def nearest_choice(choices: Any, target: float) -> Any:
     return min(choices, key=lambda b: abs(math.log(b) - math.log(target)))
 
 
-# The design that replaces TPE's random start-up trials, as (LR, batch multiple) around the
-# probes' answer. The range test's suggestion is typically within a factor of 3 of the best
-# peak LR, on either side depending on the optimizer and loss; and under a fixed sample budget a
-# smaller batch buys more updates for the same samples (up to the critical batch, at no cost in
-# samples). LR multiples of the suggestion, when the range test is trusted. The seed trial
-# (first) is a third of the suggestion: for a full run the suggestion reads high more often than
-# low (benchmarks/lr_rules.py: 7 of 12 tasks, median +0.2 decades; search_efficiency.py: the
-# third beat the suggestion in 14 of 17 searches, and was chosen for every task left out of
-# the other three), and a first trial that undershoots still trains, where one that
-# overshoots may not. A sixth point at 10x, for suggestions far too low, made the benchmark's
-# searches slower to their targets.
+# The design that replaces TPE's random start-up trials, as (LR, batch multiple) around the probes'
+# answer: the range test's suggestion is typically within 3x of the best peak LR, either side, and
+# under a fixed sample budget a smaller batch buys more updates. The seed trial (first) is a third
+# of the suggestion: it read high more often than low, and a first trial that undershoots still
+# trains where one that overshoots may not (benchmarks/data/constants_history.md).
 AROUND = ((1 / 3, 1.0), (1.0, 1.0), (3.0, 1.0), (1.0, 0.5), (1.0, 0.25))
 # Time to quality: where the probe's timed steps say a step of twice the batch costs well under twice
 # the time (the device is not saturated), the last point tries twice the batch instead of a quarter:
 # the same samples in less device time, and below the critical batch no more samples for the same
-# loss (McCandlish et al., 2018). On a saturated device the same samples cost the same time at any
-# batch, and the smaller batch's extra updates are the better bet. benchmarks/search_efficiency.py
-# (this CPU; the LM's steps are near saturation and it kept the quarter): the same samples and
-# updates to target on all four tasks; the best loss, mean over seeds, cnn 0.4287 -> 0.4261,
-# long_adam 0.6318 -> 0.6312, mlp_sgd 0.6360 -> 0.6378; with the step forced on every task, the LM's
-# 2.138 -> 2.125.
+# loss (McCandlish et al., 2018). On a saturated device the smaller batch's extra updates are the
+# better bet (benchmarks/data/constants_history.md).
 LARGER = (1.0, 2.0)
 # A suggestion this many times from the task's own LR is not trusted alone: the design tries both.
 FAR = 10.0

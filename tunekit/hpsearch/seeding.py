@@ -39,12 +39,10 @@ PRICE_POINTS = 4
 # the same samples in at least 10% less device time (a saturated device's timings land near 1.0).
 UNSATURATED = 0.9
 # The search reads the noise scale for one thing: to move its batch choices' centre below the range
-# test's batch, where the estimate confidently excludes it (``batch_centre``); in none of the 18
-# studies of benchmarks/search_efficiency.py did it move. So the probe measures it only where it
-# costs at most this share of one full trial (in updates and in samples): from about 740 updates and
-# 32,000 samples a trial. Elsewhere the choices centre on the range test's batch, as they do when the
-# estimate fails. Always measured without a range test's batch (the estimate is then the centre) and
-# under a budget in device time (the trial's size is known only once this probe has timed its steps).
+# test's batch (``batch_centre``), which it rarely does (benchmarks/data/constants_history.md); so the
+# probe measures it only where it costs at most this share of one full trial, else the choices centre
+# on the range test's batch. Always measured without a range test's batch, and under a budget in
+# device time (the trial's size is known only once this probe has timed its steps).
 NOISE_SHARE = 0.10
 # Where the search's probe notes why it did not measure the noise scale: in the probe's own settings,
 # so probe.json and a shared study's spec keep it with the probe. Read through Probes.noise_not_measured.
