@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, Optional
 
+from tunekit import defaults
 from tunekit.cli_commands import (cmd_dashboard, cmd_doctor, cmd_lr_find, cmd_probe, cmd_report, cmd_search,
                                   cmd_serve, cmd_spaces, cmd_study_create, cmd_study_delete, cmd_study_reap, cmd_tasks,
                                   cmd_train, cmd_worker, in_cli_terms, run)
@@ -211,8 +212,8 @@ def _add_lr_find_command(sub: Any) -> None:
     # The sweep runs training's step: these default to the task's, as in `tunekit train`.
     _add(p, "--accumulation-steps", default=None, help="micro-batches per optimizer update (default: the task's, else 1)")
     _add(p, "--precision")
-    _add(p, "--clip", help="clip the global grad norm at this value; 'none' to disable (default: the task's, else 1.0, "
-         "as in train)")
+    _add(p, "--clip", help="clip the global grad norm at this value; 'none' to disable (default: the task's, else "
+         f"{defaults.CLIP_GRAD_NORM:g}, as in train)")
     p.add_argument("--repeats", type=int, default=1, help="repeat with other seeds and data orders; report the spread (default 1)")
     p.add_argument("--no-refine", action="store_true",
                    help="the curve's suggestion alone, without the short runs that check it")
@@ -418,14 +419,16 @@ def _add_spaces_command(sub: Any) -> None:
 def _add_train_command(sub: Any) -> None:
     p = _command(sub, "train", cmd_train, "train a task with warmup + decay through the shared step", EPILOG_TRAIN,
                  "Train a fresh model of a task through tunekit's shared training step and print its curve.")
-    _add(p, "--lr", help="peak learning rate (default: the task's, else 1e-3)")
-    _add(p, "--steps", dest="max_steps", help="optimizer updates (default: the task's, else 200)")
+    _add(p, "--lr", help=f"peak learning rate (default: the task's, else {defaults.LR:g})")
+    _add(p, "--steps", dest="max_steps", help=f"optimizer updates (default: the task's, else {defaults.RUN_STEPS})")
     _add(p, "--batch-size")
     _add(p, "--accumulation-steps", default=None)
-    _add(p, "--warmup", help="warmup: a fraction of the run (0.05) or updates (20); default 0.05")
-    p.add_argument("--schedule", choices=["cosine", "linear", "constant"], help="decay after warmup (default cosine)")
-    p.add_argument("--min-lr-ratio", type=float, help="final LR as a fraction of the peak (default 0.1)")
-    _add(p, "--clip", help="clip the global grad norm at this value; 'none' to disable (default: the task's, else 1.0)")
+    _add(p, "--warmup", help=f"warmup: a fraction of the run (0.05) or updates (20); default {defaults.WARMUP:g}")
+    p.add_argument("--schedule", choices=["cosine", "linear", "constant"],
+                   help=f"decay after warmup (default {defaults.SCHEDULE})")
+    p.add_argument("--min-lr-ratio", type=float, help=f"final LR as a fraction of the peak (default {defaults.MIN_LR_RATIO:g})")
+    _add(p, "--clip", help="clip the global grad norm at this value; 'none' to disable (default: the task's, else "
+         f"{defaults.CLIP_GRAD_NORM:g})")
     p.add_argument("--weight-decay", type=float, help="override the optimizer's weight decay")
     _add(p, "--precision", help="fp32, bf16 autocast, or fp16 with a GradScaler (default: the task's)")
     _add(p, "--device")

@@ -14,6 +14,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, IterableDataset, TensorDataset
 
 from tunekit.inputs.data import Batch, BatchStream, Data, rebatched_loader, batch_size_of, to_device
+from tunekit.defaults import CLIP_GRAD_NORM
 from tunekit.errors import UsageError, check_int
 from tunekit.probes.range_test import SWEEP_STEPS, lr_find
 from tunekit.progress import bar
@@ -59,6 +60,7 @@ class _Run:
     findings: list[Finding] = field(default_factory=list)
     floor: Optional[float] = None  # the lowest loss reachable, where the user knows it
     saved_lr_find: Any = None  # a saved lr_find result to compare the intended LR with, instead of a quick test
+    clip: Optional[float] = CLIP_GRAD_NORM  # the run's clipping: the task's recipe's, else the default
 
     def reset(self) -> None:
         """Each model check starts from the user's model as it was."""
@@ -162,7 +164,7 @@ def stage_overfit(run: _Run, batch: Batch, precision: str) -> None:
             out, y = None, None
     floor = run.floor if run.floor is not None else loss_floor(sub.compute.loss, out, y)
     found = check_overfit(sub.model, sub.optimizer, sub.compute, tiny, device=sub.device, precision=precision,
-                          scaler=run.scaler, floor=floor)
+                          scaler=run.scaler, floor=floor, clip_grad_norm=run.clip)
     run.findings += found
     ev = found[0].evidence
     if precision == "fp16" and "skipped" in ev:
@@ -177,10 +179,9 @@ def stage_recipe(run: _Run, batch: Batch, lr: Optional[float], warmup: Optional[
         saved = run.saved_lr_find
         suggestion, confident, source = saved.suggestion, saved.confident, "the saved lr_find result's"
     elif lr is not None:
-        clip = step_settings(sub.task, TASK_DEFAULT, accumulation_steps, sub.precision)[0]  # the recipe's, as lr_find's
         res = lr_find(sub.model, sub.data, optimizer=sub.optimizer, compute_loss=lambda m, b: sub.compute(m, b)[0],
                       batch_size=sub.batch_size, accumulation_steps=accumulation_steps, precision=sub.precision,
-                      device=str(sub.device), seed=seed, steps=RECIPE_RANGE_STEPS, clip_grad_norm=clip,
+                      device=str(sub.device), seed=seed, steps=RECIPE_RANGE_STEPS, clip_grad_norm=run.clip,
                       scaler=run.scaler, refine=False, progress=False)  # the curve alone: a pre-flight check
         suggestion, confident = res.suggestion, res.confident
     run.findings += check_lr(lr, suggestion, confident, source)
@@ -192,7 +193,7 @@ def stage_recipe(run: _Run, batch: Batch, lr: Optional[float], warmup: Optional[
     sizes = sorted({max(1, n // 2), n})
 
     def make_step(m: nn.Module, o: Any) -> TrainStep:
-        return TrainStep(m, o, sub.compute, device=sub.device, precision=sub.precision, clip_grad_norm=1.0)
+        return TrainStep(m, o, sub.compute, device=sub.device, precision=sub.precision, clip_grad_norm=run.clip)
 
     run.findings += check_memory(sub.model, sub.optimizer, make_step, [slice_batch(batch, s) for s in sizes],
                                  run.batch_size, budget, source, sub.device, accumulation_steps)
@@ -239,7 +240,7 @@ def doctor(
     failure finding that names it (the run would fail the same way), not a crash; a usage error
     (data or loss that tunekit cannot read) is raised as :class:`UsageError`.
     """
-    _, accumulation_steps, precision = step_settings(model, None, accumulation_steps, precision)  # a Task's recipe
+    clip, accumulation_steps, precision = step_settings(model, TASK_DEFAULT, accumulation_steps, precision)  # a Task's recipe
     _check_args(lr, warmup, steps, accumulation_steps)
     if overfit_floor is not None and not (isinstance(overfit_floor, (int, float)) and overfit_floor >= 0):
         raise UsageError(f"overfit_floor must be a loss value >= 0, got {overfit_floor!r}: pass e.g. overfit_floor=0.5")
@@ -256,7 +257,7 @@ def doctor(
     with preserved(sub.model, sub.optimizer, scaler, sub.data) as snap, \
             bar(len(STAGES), "doctor", "check", enabled=progress) as progress_bar:
         seed_everything_for(seed, sub.device)
-        run = _Run(sub, scaler, snap, batch_size=0, floor=overfit_floor, saved_lr_find=saved_lr_find)
+        run = _Run(sub, scaler, snap, batch_size=0, floor=overfit_floor, saved_lr_find=saved_lr_find, clip=clip)
         _stages(run, progress_bar, lr, warmup, steps, memory_budget, accumulation_steps, seed, anomaly)
     return _result(run, time.perf_counter() - start, dict(
         lr=lr, warmup=warmup, steps=steps, batch_size=run.batch_size, accumulation_steps=accumulation_steps,
@@ -285,7 +286,7 @@ def _stages(run: _Run, progress_bar: Any, lr: Optional[float], warmup: Optional[
     if not stage_model(run, batch):
         return
     done("model and loss")
-    checks = (("gradients", lambda: check_gradient_flow(sub.model, sub.compute, batch, sub.optimizer)),
+    checks = (("gradients", lambda: check_gradient_flow(sub.model, sub.compute, batch, sub.optimizer, clip_grad_norm=run.clip)),
               ("nonfinite", lambda: check_nonfinite(sub.model, sub.compute, batch, anomaly=anomaly)),
               ("modes", lambda: check_modes(sub.model, sub.compute, slice_batch(batch, MODES_BATCH))),
               ("overfit", lambda: stage_overfit(run, batch, sub.precision)))

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from tunekit.inputs.data import BatchStream, Data, batch_size_of, dataset_size, hold_out
+from tunekit.defaults import MIN_LR_RATIO, RUN_STEPS, SCHEDULE, SWEEP_STEPS, WARMUP
 from tunekit.errors import UsageError, check_int
 from tunekit.results import LRFindResult
 from tunekit.training.schedule import lr_schedule, sweep_lrs
@@ -30,14 +31,11 @@ from tunekit.probes.refine_plan import DEFAULT_RUN_STEPS, REFINE_SHARE, RefinePl
 from tunekit.probes.resolve import TASK_DEFAULT, resolve_inputs, step_settings
 from tunekit.precision import Precision
 from tunekit.inputs.task import ComputeLoss, LossFn, Task
-from tunekit.training.loop import TrainConfig, evaluate
+from tunekit.training.loop import evaluate
 from tunekit.integrations.objects import takes_their_objects
 
 __all__ = ["lr_find", "LRFindResult", "TASK_DEFAULT", "optimizer_family", "SWEEP_STEPS"]
 
-# The sweep's updates: the curve, hence the rule's suggestion, depends on how fast the LR rises; the
-# doctor runs this same sweep, so that its number is lr_find's curve suggestion.
-SWEEP_STEPS = 100
 
 
 _ADAPTIVE = (torch.optim.Adam, torch.optim.AdamW, torch.optim.RMSprop, torch.optim.Adagrad, torch.optim.Adadelta,
@@ -244,7 +242,7 @@ def planned_run(model: Any, run_steps: int | None) -> tuple[int, str]:
         return int(run_steps), "given"
     if isinstance(model, Task):
         steps = model.defaults.get("max_steps")
-        return (int(steps), "the task's recipe") if steps else (TrainConfig().max_steps, "train's default")
+        return (int(steps), "the task's recipe") if steps else (RUN_STEPS, "train's default")
     return DEFAULT_RUN_STEPS, "the default for a model in hand"
 
 
@@ -294,9 +292,8 @@ REFINE_EVAL_SAMPLES = 2048  # each run's score: its loss on at most this many sa
 def _schedule_of(model: Any) -> tuple[Any, str, float]:
     """(warmup, decay, min_lr_ratio) of the runs the suggestion is for: the task's, else train's defaults."""
     defaults = model.defaults if isinstance(model, Task) else {}
-    cfg = TrainConfig()
-    return (defaults.get("warmup", cfg.warmup), defaults.get("schedule", cfg.schedule),
-            defaults.get("min_lr_ratio", cfg.min_lr_ratio))
+    return (defaults.get("warmup", WARMUP), defaults.get("schedule", SCHEDULE),
+            defaults.get("min_lr_ratio", MIN_LR_RATIO))
 
 
 def _say_family(settings: dict[str, Any]) -> None:

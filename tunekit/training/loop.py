@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from tunekit.inputs.data import Data, batch_size_of, iterate_once, to_device, BatchStream
+from tunekit.defaults import ACCUMULATION_STEPS, CLIP_GRAD_NORM, LR, MIN_LR_RATIO, RUN_STEPS, SCHEDULE, WARMUP
 from tunekit.errors import UsageError, check_int
 from tunekit.progress import bar
 from tunekit.results import TrainResult
@@ -46,14 +47,14 @@ class TrainConfig:
     at different batch sizes are scored on the same samples.
     """
 
-    lr: float = 1e-3
-    max_steps: int = 200
+    lr: float = LR
+    max_steps: int = RUN_STEPS
     batch_size: Optional[int] = None
-    accumulation_steps: int = 1
-    warmup: Warmup = 0.05
-    schedule: str = "cosine"
-    min_lr_ratio: float = 0.1
-    clip_grad_norm: Optional[float] = 1.0
+    accumulation_steps: int = ACCUMULATION_STEPS
+    warmup: Warmup = WARMUP
+    schedule: str = SCHEDULE
+    min_lr_ratio: float = MIN_LR_RATIO
+    clip_grad_norm: Optional[float] = CLIP_GRAD_NORM
     precision: Optional[Precision] = None
     device: str = "auto"
     seed: int = 0

@@ -14,6 +14,7 @@ from typing import Literal, Union
 
 import numpy as np
 
+from tunekit.defaults import MIN_LR_RATIO, SCHEDULE, WARMUP
 from tunekit.errors import UsageError
 
 __all__ = ["DECAYS", "warmup_steps", "lr_at", "lr_schedule", "sweep_lrs"]
@@ -44,15 +45,16 @@ def lr_at(
     step: int | np.ndarray,
     total_steps: int,
     peak_lr: float,
-    warmup: Warmup = 0,
-    decay: Decay = "cosine",
-    min_lr_ratio: float = 0.0,
+    warmup: Warmup = WARMUP,
+    decay: Decay = SCHEDULE,  # type: ignore[assignment]
+    min_lr_ratio: float = MIN_LR_RATIO,
 ) -> float | np.ndarray:
     """LR at optimizer update ``step`` (0-based) of a run of ``total_steps`` updates.
 
     Linear warmup from ``peak_lr / n_warmup`` to ``peak_lr`` over the first
     ``n_warmup`` updates (so the first update never runs at LR 0), then decay from
-    ``peak_lr`` to ``min_lr_ratio * peak_lr`` at the last update.
+    ``peak_lr`` to ``min_lr_ratio * peak_lr`` at the last update. The defaults are
+    training's (:mod:`tunekit.defaults`), so a schedule drawn here is the one ``train`` runs.
     """
     if decay not in DECAYS:
         raise UsageError(f"schedule {decay!r} is unknown: use one of {', '.join(DECAYS)}")
@@ -77,9 +79,9 @@ def lr_at(
 def lr_schedule(
     total_steps: int,
     peak_lr: float,
-    warmup: Warmup = 0,
-    decay: Decay = "cosine",
-    min_lr_ratio: float = 0.0,
+    warmup: Warmup = WARMUP,
+    decay: Decay = SCHEDULE,  # type: ignore[assignment]
+    min_lr_ratio: float = MIN_LR_RATIO,
 ) -> np.ndarray:
     """The LR of every update of a run, as an array of length ``total_steps``."""
     return np.asarray(lr_at(np.arange(total_steps), total_steps, peak_lr, warmup, decay, min_lr_ratio))
