@@ -103,3 +103,35 @@ def test_a_bad_value_given_to_a_public_function_is_a_one_line_usage_error(call, 
         call()
     assert str(exc.value) == message
     assert isinstance(exc.value, ValueError)  # callers that catch ValueError still do
+
+
+@pytest.mark.parametrize("value", [True, float("nan"), float("inf"), "3e-4", None, -1.0, 0])
+def test_check_number_refuses_what_is_no_positive_number_in_one_line(value: object) -> None:
+    from tunekit.errors import check_number
+
+    with pytest.raises(UsageError) as exc:
+        check_number("lr", value, positive=True, hint="pass e.g. lr=3e-4")
+    assert str(exc.value) == f"lr must be a positive number, got {value!r}: pass e.g. lr=3e-4"
+
+
+def test_check_number_bounds_and_what_it_returns() -> None:
+    from tunekit.errors import check_number
+
+    assert check_number("x", 3, positive=True) == 3.0 and check_number("x", 0, minimum=0, maximum=1) == 0.0
+    assert check_number("x", float("inf"), positive=True, finite=False) == float("inf")
+    with pytest.raises(UsageError, match=r"x must be a number in \(0, 1\), got 1"):
+        check_number("x", 1, above=0, below=1)
+    with pytest.raises(UsageError, match=r"x must be a number > 1, got 1"):
+        check_number("x", 1, above=1)
+
+
+@pytest.mark.parametrize("bad", [True, float("inf"), float("nan")])
+def test_entry_points_refuse_a_bool_or_an_infinite_number(bad: object) -> None:
+    from tunekit import TrainConfig, doctor, probe
+
+    calls = [lambda t: lr_find(t, min_lr=bad), lambda t: lr_find(t, clip_grad_norm=bad), lambda t: TrainConfig(lr=bad),
+             lambda t: TrainConfig(min_lr_ratio=bad), lambda t: doctor(t, lr=bad),
+             lambda t: probe(t, lr=bad, lr_batch=32), lambda t: lr_find(t, refine_share=bad)]
+    for call in calls:
+        with pytest.raises(UsageError, match=f"must be .*number.*, got {bad!r}"):
+            call(classification_task())

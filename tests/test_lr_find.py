@@ -527,7 +527,7 @@ def test_without_validation_data_the_result_says_what_scored_the_short_runs() ->
     assert "scored on 48 held-out training samples" in held.summary()
     given = lr_find(model, data, nn.MSELoss(), val_data=regression_data(64, seed=5), refine_seeds=1, **common)
     assert given.settings["refine_scored_on"] == "the validation data"
-    with pytest.raises(UsageError, match="hold_out_share must be a fraction"):
+    with pytest.raises(UsageError, match=r"hold_out_share must be a number in \(0, 1\)"):
         lr_find(model, data, nn.MSELoss(), hold_out_share=1.5, **common)
 
 
@@ -589,7 +589,7 @@ def test_lr_find_spends_at_most_its_share_of_the_planned_run_and_says_which_run_
     assert LRFindResult.from_json(planned.to_json()).refinement == ref
     with pytest.raises(UsageError, match="run_steps must be a positive integer, got 0"):
         lr_find(task, device="cpu", run_steps=0)
-    with pytest.raises(UsageError, match="refine_share must be a positive fraction"):
+    with pytest.raises(UsageError, match="refine_share must be a positive number"):
         lr_find(task, device="cpu", refine_share=0)
 
 

@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, TensorDataset
 
 from tunekit.inputs.data import Batch, BatchStream, Data, rebatched_loader, batch_size_of, to_device
 from tunekit.defaults import CLIP_GRAD_NORM
-from tunekit.errors import UsageError, check_int
+from tunekit.errors import UsageError, check_int, check_number
 from tunekit.probes.range_test import SWEEP_STEPS, lr_find
 from tunekit.progress import bar
 from tunekit.training.schedule import Warmup, warmup_steps
@@ -69,8 +69,8 @@ class _Run:
 
 
 def _check_args(lr: Optional[float], warmup: Optional[Warmup], steps: Optional[int], accumulation_steps: int) -> None:
-    if lr is not None and (isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0):
-        raise UsageError(f"lr must be a positive number, got {lr!r}: pass e.g. lr=3e-4")
+    if lr is not None:
+        check_number("lr", lr, positive=True, hint="pass e.g. lr=3e-4")
     if steps is not None:
         check_int("steps", steps, hint="the updates of the run you plan: pass e.g. steps=1000")
     if warmup is not None:
@@ -242,8 +242,8 @@ def doctor(
     """
     clip, accumulation_steps, precision = step_settings(model, TASK_DEFAULT, accumulation_steps, precision)  # a Task's recipe
     _check_args(lr, warmup, steps, accumulation_steps)
-    if overfit_floor is not None and not (isinstance(overfit_floor, (int, float)) and overfit_floor >= 0):
-        raise UsageError(f"overfit_floor must be a loss value >= 0, got {overfit_floor!r}: pass e.g. overfit_floor=0.5")
+    if overfit_floor is not None:
+        check_number("overfit_floor", overfit_floor, minimum=0, hint="the lowest loss reachable: pass e.g. overfit_floor=0.5")
     if memory_budget is not None:
         parse_bytes(memory_budget)  # a bad size fails before anything runs
     sub = resolve_inputs("doctor", model, train_data, loss_fn, optimizer, compute_loss=compute_loss,

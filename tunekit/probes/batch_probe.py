@@ -38,7 +38,7 @@ import torch
 from torch import nn
 
 from tunekit.inputs.data import BatchStream, Data, dataset_size
-from tunekit.errors import UsageError, check_int
+from tunekit.errors import UsageError, check_int, check_number
 from tunekit.progress import bar
 from tunekit.results import ProbeResult
 from tunekit.probes import clean_heap
@@ -374,8 +374,8 @@ def _check_args(headroom: float, accumulation_steps: int, target_batch: Optional
         raise UsageError("give lr=... and lr_batch=... together: the LR you found and the effective batch it was found at")
     if lr_batch is not None:
         check_int("lr_batch", lr_batch, hint="the effective batch at which the LR was found")
-    if lr is not None and not (isinstance(lr, (int, float)) and lr > 0 and math.isfinite(lr)):
-        raise UsageError(f"lr must be a positive number, got {lr!r}")
+    if lr is not None:
+        check_number("lr", lr, positive=True, hint="the peak LR found at lr_batch: pass e.g. lr=3e-4")
 
 
 def budget_bytes(memory_budget: int | str | None, dev: torch.device) -> tuple[int, str]:

@@ -20,7 +20,7 @@ from torch import nn
 
 from tunekit.inputs.data import BatchStream, Data, batch_size_of, dataset_size, hold_out
 from tunekit.defaults import MIN_LR_RATIO, RUN_STEPS, SCHEDULE, SWEEP_STEPS, WARMUP
-from tunekit.errors import UsageError, check_int
+from tunekit.errors import CLIP_HINT, UsageError, check_int, check_number
 from tunekit.results import LRFindResult
 from tunekit.training.schedule import lr_schedule, sweep_lrs
 from tunekit.progress import bar
@@ -65,19 +65,17 @@ def _check_args(min_lr: float, max_lr: float, steps: int, mode: str, repeats: in
     if batch_size is not None:
         check_int("batch_size", batch_size, hint="pass e.g. batch_size=32")
     check_int("accumulation_steps", accumulation_steps, hint="pass e.g. accumulation_steps=2")
-    if clip_grad_norm is not None and not clip_grad_norm > 0:
-        raise UsageError(f"clip_grad_norm must be > 0 (or None for no clipping), got {clip_grad_norm!r}")
-    for name, v in (("min_lr", min_lr), ("max_lr", max_lr)):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v > 0 and math.isfinite(v)):
-            raise UsageError(f"{name} must be a positive number, got {v!r}: pass e.g. {name}={1e-6 if name == 'min_lr' else 10}")
+    if clip_grad_norm is not None:
+        check_number("clip_grad_norm", clip_grad_norm, positive=True, hint=CLIP_HINT)
+    check_number("min_lr", min_lr, positive=True, hint="pass e.g. min_lr=1e-6")
+    check_number("max_lr", max_lr, positive=True, hint="pass e.g. max_lr=10")
     if min_lr >= max_lr:
         raise UsageError(f"min_lr {min_lr:g} must be below max_lr {max_lr:g}: pass e.g. min_lr=1e-7 max_lr=10")
     check_int("steps", steps, 10, hint="the curve needs points: pass e.g. steps=100")
     if mode not in ("exp", "linear"):
         raise UsageError(f"mode {mode!r} is unknown: use exp (the default) or linear")
     check_int("repeats", repeats, hint="pass e.g. repeats=3")
-    if not diverge_threshold > 1:
-        raise UsageError(f"diverge_threshold must be > 1 (a multiple of the best loss), got {diverge_threshold!r}")
+    check_number("diverge_threshold", diverge_threshold, above=1, hint="a multiple of the best loss: pass e.g. diverge_threshold=4")
 
 
 @takes_their_objects
@@ -223,16 +221,13 @@ def _check_refine(run_steps: int | None, share: float, refine_steps: int | None,
                   hold_out_share: float | None) -> None:
     if run_steps is not None:
         check_int("run_steps", run_steps, hint="the updates of the run you plan: pass e.g. run_steps=10000")
-    if isinstance(share, bool) or not isinstance(share, (int, float)) or not (share > 0 and math.isfinite(share)):
-        raise UsageError(f"refine_share must be a positive fraction of the planned run, got {share!r}: "
-                         "pass e.g. refine_share=0.05")
+    check_number("refine_share", share, positive=True, hint="a share of the planned run: pass e.g. refine_share=0.05")
     if refine_steps is not None:
         check_int("refine_steps", refine_steps, 10, hint="a short run needs updates: pass e.g. refine_steps=100")
     if refine_seeds is not None:
         check_int("refine_seeds", refine_seeds, hint="pass e.g. refine_seeds=2")
-    if hold_out_share is not None and not 0 < hold_out_share < 1:
-        raise UsageError(f"hold_out_share must be a fraction in (0, 1), got {hold_out_share!r}: "
-                         "pass e.g. hold_out_share=0.2")
+    if hold_out_share is not None:
+        check_number("hold_out_share", hold_out_share, above=0, below=1, hint="a fraction: pass e.g. hold_out_share=0.2")
 
 
 def planned_run(model: Any, run_steps: int | None) -> tuple[int, str]:

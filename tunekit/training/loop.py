@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -14,7 +13,7 @@ from torch import nn
 
 from tunekit.inputs.data import Data, batch_size_of, iterate_once, to_device, BatchStream
 from tunekit.defaults import ACCUMULATION_STEPS, CLIP_GRAD_NORM, LR, MIN_LR_RATIO, RUN_STEPS, SCHEDULE, WARMUP
-from tunekit.errors import UsageError, check_int
+from tunekit.errors import CLIP_HINT, UsageError, check_int, check_number
 from tunekit.progress import bar
 from tunekit.results import TrainResult
 from tunekit.training.schedule import DECAYS, Warmup, lr_schedule, warmup_steps
@@ -64,8 +63,7 @@ class TrainConfig:
     weight_decay: Optional[float] = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.lr, bool) or not isinstance(self.lr, (int, float)) or not (self.lr > 0 and math.isfinite(self.lr)):
-            raise UsageError(f"lr must be a positive number, got {self.lr!r}: pass e.g. lr=3e-4")
+        check_number("lr", self.lr, positive=True, hint="pass e.g. lr=3e-4")
         _positive_int("max_steps", self.max_steps, 200)
         if self.batch_size is not None:
             _positive_int("batch_size", self.batch_size, 32)
@@ -73,10 +71,9 @@ class TrainConfig:
         warmup_steps(self.warmup, self.max_steps)
         if self.schedule not in DECAYS:
             raise UsageError(f"schedule {self.schedule!r} is unknown: use one of {', '.join(DECAYS)}")
-        if not (0.0 <= self.min_lr_ratio <= 1.0):
-            raise UsageError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio!r}: pass e.g. min_lr_ratio=0.1")
-        if self.clip_grad_norm is not None and not self.clip_grad_norm > 0:
-            raise UsageError(f"clip_grad_norm must be > 0 (or None for no clipping), got {self.clip_grad_norm!r}")
+        check_number("min_lr_ratio", self.min_lr_ratio, minimum=0, maximum=1, hint="pass e.g. min_lr_ratio=0.1")
+        if self.clip_grad_norm is not None:
+            check_number("clip_grad_norm", self.clip_grad_norm, positive=True, hint=CLIP_HINT)
         if self.precision is not None:
             check_precision(self.precision)
         if self.eval_every is not None:
@@ -85,8 +82,8 @@ class TrainConfig:
             _positive_int("eval_batches", self.eval_batches, 20)
         if self.eval_batch_size is not None:
             _positive_int("eval_batch_size", self.eval_batch_size, 256)
-        if self.weight_decay is not None and not self.weight_decay >= 0:
-            raise UsageError(f"weight_decay must be >= 0, got {self.weight_decay!r}")
+        if self.weight_decay is not None:
+            check_number("weight_decay", self.weight_decay, minimum=0, hint="pass e.g. weight_decay=0.01")
 
     @classmethod
     def for_task(cls, task: Task, config: TrainConfig | dict[str, Any] | None = None, **overrides: Any) -> TrainConfig:

@@ -15,7 +15,7 @@ from typing import Literal, Union
 import numpy as np
 
 from tunekit.defaults import MIN_LR_RATIO, SCHEDULE, WARMUP
-from tunekit.errors import UsageError
+from tunekit.errors import UsageError, check_number
 
 __all__ = ["DECAYS", "warmup_steps", "lr_at", "lr_schedule", "sweep_lrs"]
 
@@ -30,10 +30,7 @@ def warmup_steps(warmup: Warmup, total_steps: int) -> int:
     A float in [0, 1) is a fraction of ``total_steps``; an int (or a whole float
     >= 1, as the CLI parses it) is a number of updates.
     """
-    if isinstance(warmup, bool) or not isinstance(warmup, (int, float)):
-        raise UsageError(f"warmup must be a number of steps (int) or a fraction in [0, 1), got {warmup!r}")
-    if warmup < 0 or (isinstance(warmup, float) and math.isnan(warmup)):
-        raise UsageError(f"warmup must be >= 0, got {warmup!r}: give a step count like 20 or a fraction like 0.05")
+    check_number("warmup", warmup, minimum=0, hint="give a step count like 20 or a fraction like 0.05")
     if isinstance(warmup, float) and warmup < 1:
         return int(round(warmup * total_steps))
     if isinstance(warmup, float) and not warmup.is_integer():
