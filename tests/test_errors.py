@@ -37,7 +37,7 @@ def test_in_cli_terms_rewrites_only_the_commands_flags() -> None:
     parser = build_parser()
     train_usage = parser.parse_args(["train"]).usage()
     search_usage = parser.parse_args(["search"]).usage()
-    assert in_cli_terms("pass e.g. max_steps=200.", train_usage) == "pass e.g. --steps 200."
+    assert in_cli_terms("pass e.g. max_steps=200.", train_usage) == "pass e.g. --run-steps 200."
     assert in_cli_terms("pass e.g. max_steps=200", search_usage) == "pass e.g. --max-steps 200"
     assert in_cli_terms("pass resume=True, or another out=DIR", search_usage) == "pass --resume, or another --out DIR"
     assert in_cli_terms("ray_init must be a dict: pass e.g. ray_init={}", search_usage) == "ray_init must be a dict: pass e.g. ray_init={}"  # no flag
@@ -135,3 +135,43 @@ def test_entry_points_refuse_a_bool_or_an_infinite_number(bad: object) -> None:
     for call in calls:
         with pytest.raises(UsageError, match=f"must be .*number.*, got {bad!r}"):
             call(classification_task())
+
+
+def test_old_keywords_still_work_with_one_deprecation_warning_each() -> None:
+    """lr_find(steps=), doctor(steps=), probe(max_batch=), train(max_steps=): the new names' meaning, said
+    the same way (errors.renamed), pointing at the caller's line."""
+    from tunekit import doctor, probe
+
+    task = classification_task()
+    calls = {"lr_find(steps=)": lambda: lr_find(task, steps=10, refine=False, device="cpu", progress=False),
+             "doctor(steps=)": lambda: doctor(task, steps=0),
+             "probe(max_batch=)": lambda: probe(task, max_batch=0),
+             "train(max_steps=)": lambda: train(task, max_steps=0)}
+    for old, call in calls.items():
+        with pytest.warns(DeprecationWarning, match=r"\) is renamed .*\(\w+=\); the old name goes") as got:
+            try:
+                call()
+            except UsageError as exc:  # the new name's check, on the old name's value
+                assert "run_steps" in str(exc) or "batch_limit" in str(exc) or "max_steps" in str(exc), exc
+        assert old.split("(")[0] in str(got[0].message) and got[0].filename == __file__
+
+
+def test_old_and_new_keyword_together_are_refused_in_one_line() -> None:
+    with pytest.raises(UsageError, match=r"lr_find\(\) got both steps= and sweep_steps=, its new name"):
+        lr_find(classification_task(), steps=20, sweep_steps=30)
+    with pytest.raises(UsageError, match=r"train\(\) got both max_steps= and run_steps="):
+        train(classification_task(), max_steps=20, run_steps=30)
+
+
+def test_old_flags_are_hidden_and_say_their_new_name(capsys: pytest.CaptureFixture[str]) -> None:
+    parser = build_parser()
+    for command, old, new, dest in (("lr-find", "--steps", "--sweep-steps", "sweep_steps"),
+                                    ("doctor", "--steps", "--run-steps", "run_steps"),
+                                    ("train", "--steps", "--run-steps", "max_steps")):
+        sub = parser.parse_args([command]).usage()
+        assert new in sub and old + " " not in sub and old + "]" not in sub
+        assert getattr(parser.parse_args([command, old, "30"]), dest) == 30
+        err = capsys.readouterr().err.strip()
+        assert err == f"tunekit {command}: note: {old} is renamed {new}; the old flag goes in the next release"
+        assert getattr(parser.parse_args([command, new, "40"]), dest) == 40 and not capsys.readouterr().err
+    assert parser.parse_args(["lr-find"]).sweep_steps == 100 and parser.parse_args(["probe", "--batch-limit", "64"]).batch_limit == 64

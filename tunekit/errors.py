@@ -7,15 +7,19 @@ The CLI prints it without a traceback and exits with status 2.
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 import warnings
-from typing import Any, Optional
+from collections.abc import Callable
+from typing import Any, Optional, TypeVar
 
 from tunekit.defaults import CLIP_GRAD_NORM
 
-__all__ = ["UsageError", "SetupError", "is_int_at_least", "check_int", "check_number", "renamed", "take_renamed",
+__all__ = ["UsageError", "SetupError", "is_int_at_least", "check_int", "check_number", "renamed", "renamed_keywords",
            "CLIP_HINT"]
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 #: The fix a bad ``clip_grad_norm`` is told, wherever it is checked.
 CLIP_HINT = f"None disables clipping: pass e.g. clip_grad_norm={CLIP_GRAD_NORM:g}"
@@ -81,26 +85,27 @@ def check_number(name: str, value: Any, *, minimum: Optional[float] = None, maxi
     return float(value)
 
 
-def renamed(old: str, new: str, value: Any = None, *, where: str = "", stacklevel: int = 3) -> None:
-    """Warn, the same way at every entry point, that ``old`` is now ``new`` (a DeprecationWarning).
+def renamed(old: str, new: str, *, where: str, stacklevel: int = 3) -> None:
+    """Warn, the same way at every entry point, that ``where``'s ``old`` is now ``new`` (a DeprecationWarning).
 
-    ``where`` names the function (``lr_find``) so the warning says which call to change; the
-    old name keeps working for one release. ``value`` is shown in the fix when given.
+    The old name keeps working for one release; the CLI's old flags say the same on stderr.
     """
-    call = f"{where}(...)" if where else "this call"
-    fix = f"{new}={value!r}" if value is not None else f"{new}=..."
-    warnings.warn(f"{old}= in {call} is renamed {new}= and will be removed in the next release: pass {fix}",
-                  DeprecationWarning, stacklevel=stacklevel)
+    warnings.warn(f"{where}({old}=) is renamed {where}({new}=); the old name goes in the next release: "
+                  f"pass {new}=...", DeprecationWarning, stacklevel=stacklevel)
 
 
-def take_renamed(kwargs: dict[str, Any], old: str, new: str, current: Any, *, where: str,
-                 unset: Any = None) -> Any:
-    """``current`` (the new keyword's value), else the old keyword's from ``kwargs`` with a :func:`renamed`
-    warning; both given is refused in one line. Removes ``old`` from ``kwargs``."""
-    if old not in kwargs:
-        return current
-    value = kwargs.pop(old)
-    if current is not unset and current is not value:
-        raise UsageError(f"{where}() got both {old}= (its old name) and {new}=: pass only {new}={current!r}")
-    renamed(old, new, value, where=where, stacklevel=4)
-    return value
+def renamed_keywords(**new_of: str) -> Callable[[F], F]:
+    """A decorator: ``fn(old=...)`` still works as ``fn(new=...)``, with a :func:`renamed` warning
+    (``@renamed_keywords(steps="sweep_steps")``); both names at once are refused in one line."""
+    def wrap(fn: F) -> F:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            for old, new in new_of.items():
+                if old in kwargs:
+                    if new in kwargs:
+                        raise UsageError(f"{fn.__name__}() got both {old}= and {new}=, its new name: pass only {new}=")
+                    renamed(old, new, where=fn.__name__)
+                    kwargs[new] = kwargs.pop(old)
+            return fn(*args, **kwargs)
+        return wrapper  # type: ignore[return-value]
+    return wrap

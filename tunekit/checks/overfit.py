@@ -62,7 +62,7 @@ def _range_lr(model: nn.Module, optimizer: torch.optim.Optimizer, compute: LossC
               device: torch.device, precision: str, scaler: Any, clip: Optional[float]) -> tuple[float, bool]:
     """The range test's suggestion on the tiny batch (the model comes back as it was), and whether it had one."""
     res = lr_find(model, [batch], optimizer=optimizer, compute_loss=lambda m, b: compute(m, b)[0],
-                  steps=RANGE_STEPS, min_lr=1e-6, max_lr=10.0, device=str(device), precision=precision, scaler=scaler,
+                  sweep_steps=RANGE_STEPS, min_lr=1e-6, max_lr=10.0, device=str(device), precision=precision, scaler=scaler,
                   clip_grad_norm=clip, refine=False, progress=False)  # one batch, memorized: no short runs to compare
     lr = res.suggestion or res.suggestions.get("steepest")
     return (float(lr), True) if lr else (FALLBACK_LR, False)

@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, TensorDataset
 
 from tunekit.inputs.data import Batch, BatchStream, Data, rebatched_loader, batch_size_of, to_device
 from tunekit.defaults import CLIP_GRAD_NORM
-from tunekit.errors import UsageError, check_int, check_number
+from tunekit.errors import UsageError, check_int, check_number, renamed_keywords
 from tunekit.probes.range_test import SWEEP_STEPS, lr_find
 from tunekit.progress import bar
 from tunekit.training.schedule import Warmup, warmup_steps
@@ -68,26 +68,26 @@ class _Run:
         self.sub.model.train()
 
 
-def _check_args(lr: Optional[float], warmup: Optional[Warmup], steps: Optional[int], accumulation_steps: int) -> None:
+def _check_args(lr: Optional[float], warmup: Optional[Warmup], run_steps: Optional[int], accumulation_steps: int) -> None:
     if lr is not None:
         check_number("lr", lr, positive=True, hint="pass e.g. lr=3e-4")
-    if steps is not None:
-        check_int("steps", steps, hint="the updates of the run you plan: pass e.g. steps=1000")
+    if run_steps is not None:
+        check_int("run_steps", run_steps, hint="the updates of the run you plan: pass e.g. run_steps=1000")
     if warmup is not None:
-        warmup_steps(warmup, steps or 1000)  # validates it, with its own one-line message
+        warmup_steps(warmup, run_steps or 1000)  # validates it, with its own one-line message
     check_int("accumulation_steps", accumulation_steps, hint="pass e.g. accumulation_steps=2")
 
 
-def _recipe_defaults(task: Task, lr: Optional[float], warmup: Optional[Warmup], steps: Optional[int],
+def _recipe_defaults(task: Task, lr: Optional[float], warmup: Optional[Warmup], run_steps: Optional[int],
                      in_hand: bool) -> tuple[Optional[float], Optional[Warmup], Optional[int]]:
     """For a Task, what `tunekit train` would run where the user gave nothing; for a model in hand, only what was given."""
     if in_hand:
-        return lr, warmup, steps
+        return lr, warmup, run_steps
     from tunekit.training.loop import TrainConfig
 
     cfg = TrainConfig.for_task(task)
     return (lr if lr is not None else task.defaults.get("lr"), cfg.warmup if warmup is None else warmup,
-            cfg.max_steps if steps is None else steps)
+            cfg.max_steps if run_steps is None else run_steps)
 
 
 def drawn_batches(data: Data, batch_size: Optional[int], seed: int, n: int = DATA_BATCHES) -> list[Batch]:
@@ -171,7 +171,7 @@ def stage_overfit(run: _Run, batch: Batch, precision: str) -> None:
         run.findings += check_scaler_skips(int(ev["skipped"]), int(ev["steps"]))
 
 
-def stage_recipe(run: _Run, batch: Batch, lr: Optional[float], warmup: Optional[Warmup], steps: Optional[int],
+def stage_recipe(run: _Run, batch: Batch, lr: Optional[float], warmup: Optional[Warmup], run_steps: Optional[int],
                  memory_budget: Any, accumulation_steps: int, seed: int) -> None:
     sub = run.sub
     suggestion, confident, source = None, False, QUICK
@@ -181,11 +181,11 @@ def stage_recipe(run: _Run, batch: Batch, lr: Optional[float], warmup: Optional[
     elif lr is not None:
         res = lr_find(sub.model, sub.data, optimizer=sub.optimizer, compute_loss=lambda m, b: sub.compute(m, b)[0],
                       batch_size=sub.batch_size, accumulation_steps=accumulation_steps, precision=sub.precision,
-                      device=str(sub.device), seed=seed, steps=RECIPE_RANGE_STEPS, clip_grad_norm=run.clip,
+                      device=str(sub.device), seed=seed, sweep_steps=RECIPE_RANGE_STEPS, clip_grad_norm=run.clip,
                       scaler=run.scaler, refine=False, progress=False)  # the curve alone: a pre-flight check
         suggestion, confident = res.suggestion, res.confident
     run.findings += check_lr(lr, suggestion, confident, source)
-    run.findings += check_warmup(warmup, steps)
+    run.findings += check_warmup(warmup, run_steps)
     from tunekit.probes.batch_probe import budget_bytes
 
     budget, source = budget_bytes(memory_budget, sub.device)
@@ -199,6 +199,7 @@ def stage_recipe(run: _Run, batch: Batch, lr: Optional[float], warmup: Optional[
                                  run.batch_size, budget, source, sub.device, accumulation_steps)
 
 
+@renamed_keywords(steps="run_steps")
 @takes_their_objects
 def doctor(
     model: nn.Module | Task,
@@ -215,7 +216,7 @@ def doctor(
     seed: int = 0,
     lr: float | None = None,
     warmup: Warmup | None = None,
-    steps: int | None = None,
+    run_steps: int | None = None,
     memory_budget: int | str | None = None,
     scaler: torch.amp.GradScaler | None = None,
     anomaly: bool = False,
@@ -227,7 +228,7 @@ def doctor(
 
     ``model`` is a :class:`Task` (a fresh model is checked) or a model in hand with its
     ``train_data``, ``loss_fn`` (or ``compute_loss``) and ``optimizer`` (an instance or a
-    factory; AdamW by default). ``lr``, ``warmup`` and ``steps`` describe the run you intend
+    factory; AdamW by default). ``lr``, ``warmup`` and ``run_steps`` (its updates) describe the run you intend
     (for a Task, its own recipe by default, as are ``accumulation_steps`` and ``precision``); ``memory_budget`` defaults to the free memory.
     ``anomaly=True`` runs the non-finite check's backward under autograd's anomaly mode.
     ``overfit_floor`` is the lowest loss the tiny batch can reach, for a loss with terms that do
@@ -241,14 +242,14 @@ def doctor(
     (data or loss that tunekit cannot read) is raised as :class:`UsageError`.
     """
     clip, accumulation_steps, precision = step_settings(model, TASK_DEFAULT, accumulation_steps, precision)  # a Task's recipe
-    _check_args(lr, warmup, steps, accumulation_steps)
+    _check_args(lr, warmup, run_steps, accumulation_steps)
     if overfit_floor is not None:
         check_number("overfit_floor", overfit_floor, minimum=0, hint="the lowest loss reachable: pass e.g. overfit_floor=0.5")
     if memory_budget is not None:
         parse_bytes(memory_budget)  # a bad size fails before anything runs
     sub = resolve_inputs("doctor", model, train_data, loss_fn, optimizer, compute_loss=compute_loss,
                           val_data=val_data, batch_size=batch_size, precision=precision, device=device, seed=seed)
-    lr, warmup, steps = _recipe_defaults(sub.task, lr, warmup, steps, in_hand=not isinstance(model, Task))
+    lr, warmup, run_steps = _recipe_defaults(sub.task, lr, warmup, run_steps, in_hand=not isinstance(model, Task))
     saved_lr_find = LRFindResult.load(lr_find_result)
     if saved_lr_find is not None:
         check_saved("lr_find", saved_lr_find.settings, sub.task.name, sub.precision, str(sub.device))
@@ -258,14 +259,14 @@ def doctor(
             bar(len(STAGES), "doctor", "check", enabled=progress) as progress_bar:
         seed_everything_for(seed, sub.device)
         run = _Run(sub, scaler, snap, batch_size=0, floor=overfit_floor, saved_lr_find=saved_lr_find, clip=clip)
-        _stages(run, progress_bar, lr, warmup, steps, memory_budget, accumulation_steps, seed, anomaly)
+        _stages(run, progress_bar, lr, warmup, run_steps, memory_budget, accumulation_steps, seed, anomaly)
     return _result(run, time.perf_counter() - start, dict(
-        lr=lr, warmup=warmup, steps=steps, batch_size=run.batch_size, accumulation_steps=accumulation_steps,
+        lr=lr, warmup=warmup, run_steps=run_steps, batch_size=run.batch_size, accumulation_steps=accumulation_steps,
         precision=sub.precision, device=str(sub.device), seed=seed, memory_budget=memory_budget, anomaly=anomaly,
         overfit_floor=overfit_floor))
 
 
-def _stages(run: _Run, progress_bar: Any, lr: Optional[float], warmup: Optional[Warmup], steps: Optional[int],
+def _stages(run: _Run, progress_bar: Any, lr: Optional[float], warmup: Optional[Warmup], run_steps: Optional[int],
             memory_budget: Any, accumulation_steps: int, seed: int, anomaly: bool) -> None:
     """The checks in order; each model check starts from the model as given."""
     sub = run.sub
@@ -297,7 +298,7 @@ def _stages(run: _Run, progress_bar: Any, lr: Optional[float], warmup: Optional[
             run.findings += found
         done(name)
     run.reset()
-    stage_recipe(run, batch, lr, warmup, steps, memory_budget, accumulation_steps, seed)
+    stage_recipe(run, batch, lr, warmup, run_steps, memory_budget, accumulation_steps, seed)
     done("recipe")
 
 

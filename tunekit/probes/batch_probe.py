@@ -38,7 +38,7 @@ import torch
 from torch import nn
 
 from tunekit.inputs.data import BatchStream, Data, dataset_size
-from tunekit.errors import UsageError, check_int, check_number
+from tunekit.errors import UsageError, check_int, check_number, renamed_keywords
 from tunekit.progress import bar
 from tunekit.results import ProbeResult
 from tunekit.probes import clean_heap
@@ -142,6 +142,7 @@ def _free_memory(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
+@renamed_keywords(max_batch="batch_limit")
 @takes_their_objects
 def probe(
     model: nn.Module | Task, train_data: Data | None = None, loss_fn: LossFn | None = None, optimizer: Any = None,
@@ -150,7 +151,7 @@ def probe(
     device: str = "auto", precision: str | None = None, accumulation_steps: int | None = None,
     clip_grad_norm: float | None = TASK_DEFAULT,
     target_batch: int | None = None, lr: float | None = None, lr_batch: int | None = None,
-    max_batch: int | None = None, trace_sizes: tuple[int, ...] = (4, 8, 16),
+    batch_limit: int | None = None, trace_sizes: tuple[int, ...] = (4, 8, 16),
     throughput_points: int = 5, timing_steps: int = 5,
     noise_repeats: int = NOISE_REPEATS, noise_warmup: int | None = None,
     calibrate_steps: bool = True, seed: int = 0, progress: bool | None = None,
@@ -164,7 +165,7 @@ def probe(
     rounded to a power of two). ``lr`` found at effective batch ``lr_batch`` is
     rescaled to the target by the linear and square-root rules. ``accumulation_steps``,
     ``clip_grad_norm`` and ``precision`` default to a Task's recipe (its ``defaults``), as
-    :func:`tunekit.train` resolves them (no accumulation, clipping at 1.0, else).
+    :func:`tunekit.train` resolves them. ``batch_limit`` caps the batches tried (0.1.0's ``max_batch=``).
 
     The noise scale is measured after ``noise_warmup`` updates (default 50 for a
     Task's fresh model, 0 for a model in hand), at ``lr`` or the task's default LR;
@@ -176,12 +177,12 @@ def probe(
     which no trace sees) and the new largest batch is confirmed again.
     """
     clip_grad_norm, accumulation_steps, precision = step_settings(model, clip_grad_norm, accumulation_steps, precision)
-    _check_args(headroom, accumulation_steps, target_batch, lr, lr_batch)
+    _check_args(headroom, accumulation_steps, target_batch, lr, lr_batch, batch_limit)
     # A fresh model of a task trains a little first; a model in hand is measured as it is.
     noise_warmup = (TASK_NOISE_WARMUP if isinstance(model, Task) else 0) if noise_warmup is None else noise_warmup
     sub = resolve_inputs("probe", model, train_data, loss_fn, optimizer, compute_loss=compute_loss,
                           precision=precision, device=device, seed=seed)
-    room = _Room.of(memory_budget, headroom, sub.device, limit=min(n_data := _dataset_size(sub.data), max_batch or n_data))
+    room = _Room.of(memory_budget, headroom, sub.device, limit=min(n_data := _dataset_size(sub.data), batch_limit or n_data))
     scaler = make_scaler(sub.precision, sub.device)  # type: ignore[arg-type]
     settings = dict(memory_budget=memory_budget, headroom=headroom, device=str(sub.device), precision=sub.precision,
                     accumulation_steps=accumulation_steps, clip_grad_norm=clip_grad_norm, seed=seed, task=sub.task.name)
@@ -233,7 +234,7 @@ class _Room:
     source: str  # where the budget came from: given, free GPU memory, available RAM
     headroom: float
     usable: int  # the budget less the headroom
-    limit: int  # the dataset's size, or max_batch
+    limit: int  # the dataset's size, or batch_limit
     enforced: Optional[int]  # a given budget, which CUDA enforces on the real steps
 
     @classmethod
@@ -277,7 +278,7 @@ def _say_cost_ahead(task: Task, predicted: int, ahead: int) -> None:
     if ahead > planned:
         warnings.warn(f"the probe will draw up to {ahead:,} samples, {ahead / planned:.1f}x the planned run "
                       f"({steps} updates at batch {batch}: {planned:,}); its batches go up to {predicted:,}: pass "
-                      f"max_batch= (e.g. {max(batch, 8 * batch):,}), throughput_points= or noise_repeats= to spend "
+                      f"batch_limit= (e.g. {max(batch, 8 * batch):,}), throughput_points= or noise_repeats= to spend "
                       "less", ProbeCostWarning, stacklevel=4)
 
 
@@ -364,9 +365,10 @@ def _plan(target: int, confirmed: int, throughput: list[dict[str, float]], mm: M
 
 
 def _check_args(headroom: float, accumulation_steps: int, target_batch: Optional[int], lr: Optional[float],
-                lr_batch: Optional[int]) -> None:
-    if not 0 <= headroom < 1:
-        raise UsageError(f"headroom must be in [0, 1), got {headroom!r}: e.g. 0.15 keeps 15% free")
+                lr_batch: Optional[int], batch_limit: Optional[int] = None) -> None:
+    check_number("headroom", headroom, minimum=0, below=1, hint="e.g. 0.15 keeps 15% free")
+    if batch_limit is not None:
+        check_int("batch_limit", batch_limit, hint="the largest batch to try: pass e.g. batch_limit=1024")
     check_int("accumulation_steps", accumulation_steps, hint="pass e.g. accumulation_steps=2")
     if target_batch is not None:
         check_int("target_batch", target_batch, hint="pass e.g. target_batch=256")
@@ -554,13 +556,13 @@ IN_PROCESS_CAVEAT = "it may read higher after other work in this process"
 
 
 def _far_below(mm: MemoryModel, room: _Room) -> Optional[str]:
-    """Why the real steps need no measuring, where the largest batch the data (or max_batch) allows is
+    """Why the real steps need no measuring, where the largest batch the data (or batch_limit) allows is
     traced at under 1/FAR_BELOW of the usable budget: what kernels allocate beyond the trace (up to
     4x it, an LSTM's workspace) cannot make it miss. None where the budget may bind."""
     peak = mm.peak(room.limit)
     if peak * FAR_BELOW > room.usable:
         return None
-    return (f"not measured: at batch {room.limit}, the largest the data or max_batch allows, the traced peak "
+    return (f"not measured: at batch {room.limit}, the largest the data or batch_limit allows, the traced peak "
             f"{format_bytes(peak)} is under 1/{FAR_BELOW} of the usable {format_bytes(room.usable)}")
 
 

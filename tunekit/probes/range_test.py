@@ -20,7 +20,7 @@ from torch import nn
 
 from tunekit.inputs.data import BatchStream, Data, batch_size_of, dataset_size, hold_out
 from tunekit.defaults import MIN_LR_RATIO, RUN_STEPS, SCHEDULE, SWEEP_STEPS, WARMUP
-from tunekit.errors import CLIP_HINT, UsageError, check_int, check_number
+from tunekit.errors import CLIP_HINT, UsageError, check_int, check_number, renamed_keywords
 from tunekit.results import LRFindResult
 from tunekit.training.schedule import lr_schedule, sweep_lrs
 from tunekit.progress import bar
@@ -60,7 +60,7 @@ def optimizer_family(optimizer: torch.optim.Optimizer) -> str:
     return "other"
 
 
-def _check_args(min_lr: float, max_lr: float, steps: int, mode: str, repeats: int, diverge_threshold: float,
+def _check_args(min_lr: float, max_lr: float, sweep_steps: int, mode: str, repeats: int, diverge_threshold: float,
                 batch_size: int | None, accumulation_steps: int, clip_grad_norm: float | None) -> None:
     if batch_size is not None:
         check_int("batch_size", batch_size, hint="pass e.g. batch_size=32")
@@ -71,19 +71,20 @@ def _check_args(min_lr: float, max_lr: float, steps: int, mode: str, repeats: in
     check_number("max_lr", max_lr, positive=True, hint="pass e.g. max_lr=10")
     if min_lr >= max_lr:
         raise UsageError(f"min_lr {min_lr:g} must be below max_lr {max_lr:g}: pass e.g. min_lr=1e-7 max_lr=10")
-    check_int("steps", steps, 10, hint="the curve needs points: pass e.g. steps=100")
+    check_int("sweep_steps", sweep_steps, 10, hint=f"the curve needs points: pass e.g. sweep_steps={SWEEP_STEPS}")
     if mode not in ("exp", "linear"):
         raise UsageError(f"mode {mode!r} is unknown: use exp (the default) or linear")
     check_int("repeats", repeats, hint="pass e.g. repeats=3")
     check_number("diverge_threshold", diverge_threshold, above=1, hint="a multiple of the best loss: pass e.g. diverge_threshold=4")
 
 
+@renamed_keywords(steps="sweep_steps")
 @takes_their_objects
 def lr_find(
     model: nn.Module | Task, train_data: Data | None = None, loss_fn: LossFn | None = None, optimizer: Any = None,
     *, compute_loss: ComputeLoss | None = None,
     val_data: Data | None = None, loss_on: Literal["train", "val"] = "train", val_batches: int = 4,
-    min_lr: float = 1e-7, max_lr: float = 10.0, steps: int = SWEEP_STEPS, mode: Literal["exp", "linear"] = "exp",
+    min_lr: float = 1e-7, max_lr: float = 10.0, sweep_steps: int = SWEEP_STEPS, mode: Literal["exp", "linear"] = "exp",
     batch_size: int | None = None, accumulation_steps: int | None = None, precision: Precision | None = None,
     clip_grad_norm: float | None = TASK_DEFAULT, device: str = "auto", seed: int = 0,
     repeats: int = 1, diverge_threshold: float = 4.0,
@@ -93,7 +94,7 @@ def lr_find(
 ) -> LRFindResult:
     """Run an LR range test and suggest a peak LR for a warmup + cosine run.
 
-    The LR rises from ``min_lr`` to ``max_lr`` over ``steps`` optimizer updates
+    The LR rises from ``min_lr`` to ``max_lr`` over ``sweep_steps`` optimizer updates
     (exponentially, or linearly with ``mode="linear"``), one update per
     ``accumulation_steps`` micro-batches, a step that the fp16 scaler skips not
     counted. The test stops when the loss is non-finite or exceeds
@@ -115,7 +116,7 @@ def lr_find(
     batches of ``val_data`` (a fixed subset) instead of the training loss.
 
     The suggestion is for a run of ``run_steps`` updates (default: a Task's
-    ``defaults["max_steps"]``, else ``train``'s 200; a model in hand 10,000).
+    ``defaults["max_steps"]``, else ``train``'s 200; a model in hand 10,000). (``sweep_steps``: 0.1.0's ``steps``.)
 
     ``refine`` (the default) then checks the curve's suggestion with short real
     warmup + cosine runs costing at most ``refine_share`` (5%) of the planned
@@ -136,7 +137,7 @@ def lr_find(
     """
     # The step's settings resolved as train resolves them, and every value checked before any work.
     clip_grad_norm, accumulation_steps, precision = step_settings(model, clip_grad_norm, accumulation_steps, precision)
-    _check_args(min_lr, max_lr, steps, mode, repeats, diverge_threshold, batch_size, accumulation_steps, clip_grad_norm)
+    _check_args(min_lr, max_lr, sweep_steps, mode, repeats, diverge_threshold, batch_size, accumulation_steps, clip_grad_norm)
     _check_refine(run_steps, refine_share, refine_steps, refine_seeds, hold_out_share)
     run_steps, run_from = planned_run(model, run_steps)
     plan = plan_refinement(run_steps, refine_share, REFINE_RUNS, refine_steps, refine_seeds) if refine else None
@@ -148,14 +149,14 @@ def lr_find(
     setup = _Setup(model, sub.model, sub.optimizer, sub.compute, sub.data, sub.val_data, sub.device, sub.precision,
                    sub.batch_size, accumulation_steps, clip_grad_norm,
                    scaler if scaler is not None else make_scaler(sub.precision, sub.device), seed, diverge_threshold)
-    settings = _settings(setup, sub.task.name, min_lr=min_lr, max_lr=max_lr, steps=steps, mode=mode, repeats=repeats,
+    settings = _settings(setup, sub.task.name, min_lr=min_lr, max_lr=max_lr, steps=sweep_steps, mode=mode, repeats=repeats,
                          loss_on=loss_on, plan=plan)
     _say_family(settings)
     settings.update(run_steps=run_steps, run_steps_from=run_from, refine_share=refine_share,
                     refine_plan=plan.why if plan is not None else None, run_schedule=_schedule_words(model))
 
     start = time.perf_counter()
-    result = _test_and_refine(setup, settings, sweep_lrs(min_lr, max_lr, steps, mode), repeats,
+    result = _test_and_refine(setup, settings, sweep_lrs(min_lr, max_lr, sweep_steps, mode), repeats,
                               val_batches if loss_on == "val" else None, plan, hold_out_share, progress)
     result.seconds = time.perf_counter() - start
     return result

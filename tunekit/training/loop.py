@@ -13,7 +13,7 @@ from torch import nn
 
 from tunekit.inputs.data import Data, batch_size_of, iterate_once, to_device, BatchStream
 from tunekit.defaults import ACCUMULATION_STEPS, CLIP_GRAD_NORM, LR, MIN_LR_RATIO, RUN_STEPS, SCHEDULE, WARMUP
-from tunekit.errors import CLIP_HINT, UsageError, check_int, check_number
+from tunekit.errors import CLIP_HINT, UsageError, check_int, check_number, renamed
 from tunekit.progress import bar
 from tunekit.results import TrainResult
 from tunekit.training.schedule import DECAYS, Warmup, lr_schedule, warmup_steps
@@ -37,8 +37,9 @@ class TrainConfig:
     """Settings of one training run. Unset fields fall back to the task's defaults.
 
     ``warmup`` is a fraction of the run when a float in [0, 1), else a number of
-    updates. ``max_steps`` counts optimizer updates; with ``accumulation_steps``
-    K, each update sees K micro-batches of ``batch_size``.
+    updates. ``max_steps`` (the planned run's length, ``run_steps`` everywhere else:
+    the field keeps its name for the saved configs and studies that hold it) counts
+    optimizer updates; with ``accumulation_steps`` K, each update sees K micro-batches.
 
     Validation reads the first ``eval_batches`` batches (None: all) of the
     validation data, in its own fixed order, at ``eval_batch_size`` (default: the
@@ -64,7 +65,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         check_number("lr", self.lr, positive=True, hint="pass e.g. lr=3e-4")
-        _positive_int("max_steps", self.max_steps, 200)
+        _positive_int("max_steps", self.max_steps, RUN_STEPS)
         if self.batch_size is not None:
             _positive_int("batch_size", self.batch_size, 32)
         _positive_int("accumulation_steps", self.accumulation_steps, 2)
@@ -84,6 +85,11 @@ class TrainConfig:
             _positive_int("eval_batch_size", self.eval_batch_size, 256)
         if self.weight_decay is not None:
             check_number("weight_decay", self.weight_decay, minimum=0, hint="pass e.g. weight_decay=0.01")
+
+    @property
+    def run_steps(self) -> int:
+        """The run's length in optimizer updates, by the name the rest of tunekit gives it."""
+        return self.max_steps
 
     @classmethod
     def for_task(cls, task: Task, config: TrainConfig | dict[str, Any] | None = None, **overrides: Any) -> TrainConfig:
@@ -110,6 +116,24 @@ class TrainConfig:
             raise UsageError(f"unknown training setting {unknown[0]!r}: known settings are {', '.join(sorted(known))}")
         values.update(overrides)
         return cls(**values)
+
+
+def _run_steps_as_max_steps(config: Any, overrides: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """``run_steps`` (train's keyword, or a config dict's key) as TrainConfig's ``max_steps``; the old
+    ``max_steps=`` keyword warns (:func:`tunekit.errors.renamed`); both at once are refused in one line."""
+    if isinstance(config, Mapping) and "run_steps" in config:
+        if "max_steps" in config:
+            raise UsageError("the config gives both run_steps and max_steps, its old name: give only run_steps")
+        _positive_int("run_steps", config["run_steps"], RUN_STEPS)
+        config = {("max_steps" if k == "run_steps" else k): v for k, v in config.items()}
+    if "max_steps" in overrides:
+        if "run_steps" in overrides:
+            raise UsageError("train() got both max_steps= and run_steps=, its new name: pass only run_steps=")
+        renamed("max_steps", "run_steps", where="train", stacklevel=4)
+    elif "run_steps" in overrides:
+        _positive_int("run_steps", overrides["run_steps"], RUN_STEPS)
+        overrides = {("max_steps" if k == "run_steps" else k): v for k, v in overrides.items()}
+    return config, overrides
 
 
 @torch.no_grad()
@@ -181,8 +205,10 @@ def train(
     model after the final evaluation of a run that went to its end (a search keeps its weights there).
 
     The global RNGs and the training DataLoader's generators are left as they were: the run draws from its
-    own seed, and two runs of one Task with the same config are the same run.
+    own seed, and two runs of one Task with the same config are the same run. ``run_steps=`` (also a key
+    of a ``config`` dict) is the run's length, ``TrainConfig.max_steps``; ``max_steps=`` still works for a release.
     """
+    config, overrides = _run_steps_as_max_steps(config, overrides)
     cfg = TrainConfig.for_task(task, config, **overrides)
     device = resolve_device(cfg.device)
     precision = check_precision(cfg.precision or task.precision)
