@@ -617,3 +617,33 @@ def test_the_result_names_the_planned_runs_schedule_and_never_offers_a_share_ove
     assert not short.refines and "x the planned run itself" in short.why and "refine_share=" not in short.why
     longer = plan_refinement(run_steps=2000, share=0.01, runs=4)
     assert not longer.refines and "refine_share=0." in longer.why
+
+
+def test_a_result_saved_by_tunekit_0_1_loads_into_the_typed_records() -> None:
+    """tests/data/lr_find_v3.json was written before the records (dict settings, the refinement's last
+    stage at its top level, ``steps`` for the sweep): it loads, reads by attribute and by its old keys,
+    says what it said then, and saves and loads back the same."""
+    from tunekit.results.lr_find import Confidence, LRFindSettings, Refinement, RefineStage
+
+    path = Path(__file__).parent / "data" / "lr_find_v3.json"
+    r = LRFindResult.from_json(path)
+    assert isinstance(r.settings, LRFindSettings) and isinstance(r.refinement, Refinement)
+    assert r.settings.sweep_steps == r.settings["steps"] == 100 and r.settings.run_steps == 8000
+    assert [type(s) for s in r.refinement.stages] == [RefineStage, RefineStage] and r.refinement.lrs == r.refinement.stages[-1].lrs
+    assert r.refinement["best_lr"] == r.refinement.best_lr and r.refinement.get("updates") == r.refinement.updates
+    assert r.level is Confidence.HIGH and r.suggestion == pytest.approx(0.007973144731150907)
+    assert "best of 4+4 LRs, 1 short runs of 19 and 38 updates each scored on the validation data" in r.summary()
+    assert LRFindResult.from_json(r.to_json()) == r and LRFindResult.load(path) == r
+
+
+def test_doubts_are_an_enum_beside_the_reasons() -> None:
+    from tunekit.probes.range_test import _refine
+    from tunekit.results.lr_find import Confidence, Doubt
+
+    r = _curve_result(1e-3, confident=True)
+    _refine(r, lambda lr: (float("inf"), 100))
+    assert r.doubts == [Doubt.REFINE_DIVERGED] and r.level is Confidence.LOW and len(r.reasons) == 1
+    assert LRFindResult.from_json(r.to_json()).doubts == [Doubt.REFINE_DIVERGED]
+    r = _curve_result(10 ** -4.5, confident=True)
+    _refine(r, lambda lr: ((np.log10(lr) + 2.3) ** 2, 500))
+    assert r.doubts == [Doubt.AT_EDGE] and not r.confident

@@ -22,6 +22,7 @@ from tunekit.inputs.data import BatchStream, Data, batch_size_of, dataset_size, 
 from tunekit.defaults import MIN_LR_RATIO, RUN_STEPS, SCHEDULE, SWEEP_STEPS, WARMUP
 from tunekit.errors import CLIP_HINT, UsageError, check_int, check_number, renamed_keywords
 from tunekit.results import LRFindResult
+from tunekit.results.lr_find import Doubt, LRFindSettings, Refinement, RefineStage, ScoredOn
 from tunekit.training.schedule import lr_schedule, sweep_lrs
 from tunekit.progress import bar
 from tunekit.training.state import preserved, seed_everything_for
@@ -149,11 +150,11 @@ def lr_find(
     setup = _Setup(model, sub.model, sub.optimizer, sub.compute, sub.data, sub.val_data, sub.device, sub.precision,
                    sub.batch_size, accumulation_steps, clip_grad_norm,
                    scaler if scaler is not None else make_scaler(sub.precision, sub.device), seed, diverge_threshold)
-    settings = _settings(setup, sub.task.name, min_lr=min_lr, max_lr=max_lr, steps=sweep_steps, mode=mode, repeats=repeats,
+    settings = _settings(setup, sub.task.name, min_lr=min_lr, max_lr=max_lr, sweep_steps=sweep_steps, mode=mode, repeats=repeats,
                          loss_on=loss_on, plan=plan)
     _say_family(settings)
-    settings.update(run_steps=run_steps, run_steps_from=run_from, refine_share=refine_share,
-                    refine_plan=plan.why if plan is not None else None, run_schedule=_schedule_words(model))
+    settings.run_steps, settings.run_steps_from, settings.refine_share = run_steps, run_from, refine_share
+    settings.refine_plan, settings.run_schedule = plan.why if plan is not None else None, _schedule_words(model)
 
     start = time.perf_counter()
     result = _test_and_refine(setup, settings, sweep_lrs(min_lr, max_lr, sweep_steps, mode), repeats,
@@ -162,7 +163,7 @@ def lr_find(
     return result
 
 
-def _test_and_refine(setup: _Setup, settings: dict[str, Any], lrs: np.ndarray, repeats: int, val_batches: int | None,
+def _test_and_refine(setup: _Setup, settings: LRFindSettings, lrs: np.ndarray, repeats: int, val_batches: int | None,
                      plan: RefinePlan | None, hold_out_share: float | None, progress: bool | None) -> LRFindResult:
     """The sweeps, their curve's suggestion, then the short runs the plan buys, all from the user's objects
     as they were (put back at the end, also on an exception)."""
@@ -174,15 +175,15 @@ def _test_and_refine(setup: _Setup, settings: dict[str, Any], lrs: np.ndarray, r
         result = _result(runs, settings, 0.0)
         # Then short real runs around the curve's suggestion: the curve alone can be off by 25x.
         if plan is not None and plan.refines:
-            short_run, result.settings["refine_scored_on"] = _short_runner(setup, initial, plan.steps, plan.seeds,
-                                                                           steps_bar, hold_out_share)
+            short_run, scored_on = _short_runner(setup, initial, plan.steps, plan.seeds, steps_bar, hold_out_share)
+            result.settings.refine_scored_on = scored_on[1]
             longer_run = (_short_runner(setup, initial, plan.long_steps, plan.seeds, steps_bar, hold_out_share)[0]
                           if plan.long_steps else None)
-            _refine(result, short_run, longer_run)
-            _carry_to_run(result, plan, settings["run_steps"], _samples_per_update(setup, runs))
+            _refine(result, short_run, longer_run, scored_on[0])
+            _carry_to_run(result, plan, int(settings.run_steps or 0), _samples_per_update(setup, runs))
         elif plan is not None:
-            result.settings["not_refined"] = plan.why
-    result.settings["run_samples"] = int(round(_samples_per_update(setup, runs) * settings["run_steps"]))
+            result.settings.not_refined = plan.why
+    result.settings.run_samples = int(round(_samples_per_update(setup, runs) * int(settings.run_steps or 0)))
     return result
 
 
@@ -249,10 +250,10 @@ def _check_loss_on(loss_on: str, val_data: Data | None) -> None:
         raise UsageError("loss_on='val' needs validation data: pass val_data=... (or give the task val_data)")
 
 
-def _settings(setup: _Setup, task: str, *, min_lr: float, max_lr: float, steps: int, mode: str, repeats: int,
-              loss_on: str, plan: RefinePlan | None) -> dict[str, Any]:
+def _settings(setup: _Setup, task: str, *, min_lr: float, max_lr: float, sweep_steps: int, mode: str, repeats: int,
+              loss_on: str, plan: RefinePlan | None) -> LRFindSettings:
     """The settings the result records, as resolved (the task's defaults and the device filled in)."""
-    return dict(min_lr=min_lr, max_lr=max_lr, steps=steps, mode=mode, batch_size=setup.batch_size,
+    return LRFindSettings(min_lr=min_lr, max_lr=max_lr, sweep_steps=sweep_steps, mode=mode, batch_size=setup.batch_size,
                 accumulation_steps=setup.accumulation_steps, precision=setup.precision,
                 clip_grad_norm=setup.clip_grad_norm, device=str(setup.device), seed=setup.seed, repeats=repeats,
                 diverge_threshold=setup.threshold, loss_on=loss_on, task=task,
@@ -292,10 +293,10 @@ def _schedule_of(model: Any) -> tuple[Any, str, float]:
             defaults.get("min_lr_ratio", MIN_LR_RATIO))
 
 
-def _say_family(settings: dict[str, Any]) -> None:
+def _say_family(settings: LRFindSettings) -> None:
     """An optimizer the rules do not know (they know SGD-like and Adam-like ones): said, not guessed silently."""
-    if settings["family"] == "other":
-        warnings.warn(f"the optimizer {settings['optimizer']} is neither SGD-like nor Adam-like to the LR rules: the "
+    if settings.family == "other":
+        warnings.warn(f"the optimizer {settings.optimizer} is neither SGD-like nor Adam-like to the LR rules: the "
                       "curve's suggestion is the middle of their two; the short runs (refine=True) check it", stacklevel=3)
 
 
@@ -306,7 +307,7 @@ def _schedule_words(model: Any) -> str:
     return f"warmup + {words}" if warmup else words
 
 
-def _scoring_split(setup: _Setup, seed: int, share: float | None) -> tuple[Data, Data, str]:
+def _scoring_split(setup: _Setup, seed: int, share: float | None) -> tuple[Data, Data, ScoredOn, str]:
     """(what a short run of data order ``seed`` trains on, what scores it, said in words): the validation
     data; else, with ``share``, a slice of the training data drawn by ``seed`` that the run never trains on
     (each seed holds out another, so the runs' mean is scored on more than one slice holds); else the
@@ -314,18 +315,18 @@ def _scoring_split(setup: _Setup, seed: int, share: float | None) -> tuple[Data,
     benchmarks/lr_small_data.py a held-out fifth raised the mean regret from 8% to 14% (its slices are
     small and noisy, and the runs train on less), so holding out is the caller's choice."""
     if setup.val_data is not None:
-        return setup.data, setup.val_data, "the validation data"
+        return setup.data, setup.val_data, ScoredOn.VAL, "the validation data"
     split = hold_out(setup.data, share, REFINE_EVAL_SAMPLES, seed) if share else None
     if split is None:  # not asked for; or an iterable dataset, a single batch: nothing fixed to hold out
-        return setup.data, setup.data, "the training data it trains on (no val_data given)"
+        return setup.data, setup.data, ScoredOn.TRAIN, "the training data it trains on (no val_data given)"
     held = dataset_size(split[1])
-    return split[0], split[1], (f"{held} held-out training samples" if held is not None
-                                else f"{len(split[1])} held-out training batches")
+    return split[0], split[1], ScoredOn.HELD_OUT, (f"{held} held-out training samples" if held is not None
+                                                   else f"{len(split[1])} held-out training batches")
 
 
 def _short_runner(setup: _Setup, initial: Any, refine_steps: int, seeds: int, steps_bar: Any,
-                  hold_out_share: float | None = None) -> tuple[Callable[[float], tuple[float, int]], str]:
-    """(``short_run(lr)``, what scores it): ``seeds`` short runs from the user's objects as they were (data
+                  hold_out_share: float | None = None) -> tuple[Callable[[float], tuple[float, int]], tuple[ScoredOn, str]]:
+    """(``short_run(lr)``, what scores it, and in words): ``seeds`` short runs from the user's objects as they were (data
     orders seed, seed + 1, ...: the same for every LR), their mean score on a fixed subset of the validation
     data (else of a held-out slice of the training data, one per seed: :func:`_scoring_split`): forward
     passes worth at most a quarter of a run's training samples (about 8% of its compute), 2048 at most."""
@@ -339,7 +340,7 @@ def _short_runner(setup: _Setup, initial: Any, refine_steps: int, seeds: int, st
     def one(lr: float, s: int) -> tuple[float, int]:
         initial.restore()  # every run starts where the user's objects were
         seed_everything_for(s, setup.device)
-        train_on, score_on, _ = splits[s]
+        train_on, score_on = splits[s][:2]
         return _short_run(setup.make_step(), BatchStream(train_on, batch_size, seed=s),
                           lr_schedule(refine_steps, lr, *schedule), setup.threshold, steps_bar,
                           lambda: setup.mean_loss(score_on, eval_batches))
@@ -348,9 +349,9 @@ def _short_runner(setup: _Setup, initial: Any, refine_steps: int, seeds: int, st
         runs = [one(lr, setup.seed + k) for k in range(seeds)]
         return float(np.mean([v for v, _ in runs])), sum(n for _, n in runs)
 
-    scored_on = splits[setup.seed][2]
-    return short_run, scored_on + (f" (another slice for each of the {seeds} seeds)"
-                                   if seeds > 1 and "held-out" in scored_on else "")
+    kind, words = splits[setup.seed][2:]
+    return short_run, (kind, words + (f" (another slice for each of the {seeds} seeds)"
+                                      if seeds > 1 and kind is ScoredOn.HELD_OUT else ""))
 
 
 def _blown_up(losses: list[float], best: float, threshold: float) -> tuple[bool, float]:
@@ -382,7 +383,7 @@ def _short_run(step: TrainStep, batches: BatchStream, lrs: np.ndarray, threshold
     return (value if math.isfinite(value) else math.inf), samples
 
 
-def _bracket(start: float, short_run: Callable[[float], tuple[float, int]]) -> dict[str, Any]:
+def _bracket(start: float, short_run: Callable[[float], tuple[float, int]]) -> RefineStage:
     """Short runs at half decades around ``start``, extended until a worse run lies on each side of the
     best, then one a quarter decade from the best: their LRs, scores, samples, whether the best was
     bracketed, and ``best_lr``, the vertex of the parabola through the best and its neighbours (None
@@ -418,37 +419,32 @@ def _bracket(start: float, short_run: Callable[[float], tuple[float, int]]) -> d
     xs = sorted(scores)
     ys = [scores[x] for x in xs]
     best = float(10 ** bracket_minimum(xs, ys)) if math.isfinite(min(ys)) else None
-    return {"lrs": [float(10 ** x) for x in xs], "scores": ys, "samples": samples, "bracketed": bracketed,
-            "best_lr": best}
+    return RefineStage(lrs=[float(10 ** x) for x in xs], scores=ys, samples=samples, bracketed=bracketed, best_lr=best)
 
 
 def _refine(result: LRFindResult, short_run: Callable[[float], tuple[float, int]],
-            longer_run: Callable[[float], tuple[float, int]] | None = None) -> None:
+            longer_run: Callable[[float], tuple[float, int]] | None = None, scored_on: ScoredOn | None = None) -> None:
     """Check the curve's suggestion with short real runs around it; the result takes their answer.
     With ``longer_run`` (runs twice as long), a second bracket around the first one's best: the
     refinement's ``lrs``/``scores`` are then the longer runs', ``stages`` holds both."""
     start = refine_start(result)
     if start is None:
-        result.reasons.append("no suggestion to refine: the curve has neither a minimum nor a blow-up")
+        result.doubt(Doubt.NOT_REFINED, "no suggestion to refine: the curve has neither a minimum nor a blow-up")
         return
     stages = [_bracket(start, short_run)]
-    if longer_run is not None and stages[0]["best_lr"] is not None:
-        stages.append(_bracket(stages[0]["best_lr"], longer_run))
-    last = stages[-1]
-    result.refinement = {"start": start, **last, "samples": sum(st["samples"] for st in stages),
-                         "bracketed": all(st["bracketed"] for st in stages), "curve_suggestion": result.suggestion}
-    if len(stages) > 1:
-        result.refinement["stages"] = stages
-    result.samples += result.refinement["samples"]
-    if last["best_lr"] is None:
-        result.confident = False
-        result.reasons.append("every short run of the refinement diverged: the curve's suggestion is kept")
+    if longer_run is not None and stages[0].best_lr is not None:
+        stages.append(_bracket(stages[0].best_lr, longer_run))
+    ref = result.refinement = Refinement(start=start, stages=stages, samples=sum(st.samples for st in stages),
+                                         bracketed=all(st.bracketed for st in stages),
+                                         curve_suggestion=result.suggestion, scored_on=scored_on)
+    result.samples += ref.samples
+    if ref.best_lr is None:
+        result.doubt(Doubt.REFINE_DIVERGED, "every short run of the refinement diverged: the curve's suggestion is kept")
         return
-    result.suggestion = last["best_lr"]
-    if not result.refinement["bracketed"]:
-        result.confident = False
-        result.reasons.append("the short runs' best is at the edge of the LRs they tried: the suggestion may lie "
-                              "beyond it (widen the sweep)")
+    result.suggestion = ref.best_lr
+    if not ref.bracketed:
+        result.doubt(Doubt.AT_EDGE, "the short runs' best is at the edge of the LRs they tried: the suggestion may "
+                     "lie beyond it (widen the sweep)")
 
 
 def _samples_per_update(setup: _Setup, runs: list[dict[str, Any]]) -> float:
@@ -464,12 +460,12 @@ def _carry_to_run(result: LRFindResult, plan: RefinePlan, run_steps: int, per_up
     ref = result.refinement
     if ref is None:
         return
-    stages = ref.get("stages") or [ref]
-    updates = sum(len(st["lrs"]) * n for st, n in zip(stages, plan.lengths)) * plan.seeds  # as planned
-    ref.update(at_steps=plan.lengths[len(stages) - 1], seeds=plan.seeds, updates=updates, run_steps=run_steps,
-               run_samples=int(round(per_update * run_steps)), share=ref["samples"] / (per_update * run_steps))
-    if len(stages) > 1 and ref["best_lr"] is not None:  # the second length ran from the first one's best
-        result.suggestion = from_two_lengths(stages[0]["best_lr"], ref["best_lr"], plan.steps, run_steps)
+    stages = ref.stages
+    ref.updates = sum(len(st.lrs) * n for st, n in zip(stages, plan.lengths)) * plan.seeds  # as planned
+    ref.at_steps, ref.seeds, ref.run_steps = plan.lengths[len(stages) - 1], plan.seeds, run_steps
+    ref.run_samples, ref.share = int(round(per_update * run_steps)), ref.samples / (per_update * run_steps)
+    if len(stages) > 1 and stages[0].best_lr is not None and ref.best_lr is not None:  # the second ran from the first's best
+        result.suggestion = from_two_lengths(stages[0].best_lr, ref.best_lr, plan.steps, run_steps)
 
 
 def refine_start(result: LRFindResult) -> float | None:
@@ -477,7 +473,7 @@ def refine_start(result: LRFindResult) -> float | None:
     below the point where the sweep came apart (a flat, noisy curve's minimum wanders over decades)."""
     if result.confident and result.suggestion is not None:
         return result.suggestion
-    c = prepare(result.lrs, result.losses, family=result.settings.get("family"))
+    c = prepare(result.lrs, result.losses, family=result.settings.family)
     up = blowup(c)
     if up is not None:
         return float(up / 10 ** 0.5)
@@ -521,14 +517,17 @@ def _suggest(lrs: list[float], losses: list[float], family: str | None = None) -
     return suggestions, curve, assess(curve)
 
 
-def _result(runs: list[dict[str, Any]], settings: dict[str, Any], seconds: float) -> LRFindResult:
+def _result(runs: list[dict[str, Any]], settings: LRFindSettings, seconds: float) -> LRFindResult:
+    """The curve's result: the first sweep's curve, each rule's suggestion (the median over repeats), and
+    how far to trust it (the curve's assessment; a spread over a decade between repeats is a doubt)."""
     per_run = []
     for run in runs:
-        sugg, curve, a = _suggest(run["lrs"], run["losses"], settings.get("family"))
+        sugg, curve, a = _suggest(run["lrs"], run["losses"], settings.family)
         per_run.append((run, sugg, curve, a))
     run0, sugg0, curve0, a0 = per_run[0]
     suggestions = dict(sugg0)
     reasons = list(a0.reasons)
+    doubts = [Doubt.CURVE] * len(reasons)
     confidence, confident = a0.confidence, a0.confident
     lr_range = None
     suggestion = suggestions.get(DEFAULT_RULE)
@@ -543,12 +542,14 @@ def _result(runs: list[dict[str, Any]], settings: dict[str, Any], seconds: float
             lr_range = (float(min(defaults)), float(max(defaults)))
             spread = math.log10(lr_range[1] / lr_range[0])
             if spread > 1.0:
+                doubts.append(Doubt.SPREAD)
                 reasons.append(f"the suggestion spans {spread:.1f} decades over {len(runs)} repeats")
         confidence = float(np.median([a.confidence for *_, a in per_run]))
-        confident = sum(a.confident for *_, a in per_run) > len(runs) / 2 and not any("decades" in r for r in reasons)
+        confident = sum(a.confident for *_, a in per_run) > len(runs) / 2 and Doubt.SPREAD not in doubts
     if suggestion is None:
         confident = False
         if not reasons:
+            doubts.append(Doubt.NO_SUGGESTION)
             reasons.append("no descending stretch in the curve")
     return LRFindResult(
         lrs=list(run0["lrs"]),
@@ -569,5 +570,6 @@ def _result(runs: list[dict[str, Any]], settings: dict[str, Any], seconds: float
         repeats=[{"lrs": c.lrs.tolist(), "smoothed": c.smooth.tolist(), "suggestions": s, "skipped": run["skipped"]}
                  for run, s, c, _ in per_run] if len(runs) > 1 else [],
         lr_range=lr_range,
+        doubts=doubts,
     )
 
