@@ -33,6 +33,7 @@ from tunekit.checks.nonfinite import check_data_finite, check_nonfinite, check_s
 from tunekit.checks.overfit import check_overfit, loss_floor
 from tunekit.checks.recipe import QUICK, check_lr, check_memory, check_warmup
 from tunekit.results import DoctorResult, Finding, LRFindResult
+from tunekit.results.doctor import DoctorSettings
 from tunekit.integrations.objects import takes_their_objects
 
 __all__ = ["doctor", "DATA_BATCHES", "TINY_BATCH", "RECIPE_RANGE_STEPS"]
@@ -260,10 +261,10 @@ def doctor(
         seed_everything_for(seed, sub.device)
         run = _Run(sub, scaler, snap, batch_size=0, floor=overfit_floor, saved_lr_find=saved_lr_find, clip=clip)
         _stages(run, progress_bar, lr, warmup, run_steps, memory_budget, accumulation_steps, seed, anomaly)
-    return _result(run, time.perf_counter() - start, dict(
+    return _result(run, time.perf_counter() - start, DoctorSettings(
         lr=lr, warmup=warmup, run_steps=run_steps, batch_size=run.batch_size, accumulation_steps=accumulation_steps,
-        precision=sub.precision, device=str(sub.device), seed=seed, memory_budget=memory_budget, anomaly=anomaly,
-        overfit_floor=overfit_floor))
+        clip_grad_norm=clip, precision=sub.precision, device=str(sub.device), seed=seed, memory_budget=memory_budget,
+        anomaly=anomaly, overfit_floor=overfit_floor))
 
 
 def _stages(run: _Run, progress_bar: Any, lr: Optional[float], warmup: Optional[Warmup], run_steps: Optional[int],
@@ -302,7 +303,7 @@ def _stages(run: _Run, progress_bar: Any, lr: Optional[float], warmup: Optional[
     done("recipe")
 
 
-def _result(run: _Run, seconds: float, settings: dict[str, Any]) -> DoctorResult:
+def _result(run: _Run, seconds: float, settings: DoctorSettings) -> DoctorResult:
     """The result, with the gradient ratios and the tiny-batch curve lifted out of their findings' evidence."""
     grad_norms: dict[str, float] = {}
     losses: list[float] = []

@@ -41,6 +41,7 @@ from tunekit.inputs.data import BatchStream, Data, dataset_size
 from tunekit.errors import UsageError, check_int, check_number, renamed_keywords
 from tunekit.progress import bar
 from tunekit.results import ProbeResult
+from tunekit.results.probe import BatchProbeSettings
 from tunekit.probes import clean_heap
 from tunekit.probes.memory_trace import MemoryModel, Trace, calibrate, fit_memory_model, real_step_peak, static_bytes, trace_step
 from tunekit.probes.noise_scale import noise_scale
@@ -184,8 +185,8 @@ def probe(
                           precision=precision, device=device, seed=seed)
     room = _Room.of(memory_budget, headroom, sub.device, limit=min(n_data := _dataset_size(sub.data), batch_limit or n_data))
     scaler = make_scaler(sub.precision, sub.device)  # type: ignore[arg-type]
-    settings = dict(memory_budget=memory_budget, headroom=headroom, device=str(sub.device), precision=sub.precision,
-                    accumulation_steps=accumulation_steps, clip_grad_norm=clip_grad_norm, seed=seed, task=sub.task.name)
+    settings = BatchProbeSettings(task=sub.task.name, device=str(sub.device), precision=sub.precision, seed=seed, headroom=headroom,
+                                  memory_budget=memory_budget, accumulation_steps=accumulation_steps, clip_grad_norm=clip_grad_norm, batch_limit=batch_limit)
 
     # Stages 1-4 run on the user's objects, which come back as they were however the probe ends.
     start = time.perf_counter()

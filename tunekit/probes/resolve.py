@@ -136,7 +136,7 @@ def _not_a_model(what: str, obj: Any) -> str:
             f"datamodule, trainer), got a {kind.__name__}")
 
 
-def check_saved(kind: str, settings: dict[str, Any], task_name: str, precision: str, device: str) -> None:
+def check_saved(kind: str, settings: Any, task_name: str, precision: str, device: str) -> None:
     """A saved range test or probe must be of this task, precision and device: refuse it otherwise."""
     want = {"task": task_name, "precision": precision, "device": str(resolve_device(device))}
     for key, value in want.items():

@@ -104,16 +104,11 @@ class Result:
         text = str(text_or_path)
         if not text.lstrip().startswith("{"):
             text = Path(text_or_path).read_text()
-        data = cls._read(json.loads(text))
+        data = json.loads(text)
         for name in cls._tuple_fields:
             if data.get(name) is not None:
                 data[name] = tuple(data[name])
         return cls(**data)
-
-    @classmethod
-    def _read(cls, data: dict[str, Any]) -> dict[str, Any]:
-        """A saved result's fields as this version names them (an older file's, renamed); by default as saved."""
-        return data
 
     @classmethod
     def load(cls: type[R], saved: Any) -> R | None:

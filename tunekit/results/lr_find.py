@@ -187,6 +187,15 @@ class LRFindResult(Result):
         self.refinement = Refinement.of(self.refinement)
         self.doubts = [Doubt(d) for d in self.doubts]
 
+    def to_dict(self) -> dict[str, Any]:
+        """As saved: the refinement also holds its last stage's ``lrs``, ``scores`` and ``best_lr`` at its
+        top level, where 0.1.0's files held them (a reader of those files reads these)."""
+        data = super().to_dict()
+        if self.refinement is not None:
+            ref = self.refinement
+            data["refinement"].update(lrs=list(ref.lrs), scores=list(ref.scores), best_lr=ref.best_lr)
+        return data
+
     @property
     def level(self) -> Confidence:
         """How far to trust the suggestion, as an enum: HIGH, LOW or NONE (no suggestion)."""
