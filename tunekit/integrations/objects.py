@@ -12,7 +12,6 @@ from typing import Any, Optional, TypeVar
 from torch import nn
 
 from tunekit.errors import UsageError
-from tunekit.results.base import Record
 from tunekit.integrations.adapted import Adapted, kind_of, say_notes
 from tunekit.integrations.hf import from_trainer
 from tunekit.integrations.lightning import from_lightning
@@ -116,7 +115,7 @@ def takes_their_objects(fn: F) -> F:
         finally:
             adapted.close()
         settings = getattr(result, "settings", None)
-        if isinstance(settings, (dict, Record)):  # a dict, or a typed record that takes the key ("from")
+        if settings is not None and hasattr(settings, "__setitem__"):  # a dict, or a result's settings record
             settings["from"] = {"kind": adapted.kind, "notes": list(adapted.notes)}
         return result
     return wrapper  # type: ignore[return-value]
