@@ -227,20 +227,22 @@ def doctor(
 ) -> DoctorResult:
     """Pre-flight triage of a training set-up: every check's findings, before any LR or batch is tuned.
 
-    ``model`` is a :class:`Task` (a fresh model is checked) or a model in hand with its
-    ``train_data``, ``loss_fn`` (or ``compute_loss``) and ``optimizer`` (an instance or a
-    factory; AdamW by default). ``lr``, ``warmup`` and ``run_steps`` (its updates) describe the run you intend
-    (for a Task, its own recipe by default, as are ``accumulation_steps`` and ``precision``); ``memory_budget`` defaults to the free memory.
-    ``anomaly=True`` runs the non-finite check's backward under autograd's anomaly mode.
-    ``overfit_floor`` is the lowest loss the tiny batch can reach, for a loss with terms that do
-    not vanish (a KL term, an auxiliary loss); by default 0, or label smoothing's floor.
-    ``lr_find_result`` (a saved ``lr_find`` result or its JSON file) is what ``lr`` is compared
-    with, instead of the doctor's quick range test (the curve alone).
-
     The model, optimizer, scaler, RNGs and DataLoader generators are restored bitwise afterwards,
     also when the model raises. An exception raised by the model or loss during a check is a
     failure finding that names it (the run would fail the same way), not a crash; a usage error
     (data or loss that tunekit cannot read) is raised as :class:`UsageError`.
+
+    Args:
+        model: a :class:`Task` (a fresh model is checked) or a model in hand with its ``train_data``, ``loss_fn``
+            (or ``compute_loss``) and ``optimizer`` (an instance or a factory; AdamW by default).
+        lr, warmup, run_steps: the run you intend, its peak LR, warmup and updates (0.1.0's ``steps=``); for a Task,
+            its own recipe by default, as are ``accumulation_steps``, ``precision`` and the clipping the checks use.
+        memory_budget: what the batch is checked against; by default the free memory.
+        anomaly: run the non-finite check's backward under autograd's anomaly mode.
+        overfit_floor: the lowest loss the tiny batch can reach, for a loss with terms that do not vanish
+            (a KL term, an auxiliary loss); by default 0, or label smoothing's floor.
+        lr_find_result: a saved ``lr_find`` result (or its JSON file) to compare ``lr`` with, instead of
+            the doctor's quick range test (the curve alone).
     """
     clip, accumulation_steps, precision = step_settings(model, TASK_DEFAULT, accumulation_steps, precision)  # a Task's recipe
     _check_args(lr, warmup, run_steps, accumulation_steps)

@@ -6,13 +6,9 @@
    confirm it with a real step whose peak is measured (CUDA: max_memory_allocated;
    CPU: peak resident memory, in a child process whose heap starts clean, so that the
    answer does not depend on what this process did before: :mod:`tunekit.probes.clean_heap`).
-   Off by more than 3%, the model is refitted with that point and the new largest batch confirmed again: kernel workspaces that
-   grow with the batch (RNNs, cuDNN, attention) are found where they matter. On
-   CUDA an out-of-memory error is caught by its type, memory is freed outside the
-   except block, and the next try is smaller. On the CPU the budget is checked
-   against the measurement.
-3. Measure throughput at a few batch sizes up to that one; the knee is the
-   smallest batch within 5% of the best throughput.
+   Off by more than 3%, the model is refitted with that point (kernel workspaces that grow
+   with the batch are found where they matter); a CUDA out-of-memory error tries smaller.
+3. Measure throughput up to that batch; the knee is the smallest within 5% of the best.
 4. Estimate the gradient noise scale (the critical batch size).
 5. Plan (micro-batch, accumulation) pairs for a target effective batch.
 
@@ -159,23 +155,20 @@ def probe(
 ) -> ProbeResult:
     """Probe memory and throughput of the shared step, and the critical batch size.
 
-    ``memory_budget`` (bytes or "8GiB") defaults to the GPU's free memory, on the CPU to a
-    run's share (a quarter of RAM, or what is free if less); ``headroom``
-    of it is kept free. ``target_batch`` asks for a plan of (micro-batch,
-    accumulation) pairs for that effective batch (default: the critical batch,
-    rounded to a power of two). ``lr`` found at effective batch ``lr_batch`` is
-    rescaled to the target by the linear and square-root rules. ``accumulation_steps``,
-    ``clip_grad_norm`` and ``precision`` default to a Task's recipe (its ``defaults``), as
-    :func:`tunekit.train` resolves them. ``batch_limit`` caps the batches tried (0.1.0's ``max_batch=``).
+    ``accumulation_steps``, ``clip_grad_norm`` and ``precision`` default to a Task's recipe (its
+    ``defaults``), as :func:`tunekit.train` resolves them.
 
-    The noise scale is measured after ``noise_warmup`` updates (default 50 for a
-    Task's fresh model, 0 for a model in hand), at ``lr`` or the task's default LR;
-    those updates are undone with everything else.
-
-    With ``calibrate_steps`` (default), the real steps that confirm the largest
-    batch are measured, and where one is more than 3% off the prediction the
-    memory model is refitted with it (adding what kernels allocate internally,
-    which no trace sees) and the new largest batch is confirmed again.
+    Args:
+        memory_budget: bytes or "8GiB"; by default the GPU's free memory, on the CPU a run's share (a quarter
+            of RAM, or what is free if less); ``headroom`` of it is kept free.
+        target_batch: plan (micro-batch, accumulation) pairs for this effective batch (default: the critical
+            batch, rounded to a power of two); ``lr`` found at effective batch ``lr_batch`` is rescaled to it
+            by the linear and square-root rules.
+        batch_limit: the largest batch tried (0.1.0's ``max_batch=``); ``ProbeResult.max_batch`` is the largest confirmed.
+        noise_warmup: updates before the noise scale is measured (default 50 for a Task's fresh model, 0 for a
+            model in hand), at ``lr`` or the task's default LR; undone with everything else.
+        calibrate_steps: measure the real steps that confirm the largest batch; one more than 3% off the
+            prediction refits the memory model (kernels' own allocations) and the new largest is confirmed again.
     """
     clip_grad_norm, accumulation_steps, precision = step_settings(model, clip_grad_norm, accumulation_steps, precision)
     _check_args(headroom, accumulation_steps, target_batch, lr, lr_batch, batch_limit)

@@ -93,48 +93,34 @@ def lr_find(
     refine_steps: int | None = None, refine_seeds: int | None = None, hold_out_share: float | None = None,
     scaler: torch.amp.GradScaler | None = None, progress: bool | None = None,
 ) -> LRFindResult:
-    """Run an LR range test and suggest a peak LR for a warmup + cosine run.
+    """Run an LR range test and suggest a peak LR for a warmup + cosine run of ``run_steps`` updates.
 
-    The LR rises from ``min_lr`` to ``max_lr`` over ``sweep_steps`` optimizer updates
-    (exponentially, or linearly with ``mode="linear"``), one update per
-    ``accumulation_steps`` micro-batches, a step that the fp16 scaler skips not
-    counted. The test stops when the loss is non-finite or exceeds
-    ``diverge_threshold`` times its best (smoothed) value.
+    The LR rises over ``sweep_steps`` optimizer updates of the step training runs (its clipping,
+    accumulation and precision: the task's recipe, else :mod:`tunekit.defaults`); then, with ``refine``,
+    short real runs around the curve's suggestion check it, costing at most ``refine_share`` of the
+    planned run (the curve alone can be off by 25x: benchmarks/lr_rules.py). A model in hand, its
+    optimizer, the scaler and the RNG states are restored bitwise when the test ends, also on an
+    exception or Ctrl-C. ``samples`` counts every training sample drawn.
 
-    ``model`` is a :class:`Task` (a fresh model is built and tested) or a model
-    in hand. A model in hand, its optimizer (an instance, whose state is kept,
-    or a factory; AdamW by default), the scaler and the RNG states are restored
-    bitwise when the test ends, also on an exception or Ctrl-C.
-
-    The sweep runs the step that training runs: ``clip_grad_norm``,
-    ``accumulation_steps`` and ``precision`` default to the task's (its
-    ``defaults``, else clipping at 1.0, no accumulation and the task's
-    precision), as :func:`tunekit.train` resolves them; ``clip_grad_norm=None``
-    disables clipping. A model in hand is clipped at 1.0 unless told otherwise.
-    An unclipped sweep "diverges" well below what a clipped run takes.
-
-    With ``loss_on="val"``, each point is the loss on the first ``val_batches``
-    batches of ``val_data`` (a fixed subset) instead of the training loss.
-
-    The suggestion is for a run of ``run_steps`` updates (default: a Task's
-    ``defaults["max_steps"]``, else ``train``'s 200; a model in hand 10,000). (``sweep_steps``: 0.1.0's ``steps``.)
-
-    ``refine`` (the default) then checks the curve's suggestion with short real
-    warmup + cosine runs costing at most ``refine_share`` (5%) of the planned
-    run's updates, the sweep aside: up to 7 LRs at each of two lengths, H and
-    2H, H as long as the share allows and at least 15 updates (else the curve's
-    suggestion stands alone, and the result says why). ``refine_steps`` /
-    ``refine_seeds`` fix one length instead, whatever it costs. The LRs lie at
-    half decades around the curve's suggestion (below its blow-up when the
-    curve is not to be trusted), extended until a worse run lies on each side of
-    the best, plus one a quarter decade from the best; each length's best is the
-    parabola's vertex there, and how it moves from H to 2H carries it to
-    ``run_steps`` (:func:`~tunekit.probes.refine_plan.from_two_lengths`).
-    Each run is scored on a fixed subset (at most 2048 samples) of ``val_data``,
-    else of the training data (with ``hold_out_share``, a share of it held out
-    of the run). The curve alone puts the best peak LR anywhere from 0.2x to
-    25x its minimum (benchmarks/lr_rules.py). ``samples`` counts every training
-    sample drawn; ``refinement`` holds the runs and their cost beside the run's.
+    Args:
+        model: a :class:`Task` (a fresh model is built) or a model in hand with ``train_data``, ``loss_fn``
+            (or ``compute_loss``) and ``optimizer`` (an instance, whose state is kept, or a factory; AdamW by default).
+        min_lr, max_lr, sweep_steps, mode: the sweep, exponential (or ``"linear"``) over ``sweep_steps`` updates
+            (0.1.0's ``steps=``); a step the fp16 scaler skips is not counted.
+        diverge_threshold: the sweep stops when the loss is non-finite or exceeds this many times its best.
+        clip_grad_norm: None disables clipping (a model in hand is clipped at the default unless told):
+            an unclipped sweep "diverges" well below what a clipped run takes.
+        loss_on, val_batches: with ``"val"``, each point is the loss on the first ``val_batches`` batches of ``val_data``.
+        run_steps: the planned run's updates (default: a Task's ``defaults["max_steps"]``, else ``train``'s;
+            a model in hand :data:`tunekit.defaults.RUN_STEPS_IN_HAND`).
+        refine, refine_share: short warmup + cosine runs at two lengths, H and 2H (H as long as the share
+            allows, at least 15 updates, else the curve's suggestion stands alone and the result says why), up to
+            7 LRs each at half decades around the curve's suggestion, until a worse run lies on each side of the
+            best; each length's best is a parabola's vertex, carried to ``run_steps`` by how it moved from H to 2H
+            (:func:`~tunekit.probes.refine_plan.from_two_lengths`).
+        refine_steps, refine_seeds: one length and seeds per LR instead, whatever it costs.
+        hold_out_share: without ``val_data``, score each run on this share of the training data held out of it
+            (else on at most 2048 training samples it trained on).
     """
     # The step's settings resolved as train resolves them, and every value checked before any work.
     clip_grad_norm, accumulation_steps, precision = step_settings(model, clip_grad_norm, accumulation_steps, precision)
