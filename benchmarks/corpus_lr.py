@@ -73,13 +73,13 @@ def find_once(name: str, seed: int) -> dict[str, Any]:
     if not e.finder_val:
         task = dataclasses.replace(task, val_data=None)
     r = tunekit.lr_find(task, run_steps=e.run_steps, seed=seed, progress=False, device="cpu")
-    ref = r.refinement or {}
+    ref = r.refinement
     losses = [v if v is not None and math.isfinite(v) else None for v in r.losses]
     return {"seed": seed, "suggestion": r.suggestion, "suggestions": r.suggestions,
             "lightning": lightning_rule(r.lrs, losses), "lrs": list(r.lrs), "losses": losses,
-            "family": r.settings.get("family"), "samples": int(r.samples), "sweep_updates": len(r.lrs),
-            "refine_updates": int(ref.get("updates") or 0), "refined": bool(ref), "confident": bool(r.confident),
-            "seconds": round(r.seconds, 3), "not_refined": r.settings.get("not_refined")}
+            "family": r.settings.family, "samples": int(r.samples), "sweep_updates": len(r.lrs),
+            "refine_updates": int(ref.updates or 0) if ref else 0, "refined": ref is not None, "confident": bool(r.confident),
+            "seconds": round(r.seconds, 3), "not_refined": r.settings.not_refined}
 
 
 def finds(name: str, seeds: int, refind: bool, root: Path = FINDS) -> list[dict[str, Any]]:

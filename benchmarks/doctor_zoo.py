@@ -316,7 +316,7 @@ SETUPS: list[Setup] = [
     Setup("dropout without rescaling", lambda: classify(nn.Sequential(nn.Linear(DIM, 64), nn.ReLU(), NoRescaleDropout(),
           nn.Linear(64, CLASSES))), "modes", "warn", "a custom dropout that differs in train() and eval() in scale"),
     Setup("LR far too high", lambda: classify(mlp(), lr=3.0), "recipe", "warn", "AdamW at lr 3"),
-    Setup("warmup 30% of the run", lambda: classify(mlp(), warmup=300, steps=1000), "recipe", "warn", "300 of 1000 updates"),
+    Setup("warmup 30% of the run", lambda: classify(mlp(), warmup=300, run_steps=1000), "recipe", "warn", "300 of 1000 updates"),
     Setup("batch over the memory", lambda: classify(mlp(hidden=1024), batch_size=512, memory_budget="4MiB"), "recipe",
           "fail", "batch 512 against a 4 MiB budget"),
     # healthy

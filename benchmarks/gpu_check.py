@@ -31,11 +31,11 @@ import tunekit  # noqa: E402
 
 def check_fp16_scaler() -> str:
     task = tunekit.load_task("shapes")
-    r = tunekit.train(task, lr=3e-3, max_steps=30, precision="fp16", device="cuda")
+    r = tunekit.train(task, lr=3e-3, run_steps=30, precision="fp16", device="cuda")
     # A scale of 2**40 overflows fp16 gradients at once: the first steps are skipped, and retried
     # at the same LR without being counted as points of the sweep.
     scaler = torch.amp.GradScaler("cuda", init_scale=2.0**40)
-    lf = tunekit.lr_find(task, steps=50, precision="fp16", device="cuda", scaler=scaler)
+    lf = tunekit.lr_find(task, sweep_steps=50, precision="fp16", device="cuda", scaler=scaler)
     ok = r.updates == 30 and lf.skipped_steps > 0 and 10 < len(lf.losses) <= 51
     return _verdict(ok, f"train: {r.updates} of 30 updates, {r.skipped_steps} skipped; range test: {len(lf.losses)} "
                         f"points, {lf.skipped_steps} skipped, suggestion {lf.suggestion}")

@@ -86,7 +86,7 @@ def run_arm(arm: str, trials: int, out: Path) -> dict[str, Any]:
         def objective(trial: Any) -> float:
             lr = trial.suggest_float("lr", 1e-4, 1e-1, log=True)
             path = folder / f"trial-{trial.number}.pt"
-            result = tunekit.train(task, lr=lr, max_steps=STEPS, warmup=0.1, eval_every=STEPS // 3, progress=False,
+            result = tunekit.train(task, lr=lr, run_steps=STEPS, warmup=0.1, eval_every=STEPS // 3, progress=False,
                                    on_trained=lambda m: torch.save(m.state_dict(), path))
             return result.final_loss
 

@@ -109,7 +109,7 @@ def run_point(task: tunekit.Task, budget: str, batch: int, lr: float, seed: int)
     """One run's final validation loss (inf if it diverged)."""
     b0, steps = int(task.batch_size), int(task.defaults["max_steps"])
     updates = max(2, steps * b0 // batch) if budget == "samples" else steps
-    r = tunekit.train(task, lr=lr, batch_size=batch, max_steps=updates, eval_every=max(1, updates // EVALS),
+    r = tunekit.train(task, lr=lr, batch_size=batch, run_steps=updates, eval_every=max(1, updates // EVALS),
                       eval_batches=None, seed=seed, device="cpu", warmup=0.05, min_lr_ratio=0.1)
     return float(r.final_loss) if math.isfinite(r.final_loss) and not r.diverged else math.inf
 

@@ -168,7 +168,7 @@ TASKS: dict[str, Horizon] = {
 
 def final_loss(task: tunekit.Task, k: int, steps: int, seed: int) -> float | None:
     """The held-out loss at the end of one warmup + cosine run at peak LR 10**(k*STEP); None if it diverged."""
-    r = tunekit.train(task, lr=lr_of(k), max_steps=steps, seed=seed, **EVAL)
+    r = tunekit.train(task, lr=lr_of(k), run_steps=steps, seed=seed, **EVAL)
     return None if r.diverged or not math.isfinite(r.final_loss) else float(r.final_loss)
 
 
@@ -242,7 +242,7 @@ def grid(task: tunekit.Task, spec: Horizon, steps: int, seeds: int, runs: dict[i
 
 def update_ms(task: tunekit.Task, lr: float, short: int = 20, long: int = 120) -> float:
     """Milliseconds per update: the difference of two runs' times, so the evaluation and set-up cancel."""
-    a, b = (tunekit.train(task, lr=lr, max_steps=n, seed=0, **EVAL).seconds for n in (short, long))
+    a, b = (tunekit.train(task, lr=lr, run_steps=n, seed=0, **EVAL).seconds for n in (short, long))
     return (b - a) / (long - short) * 1e3
 
 

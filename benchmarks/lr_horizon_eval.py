@@ -84,10 +84,11 @@ def default_calls(name: str, seeds: int, lengths: list[int]) -> dict[int, dict[i
             if key not in record:
                 task = task or TASKS[name].make(FIND_DATA)
                 r = tunekit.lr_find(task, seed=s, run_steps=n, progress=False)
-                ref = r.refinement or {}
-                stages = [{k: st.get(k) for k in ("best_lr", "lrs", "scores", "samples")} for st in ref.get("stages", [])]
-                record[key] = {"suggestion": r.suggestion, "samples": r.samples, "lengths": r.settings["refine_lengths"],
-                               "stages": stages, "best_lr": ref.get("best_lr")}
+                ref = r.refinement
+                two = ref.stages if ref is not None and len(ref.stages) > 1 else []  # as cached: both lengths' stages
+                stages = [{"best_lr": st.best_lr, "lrs": st.lrs, "scores": st.scores, "samples": st.samples} for st in two]
+                record[key] = {"suggestion": r.suggestion, "samples": r.samples, "lengths": r.settings.refine_lengths,
+                               "stages": stages, "best_lr": ref.best_lr if ref is not None else None}
                 FINDS.write_text(json.dumps(cache, indent=1))
                 print(f"  {name} N={n} seed {s}: {r.suggestion}", flush=True)
     return {n: {s: record[f"{n}/{s}"] for s in range(SEEDS0, SEEDS0 + seeds)} for n in lengths}

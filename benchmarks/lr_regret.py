@@ -78,7 +78,7 @@ def grid_curve(task: tunekit.Task, log_lrs: np.ndarray, steps: int, seeds: int) 
     for log_lr in log_lrs:
         finals = []
         for seed in range(seeds):
-            r = tunekit.train(task, lr=float(10 ** log_lr), max_steps=steps, seed=seed, device="cpu", eval_every=None)
+            r = tunekit.train(task, lr=float(10 ** log_lr), run_steps=steps, seed=seed, device="cpu", eval_every=None)
             finals.append(min(r.final_loss, untrained) if math.isfinite(r.final_loss) else untrained)
         means.append(float(np.mean(finals)))
         print(f"    grid lr={10 ** log_lr:9.3g}  final val loss {means[-1]:.4f}", flush=True)
@@ -121,7 +121,7 @@ def main() -> None:
             c = suggest.prepare(found.lrs, found.losses)
             # The same number of plain training updates through the same step, no evaluation.
             n = sum(math.isfinite(v) for v in found.losses)
-            plain = tunekit.train(dataclasses.replace(task, val_data=None), lr=1e-4, max_steps=n, seed=100 + s, device="cpu")
+            plain = tunekit.train(dataclasses.replace(task, val_data=None), lr=1e-4, run_steps=n, seed=100 + s, device="cpu")
             cost_ratios.append(found.seconds / plain.seconds)
             for r, rule in rules.items():
                 lr = rule(c)

@@ -96,7 +96,7 @@ def range_tests(names: list[str], refind: bool, clip: Any = TASK_DEFAULT,
             found = tunekit.lr_find(task, seed=seed, device="cpu", clip_grad_norm=clip, refine=False)
             runs.append({"seed": seed, "lrs": found.lrs, "losses": [v if math.isfinite(v) else None for v in found.losses],
                          "suggestion": found.suggestion, "confident": found.confident, "reasons": found.reasons,
-                         "family": found.settings["family"], "clip_grad_norm": found.settings["clip_grad_norm"],
+                         "family": found.settings.family, "clip_grad_norm": found.settings.clip_grad_norm,
                          "samples": found.samples, "seconds": round(found.seconds, 3)})
         data["tasks"][name] = runs
         picked = ", ".join(f"{r['suggestion']:.3g}" if r["suggestion"] else "None" for r in runs)

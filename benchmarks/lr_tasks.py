@@ -280,7 +280,7 @@ def pretrained(key: str, task: Task, *, lr: float, steps: int) -> dict[str, torc
         built.append(m)
         return m
 
-    result = tunekit.train(dataclasses.replace(task, model=catch), lr=lr, max_steps=steps, seed=0, device="cpu")
+    result = tunekit.train(dataclasses.replace(task, model=catch), lr=lr, run_steps=steps, seed=0, device="cpu")
     if result.diverged or not math.isfinite(result.final_loss):
         raise RuntimeError(f"pretraining {key} diverged at lr={lr}")
     state = {k: v.detach().clone() for k, v in built[-1].state_dict().items()}

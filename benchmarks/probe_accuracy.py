@@ -190,7 +190,7 @@ def _earlier_work(light: bool = False) -> list[torch.Tensor]:
     del made[::2]
     from benchmarks.probe_models import mlp_task
 
-    tunekit.train(mlp_task(), max_steps=5 if light else 30, progress=False)
+    tunekit.train(mlp_task(), run_steps=5 if light else 30, progress=False)
     return made
 
 

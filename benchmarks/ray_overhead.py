@@ -62,9 +62,9 @@ high = 3e-2
 def steps_for(seconds: float) -> int:
     """Updates of `shapes` that take about `seconds` here, evaluation included."""
     task = tunekit.load_task("shapes")
-    tunekit.train(task, lr=3e-3, max_steps=10, device="cpu")  # warm-up
+    tunekit.train(task, lr=3e-3, run_steps=10, device="cpu")  # warm-up
     t0 = time.perf_counter()
-    tunekit.train(task, lr=3e-3, max_steps=60, eval_every=60, device="cpu")
+    tunekit.train(task, lr=3e-3, run_steps=60, eval_every=60, device="cpu")
     per = (time.perf_counter() - t0) / 60
     return max(10, int(round(seconds / per)))
 

@@ -129,7 +129,7 @@ def train_trial(task: tunekit.Task, params: dict[str, Any], budget: int, seed: i
     """``budget // batch`` updates at ``params``, evaluating the whole validation set about 8 times."""
     batch = int(params["batch_size"])
     updates = max(1, budget // batch)
-    return tunekit.train(task, lr=float(params["lr"]), batch_size=batch, max_steps=updates,
+    return tunekit.train(task, lr=float(params["lr"]), batch_size=batch, run_steps=updates,
                          warmup=float(params["warmup"]), weight_decay=float(params["weight_decay"]),
                          schedule=params["schedule"], min_lr_ratio=0.1, eval_every=max(1, updates // EVALS),
                          eval_batches=None, seed=seed, device="cpu", callback=callback)
@@ -422,7 +422,7 @@ def lr_grid(task_name: str, task: tunekit.Task, cache: Path, train: bool) -> dic
             if key in grid["points"] or not train:
                 continue
             t0 = time.perf_counter()
-            r = tunekit.train(task, lr=lr, max_steps=steps, eval_every=max(1, steps // EVALS), eval_batches=None,
+            r = tunekit.train(task, lr=lr, run_steps=steps, eval_every=max(1, steps // EVALS), eval_batches=None,
                               seed=s, device="cpu")
             grid["seconds"].append(time.perf_counter() - t0)
             grid["points"][key] = r.final_loss if math.isfinite(r.final_loss) else None

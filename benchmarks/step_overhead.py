@@ -71,7 +71,7 @@ def handwritten(task: tunekit.Task, steps: int, batch_size: int, k: int, precisi
 
 def with_tunekit(task: tunekit.Task, steps: int, batch_size: int, k: int, precision: str, seed: int = 0) -> float:
     quiet = dataclasses.replace(task, val_data=None)  # time training, not evaluation
-    result = tunekit.train(quiet, lr=1e-3, max_steps=steps, batch_size=batch_size, accumulation_steps=k,
+    result = tunekit.train(quiet, lr=1e-3, run_steps=steps, batch_size=batch_size, accumulation_steps=k,
                            precision=precision, warmup=max(1, steps // 20), seed=seed, device="cpu")
     return result.seconds / result.updates
 

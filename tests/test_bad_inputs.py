@@ -40,7 +40,7 @@ def test_a_per_sample_loss_is_a_usage_error_in_lr_find() -> None:
     model, data = _objects()
     loss = nn.CrossEntropyLoss(reduction="none")
     with pytest.raises(UsageError) as exc:
-        tunekit.lr_find(model, data, loss, torch.optim.AdamW(model.parameters()), batch_size=32, steps=10,
+        tunekit.lr_find(model, data, loss, torch.optim.AdamW(model.parameters()), batch_size=32, sweep_steps=10,
                         refine=False)
     assert str(exc.value) == NOT_SCALAR
 
@@ -53,13 +53,13 @@ def test_a_per_sample_loss_from_compute_loss_says_to_reduce_it_there() -> None:
 
     with pytest.raises(UsageError, match=r"shape \(32,\), not a scalar: reduce it to one value in compute_loss"):
         tunekit.train(tunekit.Task(model=lambda: model, train_data=data, compute_loss=compute, batch_size=32),
-                      max_steps=2, device="cpu")
+                      run_steps=2, device="cpu")
 
 
 def test_a_float_loss_is_a_usage_error() -> None:
     model, data = _objects()
     with pytest.raises(UsageError, match=r"^the loss returned a float \(1.0\), not a tensor: return the loss tensor"):
-        tunekit.lr_find(model, data, lambda out, y: 1.0, batch_size=32, steps=10, refine=False)
+        tunekit.lr_find(model, data, lambda out, y: 1.0, batch_size=32, sweep_steps=10, refine=False)
 
 
 def test_labels_past_the_classes_are_a_usage_error_naming_the_label_and_the_classes() -> None:
@@ -67,7 +67,7 @@ def test_labels_past_the_classes_are_a_usage_error_naming_the_label_and_the_clas
     x, y = data.tensors
     with pytest.raises(UsageError) as exc:
         tunekit.lr_find(model, TensorDataset(x, y + 2), nn.CrossEntropyLoss(), torch.optim.SGD(model.parameters()),
-                        batch_size=32, steps=10, refine=False)
+                        batch_size=32, sweep_steps=10, refine=False)
     assert str(exc.value).startswith(OUT_OF_RANGE) and "remap the labels to 0..3" in str(exc.value)
     assert isinstance(exc.value.__cause__, IndexError)
 
@@ -80,7 +80,7 @@ def test_labels_past_the_classes_in_the_users_own_loss_are_the_same_usage_error(
         return -out.log_softmax(-1)[torch.arange(len(target)), target].mean()  # raises IndexError past the classes
 
     with pytest.raises(UsageError, match=r"^label [45] is out of range for the model's 4 classes"):
-        tunekit.lr_find(model, TensorDataset(x, y + 2), my_loss, batch_size=32, steps=10, refine=False)
+        tunekit.lr_find(model, TensorDataset(x, y + 2), my_loss, batch_size=32, sweep_steps=10, refine=False)
 
 
 def test_an_index_error_of_the_users_own_loss_with_labels_in_range_stays_theirs() -> None:
@@ -90,7 +90,7 @@ def test_an_index_error_of_the_users_own_loss_with_labels_in_range_stays_theirs(
         return out[:, 7].mean()  # their bug: no column 7
 
     with pytest.raises(IndexError):
-        tunekit.lr_find(model, data, my_loss, batch_size=32, steps=10, refine=False)
+        tunekit.lr_find(model, data, my_loss, batch_size=32, sweep_steps=10, refine=False)
 
 
 @pytest.mark.parametrize("spec, message", [
@@ -98,8 +98,8 @@ def test_an_index_error_of_the_users_own_loss_with_labels_in_range_stays_theirs(
     ("tests.tasks:float_loss_task", A_FLOAT),
     ("tests.tasks:labels_out_of_range_task", "label 4 is out of range for the model's 4 classes"),
 ])
-@pytest.mark.parametrize("command", [["lr-find", "--steps", "10", "--no-refine"], ["probe", "--memory-budget", "1GiB"],
-                                     ["train", "--steps", "2"]], ids=["lr-find", "probe", "train"])
+@pytest.mark.parametrize("command", [["lr-find", "--sweep-steps", "10", "--no-refine"], ["probe", "--memory-budget", "1GiB"],
+                                     ["train", "--run-steps", "2"]], ids=["lr-find", "probe", "train"])
 def test_the_cli_says_a_bad_loss_or_bad_labels_in_one_line(command: list[str], spec: str, message: str,
                                                           tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, err = _cli(capsys, *command, "--task", spec, "--device", "cpu", "--out", str(tmp_path / "o"), "--quiet")
@@ -128,10 +128,10 @@ FOREIGN = ("the optimizer (AdamW) holds none of the model's parameters: it was b
 
 
 @pytest.mark.parametrize("call", [
-    lambda m, d, o: tunekit.lr_find(m, d, nn.CrossEntropyLoss(), o, batch_size=32, steps=10, refine=False),
+    lambda m, d, o: tunekit.lr_find(m, d, nn.CrossEntropyLoss(), o, batch_size=32, sweep_steps=10, refine=False),
     lambda m, d, o: tunekit.probe(m, d, nn.CrossEntropyLoss(), o, memory_budget="1GiB"),
     lambda m, d, o: tunekit.doctor(m, d, nn.CrossEntropyLoss(), o, batch_size=32),
-    lambda m, d, o: tunekit.lr_find(m, d, nn.CrossEntropyLoss(), lambda params: o, batch_size=32, steps=10),
+    lambda m, d, o: tunekit.lr_find(m, d, nn.CrossEntropyLoss(), lambda params: o, batch_size=32, sweep_steps=10),
 ], ids=["lr_find", "probe", "doctor", "a factory"])
 def test_an_optimizer_on_another_models_parameters_is_refused(call) -> None:
     model, data = _objects()
@@ -145,7 +145,7 @@ def test_train_refuses_a_task_whose_optimizer_factory_takes_another_models_param
     from .tasks import foreign_optimizer_task
 
     with pytest.raises(UsageError, match=r"^the optimizer \(AdamW\) holds none of the model's parameters"):
-        tunekit.train(foreign_optimizer_task(), max_steps=2, device="cpu")
+        tunekit.train(foreign_optimizer_task(), run_steps=2, device="cpu")
 
 
 @pytest.mark.parametrize("command", ["lr-find", "doctor", "train"])
@@ -163,7 +163,7 @@ def test_an_optimizer_on_part_of_the_model_is_accepted(frozen: bool) -> None:
     if frozen:
         backbone.requires_grad_(False)
     result = tunekit.lr_find(model, data, nn.CrossEntropyLoss(), torch.optim.SGD(head.parameters(), lr=0.1),
-                             batch_size=32, steps=10, refine=False)
+                             batch_size=32, sweep_steps=10, refine=False)
     assert len(result.losses) == 10
 
 

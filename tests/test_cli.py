@@ -15,7 +15,7 @@ from .tasks import run_cli as tunekit  # noqa: E402
 
 @slow
 def test_train_runs_and_writes_files(tmp_path: Path) -> None:
-    r = tunekit("train", "--steps", "20", "--eval-every", "10", "--out", str(tmp_path), "--quiet")
+    r = tunekit("train", "--run-steps", "20", "--eval-every", "10", "--out", str(tmp_path), "--quiet")
     assert r.returncode == 0, r.stderr
     assert "final val loss" in r.stdout
     data = json.loads((tmp_path / "train.json").read_text())
@@ -45,7 +45,7 @@ def test_tasks_lists_builtins() -> None:
         (["train", "--task", "nope"], "unknown task 'nope'"),
         (["train", "--lr", "abc"], "'abc' is not a number"),
         (["train", "--lr", "-1"], "'-1' must be > 0"),
-        (["train", "--steps", "0"], "--steps must be a positive integer, got 0: pass e.g. --steps 200"),
+        (["train", "--run-steps", "0"], "--run-steps must be a positive integer, got 0: pass e.g. --run-steps 200"),
         (["train", "--precision", "fp8"], "invalid choice: 'fp8'"),
         (["train", "--task", "missing/file.py:f"], "does not exist"),
         (["train", "--task", "no_such_module_xyz:f"], "module 'no_such_module_xyz'"),
@@ -84,7 +84,7 @@ def test_module_that_fails_to_import_is_a_usage_error(tmp_path: Path) -> None:
 @slow
 def test_an_error_in_the_users_model_is_shown_as_theirs() -> None:
     """Not "internal error": the user's frames, and the task spec that loaded their code."""
-    r = tunekit("train", "--task", "tests.tasks:broken_model_task", "--steps", "2", "--quiet")
+    r = tunekit("train", "--task", "tests.tasks:broken_model_task", "--run-steps", "2", "--quiet")
     assert r.returncode == 1
     last = r.stderr.strip().splitlines()[-1]
     assert last == "tunekit train: error in your code (task 'tests.tasks:broken_model_task'): RuntimeError: boom in forward"
@@ -125,7 +125,7 @@ def test_import_is_light() -> None:
     ],
 )
 def test_bad_task_settings_and_paths_exit_2(args: list[str], needle: str) -> None:
-    r = tunekit("train", "--steps", "1", "--quiet", *args)
+    r = tunekit("train", "--run-steps", "1", "--quiet", *args)
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0]
@@ -234,6 +234,6 @@ def test_probe_summary_and_train_comparison(monkeypatch: pytest.MonkeyPatch) -> 
 def test_a_command_that_writes_says_where(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from tunekit.cli import main
 
-    assert main(["train", "--steps", "2", "--quiet", "--out", str(tmp_path)]) == 0
+    assert main(["train", "--run-steps", "2", "--quiet", "--out", str(tmp_path)]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == f"wrote {tmp_path / 'train.json'} and {tmp_path / 'train.png'}"
     assert (tmp_path / "train.json").is_file() and (tmp_path / "train.png").is_file()

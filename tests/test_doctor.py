@@ -573,7 +573,7 @@ def test_cli_doctor_failing_task_exits_1(tmp_path: Path, capsys: pytest.CaptureF
 
 
 @pytest.mark.parametrize("args, needle", [
-    (["--steps", "0"], "steps must be a positive integer, got 0"),
+    (["--run-steps", "0"], "--run-steps must be a positive integer, got 0"),
     (["--memory-budget", "lots"], "lots"),
     (["--warmup", "1.5"], "warmup 1.5"),
     (["--task", "nope"], "unknown task 'nope'"),
@@ -649,7 +649,7 @@ def test_the_doctor_compares_the_lr_with_a_saved_lr_find_result_and_names_its_so
     from tunekit import doctor, lr_find
 
     task = classification_task()
-    saved = lr_find(task, device="cpu", steps=60, refine=False)
+    saved = lr_find(task, device="cpu", sweep_steps=60, refine=False)
     saved.suggestion, saved.confident = 1e-5, True  # far from anything the quick test would say
     saved.to_json(tmp_path / "lr_find.json")
     r = doctor(task, lr=3e-2, device="cpu", lr_find_result=tmp_path / "lr_find.json")
@@ -666,6 +666,6 @@ def test_the_doctor_refuses_a_saved_lr_find_of_another_precision(tmp_path) -> No
     from tunekit import doctor, lr_find
 
     task = classification_task()
-    lr_find(task, device="cpu", steps=40, refine=False).to_json(tmp_path / "lr_find.json")
+    lr_find(task, device="cpu", sweep_steps=40, refine=False).to_json(tmp_path / "lr_find.json")
     with pytest.raises(tunekit.UsageError, match="the saved lr_find result is for precision 'fp32'"):
         doctor(task, lr=3e-2, device="cpu", precision="bf16", lr_find_result=tmp_path / "lr_find.json")

@@ -37,7 +37,7 @@ def test_in_cli_terms_rewrites_only_the_commands_flags() -> None:
     parser = build_parser()
     train_usage = parser.parse_args(["train"]).usage()
     search_usage = parser.parse_args(["search"]).usage()
-    assert in_cli_terms("pass e.g. max_steps=200.", train_usage) == "pass e.g. --steps 200."
+    assert in_cli_terms("pass e.g. max_steps=200.", train_usage) == "pass e.g. --run-steps 200."
     assert in_cli_terms("pass e.g. max_steps=200", search_usage) == "pass e.g. --max-steps 200"
     assert in_cli_terms("pass resume=True, or another out=DIR", search_usage) == "pass --resume, or another --out DIR"
     assert in_cli_terms("ray_init must be a dict: pass e.g. ray_init={}", search_usage) == "ray_init must be a dict: pass e.g. ray_init={}"  # no flag
@@ -103,3 +103,75 @@ def test_a_bad_value_given_to_a_public_function_is_a_one_line_usage_error(call, 
         call()
     assert str(exc.value) == message
     assert isinstance(exc.value, ValueError)  # callers that catch ValueError still do
+
+
+@pytest.mark.parametrize("value", [True, float("nan"), float("inf"), "3e-4", None, -1.0, 0])
+def test_check_number_refuses_what_is_no_positive_number_in_one_line(value: object) -> None:
+    from tunekit.errors import check_number
+
+    with pytest.raises(UsageError) as exc:
+        check_number("lr", value, positive=True, hint="pass e.g. lr=3e-4")
+    assert str(exc.value) == f"lr must be a positive number, got {value!r}: pass e.g. lr=3e-4"
+
+
+def test_check_number_bounds_and_what_it_returns() -> None:
+    from tunekit.errors import check_number
+
+    assert check_number("x", 3, positive=True) == 3.0 and check_number("x", 0, minimum=0, maximum=1) == 0.0
+    assert check_number("x", float("inf"), positive=True, finite=False) == float("inf")
+    with pytest.raises(UsageError, match=r"x must be a number in \(0, 1\), got 1"):
+        check_number("x", 1, above=0, below=1)
+    with pytest.raises(UsageError, match=r"x must be a number > 1, got 1"):
+        check_number("x", 1, above=1)
+
+
+@pytest.mark.parametrize("bad", [True, float("inf"), float("nan")])
+def test_entry_points_refuse_a_bool_or_an_infinite_number(bad: object) -> None:
+    from tunekit import TrainConfig, doctor, probe
+
+    calls = [lambda t: lr_find(t, min_lr=bad), lambda t: lr_find(t, clip_grad_norm=bad), lambda t: TrainConfig(lr=bad),
+             lambda t: TrainConfig(min_lr_ratio=bad), lambda t: doctor(t, lr=bad),
+             lambda t: probe(t, lr=bad, lr_batch=32), lambda t: lr_find(t, refine_share=bad)]
+    for call in calls:
+        with pytest.raises(UsageError, match=f"must be .*number.*, got {bad!r}"):
+            call(classification_task())
+
+
+def test_old_keywords_still_work_with_one_deprecation_warning_each() -> None:
+    """lr_find(steps=), doctor(steps=), probe(max_batch=), train(max_steps=): the new names' meaning, said
+    the same way (errors.renamed), pointing at the caller's line."""
+    from tunekit import doctor, probe
+
+    task = classification_task()
+    calls = {"lr_find(steps=)": lambda: lr_find(task, steps=10, refine=False, device="cpu", progress=False),
+             "doctor(steps=)": lambda: doctor(task, steps=0),
+             "probe(max_batch=)": lambda: probe(task, max_batch=0),
+             "train(max_steps=)": lambda: train(task, max_steps=0)}
+    for old, call in calls.items():
+        with pytest.warns(DeprecationWarning, match=r"\) is renamed .*\(\w+=\); the old name goes") as got:
+            try:
+                call()
+            except UsageError as exc:  # the new name's check, on the old name's value
+                assert "run_steps" in str(exc) or "batch_limit" in str(exc) or "max_steps" in str(exc), exc
+        assert old.split("(")[0] in str(got[0].message) and got[0].filename == __file__
+
+
+def test_old_and_new_keyword_together_are_refused_in_one_line() -> None:
+    with pytest.raises(UsageError, match=r"lr_find\(\) got both steps= and sweep_steps=, its new name"):
+        lr_find(classification_task(), steps=20, sweep_steps=30)
+    with pytest.raises(UsageError, match=r"train\(\) got both max_steps= and run_steps="):
+        train(classification_task(), max_steps=20, run_steps=30)
+
+
+def test_old_flags_are_hidden_and_say_their_new_name(capsys: pytest.CaptureFixture[str]) -> None:
+    parser = build_parser()
+    for command, old, new, dest in (("lr-find", "--steps", "--sweep-steps", "sweep_steps"),
+                                    ("doctor", "--steps", "--run-steps", "run_steps"),
+                                    ("train", "--steps", "--run-steps", "max_steps")):
+        sub = parser.parse_args([command]).usage()
+        assert new in sub and old + " " not in sub and old + "]" not in sub
+        assert getattr(parser.parse_args([command, old, "30"]), dest) == 30
+        err = capsys.readouterr().err.strip()
+        assert err == f"tunekit {command}: note: {old} is renamed {new}; the old flag goes in the next release"
+        assert getattr(parser.parse_args([command, new, "40"]), dest) == 40 and not capsys.readouterr().err
+    assert parser.parse_args(["lr-find"]).sweep_steps == 100 and parser.parse_args(["probe", "--batch-limit", "64"]).batch_limit == 64

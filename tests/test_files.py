@@ -36,7 +36,7 @@ def modes(folder: Path) -> dict[str, int]:
 def test_lr_find_writes_its_files_with_the_umasks_mode(mask: int, mode: int, tmp_path: Path,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     with umask(mask):
-        assert main(["lr-find", "--steps", "10", "--no-refine", "--device", "cpu", "--out", str(tmp_path / "o"),
+        assert main(["lr-find", "--sweep-steps", "10", "--no-refine", "--device", "cpu", "--out", str(tmp_path / "o"),
                      "--quiet"]) == 0
     assert modes(tmp_path / "o") == {"lr_find.json": mode, "lr_find.png": mode}
 

@@ -24,9 +24,9 @@ from .their_objects import (hf_task, hf_trainer, lightning_run, lightning_task, 
 
 pytestmark = pytest.mark.slow
 
-LR_FIND = dict(refine=False, steps=20, progress=False)
+LR_FIND = dict(refine=False, sweep_steps=20, progress=False)
 PROBE = dict(trace_sizes=(2, 4), throughput_points=2, timing_steps=1, noise_repeats=4, calibrate_steps=False,
-             max_batch=32, progress=False)
+             batch_limit=32, progress=False)
 SEARCH = dict(trials=6, evals=3, progress=False)
 
 
@@ -317,8 +317,8 @@ def test_when_a_run_evaluates_does_not_change_how_it_trains_on_a_model_with_drop
     the same run, whether it evaluates every 3 updates or only at its end, first or second."""
     task = hf_task("gpt2")
     loader_state = task.train_data.generator.get_state()
-    every = tunekit.train(task, max_steps=12, eval_every=3, progress=False)
-    at_end = tunekit.train(task, max_steps=12, progress=False)
+    every = tunekit.train(task, run_steps=12, eval_every=3, progress=False)
+    at_end = tunekit.train(task, run_steps=12, progress=False)
     assert every.losses == at_end.losses and every.final_loss == at_end.final_loss
     assert torch.equal(task.train_data.generator.get_state(), loader_state)  # the user's loader as it was
 

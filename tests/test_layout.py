@@ -344,3 +344,68 @@ def test_docstrings_and_comments_are_short(package: dict[str, Module]) -> None:
                 offenders.append(f"{_where(m, number - MAX_COMMENT_LINES)}: a comment block over {MAX_COMMENT_LINES} lines")
     assert not offenders, ("docstrings say what and why briefly, comments give a reason (benchmark history goes "
                            "in benchmark reports):\n" + "\n".join(sorted(offenders)))
+
+
+def governed_defaults(path: Path) -> dict[str, object]:
+    """``GOVERNED`` of tunekit/defaults.py, read with ``ast``: parameter name -> the literal it defaults to."""
+    tree = ast.parse(path.read_text())
+    constants: dict[str, object] = {}
+    governed: dict[str, object] = {}
+    for node in tree.body:
+        target = node.target if isinstance(node, ast.AnnAssign) else (
+            node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None)
+        if not isinstance(target, ast.Name) or node.value is None:
+            continue
+        if target.id == "GOVERNED" and isinstance(node.value, ast.Dict):
+            for key, value in zip(node.value.keys, node.value.values):
+                assert isinstance(key, ast.Constant) and isinstance(value, ast.Name), ast.dump(node)
+                governed[key.value] = constants[value.id]
+        elif isinstance(node.value, ast.Constant):
+            constants[target.id] = node.value.value
+    return governed
+
+
+def literal_defaults(module: Module) -> Iterator[tuple[str, object, int]]:
+    """(name, literal value, line) of every keyword default and dataclass field default written as a literal."""
+    for node in ast.walk(module.tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            args = node.args
+            positional = args.posonlyargs + args.args
+            pairs = list(zip(positional[len(positional) - len(args.defaults):], args.defaults))
+            pairs += [(a, d) for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None]
+            for arg, default in pairs:
+                if isinstance(default, ast.Constant):
+                    yield arg.arg, default.value, default.lineno
+        elif isinstance(node, ast.ClassDef):
+            for stmt in node.body:
+                if (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
+                        and isinstance(stmt.value, ast.Constant)):
+                    yield stmt.target.id, stmt.value.value, stmt.lineno
+
+
+def _same(a: object, b: object) -> bool:
+    return type(a) is type(b) and a == b or (isinstance(a, (int, float)) and isinstance(b, (int, float))
+                                             and not isinstance(a, bool) and not isinstance(b, bool) and a == b)
+
+
+def test_one_definition_per_default(package: dict[str, Module]) -> None:
+    """A default that several modules share (clipping 1.0, warmup 0.05, ...) is written once, in
+    tunekit/defaults.py; a copy elsewhere drifts from it (lr_at's warmup was 0, training's 0.05)."""
+    governed = governed_defaults(PACKAGE / "defaults.py")
+    assert {"clip_grad_norm", "warmup", "run_steps", "sweep_steps"} <= set(governed)
+    offenders = sorted(f"{_where(m, line)}: {name}={value!r} (use tunekit.defaults)"
+                       for m in package.values() if m.name != "tunekit.defaults"
+                       for name, value, line in literal_defaults(m)
+                       if name in governed and _same(value, governed[name]))
+    assert not offenders, "defaults written outside tunekit/defaults.py:\n" + "\n".join(offenders)
+
+
+def test_the_default_scan_finds_a_copy(tmp_path: Path) -> None:
+    """Its own check, on a fake module: a keyword default and a dataclass field that copy a default."""
+    (tmp_path / "m.py").write_text("def f(x, *, clip_grad_norm=1.0, warmup=0):\n    pass\n"
+                                   "class C:\n    warmup: float = 0.05\n")
+    module = Module("fake.m", tmp_path / "m.py", ast.parse((tmp_path / "m.py").read_text()))
+    found = [(n, v) for n, v, _ in literal_defaults(module)]
+    assert ("clip_grad_norm", 1.0) in found and ("warmup", 0.05) in found and ("warmup", 0) in found
+    governed = governed_defaults(PACKAGE / "defaults.py")
+    assert [n for n, v in found if n in governed and _same(v, governed[n])] == ["clip_grad_norm", "warmup"]

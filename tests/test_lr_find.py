@@ -86,7 +86,7 @@ def test_model_optimizer_scaler_and_rng_are_restored_bitwise() -> None:
     random.seed(5)
     np.random.seed(5)
     before = _state(model, opt, scaler)
-    result = lr_find(model, data, nn.CrossEntropyLoss(), opt, batch_size=32, steps=30, precision="fp16",
+    result = lr_find(model, data, nn.CrossEntropyLoss(), opt, batch_size=32, sweep_steps=30, precision="fp16",
                      scaler=scaler, device="cpu")
     assert len(result.losses) >= 10
     _assert_same(before, _state(model, opt, scaler))
@@ -104,7 +104,7 @@ def test_restored_after_an_exception_mid_test() -> None:
         return nn.functional.cross_entropy(m(batch[0]), batch[1])
 
     with pytest.raises(KeyboardInterrupt):
-        lr_find(model, data, optimizer=opt, compute_loss=compute, batch_size=32, steps=30, device="cpu")
+        lr_find(model, data, optimizer=opt, compute_loss=compute, batch_size=32, sweep_steps=30, device="cpu")
     assert calls["n"] == 12
     _assert_same(before, _state(model, opt))
 
@@ -122,7 +122,7 @@ def test_training_after_lr_find_equals_training_without_it() -> None:
 
     m1, o1, data = _warm_model()
     m2, o2, _ = _warm_model()
-    lr_find(m1, data, nn.CrossEntropyLoss(), o1, batch_size=32, steps=25, device="cpu")
+    lr_find(m1, data, nn.CrossEntropyLoss(), o1, batch_size=32, sweep_steps=25, device="cpu")
     for a, b in zip(train_some(m1, o1), train_some(m2, o2)):
         assert torch.equal(a, b)
 
@@ -135,11 +135,11 @@ def test_sweep_counts_updates_with_accumulation() -> None:
         return nn.functional.mse_loss(m(batch[0]), batch[1])
 
     task = Task(model=lambda: nn.Linear(8, 1), train_data=regression_data(256), compute_loss=compute, batch_size=8)
-    r = lr_find(task, min_lr=1e-5, max_lr=1e-3, steps=20, accumulation_steps=3, device="cpu", refine=False)
+    r = lr_find(task, min_lr=1e-5, max_lr=1e-3, sweep_steps=20, accumulation_steps=3, device="cpu", refine=False)
     assert len(r.losses) == 20 and not r.diverged
     assert seen["micro"] == 60
     np.testing.assert_allclose(r.lrs, sweep_lrs(1e-5, 1e-3, 20))
-    lin = lr_find(task, min_lr=1e-5, max_lr=1e-3, steps=20, mode="linear", device="cpu")
+    lin = lr_find(task, min_lr=1e-5, max_lr=1e-3, sweep_steps=20, mode="linear", device="cpu")
     np.testing.assert_allclose(lin.lrs, np.linspace(1e-5, 1e-3, 20))
 
 
@@ -148,14 +148,14 @@ def test_fp16_skipped_steps_do_not_advance_the_sweep() -> None:
         return 1e4 * nn.functional.mse_loss(m(batch[0]).float(), batch[1])
 
     task = Task(model=lambda: nn.Linear(8, 1), train_data=regression_data(256), compute_loss=compute, batch_size=16)
-    r = lr_find(task, min_lr=1e-9, max_lr=1e-7, steps=15, precision="fp16", device="cpu")
+    r = lr_find(task, min_lr=1e-9, max_lr=1e-7, sweep_steps=15, precision="fp16", device="cpu")
     assert r.skipped_steps >= 1
     assert len(r.lrs) == 15
     np.testing.assert_allclose(r.lrs, sweep_lrs(1e-9, 1e-7, 15))
 
 
 def test_bf16_path() -> None:
-    r = lr_find(classification_task(), steps=30, precision="bf16", device="cpu")
+    r = lr_find(classification_task(), sweep_steps=30, precision="bf16", device="cpu")
     assert r.settings["precision"] == "bf16"
     assert len(r.losses) >= 10 and np.isfinite(r.losses[0])
 
@@ -163,7 +163,7 @@ def test_bf16_path() -> None:
 def test_divergence_stops_the_sweep() -> None:
     task = Task(model=lambda: nn.Linear(8, 1), train_data=regression_data(256), loss=nn.MSELoss(),
                 optimizer=lambda p: torch.optim.SGD(p, lr=0.1), batch_size=16)
-    r = lr_find(task, min_lr=1e-4, max_lr=1e4, steps=100, device="cpu")
+    r = lr_find(task, min_lr=1e-4, max_lr=1e4, sweep_steps=100, device="cpu")
     assert r.diverged and r.diverged_at_lr is not None
     assert len(r.losses) < 100
     assert r.suggestion is not None and r.suggestion < r.diverged_at_lr
@@ -173,14 +173,14 @@ def test_hf_style_dict_batches_without_a_loss() -> None:
     torch.manual_seed(0)
     model = HFStyleModel()
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    r = lr_find(model, dict_batches(16), steps=40, min_lr=1e-5, max_lr=10, device="cpu")
+    r = lr_find(model, dict_batches(16), sweep_steps=40, min_lr=1e-5, max_lr=10, device="cpu")
     assert len(r.losses) >= 10
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
 
 
 def test_val_loss_mode_and_repeats() -> None:
     task = classification_task()
-    r = lr_find(task, steps=30, loss_on="val", device="cpu", repeats=3, refine=False)
+    r = lr_find(task, sweep_steps=30, loss_on="val", device="cpu", repeats=3, refine=False)
     assert r.settings["loss_on"] == "val"
     assert len(r.repeats) == 3
     sugg = [rep["suggestions"]["tunekit"] for rep in r.repeats if rep["suggestions"]["tunekit"]]
@@ -189,13 +189,13 @@ def test_val_loss_mode_and_repeats() -> None:
 
 
 def test_same_seed_same_suggestion() -> None:
-    a = lr_find(classification_task(), steps=40, device="cpu", seed=1)
-    b = lr_find(classification_task(), steps=40, device="cpu", seed=1)
+    a = lr_find(classification_task(), sweep_steps=40, device="cpu", seed=1)
+    b = lr_find(classification_task(), sweep_steps=40, device="cpu", seed=1)
     assert a.losses == b.losses and a.suggestions == b.suggestions
 
 
 def test_json_round_trip_and_plot(tmp_path: Path) -> None:
-    r = lr_find(classification_task(), steps=30, device="cpu")
+    r = lr_find(classification_task(), sweep_steps=30, device="cpu")
     path = tmp_path / "r.json"
     r.to_json(path)
     back = LRFindResult.from_json(path)
@@ -212,7 +212,7 @@ def test_json_round_trip_and_plot(tmp_path: Path) -> None:
     [
         ({"min_lr": 1.0, "max_lr": 0.1}, "min_lr 1 must be below max_lr 0.1"),
         ({"min_lr": -1.0}, "min_lr must be a positive number, got -1"),
-        ({"steps": 5}, "steps must be an integer >= 10, got 5"),
+        ({"sweep_steps": 5}, "sweep_steps must be an integer >= 10, got 5"),
         ({"mode": "cubic"}, "mode 'cubic'"),
         ({"repeats": 0}, "repeats must be a positive integer"),
         ({"loss_on": "val", "val_data": None}, "needs validation data"),
@@ -226,7 +226,7 @@ def test_bad_arguments(kwargs: dict, pattern: str) -> None:
 
 @pytest.mark.slow  # a subprocess
 def test_cli_lr_find_writes_files(tmp_path: Path) -> None:
-    r = run_cli("lr-find", "--steps", "30", "--refine-steps", "20", "--out", str(tmp_path), "--quiet")
+    r = run_cli("lr-find", "--sweep-steps", "30", "--refine-steps", "20", "--out", str(tmp_path), "--quiet")
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("task: shapes (built in; --task SPEC runs yours")  # what ran, said first
     data = json.loads((tmp_path / "lr_find.json").read_text())
@@ -247,7 +247,7 @@ def test_cli_lr_find_writes_files(tmp_path: Path) -> None:
     [
         (["--min-lr", "1", "--max-lr", "0.1"], "--min-lr 1 must be below --max-lr 0.1"),
         (["--min-lr", "0"], "'0' must be > 0"),
-        (["--steps", "3"], "steps must be an integer >= 10, got 3"),
+        (["--sweep-steps", "3"], "--sweep-steps must be an integer >= 10, got 3"),
         (["--repeats", "0"], "repeats must be a positive integer"),
         (["--task", "nope"], "unknown task 'nope'"),
     ],
@@ -272,7 +272,7 @@ def test_tensors_held_only_by_the_optimizer_and_loader_generators_are_restored()
     def compute(m: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         return nn.functional.cross_entropy(m(batch[0]) / temperature, batch[1])
 
-    lr_find(model, loader, optimizer=opt, compute_loss=compute, steps=20, device="cpu")
+    lr_find(model, loader, optimizer=opt, compute_loss=compute, sweep_steps=20, device="cpu")
     assert temperature.item() == 1.0
     assert torch.equal(gen.get_state(), gen_state)
 
@@ -291,7 +291,7 @@ def test_scaler_is_usable_after_an_interrupted_step() -> None:
 
     opt.step = flaky_step  # type: ignore[method-assign]
     with pytest.raises(KeyboardInterrupt):
-        lr_find(model, data, nn.CrossEntropyLoss(), opt, batch_size=32, steps=20, precision="fp16", scaler=scaler, device="cpu")
+        lr_find(model, data, nn.CrossEntropyLoss(), opt, batch_size=32, sweep_steps=20, precision="fp16", scaler=scaler, device="cpu")
     opt.step = real_step  # type: ignore[method-assign]
     x, y = data.tensors
     opt.zero_grad()
@@ -328,7 +328,7 @@ def test_a_curve_without_a_finite_loss_says_so_in_its_plot() -> None:
 def test_cli_repeats_summary_counts_every_run(tmp_path: Path) -> None:
     from .tasks import run_cli
 
-    r = run_cli("lr-find", "--steps", "20", "--repeats", "2", "--refine-steps", "20", "--out", str(tmp_path), "--quiet")
+    r = run_cli("lr-find", "--sweep-steps", "20", "--repeats", "2", "--refine-steps", "20", "--out", str(tmp_path), "--quiet")
     assert r.returncode == 0, r.stderr[-2000:]
     result = json.loads((tmp_path / "lr_find.json").read_text())
     line = next(ln for ln in r.stdout.splitlines() if " samples over 2 runs " in ln)
@@ -355,20 +355,20 @@ def _spy_steps(monkeypatch: pytest.MonkeyPatch) -> list[dict]:
 def test_the_sweep_runs_trainings_step_settings_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
     seen = _spy_steps(monkeypatch)
     plain = classification_task()
-    r = lr_find(plain, steps=12, device="cpu")
+    r = lr_find(plain, sweep_steps=12, device="cpu")
     assert seen[-1]["clip_grad_norm"] == 1.0 and r.settings["clip_grad_norm"] == 1.0  # train's default
     assert seen[-1]["accumulation_steps"] == 1
     own = classification_task()
     own.defaults = {"clip_grad_norm": 0.25, "accumulation_steps": 2, "precision": "bf16"}
-    r = lr_find(own, steps=12, device="cpu")
+    r = lr_find(own, sweep_steps=12, device="cpu")
     assert seen[-1]["clip_grad_norm"] == 0.25 and seen[-1]["accumulation_steps"] == 2
     assert r.settings["precision"] == "bf16" and r.settings["accumulation_steps"] == 2
-    r = lr_find(own, steps=12, device="cpu", clip_grad_norm=None, accumulation_steps=1, precision="fp32")
+    r = lr_find(own, sweep_steps=12, device="cpu", clip_grad_norm=None, accumulation_steps=1, precision="fp32")
     assert seen[-1]["clip_grad_norm"] is None and seen[-1]["accumulation_steps"] == 1
     assert r.settings["clip_grad_norm"] is None and r.settings["precision"] == "fp32"
     off = classification_task()
     off.defaults = {"clip_grad_norm": None}  # the task trains unclipped: so does its sweep
-    lr_find(off, steps=12, device="cpu")
+    lr_find(off, sweep_steps=12, device="cpu")
     assert seen[-1]["clip_grad_norm"] is None
 
 
@@ -378,14 +378,14 @@ def test_the_sweep_resolves_clipping_as_train_does() -> None:
     for defaults in ({}, {"clip_grad_norm": 0.5}, {"clip_grad_norm": None}):
         task = classification_task()
         task.defaults = defaults
-        r = lr_find(task, steps=12, device="cpu")
+        r = lr_find(task, sweep_steps=12, device="cpu")
         assert r.settings["clip_grad_norm"] == TrainConfig.for_task(task).clip_grad_norm
 
 
 def test_the_result_names_the_optimizer_family() -> None:
     task = classification_task()
-    assert lr_find(task, steps=12, device="cpu").settings["family"] == "adaptive"  # AdamW by default
-    sgd = lr_find(task, steps=12, device="cpu", optimizer=lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9))
+    assert lr_find(task, sweep_steps=12, device="cpu").settings["family"] == "adaptive"  # AdamW by default
+    sgd = lr_find(task, sweep_steps=12, device="cpu", optimizer=lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9))
     assert sgd.settings["family"] == "sgd" and sgd.settings["optimizer"] == "SGD"
 
 
@@ -399,12 +399,12 @@ def test_cli_lr_find_clip_flag(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
 
     def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
         got.append(kwargs)
-        return real(*args, **{**kwargs, "steps": 10, "refine": False})  # the flags are the point, not the short runs
+        return real(*args, **{**kwargs, "sweep_steps": 10, "refine": False})  # the flags are the point, not the short runs
 
     monkeypatch.setattr(mod, "lr_find", spy)
     monkeypatch.setattr("tunekit.plotting.save_plot", lambda *a, **k: None)
     for flags, want in (([], TASK_DEFAULT), (["--clip", "none"], None), (["--clip", "0.5"], 0.5)):
-        assert cli.main(["lr-find", "--steps", "10", "--device", "cpu", "--quiet", "--out", str(tmp_path), *flags]) == 0
+        assert cli.main(["lr-find", "--sweep-steps", "10", "--device", "cpu", "--quiet", "--out", str(tmp_path), *flags]) == 0
         assert got[-1]["clip_grad_norm"] is want or got[-1]["clip_grad_norm"] == want
         assert got[-1]["accumulation_steps"] is None  # the task's
     with pytest.raises(SystemExit):
@@ -527,7 +527,7 @@ def test_without_validation_data_the_result_says_what_scored_the_short_runs() ->
     assert "scored on 48 held-out training samples" in held.summary()
     given = lr_find(model, data, nn.MSELoss(), val_data=regression_data(64, seed=5), refine_seeds=1, **common)
     assert given.settings["refine_scored_on"] == "the validation data"
-    with pytest.raises(UsageError, match="hold_out_share must be a fraction"):
+    with pytest.raises(UsageError, match=r"hold_out_share must be a number in \(0, 1\)"):
         lr_find(model, data, nn.MSELoss(), hold_out_share=1.5, **common)
 
 
@@ -563,12 +563,12 @@ def test_the_refinement_buys_what_its_share_of_the_planned_run_allows() -> None:
 
 def test_lr_find_spends_at_most_its_share_of_the_planned_run_and_says_which_run_it_is_for() -> None:
     task = classification_task()  # no max_steps in its recipe: train's 200
-    curve = lr_find(task, device="cpu", steps=30)
+    curve = lr_find(task, device="cpu", sweep_steps=30)
     assert curve.refinement is None and curve.settings["run_steps"] == 200
     assert curve.settings["run_steps_from"] == "train's default" and "cannot buy" in curve.settings["not_refined"]
     assert "for a warmup + cosine run of 200 updates" in curve.summary() and "not refined" in curve.summary()
-    assert curve.samples == lr_find(task, device="cpu", steps=30, refine=False).samples  # the curve alone's cost
-    planned = lr_find(task, device="cpu", steps=30, run_steps=13000)  # 650 updates: 7 x (30 + 60) at most
+    assert curve.samples == lr_find(task, device="cpu", sweep_steps=30, refine=False).samples  # the curve alone's cost
+    planned = lr_find(task, device="cpu", sweep_steps=30, run_steps=13000)  # 650 updates: 7 x (30 + 60) at most
     ref = planned.refinement
     run_samples = 13000 * task.batch_size
     assert ref is not None and ref["run_steps"] == 13000 and ref["run_samples"] == run_samples
@@ -584,19 +584,19 @@ def test_lr_find_spends_at_most_its_share_of_the_planned_run_and_says_which_run_
     assert "cost:" in planned.summary() and f"of the planned run's {run_samples:,} samples" in planned.summary()
     n1, n2 = (len(st["lrs"]) for st in ref["stages"])
     assert f"best of {n1}+{n2} LRs, 1 short runs of 30 and 60 updates each" in planned.summary()
-    recipe = lr_find(dataclasses.replace(task, defaults={**task.defaults, "max_steps": 13000}), device="cpu", steps=30)
+    recipe = lr_find(dataclasses.replace(task, defaults={**task.defaults, "max_steps": 13000}), device="cpu", sweep_steps=30)
     assert recipe.settings["run_steps_from"] == "the task's recipe" and recipe.refinement["lrs"] == ref["lrs"]
     assert LRFindResult.from_json(planned.to_json()).refinement == ref
     with pytest.raises(UsageError, match="run_steps must be a positive integer, got 0"):
         lr_find(task, device="cpu", run_steps=0)
-    with pytest.raises(UsageError, match="refine_share must be a positive fraction"):
+    with pytest.raises(UsageError, match="refine_share must be a positive number"):
         lr_find(task, device="cpu", refine_share=0)
 
 
 def test_a_model_in_hand_is_refined_for_a_run_of_the_documented_default_length() -> None:
     from tunekit.probes.refine_plan import DEFAULT_RUN_STEPS
 
-    r = lr_find(nn.Linear(8, 1), regression_data(240), nn.MSELoss(), batch_size=16, steps=20, progress=False)
+    r = lr_find(nn.Linear(8, 1), regression_data(240), nn.MSELoss(), batch_size=16, sweep_steps=20, progress=False)
     assert r.settings["run_steps"] == DEFAULT_RUN_STEPS and r.settings["run_steps_from"] == "the default for a model in hand"
     assert r.refinement is not None and r.refinement["samples"] <= 0.05 * DEFAULT_RUN_STEPS * 16
 
@@ -608,12 +608,42 @@ def test_the_result_names_the_planned_runs_schedule_and_never_offers_a_share_ove
 
     base = classification_task()
     task = dataclasses.replace(base, defaults={**base.defaults, "schedule": "linear", "warmup": 0.1})
-    r = lr_find(task, steps=30, refine=False, run_steps=200, progress=False)
+    r = lr_find(task, sweep_steps=30, refine=False, run_steps=200, progress=False)
     assert "for a warmup + linear-decay run of 200 updates" in r.summary()
     flat = dataclasses.replace(base, defaults={**base.defaults, "schedule": "constant", "warmup": 0})
-    assert "for a constant-LR run of 200 updates" in lr_find(flat, steps=30, refine=False, run_steps=200,
+    assert "for a constant-LR run of 200 updates" in lr_find(flat, sweep_steps=30, refine=False, run_steps=200,
                                                              progress=False).summary()
     short = plan_refinement(run_steps=100, share=0.05, runs=4)
     assert not short.refines and "x the planned run itself" in short.why and "refine_share=" not in short.why
     longer = plan_refinement(run_steps=2000, share=0.01, runs=4)
     assert not longer.refines and "refine_share=0." in longer.why
+
+
+def test_a_result_saved_by_tunekit_0_1_loads_into_the_typed_records() -> None:
+    """tests/data/lr_find_v3.json was written before the records (dict settings, the refinement's last
+    stage at its top level, ``steps`` for the sweep): it loads, reads by attribute and by its old keys,
+    says what it said then, and saves and loads back the same."""
+    from tunekit.results.lr_find import Confidence, LRFindSettings, Refinement, RefineStage
+
+    path = Path(__file__).parent / "data" / "lr_find_v3.json"
+    r = LRFindResult.from_json(path)
+    assert isinstance(r.settings, LRFindSettings) and isinstance(r.refinement, Refinement)
+    assert r.settings.sweep_steps == r.settings["steps"] == 100 and r.settings.run_steps == 8000
+    assert [type(s) for s in r.refinement.stages] == [RefineStage, RefineStage] and r.refinement.lrs == r.refinement.stages[-1].lrs
+    assert r.refinement["best_lr"] == r.refinement.best_lr and r.refinement.get("updates") == r.refinement.updates
+    assert r.level is Confidence.HIGH and r.suggestion == pytest.approx(0.007973144731150907)
+    assert "best of 4+4 LRs, 1 short runs of 19 and 38 updates each scored on the validation data" in r.summary()
+    assert LRFindResult.from_json(r.to_json()) == r and LRFindResult.load(path) == r
+
+
+def test_doubts_are_an_enum_beside_the_reasons() -> None:
+    from tunekit.probes.range_test import _refine
+    from tunekit.results.lr_find import Confidence, Doubt
+
+    r = _curve_result(1e-3, confident=True)
+    _refine(r, lambda lr: (float("inf"), 100))
+    assert r.doubts == [Doubt.REFINE_DIVERGED] and r.level is Confidence.LOW and len(r.reasons) == 1
+    assert LRFindResult.from_json(r.to_json()).doubts == [Doubt.REFINE_DIVERGED]
+    r = _curve_result(10 ** -4.5, confident=True)
+    _refine(r, lambda lr: ((np.log10(lr) + 2.3) ** 2, 500))
+    assert r.doubts == [Doubt.AT_EDGE] and not r.confident

@@ -22,9 +22,9 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     space = out / "space.toml"
     space.write_text('[lr]\ntype = "float"\nlog = true\nlow = 1e-3\nhigh = 1e-1\n')
     return {
-        "lr_find": lr_find(classification_task(), steps=20, device="cpu"),
+        "lr_find": lr_find(classification_task(), sweep_steps=20, device="cpu"),
         "probe": probe(classification_task(), memory_budget="16GiB", device="cpu", throughput_points=2, noise_repeats=2),
-        "train": train(classification_task(), max_steps=5),
+        "train": train(classification_task(), run_steps=5),
         "search": search(regression_task(), str(space), trials=2, max_steps=10, device="cpu", out=out / "s"),
         "doctor": doctor(classification_task(), device="cpu"),
     }

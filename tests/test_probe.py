@@ -504,7 +504,7 @@ def test_two_probes_in_one_process_agree_after_other_work() -> None:
     # read a step's peak 2-3x higher after this and gave a largest batch a third of the first.
     made = [torch.ones(int((0.2 + (i * 7919 % 160) / 10) * 2**18)) for i in range(160)]
     del made[::2]
-    tunekit.train(small_task(), max_steps=20, progress=False)
+    tunekit.train(small_task(), run_steps=20, progress=False)
     second = probe(task, **kw)
     b = first.max_batch
     assert first.memory_measured == MEASURED_IN_CHILD
@@ -515,7 +515,7 @@ def test_two_probes_in_one_process_agree_after_other_work() -> None:
 def test_steps_are_not_measured_where_the_budget_cannot_bind() -> None:
     # The whole data's batch is traced far under the budget: no measuring child, and the result says why.
     r = probe(small_task(), memory_budget="1GiB", device="cpu", throughput_points=0, noise_repeats=0, progress=False)
-    assert r.memory_measured.startswith("not measured: at batch 4096, the largest the data or max_batch allows")
+    assert r.memory_measured.startswith("not measured: at batch 4096, the largest the data or batch_limit allows")
     assert r.max_batch == 4096 and r.real_steps == 1
 
 

@@ -288,7 +288,7 @@ def test_search_refuses_a_packing_the_probed_gpu_cannot_hold(tmp_path: Path) -> 
     from .tasks import classification_task
 
     task = classification_task()
-    lf = lr_find(task, steps=20, device="cpu")
+    lf = lr_find(task, sweep_steps=20, device="cpu")
     pr = probe(task, memory_budget="256MiB", device="cpu", throughput_points=2, noise_repeats=4)
     # A GPU that holds one trial of any batch, never two.
     on_gpu = dataclasses.replace(pr, device="cuda:0", usable_bytes=int(pr.predicted_peak(1) * 1.5))

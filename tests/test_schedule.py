@@ -50,3 +50,13 @@ def test_bad_warmup_names_the_value(bad: object) -> None:
 def test_unknown_schedule() -> None:
     with pytest.raises(UsageError, match="'step'.*cosine, linear, constant"):
         lr_at(0, 10, 1.0, decay="step")  # type: ignore[arg-type]
+
+
+def test_lr_at_defaults_are_trainings() -> None:
+    """A schedule drawn with lr_at's defaults is the one train runs with TrainConfig's."""
+    from tunekit.training.loop import TrainConfig
+
+    cfg = TrainConfig()
+    assert list(lr_schedule(cfg.max_steps, 1.0)) == pytest.approx(
+        list(lr_schedule(cfg.max_steps, 1.0, cfg.warmup, cfg.schedule, cfg.min_lr_ratio)))  # type: ignore[arg-type]
+    assert lr_at(cfg.max_steps - 1, cfg.max_steps, 1.0) == pytest.approx(cfg.min_lr_ratio)

@@ -100,7 +100,7 @@ def test_batch_centre_moves_toward_the_lr_batch_only_within_the_interval() -> No
 
 def test_seed_trial_pairs_the_suggested_lr_with_its_own_batch(tmp_path: Path) -> None:
     task = classification_task()
-    lf = lr_find(task, steps=30, device="cpu")
+    lf = lr_find(task, sweep_steps=30, device="cpu")
     ref = reference_batch(lf)
     assert ref == task.batch_size == 32
     pr = probe(task, memory_budget="256MiB", device="cpu", throughput_points=2, noise_repeats=4)
@@ -119,7 +119,7 @@ def test_seed_trial_pairs_the_suggested_lr_with_its_own_batch(tmp_path: Path) ->
 
 def test_seeded_search_enqueues_the_seed_first(tmp_path: Path) -> None:
     task = classification_task()
-    lf = lr_find(task, steps=30, device="cpu")
+    lf = lr_find(task, sweep_steps=30, device="cpu")
     lf.to_json(tmp_path / "lr_find.json")
     pr = probe(task, memory_budget="256MiB", device="cpu", throughput_points=2, noise_repeats=4)
     pr.to_json(tmp_path / "probe.json")
@@ -372,7 +372,7 @@ def test_rungs_wait_until_the_first_complete_trial_has_learned() -> None:
 
 
 def test_a_saved_range_test_of_another_task_is_refused(tmp_path: Path) -> None:
-    lf = lr_find(regression_task(), steps=20, device="cpu")
+    lf = lr_find(regression_task(), sweep_steps=20, device="cpu")
     lf.to_json(tmp_path / "lr_find.json")
     with pytest.raises(UsageError, match=r"the saved lr_find result is for task 'regression', this search runs task 'classification'"):
         search(classification_task(), "from_scratch", trials=1, max_steps=10, device="cpu",
@@ -795,7 +795,7 @@ def test_the_search_says_where_its_lr_came_from(tmp_path: Path) -> None:
     alone = lr_find(regression_task(), device="cpu", run_steps=10)
     assert r.lr_find["run_steps"] == 10 and r.lr_find["suggestion"] == alone.suggestion and not r.lr_find["refined"]
     assert "for a run of one trial (10 updates)" in r.table()
-    refined = lr_find(regression_task(), device="cpu", steps=40, refine_steps=20, refine_seeds=1)
+    refined = lr_find(regression_task(), device="cpu", sweep_steps=40, refine_steps=20, refine_seeds=1)
     assert refined.refinement
     r2 = search(regression_task(), str(write_space(tmp_path, SMALL.replace('[warmup]', 'seeded = "lr_find"\n\n[warmup]'))),
                 trials=1, max_steps=10, device="cpu", lr_find_result=refined)
@@ -962,7 +962,7 @@ def test_the_table_says_which_way_the_designs_batch_step_went(tmp_path: Path) ->
     import dataclasses
 
     far = classification_task()
-    lf = lr_find(far, steps=30, device="cpu")
+    lf = lr_find(far, sweep_steps=30, device="cpu")
     task = dataclasses.replace(far, defaults={"lr": lf.suggestion})  # the task's own LR near the suggestion
     pr = probe(task, memory_budget="256MiB", device="cpu", throughput_points=2, noise_repeats=4)
     for times, doubled in (([[8, 0.010], [64, 0.011]], True), ([[8, 0.010], [64, 0.080]], False)):

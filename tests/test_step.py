@@ -48,7 +48,7 @@ def test_accumulation_equals_one_big_batch(opt_name: str, k: int) -> None:
 
 
 def test_schedule_counts_updates_not_micro_batches() -> None:
-    result = train(regression_task(), lr=0.01, max_steps=12, accumulation_steps=3, warmup=4, device="cpu")
+    result = train(regression_task(), lr=0.01, run_steps=12, accumulation_steps=3, warmup=4, device="cpu")
     assert result.updates == 12 and result.steps == list(range(12))
     assert result.samples == 12 * 3 * 16
     assert result.lrs == pytest.approx(list(tunekit.lr_schedule(12, 0.01, 4, "cosine", 0.1)))
@@ -63,7 +63,7 @@ def test_bf16_path_runs_under_autocast() -> None:
         return nn.functional.mse_loss(out.float(), batch[1])
 
     task = Task(model=MLP, train_data=regression_data(128), compute_loss=compute, batch_size=16)
-    result = train(task, lr=1e-2, max_steps=20, precision="bf16", device="cpu")
+    result = train(task, lr=1e-2, run_steps=20, precision="bf16", device="cpu")
     assert set(dtypes) == {torch.bfloat16}
     assert not result.diverged and result.updates == 20
     assert result.losses[-1] < result.losses[0]
@@ -93,7 +93,7 @@ def test_skipped_steps_are_not_counted_as_updates() -> None:
         return 1e4 * nn.functional.mse_loss(model(batch[0]).float(), batch[1])
 
     task = Task(model=MLP, train_data=regression_data(256), compute_loss=compute, batch_size=16)
-    result = train(task, lr=1e-4, max_steps=15, precision="fp16", warmup=5, device="cpu")
+    result = train(task, lr=1e-4, run_steps=15, precision="fp16", warmup=5, device="cpu")
     assert result.skipped_steps >= 1
     assert result.updates == 15 and result.steps == list(range(15))
     # The schedule advanced once per real update, skips excluded.
@@ -114,7 +114,7 @@ def test_divergence_is_reported_not_raised() -> None:
         optimizer=lambda p: torch.optim.SGD(p, lr=1.0),
         batch_size=16,
     )
-    result = train(task, lr=1e4, max_steps=50, clip_grad_norm=None, warmup=0, device="cpu")
+    result = train(task, lr=1e4, run_steps=50, clip_grad_norm=None, warmup=0, device="cpu")
     assert result.diverged
     assert result.diverged_at is not None and result.diverged_at < 50
     assert result.updates == result.diverged_at
@@ -131,7 +131,7 @@ def test_nan_loss_is_divergence_and_drops_the_update() -> None:
         return loss * float("nan") if calls["n"] == 4 else loss
 
     task = Task(model=MLP, train_data=regression_data(128), compute_loss=compute, batch_size=16)
-    result = train(task, lr=1e-2, max_steps=10, device="cpu")
+    result = train(task, lr=1e-2, run_steps=10, device="cpu")
     assert result.diverged and result.diverged_at == 3 and result.updates == 3
 
 
@@ -151,10 +151,10 @@ def test_clipping_bounds_the_update_and_reports_the_raw_norm() -> None:
 def test_runs_are_deterministic_and_leave_global_rng_alone() -> None:
     task = classification_task()
     state = torch.get_rng_state()
-    a = train(task, lr=1e-2, max_steps=15, eval_every=5, device="cpu", seed=3)
+    a = train(task, lr=1e-2, run_steps=15, eval_every=5, device="cpu", seed=3)
     assert torch.equal(torch.get_rng_state(), state)
-    b = train(task, lr=1e-2, max_steps=15, eval_every=5, device="cpu", seed=3)
-    c = train(task, lr=1e-2, max_steps=15, eval_every=5, device="cpu", seed=4)
+    b = train(task, lr=1e-2, run_steps=15, eval_every=5, device="cpu", seed=3)
+    c = train(task, lr=1e-2, run_steps=15, eval_every=5, device="cpu", seed=4)
     assert a.losses == b.losses and a.evals == b.evals
     assert a.losses != c.losses
 
@@ -166,7 +166,7 @@ def test_eval_callback_sees_metrics_and_can_stop() -> None:
         seen.append((step, metrics))
         return step >= 10
 
-    result = train(classification_task(), lr=1e-2, max_steps=30, eval_every=5, callback=cb, device="cpu")
+    result = train(classification_task(), lr=1e-2, run_steps=30, eval_every=5, callback=cb, device="cpu")
     assert [s for s, _ in seen] == [5, 10]
     assert result.stopped_early and result.updates == 10
     assert set(seen[0][1]) == {"loss", "accuracy"}
@@ -190,10 +190,10 @@ def test_results_print_one_short_line_and_a_table() -> None:
     from tunekit import lr_find, probe
 
     task = classification_task()
-    r = train(task, lr=1e-2, max_steps=10, eval_every=5, device="cpu")
+    r = train(task, lr=1e-2, run_steps=10, eval_every=5, device="cpu")
     assert repr(r).startswith("TrainResult(task='classification', lr=0.01, updates=10, final loss ") and len(repr(r)) < 120
     assert r.table().splitlines()[-1].startswith("final val loss ") and "after 10 updates (320 samples)" in r.table()
-    lf = lr_find(task, steps=20, device="cpu")
+    lf = lr_find(task, sweep_steps=20, device="cpu")
     assert repr(lf).startswith("LRFindResult(suggestion=") and len(repr(lf)) < 120
     pr = probe(task, memory_budget="256MiB", device="cpu", throughput_points=2, noise_repeats=2)
     assert repr(pr).startswith("ProbeResult(device='cpu', max_batch=") and len(repr(pr)) < 150

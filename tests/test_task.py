@@ -50,7 +50,7 @@ def test_file_spec(tmp_path: Path) -> None:
     """))
     task = load_task(f"{f}:make", {"out": 1})
     assert task.name == "make"
-    assert train(task, lr=1e-2, max_steps=3, device="cpu").updates == 3
+    assert train(task, lr=1e-2, run_steps=3, device="cpu").updates == 3
 
 
 def test_task_objects_pass_through() -> None:
@@ -86,7 +86,7 @@ def test_file_that_fails_to_import(tmp_path: Path) -> None:
 
 
 def test_hf_style_dict_batches() -> None:
-    result = train(hf_task(), lr=1e-1, max_steps=20, eval_every=10, device="cpu")
+    result = train(hf_task(), lr=1e-1, run_steps=20, eval_every=10, device="cpu")
     assert not result.diverged
     assert result.losses[-1] < result.losses[0]
     assert "accuracy" in result.evals[-1]  # logits and labels came through the .logits attribute
@@ -94,7 +94,7 @@ def test_hf_style_dict_batches() -> None:
 
 def test_dict_batches_with_a_criterion_hold_labels_back() -> None:
     task = Task(model=PlainDictModel, train_data=dict_batches(), loss=nn.CrossEntropyLoss())
-    assert train(task, lr=1e-1, max_steps=5, device="cpu").updates == 5
+    assert train(task, lr=1e-1, run_steps=5, device="cpu").updates == 5
 
 
 def test_compute_loss_for_other_batches() -> None:
@@ -102,7 +102,7 @@ def test_compute_loss_for_other_batches() -> None:
     batches = [{"features": {"x": x[i : i + 8]}, "target": y[i : i + 8]} for i in range(0, 64, 8)]
     task = Task(model=MLP, train_data=batches,
                 compute_loss=lambda m, b: nn.functional.mse_loss(m(b["features"]["x"]), b["target"]))
-    result = train(task, lr=1e-2, max_steps=12, device="cpu")
+    result = train(task, lr=1e-2, run_steps=12, device="cpu")
     assert result.updates == 12 and result.samples == 12 * 8
 
 
@@ -131,9 +131,9 @@ def test_hf_batch_without_loss_or_labels_is_a_usage_error() -> None:
     batches = [{"input_values": b["input_values"]} for b in dict_batches(2)]
     task = Task(model=PlainDictModel, train_data=batches)
     with pytest.raises(UsageError, match="returns .loss"):
-        train(task, max_steps=1, device="cpu")
+        train(task, run_steps=1, device="cpu")
     with pytest.raises(UsageError, match="no trainable parameters"):
-        train(Task(model=nn.Identity, train_data=batches), max_steps=1, device="cpu")
+        train(Task(model=nn.Identity, train_data=batches), run_steps=1, device="cpu")
 
 
 def test_bad_task_arguments() -> None:
@@ -165,7 +165,7 @@ class _TupleModel(nn.Module):
 def test_a_tuple_returning_model_gets_the_compute_loss_hint() -> None:
     task = Task(model=_TupleModel, train_data=classification_data(n=64), loss=nn.CrossEntropyLoss(), batch_size=16)
     with pytest.raises(UsageError) as exc:
-        train(task, max_steps=2, progress=False)
+        train(task, run_steps=2, progress=False)
     msg = _one_line(exc)
     assert "the model returned a tuple of 2, not a tensor" in msg and "compute_loss=" in msg
     assert isinstance(exc.value.__cause__, TypeError)  # what the criterion said is kept
@@ -174,4 +174,4 @@ def test_a_tuple_returning_model_gets_the_compute_loss_hint() -> None:
 def test_a_loss_that_takes_the_tuple_is_left_alone() -> None:
     task = Task(model=_TupleModel, train_data=classification_data(n=64), batch_size=16,
                 loss=lambda out, y: nn.functional.cross_entropy(out[0], y))
-    assert len(train(task, max_steps=2, progress=False).losses) == 2
+    assert len(train(task, run_steps=2, progress=False).losses) == 2

@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, Optional
 
+from tunekit import defaults
 from tunekit.cli_commands import (cmd_dashboard, cmd_doctor, cmd_lr_find, cmd_probe, cmd_report, cmd_search,
                                   cmd_serve, cmd_spaces, cmd_study_create, cmd_study_delete, cmd_study_reap, cmd_tasks,
                                   cmd_train, cmd_worker, in_cli_terms, run)
@@ -29,7 +30,7 @@ EPILOG_MAIN = """examples:
   tunekit worker --storage URL --study S         join it from any machine
   tunekit spaces                                 list the shipped search spaces
   tunekit train                                  train the default built-in task
-  tunekit train --task charlm --lr 3e-3 --steps 300 --precision bf16
+  tunekit train --task charlm --lr 3e-3 --run-steps 300 --precision bf16
   tunekit train --task my_project.tasks:cifar --set width=128 --out runs/a
   tunekit train --task path/to/task.py:make_task --accumulation-steps 4
 
@@ -41,7 +42,7 @@ EPILOG_LR_FIND = """examples:
   tunekit lr-find                                the default built-in task, written to tunekit_runs/
   tunekit lr-find --task charlm --repeats 3 --out runs/lm
   tunekit lr-find --task my_project.tasks:cifar --batch-size 128 --accumulation-steps 2 --precision bf16
-  tunekit lr-find --min-lr 1e-6 --max-lr 1 --steps 200 --mode exp
+  tunekit lr-find --min-lr 1e-6 --max-lr 1 --sweep-steps 200 --mode exp
   tunekit lr-find --task charlm --run-steps 20000  for a 20,000-update run; 5% of it checks the curve
 """
 
@@ -54,7 +55,7 @@ EPILOG_PROBE = """examples:
 
 EPILOG_DOCTOR = """examples:
   tunekit doctor                                 the default built-in task, written to tunekit_runs/
-  tunekit doctor --task charlm --lr 3e-3 --warmup 0.05 --steps 2000
+  tunekit doctor --task charlm --lr 3e-3 --warmup 0.05 --run-steps 2000
   tunekit doctor --task my_project.tasks:cifar --precision fp16 --batch-size 256 --memory-budget 16GiB
 
 exit status: 0 when no check failed, 1 when one did, 2 on a usage error.
@@ -70,7 +71,7 @@ EPILOG_SEARCH = """examples:
 
 EPILOG_TRAIN = """examples:
   tunekit train
-  tunekit train --task charlm --lr 3e-3 --steps 300 --warmup 0.1 --precision bf16
+  tunekit train --task charlm --lr 3e-3 --run-steps 300 --warmup 0.1 --precision bf16
   tunekit train --task shapes --batch-size 32 --accumulation-steps 4 --schedule linear
   tunekit train --task path/to/task.py:make_task --set width=128 --set dropout=0.1 --out runs/a
 """
@@ -162,7 +163,7 @@ _FLAGS: dict[str, dict[str, Any]] = {
     "--batch-size": dict(type=int, help="micro-batch size (default: the task's)"),
     "--accumulation-steps": dict(type=int, default=1, help="micro-batches per optimizer update (default 1)"),
     "--precision": dict(choices=["fp32", "bf16", "fp16"], help="fp32, bf16, or fp16 with a GradScaler (default: the task's)"),
-    "--lr": dict(type=_positive_float), "--steps": dict(type=int), "--warmup": dict(type=_warmup),
+    "--lr": dict(type=_positive_float), "--warmup": dict(type=_warmup),
     "--clip": dict(type=_clip, dest="clip_grad_norm"), "--memory-budget": dict(metavar="SIZE"),
     "--trials": dict(type=int), "--budget": dict(metavar="AMOUNT"),
     "--max-steps": dict(type=int),
@@ -172,6 +173,25 @@ _FLAGS: dict[str, dict[str, Any]] = {
     "--artifacts": dict(metavar="DIR", help="Optuna artifact store (a folder every machine sees): the probes' "
                         "JSON and plots, and the report's search.png, attached to the study for optuna-dashboard"),
 }
+
+
+class _Renamed(argparse.Action):
+    """An old flag kept for a release: hidden from --help, and one line on stderr names the new one."""
+
+    def __init__(self, *args: Any, new: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.new = new
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: Optional[str] = None) -> None:
+        print(f"{parser.prog}: note: {option_string} is renamed {self.new}; the old flag goes in the next release",
+              file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
+def _renamed_flag(p: Any, old: str, new: str, **settings: Any) -> None:
+    """``old`` as an alias of ``new`` (give its type and dest), said so when used; see :func:`tunekit.errors.renamed`."""
+    settings.setdefault("dest", new.lstrip("-").replace("-", "_"))
+    p.add_argument(old, action=_Renamed, new=new, help=argparse.SUPPRESS, default=argparse.SUPPRESS, **settings)
 
 
 def _add(p: Any, *flags: str, **settings: Any) -> None:
@@ -205,14 +225,16 @@ def _add_lr_find_command(sub: Any) -> None:
                  "Writes DIR/lr_find.json and DIR/lr_find.png.")
     p.add_argument("--min-lr", type=_positive_float, default=1e-7, help="first LR of the sweep (default 1e-7)")
     p.add_argument("--max-lr", type=_positive_float, default=10.0, help="last LR of the sweep (default 10)")
-    _add(p, "--steps", default=100, help="optimizer updates in the sweep, at least 10 (default 100)")
+    p.add_argument("--sweep-steps", type=int, default=defaults.SWEEP_STEPS, metavar="N",
+                   help=f"optimizer updates in the sweep, at least 10 (default {defaults.SWEEP_STEPS})")
+    _renamed_flag(p, "--steps", "--sweep-steps", type=int)
     p.add_argument("--mode", choices=["exp", "linear"], default="exp", help="LR spacing (default exp)")
     _add(p, "--batch-size")
     # The sweep runs training's step: these default to the task's, as in `tunekit train`.
     _add(p, "--accumulation-steps", default=None, help="micro-batches per optimizer update (default: the task's, else 1)")
     _add(p, "--precision")
-    _add(p, "--clip", help="clip the global grad norm at this value; 'none' to disable (default: the task's, else 1.0, "
-         "as in train)")
+    _add(p, "--clip", help="clip the global grad norm at this value; 'none' to disable (default: the task's, else "
+         f"{defaults.CLIP_GRAD_NORM:g}, as in train)")
     p.add_argument("--repeats", type=int, default=1, help="repeat with other seeds and data orders; report the spread (default 1)")
     p.add_argument("--no-refine", action="store_true",
                    help="the curve's suggestion alone, without the short runs that check it")
@@ -239,6 +261,7 @@ def _add_probe_command(sub: Any) -> None:
     p.add_argument("--target-batch", type=int, help="effective batch to plan for (default: the critical batch)")
     _add(p, "--lr", help="an LR found at --lr-batch, to rescale to the target batch")
     p.add_argument("--lr-batch", type=int, help="the effective batch at which --lr was found")
+    p.add_argument("--batch-limit", type=int, metavar="N", help="the largest batch to try (default: the dataset's size)")
     _add_run_args(p, "probe.json and probe.png")
 
 
@@ -251,7 +274,9 @@ def _add_doctor_command(sub: Any) -> None:
     _add(p, "--lr", help="the peak LR you intend, compared with a quick range test (default: the task's)")
     p.add_argument("--lr-find", metavar="FILE", help="a saved lr_find.json to compare --lr with, instead of the quick range test")
     _add(p, "--warmup", help="the warmup you intend: a fraction (0.05) or updates (20) (default: the task's)")
-    _add(p, "--steps", help="the updates of the run you intend, for the warmup check (default: the task's)")
+    p.add_argument("--run-steps", type=int, metavar="N",
+                   help="the updates of the run you intend, for the warmup check (default: the task's)")
+    _renamed_flag(p, "--steps", "--run-steps", type=int)
     _add(p, "--memory-budget", help="memory to check the batch against, e.g. 8GiB (default: free memory)")
     p.add_argument("--anomaly", action="store_true", help="also run the backward under autograd's anomaly mode (slow)")
     p.add_argument("--loss-floor", type=_nonnegative_float, help="the lowest loss the tiny batch can reach, for a loss "
@@ -418,14 +443,18 @@ def _add_spaces_command(sub: Any) -> None:
 def _add_train_command(sub: Any) -> None:
     p = _command(sub, "train", cmd_train, "train a task with warmup + decay through the shared step", EPILOG_TRAIN,
                  "Train a fresh model of a task through tunekit's shared training step and print its curve.")
-    _add(p, "--lr", help="peak learning rate (default: the task's, else 1e-3)")
-    _add(p, "--steps", dest="max_steps", help="optimizer updates (default: the task's, else 200)")
+    _add(p, "--lr", help=f"peak learning rate (default: the task's, else {defaults.LR:g})")
+    p.add_argument("--run-steps", type=int, dest="max_steps", metavar="N",
+                   help=f"optimizer updates of the run (default: the task's, else {defaults.RUN_STEPS})")
+    _renamed_flag(p, "--steps", "--run-steps", type=int, dest="max_steps")
     _add(p, "--batch-size")
     _add(p, "--accumulation-steps", default=None)
-    _add(p, "--warmup", help="warmup: a fraction of the run (0.05) or updates (20); default 0.05")
-    p.add_argument("--schedule", choices=["cosine", "linear", "constant"], help="decay after warmup (default cosine)")
-    p.add_argument("--min-lr-ratio", type=float, help="final LR as a fraction of the peak (default 0.1)")
-    _add(p, "--clip", help="clip the global grad norm at this value; 'none' to disable (default: the task's, else 1.0)")
+    _add(p, "--warmup", help=f"warmup: a fraction of the run (0.05) or updates (20); default {defaults.WARMUP:g}")
+    p.add_argument("--schedule", choices=["cosine", "linear", "constant"],
+                   help=f"decay after warmup (default {defaults.SCHEDULE})")
+    p.add_argument("--min-lr-ratio", type=float, help=f"final LR as a fraction of the peak (default {defaults.MIN_LR_RATIO:g})")
+    _add(p, "--clip", help="clip the global grad norm at this value; 'none' to disable (default: the task's, else "
+         f"{defaults.CLIP_GRAD_NORM:g})")
     p.add_argument("--weight-decay", type=float, help="override the optimizer's weight decay")
     _add(p, "--precision", help="fp32, bf16 autocast, or fp16 with a GradScaler (default: the task's)")
     _add(p, "--device")

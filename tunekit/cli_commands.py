@@ -133,7 +133,7 @@ def cmd_lr_find(args: argparse.Namespace) -> int:
     out = out_dir(args.out)
     task = _load(args)
     clip = TASK_DEFAULT if args.clip_grad_norm is None else None if args.clip_grad_norm == "none" else args.clip_grad_norm
-    result = lr_find(task, min_lr=args.min_lr, max_lr=args.max_lr, steps=args.steps, mode=args.mode,
+    result = lr_find(task, min_lr=args.min_lr, max_lr=args.max_lr, sweep_steps=args.sweep_steps, mode=args.mode,
                      batch_size=args.batch_size, accumulation_steps=args.accumulation_steps,
                      precision=args.precision, clip_grad_norm=clip, repeats=args.repeats, seed=args.seed,
                      refine=not args.no_refine, run_steps=args.run_steps, refine_share=args.refine_share,
@@ -150,7 +150,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     _check_size(args.memory_budget)
     result = probe(_load(args), memory_budget=args.memory_budget, headroom=args.headroom, device=args.device,
                    precision=args.precision, accumulation_steps=args.accumulation_steps,
-                   target_batch=args.target_batch, lr=args.lr, lr_batch=args.lr_batch, seed=args.seed,
+                   target_batch=args.target_batch, lr=args.lr, lr_batch=args.lr_batch, batch_limit=args.batch_limit, seed=args.seed,
                    progress=_progress(args))
     return _show(result, out)
 
@@ -163,7 +163,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     _check_size(args.memory_budget)
     result = doctor(_load(args), batch_size=args.batch_size, accumulation_steps=args.accumulation_steps,
                     precision=args.precision, device=args.device, seed=args.seed, lr=args.lr, warmup=args.warmup,
-                    steps=args.steps, memory_budget=args.memory_budget, anomaly=args.anomaly,
+                    run_steps=args.run_steps, memory_budget=args.memory_budget, anomaly=args.anomaly,
                     overfit_floor=args.loss_floor, progress=_progress(args), lr_find_result=args.lr_find)
     return _show(result, out, in_cli_terms(result.table(), args.usage()))  # its fixes as this command's flags
 
@@ -465,7 +465,7 @@ def _said(args: argparse.Namespace) -> int:
 
 
 # API parameters whose flag is not their name with dashes.
-_FLAG_OF = {"max_steps": "--steps", "clip_grad_norm": "--clip", "lr_find_result": "--lr-find",
+_FLAG_OF = {"max_steps": "--run-steps", "clip_grad_norm": "--clip", "lr_find_result": "--lr-find",
             "probe_result": "--probe", "config": "--set", "task_config": "--set", "overfit_floor": "--loss-floor",
             "prune": "--no-prune", "join_timeout": "--timeout", "grace_period": "--heartbeat-grace"}
 _SUBJECT = re.compile(r"^([a-z][a-z0-9_]*)(?=[ :])")

@@ -7,7 +7,22 @@ The CLI prints it without a traceback and exits with status 2.
 
 from __future__ import annotations
 
-__all__ = ["UsageError", "SetupError", "is_int_at_least", "check_int"]
+import functools
+import math
+import numbers
+import warnings
+from collections.abc import Callable
+from typing import Any, Optional, TypeVar
+
+from tunekit.defaults import CLIP_GRAD_NORM
+
+__all__ = ["UsageError", "SetupError", "is_int_at_least", "check_int", "check_number", "renamed", "renamed_keywords",
+           "CLIP_HINT"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: The fix a bad ``clip_grad_norm`` is told, wherever it is checked.
+CLIP_HINT = f"None disables clipping: pass e.g. clip_grad_norm={CLIP_GRAD_NORM:g}"
 
 
 class UsageError(ValueError):
@@ -30,3 +45,67 @@ def check_int(name: str, value: object, minimum: int = 1, hint: str = "") -> Non
     if not is_int_at_least(value, minimum):
         rule = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
         raise UsageError(f"{name} must be {rule}, got {value!r}" + (f": {hint}" if hint else ""))
+
+
+def _number_rule(minimum: Optional[float], maximum: Optional[float], above: Optional[float],
+                 below: Optional[float], finite: bool) -> str:
+    """The rule ``check_number`` enforces, in words: "a positive number", "a number in [0, 1]", ..."""
+    if above == 0 and minimum is None and maximum is None and below is None:
+        return "a positive number" if finite else "a positive number (inf allowed)"
+    low = f"[{minimum:g}" if minimum is not None else (f"({above:g}" if above is not None else None)
+    high = f"{maximum:g}]" if maximum is not None else (f"{below:g})" if below is not None else None)
+    if low is not None and high is not None:
+        return f"a number in {low}, {high}"
+    if low is not None:
+        return f"a number {'>=' if minimum is not None else '>'} {low[1:]}"
+    if high is not None:
+        return f"a number {'<=' if maximum is not None else '<'} {high[:-1]}"
+    return "a finite number" if finite else "a number"
+
+
+def check_number(name: str, value: Any, *, minimum: Optional[float] = None, maximum: Optional[float] = None,
+                 positive: bool = False, above: Optional[float] = None, below: Optional[float] = None,
+                 finite: bool = True, hint: str = "") -> float:
+    """``value`` as a float, or a one-line UsageError naming it and the fix (``hint``, e.g. "pass e.g. lr=3e-4").
+
+    Refuses a bool (``lr=True`` is no LR), a non-number, NaN, and inf unless ``finite=False``;
+    ``positive`` means > 0, ``minimum``/``maximum`` are inclusive bounds, ``above``/``below`` exclusive.
+    One validator for every number a user passes, so each says its rule the same way.
+    """
+    if positive:
+        above = 0.0 if above is None else max(above, 0.0)
+    rule = _number_rule(minimum, maximum, above, below, finite)
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and not math.isnan(value)
+    if ok:
+        v = float(value)
+        ok = ((not finite or math.isfinite(v)) and (minimum is None or v >= minimum)
+              and (maximum is None or v <= maximum) and (above is None or v > above) and (below is None or v < below))
+    if not ok:
+        raise UsageError(f"{name} must be {rule}, got {value!r}" + (f": {hint}" if hint else ""))
+    return float(value)
+
+
+def renamed(old: str, new: str, *, where: str, stacklevel: int = 3) -> None:
+    """Warn, the same way at every entry point, that ``where``'s ``old`` is now ``new`` (a DeprecationWarning).
+
+    The old name keeps working for one release; the CLI's old flags say the same on stderr.
+    """
+    warnings.warn(f"{where}({old}=) is renamed {where}({new}=); the old name goes in the next release: "
+                  f"pass {new}=...", DeprecationWarning, stacklevel=stacklevel)
+
+
+def renamed_keywords(**new_of: str) -> Callable[[F], F]:
+    """A decorator: ``fn(old=...)`` still works as ``fn(new=...)``, with a :func:`renamed` warning
+    (``@renamed_keywords(steps="sweep_steps")``); both names at once are refused in one line."""
+    def wrap(fn: F) -> F:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            for old, new in new_of.items():
+                if old in kwargs:
+                    if new in kwargs:
+                        raise UsageError(f"{fn.__name__}() got both {old}= and {new}=, its new name: pass only {new}=")
+                    renamed(old, new, where=fn.__name__)
+                    kwargs[new] = kwargs.pop(old)
+            return fn(*args, **kwargs)
+        return wrapper  # type: ignore[return-value]
+    return wrap

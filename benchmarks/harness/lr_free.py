@@ -89,7 +89,7 @@ def run(name: str, task: tunekit.Task, steps: int, batch: int, seed: int) -> dic
         raise ValueError(f"unknown LR-free peer {name!r}")
     caught, held = _caught(task, make)
     t0 = time.perf_counter()
-    r = tunekit.train(caught, lr=lr, max_steps=steps, batch_size=batch, seed=seed, device="cpu", progress=False,
+    r = tunekit.train(caught, lr=lr, run_steps=steps, batch_size=batch, seed=seed, device="cpu", progress=False,
                       weight_decay=0.0, **settings)
     extra = 0
     if name == "schedulefree":

@@ -15,10 +15,10 @@ from tunekit.errors import UsageError
 from tunekit.inputs.task import LossComputer
 from tunekit.results import Finding
 
-__all__ = ["Forward", "forward", "split_batch", "slice_batch", "tensors_of", "raised", "leaf_name"]
+__all__ = ["Forward", "forward", "split_xy", "slice_batch", "tensors_of", "raised", "leaf_name"]
 
 
-def split_batch(batch: Batch) -> tuple[Any, Optional[torch.Tensor]]:
+def split_xy(batch: Batch) -> tuple[Any, Optional[torch.Tensor]]:
     """(the inputs, the targets) of a tuple or dict batch; targets None where the batch has none."""
     if isinstance(batch, Mapping):
         labels = batch.get("labels")
@@ -115,7 +115,7 @@ def outputs_of(model: nn.Module, compute: LossComputer, batch: Batch) -> tuple[O
     broken; (None, None) for a custom ``compute_loss``, whose insides tunekit cannot see."""
     if compute.compute_loss is not None:
         return None, None
-    inputs, targets = split_batch(batch)
+    inputs, targets = split_xy(batch)
     if isinstance(batch, Mapping):
         out = model(**inputs) if compute.loss is not None and "labels" in batch else model(**batch)
     elif isinstance(batch, (tuple, list)) and len(batch) >= 2:

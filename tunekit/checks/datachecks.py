@@ -11,7 +11,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from tunekit.inputs.data import Batch, Data, batch_size_of, iterate_once
-from tunekit.checks.common import split_batch, tensors_of
+from tunekit.checks.common import split_xy, tensors_of
 from tunekit.checks.loss import FAR_SCALE
 from tunekit.results import Finding
 
@@ -34,7 +34,7 @@ MAX_HASHED = 100_000
 
 
 def _float_inputs(batches: Sequence[Batch]) -> list[torch.Tensor]:
-    return [t for b in batches for t in tensors_of(split_batch(b)[0]) if t.is_floating_point() and t.ndim >= 2]
+    return [t for b in batches for t in tensors_of(split_xy(b)[0]) if t.is_floating_point() and t.ndim >= 2]
 
 
 def check_input_scale(batches: Sequence[Batch]) -> list[Finding]:
@@ -58,7 +58,7 @@ def check_input_scale(batches: Sequence[Batch]) -> list[Finding]:
 
 
 def _labels(batches: Sequence[Batch]) -> Optional[torch.Tensor]:
-    ys = [split_batch(b)[1] for b in batches]
+    ys = [split_xy(b)[1] for b in batches]
     if not ys or any(y is None for y in ys):
         return None
     return torch.cat([y.detach().reshape(len(y), -1) if y.ndim else y.reshape(1, 1) for y in ys])  # type: ignore[union-attr]
@@ -117,7 +117,7 @@ def sample_hashes(data: Data, batch_size: Optional[int], limit: int = MAX_HASHED
     """A hash of each sample's inputs (targets left out: a leaked input is the leak), in the data's order."""
     out: list[bytes] = []
     for batch in iterate_once(data, batch_size or 256):
-        inputs, _ = split_batch(batch)
+        inputs, _ = split_xy(batch)
         n = batch_size_of(batch)
         rows = [t.detach().cpu().contiguous().reshape(n, -1) for t in tensors_of(inputs) if t.ndim and t.shape[0] == n]
         if not rows:

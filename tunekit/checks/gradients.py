@@ -9,6 +9,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from tunekit.defaults import CLIP_GRAD_NORM
 from tunekit.inputs.data import Batch
 from tunekit.training.state import Snapshot
 from tunekit.training.step import TrainStep
@@ -68,7 +69,7 @@ def _blocked(model: nn.Module) -> tuple[list[str], list[str]]:
 
 
 def _still_blocked(model: nn.Module, optimizer: torch.optim.Optimizer, compute: LossComputer,
-                   batch: Batch) -> tuple[list[str], list[str]]:
+                   batch: Batch, clip: Optional[float]) -> tuple[list[str], list[str]]:
     """:func:`_blocked` after one update of the shared step, which is undone afterwards.
 
     A zero-initialised layer (a residual branch's last layer or norm gain, a zero head) blocks the
@@ -78,7 +79,7 @@ def _still_blocked(model: nn.Module, optimizer: torch.optim.Optimizer, compute: 
     snap = Snapshot(model, optimizer)
     try:
         device = next(model.parameters()).device
-        step = TrainStep(model, optimizer, compute, device=device, clip_grad_norm=1.0)
+        step = TrainStep(model, optimizer, compute, device=device, clip_grad_norm=clip)
         step.set_lr(RECHECK_LR)
         step([batch])
         model.zero_grad(set_to_none=True)
@@ -151,12 +152,14 @@ def _spread(ratios: dict[str, float], sparse: set[str]) -> list[Finding]:
 
 
 def check_gradient_flow(model: nn.Module, compute: LossComputer, batch: Batch,
-                        optimizer: Optional[torch.optim.Optimizer] = None) -> list[Finding]:
+                        optimizer: Optional[torch.optim.Optimizer] = None, *,
+                        clip_grad_norm: Optional[float] = CLIP_GRAD_NORM) -> list[Finding]:
     """One backward of ``batch``'s loss, then what reached each parameter, and (given the ``optimizer``)
     whether it will update every parameter that requires grad. Given the optimizer, a parameter
     without a gradient is looked at again after one update (undone): only one that stays blocked fails.
 
     The last finding's evidence holds ``ratios``: |grad|/|param| per layer, for the plot.
+    ``clip_grad_norm`` is the run's clipping, for that one update (the doctor passes the task's).
     """
     model.train()
     model.zero_grad(set_to_none=True)
@@ -171,7 +174,7 @@ def check_gradient_flow(model: nn.Module, compute: LossComputer, batch: Batch,
     none, zero = _blocked(model)
     if (none or zero) and optimizer is not None:
         try:
-            later_none, later_zero = _still_blocked(model, optimizer, compute, batch)
+            later_none, later_zero = _still_blocked(model, optimizer, compute, batch, clip_grad_norm)
         except Exception as exc:
             return [raised(CHECK, exc, "one update")]
         blocked = none + zero

@@ -12,7 +12,7 @@ from torch import nn
 
 from tunekit.inputs.data import Batch
 from tunekit.inputs.task import LossComputer
-from tunekit.checks.common import forward, raised, split_batch, tensors_of
+from tunekit.checks.common import forward, raised, split_xy, tensors_of
 from tunekit.results import Finding
 
 __all__ = ["check_data_finite", "check_nonfinite", "check_scaler_skips", "SKIP_WARN"]
@@ -34,7 +34,7 @@ def check_data_finite(batches: Sequence[Batch]) -> list[Finding]:
     """A NaN or Inf in the inputs or the targets of any of ``batches``."""
     out: list[Finding] = []
     for i, batch in enumerate(batches):
-        inputs, targets = split_batch(batch)
+        inputs, targets = split_xy(batch)
         for part, what in ((inputs, "inputs"), (targets, "targets")):
             bad = [t for t in tensors_of(part) if not _finite(t)]
             if bad:

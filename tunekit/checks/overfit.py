@@ -12,6 +12,7 @@ from typing import Any, Optional
 import torch
 from torch import nn
 
+from tunekit.defaults import CLIP_GRAD_NORM, MIN_LR_RATIO, SCHEDULE, WARMUP
 from tunekit.inputs.data import Batch
 from tunekit.probes.range_test import lr_find
 from tunekit.training.schedule import lr_schedule
@@ -58,18 +59,18 @@ def overfit_target(initial: float, floor: float) -> float:
 
 
 def _range_lr(model: nn.Module, optimizer: torch.optim.Optimizer, compute: LossComputer, batch: Batch,
-              device: torch.device, precision: str, scaler: Any) -> tuple[float, bool]:
+              device: torch.device, precision: str, scaler: Any, clip: Optional[float]) -> tuple[float, bool]:
     """The range test's suggestion on the tiny batch (the model comes back as it was), and whether it had one."""
     res = lr_find(model, [batch], optimizer=optimizer, compute_loss=lambda m, b: compute(m, b)[0],
-                  steps=RANGE_STEPS, min_lr=1e-6, max_lr=10.0, device=str(device), precision=precision, scaler=scaler,
-                  refine=False, progress=False)  # one batch, memorized: no short runs to compare
+                  sweep_steps=RANGE_STEPS, min_lr=1e-6, max_lr=10.0, device=str(device), precision=precision, scaler=scaler,
+                  clip_grad_norm=clip, refine=False, progress=False)  # one batch, memorized: no short runs to compare
     lr = res.suggestion or res.suggestions.get("steepest")
     return (float(lr), True) if lr else (FALLBACK_LR, False)
 
 
 def _train(step: TrainStep, batch: Batch, lr: float, floor: float, initial: Optional[float]) -> tuple[list[float], bool, int]:
     """Up to MAX_UPDATES updates on the same batch, stopping at the target. (losses, diverged, skipped)."""
-    lrs = lr_schedule(MAX_UPDATES, lr, 0.05, "cosine", 0.1).tolist()
+    lrs = lr_schedule(MAX_UPDATES, lr, WARMUP, SCHEDULE, MIN_LR_RATIO).tolist()
     loop = Updates(step, itertools.repeat(batch), lrs)
     losses: list[float] = []
     for _, _, out in loop:
@@ -82,14 +83,15 @@ def _train(step: TrainStep, batch: Batch, lr: float, floor: float, initial: Opti
 
 def check_overfit(model: nn.Module, optimizer: torch.optim.Optimizer, compute: LossComputer, batch: Batch, *,
                   device: torch.device, precision: str = "fp32", scaler: Any = None, floor: float = 0.0,
-                  initial: Optional[float] = None) -> list[Finding]:
+                  initial: Optional[float] = None, clip_grad_norm: Optional[float] = CLIP_GRAD_NORM) -> list[Finding]:
     """Train ``batch`` (a few samples) alone; fail if the loss does not fall near ``floor``.
 
     ``initial`` (the loss before training) sets the target; by default the first update's loss.
     The evidence holds the curve (``losses``), the ``target``, the LR, and the scaler's skips.
+    ``clip_grad_norm`` is the run's clipping (the doctor passes the task's).
     """
     try:
-        lr, suggested = _range_lr(model, optimizer, compute, batch, device, precision, scaler)
+        lr, suggested = _range_lr(model, optimizer, compute, batch, device, precision, scaler, clip_grad_norm)
         snap = Snapshot(model, optimizer, scaler)
         for attempt in range(RETRIES + 1):
             model.train()
@@ -97,7 +99,7 @@ def check_overfit(model: nn.Module, optimizer: torch.optim.Optimizer, compute: L
                 if isinstance(m, DROPOUT):
                     m.eval()
             step = TrainStep(model, optimizer, compute, device=device, precision=precision,  # type: ignore[arg-type]
-                             clip_grad_norm=1.0, scaler=scaler)
+                             clip_grad_norm=clip_grad_norm, scaler=scaler)
             losses, diverged, skipped = _train(step, batch, lr, floor, initial)
             if not diverged or attempt == RETRIES:
                 break

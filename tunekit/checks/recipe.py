@@ -63,7 +63,7 @@ def check_warmup(warmup: Optional[Warmup], steps: Optional[int]) -> list[Finding
         if isinstance(warmup, float) and warmup < 1:
             steps = 1000  # a fraction is a fraction of any run
         else:
-            return [Finding(CHECK, "info", f"warmup {warmup} updates: give steps=... to compare it with the run")]
+            return [Finding(CHECK, "info", f"warmup {warmup} updates: give run_steps=... to compare it with the run")]
     n = warmup_steps(warmup, steps)
     frac = n / steps
     evidence = {"warmup_updates": n, "steps": steps, "fraction": frac}

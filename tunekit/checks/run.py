@@ -14,7 +14,8 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, IterableDataset, TensorDataset
 
 from tunekit.inputs.data import Batch, BatchStream, Data, rebatched_loader, batch_size_of, to_device
-from tunekit.errors import UsageError, check_int
+from tunekit.defaults import CLIP_GRAD_NORM
+from tunekit.errors import UsageError, check_int, check_number, renamed_keywords
 from tunekit.probes.range_test import SWEEP_STEPS, lr_find
 from tunekit.progress import bar
 from tunekit.training.schedule import Warmup, warmup_steps
@@ -32,6 +33,7 @@ from tunekit.checks.nonfinite import check_data_finite, check_nonfinite, check_s
 from tunekit.checks.overfit import check_overfit, loss_floor
 from tunekit.checks.recipe import QUICK, check_lr, check_memory, check_warmup
 from tunekit.results import DoctorResult, Finding, LRFindResult
+from tunekit.results.doctor import DoctorSettings
 from tunekit.integrations.objects import takes_their_objects
 
 __all__ = ["doctor", "DATA_BATCHES", "TINY_BATCH", "RECIPE_RANGE_STEPS"]
@@ -59,6 +61,7 @@ class _Run:
     findings: list[Finding] = field(default_factory=list)
     floor: Optional[float] = None  # the lowest loss reachable, where the user knows it
     saved_lr_find: Any = None  # a saved lr_find result to compare the intended LR with, instead of a quick test
+    clip: Optional[float] = CLIP_GRAD_NORM  # the run's clipping: the task's recipe's, else the default
 
     def reset(self) -> None:
         """Each model check starts from the user's model as it was."""
@@ -66,26 +69,26 @@ class _Run:
         self.sub.model.train()
 
 
-def _check_args(lr: Optional[float], warmup: Optional[Warmup], steps: Optional[int], accumulation_steps: int) -> None:
-    if lr is not None and (isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0):
-        raise UsageError(f"lr must be a positive number, got {lr!r}: pass e.g. lr=3e-4")
-    if steps is not None:
-        check_int("steps", steps, hint="the updates of the run you plan: pass e.g. steps=1000")
+def _check_args(lr: Optional[float], warmup: Optional[Warmup], run_steps: Optional[int], accumulation_steps: int) -> None:
+    if lr is not None:
+        check_number("lr", lr, positive=True, hint="pass e.g. lr=3e-4")
+    if run_steps is not None:
+        check_int("run_steps", run_steps, hint="the updates of the run you plan: pass e.g. run_steps=1000")
     if warmup is not None:
-        warmup_steps(warmup, steps or 1000)  # validates it, with its own one-line message
+        warmup_steps(warmup, run_steps or 1000)  # validates it, with its own one-line message
     check_int("accumulation_steps", accumulation_steps, hint="pass e.g. accumulation_steps=2")
 
 
-def _recipe_defaults(task: Task, lr: Optional[float], warmup: Optional[Warmup], steps: Optional[int],
+def _recipe_defaults(task: Task, lr: Optional[float], warmup: Optional[Warmup], run_steps: Optional[int],
                      in_hand: bool) -> tuple[Optional[float], Optional[Warmup], Optional[int]]:
     """For a Task, what `tunekit train` would run where the user gave nothing; for a model in hand, only what was given."""
     if in_hand:
-        return lr, warmup, steps
+        return lr, warmup, run_steps
     from tunekit.training.loop import TrainConfig
 
     cfg = TrainConfig.for_task(task)
     return (lr if lr is not None else task.defaults.get("lr"), cfg.warmup if warmup is None else warmup,
-            cfg.max_steps if steps is None else steps)
+            cfg.max_steps if run_steps is None else run_steps)
 
 
 def drawn_batches(data: Data, batch_size: Optional[int], seed: int, n: int = DATA_BATCHES) -> list[Batch]:
@@ -162,14 +165,14 @@ def stage_overfit(run: _Run, batch: Batch, precision: str) -> None:
             out, y = None, None
     floor = run.floor if run.floor is not None else loss_floor(sub.compute.loss, out, y)
     found = check_overfit(sub.model, sub.optimizer, sub.compute, tiny, device=sub.device, precision=precision,
-                          scaler=run.scaler, floor=floor)
+                          scaler=run.scaler, floor=floor, clip_grad_norm=run.clip)
     run.findings += found
     ev = found[0].evidence
     if precision == "fp16" and "skipped" in ev:
         run.findings += check_scaler_skips(int(ev["skipped"]), int(ev["steps"]))
 
 
-def stage_recipe(run: _Run, batch: Batch, lr: Optional[float], warmup: Optional[Warmup], steps: Optional[int],
+def stage_recipe(run: _Run, batch: Batch, lr: Optional[float], warmup: Optional[Warmup], run_steps: Optional[int],
                  memory_budget: Any, accumulation_steps: int, seed: int) -> None:
     sub = run.sub
     suggestion, confident, source = None, False, QUICK
@@ -177,14 +180,13 @@ def stage_recipe(run: _Run, batch: Batch, lr: Optional[float], warmup: Optional[
         saved = run.saved_lr_find
         suggestion, confident, source = saved.suggestion, saved.confident, "the saved lr_find result's"
     elif lr is not None:
-        clip = step_settings(sub.task, TASK_DEFAULT, accumulation_steps, sub.precision)[0]  # the recipe's, as lr_find's
         res = lr_find(sub.model, sub.data, optimizer=sub.optimizer, compute_loss=lambda m, b: sub.compute(m, b)[0],
                       batch_size=sub.batch_size, accumulation_steps=accumulation_steps, precision=sub.precision,
-                      device=str(sub.device), seed=seed, steps=RECIPE_RANGE_STEPS, clip_grad_norm=clip,
+                      device=str(sub.device), seed=seed, sweep_steps=RECIPE_RANGE_STEPS, clip_grad_norm=run.clip,
                       scaler=run.scaler, refine=False, progress=False)  # the curve alone: a pre-flight check
         suggestion, confident = res.suggestion, res.confident
     run.findings += check_lr(lr, suggestion, confident, source)
-    run.findings += check_warmup(warmup, steps)
+    run.findings += check_warmup(warmup, run_steps)
     from tunekit.probes.batch_probe import budget_bytes
 
     budget, source = budget_bytes(memory_budget, sub.device)
@@ -192,12 +194,13 @@ def stage_recipe(run: _Run, batch: Batch, lr: Optional[float], warmup: Optional[
     sizes = sorted({max(1, n // 2), n})
 
     def make_step(m: nn.Module, o: Any) -> TrainStep:
-        return TrainStep(m, o, sub.compute, device=sub.device, precision=sub.precision, clip_grad_norm=1.0)
+        return TrainStep(m, o, sub.compute, device=sub.device, precision=sub.precision, clip_grad_norm=run.clip)
 
     run.findings += check_memory(sub.model, sub.optimizer, make_step, [slice_batch(batch, s) for s in sizes],
                                  run.batch_size, budget, source, sub.device, accumulation_steps)
 
 
+@renamed_keywords(steps="run_steps")
 @takes_their_objects
 def doctor(
     model: nn.Module | Task,
@@ -214,7 +217,7 @@ def doctor(
     seed: int = 0,
     lr: float | None = None,
     warmup: Warmup | None = None,
-    steps: int | None = None,
+    run_steps: int | None = None,
     memory_budget: int | str | None = None,
     scaler: torch.amp.GradScaler | None = None,
     anomaly: bool = False,
@@ -224,30 +227,32 @@ def doctor(
 ) -> DoctorResult:
     """Pre-flight triage of a training set-up: every check's findings, before any LR or batch is tuned.
 
-    ``model`` is a :class:`Task` (a fresh model is checked) or a model in hand with its
-    ``train_data``, ``loss_fn`` (or ``compute_loss``) and ``optimizer`` (an instance or a
-    factory; AdamW by default). ``lr``, ``warmup`` and ``steps`` describe the run you intend
-    (for a Task, its own recipe by default, as are ``accumulation_steps`` and ``precision``); ``memory_budget`` defaults to the free memory.
-    ``anomaly=True`` runs the non-finite check's backward under autograd's anomaly mode.
-    ``overfit_floor`` is the lowest loss the tiny batch can reach, for a loss with terms that do
-    not vanish (a KL term, an auxiliary loss); by default 0, or label smoothing's floor.
-    ``lr_find_result`` (a saved ``lr_find`` result or its JSON file) is what ``lr`` is compared
-    with, instead of the doctor's quick range test (the curve alone).
-
     The model, optimizer, scaler, RNGs and DataLoader generators are restored bitwise afterwards,
     also when the model raises. An exception raised by the model or loss during a check is a
     failure finding that names it (the run would fail the same way), not a crash; a usage error
     (data or loss that tunekit cannot read) is raised as :class:`UsageError`.
+
+    Args:
+        model: a :class:`Task` (a fresh model is checked) or a model in hand with its ``train_data``, ``loss_fn``
+            (or ``compute_loss``) and ``optimizer`` (an instance or a factory; AdamW by default).
+        lr, warmup, run_steps: the run you intend, its peak LR, warmup and updates (0.1.0's ``steps=``); for a Task,
+            its own recipe by default, as are ``accumulation_steps``, ``precision`` and the clipping the checks use.
+        memory_budget: what the batch is checked against; by default the free memory.
+        anomaly: run the non-finite check's backward under autograd's anomaly mode.
+        overfit_floor: the lowest loss the tiny batch can reach, for a loss with terms that do not vanish
+            (a KL term, an auxiliary loss); by default 0, or label smoothing's floor.
+        lr_find_result: a saved ``lr_find`` result (or its JSON file) to compare ``lr`` with, instead of
+            the doctor's quick range test (the curve alone).
     """
-    _, accumulation_steps, precision = step_settings(model, None, accumulation_steps, precision)  # a Task's recipe
-    _check_args(lr, warmup, steps, accumulation_steps)
-    if overfit_floor is not None and not (isinstance(overfit_floor, (int, float)) and overfit_floor >= 0):
-        raise UsageError(f"overfit_floor must be a loss value >= 0, got {overfit_floor!r}: pass e.g. overfit_floor=0.5")
+    clip, accumulation_steps, precision = step_settings(model, TASK_DEFAULT, accumulation_steps, precision)  # a Task's recipe
+    _check_args(lr, warmup, run_steps, accumulation_steps)
+    if overfit_floor is not None:
+        check_number("overfit_floor", overfit_floor, minimum=0, hint="the lowest loss reachable: pass e.g. overfit_floor=0.5")
     if memory_budget is not None:
         parse_bytes(memory_budget)  # a bad size fails before anything runs
     sub = resolve_inputs("doctor", model, train_data, loss_fn, optimizer, compute_loss=compute_loss,
                           val_data=val_data, batch_size=batch_size, precision=precision, device=device, seed=seed)
-    lr, warmup, steps = _recipe_defaults(sub.task, lr, warmup, steps, in_hand=not isinstance(model, Task))
+    lr, warmup, run_steps = _recipe_defaults(sub.task, lr, warmup, run_steps, in_hand=not isinstance(model, Task))
     saved_lr_find = LRFindResult.load(lr_find_result)
     if saved_lr_find is not None:
         check_saved("lr_find", saved_lr_find.settings, sub.task.name, sub.precision, str(sub.device))
@@ -256,15 +261,15 @@ def doctor(
     with preserved(sub.model, sub.optimizer, scaler, sub.data) as snap, \
             bar(len(STAGES), "doctor", "check", enabled=progress) as progress_bar:
         seed_everything_for(seed, sub.device)
-        run = _Run(sub, scaler, snap, batch_size=0, floor=overfit_floor, saved_lr_find=saved_lr_find)
-        _stages(run, progress_bar, lr, warmup, steps, memory_budget, accumulation_steps, seed, anomaly)
-    return _result(run, time.perf_counter() - start, dict(
-        lr=lr, warmup=warmup, steps=steps, batch_size=run.batch_size, accumulation_steps=accumulation_steps,
-        precision=sub.precision, device=str(sub.device), seed=seed, memory_budget=memory_budget, anomaly=anomaly,
-        overfit_floor=overfit_floor))
+        run = _Run(sub, scaler, snap, batch_size=0, floor=overfit_floor, saved_lr_find=saved_lr_find, clip=clip)
+        _stages(run, progress_bar, lr, warmup, run_steps, memory_budget, accumulation_steps, seed, anomaly)
+    return _result(run, time.perf_counter() - start, DoctorSettings(
+        lr=lr, warmup=warmup, run_steps=run_steps, batch_size=run.batch_size, accumulation_steps=accumulation_steps,
+        clip_grad_norm=clip, precision=sub.precision, device=str(sub.device), seed=seed, memory_budget=memory_budget,
+        anomaly=anomaly, overfit_floor=overfit_floor))
 
 
-def _stages(run: _Run, progress_bar: Any, lr: Optional[float], warmup: Optional[Warmup], steps: Optional[int],
+def _stages(run: _Run, progress_bar: Any, lr: Optional[float], warmup: Optional[Warmup], run_steps: Optional[int],
             memory_budget: Any, accumulation_steps: int, seed: int, anomaly: bool) -> None:
     """The checks in order; each model check starts from the model as given."""
     sub = run.sub
@@ -285,7 +290,7 @@ def _stages(run: _Run, progress_bar: Any, lr: Optional[float], warmup: Optional[
     if not stage_model(run, batch):
         return
     done("model and loss")
-    checks = (("gradients", lambda: check_gradient_flow(sub.model, sub.compute, batch, sub.optimizer)),
+    checks = (("gradients", lambda: check_gradient_flow(sub.model, sub.compute, batch, sub.optimizer, clip_grad_norm=run.clip)),
               ("nonfinite", lambda: check_nonfinite(sub.model, sub.compute, batch, anomaly=anomaly)),
               ("modes", lambda: check_modes(sub.model, sub.compute, slice_batch(batch, MODES_BATCH))),
               ("overfit", lambda: stage_overfit(run, batch, sub.precision)))
@@ -296,11 +301,11 @@ def _stages(run: _Run, progress_bar: Any, lr: Optional[float], warmup: Optional[
             run.findings += found
         done(name)
     run.reset()
-    stage_recipe(run, batch, lr, warmup, steps, memory_budget, accumulation_steps, seed)
+    stage_recipe(run, batch, lr, warmup, run_steps, memory_budget, accumulation_steps, seed)
     done("recipe")
 
 
-def _result(run: _Run, seconds: float, settings: dict[str, Any]) -> DoctorResult:
+def _result(run: _Run, seconds: float, settings: DoctorSettings) -> DoctorResult:
     """The result, with the gradient ratios and the tiny-batch curve lifted out of their findings' evidence."""
     grad_norms: dict[str, float] = {}
     losses: list[float] = []

@@ -11,12 +11,11 @@ This module imports nothing heavy: the CLI reads it to build its parser.
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from collections.abc import Iterator
 from typing import Any, ClassVar, Optional
 
-from tunekit.errors import UsageError, check_int
+from tunekit.errors import UsageError, check_int, check_number
 from tunekit.hpsearch.budget import parse_duration
 from tunekit.hpsearch.resilient import STORAGE_RETRY
 
@@ -60,8 +59,7 @@ def cli_fields(concept: str) -> Iterator[tuple[type, dataclasses.Field[Any]]]:
 
 def _number(owner: str, name: str, value: Any, *, minimum: float = 0.0, example: Any = 1) -> None:
     """A finite number >= ``minimum`` (never a bool), or one line naming the value and the fix."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < minimum:
-        raise UsageError(f"{owner}({name}=...) must be a number >= {minimum:g}, got {value!r}: pass e.g. {name}={example}")
+    check_number(f"{owner}({name}=...)", value, minimum=minimum, hint=f"pass e.g. {name}={example}")
 
 
 def _optional_int(owner: str, name: str, value: Any, minimum: int, example: int) -> None:

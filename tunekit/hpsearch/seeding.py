@@ -114,7 +114,7 @@ def run_probes(inputs: SearchInputs, settings: SearchSettings, existing: bool, s
         # probe's dearest, in samples and in time.
         repeats, skipped = noise_repeats(inputs, found.lr_find)
         found.probe = probe(task, memory_budget=settings.probes.memory_budget, throughput_points=PRICE_POINTS,
-                            max_batch=probe_cap(inputs, found.lr_find), noise_repeats=repeats, **common)
+                            batch_limit=probe_cap(inputs, found.lr_find), noise_repeats=repeats, **common)
         if skipped:
             found.note_noise_not_measured(skipped)
         found.samples += found.probe.samples

@@ -115,7 +115,7 @@ def takes_their_objects(fn: F) -> F:
         finally:
             adapted.close()
         settings = getattr(result, "settings", None)
-        if isinstance(settings, dict):
+        if settings is not None and hasattr(settings, "__setitem__"):  # a dict, or a result's settings record
             settings["from"] = {"kind": adapted.kind, "notes": list(adapted.notes)}
         return result
     return wrapper  # type: ignore[return-value]

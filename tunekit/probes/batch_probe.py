@@ -6,13 +6,9 @@
    confirm it with a real step whose peak is measured (CUDA: max_memory_allocated;
    CPU: peak resident memory, in a child process whose heap starts clean, so that the
    answer does not depend on what this process did before: :mod:`tunekit.probes.clean_heap`).
-   Off by more than 3%, the model is refitted with that point and the new largest batch confirmed again: kernel workspaces that
-   grow with the batch (RNNs, cuDNN, attention) are found where they matter. On
-   CUDA an out-of-memory error is caught by its type, memory is freed outside the
-   except block, and the next try is smaller. On the CPU the budget is checked
-   against the measurement.
-3. Measure throughput at a few batch sizes up to that one; the knee is the
-   smallest batch within 5% of the best throughput.
+   Off by more than 3%, the model is refitted with that point (kernel workspaces that grow
+   with the batch are found where they matter); a CUDA out-of-memory error tries smaller.
+3. Measure throughput up to that batch; the knee is the smallest within 5% of the best.
 4. Estimate the gradient noise scale (the critical batch size).
 5. Plan (micro-batch, accumulation) pairs for a target effective batch.
 
@@ -38,9 +34,10 @@ import torch
 from torch import nn
 
 from tunekit.inputs.data import BatchStream, Data, dataset_size
-from tunekit.errors import UsageError, check_int
+from tunekit.errors import UsageError, check_int, check_number, renamed_keywords
 from tunekit.progress import bar
 from tunekit.results import ProbeResult
+from tunekit.results.probe import BatchProbeSettings
 from tunekit.probes import clean_heap
 from tunekit.probes.memory_trace import MemoryModel, Trace, calibrate, fit_memory_model, real_step_peak, static_bytes, trace_step
 from tunekit.probes.noise_scale import noise_scale
@@ -142,6 +139,7 @@ def _free_memory(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
+@renamed_keywords(max_batch="batch_limit")
 @takes_their_objects
 def probe(
     model: nn.Module | Task, train_data: Data | None = None, loss_fn: LossFn | None = None, optimizer: Any = None,
@@ -150,41 +148,38 @@ def probe(
     device: str = "auto", precision: str | None = None, accumulation_steps: int | None = None,
     clip_grad_norm: float | None = TASK_DEFAULT,
     target_batch: int | None = None, lr: float | None = None, lr_batch: int | None = None,
-    max_batch: int | None = None, trace_sizes: tuple[int, ...] = (4, 8, 16),
+    batch_limit: int | None = None, trace_sizes: tuple[int, ...] = (4, 8, 16),
     throughput_points: int = 5, timing_steps: int = 5,
     noise_repeats: int = NOISE_REPEATS, noise_warmup: int | None = None,
     calibrate_steps: bool = True, seed: int = 0, progress: bool | None = None,
 ) -> ProbeResult:
     """Probe memory and throughput of the shared step, and the critical batch size.
 
-    ``memory_budget`` (bytes or "8GiB") defaults to the GPU's free memory, on the CPU to a
-    run's share (a quarter of RAM, or what is free if less); ``headroom``
-    of it is kept free. ``target_batch`` asks for a plan of (micro-batch,
-    accumulation) pairs for that effective batch (default: the critical batch,
-    rounded to a power of two). ``lr`` found at effective batch ``lr_batch`` is
-    rescaled to the target by the linear and square-root rules. ``accumulation_steps``,
-    ``clip_grad_norm`` and ``precision`` default to a Task's recipe (its ``defaults``), as
-    :func:`tunekit.train` resolves them (no accumulation, clipping at 1.0, else).
+    ``accumulation_steps``, ``clip_grad_norm`` and ``precision`` default to a Task's recipe (its
+    ``defaults``), as :func:`tunekit.train` resolves them.
 
-    The noise scale is measured after ``noise_warmup`` updates (default 50 for a
-    Task's fresh model, 0 for a model in hand), at ``lr`` or the task's default LR;
-    those updates are undone with everything else.
-
-    With ``calibrate_steps`` (default), the real steps that confirm the largest
-    batch are measured, and where one is more than 3% off the prediction the
-    memory model is refitted with it (adding what kernels allocate internally,
-    which no trace sees) and the new largest batch is confirmed again.
+    Args:
+        memory_budget: bytes or "8GiB"; by default the GPU's free memory, on the CPU a run's share (a quarter
+            of RAM, or what is free if less); ``headroom`` of it is kept free.
+        target_batch: plan (micro-batch, accumulation) pairs for this effective batch (default: the critical
+            batch, rounded to a power of two); ``lr`` found at effective batch ``lr_batch`` is rescaled to it
+            by the linear and square-root rules.
+        batch_limit: the largest batch tried (0.1.0's ``max_batch=``); ``ProbeResult.max_batch`` is the largest confirmed.
+        noise_warmup: updates before the noise scale is measured (default 50 for a Task's fresh model, 0 for a
+            model in hand), at ``lr`` or the task's default LR; undone with everything else.
+        calibrate_steps: measure the real steps that confirm the largest batch; one more than 3% off the
+            prediction refits the memory model (kernels' own allocations) and the new largest is confirmed again.
     """
     clip_grad_norm, accumulation_steps, precision = step_settings(model, clip_grad_norm, accumulation_steps, precision)
-    _check_args(headroom, accumulation_steps, target_batch, lr, lr_batch)
+    _check_args(headroom, accumulation_steps, target_batch, lr, lr_batch, batch_limit)
     # A fresh model of a task trains a little first; a model in hand is measured as it is.
     noise_warmup = (TASK_NOISE_WARMUP if isinstance(model, Task) else 0) if noise_warmup is None else noise_warmup
     sub = resolve_inputs("probe", model, train_data, loss_fn, optimizer, compute_loss=compute_loss,
                           precision=precision, device=device, seed=seed)
-    room = _Room.of(memory_budget, headroom, sub.device, limit=min(n_data := _dataset_size(sub.data), max_batch or n_data))
+    room = _Room.of(memory_budget, headroom, sub.device, limit=min(n_data := _dataset_size(sub.data), batch_limit or n_data))
     scaler = make_scaler(sub.precision, sub.device)  # type: ignore[arg-type]
-    settings = dict(memory_budget=memory_budget, headroom=headroom, device=str(sub.device), precision=sub.precision,
-                    accumulation_steps=accumulation_steps, clip_grad_norm=clip_grad_norm, seed=seed, task=sub.task.name)
+    settings = BatchProbeSettings(task=sub.task.name, device=str(sub.device), precision=sub.precision, seed=seed, headroom=headroom,
+                                  memory_budget=memory_budget, accumulation_steps=accumulation_steps, clip_grad_norm=clip_grad_norm, batch_limit=batch_limit)
 
     # Stages 1-4 run on the user's objects, which come back as they were however the probe ends.
     start = time.perf_counter()
@@ -233,7 +228,7 @@ class _Room:
     source: str  # where the budget came from: given, free GPU memory, available RAM
     headroom: float
     usable: int  # the budget less the headroom
-    limit: int  # the dataset's size, or max_batch
+    limit: int  # the dataset's size, or batch_limit
     enforced: Optional[int]  # a given budget, which CUDA enforces on the real steps
 
     @classmethod
@@ -277,7 +272,7 @@ def _say_cost_ahead(task: Task, predicted: int, ahead: int) -> None:
     if ahead > planned:
         warnings.warn(f"the probe will draw up to {ahead:,} samples, {ahead / planned:.1f}x the planned run "
                       f"({steps} updates at batch {batch}: {planned:,}); its batches go up to {predicted:,}: pass "
-                      f"max_batch= (e.g. {max(batch, 8 * batch):,}), throughput_points= or noise_repeats= to spend "
+                      f"batch_limit= (e.g. {max(batch, 8 * batch):,}), throughput_points= or noise_repeats= to spend "
                       "less", ProbeCostWarning, stacklevel=4)
 
 
@@ -364,9 +359,10 @@ def _plan(target: int, confirmed: int, throughput: list[dict[str, float]], mm: M
 
 
 def _check_args(headroom: float, accumulation_steps: int, target_batch: Optional[int], lr: Optional[float],
-                lr_batch: Optional[int]) -> None:
-    if not 0 <= headroom < 1:
-        raise UsageError(f"headroom must be in [0, 1), got {headroom!r}: e.g. 0.15 keeps 15% free")
+                lr_batch: Optional[int], batch_limit: Optional[int] = None) -> None:
+    check_number("headroom", headroom, minimum=0, below=1, hint="e.g. 0.15 keeps 15% free")
+    if batch_limit is not None:
+        check_int("batch_limit", batch_limit, hint="the largest batch to try: pass e.g. batch_limit=1024")
     check_int("accumulation_steps", accumulation_steps, hint="pass e.g. accumulation_steps=2")
     if target_batch is not None:
         check_int("target_batch", target_batch, hint="pass e.g. target_batch=256")
@@ -374,8 +370,8 @@ def _check_args(headroom: float, accumulation_steps: int, target_batch: Optional
         raise UsageError("give lr=... and lr_batch=... together: the LR you found and the effective batch it was found at")
     if lr_batch is not None:
         check_int("lr_batch", lr_batch, hint="the effective batch at which the LR was found")
-    if lr is not None and not (isinstance(lr, (int, float)) and lr > 0 and math.isfinite(lr)):
-        raise UsageError(f"lr must be a positive number, got {lr!r}")
+    if lr is not None:
+        check_number("lr", lr, positive=True, hint="the peak LR found at lr_batch: pass e.g. lr=3e-4")
 
 
 def budget_bytes(memory_budget: int | str | None, dev: torch.device) -> tuple[int, str]:
@@ -554,13 +550,13 @@ IN_PROCESS_CAVEAT = "it may read higher after other work in this process"
 
 
 def _far_below(mm: MemoryModel, room: _Room) -> Optional[str]:
-    """Why the real steps need no measuring, where the largest batch the data (or max_batch) allows is
+    """Why the real steps need no measuring, where the largest batch the data (or batch_limit) allows is
     traced at under 1/FAR_BELOW of the usable budget: what kernels allocate beyond the trace (up to
     4x it, an LSTM's workspace) cannot make it miss. None where the budget may bind."""
     peak = mm.peak(room.limit)
     if peak * FAR_BELOW > room.usable:
         return None
-    return (f"not measured: at batch {room.limit}, the largest the data or max_batch allows, the traced peak "
+    return (f"not measured: at batch {room.limit}, the largest the data or batch_limit allows, the traced peak "
             f"{format_bytes(peak)} is under 1/{FAR_BELOW} of the usable {format_bytes(room.usable)}")
 
 

@@ -19,8 +19,10 @@ import torch
 from torch import nn
 
 from tunekit.inputs.data import BatchStream, Data, batch_size_of, dataset_size, hold_out
-from tunekit.errors import UsageError, check_int
+from tunekit.defaults import MIN_LR_RATIO, RUN_STEPS, SCHEDULE, SWEEP_STEPS, WARMUP
+from tunekit.errors import CLIP_HINT, UsageError, check_int, check_number, renamed_keywords
 from tunekit.results import LRFindResult
+from tunekit.results.lr_find import Doubt, LRFindSettings, Refinement, RefineStage, ScoredOn
 from tunekit.training.schedule import lr_schedule, sweep_lrs
 from tunekit.progress import bar
 from tunekit.training.state import preserved, seed_everything_for
@@ -30,14 +32,11 @@ from tunekit.probes.refine_plan import DEFAULT_RUN_STEPS, REFINE_SHARE, RefinePl
 from tunekit.probes.resolve import TASK_DEFAULT, resolve_inputs, step_settings
 from tunekit.precision import Precision
 from tunekit.inputs.task import ComputeLoss, LossFn, Task
-from tunekit.training.loop import TrainConfig, evaluate
+from tunekit.training.loop import evaluate
 from tunekit.integrations.objects import takes_their_objects
 
 __all__ = ["lr_find", "LRFindResult", "TASK_DEFAULT", "optimizer_family", "SWEEP_STEPS"]
 
-# The sweep's updates: the curve, hence the rule's suggestion, depends on how fast the LR rises; the
-# doctor runs this same sweep, so that its number is lr_find's curve suggestion.
-SWEEP_STEPS = 100
 
 
 _ADAPTIVE = (torch.optim.Adam, torch.optim.AdamW, torch.optim.RMSprop, torch.optim.Adagrad, torch.optim.Adadelta,
@@ -62,32 +61,31 @@ def optimizer_family(optimizer: torch.optim.Optimizer) -> str:
     return "other"
 
 
-def _check_args(min_lr: float, max_lr: float, steps: int, mode: str, repeats: int, diverge_threshold: float,
+def _check_args(min_lr: float, max_lr: float, sweep_steps: int, mode: str, repeats: int, diverge_threshold: float,
                 batch_size: int | None, accumulation_steps: int, clip_grad_norm: float | None) -> None:
     if batch_size is not None:
         check_int("batch_size", batch_size, hint="pass e.g. batch_size=32")
     check_int("accumulation_steps", accumulation_steps, hint="pass e.g. accumulation_steps=2")
-    if clip_grad_norm is not None and not clip_grad_norm > 0:
-        raise UsageError(f"clip_grad_norm must be > 0 (or None for no clipping), got {clip_grad_norm!r}")
-    for name, v in (("min_lr", min_lr), ("max_lr", max_lr)):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v > 0 and math.isfinite(v)):
-            raise UsageError(f"{name} must be a positive number, got {v!r}: pass e.g. {name}={1e-6 if name == 'min_lr' else 10}")
+    if clip_grad_norm is not None:
+        check_number("clip_grad_norm", clip_grad_norm, positive=True, hint=CLIP_HINT)
+    check_number("min_lr", min_lr, positive=True, hint="pass e.g. min_lr=1e-6")
+    check_number("max_lr", max_lr, positive=True, hint="pass e.g. max_lr=10")
     if min_lr >= max_lr:
         raise UsageError(f"min_lr {min_lr:g} must be below max_lr {max_lr:g}: pass e.g. min_lr=1e-7 max_lr=10")
-    check_int("steps", steps, 10, hint="the curve needs points: pass e.g. steps=100")
+    check_int("sweep_steps", sweep_steps, 10, hint=f"the curve needs points: pass e.g. sweep_steps={SWEEP_STEPS}")
     if mode not in ("exp", "linear"):
         raise UsageError(f"mode {mode!r} is unknown: use exp (the default) or linear")
     check_int("repeats", repeats, hint="pass e.g. repeats=3")
-    if not diverge_threshold > 1:
-        raise UsageError(f"diverge_threshold must be > 1 (a multiple of the best loss), got {diverge_threshold!r}")
+    check_number("diverge_threshold", diverge_threshold, above=1, hint="a multiple of the best loss: pass e.g. diverge_threshold=4")
 
 
+@renamed_keywords(steps="sweep_steps")
 @takes_their_objects
 def lr_find(
     model: nn.Module | Task, train_data: Data | None = None, loss_fn: LossFn | None = None, optimizer: Any = None,
     *, compute_loss: ComputeLoss | None = None,
     val_data: Data | None = None, loss_on: Literal["train", "val"] = "train", val_batches: int = 4,
-    min_lr: float = 1e-7, max_lr: float = 10.0, steps: int = SWEEP_STEPS, mode: Literal["exp", "linear"] = "exp",
+    min_lr: float = 1e-7, max_lr: float = 10.0, sweep_steps: int = SWEEP_STEPS, mode: Literal["exp", "linear"] = "exp",
     batch_size: int | None = None, accumulation_steps: int | None = None, precision: Precision | None = None,
     clip_grad_norm: float | None = TASK_DEFAULT, device: str = "auto", seed: int = 0,
     repeats: int = 1, diverge_threshold: float = 4.0,
@@ -95,52 +93,38 @@ def lr_find(
     refine_steps: int | None = None, refine_seeds: int | None = None, hold_out_share: float | None = None,
     scaler: torch.amp.GradScaler | None = None, progress: bool | None = None,
 ) -> LRFindResult:
-    """Run an LR range test and suggest a peak LR for a warmup + cosine run.
+    """Run an LR range test and suggest a peak LR for a warmup + cosine run of ``run_steps`` updates.
 
-    The LR rises from ``min_lr`` to ``max_lr`` over ``steps`` optimizer updates
-    (exponentially, or linearly with ``mode="linear"``), one update per
-    ``accumulation_steps`` micro-batches, a step that the fp16 scaler skips not
-    counted. The test stops when the loss is non-finite or exceeds
-    ``diverge_threshold`` times its best (smoothed) value.
+    The LR rises over ``sweep_steps`` optimizer updates of the step training runs (its clipping,
+    accumulation and precision: the task's recipe, else :mod:`tunekit.defaults`); then, with ``refine``,
+    short real runs around the curve's suggestion check it, costing at most ``refine_share`` of the
+    planned run (the curve alone can be off by 25x: benchmarks/lr_rules.py). A model in hand, its
+    optimizer, the scaler and the RNG states are restored bitwise when the test ends, also on an
+    exception or Ctrl-C. ``samples`` counts every training sample drawn.
 
-    ``model`` is a :class:`Task` (a fresh model is built and tested) or a model
-    in hand. A model in hand, its optimizer (an instance, whose state is kept,
-    or a factory; AdamW by default), the scaler and the RNG states are restored
-    bitwise when the test ends, also on an exception or Ctrl-C.
-
-    The sweep runs the step that training runs: ``clip_grad_norm``,
-    ``accumulation_steps`` and ``precision`` default to the task's (its
-    ``defaults``, else clipping at 1.0, no accumulation and the task's
-    precision), as :func:`tunekit.train` resolves them; ``clip_grad_norm=None``
-    disables clipping. A model in hand is clipped at 1.0 unless told otherwise.
-    An unclipped sweep "diverges" well below what a clipped run takes.
-
-    With ``loss_on="val"``, each point is the loss on the first ``val_batches``
-    batches of ``val_data`` (a fixed subset) instead of the training loss.
-
-    The suggestion is for a run of ``run_steps`` updates (default: a Task's
-    ``defaults["max_steps"]``, else ``train``'s 200; a model in hand 10,000).
-
-    ``refine`` (the default) then checks the curve's suggestion with short real
-    warmup + cosine runs costing at most ``refine_share`` (5%) of the planned
-    run's updates, the sweep aside: up to 7 LRs at each of two lengths, H and
-    2H, H as long as the share allows and at least 15 updates (else the curve's
-    suggestion stands alone, and the result says why). ``refine_steps`` /
-    ``refine_seeds`` fix one length instead, whatever it costs. The LRs lie at
-    half decades around the curve's suggestion (below its blow-up when the
-    curve is not to be trusted), extended until a worse run lies on each side of
-    the best, plus one a quarter decade from the best; each length's best is the
-    parabola's vertex there, and how it moves from H to 2H carries it to
-    ``run_steps`` (:func:`~tunekit.probes.refine_plan.from_two_lengths`).
-    Each run is scored on a fixed subset (at most 2048 samples) of ``val_data``,
-    else of the training data (with ``hold_out_share``, a share of it held out
-    of the run). The curve alone puts the best peak LR anywhere from 0.2x to
-    25x its minimum (benchmarks/lr_rules.py). ``samples`` counts every training
-    sample drawn; ``refinement`` holds the runs and their cost beside the run's.
+    Args:
+        model: a :class:`Task` (a fresh model is built) or a model in hand with ``train_data``, ``loss_fn``
+            (or ``compute_loss``) and ``optimizer`` (an instance, whose state is kept, or a factory; AdamW by default).
+        min_lr, max_lr, sweep_steps, mode: the sweep, exponential (or ``"linear"``) over ``sweep_steps`` updates
+            (0.1.0's ``steps=``); a step the fp16 scaler skips is not counted.
+        diverge_threshold: the sweep stops when the loss is non-finite or exceeds this many times its best.
+        clip_grad_norm: None disables clipping (a model in hand is clipped at the default unless told):
+            an unclipped sweep "diverges" well below what a clipped run takes.
+        loss_on, val_batches: with ``"val"``, each point is the loss on the first ``val_batches`` batches of ``val_data``.
+        run_steps: the planned run's updates (default: a Task's ``defaults["max_steps"]``, else ``train``'s;
+            a model in hand :data:`tunekit.defaults.RUN_STEPS_IN_HAND`).
+        refine, refine_share: short warmup + cosine runs at two lengths, H and 2H (H as long as the share
+            allows, at least 15 updates, else the curve's suggestion stands alone and the result says why), up to
+            7 LRs each at half decades around the curve's suggestion, until a worse run lies on each side of the
+            best; each length's best is a parabola's vertex, carried to ``run_steps`` by how it moved from H to 2H
+            (:func:`~tunekit.probes.refine_plan.from_two_lengths`).
+        refine_steps, refine_seeds: one length and seeds per LR instead, whatever it costs.
+        hold_out_share: without ``val_data``, score each run on this share of the training data held out of it
+            (else on at most 2048 training samples it trained on).
     """
     # The step's settings resolved as train resolves them, and every value checked before any work.
     clip_grad_norm, accumulation_steps, precision = step_settings(model, clip_grad_norm, accumulation_steps, precision)
-    _check_args(min_lr, max_lr, steps, mode, repeats, diverge_threshold, batch_size, accumulation_steps, clip_grad_norm)
+    _check_args(min_lr, max_lr, sweep_steps, mode, repeats, diverge_threshold, batch_size, accumulation_steps, clip_grad_norm)
     _check_refine(run_steps, refine_share, refine_steps, refine_seeds, hold_out_share)
     run_steps, run_from = planned_run(model, run_steps)
     plan = plan_refinement(run_steps, refine_share, REFINE_RUNS, refine_steps, refine_seeds) if refine else None
@@ -152,20 +136,20 @@ def lr_find(
     setup = _Setup(model, sub.model, sub.optimizer, sub.compute, sub.data, sub.val_data, sub.device, sub.precision,
                    sub.batch_size, accumulation_steps, clip_grad_norm,
                    scaler if scaler is not None else make_scaler(sub.precision, sub.device), seed, diverge_threshold)
-    settings = _settings(setup, sub.task.name, min_lr=min_lr, max_lr=max_lr, steps=steps, mode=mode, repeats=repeats,
+    settings = _settings(setup, sub.task.name, min_lr=min_lr, max_lr=max_lr, sweep_steps=sweep_steps, mode=mode, repeats=repeats,
                          loss_on=loss_on, plan=plan)
     _say_family(settings)
-    settings.update(run_steps=run_steps, run_steps_from=run_from, refine_share=refine_share,
-                    refine_plan=plan.why if plan is not None else None, run_schedule=_schedule_words(model))
+    settings.run_steps, settings.run_steps_from, settings.refine_share = run_steps, run_from, refine_share
+    settings.refine_plan, settings.run_schedule = plan.why if plan is not None else None, _schedule_words(model)
 
     start = time.perf_counter()
-    result = _test_and_refine(setup, settings, sweep_lrs(min_lr, max_lr, steps, mode), repeats,
+    result = _test_and_refine(setup, settings, sweep_lrs(min_lr, max_lr, sweep_steps, mode), repeats,
                               val_batches if loss_on == "val" else None, plan, hold_out_share, progress)
     result.seconds = time.perf_counter() - start
     return result
 
 
-def _test_and_refine(setup: _Setup, settings: dict[str, Any], lrs: np.ndarray, repeats: int, val_batches: int | None,
+def _test_and_refine(setup: _Setup, settings: LRFindSettings, lrs: np.ndarray, repeats: int, val_batches: int | None,
                      plan: RefinePlan | None, hold_out_share: float | None, progress: bool | None) -> LRFindResult:
     """The sweeps, their curve's suggestion, then the short runs the plan buys, all from the user's objects
     as they were (put back at the end, also on an exception)."""
@@ -177,15 +161,15 @@ def _test_and_refine(setup: _Setup, settings: dict[str, Any], lrs: np.ndarray, r
         result = _result(runs, settings, 0.0)
         # Then short real runs around the curve's suggestion: the curve alone can be off by 25x.
         if plan is not None and plan.refines:
-            short_run, result.settings["refine_scored_on"] = _short_runner(setup, initial, plan.steps, plan.seeds,
-                                                                           steps_bar, hold_out_share)
+            short_run, scored_on = _short_runner(setup, initial, plan.steps, plan.seeds, steps_bar, hold_out_share)
+            result.settings.refine_scored_on = scored_on[1]
             longer_run = (_short_runner(setup, initial, plan.long_steps, plan.seeds, steps_bar, hold_out_share)[0]
                           if plan.long_steps else None)
-            _refine(result, short_run, longer_run)
-            _carry_to_run(result, plan, settings["run_steps"], _samples_per_update(setup, runs))
+            _refine(result, short_run, longer_run, scored_on[0])
+            _carry_to_run(result, plan, int(settings.run_steps or 0), _samples_per_update(setup, runs))
         elif plan is not None:
-            result.settings["not_refined"] = plan.why
-    result.settings["run_samples"] = int(round(_samples_per_update(setup, runs) * settings["run_steps"]))
+            result.settings.not_refined = plan.why
+    result.settings.run_samples = int(round(_samples_per_update(setup, runs) * int(settings.run_steps or 0)))
     return result
 
 
@@ -225,16 +209,13 @@ def _check_refine(run_steps: int | None, share: float, refine_steps: int | None,
                   hold_out_share: float | None) -> None:
     if run_steps is not None:
         check_int("run_steps", run_steps, hint="the updates of the run you plan: pass e.g. run_steps=10000")
-    if isinstance(share, bool) or not isinstance(share, (int, float)) or not (share > 0 and math.isfinite(share)):
-        raise UsageError(f"refine_share must be a positive fraction of the planned run, got {share!r}: "
-                         "pass e.g. refine_share=0.05")
+    check_number("refine_share", share, positive=True, hint="a share of the planned run: pass e.g. refine_share=0.05")
     if refine_steps is not None:
         check_int("refine_steps", refine_steps, 10, hint="a short run needs updates: pass e.g. refine_steps=100")
     if refine_seeds is not None:
         check_int("refine_seeds", refine_seeds, hint="pass e.g. refine_seeds=2")
-    if hold_out_share is not None and not 0 < hold_out_share < 1:
-        raise UsageError(f"hold_out_share must be a fraction in (0, 1), got {hold_out_share!r}: "
-                         "pass e.g. hold_out_share=0.2")
+    if hold_out_share is not None:
+        check_number("hold_out_share", hold_out_share, above=0, below=1, hint="a fraction: pass e.g. hold_out_share=0.2")
 
 
 def planned_run(model: Any, run_steps: int | None) -> tuple[int, str]:
@@ -244,7 +225,7 @@ def planned_run(model: Any, run_steps: int | None) -> tuple[int, str]:
         return int(run_steps), "given"
     if isinstance(model, Task):
         steps = model.defaults.get("max_steps")
-        return (int(steps), "the task's recipe") if steps else (TrainConfig().max_steps, "train's default")
+        return (int(steps), "the task's recipe") if steps else (RUN_STEPS, "train's default")
     return DEFAULT_RUN_STEPS, "the default for a model in hand"
 
 
@@ -255,10 +236,10 @@ def _check_loss_on(loss_on: str, val_data: Data | None) -> None:
         raise UsageError("loss_on='val' needs validation data: pass val_data=... (or give the task val_data)")
 
 
-def _settings(setup: _Setup, task: str, *, min_lr: float, max_lr: float, steps: int, mode: str, repeats: int,
-              loss_on: str, plan: RefinePlan | None) -> dict[str, Any]:
+def _settings(setup: _Setup, task: str, *, min_lr: float, max_lr: float, sweep_steps: int, mode: str, repeats: int,
+              loss_on: str, plan: RefinePlan | None) -> LRFindSettings:
     """The settings the result records, as resolved (the task's defaults and the device filled in)."""
-    return dict(min_lr=min_lr, max_lr=max_lr, steps=steps, mode=mode, batch_size=setup.batch_size,
+    return LRFindSettings(min_lr=min_lr, max_lr=max_lr, sweep_steps=sweep_steps, mode=mode, batch_size=setup.batch_size,
                 accumulation_steps=setup.accumulation_steps, precision=setup.precision,
                 clip_grad_norm=setup.clip_grad_norm, device=str(setup.device), seed=setup.seed, repeats=repeats,
                 diverge_threshold=setup.threshold, loss_on=loss_on, task=task,
@@ -294,15 +275,14 @@ REFINE_EVAL_SAMPLES = 2048  # each run's score: its loss on at most this many sa
 def _schedule_of(model: Any) -> tuple[Any, str, float]:
     """(warmup, decay, min_lr_ratio) of the runs the suggestion is for: the task's, else train's defaults."""
     defaults = model.defaults if isinstance(model, Task) else {}
-    cfg = TrainConfig()
-    return (defaults.get("warmup", cfg.warmup), defaults.get("schedule", cfg.schedule),
-            defaults.get("min_lr_ratio", cfg.min_lr_ratio))
+    return (defaults.get("warmup", WARMUP), defaults.get("schedule", SCHEDULE),
+            defaults.get("min_lr_ratio", MIN_LR_RATIO))
 
 
-def _say_family(settings: dict[str, Any]) -> None:
+def _say_family(settings: LRFindSettings) -> None:
     """An optimizer the rules do not know (they know SGD-like and Adam-like ones): said, not guessed silently."""
-    if settings["family"] == "other":
-        warnings.warn(f"the optimizer {settings['optimizer']} is neither SGD-like nor Adam-like to the LR rules: the "
+    if settings.family == "other":
+        warnings.warn(f"the optimizer {settings.optimizer} is neither SGD-like nor Adam-like to the LR rules: the "
                       "curve's suggestion is the middle of their two; the short runs (refine=True) check it", stacklevel=3)
 
 
@@ -313,7 +293,7 @@ def _schedule_words(model: Any) -> str:
     return f"warmup + {words}" if warmup else words
 
 
-def _scoring_split(setup: _Setup, seed: int, share: float | None) -> tuple[Data, Data, str]:
+def _scoring_split(setup: _Setup, seed: int, share: float | None) -> tuple[Data, Data, ScoredOn, str]:
     """(what a short run of data order ``seed`` trains on, what scores it, said in words): the validation
     data; else, with ``share``, a slice of the training data drawn by ``seed`` that the run never trains on
     (each seed holds out another, so the runs' mean is scored on more than one slice holds); else the
@@ -321,18 +301,18 @@ def _scoring_split(setup: _Setup, seed: int, share: float | None) -> tuple[Data,
     benchmarks/lr_small_data.py a held-out fifth raised the mean regret from 8% to 14% (its slices are
     small and noisy, and the runs train on less), so holding out is the caller's choice."""
     if setup.val_data is not None:
-        return setup.data, setup.val_data, "the validation data"
+        return setup.data, setup.val_data, ScoredOn.VAL, "the validation data"
     split = hold_out(setup.data, share, REFINE_EVAL_SAMPLES, seed) if share else None
     if split is None:  # not asked for; or an iterable dataset, a single batch: nothing fixed to hold out
-        return setup.data, setup.data, "the training data it trains on (no val_data given)"
+        return setup.data, setup.data, ScoredOn.TRAIN, "the training data it trains on (no val_data given)"
     held = dataset_size(split[1])
-    return split[0], split[1], (f"{held} held-out training samples" if held is not None
-                                else f"{len(split[1])} held-out training batches")
+    return split[0], split[1], ScoredOn.HELD_OUT, (f"{held} held-out training samples" if held is not None
+                                                   else f"{len(split[1])} held-out training batches")
 
 
 def _short_runner(setup: _Setup, initial: Any, refine_steps: int, seeds: int, steps_bar: Any,
-                  hold_out_share: float | None = None) -> tuple[Callable[[float], tuple[float, int]], str]:
-    """(``short_run(lr)``, what scores it): ``seeds`` short runs from the user's objects as they were (data
+                  hold_out_share: float | None = None) -> tuple[Callable[[float], tuple[float, int]], tuple[ScoredOn, str]]:
+    """(``short_run(lr)``, what scores it, and in words): ``seeds`` short runs from the user's objects as they were (data
     orders seed, seed + 1, ...: the same for every LR), their mean score on a fixed subset of the validation
     data (else of a held-out slice of the training data, one per seed: :func:`_scoring_split`): forward
     passes worth at most a quarter of a run's training samples (about 8% of its compute), 2048 at most."""
@@ -346,7 +326,7 @@ def _short_runner(setup: _Setup, initial: Any, refine_steps: int, seeds: int, st
     def one(lr: float, s: int) -> tuple[float, int]:
         initial.restore()  # every run starts where the user's objects were
         seed_everything_for(s, setup.device)
-        train_on, score_on, _ = splits[s]
+        train_on, score_on = splits[s][:2]
         return _short_run(setup.make_step(), BatchStream(train_on, batch_size, seed=s),
                           lr_schedule(refine_steps, lr, *schedule), setup.threshold, steps_bar,
                           lambda: setup.mean_loss(score_on, eval_batches))
@@ -355,9 +335,9 @@ def _short_runner(setup: _Setup, initial: Any, refine_steps: int, seeds: int, st
         runs = [one(lr, setup.seed + k) for k in range(seeds)]
         return float(np.mean([v for v, _ in runs])), sum(n for _, n in runs)
 
-    scored_on = splits[setup.seed][2]
-    return short_run, scored_on + (f" (another slice for each of the {seeds} seeds)"
-                                   if seeds > 1 and "held-out" in scored_on else "")
+    kind, words = splits[setup.seed][2:]
+    return short_run, (kind, words + (f" (another slice for each of the {seeds} seeds)"
+                                      if seeds > 1 and kind is ScoredOn.HELD_OUT else ""))
 
 
 def _blown_up(losses: list[float], best: float, threshold: float) -> tuple[bool, float]:
@@ -389,7 +369,7 @@ def _short_run(step: TrainStep, batches: BatchStream, lrs: np.ndarray, threshold
     return (value if math.isfinite(value) else math.inf), samples
 
 
-def _bracket(start: float, short_run: Callable[[float], tuple[float, int]]) -> dict[str, Any]:
+def _bracket(start: float, short_run: Callable[[float], tuple[float, int]]) -> RefineStage:
     """Short runs at half decades around ``start``, extended until a worse run lies on each side of the
     best, then one a quarter decade from the best: their LRs, scores, samples, whether the best was
     bracketed, and ``best_lr``, the vertex of the parabola through the best and its neighbours (None
@@ -425,37 +405,32 @@ def _bracket(start: float, short_run: Callable[[float], tuple[float, int]]) -> d
     xs = sorted(scores)
     ys = [scores[x] for x in xs]
     best = float(10 ** bracket_minimum(xs, ys)) if math.isfinite(min(ys)) else None
-    return {"lrs": [float(10 ** x) for x in xs], "scores": ys, "samples": samples, "bracketed": bracketed,
-            "best_lr": best}
+    return RefineStage(lrs=[float(10 ** x) for x in xs], scores=ys, samples=samples, bracketed=bracketed, best_lr=best)
 
 
 def _refine(result: LRFindResult, short_run: Callable[[float], tuple[float, int]],
-            longer_run: Callable[[float], tuple[float, int]] | None = None) -> None:
+            longer_run: Callable[[float], tuple[float, int]] | None = None, scored_on: ScoredOn | None = None) -> None:
     """Check the curve's suggestion with short real runs around it; the result takes their answer.
     With ``longer_run`` (runs twice as long), a second bracket around the first one's best: the
     refinement's ``lrs``/``scores`` are then the longer runs', ``stages`` holds both."""
     start = refine_start(result)
     if start is None:
-        result.reasons.append("no suggestion to refine: the curve has neither a minimum nor a blow-up")
+        result.doubt(Doubt.NOT_REFINED, "no suggestion to refine: the curve has neither a minimum nor a blow-up")
         return
     stages = [_bracket(start, short_run)]
-    if longer_run is not None and stages[0]["best_lr"] is not None:
-        stages.append(_bracket(stages[0]["best_lr"], longer_run))
-    last = stages[-1]
-    result.refinement = {"start": start, **last, "samples": sum(st["samples"] for st in stages),
-                         "bracketed": all(st["bracketed"] for st in stages), "curve_suggestion": result.suggestion}
-    if len(stages) > 1:
-        result.refinement["stages"] = stages
-    result.samples += result.refinement["samples"]
-    if last["best_lr"] is None:
-        result.confident = False
-        result.reasons.append("every short run of the refinement diverged: the curve's suggestion is kept")
+    if longer_run is not None and stages[0].best_lr is not None:
+        stages.append(_bracket(stages[0].best_lr, longer_run))
+    ref = result.refinement = Refinement(start=start, stages=stages, samples=sum(st.samples for st in stages),
+                                         bracketed=all(st.bracketed for st in stages),
+                                         curve_suggestion=result.suggestion, scored_on=scored_on)
+    result.samples += ref.samples
+    if ref.best_lr is None:
+        result.doubt(Doubt.REFINE_DIVERGED, "every short run of the refinement diverged: the curve's suggestion is kept")
         return
-    result.suggestion = last["best_lr"]
-    if not result.refinement["bracketed"]:
-        result.confident = False
-        result.reasons.append("the short runs' best is at the edge of the LRs they tried: the suggestion may lie "
-                              "beyond it (widen the sweep)")
+    result.suggestion = ref.best_lr
+    if not ref.bracketed:
+        result.doubt(Doubt.AT_EDGE, "the short runs' best is at the edge of the LRs they tried: the suggestion may "
+                     "lie beyond it (widen the sweep)")
 
 
 def _samples_per_update(setup: _Setup, runs: list[dict[str, Any]]) -> float:
@@ -471,12 +446,12 @@ def _carry_to_run(result: LRFindResult, plan: RefinePlan, run_steps: int, per_up
     ref = result.refinement
     if ref is None:
         return
-    stages = ref.get("stages") or [ref]
-    updates = sum(len(st["lrs"]) * n for st, n in zip(stages, plan.lengths)) * plan.seeds  # as planned
-    ref.update(at_steps=plan.lengths[len(stages) - 1], seeds=plan.seeds, updates=updates, run_steps=run_steps,
-               run_samples=int(round(per_update * run_steps)), share=ref["samples"] / (per_update * run_steps))
-    if len(stages) > 1 and ref["best_lr"] is not None:  # the second length ran from the first one's best
-        result.suggestion = from_two_lengths(stages[0]["best_lr"], ref["best_lr"], plan.steps, run_steps)
+    stages = ref.stages
+    ref.updates = sum(len(st.lrs) * n for st, n in zip(stages, plan.lengths)) * plan.seeds  # as planned
+    ref.at_steps, ref.seeds, ref.run_steps = plan.lengths[len(stages) - 1], plan.seeds, run_steps
+    ref.run_samples, ref.share = int(round(per_update * run_steps)), ref.samples / (per_update * run_steps)
+    if len(stages) > 1 and stages[0].best_lr is not None and ref.best_lr is not None:  # the second ran from the first's best
+        result.suggestion = from_two_lengths(stages[0].best_lr, ref.best_lr, plan.steps, run_steps)
 
 
 def refine_start(result: LRFindResult) -> float | None:
@@ -484,7 +459,7 @@ def refine_start(result: LRFindResult) -> float | None:
     below the point where the sweep came apart (a flat, noisy curve's minimum wanders over decades)."""
     if result.confident and result.suggestion is not None:
         return result.suggestion
-    c = prepare(result.lrs, result.losses, family=result.settings.get("family"))
+    c = prepare(result.lrs, result.losses, family=result.settings.family)
     up = blowup(c)
     if up is not None:
         return float(up / 10 ** 0.5)
@@ -528,14 +503,17 @@ def _suggest(lrs: list[float], losses: list[float], family: str | None = None) -
     return suggestions, curve, assess(curve)
 
 
-def _result(runs: list[dict[str, Any]], settings: dict[str, Any], seconds: float) -> LRFindResult:
+def _result(runs: list[dict[str, Any]], settings: LRFindSettings, seconds: float) -> LRFindResult:
+    """The curve's result: the first sweep's curve, each rule's suggestion (the median over repeats), and
+    how far to trust it (the curve's assessment; a spread over a decade between repeats is a doubt)."""
     per_run = []
     for run in runs:
-        sugg, curve, a = _suggest(run["lrs"], run["losses"], settings.get("family"))
+        sugg, curve, a = _suggest(run["lrs"], run["losses"], settings.family)
         per_run.append((run, sugg, curve, a))
     run0, sugg0, curve0, a0 = per_run[0]
     suggestions = dict(sugg0)
     reasons = list(a0.reasons)
+    doubts = [Doubt.CURVE] * len(reasons)
     confidence, confident = a0.confidence, a0.confident
     lr_range = None
     suggestion = suggestions.get(DEFAULT_RULE)
@@ -550,12 +528,14 @@ def _result(runs: list[dict[str, Any]], settings: dict[str, Any], seconds: float
             lr_range = (float(min(defaults)), float(max(defaults)))
             spread = math.log10(lr_range[1] / lr_range[0])
             if spread > 1.0:
+                doubts.append(Doubt.SPREAD)
                 reasons.append(f"the suggestion spans {spread:.1f} decades over {len(runs)} repeats")
         confidence = float(np.median([a.confidence for *_, a in per_run]))
-        confident = sum(a.confident for *_, a in per_run) > len(runs) / 2 and not any("decades" in r for r in reasons)
+        confident = sum(a.confident for *_, a in per_run) > len(runs) / 2 and Doubt.SPREAD not in doubts
     if suggestion is None:
         confident = False
         if not reasons:
+            doubts.append(Doubt.NO_SUGGESTION)
             reasons.append("no descending stretch in the curve")
     return LRFindResult(
         lrs=list(run0["lrs"]),
@@ -576,5 +556,6 @@ def _result(runs: list[dict[str, Any]], settings: dict[str, Any], seconds: float
         repeats=[{"lrs": c.lrs.tolist(), "smoothed": c.smooth.tolist(), "suggestions": s, "skipped": run["skipped"]}
                  for run, s, c, _ in per_run] if len(runs) > 1 else [],
         lr_range=lr_range,
+        doubts=doubts,
     )
 

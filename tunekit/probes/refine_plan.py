@@ -13,12 +13,14 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
+from tunekit.defaults import RUN_STEPS_IN_HAND
+
 __all__ = ["RefinePlan", "plan_refinement", "from_two_lengths", "DEFAULT_RUN_STEPS", "REFINE_SHARE", "TWO_LENGTHS_FROM",
            "SATURATION", "MOST_CARRIED"]
 
 # A model in hand comes with no recipe: its planned run, when the caller does not say, is one of
-# a typical real length (a Task's recipe, or train's default, gives a Task's).
-DEFAULT_RUN_STEPS = 10_000
+# a typical real length (a Task's recipe, or train's default, gives a Task's): tunekit.defaults says it.
+DEFAULT_RUN_STEPS = RUN_STEPS_IN_HAND
 # The refinement's cost as a share of the planned run's updates (the range test's sweep aside).
 REFINE_SHARE = 0.05
 # Runs at two lengths, H and 2H, from this H: how the best LR moves from H to 2H says where it settles.

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from tunekit.inputs.data import Data
+from tunekit.defaults import ACCUMULATION_STEPS, CLIP_GRAD_NORM
 from tunekit.errors import UsageError, check_int
 from tunekit.training.step import resolve_device
 from tunekit.precision import Precision, check_precision
@@ -30,9 +31,9 @@ class _TaskDefault:
         return "TASK_DEFAULT"
 
 
-#: ``clip_grad_norm``'s default: the task's ``defaults["clip_grad_norm"]``, else 1.0, as ``train`` resolves it.
+#: ``clip_grad_norm``'s default: the task's ``defaults["clip_grad_norm"]``, else ``defaults.CLIP_GRAD_NORM``,
+#: as ``train`` resolves it.
 TASK_DEFAULT: Any = _TaskDefault()
-_TRAIN_CLIP = 1.0  # TrainConfig.clip_grad_norm's default
 
 
 def step_settings(model: Any, clip_grad_norm: Any, accumulation_steps: int | None,
@@ -41,9 +42,9 @@ def step_settings(model: Any, clip_grad_norm: Any, accumulation_steps: int | Non
     the way ``train`` resolves them, where the call leaves them unset (TASK_DEFAULT, None)."""
     defaults = model.defaults if isinstance(model, Task) else {}
     if clip_grad_norm is TASK_DEFAULT:
-        clip_grad_norm = defaults.get("clip_grad_norm", _TRAIN_CLIP)
+        clip_grad_norm = defaults.get("clip_grad_norm", CLIP_GRAD_NORM)
     if accumulation_steps is None:
-        accumulation_steps = defaults.get("accumulation_steps", 1)
+        accumulation_steps = defaults.get("accumulation_steps", ACCUMULATION_STEPS)
     if precision is None:
         precision = defaults.get("precision")  # else the task's precision (resolve_inputs)
     return clip_grad_norm, accumulation_steps, precision
@@ -135,7 +136,7 @@ def _not_a_model(what: str, obj: Any) -> str:
             f"datamodule, trainer), got a {kind.__name__}")
 
 
-def check_saved(kind: str, settings: dict[str, Any], task_name: str, precision: str, device: str) -> None:
+def check_saved(kind: str, settings: Any, task_name: str, precision: str, device: str) -> None:
     """A saved range test or probe must be of this task, precision and device: refuse it otherwise."""
     want = {"task": task_name, "precision": precision, "device": str(resolve_device(device))}
     for key, value in want.items():

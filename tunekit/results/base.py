@@ -7,14 +7,76 @@ import dataclasses
 import html
 import json
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Optional, TypeVar
 
 from tunekit.errors import UsageError
 from tunekit.files import write_file
 
-__all__ = ["Result", "write_file"]
+__all__ = ["Result", "Record", "write_file"]
 
 R = TypeVar("R", bound="Result")
+T = TypeVar("T", bound="Record")
+
+
+class Record:
+    """Mixin for a result's typed parts (its settings, an lr_find refinement): built from a saved dict
+    (:meth:`of`: old keys renamed by ``_renamed``, unknown ones kept in ``extra`` where the record has it),
+    and read by key as the dicts they replace were (``r.settings["run_steps"]``), for one release."""
+
+    _renamed: ClassVar[dict[str, str]] = {}  # a saved key's old name -> the attribute
+
+    @classmethod
+    def of(cls: type[T], saved: Any) -> Optional[T]:
+        """The record from itself, a saved dict, or None (None stays None)."""
+        if saved is None or isinstance(saved, cls):
+            return saved
+        known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        values: dict[str, Any] = {}
+        extra: dict[str, Any] = {}
+        for key, value in dict(saved).items():
+            name = cls._renamed.get(key, key)
+            if name in known:
+                values[name] = value
+            else:
+                extra[key] = value
+        if "extra" in known:
+            values["extra"] = {**values.get("extra", {}), **extra}
+        return cls(**values)
+
+    def _name(self, key: str) -> str:
+        name = self._renamed.get(key, key)
+        if name in {f.name for f in dataclasses.fields(self)} or isinstance(getattr(type(self), name, None), property):  # type: ignore[arg-type]
+            return name
+        return ""
+
+    def __getitem__(self, key: str) -> Any:
+        name = self._name(key)
+        if name:
+            return getattr(self, name)
+        extra = getattr(self, "extra", None)
+        if isinstance(extra, dict) and key in extra:
+            return extra[key]
+        raise KeyError(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """``self[key]``, else ``default``: as ``dict.get`` read the dict this record replaces."""
+        try:
+            value = self[key]
+        except KeyError:
+            return default
+        return default if value is None else value
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self.get(key) is not None
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        name = self._name(key)
+        if name:
+            setattr(self, name, value)
+        elif isinstance(getattr(self, "extra", None), dict):
+            self.extra[key] = value  # type: ignore[attr-defined]
+        else:
+            raise KeyError(key)
 
 
 class Result:

@@ -8,14 +8,37 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, Optional
+from typing import Any, ClassVar, Literal, Optional, Union
 
 import numpy as np
 
 from tunekit.errors import UsageError
-from tunekit.results.base import Result
+from tunekit.results.base import Record, Result
 
-__all__ = ["Finding", "DoctorResult", "STATUSES"]
+__all__ = ["Finding", "DoctorResult", "DoctorSettings", "STATUSES"]
+
+
+@dataclass
+class DoctorSettings(Record):
+    """What one ``doctor`` checked: the run it was told of (``lr``, ``warmup``, ``run_steps``), the step's
+    settings as resolved, and where the objects came from. A 0.1.0 file's ``steps`` is ``run_steps``."""
+
+    _renamed: ClassVar[dict[str, str]] = {"steps": "run_steps", "from": "adapted_from"}
+
+    lr: Optional[float] = None
+    warmup: Optional[Union[int, float]] = None
+    run_steps: Optional[int] = None
+    batch_size: Optional[int] = None
+    accumulation_steps: Optional[int] = None
+    clip_grad_norm: Optional[float] = None
+    precision: Optional[str] = None
+    device: Optional[str] = None
+    seed: Optional[int] = None
+    memory_budget: Optional[Union[int, str]] = None
+    anomaly: bool = False
+    overfit_floor: Optional[float] = None
+    adapted_from: Optional[dict[str, Any]] = None
+    extra: dict[str, Any] = field(default_factory=dict)  # keys this version does not know, kept as saved
 
 Status = Literal["pass", "warn", "fail", "info"]
 STATUSES: tuple[str, ...] = ("fail", "warn", "pass", "info")  # the order the report shows them in
@@ -57,7 +80,10 @@ class DoctorResult(Result):
     overfit_losses: list[float] = field(default_factory=list)
     overfit_target: Optional[float] = None
     seconds: float = 0.0
-    settings: dict[str, Any] = field(default_factory=dict)
+    settings: DoctorSettings = field(default_factory=DoctorSettings)
+
+    def __post_init__(self) -> None:  # a dict given (by hand, or from a 0.1.0 file) becomes its record
+        self.settings = DoctorSettings.of(self.settings or {})  # type: ignore[assignment]
 
     @classmethod
     def build(cls, findings: list[Finding], **kwargs: Any) -> "DoctorResult":

@@ -1,17 +1,151 @@
 """The range test's result: its curve, its suggestions and how far to trust them.
 
-No training code here (no torch): loading and plotting a saved result is quick.
+No training code here (no torch): loading and plotting a saved result is quick. The range test
+writes typed records (:class:`LRFindSettings`, :class:`Refinement` and its :class:`RefineStage`,
+:class:`ScoredOn`, :class:`Doubt`); a file saved by tunekit 0.1.0, with dicts, loads into them.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from enum import Enum
+from typing import Any, ClassVar, Optional
 
-from tunekit.results.base import Result
+from tunekit.results.base import Record, Result
 
-__all__ = ["LRFindResult"]
+__all__ = ["LRFindResult", "LRFindSettings", "Refinement", "RefineStage", "ScoredOn", "Doubt", "Confidence"]
+
+
+class ScoredOn(str, Enum):
+    """What scored the refinement's short runs: the validation data, a held-out slice of the training
+    data (another for each seed), or the training data they trained on (no val_data given)."""
+
+    VAL = "val"
+    HELD_OUT = "held_out"
+    TRAIN = "train"
+
+
+class Doubt(str, Enum):
+    """Why a suggestion is not to be trusted blindly; each comes with a reason in words."""
+
+    CURVE = "curve"  # the curve's own assessment (noisy, short, flat: lr_rules.assess)
+    SPREAD = "spread"  # the repeats' suggestions span over a decade
+    NO_SUGGESTION = "no_suggestion"  # no descending stretch: no rule found an LR
+    NOT_REFINED = "not_refined"  # nothing to refine from
+    REFINE_DIVERGED = "refine_diverged"  # every short run diverged: the curve's suggestion is kept
+    AT_EDGE = "at_edge"  # the short runs' best is at the edge of the LRs they tried
+
+
+class Confidence(str, Enum):
+    """How far to trust the suggestion: HIGH, LOW (a number, not to be trusted blindly), NONE (no number)."""
+
+    HIGH = "high"
+    LOW = "low"
+    NONE = "none"
+
+
+@dataclass
+class LRFindSettings(Record):
+    """What one ``lr_find`` ran, as resolved (the task's recipe and the device filled in), and the run
+    its suggestion is for. Every field may be None in a result built by hand or saved by an older tunekit."""
+
+    _renamed: ClassVar[dict[str, str]] = {"steps": "sweep_steps", "from": "adapted_from"}  # 0.1.0's keys
+
+    task: Optional[str] = None
+    optimizer: Optional[str] = None
+    family: Optional[str] = None  # "sgd", "adaptive" or "other": how the rules read the curve
+    device: Optional[str] = None
+    precision: Optional[str] = None
+    seed: Optional[int] = None
+    min_lr: Optional[float] = None
+    max_lr: Optional[float] = None
+    sweep_steps: Optional[int] = None
+    mode: Optional[str] = None
+    repeats: Optional[int] = None
+    diverge_threshold: Optional[float] = None
+    loss_on: Optional[str] = None
+    batch_size: Optional[int] = None
+    accumulation_steps: Optional[int] = None
+    clip_grad_norm: Optional[float] = None
+    refine: Optional[bool] = None
+    refine_steps: Optional[int] = None  # the first length of the short runs
+    refine_lengths: Optional[list[int]] = None
+    refine_seeds: Optional[int] = None
+    refine_share: Optional[float] = None
+    refine_plan: Optional[str] = None  # why the short runs are as long as they are, in words
+    refine_scored_on: Optional[str] = None  # what scored them, in words (Refinement.scored_on: which kind)
+    not_refined: Optional[str] = None  # why there were no short runs
+    run_steps: Optional[int] = None  # the planned run's updates: the suggestion is for it
+    run_steps_from: Optional[str] = None
+    run_schedule: Optional[str] = None
+    run_samples: Optional[int] = None
+    adapted_from: Optional[dict[str, Any]] = None  # a Trainer's or Lightning's objects: their kind and notes
+    extra: dict[str, Any] = field(default_factory=dict)  # keys this version does not know, kept as saved
+
+
+@dataclass
+class RefineStage(Record):
+    """The short runs at one length: their peak LRs, scores (loss after the run; inf if it diverged),
+    the samples they drew, whether a worse run lies on each side of the best, and the best LR."""
+
+    lrs: list[float] = field(default_factory=list)
+    scores: list[float] = field(default_factory=list)
+    samples: int = 0
+    bracketed: bool = False
+    best_lr: Optional[float] = None
+
+
+@dataclass
+class Refinement(Record):
+    """The short runs that checked the curve's suggestion: where they started, each length's stage,
+    where they were scored, and their cost beside the planned run's (set once carried to it)."""
+
+    start: Optional[float] = None
+    stages: list[RefineStage] = field(default_factory=list)
+    samples: int = 0
+    bracketed: bool = False
+    curve_suggestion: Optional[float] = None
+    scored_on: Optional[ScoredOn] = None
+    at_steps: Optional[int] = None  # the last stage's run length
+    seeds: Optional[int] = None
+    updates: Optional[int] = None
+    run_steps: Optional[int] = None
+    run_samples: Optional[int] = None
+    share: Optional[float] = None  # the short runs' samples as a share of the planned run's
+
+    def __post_init__(self) -> None:
+        self.stages = [s for s in (RefineStage.of(s) for s in self.stages) if s is not None]
+        if self.scored_on is not None:
+            self.scored_on = ScoredOn(self.scored_on)
+
+    @classmethod
+    def of(cls, saved: Any) -> Optional[Refinement]:
+        """From itself or a saved dict; 0.1.0's dict held the last stage's runs at its top level, and
+        ``stages`` only with two lengths."""
+        if isinstance(saved, dict) and not saved.get("stages"):
+            stage = {k: saved[k] for k in ("lrs", "scores", "samples", "bracketed", "best_lr") if k in saved}
+            saved = {**saved, "stages": [stage] if stage.get("lrs") is not None else []}
+        if isinstance(saved, dict):
+            saved = {k: v for k, v in saved.items() if k not in ("lrs", "scores", "best_lr")}
+        return super().of(saved)
+
+    @property
+    def last(self) -> RefineStage:
+        """The last stage (the longer runs, with two lengths): its best is what was carried to the run."""
+        return self.stages[-1] if self.stages else RefineStage()
+
+    @property
+    def lrs(self) -> list[float]:
+        return self.last.lrs
+
+    @property
+    def scores(self) -> list[float]:
+        return self.last.scores
+
+    @property
+    def best_lr(self) -> Optional[float]:
+        return self.last.best_lr
 
 
 @dataclass
@@ -20,7 +154,8 @@ class LRFindResult(Result):
 
     ``suggestion`` is the default rule's LR (the median over repeats when
     ``repeats > 1``), or, refined, the best of the short runs around it
-    (``refinement``); ``lr_range`` is the curve's spread over the repeats.
+    (``refinement``); ``lr_range`` is the curve's spread over the repeats;
+    ``doubts`` say why it is not to be trusted blindly, ``reasons`` in words.
     """
 
     _tuple_fields = ('lr_range',)
@@ -38,14 +173,41 @@ class LRFindResult(Result):
     diverged: bool
     diverged_at_lr: Optional[float]
     seconds: float
-    settings: dict[str, Any]
+    settings: LRFindSettings
     skipped_steps: int = 0
     samples: int = 0  # training samples the sweeps drew (their compute cost)
     repeats: list[dict[str, Any]] = field(default_factory=list)
     lr_range: Optional[tuple[float, float]] = None
-    # The short runs that checked the curve's suggestion (lr_find(refine=True)): their LRs, their
-    # scores (loss after the run), where they started, and the curve's own suggestion.
-    refinement: Optional[dict[str, Any]] = None
+    # The short runs that checked the curve's suggestion (lr_find(refine=True)).
+    refinement: Optional[Refinement] = None
+    doubts: list[Doubt] = field(default_factory=list)
+
+    def __post_init__(self) -> None:  # a dict given (by hand, or from a 0.1.0 file) becomes its record
+        self.settings = LRFindSettings.of(self.settings or {})  # type: ignore[assignment]
+        self.refinement = Refinement.of(self.refinement)
+        self.doubts = [Doubt(d) for d in self.doubts]
+
+    def to_dict(self) -> dict[str, Any]:
+        """As saved: the refinement also holds its last stage's ``lrs``, ``scores`` and ``best_lr`` at its
+        top level, where 0.1.0's files held them (a reader of those files reads these)."""
+        data = super().to_dict()
+        if self.refinement is not None:
+            ref = self.refinement
+            data["refinement"].update(lrs=list(ref.lrs), scores=list(ref.scores), best_lr=ref.best_lr)
+        return data
+
+    @property
+    def level(self) -> Confidence:
+        """How far to trust the suggestion, as an enum: HIGH, LOW or NONE (no suggestion)."""
+        if self.suggestion is None:
+            return Confidence.NONE
+        return Confidence.HIGH if self.confident else Confidence.LOW
+
+    def doubt(self, doubt: Doubt, reason: str) -> None:
+        """Record a doubt and its reason in words; the suggestion is then not confident."""
+        self.confident = False
+        self.doubts.append(doubt)
+        self.reasons.append(reason)
 
     def __repr__(self) -> str:  # the curves run to kilobytes: table() has the detail
         sugg = "none" if self.suggestion is None else f"{self.suggestion:.3g}"
@@ -68,15 +230,10 @@ class LRFindResult(Result):
             ax.axvline(lr, color=colors.get(name, "0.5"), ls=":", lw=1.2, label=f"{name}: {lr:.2g}")
         if self.lr_range is not None and self.lr_range[0] < self.lr_range[1]:
             ax.axvspan(*self.lr_range, color="C3", alpha=0.12, label="spread over repeats")
-        ref = self.refinement
-        if ref is not None and ref.get("curve_suggestion") is not None:
-            ax.axvline(ref["curve_suggestion"], color="C3", ls=":", lw=1.2, label=f"curve's rule: {ref['curve_suggestion']:.2g}")
-        if ref is not None:
-            for lr in ref["lrs"]:  # where the short runs trained, on the LR axis
-                ax.axvline(lr, ymax=0.04, color="C3", lw=2)
+        self._plot_refinement_marks(ax)
         if self.suggestion is not None:
             flag = "" if self.confident else " (low confidence)"
-            how = f", best of {self._short_runs()[0]} short runs" if ref is not None else ""
+            how = f", best of {self._short_runs()[0]} short runs" if self.refinement is not None else ""
             ax.axvline(self.suggestion, color="C3", lw=2, label=f"suggested: {self.suggestion:.2g}{how}{flag}")
         if self.diverged_at_lr is not None:
             ax.axvline(self.diverged_at_lr, color="k", lw=0.8, alpha=0.4, ls="--", label="stopped (diverged)")
@@ -90,10 +247,20 @@ class LRFindResult(Result):
             ax.text(0.5, 0.5, "no finite loss: the range test diverged at once", ha="center", va="center",
                     transform=ax.transAxes)
         ax.set_xlabel("learning rate")
-        ax.set_ylabel("validation loss" if self.settings.get("loss_on") == "val" else "training loss")
+        ax.set_ylabel("validation loss" if self.settings.loss_on == "val" else "training loss")
         ax.set_title("LR range test")
         ax.legend(fontsize="small")
         return ax
+
+    def _plot_refinement_marks(self, ax: Any) -> None:
+        """The curve's own suggestion and where the short runs trained, on the curve's LR axis."""
+        ref = self.refinement
+        if ref is None:
+            return
+        if ref.curve_suggestion is not None:
+            ax.axvline(ref.curve_suggestion, color="C3", ls=":", lw=1.2, label=f"curve's rule: {ref.curve_suggestion:.2g}")
+        for lr in ref.lrs:
+            ax.axvline(lr, ymax=0.04, color="C3", lw=2)
 
     def plot_refinement(self, ax: Any = None) -> Any:
         """The refinement's short runs: each one's score (loss after the run) against its peak LR; returns the Axes."""
@@ -101,20 +268,19 @@ class LRFindResult(Result):
 
         ax = new_axes(ax)
         ref = self.refinement
-        if not ref:
+        if ref is None or not ref.stages:
             ax.text(0.5, 0.5, "no refinement (lr_find(refine=False))", ha="center", va="center", transform=ax.transAxes)
             return ax
-        lengths = self.settings.get("refine_lengths") or [self.settings.get("refine_steps")]
-        for k, (stage, steps) in enumerate(zip(ref.get("stages") or [ref], lengths)):
-            finite = [(lr, v) for lr, v in zip(stage["lrs"], stage["scores"]) if math.isfinite(v)]
+        for k, (stage, steps) in enumerate(zip(ref.stages, self._lengths())):
+            finite = [(lr, v) for lr, v in zip(stage.lrs, stage.scores) if math.isfinite(v)]
             if finite:
                 ax.plot(*zip(*finite), "o-", color=f"C{k}",
-                        label=f"short runs ({steps} updates, mean of {self.settings.get('refine_seeds')})")
-            for lr, v in zip(stage["lrs"], stage["scores"]):
+                        label=f"short runs ({steps} updates, mean of {self.settings.refine_seeds})")
+            for lr, v in zip(stage.lrs, stage.scores):
                 if not math.isfinite(v):
                     ax.axvline(lr, color="k", ls="--", lw=0.8, alpha=0.4)
         if self.suggestion is not None:
-            run = self.settings.get("run_steps")
+            run = self.settings.run_steps
             ax.axvline(self.suggestion, color="C3", lw=2,
                        label=f"suggested: {self.suggestion:.2g}" + (f" for {run:,} updates" if run else ""))
         ax.set_xscale("log")
@@ -134,13 +300,13 @@ class LRFindResult(Result):
         if ref is not None:
             got = "-" if self.suggestion is None else f"{self.suggestion:.3g}"
             lines.append(f"{'refined':<10} {got:>10}  <- suggested: best of {self._short_runs()[0]} short runs "
-                         f"from {ref['start']:.3g}")
+                         f"from {ref.start:.3g}")
         return "\n".join(lines)
 
     def summary(self) -> str:
         """:meth:`table`, then the suggestion, how far to trust it and what it cost (what ``tunekit lr-find`` prints)."""
-        repeats = int(self.settings.get("repeats") or 1)
-        ref, seeds, steps = self.refinement, self.settings.get("refine_seeds"), self.settings.get("refine_steps")
+        s = self.settings
+        repeats, ref, seeds = int(s.repeats or 1), self.refinement, s.refine_seeds
         lines = [self.table()]
         if self.suggestion is None:
             lines.append("no suggestion: " + "; ".join(self.reasons))
@@ -148,10 +314,10 @@ class LRFindResult(Result):
             spread = ""
             if self.lr_range is not None:
                 spread = f" (range over {repeats} repeats: {self.lr_range[0]:.3g} .. {self.lr_range[1]:.3g})"
-            scored = self.settings.get("refine_scored_on")
             lrs, steps = self._short_runs()
             how = (f"best of {lrs} LRs, {seeds} short runs of {steps} updates each"
-                   + (f" scored on {scored}" if scored else "") if ref is not None else f"{self.default_rule} rule")
+                   + (f" scored on {s.refine_scored_on}" if s.refine_scored_on else "") if ref is not None
+                   else f"{self.default_rule} rule")
             lines.append(f"suggested peak LR: {self.suggestion:.3g}{spread}  [{how}, confidence {self.confidence:.2f}]")
             lines += self._for_run()
             if not self.confident:
@@ -161,38 +327,41 @@ class LRFindResult(Result):
                 else f" ({len(self.losses)} updates)")
         if ref is not None:  # the short runs' cost, inside the sweep's parentheses
             lrs, steps = self._short_runs()
-            runs = runs[:-1] + f", then {lrs} LRs x {seeds} short runs of {steps}: {ref['samples']} samples)"
+            runs = runs[:-1] + f", then {lrs} LRs x {seeds} short runs of {steps}: {ref.samples} samples)"
         lines.append(f"{self.samples} samples{runs} in {self.seconds:.1f}s{stop}")
         return "\n".join(lines + self._cost())
 
+    def _lengths(self) -> list[Optional[int]]:
+        """The short runs' length at each stage (one, or H and 2H)."""
+        return list(self.settings.refine_lengths or [self.settings.refine_steps])
+
     def _short_runs(self) -> tuple[str, str]:
         """(how many LRs the short runs tried, of what length), at each length: "5+4", "35 and 70"."""
-        ref = self.refinement or {}
-        stages = ref.get("stages") or [ref]
-        lengths = self.settings.get("refine_lengths") or [self.settings.get("refine_steps")]
-        return "+".join(str(len(st.get("lrs") or ())) for st in stages), " and ".join(str(n) for n in lengths)
+        stages = self.refinement.stages if self.refinement is not None else []
+        return "+".join(str(len(st.lrs)) for st in stages) or "0", " and ".join(str(n) for n in self._lengths())
 
     def _for_run(self) -> list[str]:
         """The run the suggestion is for, and how the short runs' answer was carried to it."""
-        run_steps, ref = self.settings.get("run_steps"), self.refinement
+        s, ref = self.settings, self.refinement
+        run_steps = s.run_steps
         if not run_steps:
             return []
-        schedule = self.settings.get("run_schedule") or "warmup + cosine"  # an older result's: always this
-        line = f"for a {schedule} run of {run_steps:,} updates ({self.settings.get('run_steps_from', 'given')})"
-        if ref is not None and ref.get("best_lr") is not None and ref.get("at_steps") and ref["at_steps"] < run_steps:
-            stages, lengths = ref.get("stages") or [], self.settings.get("refine_lengths") or []
-            moved = (f"best of the {lengths[0]}-update runs {stages[0]['best_lr']:.3g}, "
-                     if len(stages) > 1 and len(lengths) > 1 else "")
-            line += f"; {moved}best of the {ref['at_steps']}-update runs {ref['best_lr']:.3g}, carried to {run_steps:,}"
-        not_refined = self.settings.get("not_refined")
-        return [line] + ([f"not refined: {not_refined}"] if not_refined else [])
+        schedule = s.run_schedule or "warmup + cosine"  # an older result's: always this
+        line = f"for a {schedule} run of {run_steps:,} updates ({s.run_steps_from or 'given'})"
+        if ref is not None and ref.best_lr is not None and ref.at_steps and ref.at_steps < run_steps:
+            lengths = s.refine_lengths or []
+            moved = (f"best of the {lengths[0]}-update runs {ref.stages[0].best_lr:.3g}, "
+                     if len(ref.stages) > 1 and len(lengths) > 1 else "")
+            line += f"; {moved}best of the {ref.at_steps}-update runs {ref.best_lr:.3g}, carried to {run_steps:,}"
+        return [line] + ([f"not refined: {s.not_refined}"] if s.not_refined else [])
 
     def _cost(self) -> list[str]:
         """What the test cost as a share of the planned run (samples), the short runs' share apart."""
-        ref, run_samples = self.refinement, self.settings.get("run_samples") or (self.refinement or {}).get("run_samples")
+        ref = self.refinement
+        run_samples = self.settings.run_samples or (ref.run_samples if ref is not None else None)
         if not run_samples:
             return []
         line = f"cost: {100 * self.samples / run_samples:.1f}% of the planned run's {run_samples:,} samples"
-        if ref and ref.get("share") is not None:
-            line += f" (the short runs {100 * ref['share']:.1f}%: {self.settings.get('refine_plan')})"
+        if ref is not None and ref.share is not None:
+            line += f" (the short runs {100 * ref.share:.1f}%: {self.settings.refine_plan})"
         return [line]

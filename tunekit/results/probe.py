@@ -7,16 +7,37 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, ClassVar, Optional, Union
 
 import numpy as np
 
 from tunekit.bytesize import format_bytes
 from tunekit.results.memory_model import MemoryModel, PhaseFit
 from tunekit.results.step_time import format_seconds, step_curve, update_seconds
-from tunekit.results.base import Result
+from tunekit.results.base import Record, Result
 
-__all__ = ["ProbeResult"]
+__all__ = ["ProbeResult", "BatchProbeSettings"]
+
+
+@dataclass
+class BatchProbeSettings(Record):
+    """What one ``probe`` ran, as resolved (the task's recipe and the device filled in), and what it
+    left out (``noise_not_measured``, set by a search that skips the noise scale)."""
+
+    _renamed: ClassVar[dict[str, str]] = {"from": "adapted_from", "max_batch": "batch_limit"}
+
+    task: Optional[str] = None
+    device: Optional[str] = None
+    precision: Optional[str] = None
+    seed: Optional[int] = None
+    memory_budget: Optional[Union[int, str]] = None
+    headroom: Optional[float] = None
+    accumulation_steps: Optional[int] = None
+    clip_grad_norm: Optional[float] = None
+    batch_limit: Optional[int] = None  # the cap on the batches tried (None: the dataset's size)
+    noise_not_measured: Optional[str] = None
+    adapted_from: Optional[dict[str, Any]] = None
+    extra: dict[str, Any] = field(default_factory=dict)  # keys this version does not know, kept as saved
 
 
 @dataclass
@@ -48,7 +69,7 @@ class ProbeResult(Result):
     lr_scaling: dict[str, Any] = field(default_factory=dict)
     dataset_size: Optional[int] = None
     seconds: float = 0.0
-    settings: dict[str, Any] = field(default_factory=dict)
+    settings: BatchProbeSettings = field(default_factory=BatchProbeSettings)
     updates: int = 0  # every real optimizer update the probe ran
     samples: int = 0  # the training samples those updates drew (the probe's compute cost)
     warnings: list[str] = field(default_factory=list)  # where an answer is not to be trusted, and why
@@ -101,6 +122,9 @@ class ProbeResult(Result):
 
     def predicted_peak(self, batch: int) -> float:
         return self.memory_model().peak(batch)
+
+    def __post_init__(self) -> None:  # a dict given (by hand, or from a 0.1.0 file) becomes its record
+        self.settings = BatchProbeSettings.of(self.settings or {})  # type: ignore[assignment]
 
     def __repr__(self) -> str:  # the memory model and timings run long: table() has the detail
         crit = "none" if self.critical_batch is None else f"{self.critical_batch:.0f}"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -13,7 +12,8 @@ import torch
 from torch import nn
 
 from tunekit.inputs.data import Data, batch_size_of, iterate_once, to_device, BatchStream
-from tunekit.errors import UsageError, check_int
+from tunekit.defaults import ACCUMULATION_STEPS, CLIP_GRAD_NORM, LR, MIN_LR_RATIO, RUN_STEPS, SCHEDULE, WARMUP
+from tunekit.errors import CLIP_HINT, UsageError, check_int, check_number, renamed
 from tunekit.progress import bar
 from tunekit.results import TrainResult
 from tunekit.training.schedule import DECAYS, Warmup, lr_schedule, warmup_steps
@@ -37,8 +37,9 @@ class TrainConfig:
     """Settings of one training run. Unset fields fall back to the task's defaults.
 
     ``warmup`` is a fraction of the run when a float in [0, 1), else a number of
-    updates. ``max_steps`` counts optimizer updates; with ``accumulation_steps``
-    K, each update sees K micro-batches of ``batch_size``.
+    updates. ``max_steps`` (the planned run's length, ``run_steps`` everywhere else:
+    the field keeps its name for the saved configs and studies that hold it) counts
+    optimizer updates; with ``accumulation_steps`` K, each update sees K micro-batches.
 
     Validation reads the first ``eval_batches`` batches (None: all) of the
     validation data, in its own fixed order, at ``eval_batch_size`` (default: the
@@ -46,14 +47,14 @@ class TrainConfig:
     at different batch sizes are scored on the same samples.
     """
 
-    lr: float = 1e-3
-    max_steps: int = 200
+    lr: float = LR
+    max_steps: int = RUN_STEPS
     batch_size: Optional[int] = None
-    accumulation_steps: int = 1
-    warmup: Warmup = 0.05
-    schedule: str = "cosine"
-    min_lr_ratio: float = 0.1
-    clip_grad_norm: Optional[float] = 1.0
+    accumulation_steps: int = ACCUMULATION_STEPS
+    warmup: Warmup = WARMUP
+    schedule: str = SCHEDULE
+    min_lr_ratio: float = MIN_LR_RATIO
+    clip_grad_norm: Optional[float] = CLIP_GRAD_NORM
     precision: Optional[Precision] = None
     device: str = "auto"
     seed: int = 0
@@ -63,19 +64,17 @@ class TrainConfig:
     weight_decay: Optional[float] = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.lr, bool) or not isinstance(self.lr, (int, float)) or not (self.lr > 0 and math.isfinite(self.lr)):
-            raise UsageError(f"lr must be a positive number, got {self.lr!r}: pass e.g. lr=3e-4")
-        _positive_int("max_steps", self.max_steps, 200)
+        check_number("lr", self.lr, positive=True, hint="pass e.g. lr=3e-4")
+        _positive_int("max_steps", self.max_steps, RUN_STEPS)
         if self.batch_size is not None:
             _positive_int("batch_size", self.batch_size, 32)
         _positive_int("accumulation_steps", self.accumulation_steps, 2)
         warmup_steps(self.warmup, self.max_steps)
         if self.schedule not in DECAYS:
             raise UsageError(f"schedule {self.schedule!r} is unknown: use one of {', '.join(DECAYS)}")
-        if not (0.0 <= self.min_lr_ratio <= 1.0):
-            raise UsageError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio!r}: pass e.g. min_lr_ratio=0.1")
-        if self.clip_grad_norm is not None and not self.clip_grad_norm > 0:
-            raise UsageError(f"clip_grad_norm must be > 0 (or None for no clipping), got {self.clip_grad_norm!r}")
+        check_number("min_lr_ratio", self.min_lr_ratio, minimum=0, maximum=1, hint="pass e.g. min_lr_ratio=0.1")
+        if self.clip_grad_norm is not None:
+            check_number("clip_grad_norm", self.clip_grad_norm, positive=True, hint=CLIP_HINT)
         if self.precision is not None:
             check_precision(self.precision)
         if self.eval_every is not None:
@@ -84,8 +83,13 @@ class TrainConfig:
             _positive_int("eval_batches", self.eval_batches, 20)
         if self.eval_batch_size is not None:
             _positive_int("eval_batch_size", self.eval_batch_size, 256)
-        if self.weight_decay is not None and not self.weight_decay >= 0:
-            raise UsageError(f"weight_decay must be >= 0, got {self.weight_decay!r}")
+        if self.weight_decay is not None:
+            check_number("weight_decay", self.weight_decay, minimum=0, hint="pass e.g. weight_decay=0.01")
+
+    @property
+    def run_steps(self) -> int:
+        """The run's length in optimizer updates, by the name the rest of tunekit gives it."""
+        return self.max_steps
 
     @classmethod
     def for_task(cls, task: Task, config: TrainConfig | dict[str, Any] | None = None, **overrides: Any) -> TrainConfig:
@@ -112,6 +116,24 @@ class TrainConfig:
             raise UsageError(f"unknown training setting {unknown[0]!r}: known settings are {', '.join(sorted(known))}")
         values.update(overrides)
         return cls(**values)
+
+
+def _run_steps_as_max_steps(config: Any, overrides: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """``run_steps`` (train's keyword, or a config dict's key) as TrainConfig's ``max_steps``; the old
+    ``max_steps=`` keyword warns (:func:`tunekit.errors.renamed`); both at once are refused in one line."""
+    if isinstance(config, Mapping) and "run_steps" in config:
+        if "max_steps" in config:
+            raise UsageError("the config gives both run_steps and max_steps, its old name: give only run_steps")
+        _positive_int("run_steps", config["run_steps"], RUN_STEPS)
+        config = {("max_steps" if k == "run_steps" else k): v for k, v in config.items()}
+    if "max_steps" in overrides:
+        if "run_steps" in overrides:
+            raise UsageError("train() got both max_steps= and run_steps=, its new name: pass only run_steps=")
+        renamed("max_steps", "run_steps", where="train", stacklevel=4)
+    elif "run_steps" in overrides:
+        _positive_int("run_steps", overrides["run_steps"], RUN_STEPS)
+        overrides = {("max_steps" if k == "run_steps" else k): v for k, v in overrides.items()}
+    return config, overrides
 
 
 @torch.no_grad()
@@ -183,8 +205,10 @@ def train(
     model after the final evaluation of a run that went to its end (a search keeps its weights there).
 
     The global RNGs and the training DataLoader's generators are left as they were: the run draws from its
-    own seed, and two runs of one Task with the same config are the same run.
+    own seed, and two runs of one Task with the same config are the same run. ``run_steps=`` (also a key
+    of a ``config`` dict) is the run's length, ``TrainConfig.max_steps``; ``max_steps=`` still works for a release.
     """
+    config, overrides = _run_steps_as_max_steps(config, overrides)
     cfg = TrainConfig.for_task(task, config, **overrides)
     device = resolve_device(cfg.device)
     precision = check_precision(cfg.precision or task.precision)

@@ -14,7 +14,8 @@ from typing import Literal, Union
 
 import numpy as np
 
-from tunekit.errors import UsageError
+from tunekit.defaults import MIN_LR_RATIO, SCHEDULE, WARMUP
+from tunekit.errors import UsageError, check_number
 
 __all__ = ["DECAYS", "warmup_steps", "lr_at", "lr_schedule", "sweep_lrs"]
 
@@ -29,10 +30,7 @@ def warmup_steps(warmup: Warmup, total_steps: int) -> int:
     A float in [0, 1) is a fraction of ``total_steps``; an int (or a whole float
     >= 1, as the CLI parses it) is a number of updates.
     """
-    if isinstance(warmup, bool) or not isinstance(warmup, (int, float)):
-        raise UsageError(f"warmup must be a number of steps (int) or a fraction in [0, 1), got {warmup!r}")
-    if warmup < 0 or (isinstance(warmup, float) and math.isnan(warmup)):
-        raise UsageError(f"warmup must be >= 0, got {warmup!r}: give a step count like 20 or a fraction like 0.05")
+    check_number("warmup", warmup, minimum=0, hint="give a step count like 20 or a fraction like 0.05")
     if isinstance(warmup, float) and warmup < 1:
         return int(round(warmup * total_steps))
     if isinstance(warmup, float) and not warmup.is_integer():
@@ -44,15 +42,16 @@ def lr_at(
     step: int | np.ndarray,
     total_steps: int,
     peak_lr: float,
-    warmup: Warmup = 0,
-    decay: Decay = "cosine",
-    min_lr_ratio: float = 0.0,
+    warmup: Warmup = WARMUP,
+    decay: Decay = SCHEDULE,  # type: ignore[assignment]
+    min_lr_ratio: float = MIN_LR_RATIO,
 ) -> float | np.ndarray:
     """LR at optimizer update ``step`` (0-based) of a run of ``total_steps`` updates.
 
     Linear warmup from ``peak_lr / n_warmup`` to ``peak_lr`` over the first
     ``n_warmup`` updates (so the first update never runs at LR 0), then decay from
-    ``peak_lr`` to ``min_lr_ratio * peak_lr`` at the last update.
+    ``peak_lr`` to ``min_lr_ratio * peak_lr`` at the last update. The defaults are
+    training's (:mod:`tunekit.defaults`), so a schedule drawn here is the one ``train`` runs.
     """
     if decay not in DECAYS:
         raise UsageError(f"schedule {decay!r} is unknown: use one of {', '.join(DECAYS)}")
@@ -77,9 +76,9 @@ def lr_at(
 def lr_schedule(
     total_steps: int,
     peak_lr: float,
-    warmup: Warmup = 0,
-    decay: Decay = "cosine",
-    min_lr_ratio: float = 0.0,
+    warmup: Warmup = WARMUP,
+    decay: Decay = SCHEDULE,  # type: ignore[assignment]
+    min_lr_ratio: float = MIN_LR_RATIO,
 ) -> np.ndarray:
     """The LR of every update of a run, as an array of length ``total_steps``."""
     return np.asarray(lr_at(np.arange(total_steps), total_steps, peak_lr, warmup, decay, min_lr_ratio))

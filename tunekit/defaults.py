@@ -1,0 +1,40 @@
+"""One place for each default that several parts of tunekit share.
+
+A run's recipe (its length, clipping, warmup, schedule and decay floor) is read by
+``train``, ``lr_find``, ``doctor``, ``probe`` and the schedule functions; each used to
+write its own copy, and the copies drifted (warmup 0.05 in training, 0 in ``lr_at``).
+Every module imports these instead; ``tests/test_layout.py`` fails on a copy elsewhere.
+"""
+
+from __future__ import annotations
+
+__all__ = ["LR", "RUN_STEPS", "RUN_STEPS_IN_HAND", "SWEEP_STEPS", "CLIP_GRAD_NORM", "WARMUP", "SCHEDULE",
+           "MIN_LR_RATIO", "ACCUMULATION_STEPS", "GOVERNED"]
+
+#: The peak LR of a run when nothing says otherwise (train's default).
+LR = 1e-3
+#: The planned run's length in optimizer updates: train's default, and a Task's when its recipe says none.
+RUN_STEPS = 200
+#: A model in hand comes with no recipe: its planned run, when the caller does not say, is one of a
+#: typical real length (lr_find sizes its refinement from it).
+RUN_STEPS_IN_HAND = 10_000
+#: The range test's sweep, in updates: the curve (hence the rule's suggestion) depends on how fast the LR
+#: rises; the doctor runs this same sweep, so that its number is lr_find's curve suggestion.
+SWEEP_STEPS = 100
+#: Gradient clipping of the global norm (None disables it): train's, lr_find's, probe's and the doctor's.
+CLIP_GRAD_NORM = 1.0
+#: Warmup: a fraction of the run (a float in [0, 1)) or a number of updates.
+WARMUP = 0.05
+#: The decay after warmup: "cosine", "linear" or "constant".
+SCHEDULE = "cosine"
+#: The LR at the last update as a fraction of the peak (the decay's floor).
+MIN_LR_RATIO = 0.1
+#: Micro-batches per optimizer update.
+ACCUMULATION_STEPS = 1
+
+#: Parameter (or field) names -> the default value they take from here. tests/test_layout.py refuses
+#: a keyword or dataclass default that writes one of these values as a literal outside this module.
+GOVERNED: dict[str, object] = {
+    "clip_grad_norm": CLIP_GRAD_NORM, "warmup": WARMUP, "schedule": SCHEDULE, "decay": SCHEDULE,
+    "min_lr_ratio": MIN_LR_RATIO, "run_steps": RUN_STEPS, "max_steps": RUN_STEPS, "sweep_steps": SWEEP_STEPS,
+}
