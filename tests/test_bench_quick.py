@@ -64,3 +64,13 @@ def test_corpus_list() -> None:
     r = bench("benchmarks.corpus", "--list")
     assert r.returncode == 0, r.stderr[-3000:]
     assert "tasks in" in r.stdout, r.stdout[-3000:]
+
+
+@pytest.mark.slow  # the whole zoo (the benchmark's full set-ups, in this process): minutes on 2 cores
+def test_the_doctor_zoo_finds_every_fault_and_passes_every_healthy_setup(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks.doctor_zoo import SETUPS, score  # the zoo's table and score, without writing its report
+
+    ok = score(SETUPS)
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert ok, last
+    assert "0 failures" in last and "(100%)" in last
