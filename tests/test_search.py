@@ -227,15 +227,15 @@ def test_cli_search_with_a_budget_in_epochs(tmp_path: Path) -> None:
     assert [t["samples"] for t in res["trials"]] == [128, 128] and "epochs" in r.stdout
 
 
-@pytest.mark.slow  # a subprocess
-def test_report_redraws(tmp_path: Path) -> None:
+@pytest.mark.slow  # searches (in this process)
+def test_report_redraws(tmp_path: Path, run_main, assert_usage_error) -> None:  # type: ignore[no-untyped-def]
     space = write_space(tmp_path, SMALL)
     search(regression_task(), str(space), trials=3, max_steps=10, device="cpu", out=tmp_path / "s")
     (tmp_path / "s" / "search.png").unlink()
-    r = run_cli("report", str(tmp_path / "s"))
-    assert r.returncode == 0 and "best loss" in r.stdout
+    code, out, err = run_main("report", str(tmp_path / "s"))
+    assert code == 0 and "best loss" in out, err[-2000:]
     assert (tmp_path / "s" / "search.png").exists()
-    assert run_cli("report", str(tmp_path / "nothing")).returncode == 2
+    assert_usage_error(["report", str(tmp_path / "nothing")], "nothing")
 
 
 def test_same_seed_same_search(tmp_path: Path) -> None:
@@ -391,13 +391,14 @@ def test_one_directory_holds_one_study(tmp_path: Path) -> None:
         search(regression_task(), str(space), trials=2, max_steps=20, device="cpu", out=tmp_path / "o", resume=True)
 
 
-@pytest.mark.slow  # a subprocess
-def test_cli_search_takes_fixed_task_settings(tmp_path: Path) -> None:
+@pytest.mark.slow  # searches (in this process)
+def test_cli_search_takes_fixed_task_settings(tmp_path: Path, run_main) -> None:  # type: ignore[no-untyped-def]
     """--set KEY=VALUE fixes a task setting for every trial (and the probes)."""
     space = write_space(tmp_path, SMALL)
-    r = run_cli("search", "--task", "tests.tasks:regression_task", "--space", str(space), "--trials", "2",
-                "--max-steps", "10", "--set", "hidden=7", "--device", "cpu", "--out", str(tmp_path / "o"), "--quiet")
-    assert r.returncode == 0, r.stderr[-2000:]
+    code, _, err = run_main("search", "--task", "tests.tasks:regression_task", "--space", str(space), "--trials", "2",
+                            "--max-steps", "10", "--set", "hidden=7", "--device", "cpu", "--out", str(tmp_path / "o"),
+                            "--quiet")
+    assert code == 0, err[-2000:]
     res = json.loads((tmp_path / "o" / "search.json").read_text())
     assert res["plan"]["fixed"]["task.hidden"] == 7 and len(res["trials"]) == 2
 
@@ -445,32 +446,30 @@ def test_importances_from_a_few_trials_are_called_a_guess(tmp_path: Path) -> Non
     assert r.plot_importances().get_xlabel() == "importance (Optuna, 3 complete trials: a rough guess)"
 
 
-@pytest.mark.slow  # subprocesses
-def test_the_best_config_reruns_exactly(tmp_path: Path) -> None:
+@pytest.mark.slow  # searches (in this process)
+def test_the_best_config_reruns_exactly(tmp_path: Path, run_main, assert_usage_error) -> None:  # type: ignore[no-untyped-def]
     """`tunekit train --config DIR/search.json` trains the best trial again and gets its value, to the bit."""
     space = write_space(tmp_path, SMALL)
     out = tmp_path / "s"
-    r = run_cli("search", "--task", "tests.tasks:regression_task", "--space", str(space), "--trials", "3",
-                "--max-steps", "20", "--device", "cpu", "--out", str(out), "--quiet")
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert f"tunekit train --config {out}/search.json" in r.stdout
+    code, said, err = run_main("search", "--task", "tests.tasks:regression_task", "--space", str(space), "--trials", "3",
+                               "--max-steps", "20", "--device", "cpu", "--out", str(out), "--quiet")
+    assert code == 0, err[-2000:]
+    assert f"tunekit train --config {out}/search.json" in said
     best = json.loads((out / "search.json").read_text())["best_value"]
-    again = run_cli("train", "--config", str(out / "search.json"), "--out", str(tmp_path / "t"), "--quiet")
-    assert again.returncode == 0, again.stderr[-2000:]
+    code, said, err = run_main("train", "--config", str(out / "search.json"), "--out", str(tmp_path / "t"), "--quiet")
+    assert code == 0, err[-2000:]
     assert json.loads((tmp_path / "t" / "train.json").read_text())["evals"][-1]["loss"] == best
-    assert "(the same)" in again.stdout
-    refused = run_cli("train", "--config", str(out), "--lr", "0.1", "--quiet")
-    assert refused.returncode == 2 and "--lr would change it" in refused.stderr
-    missing = run_cli("train", "--config", str(out), "--trial", "99", "--quiet")
-    assert missing.returncode == 2 and "has no trial 99" in missing.stderr
+    assert "(the same)" in said
+    assert_usage_error(["train", "--config", str(out), "--lr", "0.1", "--quiet"], "--lr would change it")
+    assert_usage_error(["train", "--config", str(out), "--trial", "99", "--quiet"], "has no trial 99")
 
 
-@pytest.mark.slow  # subprocesses
-def test_report_prints_no_optuna_log_and_probes_are_written_with_their_plots(tmp_path: Path) -> None:
+@pytest.mark.slow  # a subprocess: the console entry point of `tunekit report`, end to end
+def test_report_prints_no_optuna_log_and_probes_are_written_with_their_plots(tmp_path: Path, run_main) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "s"
-    r = run_cli("search", "--task", "tests.tasks:classification_task", "--trials", "4", "--max-steps", "40",
-                "--device", "cpu", "--out", str(out), "--quiet")
-    assert r.returncode == 0, r.stderr[-2000:]
+    code, _, err = run_main("search", "--task", "tests.tasks:classification_task", "--trials", "4", "--max-steps", "40",
+                            "--device", "cpu", "--out", str(out), "--quiet")
+    assert code == 0, err[-2000:]
     for name in ("lr_find", "probe"):  # each JSON with its plot, as the standalone commands write them
         assert (out / f"{name}.json").is_file() and (out / f"{name}.png").stat().st_size > 1000
     rep = run_cli("report", str(out))
@@ -671,23 +670,22 @@ def test_rungs_keep_the_best_of_a_maximised_objective() -> None:
     assert down.prune(study, others[0]) and not down.prune(study, others[4])
 
 
-@pytest.mark.slow  # subprocesses
-def test_cli_search_for_accuracy_and_train_config_in_that_metric(tmp_path: Path) -> None:
+@pytest.mark.slow  # searches (in this process)
+def test_cli_search_for_accuracy_and_train_config_in_that_metric(tmp_path: Path, run_main, assert_usage_error) -> None:  # type: ignore[no-untyped-def]
     space = write_space(tmp_path, TWO_LRS)
     out = tmp_path / "s"
-    r = run_cli("search", "--task", "tests.tasks:classification_task", "--space", str(space), "--trials", "2",
-                "--max-steps", "40", "--device", "cpu", "--out", str(out), "--quiet", "--no-prune",
-                "--objective", "accuracy", "--direction", "maximize")
-    assert r.returncode == 0, r.stderr[-2000:]
+    code, _, err = run_main("search", "--task", "tests.tasks:classification_task", "--space", str(space), "--trials", "2",
+                            "--max-steps", "40", "--device", "cpu", "--out", str(out), "--quiet", "--no-prune",
+                            "--objective", "accuracy", "--direction", "maximize")
+    assert code == 0, err[-2000:]
     saved = json.loads((out / "search.json").read_text())
     assert (saved["objective"], saved["direction"]) == ("accuracy", "maximize")
-    again = run_cli("train", "--config", str(out / "search.json"), "--out", str(tmp_path / "t"), "--quiet")
-    assert again.returncode == 0, again.stderr[-2000:]
+    code, said, err = run_main("train", "--config", str(out / "search.json"), "--out", str(tmp_path / "t"), "--quiet")
+    assert code == 0, err[-2000:]
     assert json.loads((tmp_path / "t" / "train.json").read_text())["evals"][-1]["accuracy"] == saved["best_value"]
-    assert "of the search: accuracy" in again.stdout and "(the same)" in again.stdout
-    bad = run_cli("search", "--task", "tests.tasks:regression_task", "--objective", "accuracy", "--quiet",
-                  "--out", str(tmp_path / "b"))
-    assert bad.returncode == 2 and "needs class scores" in bad.stderr and "Traceback" not in bad.stderr
+    assert "of the search: accuracy" in said and "(the same)" in said
+    assert_usage_error(["search", "--task", "tests.tasks:regression_task", "--objective", "accuracy", "--quiet",
+                        "--out", str(tmp_path / "b")], "needs class scores")
 
 
 def test_the_design_takes_a_categorical_lr_at_its_nearest_choice() -> None:
@@ -821,8 +819,8 @@ def test_a_trial_is_judged_at_a_rung_once_and_never_at_its_last_report() -> None
         SimpleNamespace(get_trials=lambda deepcopy=False, states=None: leaders + [last]), last)
 
 
-@pytest.mark.slow  # a subprocess
-def test_a_task_that_cannot_train_stops_the_search_in_one_line(tmp_path: Path) -> None:
+@pytest.mark.slow  # searches (in this process)
+def test_a_task_that_cannot_train_stops_the_search_in_one_line(tmp_path: Path, run_main) -> None:  # type: ignore[no-untyped-def]
     """A loss that is not a scalar fails every trial the same way: the search stops on the first, with
     the one-line reason (not N failed trials and exit 0), and keeps what it recorded."""
     from .tasks import nonscalar_loss_task
@@ -832,9 +830,10 @@ def test_a_task_that_cannot_train_stops_the_search_in_one_line(tmp_path: Path) -
         search(nonscalar_loss_task(), space, trials=4, max_steps=10, device="cpu", out=tmp_path / "o")
     saved = json.loads((tmp_path / "o" / "search.json").read_text())
     assert len(saved["trials"]) == 1 and saved["trials"][0]["state"] == "FAIL"
-    r = run_cli("search", "--task", "tests.tasks:nonscalar_loss_task", "--space", space, "--trials", "3",
-                "--max-steps", "10", "--device", "cpu", "--quiet", "--out", str(tmp_path / "c"))
-    assert r.returncode == 2 and "not a scalar" in r.stderr and "Traceback" not in r.stderr
+    code, _, err = run_main("search", "--task", "tests.tasks:nonscalar_loss_task", "--space", space, "--trials", "3",
+                            "--max-steps", "10", "--device", "cpu", "--quiet", "--out", str(tmp_path / "c"))
+    lines = err.strip().splitlines()  # what it recorded stays in c/ (not a usage error's nothing written)
+    assert code == 2 and len(lines) == 1 and "not a scalar" in lines[0] and "Traceback" not in err
 
 
 def test_studies_from_before_the_objective_resume_as_loss_studies(tmp_path: Path) -> None:
@@ -855,14 +854,13 @@ def test_studies_from_before_the_objective_resume_as_loss_studies(tmp_path: Path
     assert len(again.trials) == 3 and again.objective == "loss"
 
 
-@pytest.mark.slow  # a subprocess
-def test_report_refuses_a_json_file_that_is_not_a_search_json(tmp_path: Path) -> None:
+@pytest.mark.slow  # searches (in this process)
+def test_report_refuses_a_json_file_that_is_not_a_search_json(tmp_path: Path, assert_usage_error) -> None:  # type: ignore[no-untyped-def]
     space = write_space(tmp_path, SMALL)
     search(regression_task(), str(space), trials=1, max_steps=10, device="cpu", out=tmp_path / "s")
     other = tmp_path / "s" / "backup.json"
     other.write_text((tmp_path / "s" / "search.json").read_text())
-    r = run_cli("report", str(other))
-    assert r.returncode == 2 and "is not a search.json" in r.stderr
+    assert_usage_error(["report", str(other)], "is not a search.json")
 
 
 def test_train_config_of_a_trial_with_no_final_value_says_so() -> None:
