@@ -183,7 +183,8 @@ def test_two_workers_that_finish_at_once_keep_the_better_trials_weights(tmp_path
 
 
 @pytest.mark.slow  # a PostgreSQL server process
-def test_a_joining_worker_with_another_budget_or_seed_is_refused(tmp_path: Path, postgres: Any) -> None:
+def test_a_joining_worker_with_another_budget_or_seed_is_refused(tmp_path: Path, postgres: Any,
+                                                                 assert_usage_error: Any) -> None:
     url, space = postgres(), write_space(tmp_path, SMALL)
     create_study("tests.tasks:regression_task", str(space), storage=url, study_name="m", trials=3, max_steps=10,
                  device="cpu", prune=False)
@@ -199,10 +200,9 @@ def test_a_joining_worker_with_another_budget_or_seed_is_refused(tmp_path: Path,
     assert _trials(url, "m")[0].state.name == "WAITING"  # refused before any trial ran: the seed trial waits
     with pytest.raises(UsageError, match="there is no study 'nope'"):
         join_study(url, "nope")
-    r = run_cli("worker", "--storage", url, "--study", "m", "--max-steps", "20", "--quiet")
-    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "budget_samples" in r.stderr
-    r = run_cli("worker", "--storage", url, "--study", "m", "--trials", "4", "--quiet")  # the fix as the flag
-    assert r.returncode == 2 and "leave out --trials ... to take the study's" in r.stderr, r.stderr
+    assert_usage_error(["worker", "--storage", url, "--study", "m", "--max-steps", "20", "--quiet"], "budget_samples")
+    assert_usage_error(["worker", "--storage", url, "--study", "m", "--trials", "4", "--quiet"],  # the fix as the flag
+                       "leave out --trials ... to take the study's")
 
 
 @pytest.mark.slow  # a PostgreSQL server process
