@@ -104,7 +104,6 @@ def test_a_killed_worker_costs_one_trial_and_the_survivors_ride_out_a_database_r
         _wait_mid_trial(url, "k", p.pid)
     os.killpg(victim.pid, signal.SIGKILL)
     victim.wait()
-    killed_at = time.time()
     training = [t.number for t in _trials(url, "k") if t.state.name == "RUNNING" and t.user_attrs.get("worker", {}).get("pid") != victim.pid]
     time.sleep(0.5)
     postgres.restart()
@@ -116,8 +115,9 @@ def test_a_killed_worker_costs_one_trial_and_the_survivors_ride_out_a_database_r
     trials = _trials(url, "k")
     dead = [t for t in trials if t.user_attrs.get("worker", {}).get("pid") == victim.pid and t.state.name == "FAIL"]
     assert len(dead) == 1
-    assert dead[0].datetime_complete.timestamp() - killed_at < 4  # its process is gone: found at the next check,
-    assert training and min(trials[n].datetime_complete for n in training) > dead[0].datetime_complete  # mid-trial
+    # Its process is gone: found at the next check, not after the grace period (4 s, longer than a trial):
+    # failed while the trials the survivors were training at the kill still ran. Ordered, not timed.
+    assert training and min(trials[n].datetime_complete for n in training) > dead[0].datetime_complete
     result = study_result(url, "k")
     row = next(t for t in result.trials if t["number"] == dead[0].number)
     assert row["error"] == f"worker {dead[0].user_attrs['worker']['host']}:{victim.pid} stopped" and row["stopped"]
@@ -642,9 +642,16 @@ def test_grpc_workers_ride_out_a_restart_of_tunekit_serve(tmp_path: Path) -> Non
     assert all(t.state.name == "COMPLETE" for t in _check_exact(db, "g", 2))
 
 
-def test_an_unreachable_grpc_address_fails_within_the_storage_retry_time() -> None:
+def test_an_unreachable_grpc_address_fails_within_the_storage_retry_time(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("grpc", reason="tunekit serve needs grpcio (the serve extra)")
-    t0 = time.monotonic()
+    waits: list[Any] = []  # what the storage waits for a server: counted, not timed
+    ready = optuna.storages.GrpcStorageProxy.wait_server_ready
+
+    def wait_server_ready(self: Any, timeout: float | None = None) -> None:
+        waits.append(timeout)
+        ready(self, timeout=timeout)
+
+    monkeypatch.setattr(optuna.storages.GrpcStorageProxy, "wait_server_ready", wait_server_ready)
     with pytest.raises(UsageError, match=r"no tunekit serve answers at grpc://127\.0\.0\.1:\d+ after 1s"):
         make_storage(f"grpc://127.0.0.1:{_free_port()}", None, retry_for=1.0)
-    assert time.monotonic() - t0 < 10  # not the default 30 s
+    assert waits == [1.0]  # one wait, bounded by the retry time: not the default 30 s
