@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from .tasks import ROOT
 
@@ -74,3 +75,12 @@ def test_the_doctor_zoo_finds_every_fault_and_passes_every_healthy_setup(capsys:
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert ok, last
     assert "0 failures" in last and "(100%)" in last
+
+
+@pytest.mark.slow  # a subprocess
+@pytest.mark.skipif(torch.cuda.is_available(), reason="with a GPU the script runs its checks: run it by hand")
+def test_gpu_check_skips_without_cuda() -> None:
+    """benchmarks/gpu_check.py skips cleanly where there is no CUDA device."""
+    r = bench("benchmarks.gpu_check")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip().splitlines()[-1] == "SKIP  no CUDA device: nothing to check here"
