@@ -320,6 +320,7 @@ def test_a_curve_without_a_finite_loss_says_so_in_its_plot() -> None:
     assert [t.get_text() for t in r.plot().texts] == ["no finite loss: the range test diverged at once"]
 
 
+@pytest.mark.slow  # two sweeps and their short runs
 def test_cli_repeats_summary_counts_every_run(tmp_path: Path, run_main) -> None:  # type: ignore[no-untyped-def]
     code, out, err = run_main("lr-find", "--steps", "20", "--repeats", "2", "--refine-steps", "20", "--out", str(tmp_path),
                               "--quiet")

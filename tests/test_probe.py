@@ -175,7 +175,7 @@ class FailsAbove(MLP):
         return super().forward(x)
 
 
-@pytest.mark.parametrize("where", ["child", "process"])
+@pytest.mark.parametrize("where", [pytest.param("child", marks=pytest.mark.slow), "process"])  # child: a measuring process
 def test_an_end_to_end_probe_with_a_fake_out_of_memory_error(where: str, monkeypatch: pytest.MonkeyPatch) -> None:
     if where == "process":  # where no child can measure (not Linux with glibc): the steps run here
         monkeypatch.setattr(clean_heap, "available", lambda: "not here")
@@ -490,6 +490,7 @@ class CheckpointedMLP(nn.Module):
         return self.out(x)
 
 
+@pytest.mark.slow  # two probes and training between them
 def test_two_probes_in_one_process_agree_after_other_work() -> None:
     g = torch.Generator().manual_seed(0)
     task = Task(model=CheckpointedMLP, train_data=TensorDataset(torch.randn(16384, 128, generator=g),

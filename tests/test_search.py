@@ -133,6 +133,7 @@ def test_seeded_search_enqueues_the_seed_first(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "out" / "search.json").read_text())["study_name"] == r.study_name
 
 
+@pytest.mark.slow  # a pruned search
 def test_pruned_trials_are_never_complete(tmp_path: Path) -> None:
     space = write_space(tmp_path, SMALL.replace("1e-3", "1e-5").replace("high = 1e-1", "high = 1.0"))
     r = search(classification_task(), str(space), trials=10, max_steps=40, device="cpu", seed=1, out=tmp_path / "o")
@@ -154,6 +155,7 @@ def test_pruned_trials_are_never_complete(tmp_path: Path) -> None:
             assert max(t.intermediate_values) == t.user_attrs["samples"]
 
 
+@pytest.mark.slow  # searches of several sizes
 def test_asha_rungs_follow_the_trial_count(tmp_path: Path) -> None:
     # 30 trials at reduction factor 3: two rungs (30 / 3**2 >= 3 trials expected to finish), at 1/9
     # and 1/3 of the budget: updates 3 and 9 of 27; evaluating every update, trials stop exactly there.
@@ -238,6 +240,7 @@ def test_report_redraws(tmp_path: Path, run_main, assert_usage_error) -> None:  
     assert_usage_error(["report", str(tmp_path / "nothing")], "nothing")
 
 
+@pytest.mark.slow  # two searches
 def test_same_seed_same_search(tmp_path: Path) -> None:
     """Probes included: the same seed gives the same trials (params, values, states, splits)."""
     runs = [search(classification_task(), "from_scratch", trials=6, max_steps=40, seed=3, device="cpu",
@@ -602,6 +605,7 @@ def _two_lr_search(tmp_path: Path, name: str, **kw: object) -> "object":
                   prune=False, seed_trial=False, design=0, sampler="random", out=tmp_path / name, **kw)
 
 
+@pytest.mark.slow  # searches
 def test_an_accuracy_search_keeps_the_most_accurate_trial_not_the_lowest_loss(tmp_path: Path) -> None:
     import csv
 
@@ -952,6 +956,7 @@ def test_twice_the_batch_is_tried_where_the_timed_steps_say_it_is_cheaper() -> N
     assert not larger_is_cheaper(SimpleNamespace(step_times=[], max_batch=128), 32) and not larger_is_cheaper(None, 32)
 
 
+@pytest.mark.slow  # searches with the probes
 def test_the_table_says_which_way_the_designs_batch_step_went(tmp_path: Path) -> None:
     """The design's batch step is decided by the probe's stored timed steps, and the search says so."""
     import dataclasses
