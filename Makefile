@@ -1,7 +1,8 @@
 # All set-up happens here, so each of the README's two commands works on a fresh clone.
 #   make run   set up, then run the main job (tunekit lr-find) on a built-in task
 #   make test  set up, then run the tests (all of them; make test-fast leaves out the slow ones:
-#              Ray, subprocesses, kill-and-resume)
+#              Ray, subprocesses, kill-and-resume, searches of more than a few seconds, the benchmarks'
+#              runs in tests/test_bench_quick.py)
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
