@@ -230,3 +230,30 @@ def test_a_command_that_writes_says_where(tmp_path: Path, capsys: pytest.Capture
     assert main(["train", "--steps", "2", "--quiet", "--out", str(tmp_path)]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == f"wrote {tmp_path / 'train.json'} and {tmp_path / 'train.png'}"
     assert (tmp_path / "train.json").is_file() and (tmp_path / "train.png").is_file()
+
+
+def test_assert_usage_error_fails_on_a_write_a_second_line_or_another_status(assert_usage_error, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fixture the usage-error tests lean on can fail: a refusal that leaves a file, says two lines,
+    or exits 1 is caught."""
+    import sys as _sys
+
+    import tunekit.cli as cli
+    from tunekit.errors import UsageError
+
+    def writes(args: Any) -> int:
+        (tmp_path / "left.txt").write_text("x")
+        raise UsageError("refused after a write")
+
+    def two_lines(args: Any) -> int:
+        print("a warning first", file=_sys.stderr)
+        raise UsageError("refused")
+
+    def fails(args: Any) -> int:
+        raise RuntimeError("a bug")
+
+    for func, why in ((writes, "wrote"), (two_lines, "a warning first"), (fails, "1")):
+        monkeypatch.setattr(cli, "cmd_tasks", func)
+        with pytest.raises(AssertionError, match=why):
+            assert_usage_error(["tasks"], "refused")
+        (tmp_path / "left.txt").unlink(missing_ok=True)
