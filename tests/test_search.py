@@ -116,6 +116,7 @@ def test_seed_trial_pairs_the_suggested_lr_with_its_own_batch(tmp_path: Path) ->
     assert seed["updates"] == 400 and seed["samples"] == 3200 and seed["micro_batch"] * seed["accumulation_steps"] == 8
 
 
+@pytest.mark.slow  # a search with the probes
 def test_seeded_search_enqueues_the_seed_first(tmp_path: Path) -> None:
     task = classification_task()
     lf = lr_find(task, steps=30, device="cpu")
@@ -167,6 +168,7 @@ def test_asha_rungs_follow_the_trial_count(tmp_path: Path) -> None:
     assert sum(t["state"] == "COMPLETE" for t in r.trials) >= 3
 
 
+@pytest.mark.slow  # two searches
 def test_diverged_and_failed_trials_are_recorded_and_the_search_goes_on(tmp_path: Path) -> None:
     diverging = write_space(tmp_path, DIVERGING, "diverging.toml")
     r = search("tests.tasks:regression_task", str(diverging), trials=6, max_steps=10, device="cpu", seed=0,
@@ -406,6 +408,7 @@ def test_cli_search_takes_fixed_task_settings(tmp_path: Path, run_main) -> None:
     assert res["plan"]["fixed"]["task.hidden"] == 7 and len(res["trials"]) == 2
 
 
+@pytest.mark.slow  # a search interrupted, then resumed
 def test_ctrl_c_keeps_what_finished_and_resume_goes_on(tmp_path: Path) -> None:
     """Interrupted in its third trial, a search has written the report of the two that finished."""
     task = regression_task()
@@ -721,6 +724,7 @@ def test_a_small_search_has_no_rung_and_a_rung_does_not_cut_a_tie() -> None:
     assert [rungs.prune(study, t) for t in trials] == [False, False, True, True]
 
 
+@pytest.mark.slow  # a search and its resumes
 def test_a_resume_with_nothing_to_run_keeps_the_seconds_and_an_interrupted_trial_names_its_rerun(tmp_path: Path) -> None:
     import optuna as _optuna
 
@@ -742,6 +746,7 @@ def test_a_resume_with_nothing_to_run_keeps_the_seconds_and_an_interrupted_trial
     assert rows[0]["error"] == "interrupted; re-run as trial 1" and rows[0]["rerun_as"] == 1 and rows[1]["retry_of"] == 0
 
 
+@pytest.mark.slow  # a search and its resume
 def test_resume_after_a_kill_during_the_probes_goes_on_with_them(tmp_path: Path) -> None:
     """A search killed during its probes leaves their saved files and no study: a restart with --resume (as a
     restart loop always passes it) goes on, reusing them and counting their cost, instead of refusing."""
@@ -840,6 +845,7 @@ def test_a_task_that_cannot_train_stops_the_search_in_one_line(tmp_path: Path, r
     assert code == 2 and len(lines) == 1 and "not a scalar" in lines[0] and "Traceback" not in err
 
 
+@pytest.mark.slow  # a search and two resumes
 def test_studies_from_before_the_objective_resume_as_loss_studies(tmp_path: Path) -> None:
     """A plan stored before objectives existed is a loss study: resumed with another objective it is
     refused in one line (not maximised over old loss values), and resumed as it was it goes on."""

@@ -418,6 +418,7 @@ def test_the_dashboard_shows_the_study_with_its_metric_name_and_reasons(tmp_path
     assert any("diverged at update" in x for x in reasons) and "interrupted; re-run on --resume" in reasons
 
 
+@pytest.mark.slow  # a shared study created with its probes, a worker and a report
 def test_the_creator_attaches_the_probes_and_the_report_its_plot_as_artifacts(tmp_path: Path) -> None:
     from optuna.artifacts import get_all_artifact_meta
 
@@ -478,6 +479,7 @@ def test_the_dashboard_serves_the_probes_plots_as_artifacts(tmp_path: Path) -> N
     assert {a["filename"] for a in body["artifacts"]} >= {"lr_find.png", "lr_find.json", "probe.png", "probe.json"}
 
 
+@pytest.mark.slow  # a shared study and a worker
 def test_a_shared_study_keeps_its_objective_and_a_worker_joins_in_that_metric(tmp_path: Path) -> None:
     """The objective is part of the study: the creator stores it (spec, plan, direction, metric name),
     a joining worker takes it, and one that names another objective is refused."""
