@@ -36,7 +36,7 @@ from tunekit.builtin import builtin_task  # noqa: E402
 from tunekit.builtin.shapes import make_shapes  # noqa: E402
 from tunekit.checks import doctor  # noqa: E402
 from tunekit.inputs.data import BatchStream  # noqa: E402
-from tunekit.inputs.resolve import resolve_inputs  # noqa: E402
+from tunekit.probes.resolve import resolve_inputs  # noqa: E402
 from tunekit.training.step import TrainStep  # noqa: E402
 
 from benchmarks._common import recorded  # noqa: E402

@@ -11,7 +11,7 @@ from tunekit import UsageError, probe, search
 from tunekit.results import ProbeResult
 from tunekit.hpsearch.budget import Budget, parse_budget, price_budget, resolve_budget
 from tunekit.hpsearch.plan import MIN_UPDATES, Plan, largest_batch, trial_config
-from tunekit.probes.step_time import format_seconds, micro_seconds, step_curve, update_seconds
+from tunekit.results.step_time import format_seconds, micro_seconds, step_curve, update_seconds
 
 from .tasks import SMALL, classification_task, fingerprint, write_space
 

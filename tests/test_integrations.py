@@ -229,7 +229,7 @@ def test_their_objects_refused_in_one_line(tmp_path: Any) -> None:
 def test_search_own_runs_each_trial_in_the_users_trainer_and_frees_it(tmp_path: Any) -> None:
     from transformers import Trainer
 
-    from tunekit.integrations import search_own
+    from tunekit import search_own
 
     base = hf_trainer("gpt2", tmp_path, model_init=True)
     alive: list[weakref.ref[Any]] = []
@@ -258,7 +258,7 @@ def test_search_own_keeps_the_best_weights_and_gives_back_each_trials_memory(tmp
     user's Trainer, evaluate to the best trial's value."""
     from transformers import Trainer
 
-    from tunekit.integrations import search_own
+    from tunekit import search_own
 
     base = hf_trainer("gpt2", tmp_path, model_init=True)
     rss: list[int] = []

@@ -15,8 +15,8 @@ import torch
 from torch import nn
 
 from tunekit import Task, UsageError, search
-from tunekit.hpsearch.keep import load_weights
-from tunekit.inputs.task_spec import load_task
+from tunekit.integrations.weights import load_weights
+from tunekit.integrations.task_spec import load_task
 from tunekit.training.loop import evaluate
 
 from .tasks import ROOT, SMALL, regression_data, write_space

@@ -270,3 +270,77 @@ def test_the_entry_points_take_their_settings_by_keyword(package: dict[str, Modu
 def test_the_cli_module_stays_under_500_lines() -> None:
     lines = len((PACKAGE / "cli.py").read_text().splitlines())
     assert lines < MAX_CLI_LINES, f"tunekit/cli.py has {lines} lines (at most {MAX_CLI_LINES - 1}): move code out of it"
+
+
+TOP = {"tunekit", "tunekit.__main__", "tunekit.cli", "tunekit.cli_commands"}  # the API and the CLI: above all
+
+
+def drawn_floors(readme: Path) -> list[str]:
+    """The folders of the README's code-layout block, top to bottom (``  name/`` at two spaces)."""
+    block = readme.read_text().split("## Code layout", 1)[1].split("```", 2)[1]
+    return [line.split("/")[0].strip() for line in block.splitlines()
+            if line.startswith("  ") and not line.startswith("   ") and line.split()[0].endswith("/")]
+
+
+def floor_of(module: str, floors: list[str]) -> int:
+    """0 for the API and the CLI, then each drawn folder by its place; the modules at the package's
+    root (errors, defaults, ...) lie below every folder."""
+    if module in TOP:
+        return 0
+    parts = module.split(".")
+    return floors.index(parts[1]) + 1 if len(parts) > 2 or parts[1] in floors else len(floors) + 1
+
+
+def test_folders_import_only_from_below_as_the_readme_draws_them(package: dict[str, Module]) -> None:
+    floors = drawn_floors(PACKAGE.parent / "README.md")
+    folders = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file())
+    assert sorted(floors) == folders, f"the README draws {floors}; the package's folders are {folders}"
+    offenders = sorted(f"{_where(package[i.source], i.line)}: imports {i.target} (a floor above it)"
+                       for i in imports(package) if floor_of(i.target, floors) < floor_of(i.source, floors))
+    assert not offenders, ("imports that climb the README's layout (move the code down, or redraw the order "
+                           "if it is the true one):\n" + "\n".join(offenders))
+
+
+def test_the_floor_check_sees_a_climbing_import(tmp_path: Path) -> None:
+    pkg = tmp_path / "tunekit"
+    for sub in ("low", "high"):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "high" / "a.py").write_text("from tunekit.low import b\n")
+    (pkg / "low" / "b.py").write_text("def f():\n    from tunekit.high import a\n")
+    modules = load_package(pkg)
+    floors = ["high", "low"]
+    climbing = [(i.source, i.target) for i in imports(modules) if floor_of(i.target, floors) < floor_of(i.source, floors)]
+    assert climbing == [("tunekit.low.b", "tunekit.high.a")]
+
+
+MAX_DOC_LINES = 12  # a function's or class's docstring: what and why (a parameter list after "Args:" aside)
+MAX_MODULE_DOC_LINES = 16  # a module's: what it holds and why it is built so
+MAX_COMMENT_LINES = 6  # one block of comments: a reason, not a lab notebook (history goes to benchmark reports)
+
+
+def _prose_lines(doc: str) -> int:
+    lines = doc.strip().splitlines()
+    ends = [i for i, line in enumerate(lines) if line.strip() in ("Args:", "Parameters", "Returns:", "Attributes:")]
+    return ends[0] if ends else len(lines)
+
+
+def test_docstrings_and_comments_are_short(package: dict[str, Module]) -> None:
+    offenders = []
+    for m in package.values():
+        doc = ast.get_docstring(m.tree)
+        if doc and _prose_lines(doc) > MAX_MODULE_DOC_LINES:
+            offenders.append(f"{_where(m, 1)}: the module's docstring ({_prose_lines(doc)} lines)")
+        for node in ast.walk(m.tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                doc = ast.get_docstring(node)
+                if doc and _prose_lines(doc) > MAX_DOC_LINES:
+                    offenders.append(f"{_where(m, node.lineno)}: {node.name}'s docstring ({_prose_lines(doc)} lines)")
+        run = 0
+        for number, line in enumerate([*m.path.read_text().splitlines(), ""], start=1):
+            run = run + 1 if line.strip().startswith("#") else 0
+            if run == MAX_COMMENT_LINES + 1:
+                offenders.append(f"{_where(m, number - MAX_COMMENT_LINES)}: a comment block over {MAX_COMMENT_LINES} lines")
+    assert not offenders, ("docstrings say what and why briefly, comments give a reason (benchmark history goes "
+                           "in benchmark reports):\n" + "\n".join(sorted(offenders)))

@@ -1,5 +1,5 @@
 """Property tests of the parsers of what a user writes: a space file (tunekit/inputs/space.py), a task
-spec (tunekit/inputs/task_spec.py) and the CLI's --set and --config (tunekit/cli_commands.py). Any input
+spec (tunekit/integrations/task_spec.py) and the CLI's --set and --config (tunekit/cli_commands.py). Any input
 gives a result or ONE short UsageError line, never another exception (tests/test_settings_properties.py
 does the same for the search's settings objects)."""
 
@@ -155,7 +155,7 @@ SPECS = st.one_of(st.text(max_size=40), st.builds(lambda m, f: f"{m}:{f}", MODUL
 @example(spec="a\x00.py:f")
 @example(spec="tests/" + "a" * 300 + ".py:f")
 def test_any_task_spec_resolves_or_gives_one_line(spec: Any) -> None:
-    from tunekit.inputs.task_spec import resolve_task_function
+    from tunekit.integrations.task_spec import resolve_task_function
 
     fn = one_line_or_made(lambda: resolve_task_function(spec), echoed=2 * str(spec))
     if fn is not None:
@@ -166,7 +166,7 @@ def test_any_task_spec_resolves_or_gives_one_line(spec: Any) -> None:
 @given(spec=st.text(max_size=20) | st.integers() | st.none(), config=st.dictionaries(st.text(max_size=5), st.integers())
        | st.integers() | st.text(max_size=5) | st.none())
 def test_any_task_spec_object_is_made_or_one_line(spec: Any, config: Any) -> None:
-    from tunekit.inputs.task_spec import TaskSpec
+    from tunekit.integrations.task_spec import TaskSpec
 
     made = one_line_or_made(lambda: TaskSpec(spec, config) if config is not None else TaskSpec(spec))
     if made is not None:
@@ -180,7 +180,7 @@ def test_any_task_spec_object_is_made_or_one_line(spec: Any, config: Any) -> Non
     ("x = " + "(" * 5000 + ")" * 5000 + "\n", "failed to import"),
 ])
 def test_a_task_file_that_fails_at_import_is_one_line(body: str, needle: str | None, tmp_path: Path) -> None:
-    from tunekit.inputs.task_spec import resolve_task_function
+    from tunekit.integrations.task_spec import resolve_task_function
 
     path = tmp_path / "task_file.py"
     path.write_text(body)

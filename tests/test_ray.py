@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow  # Ray instances and Tune runs
 import torch  # noqa: E402
 
 from tunekit import UsageError, search  # noqa: E402
-from tunekit.inputs.task_spec import load_task  # noqa: E402
+from tunekit.integrations.task_spec import load_task  # noqa: E402
 from tunekit.training.loop import evaluate  # noqa: E402
 from tunekit.hpsearch.backends.ray.backend import (DONE_KEY, ERROR_KEY, Ledger, _recorder, _scheduler, _searcher,  # noqa: E402
                                          check_packing, trainable)
@@ -372,7 +372,7 @@ def test_a_task_that_cannot_train_stops_a_ray_search_in_one_line(local_ray, tmp_
 def test_a_budget_in_device_time_and_a_time_limit_on_ray(local_ray, tmp_path: Path) -> None:
     """--budget 1s prices each trial's updates by the probe's timed steps on Ray as locally, and a
     study-wide device-time limit starts no trial after it."""
-    from tunekit.probes.step_time import update_seconds
+    from tunekit.results.step_time import update_seconds
 
     from .test_device_time import _stopped_at_the_limit
 

@@ -9,7 +9,8 @@ import torch
 
 from tunekit import UsageError, load_space, lr_find, probe, search
 from tunekit.probes.range_test import LRFindResult
-from tunekit.inputs.space import batch_centre, batch_choices, list_spaces, lr_bounds_from_curve, reference_batch
+from tunekit.hpsearch.seeded_space import batch_centre, batch_choices, distributions, lr_bounds_from_curve, reference_batch
+from tunekit.inputs.space import list_spaces
 
 from .tasks import (DIVERGING, FAILING, SMALL, TWO_LRS, classification_task, fingerprint, kill_and_resume, regression_task,
                     run_cli, write_space)
@@ -884,7 +885,8 @@ def test_train_config_of_a_trial_with_no_final_value_says_so() -> None:
 def test_the_noise_scale_is_measured_only_where_it_is_cheap_next_to_a_trial(tmp_path: Path) -> None:
     """The search reads the noise scale only to move its batch centre: the probe skips it where it would
     cost more than NOISE_SHARE of one full trial (and where the space has no batch), and says so."""
-    from tunekit.hpsearch.seeding import NOISE_SHARE, noise_repeats, prepare_inputs
+    from tunekit.hpsearch.resolve import prepare_inputs
+    from tunekit.hpsearch.seeding import NOISE_SHARE, noise_repeats
     from tunekit.hpsearch.settings import SearchSettings
     from tunekit.probes.batch_probe import NOISE_REPEATS, noise_cost
 
@@ -938,7 +940,7 @@ def test_l2_inside_an_adaptive_optimizer_is_searched_over_its_own_range(tmp_path
     assert not is_adaptive_l2(Custom(p))
     sp = load_space("from_scratch")
     assert "where an adaptive optimizer adds it to the gradient" in sp.table()
-    wd = {c: sp.distributions(probe=_probe_like(None, None), adaptive_l2=c)["weight_decay"] for c in (True, False)}
+    wd = {c: distributions(sp, probe=_probe_like(None, None), adaptive_l2=c)["weight_decay"] for c in (True, False)}
     assert (wd[True].low, wd[True].high, wd[False].low, wd[False].high) == (1e-6, 1e-3, 1e-3, 0.1)
     adam = dataclasses.replace(regression_task(), optimizer=lambda ps: torch.optim.Adam(ps, lr=1e-3, weight_decay=5e-4))
     r = search(adam, "from_scratch", trials=4, max_steps=30, device="cpu", memory_budget="256MiB")

@@ -23,7 +23,7 @@ from tunekit import UsageError, search
 from tunekit.hpsearch import create_study, join_study, reap_study, study_result
 from tunekit.hpsearch.shared.workers import claim, mark_surplus
 from tunekit.hpsearch.study import excluded, finished_count, make_storage
-from tunekit.inputs.task_spec import load_task
+from tunekit.integrations.task_spec import load_task
 from tunekit.training.loop import evaluate
 
 from .tasks import ROOT, SMALL, run_cli, write_space

@@ -22,14 +22,14 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors
     from tunekit.checks import doctor
     from tunekit.probes.range_test import lr_find
     from tunekit.probes.batch_probe import probe
-    from tunekit.hpsearch import create_study, join_study, reap_study, search, study_result
+    from tunekit.hpsearch import create_study, join_study, reap_study, search, search_own, study_result
     from tunekit.training.loop import TrainConfig, evaluate, train
     from tunekit.results import DoctorResult, LRFindResult, ProbeResult, SearchResult, TrainResult
     from tunekit.training.schedule import lr_at, lr_schedule
     from tunekit.inputs.space import list_spaces, load_space
     from tunekit.training.step import StepOutput, TrainStep
     from tunekit.inputs.task import Task
-    from tunekit.inputs.task_spec import TaskSpec, list_tasks, load_task
+    from tunekit.integrations.task_spec import TaskSpec, list_tasks, load_task
     from tunekit.hpsearch.options import (TPE, Halving, Local, NoPruning, ProbeSettings, RandomSampler, Ray,
                                           SharedStudy, Study)
     from tunekit.objective import Objective
@@ -40,13 +40,13 @@ _LAZY = {
     "StepOutput": "tunekit.training.step", "evaluate": "tunekit.training.loop", "train": "tunekit.training.loop",
     "lr_find": "tunekit.probes.range_test", "probe": "tunekit.probes.batch_probe", "doctor": "tunekit.checks",
     "search": "tunekit.hpsearch", "create_study": "tunekit.hpsearch", "join_study": "tunekit.hpsearch",
-    "reap_study": "tunekit.hpsearch", "study_result": "tunekit.hpsearch",
+    "reap_study": "tunekit.hpsearch", "study_result": "tunekit.hpsearch", "search_own": "tunekit.hpsearch",
     "DoctorResult": "tunekit.results", "TrainResult": "tunekit.results", "LRFindResult": "tunekit.results",
     "SearchResult": "tunekit.results", "ProbeResult": "tunekit.results",
-    "list_tasks": "tunekit.inputs.task_spec", "load_task": "tunekit.inputs.task_spec",
+    "list_tasks": "tunekit.integrations.task_spec", "load_task": "tunekit.integrations.task_spec",
     "list_spaces": "tunekit.inputs.space", "load_space": "tunekit.inputs.space",
     "lr_at": "tunekit.training.schedule", "lr_schedule": "tunekit.training.schedule",
-    "TaskSpec": "tunekit.inputs.task_spec", "Objective": "tunekit.objective",
+    "TaskSpec": "tunekit.integrations.task_spec", "Objective": "tunekit.objective",
     # the search's objects, one per concept
     **{name: "tunekit.hpsearch.options" for name in ("TPE", "RandomSampler", "Halving", "NoPruning", "Local", "Ray",
                                                      "Study", "SharedStudy", "ProbeSettings")},

@@ -87,7 +87,7 @@ _LOADED: dict[str, Any] = {}  # what the command's task was made from
 def _load(args: argparse.Namespace) -> Any:
     """The task that --task and --set name."""
     from tunekit.builtin import DEFAULT_TASK
-    from tunekit.inputs.task_spec import load_task
+    from tunekit.integrations.task_spec import load_task
 
     if not args.task:  # say which task ran: a first run without --task should not leave that a guess
         print(f"task: {DEFAULT_TASK} (built in; --task SPEC runs yours: tunekit tasks lists the built-in ones)")
@@ -123,7 +123,7 @@ def _print_names(descriptions: dict[str, str]) -> None:
 def cmd_tasks(args: argparse.Namespace) -> int:
     """`tunekit tasks`: the built-in tasks, the default marked."""
     from tunekit.builtin import DEFAULT_TASK
-    from tunekit.inputs.task_spec import list_tasks
+    from tunekit.integrations.task_spec import list_tasks
 
     _print_names({name: desc + (" (default)" if name == DEFAULT_TASK else "") for name, desc in list_tasks().items()})
     return 0
@@ -193,7 +193,7 @@ def _options(args: argparse.Namespace, concept: str, kind: str) -> Any:
 
 def _task(args: argparse.Namespace, default: Any = "shapes") -> Any:
     """--task and --set as a task: a spec with its config (TaskSpec) where --set was given."""
-    from tunekit.inputs.task_spec import TaskSpec
+    from tunekit.integrations.task_spec import TaskSpec
 
     config = task_config(args.task_config)
     spec = args.task or default
@@ -392,7 +392,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def _from_search(args: argparse.Namespace, overrides: dict[str, Any]) -> tuple[Any, dict[str, Any], dict[str, Any]]:
     """(the task, the training config, the trial) of a search's trial, for an exact re-run."""
-    from tunekit.inputs.task_spec import load_task
+    from tunekit.integrations.task_spec import load_task
     from tunekit.results import SearchResult
 
     if overrides or args.task_config:

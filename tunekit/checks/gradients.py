@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from tunekit.inputs.data import Batch
-from tunekit.probes.state import Snapshot
+from tunekit.training.state import Snapshot
 from tunekit.training.step import TrainStep
 from tunekit.inputs.task import LossComputer
 from tunekit.checks.common import forward, raised

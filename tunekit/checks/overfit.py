@@ -15,7 +15,7 @@ from torch import nn
 from tunekit.inputs.data import Batch
 from tunekit.probes.range_test import lr_find
 from tunekit.training.schedule import lr_schedule
-from tunekit.probes.state import Snapshot
+from tunekit.training.state import Snapshot
 from tunekit.training.step import TrainStep, Updates
 from tunekit.inputs.task import LossComputer
 from tunekit.checks.common import raised

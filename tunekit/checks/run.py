@@ -19,9 +19,9 @@ from tunekit.probes.range_test import SWEEP_STEPS, lr_find
 from tunekit.progress import bar
 from tunekit.training.schedule import Warmup, warmup_steps
 from tunekit.bytesize import parse_bytes
-from tunekit.probes.state import Snapshot, preserved, seed_everything_for
+from tunekit.training.state import Snapshot, preserved, seed_everything_for
 from tunekit.training.step import TrainStep, make_scaler
-from tunekit.inputs.resolve import TASK_DEFAULT, ProbeInputs, check_saved, resolve_inputs, step_settings
+from tunekit.probes.resolve import TASK_DEFAULT, ProbeInputs, check_saved, resolve_inputs, step_settings
 from tunekit.inputs.task import ComputeLoss, LossFn, Task, loss_problem
 from tunekit.checks.common import forward, outputs_of, raised, slice_batch
 from tunekit.checks.datachecks import check_constant_label, check_input_scale, check_leakage, check_shuffled, own_order

@@ -19,7 +19,7 @@ from typing import Any
 # name -> the module that defines it, imported on first use: the CLI reads .options to build its parser
 # without importing the search's machinery.
 _LAZY = {
-    "search": "tunekit.hpsearch.run", "SearchSettings": "tunekit.hpsearch.settings",
+    "search": "tunekit.hpsearch.run", "search_own": "tunekit.hpsearch.backends.own", "SearchSettings": "tunekit.hpsearch.settings",
     "SearchResult": "tunekit.results", "write_report": "tunekit.results", "make_storage": "tunekit.hpsearch.study",
     "Budget": "tunekit.hpsearch.budget", "parse_budget": "tunekit.hpsearch.budget",
     **{name: "tunekit.hpsearch.shared.api" for name in ("create_study", "join_study", "reap_study", "delete_study",

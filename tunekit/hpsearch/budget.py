@@ -8,7 +8,7 @@ drift to large batches because they saw more data, not because they are better.)
 
 A budget in device time (``10min``) is what a GPU user pays: a trial at batch B runs as many
 updates as the probe's step-time curve says fit in that time at B (see
-:mod:`tunekit.probes.step_time`), so a batch that wastes the device's parallelism buys fewer
+:mod:`tunekit.results.step_time`), so a batch that wastes the device's parallelism buys fewer
 samples. Its ``per_sample`` is the seconds one sample costs at the task's own batch, set once
 the probe has timed it.
 """

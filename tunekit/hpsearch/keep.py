@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-__all__ = ["KEEP", "Keeper", "settle", "weights_folder", "WEIGHTS_ATTR", "load_weights", "load_into"]
+__all__ = ["KEEP", "Keeper", "settle", "weights_folder", "WEIGHTS_ATTR"]
 
 KEEP = ("best", "none", "all")
 WEIGHTS_ATTR = "weights"  # the trial's attribute: the path of its kept weights
@@ -177,28 +177,3 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def load_into(obj: Any, state: dict[str, Any]) -> Any:
-    """``state`` loaded into the model of ``obj`` (a module, a Hugging Face Trainer's ``model``, a
-    LightningRun's ``module``), on the device it is on; the model."""
-    import torch
-
-    from tunekit.errors import UsageError
-
-    model = obj if isinstance(obj, torch.nn.Module) else getattr(obj, "model", None)
-    if model is None:
-        model = getattr(obj, "module", None)
-    if not isinstance(model, torch.nn.Module):
-        raise UsageError(f"load_best_into takes a torch.nn.Module, a Hugging Face Trainer or a LightningRun, got "
-                         f"{type(obj).__name__}: pass the model itself")
-    device = next(iter(model.parameters()), torch.empty(0)).device
-    model.load_state_dict({k: v.to(device) for k, v in state.items()})
-    return model
-
-
-def load_weights(path: str | Path) -> dict[str, Any]:
-    """A kept file's contents (``state_dict``, ``trial``, ``value``, ...), on the CPU."""
-    import torch
-
-    return torch.load(path, map_location="cpu", weights_only=True)  # type: ignore[no-any-return]

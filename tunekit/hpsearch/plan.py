@@ -24,7 +24,7 @@ from typing import Any, Optional
 
 from tunekit.errors import UsageError
 from tunekit.objective import Objective
-from tunekit.probes.step_time import update_seconds
+from tunekit.results.step_time import update_seconds
 
 __all__ = ["Plan", "TrialConfig", "split_batch", "lr_rule_for", "is_adaptive_l2", "rescale_lr", "updates_for", "largest_batch",
            "trial_config", "effective_batch", "initial_design", "nearest_choice", "LR_RULES"]

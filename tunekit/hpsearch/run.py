@@ -1,7 +1,8 @@
 """``tunekit.search``: a seeded Optuna search with early stopping, through the shared step.
 
 1. The settings are built and checked once (:class:`~tunekit.hpsearch.settings.SearchSettings`),
-   and the backend refuses what it cannot honour.
+   the task, space, recipe and budget resolved once (:mod:`~tunekit.hpsearch.resolve`), and the
+   backend refuses what it cannot honour.
 2. The study's storage is opened, so a clash or a bad storage fails at once. A shared study
    is created by one worker, which runs the probes; the others join and take its spec.
 3. The probes the space needs run (or their saved results are used), with the trials' own
@@ -28,8 +29,9 @@ from tunekit.hpsearch.backends.base import Backend, Work, get_backend
 from tunekit.hpsearch.keep import Keeper, settle, weights_folder
 from tunekit.hpsearch.plan import Plan, largest_batch, split_batch
 from tunekit.hpsearch.rungs import ladder, make_pruner
-from tunekit.hpsearch.seeding import (Probes, SearchInputs, adaptive_l2, design_size, enqueue_seed_and_design,
-                                      make_plan, prepare_inputs, priced, recipe, run_probes, with_objective)
+from tunekit.hpsearch.resolve import ResolvedSearch, SearchInputs, resolve_search
+from tunekit.hpsearch.seeding import (Probes, adaptive_l2, design_size, enqueue_seed_and_design, make_plan, priced,
+                                      recipe, run_probes)
 from tunekit.hpsearch.options import (BackendOptions, Halving, Local, ProbeSettings, Pruner, Sampler, SharedStudy, Study,
                                       TPE)
 from tunekit.hpsearch.settings import SearchSettings, from_keywords
@@ -39,11 +41,10 @@ from tunekit.hpsearch.shared.workers import (TAKEN_OVER, check_spec, claim_creat
 from tunekit.hpsearch.shared.workers import worker_id as default_worker_id
 from tunekit.hpsearch.study import (SPEC_KEY, check_report_of, check_resume, default_name, finished_count, keep_plan, make_sampler,
                                     open_study, stored_plan, study_exists)
+from tunekit.hpsearch.seeded_space import distributions
 from tunekit.hpsearch.summary import build_result
 from tunekit.inputs.space import SearchSpace
-from tunekit.inputs.task_spec import TaskSpec, task_of
-from tunekit.integrations.objects import adapt_for_search
-from tunekit.integrations.adapted import say_notes
+from tunekit.integrations.task_spec import TaskSpec, task_of
 from tunekit.results import SearchResult, write_report
 
 __all__ = ["search", "search_with", "run_search"]
@@ -98,50 +99,23 @@ def settings_of(task: Any, *, deprecated: dict[str, Any], caller: str = "search"
 
 def search_with(task: Any, space: str | SearchSpace, settings: SearchSettings, backend: Optional[Backend] = None) -> SearchResult:
     """:func:`search` with its settings built, and optionally a backend of the caller's (the user's own
-    training loop: :func:`tunekit.integrations.search_own`). A Hugging Face Trainer or a Lightning
+    training loop: :func:`tunekit.search_own`). A Hugging Face Trainer or a Lightning
     module is taken as a Task that builds a fresh model per trial; the best configuration comes back
     in their terms too."""
-    from tunekit.probes.state import preserved
+    from tunekit.training.state import preserved
 
     # Every RNG as the caller left it: a model factory (a module's class, model_init) draws from the
     # global one as it builds the template, and so may their code; the trials draw from their own seeds.
     with preserved():
-        adapted = adapt_for_search(task)
-        if adapted is None:
-            return run_search(task, space, settings, backend)
-        say_notes(adapted)
-        space = _what_they_can_apply(space, adapted)
-        with adapted.speaking():
-            result = run_search(adapted.task, space, settings, backend)
-    if result.best_value is not None and adapted.theirs is not None:
+        resolved = resolve_search(task, space, settings)
+        adapted = resolved.adapted
+        with adapted.speaking() if adapted is not None else contextlib.nullcontext():
+            result = run_search(resolved, backend)
+    if result.best_value is not None and adapted is not None and adapted.theirs is not None:
         result.best_theirs, result.theirs_kind = adapted.theirs(result.best_config), adapted.kind
         if settings.out is not None:
             write_report(result, settings.out)
     return result
-
-
-def _what_they_can_apply(space: str | SearchSpace, adapted: Any) -> str | SearchSpace:
-    """A shipped space with the settings the object cannot apply (a module without a scheduler: schedule,
-    warmup, decay floor) fixed at its recipe's; a space of the user's own is searched as given, and said."""
-    if not adapted.cannot_apply:
-        return space
-    import warnings
-
-    from tunekit.inputs.space import Entry, load_space
-    from tunekit.integrations.adapted import IntegrationWarning
-
-    sp = space if isinstance(space, SearchSpace) else load_space(space)
-    tuned = [k for k, v in adapted.cannot_apply.items()
-             if k in sp.entries and not (sp.entries[k].type == "fixed" and sp.entries[k].value == v)]
-    if not tuned:
-        return space
-    if isinstance(space, SearchSpace) or Path(str(space)).suffix == ".toml":  # the user's own: as asked
-        warnings.warn(f"{adapted.kind}: the space searches {', '.join(tuned)}, which its training does not apply "
-                      "(configure_optimizers returns no scheduler): best_theirs may hold a schedule it cannot run",
-                      IntegrationWarning, stacklevel=4)
-        return space
-    fixed = {key: Entry(key, "fixed", value=adapted.cannot_apply[key]) for key in tuned}
-    return SearchSpace(sp.name, sp.description, {**sp.entries, **fixed})
 
 
 @dataclass
@@ -169,15 +143,15 @@ class _Prepared:
     spec: dict[str, Any]
 
 
-def run_search(task: Any, space: str | SearchSpace, settings: SearchSettings,
-               backend: Optional[Backend] = None) -> SearchResult:
-    """:func:`search` with its settings built: the stages of the module's docstring. ``backend``:
+def run_search(resolved: ResolvedSearch, backend: Optional[Backend] = None) -> SearchResult:
+    """:func:`search` with its inputs resolved: the stages of the module's docstring. ``backend``:
     one of the caller's, else the one ``settings.backend`` names."""
     start = time.perf_counter()
+    settings = resolved.settings
     backend = backend if backend is not None else get_backend(settings.backend.kind)
     backend.check(settings)
     with _no_empty_study_left(settings):
-        prep = _prepare(task, space, settings, backend)
+        prep = _prepare(resolved, backend)
 
     # The study, its seed trial and design (once, by the creator), this worker's sampler.
     study, seed_params, threads_before = _worker_study(prep.opened, settings, prep.inputs, prep.probes, prep.plan,
@@ -200,19 +174,18 @@ def run_search(task: Any, space: str | SearchSpace, settings: SearchSettings,
             seconds = _seconds_so_far(study, seconds)
         result = build_result(study, prep.opened.store, settings, prep.inputs.space, prep.dists, seed_params,
                               prep.inputs.budget, prep.plan, prep.probes, seconds,
-                              task if isinstance(task, str) else None)
+                              resolved.named)
         result.made_from = prep.task  # what best_model() builds the model from, in this process
         if settings.out is not None:
             write_report(result, settings.out)
     return result
 
 
-def _prepare(task: Any, space: str | SearchSpace, settings: SearchSettings, backend: Backend) -> _Prepared:
-    """The inputs, the storage, the probes, the plan and the seeded space; every refusal before a trial."""
+def _prepare(resolved: ResolvedSearch, backend: Backend) -> _Prepared:
+    """The storage, the probes, the plan and the seeded space; every refusal before a trial."""
     import optuna
 
-    task = with_objective(task, settings)
-    inputs = prepare_inputs(task, space, settings)
+    task, inputs, settings = resolved.task, resolved.inputs, resolved.settings
 
     # The storage first: a clash fails before any probe runs; a joining worker takes the spec.
     opened = _open(settings, default_name(inputs.task.name, inputs.space.name, settings.study.name))
@@ -235,7 +208,7 @@ def _prepare(task: Any, space: str | SearchSpace, settings: SearchSettings, back
             dists = {n: optuna.distributions.json_to_distribution(d) for n, d in opened.old_dists.items()}
             check_resume(opened.old_plan, plan.to_dict(), f"'{opened.name}'")
         else:
-            dists = inputs.space.distributions(probes.lr_find, probes.probe, max_batch=largest_batch(plan),
+            dists = distributions(inputs.space, probes.lr_find, probes.probe, max_batch=largest_batch(plan),
                                                adaptive_l2=adaptive_l2(inputs, settings.seed))
         spec = study_spec(task, settings, inputs.space, probes, plan, dists)
         if opened.spec is not None:

@@ -1,7 +1,5 @@
-"""What a search starts from: its inputs, the probes that seed the space, the plan, the design.
+"""What a search's probes give it: the probes that seed the space, the plan, the design.
 
-- :func:`prepare_inputs`: the space with the fixed task settings, the task at them, its
-  recipe and the trial budget; a bad budget or space fails here, before anything runs;
 - :func:`run_probes`: the LR range test and batch probe the space needs, run with the trials'
   own step settings, or their saved results (checked to be of this task);
 - :func:`make_plan`: what every trial shares (:class:`~tunekit.hpsearch.plan.Plan`);
@@ -16,17 +14,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from tunekit.errors import UsageError
-from tunekit.hpsearch.budget import Budget, price_budget, resolve_budget
+from tunekit.hpsearch.budget import price_budget
 from tunekit.hpsearch.plan import (AROUND, LARGER, MIN_UPDATES, Plan, initial_design, is_adaptive_l2, lr_rule_for,
                                    nearest_choice, split_batch)
+from tunekit.hpsearch.resolve import SearchInputs
 from tunekit.hpsearch.settings import SearchSettings
 from tunekit.hpsearch.study import enqueue_design
-from tunekit.inputs.resolve import check_saved
-from tunekit.inputs.space import SearchSpace, batch_centre, load_space, reference_batch
-from tunekit.probes.step_time import update_seconds
+from tunekit.probes.resolve import check_saved
+from tunekit.hpsearch.seeded_space import batch_centre, reference_batch
+from tunekit.inputs.space import SearchSpace
+from tunekit.results.step_time import update_seconds
 
-__all__ = ["SearchInputs", "Probes", "prepare_inputs", "run_probes", "priced", "make_plan", "design_size",
+__all__ = ["Probes", "run_probes", "priced", "make_plan", "design_size",
            "enqueue_seed_and_design", "probe_cap", "noise_repeats", "adaptive_l2", "larger_is_cheaper",
            "twice_batch_share", "design_batch", "DESIGN_BATCH_ATTR", "EVAL_SAMPLES", "DESIGN_TRIALS", "NOISE_SHARE"]
 
@@ -50,17 +49,6 @@ DESIGN_BATCH_ATTR = "tunekit_design_batch"
 NOISE_SHARE = 0.10
 
 
-@dataclass(frozen=True)
-class SearchInputs:
-    """The space (with ``task_config`` as fixed ``task.*`` entries), the task at its fixed
-    settings, that task's recipe (a TrainConfig) and one full trial's budget."""
-
-    space: SearchSpace
-    task: Any
-    cfg: Any
-    budget: Budget
-
-
 @dataclass
 class Probes:
     """The range test and batch probe a study was seeded with, and the samples and seconds they cost."""
@@ -70,102 +58,6 @@ class Probes:
     samples: int = 0
     seconds: float = 0.0
     own_lr_find: bool = True  # the search's own range test (else the caller's saved result)
-
-
-def prepare_inputs(task: Any, space: str | SearchSpace, settings: SearchSettings) -> SearchInputs:
-    """The search's inputs, checked before the storage is opened or a probe runs."""
-    from tunekit.training.loop import TrainConfig
-
-    sp = space if isinstance(space, SearchSpace) else load_space(space)
-    sp = _with_task_config(sp, task, settings.task_config)
-    base = _base_task(task, sp)
-    cfg = TrainConfig.for_task(base, device=settings.backend.device)
-    inputs = SearchInputs(sp, base, cfg, _budget(settings.budget, base, cfg))
-    _check_objective(inputs, settings)
-    return inputs
-
-
-def with_objective(task: Any, settings: SearchSettings) -> Any:
-    """The task the trials run: a Task object given ``objective=fn`` gets ``fn`` as one of its metrics."""
-    from tunekit.inputs.task import Task
-
-    if settings.goal.fn is None:
-        return task
-    if not isinstance(task, Task):
-        raise UsageError(f"objective=<function {settings.goal.name}> needs the task as a Task object, whose trials "
-                         "run in this process: with a task spec, give its Task metrics={'name': fn} and pass "
-                         "objective='name'")
-    return dataclasses.replace(task, metrics={**task.metrics, settings.goal.name: settings.goal.fn})
-
-
-def _check_objective(inputs: SearchInputs, settings: SearchSettings) -> None:
-    """An objective the task's evaluation does not give fails here, in one line, before anything runs:
-    one validation batch of a fresh model is evaluated (and the task's own metric, if it is one)."""
-    goal, task = settings.goal, inputs.task
-    if goal.name in ("loss", "perplexity") or goal.name in task.metrics:
-        return
-    if goal.name != "accuracy":
-        raise UsageError(goal.missing({"loss": 0.0, **dict.fromkeys(task.metrics, 0.0)}))
-    from tunekit.training.loop import evaluate
-    from tunekit.training.step import resolve_device
-
-    device = resolve_device(settings.backend.device)
-    metrics = evaluate(task.make_model(settings.seed).to(device), task.val_data, task.loss_computer(), device=device,
-                       batch_size=int(task.batch_size or inputs.cfg.batch_size or 1), max_batches=1)
-    if "accuracy" not in metrics:
-        raise UsageError(goal.missing(metrics))
-
-
-def _with_task_config(sp: SearchSpace, task: Any, task_config: Optional[dict[str, Any]]) -> SearchSpace:
-    """The space with ``task_config`` (``--set KEY=VALUE``) as fixed ``task.KEY`` entries under its own."""
-    if not task_config:
-        return sp
-    from tunekit.inputs.space import Entry
-    from tunekit.inputs.task import Task
-
-    if isinstance(task, Task):
-        raise UsageError("task_config needs the task as a spec (pkg.mod:fn) whose function takes a config")
-    fixed = {f"task.{k}": Entry(f"task.{k}", "fixed", value=v) for k, v in task_config.items()}
-    return SearchSpace(sp.name, sp.description, {**fixed, **sp.entries})
-
-
-def _base_task(task: Any, sp: SearchSpace) -> Any:
-    from tunekit.inputs.task import Task
-    from tunekit.inputs.task_spec import load_task
-
-    if isinstance(task, Task) and any(n.startswith("task.") for n in sp.entries):
-        raise UsageError(f"space '{sp.name}' varies task hyperparameters (task.*): pass the task as a spec "
-                         "(pkg.mod:fn) whose function takes a config")
-    fixed_task_cfg = {n[5:]: v for n, v in sp.fixed().items() if n.startswith("task.")}
-    base = task if isinstance(task, Task) else load_task(task, fixed_task_cfg or None)
-    if base.val_data is None:
-        from tunekit.integrations.adapted import in_their_terms
-
-        raise UsageError(in_their_terms("search needs validation data to compare and prune trials: give the task "
-                                        "val_data", base.origin))
-    return base
-
-
-def _budget(spec: Any, task: Any, cfg: Any) -> Budget:
-    from tunekit.inputs.data import dataset_size
-
-    task_batch = int(cfg.batch_size or task.batch_size or 1) * int(cfg.accumulation_steps or 1)
-    tokens = _tokens_per_sample(task, cfg) if isinstance(spec, str) and "token" in spec else None
-    return resolve_budget(spec, task_batch=task_batch, default_updates=int(cfg.max_steps),
-                          dataset_size=dataset_size(task.train_data), tokens_per_sample=tokens)
-
-
-def _tokens_per_sample(task: Any, cfg: Any) -> Optional[int]:
-    """Tokens in one training sample: the sequence length of integer token ids (batch, sequence)."""
-    import torch
-
-    from tunekit.inputs.data import BatchStream
-
-    batch = next(iter(BatchStream(task.train_data, cfg.batch_size or task.batch_size, seed=0)))
-    first = batch.get("input_ids") if isinstance(batch, dict) else batch[0] if isinstance(batch, (list, tuple)) else batch
-    if isinstance(first, torch.Tensor) and first.ndim == 2 and not first.is_floating_point():
-        return int(first.shape[1])
-    return None
 
 
 # --- the probes -------------------------------------------------------------------------

@@ -10,7 +10,8 @@ from tunekit.hpsearch.plan import Plan
 from tunekit.hpsearch.seeding import DESIGN_BATCH_ATTR, Probes
 from tunekit.hpsearch.settings import SearchSettings
 from tunekit.hpsearch.study import safe_url, trial_dicts
-from tunekit.inputs.space import SearchSpace, lr_bounds_from_curve
+from tunekit.hpsearch.seeded_space import lr_bounds_from_curve
+from tunekit.inputs.space import SearchSpace
 from tunekit.objective import Objective
 from tunekit.results import SearchResult
 from tunekit.results.search import best_of

@@ -91,7 +91,7 @@ def run_config(task: Any, cfg: TrialConfig, report: Callable[[int, dict[str, flo
     (most of them) do not rebuild its data; train() starts a fresh model each time.
     ``trained``: filled with the trained model's state (on the CPU) when the run goes to its end.
     """
-    from tunekit.inputs.task_spec import load_task
+    from tunekit.integrations.task_spec import load_task
     from tunekit.inputs.task import Task
     from tunekit.training.loop import train
 

@@ -3,7 +3,7 @@
 An entry is a training setting (``lr``, ``warmup``, ...) or ``task.NAME`` (a
 hyperparameter for the task function's config). Seeded entries take their
 bounds from the probes: ``lr`` from the LR range test, ``batch`` from the
-batch-size probe. See search_spaces/README.md for the keys.
+batch-size probe (:mod:`tunekit.hpsearch.seeded_space`). See search_spaces/README.md for the keys.
 """
 
 from __future__ import annotations
@@ -15,8 +15,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Optional
 
-import numpy as np
-
 from tunekit.errors import UsageError, is_int_at_least, shown
 
 if sys.version_info >= (3, 11):
@@ -24,8 +22,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["Entry", "SearchSpace", "load_space", "space_path", "list_spaces", "lr_bounds_from_curve", "batch_centre", "batch_choices",
-           "reference_batch"]
+__all__ = ["Entry", "SearchSpace", "load_space", "space_path", "list_spaces"]
 
 TRAIN_KEYS = {"lr", "warmup", "weight_decay", "schedule", "min_lr_ratio", "clip_grad_norm", "batch_size",
               "accumulation_steps", "precision", "max_steps"}
@@ -177,33 +174,6 @@ class SearchSpace:
     def needs_probe(self) -> bool:
         return "batch" in self.entries
 
-    def distributions(self, lr_find: Any = None, probe: Any = None, max_batch: int | None = None,
-                      adaptive_l2: bool = False) -> dict[str, Any]:
-        """Optuna distributions, with seeded entries' bounds taken from the probes' results.
-
-        ``max_batch`` caps a seeded batch's choices (a search passes the largest batch
-        its sample budget leaves enough updates for). ``adaptive_l2``: the optimizer is adaptive and
-        adds weight decay to the gradient (L2: torch's Adam, RMSprop...), and a [weight_decay] with an
-        ``adaptive_l2`` range takes that range.
-        """
-        import optuna.distributions as d
-
-        out: dict[str, Any] = {}
-        for name, e in self.entries.items():
-            if e.seeded == "probe":
-                out[name] = d.CategoricalDistribution(batch_choices(e, probe, reference_batch(lr_find), max_batch))
-            elif e.seeded == "lr_find" and lr_find is not None and lr_find.confident:
-                low, high = lr_bounds_from_curve(lr_find, e.margin)
-                out[name] = d.FloatDistribution(low, high, log=True)
-            elif e.type == "float":
-                low, high = e.adaptive_l2 if e.adaptive_l2 and adaptive_l2 else (e.low, e.high)
-                out[name] = d.FloatDistribution(low, high, log=e.log)  # type: ignore[arg-type]
-            elif e.type == "int":
-                out[name] = d.IntDistribution(int(e.low), int(e.high), log=e.log, step=1 if e.log else (e.step or 1))  # type: ignore[arg-type]
-            elif e.type == "categorical":
-                out[name] = d.CategoricalDistribution(e.choices)  # type: ignore[arg-type]
-        return out
-
     def fixed(self) -> dict[str, Any]:
         return {n: e.value for n, e in self.entries.items() if e.type == "fixed"}
 
@@ -237,95 +207,6 @@ class SearchSpace:
                 what = f"fixed at {e.value!r}"
             lines.append(f"  {name:<{width}}  {what}")
         return "\n".join(lines)
-
-
-def reference_batch(lr_find: Any) -> int | None:
-    """The effective batch the LR range test ran at (None without a range test, or one saved without it)."""
-    if lr_find is None or not lr_find.settings.get("batch_size"):
-        return None
-    return int(lr_find.settings["batch_size"]) * int(lr_find.settings.get("accumulation_steps") or 1)
-
-
-def batch_centre(probe: Any, ref_batch: int | None = None) -> float:
-    """The effective batch the choices centre on: the critical batch the probe measured, moved as far
-    toward ``ref_batch`` (the batch the LR range test ran at) as the estimate's bootstrap interval allows.
-
-    Why: the noise scale from a few repeats is noisy (on the built-in tasks the estimate moves by a
-    factor of 3 to 10 between probe seeds, more than its own interval says), while the range test's LR
-    holds only at the batch it was found at. So when the reference batch is a plausible critical batch
-    (inside the interval) the search centres on it and the seed trial needs no LR rescaling; only an
-    estimate that confidently excludes it moves the centre, and then only to the interval's nearer edge,
-    and only down: trials draw a fixed number of samples, and below the critical batch a smaller batch
-    needs no more samples to reach a loss while above it a larger one needs more (McCandlish et al.,
-    2018), so a critical batch above the reference batch is no reason to leave it.
-    Without a reference batch, the point estimate (or the throughput knee, or the largest batch) is
-    the centre; without a noise-scale estimate (it can fail), the reference batch is.
-    """
-    if probe is None:
-        raise UsageError("the space's [batch] is seeded by the probe: run it (tunekit probe) or pass probe=FILE")
-    crit = probe.critical_batch or probe.knee_batch or probe.max_batch
-    interval = getattr(probe, "critical_batch_range", None)
-    if ref_batch and not (probe.critical_batch and interval):
-        return float(ref_batch)
-    if not ref_batch or not probe.critical_batch or not interval:
-        return float(max(crit, 1))
-    high = max(interval[1], crit)
-    return float(max(1.0, min(float(ref_batch), high)))
-
-
-def batch_choices(entry: Entry, probe: Any, ref_batch: int | None = None, max_batch: int | None = None) -> list[int]:
-    """Effective batches around :func:`batch_centre` (powers of two) that the probe says fit, as (micro x accumulation).
-
-    ``ref_batch`` (the LR range test's effective batch) is added when it lies within the choices'
-    span, so the seed trial can pair the suggested LR with the batch it was measured at.
-    Choices are capped at the dataset's size and at ``max_batch``.
-    """
-    centre = batch_centre(probe, ref_batch)
-    n = min(probe.dataset_size or 2**30, max_batch or 2**30)
-    out: list[int] = []
-    for mult in entry.around_critical:
-        eff = int(2 ** round(math.log2(max(1.0, centre * mult))))
-        eff = max(1, min(eff, n))
-        if eff not in out:
-            out.append(eff)
-    if ref_batch and min(out) <= ref_batch <= max(out) and ref_batch not in out:
-        out.append(int(ref_batch))
-    return sorted(out)
-
-
-# The best peak LR of a warmup + cosine run lies up to this many times above the LR at the
-# range test's smoothed minimum (benchmarks/lr_rules.py, 12 tasks: 0.2x to 25x).
-PEAK_ABOVE_MINIMUM = 25.0
-
-
-def lr_bounds_from_curve(result: Any, margin: float) -> tuple[float, float]:
-    """From where the range-test loss starts to fall, less ``margin`` decades, to
-    :data:`PEAK_ABOVE_MINIMUM` times the LR of its minimum (below divergence), or ``margin``
-    decades above it if that is more.
-
-    "Starts to fall": the first LR at which the smoothed loss has covered 10% of
-    its drop from the start to the minimum. The upper end is where the range test's
-    own error says the best peak LR may still be: a bound at the minimum itself shut
-    the search out of the optimum whenever the curve read low (a CNN's curve at 10x
-    below its best LR left no trial there).
-    """
-    from tunekit.probes.lr_rules import prepare
-
-    c = prepare(result.lrs, result.losses)
-    if len(c.smooth) < 3:
-        raise UsageError("the range test has too few finite points to bound the LR: rerun it with more steps")
-    end = int(np.argmin(c.smooth))
-    start = float(c.smooth[0])
-    drop = start - float(c.smooth[end])
-    if end < 2 or drop <= 0:
-        # No descent: fall back to a decade each side of the suggestion, or of the minimum.
-        centre = result.suggestion or float(c.lrs[end])
-        return centre / 10 ** (1 + margin), centre * 10 ** (1 + margin)
-    i = int(np.argmax(c.smooth[: end + 1] <= start - 0.1 * drop))
-    low, high = float(c.lrs[i]), float(c.lrs[end])
-    if result.diverged_at_lr:
-        high = min(high, float(result.diverged_at_lr))
-    return low / 10**margin, high * max(PEAK_ABOVE_MINIMUM, 10**margin)
 
 
 def list_spaces() -> dict[str, str]:

@@ -45,10 +45,10 @@ from tunekit.probes import clean_heap
 from tunekit.probes.memory_trace import MemoryModel, Trace, calibrate, fit_memory_model, real_step_peak, static_bytes, trace_step
 from tunekit.probes.noise_scale import noise_scale
 from tunekit.bytesize import format_bytes, parse_bytes
-from tunekit.probes.state import preserved, seed_everything_for
+from tunekit.training.state import preserved, seed_everything_for
 from tunekit.training.schedule import lr_schedule
 from tunekit.training.step import TrainStep, Updates, make_scaler
-from tunekit.inputs.resolve import TASK_DEFAULT, resolve_inputs, step_settings
+from tunekit.probes.resolve import TASK_DEFAULT, resolve_inputs, step_settings
 from tunekit.inputs.task import ComputeLoss, LossFn, Task
 from tunekit.integrations.objects import takes_their_objects
 

@@ -1,25 +1,15 @@
 """Real steps measured in a child process whose heap starts clean.
 
-On the CPU a step's peak memory is read as the process's peak resident memory (VmHWM,
-reset just before the step). In a process that has worked for a while, glibc's heap holds
-free chunks that the step's tensors are carved from; a chunk freed mid-step stays resident
-while the next tensor lands elsewhere, so RSS counts memory no live tensor holds. The same
-step then reads more after other work than in a fresh process (a checkpointed MLP: 740 MiB
-against 264 after a notebook's earlier tensors and a short training run), and two probes in
-one notebook give two answers. glibc cannot be reset in place (``mallopt`` moves the mmap
-threshold for new requests; free chunks already in the heap still serve them).
-
-So the steps run in a child process started with glibc's mmap threshold pinned at 64 KiB
-(``MALLOC_MMAP_THRESHOLD_``), where every tensor over 64 KiB gets its own pages and gives
-them back when freed: resident memory follows live tensors and kernels' touched workspaces,
-whatever this process did before. The child gets a copy of the model, optimizer and loss
-(``cloudpickle``, so classes defined in a notebook travel too), loads a fresh copy of them
-for each step, runs one small step first (library initialisation is not the step's memory),
-and measures each step from the same state. The user's objects in this process are not
-touched. One child serves every probe of the process (:func:`steps_child`): started at the
-first, it drops each probe's objects when that probe ends, so later probes pay no start-up.
-Where the child cannot be used (not Linux with glibc, objects that do not pickle),
-:func:`available` and :meth:`CleanHeapSteps.load` say why, and the caller measures in process.
+On the CPU a step's peak memory is the process's peak resident memory (VmHWM, reset before the
+step). In a process that has worked a while, glibc's heap holds free chunks that count as resident
+though no live tensor holds them, so the same step reads more after other work, and two probes in one
+notebook would give two answers; glibc's heap cannot be reset in place. So the steps run in a child
+started with glibc's mmap threshold pinned at 64 KiB (``MALLOC_MMAP_THRESHOLD_``): every tensor over
+64 KiB gets its own pages and returns them when freed. The child gets a ``cloudpickle`` copy of the
+model, optimizer and loss, runs one warm-up step, and measures each step from the same state; the
+user's objects are not touched. One child serves every probe of the process (:func:`steps_child`).
+Where it cannot be used (not Linux with glibc, objects that do not pickle), :func:`available` and
+:meth:`CleanHeapSteps.load` say why, and the caller measures in process.
 """
 
 from __future__ import annotations

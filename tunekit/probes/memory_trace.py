@@ -36,7 +36,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
-from tunekit.probes.memory_model import MemoryModel, PhaseFit  # re-exported: the probe and the benchmarks read them here
+from tunekit.results.memory_model import MemoryModel, PhaseFit  # re-exported: the probe and the benchmarks read them here
 
 __all__ = ["MemoryModel", "PhaseFit", "StorageCounter", "Trace", "trace_step", "fit_memory_model", "static_bytes",
            "real_step_peak", "resident_peak", "allocator_peak", "calibrate"]

@@ -2,7 +2,7 @@
 
 ``tunekit.lr_find(task)`` tests a fresh model of a task.
 ``tunekit.lr_find(model, train_data, loss_fn, optimizer)`` tests objects in hand
-and puts them back exactly as they were afterwards (see :mod:`tunekit.probes.state`).
+and puts them back exactly as they were afterwards (see :mod:`tunekit.training.state`).
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from tunekit.errors import UsageError, check_int
 from tunekit.results import LRFindResult
 from tunekit.training.schedule import lr_schedule, sweep_lrs
 from tunekit.progress import bar
-from tunekit.probes.state import preserved, seed_everything_for
+from tunekit.training.state import preserved, seed_everything_for
 from tunekit.training.step import TrainStep, Updates, make_scaler
 from tunekit.probes.lr_rules import DEFAULT_RULE, RULES, assess, blowup, bracket_minimum, bracket_next, bracket_polish, prepare
 from tunekit.probes.refine_plan import DEFAULT_RUN_STEPS, REFINE_SHARE, RefinePlan, from_two_lengths, plan_refinement
-from tunekit.inputs.resolve import TASK_DEFAULT, resolve_inputs, step_settings
+from tunekit.probes.resolve import TASK_DEFAULT, resolve_inputs, step_settings
 from tunekit.precision import Precision
 from tunekit.inputs.task import ComputeLoss, LossFn, Task
 from tunekit.training.loop import TrainConfig, evaluate

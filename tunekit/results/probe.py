@@ -12,8 +12,8 @@ from typing import Any, Optional
 import numpy as np
 
 from tunekit.bytesize import format_bytes
-from tunekit.probes.memory_model import MemoryModel, PhaseFit
-from tunekit.probes.step_time import format_seconds, step_curve, update_seconds
+from tunekit.results.memory_model import MemoryModel, PhaseFit
+from tunekit.results.step_time import format_seconds, step_curve, update_seconds
 from tunekit.results.base import Result
 
 __all__ = ["ProbeResult"]
@@ -59,7 +59,7 @@ class ProbeResult(Result):
     @property
     def step_times(self) -> list[list[float]]:
         """[micro-batch, seconds per micro-step] from the timed steps ([] without them): what prices a
-        search's trials (:mod:`tunekit.probes.step_time`)."""
+        search's trials (:mod:`tunekit.results.step_time`)."""
         return step_curve(self.throughput)
 
     @property

@@ -19,7 +19,7 @@ from typing import Any, Optional
 
 from tunekit.errors import UsageError
 from tunekit.objective import Objective
-from tunekit.probes.step_time import format_seconds
+from tunekit.results.step_time import format_seconds
 from tunekit.results.base import Result, write_file
 
 __all__ = ["SearchResult", "write_report", "best_of"]
@@ -142,7 +142,7 @@ class SearchResult(Result):
     def weights_of(self, number: Optional[int] = None) -> dict[str, Any]:
         """The kept file of trial ``number`` (the best complete one by default), as ``torch.load`` reads it:
         ``state_dict``, ``trial``, ``value``, ``config``."""
-        from tunekit.hpsearch.keep import load_weights
+        from tunekit.integrations.weights import load_weights
 
         t = self.trial(number)
         path = t.get("weights") if number is not None else (self.best_weights or t.get("weights"))
@@ -164,7 +164,7 @@ class SearchResult(Result):
         with the trial's seed, on the CPU, in eval mode. ``task``: the task spec or Task the search ran (by
         default the one it was given in this process, or its spec from search.json)."""
         from tunekit.inputs.task import Task
-        from tunekit.inputs.task_spec import load_task
+        from tunekit.integrations.task_spec import load_task
 
         saved = self.weights_of(trial)
         built = task if task is not None else self.made_from if self.made_from is not None else self.task
@@ -181,7 +181,7 @@ class SearchResult(Result):
         """The best trial's weights (or trial ``trial``'s) loaded into the model of ``obj``: a ``torch.nn.Module``
         (a LightningModule too), a Hugging Face ``Trainer`` (its ``model``) or a ``LightningRun`` (its
         ``module``); returns the model loaded. The configuration to train again with is ``best_theirs``."""
-        from tunekit.hpsearch.keep import load_into
+        from tunekit.integrations.weights import load_into
 
         return load_into(obj, self.weights_of(trial)["state_dict"])
 

@@ -17,7 +17,7 @@ from tunekit.errors import UsageError, check_int
 from tunekit.progress import bar
 from tunekit.results import TrainResult
 from tunekit.training.schedule import DECAYS, Warmup, lr_schedule, warmup_steps
-from tunekit.probes.state import preserved, seed_everything_for
+from tunekit.training.state import preserved, seed_everything_for
 from tunekit.training.step import StepOutput, TrainStep, Updates, autocast_context, resolve_device
 from tunekit.precision import Precision, check_precision
 from tunekit.inputs.task import LossComputer, Metric, Task, accuracy_counts

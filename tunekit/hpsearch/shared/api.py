@@ -69,7 +69,7 @@ def join_study(study: SharedStudy | str, study_name: Optional[str] = None, *, ta
     which of this worker's trials keep their weights, in the study's artifact folder when it has one."""
     from tunekit.hpsearch.run import search
     from tunekit.hpsearch.shared.workers import space_of
-    from tunekit.inputs.task_spec import TaskSpec
+    from tunekit.integrations.task_spec import TaskSpec
 
     if isinstance(study, str):  # tunekit 0.x: join_study(storage, study_name, worker_id=..., timeout=...)
         study, backend = _legacy_worker(study, study_name, backend, must_agree)
