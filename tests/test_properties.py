@@ -90,11 +90,12 @@ def toml_space(entries: dict[str, dict[str, Any]]) -> str:
 
 
 def _check_space(path: Path) -> None:
+    from tunekit.hpsearch.seeded_space import distributions
     from tunekit.inputs.space import load_space
 
     space = one_line_or_made(lambda: load_space(path), echoed=str(path))
     if space is not None:  # what is accepted is usable: Optuna takes its distributions, the table prints
-        space.distributions()
+        distributions(space)
         assert space.table()
 
 
