@@ -15,6 +15,9 @@ import torch
 
 from .tasks import ROOT
 
+# Benchmark code, minutes of it: `make test-bench` runs this file; make test and make test-fast leave it out.
+pytestmark = pytest.mark.bench
+
 DATA = ROOT / "benchmarks" / "data"
 # Quick runs that need nothing beyond their own process (and its threads).
 # (probe_accuracy's children measure their own resident memory, which other processes do not move.)
