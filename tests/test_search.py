@@ -384,6 +384,7 @@ def test_a_saved_range_test_of_another_task_is_refused(tmp_path: Path) -> None:
                lr_find_result=tmp_path / "lr_find.json")
 
 
+@pytest.mark.slow  # searches
 def test_one_directory_holds_one_study(tmp_path: Path) -> None:
     """Another space in the same --out would overwrite the first study's report: refused, nothing written."""
     space = write_space(tmp_path, SMALL)
@@ -435,6 +436,7 @@ def test_ctrl_c_keeps_what_finished_and_resume_goes_on(tmp_path: Path) -> None:
     assert r.trials[0]["value"] == report["trials"][0]["value"]
 
 
+@pytest.mark.slow  # a search with the probes
 def test_a_search_result_prints_short_and_loads_back(tmp_path: Path) -> None:
     space = write_space(tmp_path, SMALL)
     r = search(regression_task(), str(space), trials=2, max_steps=10, device="cpu", out=tmp_path / "o")
@@ -632,6 +634,7 @@ def test_an_accuracy_search_keeps_the_most_accurate_trial_not_the_lowest_loss(tm
     assert stored.direction == optuna.study.StudyDirection.MAXIMIZE and stored.metric_names == ["validation accuracy"]
 
 
+@pytest.mark.slow  # searches
 def test_a_function_objective_and_its_direction(tmp_path: Path) -> None:
     """objective=fn(model, val_data): the trials are ranked by it, the way direction says."""
     from .tasks import classification_task
@@ -909,6 +912,7 @@ def test_the_noise_scale_is_measured_only_where_it_is_cheap_next_to_a_trial(tmp_
     assert r.probe["updates"] < updates and "critical batch not measured: its" in r.table()
 
 
+@pytest.mark.slow  # searches with two optimizers
 def test_l2_inside_an_adaptive_optimizer_is_searched_over_its_own_range(tmp_path: Path) -> None:
     """L2 inside an adaptive optimizer (Adam's weight_decay) means far more than decoupled decay at the
     same number (for SGD the two are the same): where the task's optimizer does that, from_scratch

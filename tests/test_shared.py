@@ -270,6 +270,7 @@ def test_reap_fails_a_dead_workers_trial_with_its_reason_and_queues_one_rerun(tm
         reap_study(journal, "r", workers=["nohost"])
 
 
+@pytest.mark.slow  # a shared search
 def test_a_shared_search_in_process_reports_the_study_and_the_dashboard_fields(tmp_path: Path) -> None:
     """One worker on a journal file: the study reports itself; the final value is the last intermediate value;
     the metric is named; each trial carries its worker."""
