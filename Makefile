@@ -1,7 +1,9 @@
 # All set-up happens here, so each of the README's two commands works on a fresh clone.
 #   make run   set up, then run the main job (tunekit lr-find) on a built-in task
 #   make test  set up, then run the tests (all of them; make test-fast leaves out the slow ones:
-#              Ray, subprocesses, kill-and-resume)
+#              Ray, subprocesses, kill-and-resume, searches of more than a few seconds)
+#   make test-bench  the benchmarks' quick runs and the doctor zoo as tests (tests/test_bench_quick.py):
+#              minutes of benchmark code, left out of make test
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
@@ -12,7 +14,7 @@ STAMP  := $(VENV)/.installed
 TORCH_CPU   ?= torch==2.13.0
 TORCH_INDEX ?=
 
-.PHONY: setup run test test-fast bench bench-quick clean
+.PHONY: setup run test test-fast test-bench bench bench-quick clean
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml Makefile
@@ -30,11 +32,14 @@ run: $(STAMP)
 	$(VENV)/bin/tunekit lr-find
 
 test: $(STAMP)
-	$(PY) -m pytest -q -m "not serial and not bench_serial" -n auto --maxprocesses=4  # in parallel, on the machine's cores
-	$(PY) -m pytest -q -m "serial and not bench_serial"  # Ray clusters, timers, killed processes (tests/conftest.py): one at a time
+	$(PY) -m pytest -q -m "not serial and not bench and not bench_serial" -n auto --maxprocesses=4  # in parallel, on the machine's cores
+	$(PY) -m pytest -q -m "serial and not bench and not bench_serial"  # Ray clusters, timers, killed processes (tests/conftest.py): one at a time
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow"
+
+test-bench: $(STAMP)
+	$(PY) -m pytest -q tests/test_bench_quick.py  # one at a time: some start Ray, PostgreSQL and workers
 
 # The full benchmarks (hours on a small machine): each writes its report to benchmarks/data/NAME_report.txt.
 # corpus_lr and corpus_search score against the ground-truth grids in benchmarks/data/corpus_grid

@@ -72,3 +72,53 @@ def postgres():
             pgserver.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=srv.pgdata, user=srv.system_user, timeout=60)
         srv.cleanup()
         shutil.rmtree(data, ignore_errors=True)
+
+
+# ------------------------------------------------------------------ the CLI in this process
+# `tunekit ARGS` is `tunekit.cli.main(ARGS)`: the console script calls nothing else. A usage error needs
+# no subprocess of its own (one per case cost seconds each); each command keeps one subprocess smoke
+# test of its entry point end to end (tests/test_cli.py).
+
+def _tree(root) -> dict[str, int]:  # type: ignore[no-untyped-def]
+    """Every file and folder under ``root``, with its size (folders -1)."""
+    return {str(p.relative_to(root)): (p.stat().st_size if p.is_file() else -1) for p in root.rglob("*")}
+
+
+@pytest.fixture
+def run_main(capsys: pytest.CaptureFixture[str], tmp_path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """``run_main(*args, cwd=None) -> (code, out, err)``: ``tunekit ARGS`` in this process, in ``cwd``
+    (the test's tmp_path unless told, where a default tunekit_runs/ lands). argparse's exits are caught
+    and give their status, as the console script's would."""
+    from tunekit.cli import main
+
+    def run(*args: str, cwd=None) -> tuple[int, str, str]:  # type: ignore[no-untyped-def]
+        monkeypatch.chdir(cwd or tmp_path)
+        capsys.readouterr()  # what came before is not this command's
+        try:
+            code = main(list(args))
+        except SystemExit as exc:  # argparse: --help (0), a bad flag (2)
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
+
+
+@pytest.fixture
+def assert_usage_error(run_main, tmp_path):  # type: ignore[no-untyped-def]
+    """``assert_usage_error(args, match, cwd=None) -> line``: ``tunekit ARGS`` exits 2 with ONE line on
+    stderr that contains ``match`` (a plain substring), no traceback, and writes nothing: the folder it
+    ran in (tmp_path unless told, where the tests point --out) is as it was."""
+    def check(args, match: str, cwd=None) -> str:  # type: ignore[no-untyped-def]
+        where = cwd or tmp_path
+        before = _tree(where)
+        code, out, err = run_main(*args, cwd=where)
+        assert code == 2, (args, code, out[-2000:], err[-2000:])
+        lines = err.strip().splitlines()
+        assert len(lines) == 1, (args, err)
+        assert match in lines[0], (args, match, lines[0])
+        assert "Traceback" not in err and "Traceback" not in out, err
+        assert _tree(where) == before, (args, "wrote", set(_tree(where)) ^ set(before))
+        return lines[0]
+
+    return check

@@ -11,8 +11,12 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from .tasks import ROOT
+
+# Benchmark code, minutes of it: `make test-bench` runs this file; make test and make test-fast leave it out.
+pytestmark = pytest.mark.bench
 
 DATA = ROOT / "benchmarks" / "data"
 # Quick runs that need nothing beyond their own process (and its threads).
@@ -64,3 +68,22 @@ def test_corpus_list() -> None:
     r = bench("benchmarks.corpus", "--list")
     assert r.returncode == 0, r.stderr[-3000:]
     assert "tasks in" in r.stdout, r.stdout[-3000:]
+
+
+@pytest.mark.slow  # the whole zoo (the benchmark's full set-ups, in this process): minutes on 2 cores
+def test_the_doctor_zoo_finds_every_fault_and_passes_every_healthy_setup(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks.doctor_zoo import SETUPS, score  # the zoo's table and score, without writing its report
+
+    ok = score(SETUPS)
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert ok, last
+    assert "0 failures" in last and "(100%)" in last
+
+
+@pytest.mark.slow  # a subprocess
+@pytest.mark.skipif(torch.cuda.is_available(), reason="with a GPU the script runs its checks: run it by hand")
+def test_gpu_check_skips_without_cuda() -> None:
+    """benchmarks/gpu_check.py skips cleanly where there is no CUDA device."""
+    r = bench("benchmarks.gpu_check")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip().splitlines()[-1] == "SKIP  no CUDA device: nothing to check here"

@@ -7,13 +7,17 @@ from typing import Any
 
 import pytest
 
-slow = pytest.mark.slow  # the tests that run the CLI in a subprocess (the rest are quick)
-
 from .tasks import ROOT  # noqa: E402
 from .tasks import run_cli as tunekit  # noqa: E402
 
+# One subprocess per command proves its console entry point end to end (python -m tunekit, as the
+# console script runs tunekit.cli.main): train, tasks, spaces and the bare `tunekit` here; lr-find,
+# probe, doctor, search and report in their own modules; worker, study, serve and dashboard in
+# tests/test_shared.py. Everything else calls main() in this process (the run_main and
+# assert_usage_error fixtures, tests/conftest.py).
 
-@slow
+
+@pytest.mark.slow  # a subprocess
 def test_train_runs_and_writes_files(tmp_path: Path) -> None:
     r = tunekit("train", "--run-steps", "20", "--eval-every", "10", "--out", str(tmp_path), "--quiet")
     assert r.returncode == 0, r.stderr
@@ -24,21 +28,30 @@ def test_train_runs_and_writes_files(tmp_path: Path) -> None:
     assert (tmp_path / "train.png").stat().st_size > 1000
 
 
-@slow
-def test_help_shows_examples() -> None:
-    for args in (["--help"], ["train", "--help"], ["tasks", "--help"]):
-        r = tunekit(*args)
-        assert r.returncode == 0 and "examples:" in r.stdout
+@pytest.mark.slow  # a subprocess
+def test_the_entry_point_without_a_command_prints_help_and_exits_2() -> None:
+    r = tunekit()
+    assert r.returncode == 2 and "COMMAND" in r.stdout and "Traceback" not in r.stderr
 
 
-@slow
+@pytest.mark.slow  # a subprocess
 def test_tasks_lists_builtins() -> None:
     r = tunekit("tasks")
     assert r.returncode == 0
     assert "shapes" in r.stdout and "charlm" in r.stdout
 
 
-@slow
+def test_help_shows_examples(run_main) -> None:  # type: ignore[no-untyped-def]
+    for args in (["--help"], ["train", "--help"], ["tasks", "--help"]):
+        code, out, _ = run_main(*args)
+        assert code == 0 and "examples:" in out, args
+
+
+def test_no_command_prints_help_and_exits_2(run_main) -> None:  # type: ignore[no-untyped-def]
+    code, out, err = run_main()
+    assert code == 2 and "COMMAND" in out and err == ""
+
+
 @pytest.mark.parametrize(
     "args, needle",
     [
@@ -53,54 +66,41 @@ def test_tasks_lists_builtins() -> None:
         (["train", "--warmup", "1.5"], "warmup 1.5"),
         (["train", "--device", "cuda:0"] if not __import__("torch").cuda.is_available() else ["train", "--device", "tpu"], "device"),
         (["frobnicate"], "invalid choice: 'frobnicate'"),
+        (["tasks", "--frobnicate"], "unrecognized arguments: --frobnicate"),
+        (["spaces", "nope"], "unknown space 'nope'"),
     ],
 )
-def test_usage_errors_exit_2_with_one_line(args: list[str], needle: str) -> None:
-    r = tunekit(*args)
-    assert r.returncode == 2, (r.stdout, r.stderr)
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1, r.stderr
-    assert needle in lines[0]
-    assert "Traceback" not in r.stderr
+def test_usage_errors_exit_2_with_one_line(args: list[str], needle: str, assert_usage_error) -> None:  # type: ignore[no-untyped-def]
+    assert_usage_error(args, needle)
 
 
-@slow
-def test_a_negative_value_reaches_its_own_check() -> None:
-    r = tunekit("probe", "--memory-budget", "-5GB", "--quiet")
-    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
-        "tunekit probe: error: memory size '-5GB' is not a size: write it like 512MiB, 8GiB or 2.5GB"]
+def test_a_negative_value_reaches_its_own_check(assert_usage_error) -> None:  # type: ignore[no-untyped-def]
+    line = assert_usage_error(["probe", "--memory-budget", "-5GB", "--quiet"], "-5GB")
+    assert line == "tunekit probe: error: memory size '-5GB' is not a size: write it like 512MiB, 8GiB or 2.5GB"
 
 
-@slow
-def test_module_that_fails_to_import_is_a_usage_error(tmp_path: Path) -> None:
+def test_module_that_fails_to_import_is_a_usage_error(tmp_path: Path, assert_usage_error,  # type: ignore[no-untyped-def]
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "badmod.py").write_text("raise RuntimeError('broken at import')\n")
-    r = tunekit("train", "--task", "badmod:make", cwd=tmp_path)
-    assert r.returncode == 2
-    assert r.stderr.strip().splitlines() == [
-        "tunekit train: error: module 'badmod' (from task 'badmod:make') failed to import: RuntimeError: broken at import"
-    ]
+    monkeypatch.syspath_prepend(str(tmp_path))  # as `python -m tunekit` run in that folder has it on its path
+    line = assert_usage_error(["train", "--task", "badmod:make"], "badmod")
+    assert line == ("tunekit train: error: module 'badmod' (from task 'badmod:make') failed to import: "
+                    "RuntimeError: broken at import")
 
 
-@slow
-def test_an_error_in_the_users_model_is_shown_as_theirs() -> None:
+def test_an_error_in_the_users_model_is_shown_as_theirs(run_main) -> None:  # type: ignore[no-untyped-def]
     """Not "internal error": the user's frames, and the task spec that loaded their code."""
-    r = tunekit("train", "--task", "tests.tasks:broken_model_task", "--run-steps", "2", "--quiet")
-    assert r.returncode == 1
-    last = r.stderr.strip().splitlines()[-1]
+    code, _, err = run_main("train", "--task", "tests.tasks:broken_model_task", "--run-steps", "2", "--quiet")
+    assert code == 1
+    last = err.strip().splitlines()[-1]
     assert last == "tunekit train: error in your code (task 'tests.tasks:broken_model_task'): RuntimeError: boom in forward"
-    assert "internal error" not in r.stderr and "tests/tasks.py" in r.stderr
-    frames = [ln for ln in r.stderr.splitlines() if ln.strip().startswith('File "')]
+    assert "internal error" not in err and "tests/tasks.py" in err
+    frames = [ln for ln in err.splitlines() if ln.strip().startswith('File "')]
     assert frames and "tests/tasks.py" in frames[0]  # tunekit's own frames are left out
     assert not any("/tunekit/" in ln for ln in frames)
 
 
-@slow
-def test_no_command_prints_help_and_exits_2() -> None:
-    r = tunekit()
-    assert r.returncode == 2 and "COMMAND" in r.stdout
-
-
-@slow
+@pytest.mark.slow  # a fresh interpreter
 def test_import_is_light() -> None:
     code = "import sys, tunekit; print(sorted(m for m in ('matplotlib', 'ray', 'optuna', 'torch') if m in sys.modules))"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
@@ -112,7 +112,6 @@ def test_import_is_light() -> None:
     assert r.returncode == 0 and r.stdout.strip() == "['torch']", (r.stdout, r.stderr)
 
 
-@slow
 @pytest.mark.parametrize(
     "args, needle",
     [
@@ -124,14 +123,11 @@ def test_import_is_light() -> None:
         (["--out", "/proc/version/x"], "cannot be created"),
     ],
 )
-def test_bad_task_settings_and_paths_exit_2(args: list[str], needle: str) -> None:
-    r = tunekit("train", "--run-steps", "1", "--quiet", *args)
-    assert r.returncode == 2, r.stderr
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and needle in lines[0]
+def test_bad_task_settings_and_paths_exit_2(args: list[str], needle: str, assert_usage_error) -> None:  # type: ignore[no-untyped-def]
+    assert_usage_error(["train", "--run-steps", "1", "--quiet", *args], needle)
 
 
-@slow
+@pytest.mark.slow  # a subprocess
 def test_spaces_name_shows_the_entries_and_the_file() -> None:
     r = tunekit("spaces", "from_scratch")
     assert r.returncode == 0
@@ -139,17 +135,14 @@ def test_spaces_name_shows_the_entries_and_the_file() -> None:
     assert lines[0].startswith("from_scratch: ") and lines[-1].endswith("from_scratch.toml")
     assert any(ln.split()[0] == "lr" and "range test" in ln for ln in lines[1:])
     assert any(ln.split()[0] == "min_lr_ratio" and "fixed at 0.1" in ln for ln in lines[1:])
-    bad = tunekit("spaces", "nope")
-    assert bad.returncode == 2 and "unknown space 'nope'" in bad.stderr
 
 
-@slow
-def test_a_failed_command_leaves_no_empty_output_folder(tmp_path: Path) -> None:
-    r = tunekit("train", "--task", "nope", "--out", str(tmp_path / "new" / "out"))
-    assert r.returncode == 2 and not (tmp_path / "new").exists()
+def test_a_failed_command_leaves_no_empty_output_folder(tmp_path: Path, assert_usage_error) -> None:  # type: ignore[no-untyped-def]
+    assert_usage_error(["train", "--task", "nope", "--out", str(tmp_path / "new" / "out")], "unknown task 'nope'")
+    assert not (tmp_path / "new").exists()
     (tmp_path / "kept").mkdir()
-    r = tunekit("train", "--task", "nope", "--out", str(tmp_path / "kept"))
-    assert r.returncode == 2 and (tmp_path / "kept").is_dir()  # a folder that was there stays
+    assert_usage_error(["train", "--task", "nope", "--out", str(tmp_path / "kept")], "unknown task 'nope'")
+    assert (tmp_path / "kept").is_dir()  # a folder that was there stays
 
 
 # ------------------------------------------------------------------ what a result prints and writes
@@ -237,3 +230,30 @@ def test_a_command_that_writes_says_where(tmp_path: Path, capsys: pytest.Capture
     assert main(["train", "--run-steps", "2", "--quiet", "--out", str(tmp_path)]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == f"wrote {tmp_path / 'train.json'} and {tmp_path / 'train.png'}"
     assert (tmp_path / "train.json").is_file() and (tmp_path / "train.png").is_file()
+
+
+def test_assert_usage_error_fails_on_a_write_a_second_line_or_another_status(assert_usage_error, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fixture the usage-error tests lean on can fail: a refusal that leaves a file, says two lines,
+    or exits 1 is caught."""
+    import sys as _sys
+
+    import tunekit.cli as cli
+    from tunekit.errors import UsageError
+
+    def writes(args: Any) -> int:
+        (tmp_path / "left.txt").write_text("x")
+        raise UsageError("refused after a write")
+
+    def two_lines(args: Any) -> int:
+        print("a warning first", file=_sys.stderr)
+        raise UsageError("refused")
+
+    def fails(args: Any) -> int:
+        raise RuntimeError("a bug")
+
+    for func, why in ((writes, "wrote"), (two_lines, "a warning first"), (fails, "1")):
+        monkeypatch.setattr(cli, "cmd_tasks", func)
+        with pytest.raises(AssertionError, match=why):
+            assert_usage_error(["tasks"], "refused")
+        (tmp_path / "left.txt").unlink(missing_ok=True)

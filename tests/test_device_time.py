@@ -76,6 +76,7 @@ def _timed(tmp_path: Path, name: str, trials: int = 3, **kw: object):
                   progress=False, **kw)
 
 
+@pytest.mark.slow  # two searches
 def test_a_search_in_device_time_from_a_stored_probe_is_the_same_twice_and_reports_its_seconds(tmp_path: Path) -> None:
     first = _timed(tmp_path, "first", budget="1s", prune=False)
     stored = {"probe_result": tmp_path / "first" / "probe.json"}
@@ -111,6 +112,7 @@ def _stopped_at_the_limit(r, limit: float, asked: int) -> None:
     assert "reached: no trial started after it" in r.table()
 
 
+@pytest.mark.slow  # a search
 def test_a_study_wide_device_time_limit_starts_no_trial_after_it(tmp_path: Path) -> None:
     _timed(tmp_path, "first", budget="0.3s", prune=False)
     r = _timed(tmp_path, "limited", budget="0.3s", prune=False, probe_result=tmp_path / "first" / "probe.json",
@@ -121,6 +123,7 @@ def test_a_study_wide_device_time_limit_starts_no_trial_after_it(tmp_path: Path)
         search(classification_task(), time_limit="3 days")
 
 
+@pytest.mark.slow  # a search with the probes
 def test_the_search_probe_tries_no_batch_the_space_cannot_offer(tmp_path: Path) -> None:
     """The probe's dearest steps are its largest batches: a search's probe stops at the largest batch its
     space can offer (choices centre at or below the range test's batch) and at what the budget can use."""

@@ -365,12 +365,10 @@ def test_the_doctor_and_lr_find_give_one_lr_for_one_object(family: str, tmp_path
     assert found.refinement is None and quick.evidence["suggestion"] == pytest.approx(found.suggestion, rel=1e-9)
 
 
-def test_a_task_function_returning_a_trainer_is_refused_in_its_terms_on_the_cli(tmp_path: Any) -> None:
-    from .tasks import run_cli
-
+def test_a_task_function_returning_a_trainer_is_refused_in_its_terms_on_the_cli(tmp_path: Any, run_main: Any) -> None:
     spec = tmp_path / "their_task.py"
     spec.write_text("from tests.their_objects import hf_trainer\n\n\ndef no_eval():\n"
                     f"    t = hf_trainer('gpt2', {str(tmp_path)!r}, model_init=True)\n    t.eval_dataset = None\n    return t\n")
-    r = run_cli("search", "--task", f"{spec}:no_eval", "--trials", "2", "--out", str(tmp_path / "o"), "--quiet")
-    assert r.returncode == 2 and "Traceback" not in r.stderr
-    assert r.stderr.strip().splitlines()[-1].endswith("give the Trainer an eval_dataset")
+    code, _, err = run_main("search", "--task", f"{spec}:no_eval", "--trials", "2", "--out", str(tmp_path / "o"), "--quiet")
+    assert code == 2 and "Traceback" not in err
+    assert err.strip().splitlines()[-1].endswith("give the Trainer an eval_dataset")

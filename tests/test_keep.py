@@ -19,7 +19,7 @@ from tunekit.integrations.weights import load_weights
 from tunekit.integrations.task_spec import load_task
 from tunekit.training.loop import evaluate
 
-from .tasks import ROOT, SMALL, regression_data, run_cli, write_space
+from .tasks import ROOT, SMALL, regression_data, write_space
 
 SPEC = "tests.tasks:regression_task"
 
@@ -36,6 +36,7 @@ def kept_files(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.glob("trial-*.pt"))
 
 
+@pytest.mark.slow  # a 5-trial search
 def test_best_model_scores_the_best_trials_value_and_one_copy_is_kept(tmp_path: Path) -> None:
     r = search(SPEC, str(write_space(tmp_path, SMALL)), trials=5, max_steps=20, seed=3, out=tmp_path / "out",
                device="cpu", progress=False)
@@ -58,6 +59,7 @@ def test_best_model_scores_the_best_trials_value_and_one_copy_is_kept(tmp_path: 
         r.best_model()
 
 
+@pytest.mark.slow  # two searches
 def test_keep_all_keeps_every_finished_trial_and_none_keeps_nothing(tmp_path: Path) -> None:
     space = str(write_space(tmp_path, SMALL))
     r = search(SPEC, space, trials=3, max_steps=20, seed=1, out=tmp_path / "all", device="cpu", progress=False,
@@ -112,6 +114,7 @@ tunekit.search("tests.tasks:regression_task", sys.argv[1], trials=4, max_steps=2
 """
 
 
+@pytest.mark.slow  # a subprocess killed, then a resume
 def test_a_kill_during_the_write_leaves_a_loadable_best_and_a_resume_improves_on_it(tmp_path: Path) -> None:
     script = tmp_path / "killer.py"
     script.write_text(KILLER)
@@ -130,6 +133,7 @@ def test_a_kill_during_the_write_leaves_a_loadable_best_and_a_resume_improves_on
     assert score(r.best_model(), load_task(SPEC), r.best_config) == pytest.approx(r.best_value, rel=1e-6)
 
 
+@pytest.mark.slow  # a search and its resume
 def test_a_resume_that_finds_no_better_trial_keeps_the_best_it_had(tmp_path: Path) -> None:
     space, out = str(write_space(tmp_path, SMALL)), tmp_path / "out"
     first = search(SPEC, space, trials=2, max_steps=20, out=out, device="cpu", progress=False)
@@ -166,6 +170,7 @@ def _rss() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+@pytest.mark.slow  # a 24-trial search
 @pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="RSS read from /proc")
 def test_memory_returns_between_trials_of_a_24_trial_search(tmp_path: Path) -> None:
     at_start: list[int] = []  # RSS as each trial builds its model: what the trials before it left
@@ -183,18 +188,17 @@ def test_memory_returns_between_trials_of_a_24_trial_search(tmp_path: Path) -> N
     assert max(trials[1:]) <= 1.05 * first, [round(x / 2**20) for x in trials]
 
 
-def test_keep_flag_on_the_cli(tmp_path: Path) -> None:
-    bad = run_cli("search", "--keep", "everything", "--out", str(tmp_path))
-    assert bad.returncode == 2 and "--keep" in bad.stderr and "Traceback" not in bad.stderr
-    assert len(bad.stderr.strip().splitlines()) <= 2
-    worker = run_cli("worker", "--storage", str(tmp_path / "j.log"), "--study", "s", "--keep", "some")
-    assert worker.returncode == 2 and "invalid choice: 'some'" in worker.stderr
+@pytest.mark.slow  # a search and its report
+def test_keep_flag_on_the_cli(tmp_path: Path, run_main, assert_usage_error) -> None:  # type: ignore[no-untyped-def]
+    assert_usage_error(["search", "--keep", "everything", "--out", str(tmp_path / "o")], "--keep")
+    assert_usage_error(["worker", "--storage", str(tmp_path / "j.log"), "--study", "s", "--keep", "some"],
+                       "invalid choice: 'some'")
     out = tmp_path / "out"
-    ran = run_cli("search", "--task", SPEC, "--space", str(write_space(tmp_path, SMALL)), "--trials", "2",
-                  "--max-steps", "10", "--keep", "all", "--device", "cpu", "--quiet", "--out", str(out))
-    assert ran.returncode == 0, ran.stderr[-2000:]
+    code, said, err = run_main("search", "--task", SPEC, "--space", str(write_space(tmp_path, SMALL)), "--trials", "2",
+                               "--max-steps", "10", "--keep", "all", "--device", "cpu", "--quiet", "--out", str(out))
+    assert code == 0, err[-2000:]
     assert len(kept_files(out / "weights")) == 2
     best = json.loads((out / "search.json").read_text())["best_weights"]
-    assert f"the best trial's weights: {best}" in ran.stdout
-    report = run_cli("report", str(out))
-    assert report.returncode == 0 and f"the best trial's weights: {best}" in report.stdout
+    assert f"the best trial's weights: {best}" in said
+    code, said, _ = run_main("report", str(out))
+    assert code == 0 and f"the best trial's weights: {best}" in said

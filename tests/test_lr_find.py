@@ -252,12 +252,8 @@ def test_cli_lr_find_writes_files(tmp_path: Path) -> None:
         (["--task", "nope"], "unknown task 'nope'"),
     ],
 )
-@pytest.mark.slow  # a subprocess
-def test_cli_lr_find_usage_errors(args: list[str], needle: str, tmp_path: Path) -> None:
-    r = run_cli("lr-find", "--out", str(tmp_path), *args)
-    assert r.returncode == 2
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and needle in lines[0] and "Traceback" not in r.stderr
+def test_cli_lr_find_usage_errors(args: list[str], needle: str, assert_usage_error) -> None:  # type: ignore[no-untyped-def]
+    assert_usage_error(["lr-find", "--out", "o", *args], needle)
 
 
 def test_tensors_held_only_by_the_optimizer_and_loader_generators_are_restored() -> None:
@@ -324,14 +320,13 @@ def test_a_curve_without_a_finite_loss_says_so_in_its_plot() -> None:
     assert [t.get_text() for t in r.plot().texts] == ["no finite loss: the range test diverged at once"]
 
 
-@pytest.mark.slow  # a subprocess
-def test_cli_repeats_summary_counts_every_run(tmp_path: Path) -> None:
-    from .tasks import run_cli
-
-    r = run_cli("lr-find", "--sweep-steps", "20", "--repeats", "2", "--refine-steps", "20", "--out", str(tmp_path), "--quiet")
-    assert r.returncode == 0, r.stderr[-2000:]
+@pytest.mark.slow  # two sweeps and their short runs
+def test_cli_repeats_summary_counts_every_run(tmp_path: Path, run_main) -> None:  # type: ignore[no-untyped-def]
+    code, out, err = run_main("lr-find", "--sweep-steps", "20", "--repeats", "2", "--refine-steps", "20", "--out", str(tmp_path),
+                              "--quiet")
+    assert code == 0, err[-2000:]
     result = json.loads((tmp_path / "lr_find.json").read_text())
-    line = next(ln for ln in r.stdout.splitlines() if " samples over 2 runs " in ln)
+    line = next(ln for ln in out.splitlines() if " samples over 2 runs " in ln)
     ref = result["refinement"]
     assert line.startswith(f"{result['samples']} samples over 2 runs ({len(result['losses'])} updates in the first, "
                            f"then {len(ref['lrs'])} LRs x 2 short runs of 20: {ref['samples']} samples)")

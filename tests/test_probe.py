@@ -175,7 +175,7 @@ class FailsAbove(MLP):
         return super().forward(x)
 
 
-@pytest.mark.parametrize("where", ["child", "process"])
+@pytest.mark.parametrize("where", [pytest.param("child", marks=pytest.mark.slow), "process"])  # child: a measuring process
 def test_an_end_to_end_probe_with_a_fake_out_of_memory_error(where: str, monkeypatch: pytest.MonkeyPatch) -> None:
     if where == "process":  # where no child can measure (not Linux with glibc): the steps run here
         monkeypatch.setattr(clean_heap, "available", lambda: "not here")
@@ -311,9 +311,11 @@ def test_probe_result_round_trip_and_plot(tmp_path: Path) -> None:
     assert r._repr_png_()[:4] == b"\x89PNG"
 
 
-@pytest.mark.slow  # a subprocess
+@pytest.mark.slow  # a subprocess: the console entry point of `tunekit probe`, end to end
 def test_cli_probe(tmp_path: Path) -> None:
-    r = run_cli("probe", "--memory-budget", "2GiB", "--out", str(tmp_path), "--quiet")
+    # A small task (the built-in default's probe costs twice the CPU and proves nothing more of the entry point).
+    r = run_cli("probe", "--task", "tests.tasks:classification_task", "--memory-budget", "2GiB", "--out", str(tmp_path),
+                "--quiet")
     assert r.returncode == 0, r.stderr
     assert "largest batch that fits" in r.stdout and "headroom 15%" in r.stdout
     data = json.loads((tmp_path / "probe.json").read_text())
@@ -323,12 +325,8 @@ def test_cli_probe(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("args, needle", [(["--memory-budget", "lots"], "memory size 'lots'"),
                                           (["--memory-budget", "1KiB"], "does not fit even at batch 1")])
-@pytest.mark.slow  # a subprocess
-def test_cli_probe_usage_errors(args: list[str], needle: str, tmp_path: Path) -> None:
-    r = run_cli("probe", "--out", str(tmp_path), "--quiet", *args)
-    assert r.returncode == 2
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and needle in lines[0]
+def test_cli_probe_usage_errors(args: list[str], needle: str, assert_usage_error) -> None:  # type: ignore[no-untyped-def]
+    assert_usage_error(["probe", "--out", "o", "--quiet", *args], needle)
 
 
 @pytest.mark.gpu
@@ -492,6 +490,7 @@ class CheckpointedMLP(nn.Module):
         return self.out(x)
 
 
+@pytest.mark.slow  # two probes and training between them
 def test_two_probes_in_one_process_agree_after_other_work() -> None:
     g = torch.Generator().manual_seed(0)
     task = Task(model=CheckpointedMLP, train_data=TensorDataset(torch.randn(16384, 128, generator=g),

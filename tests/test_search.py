@@ -117,6 +117,7 @@ def test_seed_trial_pairs_the_suggested_lr_with_its_own_batch(tmp_path: Path) ->
     assert seed["updates"] == 400 and seed["samples"] == 3200 and seed["micro_batch"] * seed["accumulation_steps"] == 8
 
 
+@pytest.mark.slow  # a search with the probes
 def test_seeded_search_enqueues_the_seed_first(tmp_path: Path) -> None:
     task = classification_task()
     lf = lr_find(task, sweep_steps=30, device="cpu")
@@ -134,6 +135,7 @@ def test_seeded_search_enqueues_the_seed_first(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "out" / "search.json").read_text())["study_name"] == r.study_name
 
 
+@pytest.mark.slow  # a pruned search
 def test_pruned_trials_are_never_complete(tmp_path: Path) -> None:
     space = write_space(tmp_path, SMALL.replace("1e-3", "1e-5").replace("high = 1e-1", "high = 1.0"))
     r = search(classification_task(), str(space), trials=10, max_steps=40, device="cpu", seed=1, out=tmp_path / "o")
@@ -155,6 +157,7 @@ def test_pruned_trials_are_never_complete(tmp_path: Path) -> None:
             assert max(t.intermediate_values) == t.user_attrs["samples"]
 
 
+@pytest.mark.slow  # searches of several sizes
 def test_asha_rungs_follow_the_trial_count(tmp_path: Path) -> None:
     # 30 trials at reduction factor 3: two rungs (30 / 3**2 >= 3 trials expected to finish), at 1/9
     # and 1/3 of the budget: updates 3 and 9 of 27; evaluating every update, trials stop exactly there.
@@ -166,6 +169,7 @@ def test_asha_rungs_follow_the_trial_count(tmp_path: Path) -> None:
     assert sum(t["state"] == "COMPLETE" for t in r.trials) >= 3
 
 
+@pytest.mark.slow  # two searches
 def test_diverged_and_failed_trials_are_recorded_and_the_search_goes_on(tmp_path: Path) -> None:
     diverging = write_space(tmp_path, DIVERGING, "diverging.toml")
     r = search("tests.tasks:regression_task", str(diverging), trials=6, max_steps=10, device="cpu", seed=0,
@@ -228,17 +232,18 @@ def test_cli_search_with_a_budget_in_epochs(tmp_path: Path) -> None:
     assert [t["samples"] for t in res["trials"]] == [128, 128] and "epochs" in r.stdout
 
 
-@pytest.mark.slow  # a subprocess
-def test_report_redraws(tmp_path: Path) -> None:
+@pytest.mark.slow  # searches (in this process)
+def test_report_redraws(tmp_path: Path, run_main, assert_usage_error) -> None:  # type: ignore[no-untyped-def]
     space = write_space(tmp_path, SMALL)
     search(regression_task(), str(space), trials=3, max_steps=10, device="cpu", out=tmp_path / "s")
     (tmp_path / "s" / "search.png").unlink()
-    r = run_cli("report", str(tmp_path / "s"))
-    assert r.returncode == 0 and "best loss" in r.stdout
+    code, out, err = run_main("report", str(tmp_path / "s"))
+    assert code == 0 and "best loss" in out, err[-2000:]
     assert (tmp_path / "s" / "search.png").exists()
-    assert run_cli("report", str(tmp_path / "nothing")).returncode == 2
+    assert_usage_error(["report", str(tmp_path / "nothing")], "nothing")
 
 
+@pytest.mark.slow  # two searches
 def test_same_seed_same_search(tmp_path: Path) -> None:
     """Probes included: the same seed gives the same trials (params, values, states, splits)."""
     runs = [search(classification_task(), "from_scratch", trials=6, max_steps=40, seed=3, device="cpu",
@@ -379,6 +384,7 @@ def test_a_saved_range_test_of_another_task_is_refused(tmp_path: Path) -> None:
                lr_find_result=tmp_path / "lr_find.json")
 
 
+@pytest.mark.slow  # searches
 def test_one_directory_holds_one_study(tmp_path: Path) -> None:
     """Another space in the same --out would overwrite the first study's report: refused, nothing written."""
     space = write_space(tmp_path, SMALL)
@@ -392,17 +398,19 @@ def test_one_directory_holds_one_study(tmp_path: Path) -> None:
         search(regression_task(), str(space), trials=2, max_steps=20, device="cpu", out=tmp_path / "o", resume=True)
 
 
-@pytest.mark.slow  # a subprocess
-def test_cli_search_takes_fixed_task_settings(tmp_path: Path) -> None:
+@pytest.mark.slow  # searches (in this process)
+def test_cli_search_takes_fixed_task_settings(tmp_path: Path, run_main) -> None:  # type: ignore[no-untyped-def]
     """--set KEY=VALUE fixes a task setting for every trial (and the probes)."""
     space = write_space(tmp_path, SMALL)
-    r = run_cli("search", "--task", "tests.tasks:regression_task", "--space", str(space), "--trials", "2",
-                "--max-steps", "10", "--set", "hidden=7", "--device", "cpu", "--out", str(tmp_path / "o"), "--quiet")
-    assert r.returncode == 0, r.stderr[-2000:]
+    code, _, err = run_main("search", "--task", "tests.tasks:regression_task", "--space", str(space), "--trials", "2",
+                            "--max-steps", "10", "--set", "hidden=7", "--device", "cpu", "--out", str(tmp_path / "o"),
+                            "--quiet")
+    assert code == 0, err[-2000:]
     res = json.loads((tmp_path / "o" / "search.json").read_text())
     assert res["plan"]["fixed"]["task.hidden"] == 7 and len(res["trials"]) == 2
 
 
+@pytest.mark.slow  # a search interrupted, then resumed
 def test_ctrl_c_keeps_what_finished_and_resume_goes_on(tmp_path: Path) -> None:
     """Interrupted in its third trial, a search has written the report of the two that finished."""
     task = regression_task()
@@ -428,6 +436,7 @@ def test_ctrl_c_keeps_what_finished_and_resume_goes_on(tmp_path: Path) -> None:
     assert r.trials[0]["value"] == report["trials"][0]["value"]
 
 
+@pytest.mark.slow  # a search with the probes
 def test_a_search_result_prints_short_and_loads_back(tmp_path: Path) -> None:
     space = write_space(tmp_path, SMALL)
     r = search(regression_task(), str(space), trials=2, max_steps=10, device="cpu", out=tmp_path / "o")
@@ -446,32 +455,30 @@ def test_importances_from_a_few_trials_are_called_a_guess(tmp_path: Path) -> Non
     assert r.plot_importances().get_xlabel() == "importance (Optuna, 3 complete trials: a rough guess)"
 
 
-@pytest.mark.slow  # subprocesses
-def test_the_best_config_reruns_exactly(tmp_path: Path) -> None:
+@pytest.mark.slow  # searches (in this process)
+def test_the_best_config_reruns_exactly(tmp_path: Path, run_main, assert_usage_error) -> None:  # type: ignore[no-untyped-def]
     """`tunekit train --config DIR/search.json` trains the best trial again and gets its value, to the bit."""
     space = write_space(tmp_path, SMALL)
     out = tmp_path / "s"
-    r = run_cli("search", "--task", "tests.tasks:regression_task", "--space", str(space), "--trials", "3",
-                "--max-steps", "20", "--device", "cpu", "--out", str(out), "--quiet")
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert f"tunekit train --config {out}/search.json" in r.stdout
+    code, said, err = run_main("search", "--task", "tests.tasks:regression_task", "--space", str(space), "--trials", "3",
+                               "--max-steps", "20", "--device", "cpu", "--out", str(out), "--quiet")
+    assert code == 0, err[-2000:]
+    assert f"tunekit train --config {out}/search.json" in said
     best = json.loads((out / "search.json").read_text())["best_value"]
-    again = run_cli("train", "--config", str(out / "search.json"), "--out", str(tmp_path / "t"), "--quiet")
-    assert again.returncode == 0, again.stderr[-2000:]
+    code, said, err = run_main("train", "--config", str(out / "search.json"), "--out", str(tmp_path / "t"), "--quiet")
+    assert code == 0, err[-2000:]
     assert json.loads((tmp_path / "t" / "train.json").read_text())["evals"][-1]["loss"] == best
-    assert "(the same)" in again.stdout
-    refused = run_cli("train", "--config", str(out), "--lr", "0.1", "--quiet")
-    assert refused.returncode == 2 and "--lr would change it" in refused.stderr
-    missing = run_cli("train", "--config", str(out), "--trial", "99", "--quiet")
-    assert missing.returncode == 2 and "has no trial 99" in missing.stderr
+    assert "(the same)" in said
+    assert_usage_error(["train", "--config", str(out), "--lr", "0.1", "--quiet"], "--lr would change it")
+    assert_usage_error(["train", "--config", str(out), "--trial", "99", "--quiet"], "has no trial 99")
 
 
-@pytest.mark.slow  # subprocesses
-def test_report_prints_no_optuna_log_and_probes_are_written_with_their_plots(tmp_path: Path) -> None:
+@pytest.mark.slow  # a subprocess: the console entry point of `tunekit report`, end to end
+def test_report_prints_no_optuna_log_and_probes_are_written_with_their_plots(tmp_path: Path, run_main) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "s"
-    r = run_cli("search", "--task", "tests.tasks:classification_task", "--trials", "4", "--max-steps", "40",
-                "--device", "cpu", "--out", str(out), "--quiet")
-    assert r.returncode == 0, r.stderr[-2000:]
+    code, _, err = run_main("search", "--task", "tests.tasks:classification_task", "--trials", "4", "--max-steps", "40",
+                            "--device", "cpu", "--out", str(out), "--quiet")
+    assert code == 0, err[-2000:]
     for name in ("lr_find", "probe"):  # each JSON with its plot, as the standalone commands write them
         assert (out / f"{name}.json").is_file() and (out / f"{name}.png").stat().st_size > 1000
     rep = run_cli("report", str(out))
@@ -604,6 +611,7 @@ def _two_lr_search(tmp_path: Path, name: str, **kw: object) -> "object":
                   prune=False, seed_trial=False, design=0, sampler="random", out=tmp_path / name, **kw)
 
 
+@pytest.mark.slow  # searches
 def test_an_accuracy_search_keeps_the_most_accurate_trial_not_the_lowest_loss(tmp_path: Path) -> None:
     import csv
 
@@ -626,6 +634,7 @@ def test_an_accuracy_search_keeps_the_most_accurate_trial_not_the_lowest_loss(tm
     assert stored.direction == optuna.study.StudyDirection.MAXIMIZE and stored.metric_names == ["validation accuracy"]
 
 
+@pytest.mark.slow  # searches
 def test_a_function_objective_and_its_direction(tmp_path: Path) -> None:
     """objective=fn(model, val_data): the trials are ranked by it, the way direction says."""
     from .tasks import classification_task
@@ -672,23 +681,22 @@ def test_rungs_keep_the_best_of_a_maximised_objective() -> None:
     assert down.prune(study, others[0]) and not down.prune(study, others[4])
 
 
-@pytest.mark.slow  # subprocesses
-def test_cli_search_for_accuracy_and_train_config_in_that_metric(tmp_path: Path) -> None:
+@pytest.mark.slow  # searches (in this process)
+def test_cli_search_for_accuracy_and_train_config_in_that_metric(tmp_path: Path, run_main, assert_usage_error) -> None:  # type: ignore[no-untyped-def]
     space = write_space(tmp_path, TWO_LRS)
     out = tmp_path / "s"
-    r = run_cli("search", "--task", "tests.tasks:classification_task", "--space", str(space), "--trials", "2",
-                "--max-steps", "40", "--device", "cpu", "--out", str(out), "--quiet", "--no-prune",
-                "--objective", "accuracy", "--direction", "maximize")
-    assert r.returncode == 0, r.stderr[-2000:]
+    code, _, err = run_main("search", "--task", "tests.tasks:classification_task", "--space", str(space), "--trials", "2",
+                            "--max-steps", "40", "--device", "cpu", "--out", str(out), "--quiet", "--no-prune",
+                            "--objective", "accuracy", "--direction", "maximize")
+    assert code == 0, err[-2000:]
     saved = json.loads((out / "search.json").read_text())
     assert (saved["objective"], saved["direction"]) == ("accuracy", "maximize")
-    again = run_cli("train", "--config", str(out / "search.json"), "--out", str(tmp_path / "t"), "--quiet")
-    assert again.returncode == 0, again.stderr[-2000:]
+    code, said, err = run_main("train", "--config", str(out / "search.json"), "--out", str(tmp_path / "t"), "--quiet")
+    assert code == 0, err[-2000:]
     assert json.loads((tmp_path / "t" / "train.json").read_text())["evals"][-1]["accuracy"] == saved["best_value"]
-    assert "of the search: accuracy" in again.stdout and "(the same)" in again.stdout
-    bad = run_cli("search", "--task", "tests.tasks:regression_task", "--objective", "accuracy", "--quiet",
-                  "--out", str(tmp_path / "b"))
-    assert bad.returncode == 2 and "needs class scores" in bad.stderr and "Traceback" not in bad.stderr
+    assert "of the search: accuracy" in said and "(the same)" in said
+    assert_usage_error(["search", "--task", "tests.tasks:regression_task", "--objective", "accuracy", "--quiet",
+                        "--out", str(tmp_path / "b")], "needs class scores")
 
 
 def test_the_design_takes_a_categorical_lr_at_its_nearest_choice() -> None:
@@ -720,6 +728,7 @@ def test_a_small_search_has_no_rung_and_a_rung_does_not_cut_a_tie() -> None:
     assert [rungs.prune(study, t) for t in trials] == [False, False, True, True]
 
 
+@pytest.mark.slow  # a search and its resumes
 def test_a_resume_with_nothing_to_run_keeps_the_seconds_and_an_interrupted_trial_names_its_rerun(tmp_path: Path) -> None:
     import optuna as _optuna
 
@@ -742,6 +751,7 @@ def test_a_resume_with_nothing_to_run_keeps_the_seconds_and_an_interrupted_trial
     assert rows[0]["error"] == "interrupted; re-run as trial 1" and rows[0]["rerun_as"] == 1 and rows[1]["retry_of"] == 0
 
 
+@pytest.mark.slow  # a search and its resume
 def test_resume_after_a_kill_during_the_probes_goes_on_with_them(tmp_path: Path) -> None:
     """A search killed during its probes leaves their saved files and no study: a restart with --resume (as a
     restart loop always passes it) goes on, reusing them and counting their cost, instead of refusing."""
@@ -823,8 +833,8 @@ def test_a_trial_is_judged_at_a_rung_once_and_never_at_its_last_report() -> None
         SimpleNamespace(get_trials=lambda deepcopy=False, states=None: leaders + [last]), last)
 
 
-@pytest.mark.slow  # a subprocess
-def test_a_task_that_cannot_train_stops_the_search_in_one_line(tmp_path: Path) -> None:
+@pytest.mark.slow  # searches (in this process)
+def test_a_task_that_cannot_train_stops_the_search_in_one_line(tmp_path: Path, run_main) -> None:  # type: ignore[no-untyped-def]
     """A loss that is not a scalar fails every trial the same way: the search stops on the first, with
     the one-line reason (not N failed trials and exit 0), and keeps what it recorded."""
     from .tasks import nonscalar_loss_task
@@ -834,11 +844,13 @@ def test_a_task_that_cannot_train_stops_the_search_in_one_line(tmp_path: Path) -
         search(nonscalar_loss_task(), space, trials=4, max_steps=10, device="cpu", out=tmp_path / "o")
     saved = json.loads((tmp_path / "o" / "search.json").read_text())
     assert len(saved["trials"]) == 1 and saved["trials"][0]["state"] == "FAIL"
-    r = run_cli("search", "--task", "tests.tasks:nonscalar_loss_task", "--space", space, "--trials", "3",
-                "--max-steps", "10", "--device", "cpu", "--quiet", "--out", str(tmp_path / "c"))
-    assert r.returncode == 2 and "not a scalar" in r.stderr and "Traceback" not in r.stderr
+    code, _, err = run_main("search", "--task", "tests.tasks:nonscalar_loss_task", "--space", space, "--trials", "3",
+                            "--max-steps", "10", "--device", "cpu", "--quiet", "--out", str(tmp_path / "c"))
+    lines = err.strip().splitlines()  # what it recorded stays in c/ (not a usage error's nothing written)
+    assert code == 2 and len(lines) == 1 and "not a scalar" in lines[0] and "Traceback" not in err
 
 
+@pytest.mark.slow  # a search and two resumes
 def test_studies_from_before_the_objective_resume_as_loss_studies(tmp_path: Path) -> None:
     """A plan stored before objectives existed is a loss study: resumed with another objective it is
     refused in one line (not maximised over old loss values), and resumed as it was it goes on."""
@@ -857,14 +869,13 @@ def test_studies_from_before_the_objective_resume_as_loss_studies(tmp_path: Path
     assert len(again.trials) == 3 and again.objective == "loss"
 
 
-@pytest.mark.slow  # a subprocess
-def test_report_refuses_a_json_file_that_is_not_a_search_json(tmp_path: Path) -> None:
+@pytest.mark.slow  # searches (in this process)
+def test_report_refuses_a_json_file_that_is_not_a_search_json(tmp_path: Path, assert_usage_error) -> None:  # type: ignore[no-untyped-def]
     space = write_space(tmp_path, SMALL)
     search(regression_task(), str(space), trials=1, max_steps=10, device="cpu", out=tmp_path / "s")
     other = tmp_path / "s" / "backup.json"
     other.write_text((tmp_path / "s" / "search.json").read_text())
-    r = run_cli("report", str(other))
-    assert r.returncode == 2 and "is not a search.json" in r.stderr
+    assert_usage_error(["report", str(other)], "is not a search.json")
 
 
 def test_train_config_of_a_trial_with_no_final_value_says_so() -> None:
@@ -902,6 +913,7 @@ def test_the_noise_scale_is_measured_only_where_it_is_cheap_next_to_a_trial(tmp_
     assert r.probe["updates"] < updates and "critical batch not measured: its" in r.table()
 
 
+@pytest.mark.slow  # searches with two optimizers
 def test_l2_inside_an_adaptive_optimizer_is_searched_over_its_own_range(tmp_path: Path) -> None:
     """L2 inside an adaptive optimizer (Adam's weight_decay) means far more than decoupled decay at the
     same number (for SGD the two are the same): where the task's optimizer does that, from_scratch
@@ -957,6 +969,7 @@ def test_twice_the_batch_is_tried_where_the_timed_steps_say_it_is_cheaper() -> N
     assert not larger_is_cheaper(SimpleNamespace(step_times=[], max_batch=128), 32) and not larger_is_cheaper(None, 32)
 
 
+@pytest.mark.slow  # searches with the probes
 def test_the_table_says_which_way_the_designs_batch_step_went(tmp_path: Path) -> None:
     """The design's batch step is decided by the probe's stored timed steps, and the search says so."""
     import dataclasses

@@ -104,7 +104,6 @@ def test_a_killed_worker_costs_one_trial_and_the_survivors_ride_out_a_database_r
         _wait_mid_trial(url, "k", p.pid)
     os.killpg(victim.pid, signal.SIGKILL)
     victim.wait()
-    killed_at = time.time()
     training = [t.number for t in _trials(url, "k") if t.state.name == "RUNNING" and t.user_attrs.get("worker", {}).get("pid") != victim.pid]
     time.sleep(0.5)
     postgres.restart()
@@ -116,8 +115,9 @@ def test_a_killed_worker_costs_one_trial_and_the_survivors_ride_out_a_database_r
     trials = _trials(url, "k")
     dead = [t for t in trials if t.user_attrs.get("worker", {}).get("pid") == victim.pid and t.state.name == "FAIL"]
     assert len(dead) == 1
-    assert dead[0].datetime_complete.timestamp() - killed_at < 4  # its process is gone: found at the next check,
-    assert training and min(trials[n].datetime_complete for n in training) > dead[0].datetime_complete  # mid-trial
+    # Its process is gone: found at the next check, not after the grace period (4 s, longer than a trial):
+    # failed while the trials the survivors were training at the kill still ran. Ordered, not timed.
+    assert training and min(trials[n].datetime_complete for n in training) > dead[0].datetime_complete
     result = study_result(url, "k")
     row = next(t for t in result.trials if t["number"] == dead[0].number)
     assert row["error"] == f"worker {dead[0].user_attrs['worker']['host']}:{victim.pid} stopped" and row["stopped"]
@@ -183,7 +183,8 @@ def test_two_workers_that_finish_at_once_keep_the_better_trials_weights(tmp_path
 
 
 @pytest.mark.slow  # a PostgreSQL server process
-def test_a_joining_worker_with_another_budget_or_seed_is_refused(tmp_path: Path, postgres: Any) -> None:
+def test_a_joining_worker_with_another_budget_or_seed_is_refused(tmp_path: Path, postgres: Any,
+                                                                 assert_usage_error: Any) -> None:
     url, space = postgres(), write_space(tmp_path, SMALL)
     create_study("tests.tasks:regression_task", str(space), storage=url, study_name="m", trials=3, max_steps=10,
                  device="cpu", prune=False)
@@ -199,10 +200,9 @@ def test_a_joining_worker_with_another_budget_or_seed_is_refused(tmp_path: Path,
     assert _trials(url, "m")[0].state.name == "WAITING"  # refused before any trial ran: the seed trial waits
     with pytest.raises(UsageError, match="there is no study 'nope'"):
         join_study(url, "nope")
-    r = run_cli("worker", "--storage", url, "--study", "m", "--max-steps", "20", "--quiet")
-    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "budget_samples" in r.stderr
-    r = run_cli("worker", "--storage", url, "--study", "m", "--trials", "4", "--quiet")  # the fix as the flag
-    assert r.returncode == 2 and "leave out --trials ... to take the study's" in r.stderr, r.stderr
+    assert_usage_error(["worker", "--storage", url, "--study", "m", "--max-steps", "20", "--quiet"], "budget_samples")
+    assert_usage_error(["worker", "--storage", url, "--study", "m", "--trials", "4", "--quiet"],  # the fix as the flag
+                       "leave out --trials ... to take the study's")
 
 
 @pytest.mark.slow  # a PostgreSQL server process
@@ -270,6 +270,7 @@ def test_reap_fails_a_dead_workers_trial_with_its_reason_and_queues_one_rerun(tm
         reap_study(journal, "r", workers=["nohost"])
 
 
+@pytest.mark.slow  # a shared search
 def test_a_shared_search_in_process_reports_the_study_and_the_dashboard_fields(tmp_path: Path) -> None:
     """One worker on a journal file: the study reports itself; the final value is the last intermediate value;
     the metric is named; each trial carries its worker."""
@@ -420,6 +421,7 @@ def test_the_dashboard_shows_the_study_with_its_metric_name_and_reasons(tmp_path
     assert any("diverged at update" in x for x in reasons) and "interrupted; re-run on --resume" in reasons
 
 
+@pytest.mark.slow  # a shared study created with its probes, a worker and a report
 def test_the_creator_attaches_the_probes_and_the_report_its_plot_as_artifacts(tmp_path: Path) -> None:
     from optuna.artifacts import get_all_artifact_meta
 
@@ -480,6 +482,7 @@ def test_the_dashboard_serves_the_probes_plots_as_artifacts(tmp_path: Path) -> N
     assert {a["filename"] for a in body["artifacts"]} >= {"lr_find.png", "lr_find.json", "probe.png", "probe.json"}
 
 
+@pytest.mark.slow  # a shared study and a worker
 def test_a_shared_study_keeps_its_objective_and_a_worker_joins_in_that_metric(tmp_path: Path) -> None:
     """The objective is part of the study: the creator stores it (spec, plan, direction, metric name),
     a joining worker takes it, and one that names another objective is refused."""
@@ -644,9 +647,16 @@ def test_grpc_workers_ride_out_a_restart_of_tunekit_serve(tmp_path: Path) -> Non
     assert all(t.state.name == "COMPLETE" for t in _check_exact(db, "g", 2))
 
 
-def test_an_unreachable_grpc_address_fails_within_the_storage_retry_time() -> None:
+def test_an_unreachable_grpc_address_fails_within_the_storage_retry_time(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("grpc", reason="tunekit serve needs grpcio (the serve extra)")
-    t0 = time.monotonic()
+    waits: list[Any] = []  # what the storage waits for a server: counted, not timed
+    ready = optuna.storages.GrpcStorageProxy.wait_server_ready
+
+    def wait_server_ready(self: Any, timeout: float | None = None) -> None:
+        waits.append(timeout)
+        ready(self, timeout=timeout)
+
+    monkeypatch.setattr(optuna.storages.GrpcStorageProxy, "wait_server_ready", wait_server_ready)
     with pytest.raises(UsageError, match=r"no tunekit serve answers at grpc://127\.0\.0\.1:\d+ after 1s"):
         make_storage(f"grpc://127.0.0.1:{_free_port()}", None, retry_for=1.0)
-    assert time.monotonic() - t0 < 10  # not the default 30 s
+    assert waits == [1.0]  # one wait, bounded by the retry time: not the default 30 s

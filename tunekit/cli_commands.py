@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tunekit.errors import UsageError
+from tunekit.errors import UsageError, shown
 
 __all__ = ["run", "in_cli_terms"]
 
@@ -47,8 +47,11 @@ def task_config(pairs: Sequence[str] | None) -> dict[str, Any]:
     for pair in pairs or ():
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
-            raise UsageError(f"--set {pair!r} is not KEY=VALUE: write e.g. --set width=128")
-        config[key.strip()] = _parse_value(value.strip())
+            raise UsageError(f"--set {shown(pair)} is not KEY=VALUE: write e.g. --set width=128")
+        try:
+            config[key.strip()] = _parse_value(value.strip())
+        except RecursionError:  # JSON nested past Python's recursion limit
+            raise UsageError(f"--set {shown(key.strip())}: its JSON value nests too deeply to read: flatten it") from None
     return config
 
 
@@ -403,9 +406,14 @@ def _from_search(args: argparse.Namespace, overrides: dict[str, Any]) -> tuple[A
         raise UsageError(f"--config '{args.config}' does not exist: give a search's DIR/search.json")
     try:
         result = SearchResult.from_json(path)
-    except (TypeError, ValueError) as exc:
-        raise UsageError(f"--config '{path}' is not a search.json of this tunekit ({exc})") from None
-    trial = result.trial(args.trial)
+        trial = result.trial(args.trial)
+    except UsageError:
+        raise
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError, RecursionError) as exc:
+        # Not JSON, not the fields of a search.json, trials that are not trials: the file, not tunekit, is wrong.
+        said = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise UsageError(f"--config '{shown(str(path), 120)[1:-1]}' is not a search.json of this tunekit "
+                         f"({type(exc).__name__}{': ' + shown(said, 100)[1:-1] if said else ''})") from None
     spec = args.task or result.task
     if spec is None:
         raise UsageError("the search ran a Task object, not a spec: give the same task with --task")

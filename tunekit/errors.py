@@ -17,7 +17,7 @@ from typing import Any, Optional, TypeVar
 from tunekit.defaults import CLIP_GRAD_NORM
 
 __all__ = ["UsageError", "SetupError", "is_int_at_least", "check_int", "check_number", "renamed", "renamed_keywords",
-           "CLIP_HINT"]
+           "CLIP_HINT", "shown"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -40,11 +40,27 @@ def is_int_at_least(value: object, minimum: int = 1) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
 
 
+def shown(value: object, limit: int = 60) -> str:
+    """``repr(value)`` for a one-line message: at most about ``limit`` characters, cut in the middle.
+    An int too long to print (Python refuses past 4,300 digits) by its size; a value whose repr fails
+    (such an int inside a list, nesting past the recursion limit) by its type."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 4 * limit:
+        return f"an integer of about {round(value.bit_length() * 0.30103)} digits"
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - ValueError past the digit limit, RecursionError, a repr of the user's that raises
+        return f"a {type(value).__name__} that cannot be shown"
+    if len(text) > limit:
+        keep = max(1, (limit - 3) // 2)
+        text = f"{text[:keep]}...{text[-keep:]}"
+    return text
+
+
 def check_int(name: str, value: object, minimum: int = 1, hint: str = "") -> None:
     """Raise a one-line UsageError unless ``value`` is an int >= ``minimum``; ``hint`` says the fix."""
     if not is_int_at_least(value, minimum):
         rule = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-        raise UsageError(f"{name} must be {rule}, got {value!r}" + (f": {hint}" if hint else ""))
+        raise UsageError(f"{name} must be {rule}, got {shown(value)}" + (f": {hint}" if hint else ""))
 
 
 def _number_rule(minimum: Optional[float], maximum: Optional[float], above: Optional[float],
@@ -81,7 +97,7 @@ def check_number(name: str, value: Any, *, minimum: Optional[float] = None, maxi
         ok = ((not finite or math.isfinite(v)) and (minimum is None or v >= minimum)
               and (maximum is None or v <= maximum) and (above is None or v > above) and (below is None or v < below))
     if not ok:
-        raise UsageError(f"{name} must be {rule}, got {value!r}" + (f": {hint}" if hint else ""))
+        raise UsageError(f"{name} must be {rule}, got {shown(value)}" + (f": {hint}" if hint else ""))
     return float(value)
 
 

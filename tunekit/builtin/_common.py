@@ -6,7 +6,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from tunekit.errors import UsageError
+from tunekit.errors import UsageError, shown
 from tunekit.inputs.task import OptimizerFactory, default_optimizer
 
 
@@ -21,23 +21,23 @@ def optimizer_from_config(config: dict[str, Any]) -> OptimizerFactory:
         return default_optimizer
     if name == "sgd":
         return _sgd
-    raise UsageError(f"optimizer {name!r} is unknown for the built-in tasks: use adamw or sgd (e.g. --set optimizer=sgd)")
+    raise UsageError(f"optimizer {shown(name)} is unknown for the built-in tasks: use adamw or sgd (e.g. --set optimizer=sgd)")
 
 
 def check_config(task: str, config: dict[str, Any], known: dict[str, type]) -> dict[str, Any]:
     """Refuse unknown keys and values of the wrong type, naming them; return the cast values."""
     unknown = sorted(set(config) - set(known))
     if unknown:
-        raise UsageError(f"task '{task}' has no setting {unknown[0]!r}: its settings are {', '.join(sorted(known))}")
+        raise UsageError(f"task '{task}' has no setting {shown(unknown[0])}: its settings are {', '.join(sorted(known))}")
     out: dict[str, Any] = {}
     for key, value in config.items():
         kind = known[key]
         try:
             out[key] = kind(value)
-        except (TypeError, ValueError):
-            raise UsageError(f"task '{task}': {key}={value!r} is not of type {kind.__name__}") from None
+        except (TypeError, ValueError, OverflowError):  # OverflowError: int(inf)
+            raise UsageError(f"task '{task}': {key}={shown(value)} is not of type {kind.__name__}") from None
         if kind in (int, float) and out[key] < 0 or (key == "dropout" and not 0 <= out[key] < 1):
-            raise UsageError(f"task '{task}': {key}={value!r} is out of range")
+            raise UsageError(f"task '{task}': {key}={shown(value)} is out of range")
         if kind is int and out[key] < 1:
-            raise UsageError(f"task '{task}': {key}={value!r} must be a positive integer")
+            raise UsageError(f"task '{task}': {key}={shown(value)} must be a positive integer")
     return out

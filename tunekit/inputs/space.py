@@ -15,7 +15,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Optional
 
-from tunekit.errors import UsageError, is_int_at_least
+from tunekit.errors import UsageError, is_int_at_least, shown
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -48,50 +48,67 @@ class Entry:
 
 
 def _bad(where: str, name: str, msg: str) -> UsageError:
-    return UsageError(f"{where}: entry [{name}] {msg}")
+    return UsageError(f"{_said(where)}: entry [{_said(name)}] {msg}")
+
+
+def _said(text: str, limit: int = 120) -> str:
+    """A name or path as a one-line message shows it: as written where it is short and printable, else
+    its repr cut to ``limit`` (a quoted TOML key may hold a newline, a path any length)."""
+    return text if len(text) <= limit and text.isprintable() else shown(text, limit)
+
+
+def _is_file(path: Any) -> bool:
+    """Whether ``path`` is a file; False for a name the file system refuses (too long, a NUL byte)."""
+    try:
+        return bool(path.is_file())
+    except (OSError, ValueError):
+        return False
 
 
 def _parse_entry(where: str, name: str, raw: Any) -> Entry:
     if not isinstance(raw, dict):
-        raise _bad(where, name, f"must be a table, got {raw!r}: write [{name}] with type = ...")
+        raise _bad(where, name, f"must be a table, got {shown(raw)}: write [{name}] with type = ...")
     known = {"type", "low", "high", "log", "step", "choices", "value", "seeded", "margin", "scale_with_batch", "around_critical",
              "adaptive_l2"}
     unknown = sorted(set(raw) - known)
     if unknown:
-        raise _bad(where, name, f"has an unknown key {unknown[0]!r}: known keys are {', '.join(sorted(known))}")
+        raise _bad(where, name, f"has an unknown key {shown(unknown[0])}: known keys are {', '.join(sorted(known))}")
     seeded = raw.get("seeded")
     if name == "batch":
         if seeded != "probe":
             raise _bad(where, name, "must be seeded = \"probe\" (for fixed sizes use batch_size and accumulation_steps)")
         around = raw.get("around_critical", [0.25, 0.5, 1.0, 2.0, 4.0])
         if not isinstance(around, list) or not around or not all(isinstance(x, (int, float)) and x > 0 for x in around):
-            raise _bad(where, name, f"around_critical must be a list of positive multiples, got {around!r}")
+            raise _bad(where, name, f"around_critical must be a list of positive multiples, got {shown(around)}")
         return Entry(name, "categorical", seeded="probe", around_critical=[float(x) for x in around])
     if name not in TRAIN_KEYS and not name.startswith("task."):
         raise _bad(where, name, f"is neither a training setting ({', '.join(sorted(TRAIN_KEYS))}) nor task.NAME")
     kind = raw.get("type")
     if kind not in TYPES:
-        raise _bad(where, name, f"has type {kind!r}: use one of {', '.join(TYPES)}")
+        raise _bad(where, name, f"has type {shown(kind)}: use one of {', '.join(TYPES)}")
     e = Entry(name, kind, seeded=seeded)
     if seeded is not None:
         if name != "lr" or seeded != "lr_find":
-            raise _bad(where, name, f"seeded = {seeded!r} is not supported here: only [lr] seeded = \"lr_find\" and [batch] seeded = \"probe\"")
+            raise _bad(where, name, f"seeded = {shown(seeded)} is not supported here: only [lr] seeded = \"lr_find\" and [batch] seeded = \"probe\"")
         margin = raw.get("margin", 0.5)
         if isinstance(margin, bool) or not isinstance(margin, (int, float)):
-            raise _bad(where, name, f"margin must be a number of decades, got {margin!r}")
+            raise _bad(where, name, f"margin must be a number of decades, got {shown(margin)}")
         e.margin = float(margin)
         if not 0 <= e.margin <= 3:
             raise _bad(where, name, f"margin {e.margin} is out of range: give decades between 0 and 3")
         e.scale_with_batch = raw.get("scale_with_batch", "auto")
         if e.scale_with_batch not in ("auto", "linear", "sqrt", "none", "sqrt_below"):
-            raise _bad(where, name, f"scale_with_batch {e.scale_with_batch!r} is unknown: use auto, linear, sqrt, "
+            raise _bad(where, name, f"scale_with_batch {shown(e.scale_with_batch)} is unknown: use auto, linear, sqrt, "
                                     "sqrt_below or none")
     if "adaptive_l2" in raw and kind != "float":
         raise _bad(where, name, "has adaptive_l2 = [low, high], which only a float [weight_decay] takes")
     if kind in ("float", "int"):
         for k in ("low", "high"):
             if not isinstance(raw.get(k), (int, float)) or isinstance(raw.get(k), bool):
-                raise _bad(where, name, f"needs a numeric {k}, got {raw.get(k)!r}")
+                raise _bad(where, name, f"needs a numeric {k}, got {shown(raw.get(k))}")
+        for k in ("low", "high"):
+            if not _finite(raw[k]):
+                raise _bad(where, name, f"needs a finite {k}, got {shown(raw[k])}")
         e.low, e.high, e.log = float(raw["low"]), float(raw["high"]), bool(raw.get("log", False))
         _check_range(where, name, e.low, e.high, e.log)
         if "adaptive_l2" in raw:
@@ -99,7 +116,7 @@ def _parse_entry(where: str, name: str, raw: Any) -> Entry:
         if kind == "int":
             step = raw.get("step", 1)
             if not is_int_at_least(step):
-                raise _bad(where, name, f"step must be a positive integer, got {step!r}")
+                raise _bad(where, name, f"step must be a positive integer, got {shown(step)}")
             e.step = step
             if e.log and e.low < 1:
                 raise _bad(where, name, f"is a log-scaled int but low is {e.low:g}: a log int range needs low >= 1")
@@ -108,13 +125,21 @@ def _parse_entry(where: str, name: str, raw: Any) -> Entry:
     elif kind == "categorical":
         choices = raw.get("choices")
         if not isinstance(choices, list) or not choices:
-            raise _bad(where, name, f"needs a non-empty list of choices, got {choices!r}")
+            raise _bad(where, name, f"needs a non-empty list of choices, got {shown(choices)}")
         e.choices = choices
     else:
         if "value" not in raw:
             raise _bad(where, name, "is fixed but has no value: write value = ...")
         e.value = raw["value"]
     return e
+
+
+def _finite(x: float) -> bool:
+    """A number a float holds and that is not inf or nan (an int past 1e308 does not convert)."""
+    try:
+        return math.isfinite(float(x))
+    except OverflowError:
+        return False
 
 
 def _check_range(where: str, name: str, low: float, high: float, log: bool, what: str = "") -> None:
@@ -129,8 +154,8 @@ def _adaptive_l2(where: str, name: str, raw: Any, e: Entry) -> list[float]:
     if name != "weight_decay" or e.type != "float":
         raise _bad(where, name, "has adaptive_l2 = [low, high], which only a float [weight_decay] takes")
     if (not isinstance(raw, list) or len(raw) != 2
-            or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in raw)):
-        raise _bad(where, name, f"adaptive_l2 must be [low, high], two numbers, got {raw!r}")
+            or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and _finite(x) for x in raw)):
+        raise _bad(where, name, f"adaptive_l2 must be [low, high], two finite numbers, got {shown(raw)}")
     _check_range(where, name, float(raw[0]), float(raw[1]), e.log, "adaptive_l2 ")
     return [float(raw[0]), float(raw[1])]
 
@@ -206,18 +231,25 @@ def load_space(spec: str | Path) -> SearchSpace:
     spec_s = str(spec)
     if spec_s.endswith(".toml") or "/" in spec_s:
         path = Path(spec_s)
-        if not path.is_file():
-            raise UsageError(f"space file '{spec_s}' does not exist: give a shipped name ({', '.join(list_spaces())}) or a .toml path")
-        text, name = path.read_text(), path.stem
+        if not _is_file(path):
+            raise UsageError(f"space file '{_said(spec_s)}' does not exist: give a shipped name ({', '.join(list_spaces())}) "
+                             "or a .toml path")
+        data, name = path.read_bytes(), path.stem
     else:
         f = resources.files("tunekit.search_spaces") / f"{spec_s}.toml"
-        if not f.is_file():
-            raise UsageError(f"unknown space '{spec_s}': use one of {', '.join(list_spaces())}, or a .toml file")
-        text, name = f.read_text(), spec_s
+        if not _is_file(f):
+            raise UsageError(f"unknown space '{_said(spec_s)}': use one of {', '.join(list_spaces())}, or a .toml file")
+        data, name = f.read_bytes(), spec_s
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"space '{_said(spec_s)}' is not UTF-8 text (byte {exc.start}): save it as UTF-8") from None
     try:
         raw = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"space '{spec_s}' is not valid TOML: {exc}") from None
+    except RecursionError:
+        raise UsageError(f"space '{_said(spec_s)}' nests its values too deeply to read: flatten it") from None
+    except ValueError as exc:  # TOMLDecodeError; an int past Python's 4,300 digits
+        raise UsageError(f"space '{_said(spec_s)}' is not valid TOML: {shown(str(exc), 160)[1:-1]}") from None
     description = raw.pop("description", "")
     entries: dict[str, Entry] = {}
     for key, value in raw.items():
@@ -227,5 +259,5 @@ def load_space(spec: str | Path) -> SearchSpace:
         else:
             entries[key] = _parse_entry(spec_s, key, value)
     if "batch" in entries and ("batch_size" in entries or "accumulation_steps" in entries):
-        raise UsageError(f"{spec_s}: [batch] (seeded by the probe) and [batch_size]/[accumulation_steps] cannot be combined: keep one")
+        raise UsageError(f"{_said(spec_s)}: [batch] (seeded by the probe) and [batch_size]/[accumulation_steps] cannot be combined: keep one")
     return SearchSpace(name, str(description), entries)

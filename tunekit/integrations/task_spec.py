@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tunekit.errors import UsageError
+from tunekit.errors import UsageError, shown
 from tunekit.inputs.task import Task
 
 __all__ = ["load_task", "list_tasks", "resolve_task_function", "TaskSpec", "task_of"]
@@ -38,9 +38,24 @@ def list_tasks() -> dict[str, str]:
     return {name: desc for name, (_, desc) in BUILTIN_TASKS.items()}
 
 
+def _said(text: object, limit: int = 120) -> str:
+    """A spec or path as a one-line message shows it: as written where it is short and printable, else
+    its repr cut to ``limit``."""
+    text = str(text)
+    return text if len(text) <= limit and text.isprintable() else shown(text, limit)
+
+
+def _is_file(path: Path) -> bool:
+    """Whether ``path`` is a file; False for a name the file system refuses (too long, a NUL byte)."""
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False
+
+
 def _import_file(path: Path, spec: str) -> Any:
-    if not path.is_file():
-        raise UsageError(f"task file '{path}' (from task '{spec}') does not exist: check the path")
+    if not _is_file(path):
+        raise UsageError(f"task file '{_said(path)}' (from task '{_said(spec)}') does not exist: check the path")
     name = f"tunekit_user_task_{abs(hash(str(path.resolve())))}"
     module_spec = importlib.util.spec_from_file_location(name, path)
     if module_spec is None or module_spec.loader is None:
@@ -51,9 +66,9 @@ def _import_file(path: Path, spec: str) -> Any:
     try:
         sys.modules[name] = module
         module_spec.loader.exec_module(module)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # SystemExit: a file that calls sys.exit() at import
         sys.modules.pop(name, None)
-        raise UsageError(f"task file '{path}' failed to import: {type(exc).__name__}: {_one_line(exc)}") from exc
+        raise UsageError(f"task file '{_said(path)}' failed to import: {type(exc).__name__}: {_one_line(exc)}") from exc
     finally:
         sys.path.remove(str(path.resolve().parent))
     return module
@@ -67,16 +82,18 @@ def _import_module(modname: str, spec: str) -> Any:
     except ModuleNotFoundError as exc:
         if exc.name and modname.startswith(exc.name):
             raise UsageError(
-                f"module '{modname}' (from task '{spec}') was not found: check the name, or give a file as path/to/file.py:function"
+                f"module '{_said(modname)}' (from task '{_said(spec)}') was not found: check the name, or give a file as path/to/file.py:function"
             ) from exc
-        raise UsageError(f"module '{modname}' (from task '{spec}') failed to import: ModuleNotFoundError: {_one_line(exc)}") from exc
-    except Exception as exc:
-        raise UsageError(f"module '{modname}' (from task '{spec}') failed to import: {type(exc).__name__}: {_one_line(exc)}") from exc
+        raise UsageError(f"module '{_said(modname)}' (from task '{_said(spec)}') failed to import: ModuleNotFoundError: {_one_line(exc)}") from exc
+    except (Exception, SystemExit) as exc:  # SystemExit: a module that calls sys.exit() at import
+        raise UsageError(f"module '{_said(modname)}' (from task '{_said(spec)}') failed to import: {type(exc).__name__}: "
+                         f"{_one_line(exc)}") from exc
 
 
-def _one_line(exc: BaseException) -> str:
+def _one_line(exc: BaseException, limit: int = 200) -> str:
     text = str(exc).strip().splitlines()
-    return text[0] if text else ""
+    first = text[0] if text else ""
+    return first if len(first) <= limit else first[:limit - 3] + "..."
 
 
 def resolve_task_function(spec: str) -> Callable[..., Any]:
@@ -84,28 +101,28 @@ def resolve_task_function(spec: str) -> Callable[..., Any]:
     from tunekit.builtin import BUILTIN_TASKS
 
     if not isinstance(spec, str):
-        raise UsageError(f"a task must be a spec string or a tunekit.Task, got {spec!r} ({type(spec).__name__}): give "
+        raise UsageError(f"a task must be a spec string or a tunekit.Task, got {shown(spec)} ({type(spec).__name__}): give "
                          + _FORMS.format(names=", ".join(BUILTIN_TASKS)) + ", or a Task(model=..., train_data=..., loss=...)")
     if not spec.strip():
-        raise UsageError(f"task spec {spec!r} is empty: give " + _FORMS.format(names=", ".join(BUILTIN_TASKS)))
+        raise UsageError(f"task spec {shown(spec)} is empty: give " + _FORMS.format(names=", ".join(BUILTIN_TASKS)))
     spec = spec.strip()
     if spec in BUILTIN_TASKS:
         return BUILTIN_TASKS[spec][0]
     if ":" not in spec:
         hint = " (did you mean 'FILE.py:function'?)" if spec.endswith(".py") else ""
-        raise UsageError(f"unknown task '{spec}'{hint}: give " + _FORMS.format(names=", ".join(BUILTIN_TASKS)))
+        raise UsageError(f"unknown task '{_said(spec)}'{hint}: give " + _FORMS.format(names=", ".join(BUILTIN_TASKS)))
     where, _, funcname = spec.rpartition(":")
     if not where or not funcname.isidentifier():
-        raise UsageError(f"task '{spec}' does not name a function after ':': give " + _FORMS.format(names=", ".join(BUILTIN_TASKS)))
+        raise UsageError(f"task '{_said(spec)}' does not name a function after ':': give " + _FORMS.format(names=", ".join(BUILTIN_TASKS)))
     if where.endswith(".py") or "/" in where or "\\" in where:
         module = _import_file(Path(where), spec)
     else:
         module = _import_module(where, spec)
     fn = getattr(module, funcname, None)
     if fn is None:
-        raise UsageError(f"'{where}' has no function '{funcname}' (from task '{spec}'): check the name after ':'")
+        raise UsageError(f"'{_said(where)}' has no function '{_said(funcname)}' (from task '{_said(spec)}'): check the name after ':'")
     if not callable(fn):
-        raise UsageError(f"'{where}:{funcname}' is a {type(fn).__name__}, not a function returning a tunekit.Task")
+        raise UsageError(f"'{_said(where)}:{_said(funcname)}' is a {type(fn).__name__}, not a function returning a tunekit.Task")
     return fn  # type: ignore[no-any-return]
 
 
@@ -128,7 +145,7 @@ def _their_objects(made: Any, spec: str) -> Task:
 
     adapted = adapt_for_search(made) if kind_of(made) is not None or isinstance(made, LightningRun) else None
     if adapted is None:
-        raise UsageError(f"task '{spec}' returned a {type(made).__name__}, not a tunekit.Task: return Task(model=..., "
+        raise UsageError(f"task '{_said(spec)}' returned a {type(made).__name__}, not a tunekit.Task: return Task(model=..., "
                          "train_data=..., loss=...), a Hugging Face Trainer or a tunekit.integrations.LightningRun")
     say_notes(adapted)
     return adapted.task
@@ -148,14 +165,14 @@ def load_task(spec: "str | TaskSpec | Task", config: dict[str, Any] | None = Non
     fn = resolve_task_function(spec)
     config = dict(config or {})
     if config and not _takes_config(fn):
-        raise UsageError(f"task '{spec}' takes no config, but was given config {sorted(config)}: drop the config, or let the function take a config dict")
+        raise UsageError(f"task '{_said(spec)}' takes no config, but was given config {shown(sorted(config), 120)}: drop the config, or let the function take a config dict")
     try:
         task = fn(config) if _takes_config(fn) else fn()
     except UsageError:
         raise
     except (ValueError, TypeError, KeyError) as exc:
         # Almost always a config value the task function cannot use (--set width=abc).
-        raise UsageError(f"task '{spec}' rejected its config {config}: {type(exc).__name__}: {_one_line(exc)}") from exc
+        raise UsageError(f"task '{_said(spec)}' rejected its config {shown(config, 120)}: {type(exc).__name__}: {_one_line(exc)}") from exc
     if not isinstance(task, Task):
         task = _their_objects(task, spec)
     if task.name == "task":
@@ -174,9 +191,9 @@ class TaskSpec:
 
     def __post_init__(self) -> None:
         if not isinstance(self.spec, str) or not self.spec:
-            raise UsageError(f"TaskSpec needs a spec string such as 'pkg.mod:fn', got {self.spec!r}")
+            raise UsageError(f"TaskSpec needs a spec string such as 'pkg.mod:fn', got {shown(self.spec)}")
         if not isinstance(self.config, Mapping):
-            raise UsageError(f"TaskSpec's config must be a dict of the task function's settings, got {self.config!r}: "
+            raise UsageError(f"TaskSpec's config must be a dict of the task function's settings, got {shown(self.config)}: "
                              "pass e.g. TaskSpec('pkg.mod:fn', {'width': 64})")
 
 
