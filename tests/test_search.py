@@ -893,11 +893,12 @@ def test_the_noise_scale_is_measured_only_where_it_is_cheap_next_to_a_trial(tmp_
     from tunekit.hpsearch.seeding import NOISE_SHARE, noise_repeats
     from tunekit.hpsearch.settings import SearchSettings
     from tunekit.probes.batch_probe import NOISE_REPEATS, noise_cost
+    from tunekit.results.lr_find import LRFindSettings
 
     task = classification_task()
     updates, samples = noise_cost()
     cheap = int(max(updates, samples / task.batch_size) / NOISE_SHARE) + 1  # updates a trial where it is cheap
-    ran_at = SimpleNamespace(settings={"batch_size": task.batch_size})  # a range test's batch to centre on
+    ran_at = SimpleNamespace(settings=LRFindSettings(batch_size=task.batch_size))  # a range test's batch to centre on
     for steps, measured in ((cheap, True), (cheap // 2, False)):
         inputs = prepare_inputs(task, "from_scratch", SearchSettings(budget=f"{steps}updates"))
         repeats, why = noise_repeats(inputs, ran_at)

@@ -49,9 +49,9 @@ def distributions(space: SearchSpace, lr_find: Any = None, probe: Any = None, ma
 
 def reference_batch(lr_find: Any) -> int | None:
     """The effective batch the LR range test ran at (None without a range test, or one saved without it)."""
-    if lr_find is None or not lr_find.settings.get("batch_size"):
+    if lr_find is None or not lr_find.settings.batch_size:
         return None
-    return int(lr_find.settings["batch_size"]) * int(lr_find.settings.get("accumulation_steps") or 1)
+    return int(lr_find.settings.batch_size) * int(lr_find.settings.accumulation_steps or 1)
 
 
 def batch_centre(probe: Any, ref_batch: int | None = None) -> float:

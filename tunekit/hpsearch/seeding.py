@@ -46,7 +46,6 @@ UNSATURATED = 0.9
 NOISE_SHARE = 0.10
 # Where the search's probe notes why it did not measure the noise scale: in the probe's own settings,
 # so probe.json and a shared study's spec keep it with the probe. Read through Probes.noise_not_measured.
-_NOISE_NOT_MEASURED = "noise_not_measured"
 
 
 @dataclass
@@ -62,11 +61,11 @@ class Probes:
     @property
     def noise_not_measured(self) -> Optional[str]:
         """Why the search's probe did not measure the noise scale (None: it did, or no probe ran)."""
-        return self.probe.settings.get(_NOISE_NOT_MEASURED) if self.probe is not None else None
+        return self.probe.settings.noise_not_measured if self.probe is not None else None
 
     def note_noise_not_measured(self, why: str) -> None:
         """Note on the probe why the noise scale was not measured (saved with it)."""
-        self.probe.settings[_NOISE_NOT_MEASURED] = why
+        self.probe.settings.noise_not_measured = why
 
 
 # --- the probes -------------------------------------------------------------------------

@@ -66,7 +66,7 @@ def _lr_find_summary(lf: Any, sp: SearchSpace, own: bool) -> Optional[dict[str, 
     # One update a point of each sweep, and the short runs' updates where they ran.
     updates = (sum(len(r.get("lrs") or ()) for r in lf.repeats) or len(lf.lrs)) + int((lf.refinement or {}).get("updates", 0))
     return {"suggestion": lf.suggestion, "samples": lf.samples, "updates": updates, "seconds": lf.seconds,
-            "refined": bool(lf.refinement), "own": own, "run_steps": lf.settings.get("run_steps"),
+            "refined": bool(lf.refinement), "own": own, "run_steps": lf.settings.run_steps,
             "lr_bounds": list(lr_bounds_from_curve(lf, sp.entries["lr"].margin))}
 
 
