@@ -186,3 +186,13 @@ def check_gradient_flow(model: nn.Module, compute: LossComputer, batch: Batch,
     summary = next((f for f in reversed(out) if f.status != "info"), out[-1])
     summary.evidence["ratios"] = ratios
     return out
+
+
+def take_ratios(findings: list[Finding]) -> dict[str, float]:
+    """The per-layer |grad|/|param| ratios of the gradient-flow findings, lifted out of their evidence
+    (the result keeps them once, as ``grad_norms``)."""
+    for f in findings:
+        if f.check == CHECK and "ratios" in f.evidence:
+            return dict(f.evidence.pop("ratios"))
+    return {}
+

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import torch
@@ -129,3 +130,25 @@ def _judge(losses: list[float], diverged: bool, floor: float, initial: Optional[
                    f"{f' (floor {floor:.3g})' if floor else ''}, after {where}", evidence,
                    "the model cannot fit its targets: check the output layer's range (no bounded activation on "
                    "logits), that inputs and labels match, and that the loss compares the right things")
+
+
+@dataclass(frozen=True)
+class OverfitCurve:
+    """What the doctor's result and its scaler check take from the overfit finding: the tiny batch's
+    curve and target, the updates run and those the fp16 scaler skipped."""
+
+    losses: list[float]
+    target: Optional[float]
+    steps: int
+    skipped: int
+
+
+def take_curve(findings: list[Finding]) -> Optional[OverfitCurve]:
+    """The curve of the overfit finding among ``findings``, lifted out of its evidence (the result keeps
+    it once, as ``overfit_losses``); None where the check did not train."""
+    for f in findings:
+        if f.check == CHECK and "losses" in f.evidence:
+            ev = f.evidence
+            return OverfitCurve(ev.pop("losses"), ev.get("target"), int(ev.get("steps", 0)), int(ev.get("skipped", 0)))
+    return None
+

@@ -26,11 +26,11 @@ from tunekit.probes.resolve import TASK_DEFAULT, ProbeInputs, check_saved, resol
 from tunekit.inputs.task import ComputeLoss, LossFn, Task, loss_problem
 from tunekit.checks.common import forward, outputs_of, raised, slice_batch
 from tunekit.checks.datachecks import check_constant_label, check_input_scale, check_leakage, check_shuffled, own_order
-from tunekit.checks.gradients import check_gradient_flow
+from tunekit.checks.gradients import check_gradient_flow, take_ratios
 from tunekit.checks.loss import check_loss_contract
 from tunekit.checks.modes import check_modes
 from tunekit.checks.nonfinite import check_data_finite, check_nonfinite, check_scaler_skips
-from tunekit.checks.overfit import check_overfit, loss_floor
+from tunekit.checks.overfit import OverfitCurve, check_overfit, loss_floor, take_curve
 from tunekit.checks.recipe import QUICK, check_lr, check_memory, check_warmup
 from tunekit.results import DoctorResult, Finding, LRFindResult
 from tunekit.results.doctor import DoctorSettings
@@ -62,6 +62,7 @@ class _Run:
     floor: Optional[float] = None  # the lowest loss reachable, where the user knows it
     saved_lr_find: Any = None  # a saved lr_find result to compare the intended LR with, instead of a quick test
     clip: Optional[float] = CLIP_GRAD_NORM  # the run's clipping: the task's recipe's, else the default
+    overfit: Optional[OverfitCurve] = None  # the tiny batch's curve, once the overfit check trained it
 
     def reset(self) -> None:
         """Each model check starts from the user's model as it was."""
@@ -167,9 +168,11 @@ def stage_overfit(run: _Run, batch: Batch, precision: str) -> None:
     found = check_overfit(sub.model, sub.optimizer, sub.compute, tiny, device=sub.device, precision=precision,
                           scaler=run.scaler, floor=floor, clip_grad_norm=run.clip)
     run.findings += found
-    ev = found[0].evidence
-    if precision == "fp16" and "skipped" in ev:
-        run.findings += check_scaler_skips(int(ev["skipped"]), int(ev["steps"]))
+    curve = take_curve(found)
+    if curve is not None:
+        run.overfit = curve
+        if precision == "fp16":
+            run.findings += check_scaler_skips(curve.skipped, curve.steps)
 
 
 def stage_recipe(run: _Run, batch: Batch, lr: Optional[float], warmup: Optional[Warmup], run_steps: Optional[int],
@@ -307,13 +310,7 @@ def _stages(run: _Run, progress_bar: Any, lr: Optional[float], warmup: Optional[
 
 def _result(run: _Run, seconds: float, settings: DoctorSettings) -> DoctorResult:
     """The result, with the gradient ratios and the tiny-batch curve lifted out of their findings' evidence."""
-    grad_norms: dict[str, float] = {}
-    losses: list[float] = []
-    target = None
-    for f in run.findings:
-        if f.check == "gradients" and "ratios" in f.evidence:
-            grad_norms = f.evidence.pop("ratios")
-        if f.check == "overfit" and "losses" in f.evidence:
-            losses, target = f.evidence.pop("losses"), f.evidence.get("target")
-    return DoctorResult.build(run.findings, task=run.sub.task.name, grad_norms=grad_norms, overfit_losses=losses,
-                              overfit_target=target, seconds=seconds, settings=settings)
+    curve = run.overfit
+    return DoctorResult.build(run.findings, task=run.sub.task.name, grad_norms=take_ratios(run.findings),
+                              overfit_losses=curve.losses if curve else [], overfit_target=curve.target if curve else None,
+                              seconds=seconds, settings=settings)
