@@ -409,3 +409,30 @@ def test_the_default_scan_finds_a_copy(tmp_path: Path) -> None:
     assert ("clip_grad_norm", 1.0) in found and ("warmup", 0.05) in found and ("warmup", 0) in found
     governed = governed_defaults(PACKAGE / "defaults.py")
     assert [n for n, v in found if n in governed and _same(v, governed[n])] == ["clip_grad_norm", "warmup"]
+
+
+LOCAL_IMPORTS_SAID = "# Imported where used"
+
+
+def test_a_function_local_import_saves_import_time_and_the_module_says_so(package: dict[str, Module]) -> None:
+    """Imports sit at a module's top, except those that keep importing it light (a heavy library, or a
+    module of ours that pulls one in), and the module says so once, at its top; the standard library's
+    light modules are never imported inside a function (an optional import under ``try`` aside)."""
+    import sys
+
+    offenders = []
+    for m in package.values():
+        text = m.path.read_text()
+        optional = {id(n) for t in ast.walk(m.tree) if isinstance(t, ast.Try) for n in ast.walk(t)}
+        local = [n for fn in ast.walk(m.tree) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+                 for n in ast.walk(fn) if isinstance(n, (ast.Import, ast.ImportFrom))]
+        for n in local:
+            name = (n.module if isinstance(n, ast.ImportFrom) else n.names[0].name) or ""
+            if id(n) not in optional and getattr(n, "level", 0) == 0 and name.split(".")[0] in sys.stdlib_module_names:
+                offenders.append(f"{_where(m, n.lineno)}: imports {name} inside a function (put it at the top)")
+        first_def = min((n.lineno for n in m.tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))), default=10**9)
+        said = any(line.startswith(LOCAL_IMPORTS_SAID) for line in text.splitlines()[:first_def])
+        if local and not said:
+            offenders.append(f"{_where(m, local[0].lineno)}: imports inside functions, without a "
+                             f"'{LOCAL_IMPORTS_SAID}, not at the top: ...' comment above its first definition")
+    assert not offenders, "function-local imports:\n" + "\n".join(sorted(offenders))

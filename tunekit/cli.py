@@ -16,6 +16,8 @@ from tunekit import defaults
 from tunekit.cli_commands import (cmd_dashboard, cmd_doctor, cmd_lr_find, cmd_probe, cmd_report, cmd_search,
                                   cmd_serve, cmd_spaces, cmd_study_create, cmd_study_delete, cmd_study_reap, cmd_tasks,
                                   cmd_train, cmd_worker, in_cli_terms, run)
+from tunekit.hpsearch.options import CONCEPTS, cli_fields, dest_of, flag_of
+from tunekit.version import __version__
 
 __all__ = ["main", "build_parser", "in_cli_terms"]
 
@@ -287,8 +289,6 @@ def _add_doctor_command(sub: Any) -> None:
 def _add_options(p: Any, concept: str, skip: Sequence[str] = (), only: Optional[Sequence[str]] = None) -> None:
     """The flags of a concept's objects (:mod:`tunekit.hpsearch.options`), one per field, generated from
     the fields: no list of names here. Every default is None, so a flag given can be told from one not."""
-    from tunekit.hpsearch.options import cli_fields, dest_of, flag_of
-
     seen = set(skip)
     for _cls, f in cli_fields(concept):
         flag = flag_of(f)
@@ -340,8 +340,6 @@ def _add_search_flags(p: argparse.ArgumentParser) -> None:
 
 def _only_of(concept: str, kind: str) -> tuple[str, ...]:
     """The flags of ``concept`` that only its class ``kind`` has (the Ray backend's, a shared study's)."""
-    from tunekit.hpsearch.options import CONCEPTS, cli_fields, flag_of
-
     cls = CONCEPTS[concept][1][kind]
     others = {flag_of(f) for c, f in cli_fields(concept) if c is not cls}
     return tuple(flag_of(f) for c, f in cli_fields(concept) if c is cls and flag_of(f) not in others)
@@ -469,8 +467,6 @@ def _add_train_command(sub: Any) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``tunekit`` command's parser, every subcommand in it."""
-    from tunekit.version import __version__
-
     parser = _Parser(prog="tunekit", epilog=EPILOG_MAIN, formatter_class=argparse.RawDescriptionHelpFormatter,
                      description="Find the learning rate, batch size and training recipe before you spend GPU-hours on a sweep.")
     parser.add_argument("--version", action="version", version=f"tunekit {__version__}")

@@ -10,17 +10,25 @@ fails leaves no empty --out folder behind.
 
 from __future__ import annotations
 
+# Imported where used, not at the top: numpy, torch, tqdm; importing this module does not pay for them.
 import argparse
 import json
 import os
 import re
 import sys
+import sysconfig
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tunekit.bytesize import parse_bytes
 from tunekit.errors import UsageError, shown
+from tunekit.hpsearch.options import CONCEPTS, SELECTED_BY, cli_fields, dest_of, flag_of
+from tunekit.hpsearch.shared.server import dashboard, serve
+from tunekit.inputs.space import list_spaces, load_space, space_path
+from tunekit.objective import Objective
+from tunekit.progress import show_progress
 
 __all__ = ["run", "in_cli_terms"]
 
@@ -57,8 +65,6 @@ def task_config(pairs: Sequence[str] | None) -> dict[str, Any]:
 
 def _progress(args: argparse.Namespace) -> bool:
     """Whether the command draws its bar: not with --quiet, else where a person is watching (a terminal, not CI)."""
-    from tunekit.progress import show_progress
-
     return show_progress(False if args.quiet else None)
 
 
@@ -99,8 +105,6 @@ def _load(args: argparse.Namespace) -> Any:
 def _check_size(size: str | None) -> None:
     """A bad --memory-budget fails before the task loads, which can take a while."""
     if size is not None:
-        from tunekit.bytesize import parse_bytes
-
         parse_bytes(size)
 
 
@@ -174,8 +178,6 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 def _options(args: argparse.Namespace, concept: str, kind: str) -> Any:
     """The ``concept``'s object of class ``kind`` from the flags generated from its fields (cli.py); a flag
     of another class of the concept is refused, not ignored."""
-    from tunekit.hpsearch.options import CONCEPTS, SELECTED_BY, cli_fields, dest_of, flag_of
-
     cls = CONCEPTS[concept][1][kind]
     mine = {f.name for c, f in cli_fields(concept) if c is cls}
     given: dict[str, Any] = {}
@@ -213,8 +215,6 @@ def _budget(args: argparse.Namespace) -> Any:
 
 def _search_args(args: argparse.Namespace, out: Path | None) -> dict[str, Any]:
     """The arguments that ``search`` and ``create_study`` both take from the flags."""
-    from tunekit.objective import Objective
-
     return dict(trials=args.trials, budget=_budget(args), objective=Objective.of(args.objective, args.direction),
                 seed=args.seed, sampler=_options(args, "sampler", args.sampler),
                 pruner=_options(args, "pruner", "none" if args.no_prune else "halving"),
@@ -236,7 +236,6 @@ def cmd_search(args: argparse.Namespace) -> int:
 def cmd_study_create(args: argparse.Namespace) -> int:
     """`tunekit study create`: the probes, run once, and the study's spec stored for its workers."""
     from tunekit.hpsearch import create_study
-    from tunekit.hpsearch.options import cli_fields, dest_of, flag_of
 
     if not args.storage:
         raise UsageError("tunekit study create needs --storage URL (postgresql://..., sqlite:///..., or a journal file *.log)")
@@ -295,8 +294,6 @@ def cmd_study_delete(args: argparse.Namespace) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """`tunekit serve`: Optuna's gRPC storage proxy in front of a study's database."""
-    from tunekit.hpsearch.shared.server import serve
-
     serve(args.storage, host=args.host, port=args.port, dashboard_port=args.dashboard_port, artifacts=args.artifacts,
           on_ready=lambda: print(f"serving {args.storage} on {args.host}:{args.port}: workers use "
                                  f"--storage grpc://{args.host}:{args.port}", flush=True))
@@ -305,8 +302,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
     """`tunekit dashboard`: optuna-dashboard on a search's study."""
-    from tunekit.hpsearch.shared.server import dashboard
-
     dashboard(args.target, host=args.host, port=args.port, artifacts=args.artifacts,
               on_ready=lambda: print(f"optuna-dashboard on http://{args.host}:{args.port}", flush=True))
     return 0
@@ -359,8 +354,6 @@ def _report_study(args: argparse.Namespace) -> int:
 
 def cmd_spaces(args: argparse.Namespace) -> int:
     """`tunekit spaces [NAME]`: the shipped search spaces, or one space's entries and file."""
-    from tunekit.inputs.space import list_spaces, load_space, space_path
-
     if not args.name:
         _print_names(list_spaces())
         return 0
@@ -514,8 +507,6 @@ def in_cli_terms(message: str, usage: str) -> str:
 def _user_frames(exc: BaseException) -> list[traceback.FrameSummary]:
     """The traceback from its first frame in the user's code (neither tunekit's nor an installed
     library's nor Python's own) on; empty when the error came from none."""
-    import sysconfig
-
     frames = traceback.extract_tb(exc.__traceback__)
     ours = Path(__file__).resolve().parent
     libs = [Path(sysconfig.get_paths()[k]).resolve() for k in ("stdlib", "platstdlib", "purelib", "platlib")]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+# Imported where used, not at the top: matplotlib; importing this module does not pay for them.
 import contextlib
 import contextvars
 import io

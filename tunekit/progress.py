@@ -8,10 +8,12 @@ for work that runs inside another tunekit bar (a search's trials, the doctor's r
 
 from __future__ import annotations
 
+# Imported where used, not at the top: tqdm; importing this module does not pay for them.
 import contextlib
 import os
 import sys
 import threading
+import warnings
 from collections.abc import Iterator
 from typing import Any, Optional
 
@@ -83,8 +85,6 @@ def _counted() -> Iterator[None]:
 
 def _tqdm() -> Any:
     """tqdm.auto's class: a widget in a notebook with ipywidgets, else the text bar."""
-    import warnings
-
     from tqdm import TqdmWarning
 
     with warnings.catch_warnings():

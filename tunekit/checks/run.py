@@ -13,17 +13,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, IterableDataset, TensorDataset
 
-from tunekit.inputs.data import Batch, BatchStream, Data, rebatched_loader, batch_size_of, to_device
-from tunekit.defaults import CLIP_GRAD_NORM
-from tunekit.errors import UsageError, check_int, check_number, renamed_keywords
-from tunekit.probes.range_test import SWEEP_STEPS, lr_find
-from tunekit.progress import bar
-from tunekit.training.schedule import Warmup, warmup_steps
 from tunekit.bytesize import parse_bytes
-from tunekit.training.state import Snapshot, preserved, seed_everything_for
-from tunekit.training.step import TrainStep, make_scaler
-from tunekit.probes.resolve import TASK_DEFAULT, ProbeInputs, check_saved, resolve_inputs, step_settings
-from tunekit.inputs.task import ComputeLoss, LossFn, Task, loss_problem
 from tunekit.checks.common import forward, outputs_of, raised, slice_batch
 from tunekit.checks.datachecks import check_constant_label, check_input_scale, check_leakage, check_shuffled, own_order
 from tunekit.checks.gradients import check_gradient_flow, take_ratios
@@ -32,9 +22,21 @@ from tunekit.checks.modes import check_modes
 from tunekit.checks.nonfinite import check_data_finite, check_nonfinite, check_scaler_skips
 from tunekit.checks.overfit import OverfitCurve, check_overfit, loss_floor, take_curve
 from tunekit.checks.recipe import QUICK, check_lr, check_memory, check_warmup
+from tunekit.defaults import CLIP_GRAD_NORM
+from tunekit.errors import UsageError, check_int, check_number, renamed_keywords
+from tunekit.inputs.data import Batch, BatchStream, Data, rebatched_loader, batch_size_of, to_device
+from tunekit.inputs.task import ComputeLoss, LossFn, Task, loss_problem
+from tunekit.integrations.objects import takes_their_objects
+from tunekit.probes.batch_probe import budget_bytes
+from tunekit.probes.range_test import SWEEP_STEPS, lr_find
+from tunekit.probes.resolve import TASK_DEFAULT, ProbeInputs, check_saved, resolve_inputs, step_settings
+from tunekit.progress import bar
 from tunekit.results import DoctorResult, Finding, LRFindResult
 from tunekit.results.doctor import DoctorSettings
-from tunekit.integrations.objects import takes_their_objects
+from tunekit.training.loop import TrainConfig
+from tunekit.training.schedule import Warmup, warmup_steps
+from tunekit.training.state import Snapshot, preserved, seed_everything_for
+from tunekit.training.step import TrainStep, make_scaler
 
 __all__ = ["doctor", "DATA_BATCHES", "TINY_BATCH", "RECIPE_RANGE_STEPS"]
 
@@ -85,7 +87,6 @@ def _recipe_defaults(task: Task, lr: Optional[float], warmup: Optional[Warmup], 
     """For a Task, what `tunekit train` would run where the user gave nothing; for a model in hand, only what was given."""
     if in_hand:
         return lr, warmup, run_steps
-    from tunekit.training.loop import TrainConfig
 
     cfg = TrainConfig.for_task(task)
     return (lr if lr is not None else task.defaults.get("lr"), cfg.warmup if warmup is None else warmup,
@@ -190,7 +191,6 @@ def stage_recipe(run: _Run, batch: Batch, lr: Optional[float], warmup: Optional[
         suggestion, confident = res.suggestion, res.confident
     run.findings += check_lr(lr, suggestion, confident, source)
     run.findings += check_warmup(warmup, run_steps)
-    from tunekit.probes.batch_probe import budget_bytes
 
     budget, source = budget_bytes(memory_budget, sub.device)
     n = min(MEMORY_TRACE, batch_size_of(batch))

@@ -18,8 +18,14 @@ storage path, else the search's output folder, else a temporary folder (a notebo
 
 from __future__ import annotations
 
+# Imported where used, not at the top: optuna, torch; importing this module does not pay for them.
+import atexit
+import json
+import math
 import os
+import shutil
 import socket
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,8 +54,6 @@ class Keeper:
         """Whether a trial that ended with ``value`` keeps its weights: always under "all"; under "best", when
         it beats the study's best so far (a process without the study, a Ray worker, writes and lets the
         driver settle)."""
-        import math
-
         if not math.isfinite(value):
             return False
         if self.mode == "all" or study is None:
@@ -91,9 +95,6 @@ class Keeper:
 def _lightning_keys(model: Any) -> dict[str, Any]:
     """A LightningModule's version key and hyperparameters (those plain enough for ``weights_only`` loading),
     as Lightning's own checkpoints hold them."""
-    import json
-    import sys
-
     lightning = sys.modules.get("lightning") or sys.modules.get("pytorch_lightning")  # imported by the user, if at all
     module_class = getattr(getattr(lightning, "pytorch", lightning), "LightningModule", None)
     if module_class is None or not isinstance(model, module_class):
@@ -123,8 +124,6 @@ def weights_folder(settings: Any, study_name: str, artifacts: Optional[str] = No
         return str(Path(settings.out).resolve() / "weights")
     folder = tempfile.mkdtemp(prefix="tunekit-weights-")
     if not settings.shared:  # this process's result is the only one that names it: gone with the process
-        import atexit
-        import shutil
 
         atexit.register(shutil.rmtree, folder, ignore_errors=True)
     return folder

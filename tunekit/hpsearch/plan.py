@@ -18,6 +18,7 @@ run on every machine and every time:
 
 from __future__ import annotations
 
+# Imported where used, not at the top: optuna, torch; importing this module does not pay for them.
 import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional

@@ -14,6 +14,7 @@ finished, which the callers already take as "another process was first".
 
 from __future__ import annotations
 
+# Imported where used, not at the top: optuna, sqlalchemy; importing this module does not pay for them.
 import functools
 import time
 from collections.abc import Callable

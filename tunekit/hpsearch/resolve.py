@@ -9,16 +9,24 @@ budget. A bad budget, space or objective fails here, before any storage is opene
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+import torch
+
 from tunekit.errors import UsageError
 from tunekit.hpsearch.budget import Budget, resolve_budget
 from tunekit.hpsearch.settings import SearchSettings
-from tunekit.inputs.space import SearchSpace, load_space
-from tunekit.integrations.adapted import say_notes
+from tunekit.inputs.data import BatchStream, dataset_size
+from tunekit.inputs.space import Entry, SearchSpace, load_space
+from tunekit.inputs.task import Task
+from tunekit.integrations.adapted import IntegrationWarning, in_their_terms, say_notes
 from tunekit.integrations.objects import adapt_for_search
+from tunekit.integrations.task_spec import load_task
+from tunekit.training.loop import TrainConfig, evaluate
+from tunekit.training.step import resolve_device
 
 __all__ = ["ResolvedSearch", "SearchInputs", "resolve_search", "prepare_inputs", "with_objective"]
 
@@ -62,10 +70,6 @@ def what_they_can_apply(space: str | SearchSpace, adapted: Any) -> str | SearchS
     warmup, decay floor) fixed at its recipe's; a space of the user's own is searched as given, and said."""
     if not adapted.cannot_apply:
         return space
-    import warnings
-
-    from tunekit.inputs.space import Entry
-    from tunekit.integrations.adapted import IntegrationWarning
 
     sp = space if isinstance(space, SearchSpace) else load_space(space)
     tuned = [k for k, v in adapted.cannot_apply.items()
@@ -83,8 +87,6 @@ def what_they_can_apply(space: str | SearchSpace, adapted: Any) -> str | SearchS
 
 def prepare_inputs(task: Any, space: str | SearchSpace, settings: SearchSettings) -> SearchInputs:
     """The search's inputs, checked before the storage is opened or a probe runs."""
-    from tunekit.training.loop import TrainConfig
-
     sp = space if isinstance(space, SearchSpace) else load_space(space)
     sp = _with_task_config(sp, task, settings.task_config)
     base = _base_task(task, sp)
@@ -96,8 +98,6 @@ def prepare_inputs(task: Any, space: str | SearchSpace, settings: SearchSettings
 
 def with_objective(task: Any, settings: SearchSettings) -> Any:
     """The task the trials run: a Task object given ``objective=fn`` gets ``fn`` as one of its metrics."""
-    from tunekit.inputs.task import Task
-
     if settings.goal.fn is None:
         return task
     if not isinstance(task, Task):
@@ -115,8 +115,6 @@ def _check_objective(inputs: SearchInputs, settings: SearchSettings) -> None:
         return
     if goal.name != "accuracy":
         raise UsageError(goal.missing({"loss": 0.0, **dict.fromkeys(task.metrics, 0.0)}))
-    from tunekit.training.loop import evaluate
-    from tunekit.training.step import resolve_device
 
     device = resolve_device(settings.backend.device)
     metrics = evaluate(task.make_model(settings.seed).to(device), task.val_data, task.loss_computer(), device=device,
@@ -129,8 +127,6 @@ def _with_task_config(sp: SearchSpace, task: Any, task_config: Optional[dict[str
     """The space with ``task_config`` (``--set KEY=VALUE``) as fixed ``task.KEY`` entries under its own."""
     if not task_config:
         return sp
-    from tunekit.inputs.space import Entry
-    from tunekit.inputs.task import Task
 
     if isinstance(task, Task):
         raise UsageError("task_config needs the task as a spec (pkg.mod:fn) whose function takes a config")
@@ -139,25 +135,18 @@ def _with_task_config(sp: SearchSpace, task: Any, task_config: Optional[dict[str
 
 
 def _base_task(task: Any, sp: SearchSpace) -> Any:
-    from tunekit.inputs.task import Task
-    from tunekit.integrations.task_spec import load_task
-
     if isinstance(task, Task) and any(n.startswith("task.") for n in sp.entries):
         raise UsageError(f"space '{sp.name}' varies task hyperparameters (task.*): pass the task as a spec "
                          "(pkg.mod:fn) whose function takes a config")
     fixed_task_cfg = {n[5:]: v for n, v in sp.fixed().items() if n.startswith("task.")}
     base = task if isinstance(task, Task) else load_task(task, fixed_task_cfg or None)
     if base.val_data is None:
-        from tunekit.integrations.adapted import in_their_terms
-
         raise UsageError(in_their_terms("search needs validation data to compare and prune trials: give the task "
                                         "val_data", base.origin))
     return base
 
 
 def _budget(spec: Any, task: Any, cfg: Any) -> Budget:
-    from tunekit.inputs.data import dataset_size
-
     task_batch = int(cfg.batch_size or task.batch_size or 1) * int(cfg.accumulation_steps or 1)
     tokens = _tokens_per_sample(task, cfg) if isinstance(spec, str) and "token" in spec else None
     return resolve_budget(spec, task_batch=task_batch, default_updates=int(cfg.max_steps),
@@ -166,9 +155,6 @@ def _budget(spec: Any, task: Any, cfg: Any) -> Budget:
 
 def _tokens_per_sample(task: Any, cfg: Any) -> Optional[int]:
     """Tokens in one training sample: the sequence length of integer token ids (batch, sequence)."""
-    import torch
-
-    from tunekit.inputs.data import BatchStream
 
     batch = next(iter(BatchStream(task.train_data, cfg.batch_size or task.batch_size, seed=0)))
     first = batch.get("input_ids") if isinstance(batch, dict) else batch[0] if isinstance(batch, (list, tuple)) else batch

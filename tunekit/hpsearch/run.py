@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+# Imported where used, not at the top: optuna; importing this module does not pay for them.
 import contextlib
 import dataclasses
 import json
@@ -28,23 +29,26 @@ from tunekit.errors import UsageError
 from tunekit.hpsearch.backends.base import Backend, Work, get_backend
 from tunekit.hpsearch.keep import Keeper, settle, weights_folder
 from tunekit.hpsearch.keys import ARTIFACTS_KEY, WALL_SECONDS_KEY
-from tunekit.hpsearch.plan import Plan, largest_batch, split_batch
-from tunekit.hpsearch.resolve import ResolvedSearch, resolve_search
-from tunekit.hpsearch.seeding import Probes, adaptive_l2, make_plan, priced, run_probes
 from tunekit.hpsearch.options import (BackendOptions, Halving, Local, ProbeSettings, Pruner, Sampler, SharedStudy, Study,
                                       TPE)
+from tunekit.hpsearch.plan import Plan, largest_batch, split_batch
+from tunekit.hpsearch.resolve import ResolvedSearch, resolve_search
+from tunekit.hpsearch.seeded_space import distributions
+from tunekit.hpsearch.seeding import Probes, adaptive_l2, make_plan, priced, run_probes
 from tunekit.hpsearch.settings import SearchSettings, from_keywords
 from tunekit.hpsearch.shared.spec import StoredSpec
 from tunekit.hpsearch.shared.workers import (TAKEN_OVER, check_spec, claim_creation, creator_gave_up, open_storage,
                                              space_dict, spec_probes, wait_for_spec)
 from tunekit.hpsearch.study import (check_report_of, check_resume, default_name, finished_count, read_dists, read_plan,
                                     study_exists)
-from tunekit.hpsearch.seeded_space import distributions
+from tunekit.hpsearch.summary import best_trial, build_result
 from tunekit.hpsearch.worker_study import FoundStudy, Prepared, open_worker_study, set_threads
-from tunekit.hpsearch.summary import build_result
 from tunekit.inputs.space import SearchSpace
 from tunekit.integrations.task_spec import TaskSpec, task_of
+from tunekit.progress import bar
 from tunekit.results import SearchResult, write_report
+from tunekit.training.state import preserved
+from tunekit.version import __version__
 
 __all__ = ["search", "search_with", "run_search"]
 
@@ -99,8 +103,6 @@ def search_with(task: Any, space: str | SearchSpace, settings: SearchSettings, b
     training loop: :func:`tunekit.search_own`). A Hugging Face Trainer or a Lightning
     module is taken as a Task that builds a fresh model per trial; the best configuration comes back
     in their terms too."""
-    from tunekit.training.state import preserved
-
     # Every RNG as the caller left it: a model factory (a module's class, model_init) draws from the
     # global one as it builds the template, and so may their code; the trials draw from their own seeds.
     with preserved():
@@ -283,8 +285,6 @@ def _spec_probes(spec: StoredSpec, settings: SearchSettings) -> tuple[Any, Any]:
 
 def _spec_settings(task: Any, settings: SearchSettings, sp: SearchSpace) -> dict[str, Any]:
     """The part of a study's spec known before any probe: version, task, space and the settings' study fields."""
-    from tunekit.version import __version__
-
     return {"version": __version__, "task": task if isinstance(task, str) else None, "space": space_dict(sp),
             **settings.study_dict(), "task_config": settings.task_config or {}}
 
@@ -309,9 +309,6 @@ def _no_end(state: str) -> None:
 
 def _run_trials(backend: Backend, work: Work) -> None:
     """The backend runs the trials still missing, under one progress bar with the best value."""
-    from tunekit.hpsearch.summary import best_trial
-    from tunekit.progress import bar
-
     remaining = max(0, work.target - finished_count(work.study))
     if not remaining:
         return

@@ -16,6 +16,7 @@ drop from its initial loss to its final one. Later rungs follow by factors of rf
 
 from __future__ import annotations
 
+# Imported where used, not at the top: optuna; importing this module does not pay for them.
 import math
 from typing import Any, Optional
 

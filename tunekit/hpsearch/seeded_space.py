@@ -6,6 +6,7 @@ and the batch probe (with the range test's batch) chooses ``batch``'s effective 
 
 from __future__ import annotations
 
+# Imported where used, not at the top: optuna; importing this module does not pay for them.
 import math
 from typing import Any
 

@@ -19,11 +19,15 @@ from tunekit.hpsearch.keys import DESIGN_BATCH_KEY
 from tunekit.hpsearch.plan import (AROUND, LARGER, MIN_UPDATES, Plan, initial_design, is_adaptive_l2, lr_rule_for,
                                    nearest_choice, split_batch)
 from tunekit.hpsearch.resolve import SearchInputs
+from tunekit.hpsearch.seeded_space import batch_centre, reference_batch
 from tunekit.hpsearch.settings import SearchSettings
 from tunekit.hpsearch.study import enqueue_design
-from tunekit.probes.resolve import check_saved
-from tunekit.hpsearch.seeded_space import batch_centre, reference_batch
+from tunekit.inputs.data import dataset_size
 from tunekit.inputs.space import SearchSpace
+from tunekit.probes.batch_probe import NOISE_REPEATS, noise_cost, probe
+from tunekit.probes.range_test import lr_find
+from tunekit.probes.resolve import check_saved
+from tunekit.results import LRFindResult, ProbeResult
 from tunekit.results.step_time import update_seconds
 
 __all__ = ["Probes", "run_probes", "priced", "make_plan", "design_size",
@@ -95,8 +99,6 @@ def run_probes(inputs: SearchInputs, settings: SearchSettings, existing: bool, s
     common = dict(device=settings.backend.device, seed=settings.seed, progress=settings.progress, clip_grad_norm=clip,
                   precision=precision)
     if sp.needs_lr_find and found.lr_find is None:
-        from tunekit.probes.range_test import lr_find
-
         # The suggestion lr_find gives for a run of one full trial (one LR across tools): its short runs
         # cost at most 5% of that trial, else the curve alone seeds the space, which spans decades around it.
         found.lr_find = lr_find(task, accumulation_steps=int(cfg.accumulation_steps), **common,
@@ -105,8 +107,6 @@ def run_probes(inputs: SearchInputs, settings: SearchSettings, existing: bool, s
         found.seconds += found.lr_find.seconds
         _save(found.lr_find, out_dir, "lr_find")
     if (sp.needs_probe or not inputs.budget.priced) and found.probe is None:
-        from tunekit.probes.batch_probe import probe
-
         # The timed steps price every trial in device time (and size a budget given in it): they
         # are stored with the study, so its trials are the same on every run. No batch above what
         # the space can offer, or a budget in samples can use, is tried: those steps are the
@@ -124,8 +124,6 @@ def run_probes(inputs: SearchInputs, settings: SearchSettings, existing: bool, s
 
 def noise_repeats(inputs: SearchInputs, lr_find: Any = None) -> tuple[int, Optional[str]]:
     """The gradients the search's probe measures the noise scale with (0: not measured), and why none."""
-    from tunekit.probes.batch_probe import NOISE_REPEATS, noise_cost
-
     if "batch" not in inputs.space.entries:
         return 0, "not measured: the space has no batch to centre"
     trial_updates = _trial_updates(inputs)
@@ -183,8 +181,6 @@ def _save(result: Any, out_dir: Optional[Path], name: str) -> None:
 
 def _load_result(value: Any, kind: str) -> Any:
     """A saved range test or probe (the result, or its JSON file), or None."""
-    from tunekit.results import LRFindResult, ProbeResult
-
     return (LRFindResult if kind == "lr_find" else ProbeResult).load(value)
 
 
@@ -194,8 +190,6 @@ def _load_result(value: Any, kind: str) -> Any:
 def make_plan(inputs: SearchInputs, probes: Probes, settings: SearchSettings) -> Plan:
     """What every trial shares: the budget, the LR's reference batch and rule, the largest
     micro-batch, the seed, the validation set."""
-    from tunekit.inputs.data import dataset_size
-
     sp, task, cfg = inputs.space, inputs.task, inputs.cfg
     lr_entry = sp.entries.get("lr")
     ref = reference_batch(probes.lr_find) if lr_entry is not None and lr_entry.seeded == "lr_find" else None

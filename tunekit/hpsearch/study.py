@@ -8,7 +8,11 @@ the trials (the plan, the distributions, the interrupted trials).
 
 from __future__ import annotations
 
+# Imported where used, not at the top: grpc, optuna, sqlalchemy; importing this module does not pay for them.
+import importlib.util
 import json
+import re
+import time
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -16,11 +20,11 @@ from pathlib import Path
 from typing import Any, Optional
 
 from tunekit.errors import UsageError
-from tunekit.hpsearch.resilient import STORAGE_RETRY, retrying_class, stale_reason
 from tunekit.hpsearch import keys as K
 from tunekit.hpsearch.keys import (DESIGN_KEY, DISTS_KEY, ENQUEUED_KEY, ERROR, INTERRUPTED_KEY, PLAN_KEY, REASON,
                                    REQUEUED_KEY, RETRY_OF, STOPPED_PREFIX, SURPLUS)
 from tunekit.hpsearch.plan import Plan
+from tunekit.hpsearch.resilient import STORAGE_RETRY, retrying_class, stale_reason
 from tunekit.hpsearch.trial import INTERRUPTED
 
 __all__ = ["make_storage", "study_exists", "make_sampler", "open_study", "check_resume", "mark_interrupted", "fail_trial",
@@ -105,8 +109,6 @@ def _grpc(url: str, retry_for: float = STORAGE_RETRY) -> Any:
 def _with_driver(url: str) -> str:
     """``postgresql://`` with the driver that is installed: SQLAlchemy's default for it is psycopg2,
     but the ``postgres`` extra installs psycopg (3); a missing driver is one line naming the package."""
-    import importlib.util
-
     scheme, rest = url.split("://", 1)
     if "+" in scheme or scheme not in DRIVERS:
         return url
@@ -122,14 +124,10 @@ def _with_driver(url: str) -> str:
 
 def safe_url(url: str) -> str:
     """The URL without its password, for messages and reports."""
-    import re
-
     return re.sub(r"(://[^:/@]*):[^@/]*@", r"\1:***@", url)
 
 
 def _rdb(url: str, grace: int, on_stale: Any, retry_for: float = STORAGE_RETRY) -> Any:
-    import time
-
     import optuna
     from sqlalchemy.exc import IntegrityError, ProgrammingError, SQLAlchemyError  # Optuna's RDB storage is built on it
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+# Imported where used, not at the top: optuna; importing this module does not pay for them.
 from pathlib import Path
 from typing import Any, Optional
 

@@ -11,6 +11,9 @@ the trial raised.
 
 from __future__ import annotations
 
+# Imported where used, not at the top: optuna, torch, tqdm; importing this module does not pay for them.
+import ctypes
+import gc
 import json
 import math
 import time
@@ -21,9 +24,9 @@ from typing import Any, Optional
 from tunekit.errors import SetupError
 from tunekit.hpsearch import keys as K
 from tunekit.hpsearch.keep import Keeper
+from tunekit.hpsearch.plan import TrialConfig
 from tunekit.hpsearch.resilient import StorageUnreachable
 from tunekit.objective import Objective
-from tunekit.hpsearch.plan import TrialConfig
 
 __all__ = ["Outcome", "run_config", "run_trial", "keep_weights", "free_memory", "evaluation_reporter", "record", "conclude", "start_attrs", "outcome_of", "TrialFailed",
            "INTERRUPTED"]
@@ -222,8 +225,6 @@ def free_memory() -> None:
     """What a finished trial left (its model, optimizer and data iterators, once unreferenced: reference
     cycles included), collected, and the GPU's cached blocks given back, before the next trial starts
     (transformers issue 13019: one process's trials grew GPU memory until it ran out)."""
-    import gc
-
     import torch
 
     gc.collect()
@@ -236,8 +237,6 @@ def _trim_heap() -> None:
     """The heap pages the trial freed given back to the system: glibc keeps them (fragmented among the
     next trial's blocks, the process grew 37% over 10 trials of a 4.2M-parameter model, all freed);
     ``malloc_trim(0)`` returns them. Elsewhere (macOS, musl) there is no such call, and nothing to do."""
-    import ctypes
-
     try:
         trim = ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError):

@@ -8,17 +8,21 @@ the sampler's seed (it counts the trials already there) and what joining workers
 
 from __future__ import annotations
 
+# Imported where used, not at the top: optuna; importing this module does not pay for them.
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+import torch
+
 from tunekit.hpsearch.keys import SPEC_KEY
 from tunekit.hpsearch.options import Halving
 from tunekit.hpsearch.plan import Plan
-from tunekit.hpsearch.rungs import ladder, make_pruner
 from tunekit.hpsearch.resolve import SearchInputs
+from tunekit.hpsearch.rungs import ladder, make_pruner
 from tunekit.hpsearch.seeding import Probes, design_size, enqueue_seed_and_design, recipe
 from tunekit.hpsearch.settings import SearchSettings
+from tunekit.hpsearch.shared.server import attach
 from tunekit.hpsearch.shared.spec import StoredSpec
 from tunekit.hpsearch.shared.workers import (default_threads, end_creation, register_worker, resume_study,
                                              worker_id, worker_seed)
@@ -143,8 +147,6 @@ def store_spec(study: Any, spec: StoredSpec, settings: SearchSettings) -> None:
     """The study's spec (and, with an artifact folder, the probes' files attached to the study)."""
     artifacts, out_dir = getattr(settings.study, "artifacts", None), settings.out
     if artifacts is not None and out_dir is not None:
-        from tunekit.hpsearch.shared.server import attach
-
         attach(study, artifacts, [Path(out_dir) / f"{n}.{x}" for n in ("lr_find", "probe") for x in ("json", "png")])
     study.set_user_attr(SPEC_KEY, spec.to_stored())
 
@@ -164,7 +166,6 @@ def set_threads(n: Optional[int]) -> Optional[int]:
     """Set torch's threads to ``n`` (None: leave them); the threads before, to restore."""
     if n is None:
         return None
-    import torch
 
     before = torch.get_num_threads()
     torch.set_num_threads(n)

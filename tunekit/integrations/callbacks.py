@@ -10,6 +10,8 @@ This module imports transformers or lightning (whichever callback is asked for):
 
 from __future__ import annotations
 
+# Imported where used, not at the top: lightning, pytorch_lightning, transformers;
+# importing this module does not pay for them.
 import math
 from typing import Any, Optional
 

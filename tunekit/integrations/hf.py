@@ -13,6 +13,7 @@ transformers is imported by the user's Trainer, never by tunekit.
 
 from __future__ import annotations
 
+# Imported where used, not at the top: transformers; importing this module does not pay for them.
 import copy
 import math
 from collections.abc import Callable, Iterable

@@ -12,7 +12,6 @@ lightning is imported by the user's module, never by tunekit.
 
 from __future__ import annotations
 
-import copy
 import math
 import warnings
 from collections.abc import Callable, Iterable, Mapping

@@ -3,6 +3,7 @@ and the decorator that lets ``lr_find``, ``probe`` and ``doctor`` take them (see
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 from collections.abc import Callable
@@ -84,8 +85,6 @@ def _takes_nothing(fn: Any) -> bool:
 
 
 def _copies(module: Any) -> Callable[[], Any]:
-    import copy
-
     template = copy.deepcopy(module).to("cpu")
     return lambda: copy.deepcopy(template)
 

@@ -23,8 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tunekit.builtin import BUILTIN_TASKS
 from tunekit.errors import UsageError, shown
 from tunekit.inputs.task import Task
+from tunekit.integrations.adapted import kind_of, say_notes
+from tunekit.integrations.objects import LightningRun, adapt_for_search
 
 __all__ = ["load_task", "list_tasks", "resolve_task_function", "TaskSpec", "task_of"]
 
@@ -33,8 +36,6 @@ _FORMS = "a built-in name ({names}), 'package.module:function' or 'path/to/file.
 
 def list_tasks() -> dict[str, str]:
     """Built-in task names and their one-line descriptions."""
-    from tunekit.builtin import BUILTIN_TASKS
-
     return {name: desc for name, (_, desc) in BUILTIN_TASKS.items()}
 
 
@@ -98,8 +99,6 @@ def _one_line(exc: BaseException, limit: int = 200) -> str:
 
 def resolve_task_function(spec: str) -> Callable[..., Any]:
     """The function that a spec names, without calling it."""
-    from tunekit.builtin import BUILTIN_TASKS
-
     if not isinstance(spec, str):
         raise UsageError(f"a task must be a spec string or a tunekit.Task, got {shown(spec)} ({type(spec).__name__}): give "
                          + _FORMS.format(names=", ".join(BUILTIN_TASKS)) + ", or a Task(model=..., train_data=..., loss=...)")
@@ -140,9 +139,6 @@ def _takes_config(fn: Callable[..., Any]) -> bool:
 def _their_objects(made: Any, spec: str) -> Task:
     """A task function may return a Hugging Face Trainer or a LightningRun: the Task of its objects
     (fresh models from its model_init or module class, else copies of its model as it is)."""
-    from tunekit.integrations.adapted import kind_of, say_notes
-    from tunekit.integrations.objects import LightningRun, adapt_for_search
-
     adapted = adapt_for_search(made) if kind_of(made) is not None or isinstance(made, LightningRun) else None
     if adapted is None:
         raise UsageError(f"task '{_said(spec)}' returned a {type(made).__name__}, not a tunekit.Task: return Task(model=..., "

@@ -6,15 +6,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import torch
+from tunekit.errors import UsageError
+
 __all__ = ["load_weights", "load_into"]
 
 
 def load_into(obj: Any, state: dict[str, Any]) -> Any:
     """``state`` loaded into the model of ``obj`` (a module, a Hugging Face Trainer's ``model``, a
     LightningRun's ``module``), on the device it is on; the model."""
-    import torch
-
-    from tunekit.errors import UsageError
 
     model = obj if isinstance(obj, torch.nn.Module) else getattr(obj, "model", None)
     if model is None:
@@ -29,6 +29,4 @@ def load_into(obj: Any, state: dict[str, Any]) -> Any:
 
 def load_weights(path: str | Path) -> dict[str, Any]:
     """A kept file's contents (``state_dict``, ``trial``, ``value``, ...), on the CPU."""
-    import torch
-
     return torch.load(path, map_location="cpu", weights_only=True)  # type: ignore[no-any-return]

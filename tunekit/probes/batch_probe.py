@@ -25,6 +25,7 @@ import math
 import os
 import statistics
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Optional, Protocol
@@ -33,21 +34,21 @@ import numpy as np
 import torch
 from torch import nn
 
-from tunekit.inputs.data import BatchStream, Data, dataset_size
+from tunekit.bytesize import format_bytes, parse_bytes
 from tunekit.errors import UsageError, check_int, check_number, renamed_keywords
-from tunekit.progress import bar
-from tunekit.results import ProbeResult
-from tunekit.results.probe import BatchProbeSettings
+from tunekit.inputs.data import BatchStream, Data, dataset_size
+from tunekit.inputs.task import ComputeLoss, LossFn, Task
+from tunekit.integrations.objects import takes_their_objects
 from tunekit.probes import clean_heap
 from tunekit.probes.memory_trace import MemoryModel, Trace, calibrate, fit_memory_model, real_step_peak, static_bytes, trace_step
 from tunekit.probes.noise_scale import noise_scale
-from tunekit.bytesize import format_bytes, parse_bytes
-from tunekit.training.state import preserved, seed_everything_for
-from tunekit.training.schedule import lr_schedule
-from tunekit.training.step import TrainStep, Updates, make_scaler
 from tunekit.probes.resolve import TASK_DEFAULT, resolve_inputs, step_settings
-from tunekit.inputs.task import ComputeLoss, LossFn, Task
-from tunekit.integrations.objects import takes_their_objects
+from tunekit.progress import bar
+from tunekit.results import ProbeResult
+from tunekit.results.probe import BatchProbeSettings
+from tunekit.training.schedule import lr_schedule
+from tunekit.training.state import preserved, seed_everything_for
+from tunekit.training.step import TrainStep, Updates, make_scaler
 
 __all__ = ["probe", "ProbeResult", "plan_batches", "scale_lr", "find_largest_batch", "budget_bytes", "noise_cost",
            "NOISE_REPEATS", "TASK_NOISE_WARMUP"]
@@ -263,8 +264,6 @@ def cost_ahead(predicted: int, sizes: list[int], points_n: int, timing_steps: in
 
 def _say_cost_ahead(task: Task, predicted: int, ahead: int) -> None:
     """Before the real steps: what they will cost (``ahead`` samples), said where it is more than the planned run."""
-    import warnings
-
     steps, batch = task.defaults.get("max_steps"), task.batch_size
     if not steps or not batch:
         return

@@ -14,8 +14,10 @@ Where it cannot be used (not Linux with glibc, objects that do not pickle), :fun
 
 from __future__ import annotations
 
+# Imported where used, not at the top: cloudpickle, numpy, torch, tqdm; importing this module does not pay for them.
 import atexit
 import contextlib
+import ctypes
 import gc
 import os
 import pickle
@@ -233,8 +235,6 @@ def _status(field: str) -> int:
 
 
 def _child(read_fd: int, write_fd: int) -> None:
-    import ctypes
-
     import tunekit.training.step  # noqa: F401  (torch and the step load while the parent pickles the objects)
 
     libc = ctypes.CDLL(None)

@@ -18,6 +18,8 @@ activations and the temporaries of backward and of the optimizer.
 
 from __future__ import annotations
 
+# Imported where used, not at the top: torch._subclasses.fake_tensor, torch.profiler, torch.profiler._memory_profiler;
+# importing this module does not pay for them.
 import contextlib
 import copy
 import gc
@@ -27,7 +29,7 @@ import os
 import sys
 import weakref
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import numpy as np

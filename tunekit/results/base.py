@@ -11,6 +11,7 @@ from typing import Any, ClassVar, Optional, TypeVar
 
 from tunekit.errors import UsageError
 from tunekit.files import write_file
+from tunekit.plotting import figure_png, offscreen, save_plot
 
 __all__ = ["Result", "Record", "write_file"]
 
@@ -135,8 +136,6 @@ class Result:
         ``name`` defaults to the result's own (``lr_find``, ``probe``, ``doctor``, ``train``,
         ``search``), the names the CLI writes; a result with more files writes them in between.
         """
-        from tunekit.plotting import save_plot  # imported here: matplotlib only once a plot is drawn
-
         out, name = Path(out_dir), name or self._stem
         paths = [out / f"{name}.json"]
         self.to_json(paths[0])
@@ -183,8 +182,6 @@ class Result:
             return None
 
     def _png(self) -> bytes:
-        from tunekit.plotting import figure_png, offscreen
-
         with offscreen():
             fig = self.figure()
         return figure_png(fig)

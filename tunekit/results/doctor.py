@@ -13,6 +13,7 @@ from typing import Any, ClassVar, Literal, Optional, Union
 import numpy as np
 
 from tunekit.errors import UsageError
+from tunekit.plotting import new_axes, new_figure
 from tunekit.results.base import Record, Result
 
 __all__ = ["Finding", "DoctorResult", "DoctorSettings", "STATUSES"]
@@ -131,8 +132,6 @@ class DoctorResult(Result):
 
     def plot_overview(self, fig: Any = None) -> Any:
         """Gradient flow (left) and the tiny-batch loss curve (right) on ``fig``; returns the Figure."""
-        from tunekit.plotting import new_figure
-
         fig = fig if fig is not None else new_figure((11, 4.2))
         left, right = fig.subplots(1, 2)
         self.plot_grad_norms(left)
@@ -144,8 +143,6 @@ class DoctorResult(Result):
 
     def plot_grad_norms(self, ax: Any = None) -> Any:
         """|grad| / |param| per layer, on a log axis, in model order; returns the Axes."""
-        from tunekit.plotting import new_axes
-
         ax = new_axes(ax)
         names = list(self.grad_norms)
         values = [self.grad_norms[n] for n in names]
@@ -163,8 +160,6 @@ class DoctorResult(Result):
 
     def plot_overfit(self, ax: Any = None) -> Any:
         """The tiny-batch training loss against updates, with the target; returns the Axes."""
-        from tunekit.plotting import new_axes
-
         ax = new_axes(ax)
         if self.overfit_losses:
             ax.plot(range(1, len(self.overfit_losses) + 1), self.overfit_losses, color="C1", label="tiny-batch loss")

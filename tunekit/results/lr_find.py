@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, ClassVar, Optional
 
+from tunekit.plotting import new_axes
 from tunekit.results.base import Record, Result
 
 __all__ = ["LRFindResult", "LRFindSettings", "Refinement", "RefineStage", "ScoredOn", "Doubt", "Confidence"]
@@ -216,8 +217,6 @@ class LRFindResult(Result):
 
     def plot(self, ax: Any = None) -> Any:
         """Loss against LR on a log axis, with the suggestions marked; returns the Axes."""
-        from tunekit.plotting import new_axes
-
         ax = new_axes(ax)
         for rep in self.repeats[1:]:
             ax.plot(rep["lrs"], rep["smoothed"], color="0.6", lw=0.8, alpha=0.6)
@@ -264,8 +263,6 @@ class LRFindResult(Result):
 
     def plot_refinement(self, ax: Any = None) -> Any:
         """The refinement's short runs: each one's score (loss after the run) against its peak LR; returns the Axes."""
-        from tunekit.plotting import new_axes
-
         ax = new_axes(ax)
         ref = self.refinement
         if ref is None or not ref.stages:

@@ -5,6 +5,7 @@ No training code here (no torch): loading and plotting a saved probe is quick.
 
 from __future__ import annotations
 
+# Imported where used, not at the top: matplotlib; importing this module does not pay for them.
 import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Optional, Union
@@ -12,9 +13,10 @@ from typing import Any, ClassVar, Optional, Union
 import numpy as np
 
 from tunekit.bytesize import format_bytes
+from tunekit.plotting import new_axes
+from tunekit.results.base import Record, Result
 from tunekit.results.memory_model import MemoryModel, PhaseFit
 from tunekit.results.step_time import format_seconds, step_curve, update_seconds
-from tunekit.results.base import Record, Result
 
 __all__ = ["ProbeResult", "BatchProbeSettings"]
 
@@ -138,8 +140,6 @@ class ProbeResult(Result):
         off it, and so is each phase's share.
         """
         from matplotlib.ticker import FuncFormatter
-
-        from tunekit.plotting import new_axes
 
         ax = new_axes(ax, figsize=(7.0, 4.2))
         mm = self.memory_model()

@@ -8,7 +8,9 @@ time beside the time the probe's timed steps predicted for its updates.
 
 from __future__ import annotations
 
+# Imported where used, not at the top: matplotlib, optuna, torch, tqdm; importing this module does not pay for them.
 import csv
+import dataclasses
 import io
 import json
 import math
@@ -19,8 +21,9 @@ from typing import Any, Optional
 
 from tunekit.errors import UsageError
 from tunekit.objective import Objective
-from tunekit.results.step_time import format_seconds
+from tunekit.plotting import new_axes, new_figure
 from tunekit.results.base import Result, write_file
+from tunekit.results.step_time import format_seconds
 
 __all__ = ["SearchResult", "write_report", "best_of"]
 
@@ -133,8 +136,6 @@ class SearchResult(Result):
     made_from: Any = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
-        import dataclasses
-
         out = dataclasses.asdict(dataclasses.replace(self, made_from=None))  # an object of this process, not saved
         out.pop("made_from")
         return out
@@ -200,8 +201,6 @@ class SearchResult(Result):
         """Best value so far against compute spent, probes included: ``by="samples"`` (in the budget's
         unit), with device seconds on a second axis above where trials measured them, or ``by="seconds"``
         alone (the default for a budget in device time). Returns the main Axes."""
-        from tunekit.plotting import new_axes
-
         by = by or ("seconds" if self._timed else "samples")
         if by not in ("samples", "seconds"):
             raise UsageError(f"plot_best(by={by!r}): use by='samples' or by='seconds'")
@@ -239,8 +238,6 @@ class SearchResult(Result):
 
     def plot_curves(self, ax: Any = None) -> Any:
         """Validation curves of every trial against its samples; pruned ones faded, the best one bold."""
-        from tunekit.plotting import new_axes
-
         ax = new_axes(ax)
         best = best_of(self.trials, self.direction)
         for t in self.trials:
@@ -271,8 +268,6 @@ class SearchResult(Result):
     def plot_lr(self, ax: Any = None) -> Any:
         """Final (or last) value against the LR each trial trained with."""
         from matplotlib.ticker import NullFormatter
-
-        from tunekit.plotting import new_axes
 
         ax = new_axes(ax)
         values = [t["value"] for t in self.trials if t["value"] is not None and math.isfinite(t["value"])]
@@ -327,8 +322,6 @@ class SearchResult(Result):
             return {}
 
     def plot_importances(self, ax: Any = None) -> Any:
-        from tunekit.plotting import new_axes
-
         ax = new_axes(ax)
         imp = self.importances()
         n = sum(t["state"] == "COMPLETE" and t["value"] is not None for t in self.trials)
@@ -350,8 +343,6 @@ class SearchResult(Result):
 
     def plot_overview(self, fig: Any = None) -> Any:
         """All four plots on ``fig`` (a new figure if None); returns the Figure."""
-        from tunekit.plotting import new_figure
-
         fig = fig if fig is not None else new_figure((11, 7.5))
         axes = fig.subplots(2, 2)
         self.plot_best(axes[0, 0])

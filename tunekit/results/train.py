@@ -11,6 +11,8 @@ from typing import Any, Optional
 
 import numpy as np
 
+from tunekit.objective import Objective
+from tunekit.plotting import new_axes
 from tunekit.results.base import Result
 
 __all__ = ["TrainResult"]
@@ -91,8 +93,6 @@ class TrainResult(Result):
 
     def final_value(self, metric: str) -> float:
         """The last evaluation's ``metric`` (perplexity: exp of its loss); NaN where it has none."""
-        from tunekit.objective import Objective
-
         last = self.evals[-1] if self.evals else {}
         if metric not in last and not (metric == "perplexity" and "loss" in last):
             return math.nan
@@ -104,8 +104,6 @@ class TrainResult(Result):
 
     def plot(self, ax: Any = None) -> Any:
         """Training loss (and validation loss) against optimizer updates; returns the Axes."""
-        from tunekit.plotting import new_axes
-
         ax = new_axes(ax)
         ax.plot(self.steps, self.losses, lw=0.8, alpha=0.6, label="train loss")
         if self.evals:

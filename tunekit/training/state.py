@@ -14,6 +14,7 @@ block ends, whether it ends normally, by an exception or by Ctrl-C:
 
 from __future__ import annotations
 
+# Imported where used, not at the top: torch.utils.data; importing this module does not pay for them.
 import copy
 import random
 from collections.abc import Iterator

@@ -17,6 +17,7 @@ from typing import Any, Optional, Protocol
 from tunekit.hpsearch.keep import Keeper
 from tunekit.hpsearch.plan import Plan, TrialConfig, trial_config
 from tunekit.hpsearch.settings import SearchSettings
+from tunekit.hpsearch.study import device_seconds
 
 __all__ = ["Backend", "Work", "get_backend"]
 
@@ -41,8 +42,6 @@ class Work:
 
     def out_of_time(self) -> bool:
         """Whether the study has spent its device-time limit: then no trial starts (those running finish)."""
-        from tunekit.hpsearch.study import device_seconds
-
         limit = self.settings.study.time_limit
         return limit is not None and device_seconds(self.study) >= limit
 

@@ -6,6 +6,7 @@ going, so on a shared database a worker that dies has its trial re-run by anothe
 
 from __future__ import annotations
 
+# Imported where used, not at the top: optuna; importing this module does not pay for them.
 import contextlib
 import os
 import socket
@@ -19,6 +20,7 @@ from tunekit.hpsearch.keep import Keeper, settle
 from tunekit.hpsearch.keys import SURPLUS, WORKER
 from tunekit.hpsearch.plan import Plan, TrialConfig
 from tunekit.hpsearch.settings import SearchSettings
+from tunekit.hpsearch.shared.workers import claim, counts, mark_surplus, reap_every, reap_stopped, reaping
 from tunekit.hpsearch.study import finished_count, note_interrupted, stopped
 from tunekit.hpsearch.trial import Outcome, TrialFailed, conclude, run_trial, start_attrs
 
@@ -71,8 +73,6 @@ def run_local(study: Any, dists: dict[str, Any], make_config: Callable[[dict[str
     trains one trial (:func:`~tunekit.hpsearch.trial.run_trial`, or the user's own loop's); ``keeper``
     keeps the trials' weights, and after each trial the files the study's best makes surplus go."""
     import optuna
-
-    from tunekit.hpsearch.shared.workers import claim, counts, mark_surplus, reap_every, reap_stopped, reaping
 
     cache: dict[str, Any] = {}
     me = {"host": socket.gethostname(), "pid": os.getpid()}

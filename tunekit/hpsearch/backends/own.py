@@ -10,6 +10,8 @@ memory until it ran out).
 
 from __future__ import annotations
 
+# Imported where used, not at the top: torch, tqdm; importing this module does not pay for them.
+import inspect
 import math
 import time
 from collections.abc import Callable
@@ -19,6 +21,7 @@ from tunekit.errors import SetupError, UsageError
 from tunekit.hpsearch.backends.base import Work
 from tunekit.hpsearch.backends.local import run_local
 from tunekit.hpsearch.keep import Keeper
+from tunekit.hpsearch.options import Local
 from tunekit.hpsearch.plan import Plan, TrialConfig
 from tunekit.hpsearch.resilient import StorageUnreachable
 from tunekit.hpsearch.settings import SearchSettings
@@ -162,9 +165,6 @@ def search_own(task: Any, space: Any = "from_scratch", *, run: Callable[[Any], A
     ``task`` is what the probes measure (a Trainer, a LightningRun, a Task or a spec); ``kwargs`` are
     :func:`tunekit.search`'s. The trials are pruned by tunekit's rungs through the callbacks' reports,
     one after another in this process, with the memory a finished trial left collected before the next."""
-    import inspect
-
-    from tunekit.hpsearch.options import Local
     from tunekit.hpsearch.run import search, search_with, settings_of
     from tunekit.integrations.task_spec import task_of
 

@@ -8,16 +8,23 @@ reads the whole study back, wherever its trials ran.
 
 from __future__ import annotations
 
+# Imported where used, not at the top: optuna, torch, tqdm; importing this module does not pay for them.
 from pathlib import Path
 from typing import Any, Optional
 
 import dataclasses
+import warnings
 
 from tunekit.errors import UsageError
+from tunekit.hpsearch.budget import Budget
+from tunekit.hpsearch.keys import ARTIFACTS_KEY
 from tunekit.hpsearch.options import TPE, BackendOptions, Local, SharedStudy
 from tunekit.hpsearch.settings import SearchSettings
+from tunekit.hpsearch.shared.server import attach
 from tunekit.hpsearch.shared.spec import StoredSpec
-from tunekit.hpsearch.shared.workers import open_storage
+from tunekit.hpsearch.shared.workers import open_storage, reap_stopped, space_of, spec_probes, wait_for_spec
+from tunekit.hpsearch.study import check_report_of, read_dists, read_plan
+from tunekit.results import write_report
 
 __all__ = ["create_study", "join_study", "reap_study", "delete_study", "study_result", "write_study_report",
            "JOIN_SETTINGS"]
@@ -47,8 +54,6 @@ def create_study(task: Any = "shapes", space: Any = "from_scratch", *, study: Op
 def _load_spec(store: Any, name: str, storage: str, timeout: float) -> StoredSpec:
     import optuna
 
-    from tunekit.hpsearch.shared.workers import wait_for_spec
-
     if name not in optuna.get_all_study_names(store):
         raise UsageError(f"there is no study '{name}' in {storage}: create it with tunekit study create "
                          f"(or tunekit search --storage URL --study {name})")
@@ -69,7 +74,6 @@ def join_study(study: SharedStudy | str, study_name: Optional[str] = None, *, ta
     defaults to the study's (give the same task object when the study was created with one). ``keep``:
     which of this worker's trials keep their weights, in the study's artifact folder when it has one."""
     from tunekit.hpsearch.run import search
-    from tunekit.hpsearch.shared.workers import space_of
     from tunekit.integrations.task_spec import TaskSpec
 
     if isinstance(study, str):  # tunekit 0.x: join_study(storage, study_name, worker_id=..., timeout=...)
@@ -109,8 +113,6 @@ def _the_studys(spec: StoredSpec, given: dict[str, Any]) -> dict[str, Any]:
 def _legacy_worker(storage: str, name: Optional[str], backend: BackendOptions,
                    kw: dict[str, Any]) -> tuple[SharedStudy, BackendOptions]:
     """tunekit 0.x's join_study(storage, study_name, ...) keywords as a SharedStudy and a backend, warned."""
-    import warnings
-
     old = {"worker_id": "worker_id", "threads": "threads", "grace_period": "heartbeat_grace", "timeout": "join_timeout",
            "time_limit": "time_limit", "storage_retry": "storage_retry"}
     fields = {new: kw.pop(k) for k, new in old.items() if k in kw}
@@ -127,8 +129,6 @@ def reap_study(storage: str, study_name: str, workers: Optional[list[str]] = Non
     """Fail the trials whose worker stopped (stale heartbeat; a process of this machine that is gone;
     or a worker named ``host:pid`` in ``workers``), note why, queue their one re-run. Their numbers.
     (``grace_period=`` is 0.x's name of ``heartbeat_grace``: it works, with a DeprecationWarning.)"""
-    import warnings
-
     import optuna
 
     if grace_period is not None:
@@ -136,8 +136,6 @@ def reap_study(storage: str, study_name: str, workers: Optional[list[str]] = Non
             raise UsageError("give the heartbeat's grace once: heartbeat_grace=, not also grace_period=")
         warnings.warn("reap_study(grace_period=) is deprecated: pass heartbeat_grace=", DeprecationWarning, stacklevel=2)
         heartbeat_grace = grace_period
-
-    from tunekit.hpsearch.shared.workers import reap_stopped
 
     store = open_storage(storage, None, heartbeat_grace)
     if study_name not in optuna.get_all_study_names(store):
@@ -171,10 +169,7 @@ def study_result(storage: str, study_name: str) -> Any:
     """The whole study as a SearchResult, from what it keeps (its spec, plan and trials)."""
     import optuna
 
-    from tunekit.hpsearch.budget import Budget
     from tunekit.hpsearch.seeding import Probes
-    from tunekit.hpsearch.shared.workers import space_of, spec_probes
-    from tunekit.hpsearch.study import read_dists, read_plan
     from tunekit.hpsearch.summary import build_result
 
     store = open_storage(storage, None)
@@ -199,11 +194,6 @@ def write_study_report(storage: str, study_name: str, out: str | Path, artifacts
     is attached to the study too."""
     import optuna
 
-    from tunekit.hpsearch.keys import ARTIFACTS_KEY
-    from tunekit.hpsearch.shared.server import attach
-    from tunekit.results import write_report
-
-    from tunekit.hpsearch.study import check_report_of
 
     result = study_result(storage, study_name)
     Path(out).mkdir(parents=True, exist_ok=True)

@@ -10,7 +10,10 @@
 
 from __future__ import annotations
 
+# Imported where used, not at the top: grpc, numpy, optuna, optuna_dashboard;
+# importing this module does not pay for them.
 import threading
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Optional
@@ -93,8 +96,6 @@ def attach(study: Any, folder: str, files: list[Path]) -> list[str]:
     """Upload ``files`` (those that exist) to ``study`` through the artifact store in ``folder``; their ids.
 
     The folder is noted in the study, so that a report or a dashboard finds the files."""
-    import warnings
-
     from optuna.artifacts import upload_artifact
 
     store = _artifact_store(folder)

@@ -16,24 +16,28 @@
 
 from __future__ import annotations
 
+# Imported where used, not at the top: optuna, torch, tqdm; importing this module does not pay for them.
 import contextlib
+import dataclasses
 import json
 import os
 import socket
 import threading
 import time
+import warnings
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Optional
 
 from tunekit.errors import UsageError
+from tunekit.hpsearch.keys import (CREATOR_KEY, DESIGN_KEY, ENQUEUED_KEY, ERROR, PLAN_KEY, REASON, REQUEUE_REASON, RETRY_OF,
+                                   SPEC_KEY, STOPPED_PREFIX, SURPLUS, WORKER, WORKER_PREFIX)
 from tunekit.hpsearch.resilient import STORAGE_RETRY
 from tunekit.hpsearch.settings import SPEC_COMPARED
 from tunekit.hpsearch.shared.spec import StoredSpec
-from tunekit.hpsearch.keys import (CREATOR_KEY, DESIGN_KEY, ENQUEUED_KEY, ERROR, PLAN_KEY, REASON, REQUEUE_REASON, RETRY_OF,
-                                   SPEC_KEY, STOPPED_PREFIX, SURPLUS, WORKER, WORKER_PREFIX)
-from tunekit.hpsearch.study import excluded, fail_trial, make_storage, mark_interrupted, requeue_interrupted
+from tunekit.hpsearch.study import excluded, fail_trial, make_storage, mark_interrupted, requeue_interrupted, stopped
+from tunekit.inputs.space import Entry, SearchSpace
 
 __all__ = ["worker_id", "worker_seed", "register_worker", "default_threads", "claim", "counts", "claim_creation",
            "wait_for_spec", "check_spec", "creator_gave_up", "end_creation", "TAKEN_OVER",
@@ -288,15 +292,11 @@ def spec_probes(spec: StoredSpec) -> tuple[Any, Any]:
 
 def space_of(spec: StoredSpec) -> Any:
     """The study's search space, from its spec."""
-    from tunekit.inputs.space import Entry, SearchSpace
-
     sp = spec.space
     return SearchSpace(sp["name"], sp.get("description", ""), {n: Entry(**e) for n, e in sp["entries"].items()})
 
 
 def space_dict(sp: Any) -> dict[str, Any]:
-    import dataclasses
-
     # Keys added to Entry later are left out where unset: a study created before them still matches.
     later = ("adaptive_l2",)
     return {"name": sp.name, "description": sp.description,
@@ -340,8 +340,6 @@ def reap_stopped(study: Any, store: Any = None, workers: Optional[list[str]] = N
     ``fail_stale_trials``, then :func:`on_stale_trial`). On any storage: RUNNING trials of a
     process of this host that is gone, and those of the ``workers`` named (``host:pid``)."""
     import optuna
-
-    import warnings
 
     before = set(_stopped_numbers(study))
     with warnings.catch_warnings():  # "experimental" in Optuna's words
@@ -397,8 +395,6 @@ def reaping(study: Any, store: Any, every: float) -> Iterator[None]:
 
 
 def _stopped_numbers(study: Any) -> list[int]:
-    from tunekit.hpsearch.study import stopped
-
     return list(stopped(study))
 
 

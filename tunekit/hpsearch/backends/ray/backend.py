@@ -16,6 +16,7 @@ value, which mixes short and full runs in TPE's model; here it is PRUNED.
 
 from __future__ import annotations
 
+# Imported where used, not at the top: optuna, ray, torch; importing this module does not pay for them.
 import dataclasses
 import math
 import os
@@ -28,10 +29,11 @@ from typing import Any, Optional
 
 from tunekit.errors import SetupError, UsageError
 from tunekit.hpsearch.backends.base import Work
-from tunekit.hpsearch.keys import ATTEMPTS, REASON
-from tunekit.hpsearch.plan import Plan, TrialConfig
-from tunekit.hpsearch.settings import SearchSettings
+from tunekit.hpsearch.backends.ray.cluster import check_address, copy_ray_logs, init_ray, prepare_env, ray_available
 from tunekit.hpsearch.keep import Keeper, settle
+from tunekit.hpsearch.keys import ATTEMPTS, REASON
+from tunekit.hpsearch.plan import Plan, TrialConfig, split_batch
+from tunekit.hpsearch.settings import SearchSettings
 from tunekit.hpsearch.study import finished_count, note_interrupted
 from tunekit.hpsearch.trial import (INTERRUPTED, Outcome, evaluation_reporter, final_step, free_memory, keep_weights,
                                    outcome_of, record, run_config, start_attrs)
@@ -338,8 +340,6 @@ class RayBackend:
 
     def check(self, settings: SearchSettings) -> None:
         """Ray Tune is installed, and an address given answers: before the probes run."""
-        from tunekit.hpsearch.backends.ray.cluster import check_address, ray_available
-
         if not ray_available():
             raise UsageError("backend=ray needs Ray Tune: pip install 'tunekit[ray]' (or 'ray[tune]')")
         if settings.backend.address:
@@ -362,8 +362,6 @@ class RayBackend:
 
 def largest_micro_batch(plan: Plan, dists: dict[str, Any]) -> int:
     """The largest micro-batch any trial of the space runs."""
-    from tunekit.hpsearch.plan import split_batch
-
     if "batch" in dists:
         return max(split_batch(int(b), plan.max_micro)[0] for b in dists["batch"].choices)
     if "batch_size" in dists:
@@ -374,8 +372,6 @@ def largest_micro_batch(plan: Plan, dists: dict[str, Any]) -> int:
 
 def run_ray(work: Work, n_trials: int) -> None:
     """Run ``n_trials`` trials of ``work.study`` on Ray Tune; every outcome lands in the study."""
-    from tunekit.hpsearch.backends.ray.cluster import copy_ray_logs, init_ray, prepare_env, ray_available
-
     s, study, out_dir = work.settings.backend, work.study, work.settings.out
     address, max_failures, max_concurrent = s.address, s.max_failures, s.max_concurrent
     cpus_per_trial, gpus_per_trial = s.cpus_per_trial, s.gpus_per_trial

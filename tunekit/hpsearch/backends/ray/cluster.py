@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+# Imported where used, not at the top: ray; importing this module does not pay for them.
 import logging
 import os
+import secrets
 import shutil
+import socket
+import sys
 from pathlib import Path
 from typing import Any, Optional
 
@@ -28,8 +32,6 @@ def check_address(address: str) -> None:
     Ray itself retries a wrong address for minutes while printing warnings.
     A loopback address means this machine's own cluster: it is joined on loopback.
     """
-    import socket
-
     if address == "auto" or "://" in address:
         return
     host, _, port_s = address.rpartition(":")
@@ -49,8 +51,6 @@ def _refresh_ray_config() -> None:
 
     Ray has no public call for this; its config object re-reads the environment here.
     """
-    import sys
-
     if "ray" in sys.modules:
         try:
             from ray._raylet import Config
@@ -78,7 +78,6 @@ def prepare_env(address: Optional[str]) -> None:
     if not address and not _token_available():
         # A local Ray with token auth writes a new ~/.ray/auth_token: a token of this
         # process's own, which the workers it starts inherit, keeps auth on and writes nothing.
-        import secrets
 
         os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
     # Tune's per-trial CSV/JSON/TensorBoard loggers and its console tables are noise
