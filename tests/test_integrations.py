@@ -20,7 +20,7 @@ pytest.importorskip("transformers")
 pytest.importorskip("lightning")
 
 from .their_objects import (hf_task, hf_trainer, lightning_run, lightning_task, tensors_of,  # noqa: E402
-                           unchanged, vit_model)
+                           unchanged)
 
 pytestmark = pytest.mark.slow
 
