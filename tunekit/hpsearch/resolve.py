@@ -58,11 +58,14 @@ def resolve_search(task: Any, space: str | SearchSpace, settings: SearchSettings
     cannot apply fixed), the recipe and the budget: checked, before the storage or a probe."""
     named = task if isinstance(task, str) else None
     adapted = adapt_for_search(task)
-    if adapted is not None:
-        say_notes(adapted)
-        task, space = adapted.task, what_they_can_apply(space, adapted)
-    task = with_objective(task, settings)
-    return ResolvedSearch(settings, task, named, prepare_inputs(task, space, settings), adapted)
+    if adapted is None:
+        task = with_objective(task, settings)
+        return ResolvedSearch(settings, task, named, prepare_inputs(task, space, settings))
+    say_notes(adapted)
+    with adapted.speaking():  # a refusal of their object's settings, said in their terms
+        space = what_they_can_apply(space, adapted)
+        task = with_objective(adapted.task, settings)
+        return ResolvedSearch(settings, task, named, prepare_inputs(task, space, settings), adapted)
 
 
 def what_they_can_apply(space: str | SearchSpace, adapted: Any) -> str | SearchSpace:
