@@ -578,6 +578,8 @@ def test_the_old_keywords_still_work_warned_and_mean_the_same() -> None:
     assert Objective("accuracy").direction == "maximize" and Objective.of("f1", "maximize").name == "f1"
     with pytest.raises(UsageError, match="does not take|unexpected keyword nonsense"):
         settings_of("shapes", **common, **defaults, deprecated=dict(nonsense=1))
+    with pytest.raises(UsageError, match=r"^sampler 'tpee' is unknown: pass sampler=TPE\(\) or RandomSampler\(\)$"):
+        settings_of("shapes", **common, **{**defaults, "sampler": "tpee"}, deprecated={})
 
 
 def test_a_search_runs_its_trials_through_the_backend_seam_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

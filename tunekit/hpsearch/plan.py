@@ -54,7 +54,7 @@ class Plan:
     objective: str = "loss"  # the metric trials report (tunekit.objective), and which way is better
     direction: str = "minimize"
     budget_seconds: Optional[float] = None  # a budget in device time: each trial's, whatever its batch
-    step_times: list[list[float]] = field(default_factory=list)  # [micro-batch, seconds] (probes.step_time)
+    step_times: list[list[float]] = field(default_factory=list)  # [micro-batch, seconds] (results.step_time)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

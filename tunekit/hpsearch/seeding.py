@@ -48,8 +48,6 @@ UNSATURATED = 0.9
 # on the range test's batch. Always measured without a range test's batch, and under a budget in
 # device time (the trial's size is known only once this probe has timed its steps).
 NOISE_SHARE = 0.10
-# Where the search's probe notes why it did not measure the noise scale: in the probe's own settings,
-# so probe.json and a shared study's spec keep it with the probe. Read through Probes.noise_not_measured.
 
 
 @dataclass

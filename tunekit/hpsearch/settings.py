@@ -188,7 +188,8 @@ def _object_of(concept: str, kind: Optional[str], given: Any, fields: dict[str, 
     """The concept's object from an old keyword's kind (``sampler="random"``) and its old fields."""
     classes = CONCEPTS[concept][1]
     if kind is not None and kind not in classes:
-        raise UsageError(f"{concept} {kind!r} is unknown: use {' or '.join(k for k in classes if k)}")
+        raise UsageError(f"{concept} {kind!r} is unknown: pass {concept}="
+                         f"{' or '.join(f'{c.__name__}()' for k, c in classes.items() if k)}")
     cls = classes[kind] if kind is not None else (type(given) if given is not None else next(iter(classes.values())))
     if not fields and kind is None:
         return given
