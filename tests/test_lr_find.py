@@ -530,12 +530,18 @@ def test_without_validation_data_the_result_says_what_scored_the_short_runs() ->
 
 
 def test_the_refinement_buys_what_its_share_of_the_planned_run_allows() -> None:
-    from tunekit.probes.refine_plan import (MOST_CARRIED, TWO_LENGTHS_FROM, TWO_SEEDS_FROM, from_two_lengths,
-                                            plan_refinement)
+    from tunekit.probes.refine_plan import (MOST_CARRIED, SHORT_CAP, SHORT_SHIFT, SHORT_STEPS, TWO_LENGTHS_FROM,
+                                            TWO_SEEDS_FROM, from_short_runs, from_two_lengths, plan_refinement)
 
-    short = plan_refinement(200, 0.05, runs=7)  # 10 updates: no useful run
-    assert not short.refines and short.budget == 10 and "curve's suggestion alone" in short.why
-    assert not plan_refinement(7 * 3 * TWO_LENGTHS_FROM * 20 - 20, 0.05, runs=7).refines  # a run's worth short
+    # 5% of 200 updates (10) buys no useful run; one range test's updates (100) buy three of SHORT_STEPS.
+    short = plan_refinement(200, 0.05, runs=7)
+    assert short.calibrated and short.lengths == (SHORT_STEPS,) and short.runs == 100 // SHORT_STEPS
+    assert short.budget == 100 and short.most_updates <= 100 and "one range test" in short.why
+    none = plan_refinement(200, 0.05, runs=7, sweep_steps=30)  # a 30-update sweep buys no run of SHORT_STEPS
+    assert not none.refines and none.budget == 10 and "curve's suggestion alone" in none.why
+    assert not plan_refinement(2 * SHORT_STEPS - 1, 0.05, runs=7).refines  # no short run half the planned run
+    almost = plan_refinement(7 * 3 * TWO_LENGTHS_FROM * 20 - 20, 0.05, runs=7)  # a run's worth short of two lengths
+    assert almost.calibrated and almost.runs == 7 and almost.most_updates <= almost.budget
     two = plan_refinement(7 * 3 * TWO_LENGTHS_FROM * 20, 0.05, runs=7)  # exactly the shortest useful runs
     assert two.lengths == (TWO_LENGTHS_FROM, 2 * TWO_LENGTHS_FROM) and two.most_updates <= two.budget
     for run in (5_000, 12_000, 20_000, 100_000, 10 ** 6, 10 ** 7):
@@ -554,6 +560,10 @@ def test_the_refinement_buys_what_its_share_of_the_planned_run_allows() -> None:
     far = from_two_lengths(1e-2, 1e-3, 100, 10 ** 6, saturation=1.0)  # the limit at most MOST_CARRIED decades away
     assert far == pytest.approx(10 ** (-3 - MOST_CARRIED), rel=1e-3)
     assert from_two_lengths(1e-2, 10 ** -2.5, 100, 150) == 10 ** -2.5  # a run no longer than the longer runs
+    # One length: the short runs' best moved SHORT_SHIFT decades, never above the sweep's blow-up / 10**SHORT_CAP.
+    assert from_short_runs(1e-2, None) == pytest.approx(1e-2 * 10 ** SHORT_SHIFT)
+    assert from_short_runs(1e-2, 1e-2) == pytest.approx(1e-2 / 10 ** SHORT_CAP)
+    assert from_short_runs(1e-2, 1.0) == pytest.approx(1e-2 * 10 ** SHORT_SHIFT)
 
 
 def test_lr_find_spends_at_most_its_share_of_the_planned_run_and_says_which_run_it_is_for() -> None:
@@ -608,9 +618,9 @@ def test_the_result_names_the_planned_runs_schedule_and_never_offers_a_share_ove
     flat = dataclasses.replace(base, defaults={**base.defaults, "schedule": "constant", "warmup": 0})
     assert "for a constant-LR run of 200 updates" in lr_find(flat, sweep_steps=30, refine=False, run_steps=200,
                                                              progress=False).summary()
-    short = plan_refinement(run_steps=100, share=0.05, runs=4)
+    short = plan_refinement(run_steps=50, share=0.05, runs=4)
     assert not short.refines and "x the planned run itself" in short.why and "refine_share=" not in short.why
-    longer = plan_refinement(run_steps=2000, share=0.01, runs=4)
+    longer = plan_refinement(run_steps=2000, share=0.01, runs=4, sweep_steps=30)
     assert not longer.refines and "refine_share=0." in longer.why
 
 

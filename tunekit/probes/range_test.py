@@ -28,7 +28,8 @@ from tunekit.progress import bar
 from tunekit.training.state import preserved, seed_everything_for
 from tunekit.training.step import TrainStep, Updates, make_scaler
 from tunekit.probes.lr_rules import DEFAULT_RULE, RULES, assess, blowup, bracket_minimum, bracket_next, bracket_polish, prepare
-from tunekit.probes.refine_plan import DEFAULT_RUN_STEPS, REFINE_SHARE, RefinePlan, from_two_lengths, plan_refinement
+from tunekit.probes.refine_plan import (DEFAULT_RUN_STEPS, REFINE_SHARE, RefinePlan, from_short_runs, from_two_lengths,
+                                        plan_refinement)
 from tunekit.probes.resolve import TASK_DEFAULT, resolve_inputs, step_settings
 from tunekit.precision import Precision
 from tunekit.inputs.task import ComputeLoss, LossFn, Task
@@ -127,7 +128,8 @@ def lr_find(
     _check_args(min_lr, max_lr, sweep_steps, mode, repeats, diverge_threshold, batch_size, accumulation_steps, clip_grad_norm)
     _check_refine(run_steps, refine_share, refine_steps, refine_seeds, hold_out_share)
     run_steps, run_from = planned_run(model, run_steps)
-    plan = plan_refinement(run_steps, refine_share, REFINE_RUNS, refine_steps, refine_seeds) if refine else None
+    plan = (plan_refinement(run_steps, refine_share, REFINE_RUNS, refine_steps, refine_seeds, sweep_steps)
+            if refine else None)
 
     # What is tested: a Task's fresh model, or the user's objects (put back as they were at the end).
     sub = resolve_inputs("lr_find", model, train_data, loss_fn, optimizer, compute_loss=compute_loss,
@@ -165,7 +167,7 @@ def _test_and_refine(setup: _Setup, settings: LRFindSettings, lrs: np.ndarray, r
             result.settings.refine_scored_on = scored_on[1]
             longer_run = (_short_runner(setup, initial, plan.long_steps, plan.seeds, steps_bar, hold_out_share)[0]
                           if plan.long_steps else None)
-            _refine(result, short_run, longer_run, scored_on[0])
+            _refine(result, short_run, longer_run, scored_on[0], most=plan.runs)
             _carry_to_run(result, plan, int(settings.run_steps or 0), _samples_per_update(setup, runs))
         elif plan is not None:
             result.settings.not_refined = plan.why
@@ -369,22 +371,25 @@ def _short_run(step: TrainStep, batches: BatchStream, lrs: np.ndarray, threshold
     return (value if math.isfinite(value) else math.inf), samples
 
 
-def _bracket(start: float, short_run: Callable[[float], tuple[float, int]]) -> RefineStage:
+def _bracket(start: float, short_run: Callable[[float], tuple[float, int]], most: int = REFINE_RUNS) -> RefineStage:
     """Short runs at half decades around ``start``, extended until a worse run lies on each side of the
-    best, then one a quarter decade from the best: their LRs, scores, samples, whether the best was
-    bracketed, and ``best_lr``, the vertex of the parabola through the best and its neighbours (None
-    when every run diverged)."""
+    best, then one a quarter decade from the best, ``most`` runs in all: their LRs, scores, samples,
+    whether the best was bracketed, and ``best_lr``, the vertex of the parabola through the best and
+    its neighbours (None when every run diverged)."""
     step = REFINE_OFFSETS[1] - REFINE_OFFSETS[0]
     scores: dict[float, float] = {}
     samples = 0
 
-    def at(x: float) -> float:
+    def at(x: float) -> bool:
+        """Run the short run at log10 LR ``x`` unless it has run; False when the budget is spent."""
         nonlocal samples
         x = round(x, 6)
         if x not in scores:
+            if len(scores) >= most:
+                return False
             scores[x], n = short_run(float(10 ** x))
             samples += n
-        return scores[x]
+        return True
 
     # On a fixed lattice of half decades: range tests with other seeds start a little apart and
     # still try the same LRs, so their answers differ by the runs' scores, not by where they began.
@@ -394,9 +399,8 @@ def _bracket(start: float, short_run: Callable[[float], tuple[float, int]]) -> R
     for _ in range(REFINE_EXTENSIONS):
         xs = sorted(scores)
         nxt = bracket_next(xs, [scores[x] for x in xs], step)
-        if nxt is None:
+        if nxt is None or not at(nxt):
             break
-        at(nxt)
     xs = sorted(scores)
     bracketed = bracket_next(xs, [scores[x] for x in xs], step) is None and math.isfinite(min(scores.values()))
     polish = bracket_polish(xs, [scores[x] for x in xs]) if bracketed else None
@@ -409,7 +413,8 @@ def _bracket(start: float, short_run: Callable[[float], tuple[float, int]]) -> R
 
 
 def _refine(result: LRFindResult, short_run: Callable[[float], tuple[float, int]],
-            longer_run: Callable[[float], tuple[float, int]] | None = None, scored_on: ScoredOn | None = None) -> None:
+            longer_run: Callable[[float], tuple[float, int]] | None = None, scored_on: ScoredOn | None = None,
+            most: int = REFINE_RUNS) -> None:
     """Check the curve's suggestion with short real runs around it; the result takes their answer.
     With ``longer_run`` (runs twice as long), a second bracket around the first one's best: the
     refinement's ``lrs``/``scores`` are then the longer runs', ``stages`` holds both."""
@@ -417,9 +422,9 @@ def _refine(result: LRFindResult, short_run: Callable[[float], tuple[float, int]
     if start is None:
         result.doubt(Doubt.NOT_REFINED, "no suggestion to refine: the curve has neither a minimum nor a blow-up")
         return
-    stages = [_bracket(start, short_run)]
+    stages = [_bracket(start, short_run, most)]
     if longer_run is not None and stages[0].best_lr is not None:
-        stages.append(_bracket(stages[0].best_lr, longer_run))
+        stages.append(_bracket(stages[0].best_lr, longer_run, most))
     ref = result.refinement = Refinement(start=start, stages=stages, samples=sum(st.samples for st in stages),
                                          bracketed=all(st.bracketed for st in stages),
                                          curve_suggestion=result.suggestion, scored_on=scored_on)
@@ -452,6 +457,8 @@ def _carry_to_run(result: LRFindResult, plan: RefinePlan, run_steps: int, per_up
     ref.run_samples, ref.share = int(round(per_update * run_steps)), ref.samples / (per_update * run_steps)
     if len(stages) > 1 and stages[0].best_lr is not None and ref.best_lr is not None:  # the second ran from the first's best
         result.suggestion = from_two_lengths(stages[0].best_lr, ref.best_lr, plan.steps, run_steps)
+    elif plan.calibrated and ref.best_lr is not None:
+        result.suggestion = from_short_runs(ref.best_lr, blowup(prepare(result.lrs, result.losses)))
 
 
 def refine_start(result: LRFindResult) -> float | None:

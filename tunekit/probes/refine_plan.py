@@ -4,7 +4,9 @@ Pure functions: the refinement's short runs are sized from the run the user plan
 optimizer updates) and the share of that run they may cost; their best LRs at two lengths, H and 2H,
 are carried to the planned length by how the best moved between them.
 
-The constants are chosen by ``benchmarks/lr_horizon_eval.py`` (leave one task out): see its report.
+The two lengths' constants are chosen by ``benchmarks/lr_horizon_eval.py`` (leave one task out); a
+planned run too short for two lengths gets short runs of one length, bought with one range test's
+updates, whose carry is chosen leave-one-family-out on the corpus (``benchmarks/lr_carry.py``).
 """
 
 from __future__ import annotations
@@ -13,10 +15,10 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-from tunekit.defaults import RUN_STEPS_IN_HAND
+from tunekit.defaults import RUN_STEPS_IN_HAND, SWEEP_STEPS
 
-__all__ = ["RefinePlan", "plan_refinement", "from_two_lengths", "DEFAULT_RUN_STEPS", "REFINE_SHARE", "TWO_LENGTHS_FROM",
-           "SATURATION", "MOST_CARRIED"]
+__all__ = ["RefinePlan", "plan_refinement", "from_two_lengths", "from_short_runs", "DEFAULT_RUN_STEPS", "REFINE_SHARE",
+           "TWO_LENGTHS_FROM", "SATURATION", "MOST_CARRIED", "SHORT_STEPS", "SHORT_SHIFT", "SHORT_CAP"]
 
 # A model in hand comes with no recipe: its planned run, when the caller does not say, is one of
 # a typical real length (a Task's recipe, or train's default, gives a Task's): tunekit.defaults says it.
@@ -37,6 +39,13 @@ SATURATION = 1.0
 # How far from the longer runs' best the limit may be put, in decades: two noisy bests can say anything
 # (half a decade: the lowest held-out regret among 0.25, 0.5, 0.75 and 1, benchmarks/lr_horizon_eval.py).
 MOST_CARRIED = 0.5
+# A planned run too short for two lengths may spend one range test's updates more (SWEEP_STEPS): short runs
+# of SHORT_STEPS updates (3 or more of them), their best moved SHORT_SHIFT decades, never above the sweep's
+# blow-up / 10**SHORT_CAP. The carry with the lowest mean of min(regret, 1) over the corpus
+# (benchmarks/lr_carry.py; each family's figure from the carry chosen without it in its report).
+SHORT_STEPS = 33
+SHORT_SHIFT = -0.125
+SHORT_CAP = 0.5
 
 
 @dataclass(frozen=True)
@@ -51,6 +60,7 @@ class RefinePlan:
     budget: int  # updates the refinement may spend: share x run_steps
     why: str
     long_steps: int = 0
+    calibrated: bool = False  # one length, carried by from_short_runs
 
     @property
     def refines(self) -> bool:
@@ -67,12 +77,13 @@ class RefinePlan:
 
 
 def plan_refinement(run_steps: int, share: float, runs: int, steps: Optional[int] = None,
-                    seeds: Optional[int] = None) -> RefinePlan:
+                    seeds: Optional[int] = None, sweep_steps: int = SWEEP_STEPS) -> RefinePlan:
     """The short runs ``share`` of a ``run_steps``-update run buys for a refinement of at most ``runs`` LRs
     per length: runs at two lengths, H and 2H, as long as the budget allows (never longer than the run
-    itself), or none when H would be under ``TWO_LENGTHS_FROM``; a second seed per LR from
-    ``TWO_SEEDS_FROM`` updates. ``steps`` / ``seeds``, when given, are the caller's, taken as they are
-    (one length, whatever it costs)."""
+    itself); when H would be under ``TWO_LENGTHS_FROM``, runs of ``SHORT_STEPS`` updates bought with
+    the larger of the share and one range test (``sweep_steps``), carried by :func:`from_short_runs`;
+    a second seed per LR from ``TWO_SEEDS_FROM`` updates. ``steps`` / ``seeds``, when given, are the
+    caller's, taken as they are (one length, whatever it costs, not carried)."""
     budget = int(share * run_steps)
     if steps is not None:
         return RefinePlan(steps, seeds or 2, runs, budget, "the short runs' length as given")
@@ -81,6 +92,13 @@ def plan_refinement(run_steps: int, share: float, runs: int, steps: Optional[int
     how = f"{_pct(share)} of a {run_steps:,}-update run"
     if length >= TWO_LENGTHS_FROM:
         return RefinePlan(length, pick, runs, budget, how, long_steps=2 * length)
+    spend = max(budget, sweep_steps)
+    if spend // SHORT_STEPS >= 3 and run_steps >= 2 * SHORT_STEPS:
+        n = min(runs, spend // SHORT_STEPS)
+        return RefinePlan(SHORT_STEPS, 1, n, spend,
+                          f"{how} cannot buy runs at two lengths: up to {n} short runs of {SHORT_STEPS} updates "
+                          f"({spend:,} updates, {'one range test' if spend > budget else how}), their best carried "
+                          "to the planned run as calibrated on the benchmarks' corpus", calibrated=True)
     least = math.ceil(100 * 3 * runs * TWO_LENGTHS_FROM / run_steps) / 100
     # A share over 1 would spend more than the planned run itself on choosing its LR: not worth offering.
     buys = (f"refine_share={least:g} buys them" if least <= 1 else
@@ -103,6 +121,14 @@ def from_two_lengths(lr_short: float, lr_long: float, steps: int, run_steps: int
     if run_steps <= 2 * steps:
         return lr_long
     return float(10 ** (limit + (x2 - limit) * (2 * steps / run_steps) ** saturation))
+
+
+def from_short_runs(best: float, blowup: Optional[float]) -> float:
+    """The peak LR for the planned run from the best of ``SHORT_STEPS``-update runs: ``SHORT_SHIFT`` decades
+    from it (short runs favour LRs that learn fast), and never above the sweep's ``blowup`` / 10**SHORT_CAP:
+    where the two disagree, the suggestion leans below."""
+    lr = best * 10 ** SHORT_SHIFT
+    return float(min(lr, blowup / 10 ** SHORT_CAP) if blowup else lr)
 
 
 def _pct(share: float) -> str:

@@ -1,0 +1,250 @@
+"""The carry from short runs to the planned run, chosen leave-one-family-out on the corpus.
+
+Reads the short-run records of ``benchmarks/corpus_refine.py`` (the range test, then short runs at
+half decades around its suggestion, at several lengths H) and replays the refinement as lr_find
+would run it under a budget of one range test's updates (at most ``BUDGET // H`` short runs: the
+first three, the bracket's extensions, then the polish, in lr_find's order). A rule is the short
+runs' length H and how their best carries to the planned run: a shift in decades, a weight on the
+curve's suggestion, and a cap below the sweep's blow-up. For each family the rule with the lowest
+mean regret over the other families' tasks is chosen, and scored on the family left out.
+
+    python -m benchmarks.lr_carry [--select mean|capped]
+
+Regret is the grid's (benchmarks/harness/grid.py): (L(lr) - L*) / L*, at the planned run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.corpus import CORPUS
+from benchmarks.corpus_refine import load
+from benchmarks.harness import grid, lofo, report
+from tunekit.probes import lr_rules
+
+BUDGET = 100  # one range test's updates (tunekit.defaults.SWEEP_STEPS): the refinement's most
+STEP = 0.5  # the short runs' lattice, decades (range_test.REFINE_OFFSETS)
+SHIFTS = tuple(np.round(np.arange(-1.0, 0.51, 0.125), 3))
+WEIGHTS = (1.0, 0.75, 0.5)
+CAPS = (None, 0.25, 0.5)  # at most blow-up / 10**cap
+PER_LENGTH = (0.0, -0.25, -0.5)
+
+
+@dataclass(frozen=True)
+class Replay:
+    """One record's refinement replayed under the budget: its best (log10) or None, the runs spent."""
+
+    best: float | None
+    runs: int
+
+
+def budget_of(run_steps: int) -> int:
+    """What lr_find's refinement may spend on a planned run too short for two lengths
+    (tunekit.probes.refine_plan.plan_refinement): 5% of it, at least one range test."""
+    return max(int(0.05 * run_steps), BUDGET)
+
+
+def replay(rec: dict[str, Any], budget: int = BUDGET, start: float | None = None) -> Replay:
+    """The refinement lr_find runs with at most ``budget // H`` short runs, from the record's runs
+    (started at the record's start, else at ``start``, a log10 LR)."""
+    have = {round(math.log10(lr), 6): (s if s is not None else math.inf) for lr, s in zip(rec["lrs"], rec["scores"])}
+    if start is None:
+        start = math.log10(rec["start"]) if rec["start"] is not None else None
+    if not have or start is None:
+        return Replay(None, 0)
+    most = budget // rec["steps"]
+    centre = round(start / STEP) * STEP
+    tried: dict[float, float] = {}
+
+    def at(x: float) -> bool:
+        x = round(x, 6)
+        if x in tried:
+            return True
+        if len(tried) >= most or x not in have:
+            return False
+        tried[x] = have[x]
+        return True
+
+    for off in (-STEP, 0.0, STEP):
+        at(centre + off)
+    if len(tried) < 3:
+        return Replay(None, len(tried))
+    for _ in range(3):
+        xs = sorted(tried)
+        nxt = lr_rules.bracket_next(xs, [tried[x] for x in xs], STEP)
+        if nxt is None or not at(nxt):
+            break
+    xs = sorted(tried)
+    ys = [tried[x] for x in xs]
+    if lr_rules.bracket_next(xs, ys, STEP) is None and math.isfinite(min(ys)):
+        pol = lr_rules.bracket_polish(xs, ys)
+        if pol is not None:
+            at(pol)
+    xs = sorted(tried)
+    ys = [tried[x] for x in xs]
+    if not math.isfinite(min(ys)):
+        return Replay(None, len(tried))
+    return Replay(lr_rules.bracket_minimum(xs, ys), len(tried))
+
+
+@dataclass(frozen=True)
+class Rule:
+    steps: int
+    shift: float
+    weight: float
+    cap: float | None
+    per_length: float = 0.0  # decades per decade of the planned run's length over the short runs'
+
+    @property
+    def name(self) -> str:
+        cap = "none" if self.cap is None else f"{self.cap:g}"
+        return f"H={self.steps} shift={self.shift:+.3f} w={self.weight:g} cap={cap} p={self.per_length:g}"
+
+    def answer(self, rec: dict[str, Any], rp: Replay, up: float | None, run_steps: int) -> float | None:
+        curve = rec["curve"]
+        if rp.best is None:
+            x = math.log10(curve) if curve else None
+        else:
+            x = (self.weight * rp.best + (1 - self.weight) * (math.log10(curve) if curve else rp.best) + self.shift
+                 + self.per_length * math.log10(run_steps / (10 * self.steps)))
+        if x is None:
+            return None
+        if self.cap is not None and up is not None:
+            x = min(x, math.log10(up) - self.cap)
+        return float(10 ** x)
+
+
+def blowup_of(rec: dict[str, Any]) -> float | None:
+    c = lr_rules.prepare(rec["sweep_lrs"], [math.nan if v is None else v for v in rec["sweep_losses"]])
+    return lr_rules.blowup(c) if len(c.lrs) >= 3 else None
+
+
+def diverges(g: dict[str, Any], lr: float | None) -> bool:
+    """Whether the grid's runs diverged at or below ``lr`` (any seed, at a grid LR <= lr * 10**(1/6))."""
+    if lr is None:
+        return False
+    return any(r["diverged"] for r in g["runs"] if r["lr"] <= lr * 10 ** (1 / 6))
+
+
+@dataclass(frozen=True)
+class TwoLengths:
+    """Short runs at ``short`` updates (at most ``short_runs``), then at ``long`` updates around their best
+    (the rest of the budget): the move of the best between the lengths, times ``gain`` per decade of
+    length, carried on to the planned run (at most ``most`` decades), plus ``shift``."""
+
+    short: int
+    long: int
+    short_runs: int
+    gain: float
+    most: float
+    shift: float
+
+    @property
+    def name(self) -> str:
+        return (f"H={self.short}x{self.short_runs}+{self.long} gain={self.gain:g} most={self.most:g} "
+                f"shift={self.shift:+.3f}")
+
+    def answer(self, a: dict[str, Any], b: dict[str, Any], run_steps: int) -> tuple[float | None, int]:
+        ra = replay(a, self.short * self.short_runs)
+        if ra.best is None:
+            return a["curve"], ra.runs * self.short
+        rb = replay(b, BUDGET - ra.runs * self.short, start=ra.best)
+        spent = ra.runs * self.short + rb.runs * self.long
+        if rb.best is None:
+            return float(10 ** (ra.best + self.shift)), spent
+        slope = (rb.best - ra.best) / math.log10(self.long / self.short)
+        move = float(np.clip(self.gain * slope * math.log10(run_steps / self.long), -self.most, self.most))
+        return float(10 ** (rb.best + move + self.shift)), spent
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.lr_carry", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--select", choices=("mean", "capped"), default="mean",
+                    help="what the rule is chosen on: the mean regret, or the mean of min(regret, 1)")
+    ap.add_argument("--kind", choices=("one", "two", "both"), default="both")
+    ap.add_argument("--no-val", default="", help="records for the tasks whose finder has no validation data "
+                    "(benchmarks/corpus_refine.py --hold-out S --out DIR): DIR")
+    args = ap.parse_args()
+    recs = {n: load(n, Path(args.no_val)) if args.no_val and not CORPUS[n].finder_val else load(n) for n in CORPUS}
+    recs = {n: r for n, r in recs.items() if r and grid.load(n) is not None}
+    truths = {n: grid.Truth.of(grid.load(n)) for n in recs}
+    grids = {n: grid.load(n) for n in recs}
+    lengths = sorted({r["steps"] for rs in recs.values() for r in rs})
+    by = {n: {(r["seed"], r["steps"]): r for r in rs} for n, rs in recs.items()}
+    seeds = {n: sorted({r["seed"] for r in rs}) for n, rs in recs.items()}
+    # answers[rule][task] = [(lr, refinement updates) per seed]
+    answers: dict[str, dict[str, list[tuple[float | None, int]]]] = {}
+    if args.kind in ("one", "both"):
+        for rule in (Rule(*x) for x in itertools.product(lengths, SHIFTS, WEIGHTS, CAPS, PER_LENGTH)):
+            answers[rule.name] = {}
+            for n in recs:
+                out = []
+                for sd in seeds[n]:
+                    r = by[n].get((sd, rule.steps))
+                    if r is None:
+                        continue
+                    rp = replay(r, budget_of(CORPUS[n].run_steps))
+                    out.append((rule.answer(r, rp, blowup_of(r) if rule.cap is not None else None,
+                                            CORPUS[n].run_steps), rp.runs * rule.steps))
+                answers[rule.name][n] = out
+    if args.kind in ("two", "both"):
+        for a, b in itertools.combinations(lengths, 2):
+            for runs, gain, most, shift in itertools.product((3, 4), (0.0, 0.25, 0.5, 0.75, 1.0), (0.5, 1.0),
+                                                             SHIFTS):
+                if runs * a >= BUDGET:
+                    continue
+                rule2 = TwoLengths(a, b, runs, gain, most, shift)
+                answers[rule2.name] = {n: [rule2.answer(by[n][(sd, a)], by[n][(sd, b)], CORPUS[n].run_steps)
+                                           for sd in seeds[n] if (sd, a) in by[n] and (sd, b) in by[n]]
+                                       for n in recs}
+    regret: dict[str, dict[str, float]] = {}
+    for name, per in answers.items():
+        regret[name] = {}
+        for n, out in per.items():
+            regs = [truths[n].regret(lr) for lr, _ in out]
+            if regs:
+                regret[name][n] = float(np.mean(regs)) if args.select == "mean" else float(np.mean(np.minimum(regs, 1.0)))
+    fam = {n: CORPUS[n].family for n in recs}
+    held = lofo.select(regret, fam)
+    lines = [f"Leave-one-family-out (chosen on: {args.select} regret over the other families' tasks); "
+             f"the short runs may spend {BUDGET} updates (one range test)",
+             f"{'held-out family':<14}{'n':>3}  {'rule chosen on the others':<48}{'mean':>8}{'worst':>8}"
+             f"{'spread':>8}{'cost':>7}{'diverged':>9}   curve-only (shipped): mean / worst"]
+    fam_means, fam_worst = [], []
+    for f, h in held.items():
+        got = {t: answers[h.rule][t] for t in h.scores}
+        regs = [float(np.mean([truths[t].regret(lr) for lr, _ in got[t]])) for t in got]
+        spreads = [_spread([lr for lr, _ in got[t]]) for t in got]
+        cost = [np.median([(by[t][(0, lengths[0])]["sweep_updates"] + u) / CORPUS[t].run_steps for _, u in got[t]])
+                for t in got]
+        div = sum(diverges(grids[t], lr) for t in got for lr, _ in got[t])
+        ship = [float(np.mean([truths[t].regret(r["curve"]) for r in recs[t] if r["steps"] == lengths[0]]))
+                for t in got]
+        fam_means.append(np.mean(regs))
+        fam_worst.append(max(regs))
+        lines.append(f"{f:<14}{len(regs):>3}  {h.rule:<48}{100 * np.mean(regs):7.1f}%{100 * max(regs):7.1f}%"
+                     f"{np.nanmedian(spreads):8.2f}{100 * np.median(cost):6.0f}%{div:>9}   "
+                     f"{100 * np.mean(ship):.1f}% / {100 * max(ship):.1f}%")
+    lines.append(f"over families: held-out mean {100 * np.mean(fam_means):.1f}%, worst family "
+                 f"{100 * max(fam_means):.1f}%, worst task {100 * max(fam_worst):.1f}%")
+    allfit = min(regret, key=lambda r: float(np.mean(list(regret[r].values()))))
+    lines.append(f"the rule chosen on every family (in-sample): {allfit}")
+    print("\n".join(lines))
+    report.write("lr_carry", "The carry from short runs to the planned run, leave-one-family-out", "\n".join(lines))
+
+
+def _spread(lrs: list[float | None]) -> float:
+    v = [x for x in lrs if x]
+    return float(math.log10(max(v) / min(v))) if len(v) >= 2 else math.nan
+
+
+if __name__ == "__main__":
+    main()
