@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from tunekit import LRFindResult, Task, UsageError, lr_find
+from tunekit.results.lr_find import ScoredOn
 from tunekit.training.schedule import sweep_lrs
 from tunekit.training.step import TrainStep
 from tunekit.inputs.task import LossComputer
@@ -652,3 +653,21 @@ def test_doubts_are_an_enum_beside_the_reasons() -> None:
     r = _curve_result(10 ** -4.5, confident=True)
     _refine(r, lambda lr: ((np.log10(lr) + 2.3) ** 2, 500))
     assert r.doubts == [Doubt.AT_EDGE] and not r.confident
+
+
+def test_short_planned_runs_get_short_runs_within_one_range_test_and_none_without_data_to_score_them() -> None:
+    """A 200-update run: 5% buys nothing, one range test's updates buy up to three short runs (scored on the
+    validation data) whose best is carried; without val_data the curve stands alone and the result says why,
+    unless a held-out share is asked for."""
+    from tunekit.probes.refine_plan import SHORT_STEPS
+
+    task = classification_task()
+    r = lr_find(task, run_steps=200, progress=False)
+    ref = r.refinement
+    assert ref is not None and ref.at_steps == SHORT_STEPS and len(ref.stages[0].lrs) <= 100 // SHORT_STEPS
+    assert ref.updates <= 100 and r.suggestion is not None and r.suggestion != ref.curve_suggestion
+    bare = dataclasses.replace(task, val_data=None)
+    r2 = lr_find(bare, run_steps=200, progress=False)
+    assert r2.refinement is None and "no val_data" in r2.settings.not_refined and "hold_out_share" in r2.summary()
+    r3 = lr_find(bare, run_steps=200, hold_out_share=0.2, progress=False)
+    assert r3.refinement is not None and r3.refinement.scored_on is ScoredOn.HELD_OUT
