@@ -114,6 +114,7 @@ class Refinement(Record):
     run_steps: Optional[int] = None
     run_samples: Optional[int] = None
     share: Optional[float] = None  # the short runs' samples as a share of the planned run's
+    carried: Optional[str] = None  # how the short runs' best became the suggestion, in words
 
     def __post_init__(self) -> None:
         self.stages = [s for s in (RefineStage.of(s) for s in self.stages) if s is not None]
@@ -350,6 +351,7 @@ class LRFindResult(Result):
             moved = (f"best of the {lengths[0]}-update runs {ref.stages[0].best_lr:.3g}, "
                      if len(ref.stages) > 1 and len(lengths) > 1 else "")
             line += f"; {moved}best of the {ref.at_steps}-update runs {ref.best_lr:.3g}, carried to {run_steps:,}"
+            line += f" ({ref.carried})" if ref.carried else ""
         return [line] + ([f"not refined: {s.not_refined}"] if s.not_refined else [])
 
     def _cost(self) -> list[str]:
