@@ -109,19 +109,28 @@ class TaskScore:
     picks: dict[str, list[float | None]]  # rule -> the seeds' LRs
     share: float  # lr_find's samples / the planned run's
     refined: bool
+    diverged_lr: float | None = None  # the lowest grid LR at which a planned run diverged (any seed)
+
+    def diverged(self, rule: str) -> int:
+        """How many of the rule's answers sit at or above (within a sixth of a decade of) a grid LR that diverged."""
+        if self.diverged_lr is None:
+            return 0
+        return sum(1 for lr in self.picks[rule] if lr and lr * 10 ** (1 / 6) >= self.diverged_lr)
 
     def regret(self, rule: str) -> float:
         return float(np.mean([self.truth.regret(lr) for lr in self.picks[rule]]))
 
 
-def score_task(name: str, runs: list[dict[str, Any]], truth: grid.Truth) -> TaskScore:
+def score_task(name: str, runs: list[dict[str, Any]], truth: grid.Truth, root: Path = grid.GRIDS) -> TaskScore:
     e = CORPUS[name]
     picks: dict[str, list[float | None]] = {"tunekit": [r["suggestion"] for r in runs]}
     for p in PEERS:
         picks[p] = [r["lightning"] if p == "lightning" else r["suggestions"].get(p) for r in runs]
     planned = e.run_steps * e.batch
+    g = grid.load(name, root=root)
+    bad = [r["lr"] for r in (g or {}).get("runs", []) if r["diverged"]]
     return TaskScore(name, truth, picks, float(np.median([r["samples"] / planned for r in runs])),
-                     any(r["refined"] for r in runs))
+                     any(r["refined"] for r in runs), min(bad) if bad else None)
 
 
 def curve_rules() -> dict[str, Any]:
@@ -157,7 +166,7 @@ def family_table(scores: dict[str, TaskScore]) -> str:
     fams: dict[str, list[TaskScore]] = {}
     for ts in scores.values():
         fams.setdefault(CORPUS[ts.name].family, []).append(ts)
-    head = (f"{'family':<13}{'n':>3}  {'tunekit mean':>12}{'worst':>8}{'spread':>8}{'cost':>7}  "
+    head = (f"{'family':<13}{'n':>3}  {'tunekit mean':>12}{'worst':>8}{'spread':>8}{'cost':>7}{'div':>5}  "
             + "".join(f"{p + ' mean/worst':>21}" for p in PEERS))
     lines = ["Regret at the planned run, per family (mean over tasks of the mean over finder seeds; worst task):",
              head, "-" * len(head)]
@@ -170,7 +179,8 @@ def family_table(scores: dict[str, TaskScore]) -> str:
             cells.append((100 * float(np.mean(regs)), 100 * max(regs)))
         sp = float(np.nanmedian([spread(ts.picks["tunekit"]) for ts in tss]))
         cost = float(np.median([ts.share for ts in tss]))
-        lines.append(f"{fam:<13}{len(tss):>3}  {cells[0][0]:11.1f}%{cells[0][1]:7.1f}%{sp:8.2f}{100 * cost:6.1f}%  "
+        div = sum(ts.diverged("tunekit") for ts in tss)
+        lines.append(f"{fam:<13}{len(tss):>3}  {cells[0][0]:11.1f}%{cells[0][1]:7.1f}%{sp:8.2f}{100 * cost:6.1f}%{div:>5}  "
                      + "".join(f"{m:12.1f}% /{w:6.1f}%" for m, w in cells[1:]))
     lines.append("-" * len(head))
     lines.append("over families (mean of family means; worst family): " + ", ".join(
@@ -182,7 +192,8 @@ def family_table(scores: dict[str, TaskScore]) -> str:
             lines.append(f"{label}: tunekit mean {100 * np.mean([ts.regret('tunekit') for ts in sel]):.1f}%, "
                          f"worst task {100 * max(ts.regret('tunekit') for ts in sel):.1f}% ({len(sel)} tasks)")
     lines.append("spread: median over the family's tasks of log10(max/min) of the 5 seeds' suggestions (decades); "
-                 "cost: median of lr_find's samples / the planned run's")
+                 "cost: median of lr_find's samples / the planned run's; div: suggestions at or above (within a sixth "
+                 "of a decade of) an LR whose planned run diverged on the grid")
     return "\n".join(lines)
 
 
@@ -227,7 +238,7 @@ def main() -> None:
             continue
         truth = grid.ensure(name, 1 if args.quick else 2, root=grid_root, quiet=True)
         runs[name] = finds(name, seeds, args.refind, finds_root)
-        scores[name] = score_task(name, runs[name], truth)
+        scores[name] = score_task(name, runs[name], truth, grid_root)
         print(f"  {name}: regret {100 * scores[name].regret('tunekit'):.1f}%", flush=True)
     if not scores:
         raise SystemExit("no task has a grid yet: run python -m benchmarks.corpus_grid first")

@@ -106,14 +106,14 @@ def test_seed_trial_pairs_the_suggested_lr_with_its_own_batch(tmp_path: Path) ->
     pr = probe(task, memory_budget="256MiB", device="cpu", throughput_points=2, noise_repeats=4)
     pr.critical_batch, pr.critical_batch_range = 100.0, (20.0, 200.0)  # 32 is plausible: the seed keeps it
     r = search(task, "from_scratch", trials=1, max_steps=100, lr_find_result=lf, probe_result=pr, device="cpu")
-    assert r.seed_params["batch"] == 32 and r.trials[0]["config"]["lr"] == pytest.approx(lf.suggestion / 3)  # design's first
+    assert r.seed_params["batch"] == 32 and r.trials[0]["config"]["lr"] == pytest.approx(lf.suggestion)  # design's first
     pr.critical_batch, pr.critical_batch_range = 8.0, (6.0, 9.0)  # a confident estimate below it moves it
     r = search(task, "from_scratch", trials=1, max_steps=100, lr_find_result=lf, probe_result=pr, device="cpu")
     assert r.seed_params["batch"] == 8  # the interval's edge, 9, as a power of two
     # The LR was found at batch 32; at 8 the trial draws the same samples as one at 32 (100 updates of
     # 32 = 400 updates of 8), and an adaptive optimizer's (AdamW) LR goes down by the square root below it.
     seed = r.trials[0]
-    assert seed["config"]["lr"] == pytest.approx(lf.suggestion / 3 / 2) and r.plan["lr_rule"] == "sqrt_below"
+    assert seed["config"]["lr"] == pytest.approx(lf.suggestion / 2) and r.plan["lr_rule"] == "sqrt_below"
     assert seed["updates"] == 400 and seed["samples"] == 3200 and seed["micro_batch"] * seed["accumulation_steps"] == 8
 
 
@@ -128,7 +128,7 @@ def test_seeded_search_enqueues_the_seed_first(tmp_path: Path) -> None:
                probe_result=str(tmp_path / "probe.json"), out=tmp_path / "out", device="cpu")
     first = r.trials[0]
     assert first["number"] == 0 and first["params"] == r.seed_params
-    assert first["params"]["lr"] == pytest.approx(lf.suggestion / 3)  # the design's first point: a third of it
+    assert first["params"]["lr"] == pytest.approx(lf.suggestion)  # the design's first point: the suggestion
     assert r.probe_samples == 0  # the probes were given, not run
     for f in ("search.json", "trials.csv", "search.png", "study.db"):
         assert (tmp_path / "out" / f).exists()
@@ -313,13 +313,13 @@ def test_plan_splits_from_memory_and_rescales_the_lr() -> None:
     assert (cfg.train["batch_size"], cfg.train["accumulation_steps"], cfg.train["max_steps"]) == (64, 4, 50)
     assert cfg.train["lr"] == pytest.approx(0.4) and cfg.train["seed"] == 7 and cfg.train["min_lr_ratio"] == 0.1
     assert cfg.samples == 12800 and cfg.train["eval_every"] == 50 // 8
-    # The design starts at the seed trial (a third of the suggestion: it reads high more often than
-    # low), then steps around the suggestion, inside the space.
+    # The design starts at the seed trial (the suggestion: on the corpus it reads neither high nor low),
+    # then steps a third and three times it, inside the space.
     dists = {"lr": optuna.distributions.FloatDistribution(1e-3, 1e-1, log=True),
              "batch": optuna.distributions.CategoricalDistribution([16, 32, 64, 128])}
     design = initial_design(dists, 0.05, 64, 5)
-    assert design[0] == {"lr": pytest.approx(0.05 / 3), "batch": 64}
-    assert [d["lr"] for d in design] == pytest.approx([0.05 / 3, 0.05, 0.1, 0.05, 0.05])
+    assert design[0] == {"lr": pytest.approx(0.05), "batch": 64}
+    assert [d["lr"] for d in design] == pytest.approx([0.05, 0.05 / 3, 0.1, 0.05, 0.05])
     assert [d["batch"] for d in design] == [64, 64, 64, 32, 16]
     # On a device a step of twice the batch does not saturate, the last point tries twice the batch.
     assert [d["batch"] for d in initial_design(dists, 0.05, 64, 5, larger_batch=True)] == [64, 64, 64, 32, 128]
@@ -331,7 +331,7 @@ def test_plan_splits_from_memory_and_rescales_the_lr() -> None:
     assert initial_design(dists, 0.05, 64, 1)[0]["weight_decay"] == pytest.approx(1e-2)  # no recipe: the middle
     # A suggestion more than 10x from the task's own LR: the last point tries the task's LR.
     far = initial_design(dists, 0.05, 64, 5, recipe={"lr": 0.002})
-    assert [d["lr"] for d in far] == pytest.approx([0.05 / 3, 0.05, 0.1, 0.05, 0.002]) and far[-1]["batch"] == 64
+    assert [d["lr"] for d in far] == pytest.approx([0.05, 0.05 / 3, 0.1, 0.05, 0.002]) and far[-1]["batch"] == 64
     wide = initial_design(dists, None, 64, 5, recipe={"lr": 0.005})  # no range test to trust: the task's LR, wider
     assert [d["lr"] for d in wide] == pytest.approx([0.005, 0.015, 0.005 / 3, 0.05, 0.001])
     spread = initial_design(dists, None, 64, 5)  # nor a recipe: over the range, middle first
@@ -708,8 +708,8 @@ def test_the_design_takes_a_categorical_lr_at_its_nearest_choice() -> None:
 
     dists = {"lr": optuna.distributions.CategoricalDistribution([0.003, 0.03, 3.0])}
     points = initial_design(dists, lr=0.02, batch=None, n=5)
-    # the seed trial at a third of it (0.0067: nearest 0.003), then the suggestion itself
-    assert points[:2] == [{"lr": 0.003}, {"lr": 0.03}] and {p["lr"] for p in points} <= {0.003, 0.03, 3.0}
+    # the seed trial at the suggestion (nearest 0.03), then a third of it (0.0067: nearest 0.003)
+    assert points[:2] == [{"lr": 0.03}, {"lr": 0.003}] and {p["lr"] for p in points} <= {0.003, 0.03, 3.0}
 
 
 def test_a_small_search_has_no_rung_and_a_rung_does_not_cut_a_tie() -> None:
@@ -974,21 +974,25 @@ def test_twice_the_batch_is_tried_where_the_timed_steps_say_it_is_cheaper() -> N
 
 @pytest.mark.slow  # searches with the probes
 def test_the_table_says_which_way_the_designs_batch_step_went(tmp_path: Path) -> None:
-    """The design's batch step is decided by the probe's stored timed steps, and the search says so."""
+    """Under a budget in device time the design's batch step is decided by the probe's stored timed steps;
+    under one in samples or updates it goes to a smaller batch whatever they say; the search says which."""
     import dataclasses
 
     far = classification_task()
     lf = lr_find(far, sweep_steps=30, device="cpu")
     task = dataclasses.replace(far, defaults={"lr": lf.suggestion})  # the task's own LR near the suggestion
     pr = probe(task, memory_budget="256MiB", device="cpu", throughput_points=2, noise_repeats=4)
-    for times, doubled in (([[8, 0.010], [64, 0.011]], True), ([[8, 0.010], [64, 0.080]], False)):
+    flat, steep = [[8, 0.010], [64, 0.011]], [[8, 0.010], [64, 0.080]]
+    for budget, times, doubled in (("2s", flat, True), ("2s", steep, False), ("1280samples", flat, False)):
         pr.throughput = [{"batch": b, "samples_per_s": b / t} for b, t in times]
-        r = search(task, "from_scratch", trials=5, max_steps=40, lr_find_result=lf, probe_result=pr, device="cpu")
+        r = search(task, "from_scratch", trials=5, budget=budget, lr_find_result=lf, probe_result=pr, device="cpu")
         d = r.probe["design_batch"]
         assert (d["from"], d["step"], d["doubled"]) == (32, 64 if doubled else 8, doubled)
         assert r.trials[4]["params"]["batch"] == d["step"]
         assert f"design's batch step: 32 -> {d['step']}" in r.table()
-        assert ("the device is not saturated" if doubled else "over that, it quarters it") in r.table()
+        why = ("the device is not saturated" if doubled else "over that, it quarters it" if budget.endswith("s")
+               and not budget.endswith("samples") else "the budget is not device time")
+        assert why in r.table()
     # Where the suggestion is far from the task's own LR, the last point tries that LR: no batch step to report.
     r = search(far, "from_scratch", trials=5, max_steps=40, lr_find_result=lf, probe_result=pr, device="cpu")
     assert "design's batch step" not in r.table() and r.probe["design_batch"] is None

@@ -256,7 +256,7 @@ def larger_is_cheaper(probe: Any, batch: Optional[float]) -> bool:
 
 
 def design_batch(probe: Any, dists: dict[str, Any], centre: Optional[float], doubled: bool,
-                 design: list[dict[str, Any]]) -> Optional[dict[str, Any]]:
+                 design: list[dict[str, Any]], in_time: bool = True) -> Optional[dict[str, Any]]:
     """The design's batch step, for the search's result: from which batch to which, the price of an
     update of twice the centre over two of it, the line it was held to; None where the design has no
     such point (too few design trials, or its last point went to the task's own LR)."""
@@ -268,23 +268,26 @@ def design_batch(probe: Any, dists: dict[str, Any], centre: Optional[float], dou
     if step == base or not any(p.get("batch") == step for p in design[1:]):
         return None
     return {"from": base, "step": step, "centre": float(centre), "twice_share": twice_batch_share(probe, centre),
-            "unsaturated": UNSATURATED, "doubled": doubled}
+            "unsaturated": UNSATURATED, "doubled": doubled, "in_time": in_time}
 
 
 def enqueue_seed_and_design(study: Any, dists: dict[str, Any], probes: Probes, n: int, trials: int,
-                            task_recipe: dict[str, Any]) -> dict[str, Any]:
+                            task_recipe: dict[str, Any], in_time: bool = False) -> dict[str, Any]:
     """The seed trial (the probes' recommendation) and the design around it, once per study.
 
     A range test that saw no clear descent (``confident`` False) gives no LR to
-    centre on: the design spreads over the LR range instead."""
+    centre on: the design spreads over the LR range instead. The batch step follows the budget's
+    currency: twice the batch only for a budget in device time (``in_time``) on a device the probe
+    found unsaturated; under samples, tokens, epochs or updates, fewer larger updates save device
+    time the user did not ask to save, at the cost of the loss, so the design tries a smaller batch."""
     lf, pr = probes.lr_find, probes.probe
     lr = lf.suggestion if lf is not None and lf.suggestion and lf.confident else None
     centre = batch_centre(pr, reference_batch(lf)) if "batch" in dists else None
     # Twice the batch where it is cheaper and the space offers a larger batch than the centre's.
-    doubled = centre is not None and larger_is_cheaper(pr, centre) and (
+    doubled = in_time and centre is not None and larger_is_cheaper(pr, centre) and (
         nearest_choice(dists["batch"].choices, LARGER[1] * centre) > nearest_choice(dists["batch"].choices, centre))
     design = initial_design(dists, lr, centre, max(1, n), task_recipe, larger_batch=doubled)[:trials]
     enqueue_design(study, design)
     # Said in the result (the study keeps it, for every worker and a resume).
-    study.set_user_attr(DESIGN_BATCH_KEY, design_batch(pr, dists, centre, doubled, design))
+    study.set_user_attr(DESIGN_BATCH_KEY, design_batch(pr, dists, centre, doubled, design, in_time))
     return design[0]

@@ -140,7 +140,8 @@ def queue_seed_and_design(study: Any, prep: Prepared, settings: SearchSettings, 
     if not (settings.sampler.seed_trial or n_design):
         return {}
     task_recipe = recipe(prep.inputs.task, prep.inputs.cfg, settings.seed)
-    return enqueue_seed_and_design(study, prep.dists, prep.probes, n_design, settings.trials, task_recipe)
+    return enqueue_seed_and_design(study, prep.dists, prep.probes, n_design, settings.trials, task_recipe,
+                                   in_time=prep.inputs.budget.seconds is not None)
 
 
 def store_spec(study: Any, spec: StoredSpec, settings: SearchSettings) -> None:

@@ -461,6 +461,9 @@ class SearchResult(Result):
 def _priced(design: dict[str, Any]) -> str:
     """Why the design's batch step went the way it did: what the probe's timed steps priced."""
     share, line, centre = design.get("twice_share"), design["unsaturated"], design["centre"]
+    if not design.get("in_time", True):
+        return (" (the budget is not device time: a smaller batch buys more updates of the same samples; "
+                "twice the batch would only save time)")
     if share is None:
         return " (no timed steps to price a larger batch)"
     why = ("the device is not saturated" if design["doubled"] else
