@@ -60,3 +60,18 @@ def test_lr_at_defaults_are_trainings() -> None:
     assert list(lr_schedule(cfg.max_steps, 1.0)) == pytest.approx(
         list(lr_schedule(cfg.max_steps, 1.0, cfg.warmup, cfg.schedule, cfg.min_lr_ratio)))  # type: ignore[arg-type]
     assert lr_at(cfg.max_steps - 1, cfg.max_steps, 1.0) == pytest.approx(cfg.min_lr_ratio)
+
+
+def test_warmup_stable_decay_holds_the_peak_then_decays_over_the_last_share() -> None:
+    """"wsd": warmup, the peak until the last WSD_DECAY of the run, then a cosine to the floor."""
+    from tunekit.defaults import WSD_DECAY
+
+    total = 100
+    lrs = lr_schedule(total, 1.0, warmup=0.1, decay="wsd", min_lr_ratio=0.1)
+    start = total - int(round(WSD_DECAY * total))
+    assert lrs[0] == pytest.approx(0.1) and lrs[9] == pytest.approx(1.0)  # warmup
+    assert np.all(lrs[10:start + 1] == 1.0)  # stable
+    assert np.all(np.diff(lrs[start:]) < 0) and lrs[-1] == pytest.approx(0.1)  # decay to the floor
+    # A warmup longer than the stable part: the decay starts after warmup, never before.
+    short = lr_schedule(10, 1.0, warmup=0.9, decay="wsd", min_lr_ratio=0.0)
+    assert short[8] == pytest.approx(1.0) and np.all(short[:9] > 0)

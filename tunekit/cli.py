@@ -448,7 +448,7 @@ def _add_train_command(sub: Any) -> None:
     _add(p, "--batch-size")
     _add(p, "--accumulation-steps", default=None)
     _add(p, "--warmup", help=f"warmup: a fraction of the run (0.05) or updates (20); default {defaults.WARMUP:g}")
-    p.add_argument("--schedule", choices=["cosine", "linear", "constant"],
+    p.add_argument("--schedule", choices=list(defaults.DECAYS),
                    help=f"decay after warmup (default {defaults.SCHEDULE})")
     p.add_argument("--min-lr-ratio", type=float, help=f"final LR as a fraction of the peak (default {defaults.MIN_LR_RATIO:g})")
     _add(p, "--clip", help="clip the global grad norm at this value; 'none' to disable (default: the task's, else "

@@ -8,7 +8,7 @@ Every module imports these instead; ``tests/test_layout.py`` fails on a copy els
 
 from __future__ import annotations
 
-__all__ = ["LR", "RUN_STEPS", "RUN_STEPS_IN_HAND", "SWEEP_STEPS", "CLIP_GRAD_NORM", "WARMUP", "SCHEDULE",
+__all__ = ["LR", "RUN_STEPS", "RUN_STEPS_IN_HAND", "SWEEP_STEPS", "CLIP_GRAD_NORM", "WARMUP", "DECAYS", "SCHEDULE", "WSD_DECAY",
            "MIN_LR_RATIO", "ACCUMULATION_STEPS", "GOVERNED"]
 
 #: The peak LR of a run when nothing says otherwise (train's default).
@@ -25,8 +25,13 @@ SWEEP_STEPS = 100
 CLIP_GRAD_NORM = 1.0
 #: Warmup: a fraction of the run (a float in [0, 1)) or a number of updates.
 WARMUP = 0.05
-#: The decay after warmup: "cosine", "linear" or "constant".
+#: The decays after warmup: cosine or linear to the floor, constant, or warmup-stable-decay ("wsd": the
+#: peak until the last WSD_DECAY of the run, then a cosine to the floor, as Hugging Face's default).
+DECAYS: tuple[str, ...] = ("cosine", "linear", "constant", "wsd")
+#: The decay after warmup.
 SCHEDULE = "cosine"
+#: A warmup-stable-decay run's decay: this share of the run, at its end (Hagele et al., 2024: 10-20%).
+WSD_DECAY = 0.2
 #: The LR at the last update as a fraction of the peak (the decay's floor).
 MIN_LR_RATIO = 0.1
 #: Micro-batches per optimizer update.

@@ -23,6 +23,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
+from tunekit.defaults import WSD_DECAY
 from tunekit.errors import UsageError
 from tunekit.inputs.task import Task
 from tunekit.integrations.adapted import Adapted, LatestModel
@@ -36,7 +37,8 @@ ARG_NAMES = {"lr": "learning_rate", "batch_size": "per_device_train_batch_size",
              "schedule": "lr_scheduler_type"}
 # lr_scheduler_type -> (tunekit's decay, its floor as a fraction of the peak); HF's decays reach 0.
 _SCHEDULES = {"linear": ("linear", 0.0), "cosine": ("cosine", 0.0), "constant": ("constant", 1.0),
-              "constant_with_warmup": ("constant", 1.0), "cosine_with_min_lr": ("cosine", None)}
+              "constant_with_warmup": ("constant", 1.0), "cosine_with_min_lr": ("cosine", None),
+              "warmup_stable_decay": ("wsd", None)}
 
 
 def from_trainer(trainer: Any, *, fresh: bool = False) -> Adapted:
@@ -187,9 +189,14 @@ def _schedule(args: Any, notes: list[str]) -> tuple[str, float]:
     decay, floor = _SCHEDULES.get(kind, ("cosine", 0.0))
     if kind not in _SCHEDULES:
         notes.append(f"lr_scheduler_type={kind!r} is run as warmup + cosine decay to 0 (tunekit's schedules: "
-                     "linear, cosine, constant)")
-    if floor is None:  # cosine_with_min_lr: min_lr_rate, or min_lr over the peak
-        kwargs = args.lr_scheduler_kwargs or {}
+                     "linear, cosine, constant, warmup_stable_decay)")
+    kwargs = args.lr_scheduler_kwargs or {}
+    if decay == "wsd":  # min_lr_ratio; its decay is tunekit's: a cosine over the last WSD_DECAY of the run
+        floor = kwargs.get("min_lr_ratio", 0.0)
+        if kwargs.get("num_decay_steps") is not None or kwargs.get("decay_type", "cosine") != "cosine":
+            notes.append(f"warmup_stable_decay runs its decay as a cosine over the last {WSD_DECAY:.0%} of the run "
+                         "(num_decay_steps and decay_type are not read)")
+    elif floor is None:  # cosine_with_min_lr: min_lr_rate, or min_lr over the peak
         floor = kwargs.get("min_lr_rate", kwargs.get("min_lr", 0.0) / float(args.learning_rate))
     return decay, float(floor)
 

@@ -303,7 +303,8 @@ def _say_family(settings: LRFindSettings) -> None:
 def _schedule_words(model: Any) -> str:
     """The planned run's schedule as the result says it: "warmup + cosine", "linear-decay", ..."""
     warmup, decay, _ = _schedule_of(model)
-    words = {"cosine": "cosine", "linear": "linear-decay", "constant": "constant-LR"}.get(decay, decay)
+    words = {"cosine": "cosine", "linear": "linear-decay", "constant": "constant-LR",
+             "wsd": "stable-then-decay"}.get(decay, decay)
     return f"warmup + {words}" if warmup else words
 
 

@@ -14,13 +14,12 @@ from typing import Literal, Union
 
 import numpy as np
 
-from tunekit.defaults import MIN_LR_RATIO, SCHEDULE, WARMUP
+from tunekit.defaults import DECAYS, MIN_LR_RATIO, SCHEDULE, WARMUP, WSD_DECAY
 from tunekit.errors import UsageError, check_number
 
 __all__ = ["DECAYS", "warmup_steps", "lr_at", "lr_schedule", "sweep_lrs"]
 
-Decay = Literal["cosine", "linear", "constant"]
-DECAYS: tuple[str, ...] = ("cosine", "linear", "constant")
+Decay = Literal["cosine", "linear", "constant", "wsd"]
 Warmup = Union[int, float]
 
 
@@ -50,7 +49,8 @@ def lr_at(
 
     Linear warmup from ``peak_lr / n_warmup`` to ``peak_lr`` over the first
     ``n_warmup`` updates (so the first update never runs at LR 0), then decay from
-    ``peak_lr`` to ``min_lr_ratio * peak_lr`` at the last update. The defaults are
+    ``peak_lr`` to ``min_lr_ratio * peak_lr`` at the last update ("wsd": the peak until the last
+    :data:`~tunekit.defaults.WSD_DECAY` of the run, then a cosine to the floor). The defaults are
     training's (:mod:`tunekit.defaults`), so a schedule drawn here is the one ``train`` runs.
     """
     if decay not in DECAYS:
@@ -67,6 +67,10 @@ def lr_at(
         decayed = floor + (peak_lr - floor) * 0.5 * (1.0 + np.cos(math.pi * progress))
     elif decay == "linear":
         decayed = floor + (peak_lr - floor) * (1.0 - progress)
+    elif decay == "wsd":
+        start = max(n_warm, total_steps - max(1, int(round(WSD_DECAY * total_steps))))
+        late = np.clip((t - start) / max(total_steps - start - 1, 1), 0.0, 1.0)
+        decayed = floor + (peak_lr - floor) * 0.5 * (1.0 + np.cos(math.pi * late))
     else:
         decayed = np.full_like(t, peak_lr)
     out = np.where(t < n_warm, warm, decayed)
