@@ -599,11 +599,26 @@ def test_lr_find_spends_at_most_its_share_of_the_planned_run_and_says_which_run_
         lr_find(task, device="cpu", refine_share=0)
 
 
-def test_a_model_in_hand_is_refined_for_a_run_of_the_documented_default_length() -> None:
+def test_a_model_in_hand_is_suggested_for_a_run_of_the_documented_default_length() -> None:
+    """Three epochs of its data at its batch (Hugging Face's default), said; data of no length: 10,000 updates."""
+    from tunekit.defaults import RUN_EPOCHS_IN_HAND
     from tunekit.probes.refine_plan import DEFAULT_RUN_STEPS
 
-    r = lr_find(nn.Linear(8, 1), regression_data(240), nn.MSELoss(), batch_size=16, sweep_steps=20, progress=False)
-    assert r.settings["run_steps"] == DEFAULT_RUN_STEPS and r.settings["run_steps_from"] == "the default for a model in hand"
+    data = regression_data(480)  # 30 batches of 16 an epoch
+    r = lr_find(nn.Linear(8, 1), data, nn.MSELoss(), batch_size=16, sweep_steps=20, progress=False)
+    assert r.settings["run_steps"] == RUN_EPOCHS_IN_HAND * 30 and "3 epochs of the data" in r.settings["run_steps_from"]
+    assert "run of 90 updates (3 epochs of the data" in r.summary()
+    r = lr_find(nn.Linear(8, 1), data, nn.MSELoss(), batch_size=16, accumulation_steps=2, sweep_steps=20, progress=False)
+    assert r.settings["run_steps"] == 45  # 90 batches, 2 a update
+    batches = [(torch.randn(16, 8), torch.randn(16, 1)) for _ in range(7)]  # a list of batches: 7 an epoch
+    assert lr_find(nn.Linear(8, 1), batches, nn.MSELoss(), sweep_steps=20, progress=False).settings["run_steps"] == 21
+    class Stream(torch.utils.data.IterableDataset):  # no length
+        def __iter__(self):  # type: ignore[no-untyped-def]
+            return iter(batches * 100)
+
+    loader = torch.utils.data.DataLoader(Stream(), batch_size=None)
+    r = lr_find(nn.Linear(8, 1), loader, nn.MSELoss(), sweep_steps=20, progress=False)
+    assert r.settings["run_steps"] == DEFAULT_RUN_STEPS and "no length" in r.settings["run_steps_from"]
     assert r.refinement is not None and r.refinement["samples"] <= 0.05 * DEFAULT_RUN_STEPS * 16
 
 

@@ -8,15 +8,17 @@ Every module imports these instead; ``tests/test_layout.py`` fails on a copy els
 
 from __future__ import annotations
 
-__all__ = ["LR", "RUN_STEPS", "RUN_STEPS_IN_HAND", "SWEEP_STEPS", "CLIP_GRAD_NORM", "WARMUP", "DECAYS", "SCHEDULE", "WSD_DECAY",
+__all__ = ["LR", "RUN_STEPS", "RUN_EPOCHS_IN_HAND", "RUN_STEPS_IN_HAND", "SWEEP_STEPS", "CLIP_GRAD_NORM", "WARMUP", "DECAYS", "SCHEDULE", "WSD_DECAY",
            "MIN_LR_RATIO", "ACCUMULATION_STEPS", "GOVERNED"]
 
 #: The peak LR of a run when nothing says otherwise (train's default).
 LR = 1e-3
 #: The planned run's length in optimizer updates: train's default, and a Task's when its recipe says none.
 RUN_STEPS = 200
-#: A model in hand comes with no recipe: its planned run, when the caller does not say, is one of a
-#: typical real length (lr_find sizes its refinement from it).
+#: A model in hand comes with no recipe: its planned run, when the caller does not say, is this many
+#: epochs of its data at its batch (Hugging Face's num_train_epochs default), said in the result; data
+#: of no known length (an iterable) is taken as RUN_STEPS_IN_HAND updates.
+RUN_EPOCHS_IN_HAND = 3
 RUN_STEPS_IN_HAND = 10_000
 #: The range test's sweep, in updates: the curve (hence the rule's suggestion) depends on how fast the LR
 #: rises; the doctor runs this same sweep, so that its number is lr_find's curve suggestion.

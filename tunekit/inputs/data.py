@@ -8,6 +8,8 @@ or dicts in the Hugging Face style.
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Iterable, Iterator, Mapping, Sized
 from typing import Any
 
@@ -17,7 +19,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, Subset, Tenso
 from tunekit.errors import UsageError
 
 __all__ = ["Batch", "Data", "to_device", "batch_size_of", "BatchStream", "iterate_once", "check_data", "rebatched_loader",
-           "dataset_size", "hold_out"]
+           "dataset_size", "batches_per_epoch", "hold_out"]
 
 Batch = Any
 Data = Any  # Dataset | DataLoader | Iterable[Batch]
@@ -209,6 +211,20 @@ def hold_out(data: Data, share: float, most: int, seed: int) -> tuple[Data, Data
     again = dict(batch_size=loader.batch_size, collate_fn=loader.collate_fn, num_workers=loader.num_workers)
     # The training part shuffles from torch's global RNG, which each run seeds (the same order per seed).
     return DataLoader(train, shuffle=True, **again), DataLoader(held, shuffle=False, **again)
+
+
+def batches_per_epoch(data: Data, batch_size: int | None) -> int | None:
+    """Batches one pass over ``data`` draws at ``batch_size`` (as :class:`BatchStream` batches it); None when
+    it has no length (an iterable dataset or a generator)."""
+    n = dataset_size(data)
+    if n is not None and batch_size:
+        return max(1, math.ceil(n / batch_size))
+    if isinstance(data, IterableDataset) or not isinstance(data, Sized):
+        return None
+    try:
+        return len(data) or None  # a DataLoader as it is, or a list of batches
+    except TypeError:  # a DataLoader over an IterableDataset of no length
+        return None
 
 
 def dataset_size(data: Data) -> int | None:

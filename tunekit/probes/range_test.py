@@ -19,8 +19,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from tunekit.inputs.data import BatchStream, Data, batch_size_of, dataset_size, hold_out
-from tunekit.defaults import MIN_LR_RATIO, RUN_STEPS, SCHEDULE, SWEEP_STEPS, WARMUP
+from tunekit.inputs.data import BatchStream, Data, batch_size_of, batches_per_epoch, dataset_size, hold_out
+from tunekit.defaults import MIN_LR_RATIO, RUN_EPOCHS_IN_HAND, RUN_STEPS, SCHEDULE, SWEEP_STEPS, WARMUP
 from tunekit.errors import CLIP_HINT, UsageError, check_int, check_number, renamed_keywords
 from tunekit.results import LRFindResult
 from tunekit.results.lr_find import Doubt, LRFindSettings, Refinement, RefineStage, ScoredOn
@@ -114,7 +114,7 @@ def lr_find(
             an unclipped sweep "diverges" well below what a clipped run takes.
         loss_on, val_batches: with ``"val"``, each point is the loss on the first ``val_batches`` batches of ``val_data``.
         run_steps: the planned run's updates (default: a Task's ``defaults["max_steps"]``, else ``train``'s;
-            a model in hand :data:`tunekit.defaults.RUN_STEPS_IN_HAND`).
+            a model in hand :data:`tunekit.defaults.RUN_EPOCHS_IN_HAND` epochs of its data, said in the result).
         refine, refine_share: short warmup + cosine runs at two lengths, H and 2H (H as long as the share
             allows, at least 15 updates, else the curve's suggestion stands alone and the result says why), up to
             7 LRs each at half decades around the curve's suggestion, until a worse run lies on each side of the
@@ -128,14 +128,13 @@ def lr_find(
     clip_grad_norm, accumulation_steps, precision = step_settings(model, clip_grad_norm, accumulation_steps, precision)
     _check_args(min_lr, max_lr, sweep_steps, mode, repeats, diverge_threshold, batch_size, accumulation_steps, clip_grad_norm)
     _check_refine(run_steps, refine_share, refine_steps, refine_seeds, hold_out_share)
-    run_steps, run_from = planned_run(model, run_steps)
-    plan = (plan_refinement(run_steps, refine_share, REFINE_RUNS, refine_steps, refine_seeds, sweep_steps)
-            if refine else None)
-
     # What is tested: a Task's fresh model, or the user's objects (put back as they were at the end).
     sub = resolve_inputs("lr_find", model, train_data, loss_fn, optimizer, compute_loss=compute_loss,
                           val_data=val_data, batch_size=batch_size, precision=precision, device=device, seed=seed)
     _check_loss_on(loss_on, sub.val_data)
+    run_steps, run_from = planned_run(model, run_steps, sub.data, sub.batch_size, accumulation_steps)
+    plan = (plan_refinement(run_steps, refine_share, REFINE_RUNS, refine_steps, refine_seeds, sweep_steps)
+            if refine else None)
     if plan is not None and plan.calibrated and sub.val_data is None and not hold_out_share:
         plan = without_scoring_data(plan)
     setup = _Setup(model, sub.model, sub.optimizer, sub.compute, sub.data, sub.val_data, sub.device, sub.precision,
@@ -223,15 +222,21 @@ def _check_refine(run_steps: int | None, share: float, refine_steps: int | None,
         check_number("hold_out_share", hold_out_share, above=0, below=1, hint="a fraction: pass e.g. hold_out_share=0.2")
 
 
-def planned_run(model: Any, run_steps: int | None) -> tuple[int, str]:
+def planned_run(model: Any, run_steps: int | None, data: Data | None = None, batch_size: int | None = None,
+                accumulation: int = 1) -> tuple[int, str]:
     """(the planned run's updates, where that number came from): as given; else a Task's recipe
-    (its ``max_steps``, else ``train``'s default); else, for a model in hand, ``DEFAULT_RUN_STEPS``."""
+    (its ``max_steps``, else ``train``'s default); else, for a model in hand, ``RUN_EPOCHS_IN_HAND``
+    epochs of its ``data`` at its batch, or ``DEFAULT_RUN_STEPS`` for data of no known length."""
     if run_steps is not None:
         return int(run_steps), "given"
     if isinstance(model, Task):
         steps = model.defaults.get("max_steps")
         return (int(steps), "the task's recipe") if steps else (RUN_STEPS, "train's default")
-    return DEFAULT_RUN_STEPS, "the default for a model in hand"
+    per = batches_per_epoch(data, batch_size) if data is not None else None
+    if per is None:
+        return DEFAULT_RUN_STEPS, "the default for a model in hand whose data has no length; pass run_steps="
+    return (max(1, math.ceil(RUN_EPOCHS_IN_HAND * per / max(1, accumulation))),
+            f"{RUN_EPOCHS_IN_HAND} epochs of the data, the default for a model in hand; pass run_steps= for yours")
 
 
 def _check_loss_on(loss_on: str, val_data: Data | None) -> None:

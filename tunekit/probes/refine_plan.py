@@ -20,8 +20,8 @@ from tunekit.defaults import RUN_STEPS_IN_HAND, SWEEP_STEPS
 __all__ = ["RefinePlan", "plan_refinement", "from_two_lengths", "from_short_runs", "DEFAULT_RUN_STEPS", "REFINE_SHARE",
            "TWO_LENGTHS_FROM", "SATURATION", "MOST_CARRIED", "SHORT_STEPS", "SHORT_SHIFT", "SHORT_CAP"]
 
-# A model in hand comes with no recipe: its planned run, when the caller does not say, is one of
-# a typical real length (a Task's recipe, or train's default, gives a Task's): tunekit.defaults says it.
+# A model in hand whose data has no length, and no run_steps given: a run of this many updates
+# (tunekit.defaults; data with a length: RUN_EPOCHS_IN_HAND epochs of it).
 DEFAULT_RUN_STEPS = RUN_STEPS_IN_HAND
 # The refinement's cost as a share of the planned run's updates (the range test's sweep aside).
 REFINE_SHARE = 0.05
