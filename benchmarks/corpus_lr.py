@@ -67,29 +67,38 @@ def lightning_rule(lrs: list[float], losses: list[float], skip_begin: int = 10, 
     return float(lrs[skip_begin + int(np.gradient(y).argmin())])
 
 
-def find_once(name: str, seed: int) -> dict[str, Any]:
+def find_once(name: str, seed: int, in_hand: bool = False) -> dict[str, Any]:
+    """One lr_find of the task: told its planned run; or (``in_hand``) called as a notebook user calls it,
+    on a model in hand with its data, loss and optimizer and no length, so its default decides."""
     e = entry(name)
     task = e.make()
     if not e.finder_val:
         task = dataclasses.replace(task, val_data=None)
-    r = tunekit.lr_find(task, run_steps=e.run_steps, seed=seed, progress=False, device="cpu")
+    if in_hand:
+        model = task.make_model(seed)
+        r = tunekit.lr_find(model, task.train_data, task.loss, task.make_optimizer(model),
+                            compute_loss=task.compute_loss, val_data=task.val_data, batch_size=task.batch_size,
+                            accumulation_steps=task.defaults.get("accumulation_steps"), seed=seed, progress=False,
+                            device="cpu")
+    else:
+        r = tunekit.lr_find(task, run_steps=e.run_steps, seed=seed, progress=False, device="cpu")
     ref = r.refinement
     losses = [v if v is not None and math.isfinite(v) else None for v in r.losses]
     return {"seed": seed, "suggestion": r.suggestion, "suggestions": r.suggestions,
             "lightning": lightning_rule(r.lrs, losses), "lrs": list(r.lrs), "losses": losses,
             "family": r.settings.family, "samples": int(r.samples), "sweep_updates": len(r.lrs),
             "refine_updates": int(ref.updates or 0) if ref else 0, "refined": ref is not None, "confident": bool(r.confident),
-            "seconds": round(r.seconds, 3), "not_refined": r.settings.not_refined}
+            "seconds": round(r.seconds, 3), "not_refined": r.settings.not_refined, "run_steps": r.settings.run_steps}
 
 
-def finds(name: str, seeds: int, refind: bool, root: Path = FINDS) -> list[dict[str, Any]]:
+def finds(name: str, seeds: int, refind: bool, root: Path = FINDS, in_hand: bool = False) -> list[dict[str, Any]]:
     path = root / f"{name}.json"
     have = json.loads(path.read_text()) if path.exists() and not refind else {"command": report.command(),
                                                                               "commit": report.commit(), "runs": []}
     done = {r["seed"] for r in have["runs"]}
     for s in range(seeds):
         if s not in done:
-            have["runs"].append(find_once(name, s))
+            have["runs"].append(find_once(name, s, in_hand))
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(f".tmp{os.getpid()}")
             tmp.write_text(json.dumps(have) + "\n")
@@ -222,6 +231,8 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--refind", action="store_true")
     ap.add_argument("--quick", action="store_true", help="two tiny synthetic tasks, two seeds, in a temporary folder")
+    ap.add_argument("--in-hand", action="store_true", help="not told the planned run: the model in hand, its data, "
+                    "loss and optimizer (scored at the task's planned run); cached apart, reported as corpus_lr_in_hand")
     args = ap.parse_args()
     torch.set_num_threads(1)
     if args.quick:
@@ -230,20 +241,26 @@ def main() -> None:
         grid_root, finds_root = tmp / "grid", tmp / "finds"
     else:
         names = pick(args.tasks) if args.tasks else list(CORPUS)
-        seeds, grid_root, finds_root = args.seeds, grid.GRIDS, FINDS
+        seeds, grid_root, finds_root = args.seeds, grid.GRIDS, FINDS.with_name(FINDS.name + "_in_hand") if args.in_hand else FINDS
     scores, runs = {}, {}
     for name in names:
         if not args.quick and grid.load(name, root=grid_root) is None:
             print(f"{name}: no grid yet (python -m benchmarks.corpus_grid --tasks {name}): left out", flush=True)
             continue
         truth = grid.ensure(name, 1 if args.quick else 2, root=grid_root, quiet=True)
-        runs[name] = finds(name, seeds, args.refind, finds_root)
+        runs[name] = finds(name, seeds, args.refind, finds_root, args.in_hand)
         scores[name] = score_task(name, runs[name], truth, grid_root)
         print(f"  {name}: regret {100 * scores[name].regret('tunekit'):.1f}%", flush=True)
     if not scores:
         raise SystemExit("no task has a grid yet: run python -m benchmarks.corpus_grid first")
     body = "\n\n".join([family_table(scores), lofo_table(scores, runs), task_table(scores)])
-    report.write("corpus_lr", "The LR suggestion on the task corpus, by family", body, quick=args.quick)
+    if args.in_hand:
+        told = [f"{n}: {int(np.median([r['run_steps'] for r in runs[n]])):,} updates assumed, "
+                f"{CORPUS[n].run_steps:,} planned" for n in scores]
+        body = ("Not told the planned run (a model in hand: its default length), scored at the task's planned run:\n"
+                + body + "\n\nThe planned run each call assumed (median over seeds):\n" + "\n".join(told))
+    report.write("corpus_lr_in_hand" if args.in_hand else "corpus_lr", "The LR suggestion on the task corpus, by family",
+                 body, quick=args.quick)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,11 @@ near zero, as on small data, would otherwise choose for all), and scored on the 
 constants lr_find ships (tunekit/probes/refine_plan.py: SHORT_*) are the rule chosen on every family;
 the figures to quote are the held-out ones.
 
-    python -m benchmarks.lr_carry [--select capped|mean] [--kind one|two|both] [--no-val DIR]
+    python -m benchmarks.lr_carry [--select capped|mean] [--kind one|two|both] [--no-val curve|train|DIR]
+
+Tasks whose finder has no validation data (the small-data family) get the curve's suggestion, as lr_find
+gives it them (``--no-val train``: short runs scored on the training data; ``--no-val DIR``: the records of
+``benchmarks/corpus_refine.py --hold-out S --out DIR``).
 
 Regret is the grid's (benchmarks/harness/grid.py): (L(lr) - L*) / L*, at the planned run.
 """
@@ -121,7 +125,7 @@ class Rule:
                  + self.per_length * math.log10(run_steps / (10 * self.steps)))
         if x is None:
             return None
-        if self.cap is not None and up is not None:
+        if self.cap is not None and up is not None and rp.best is not None:  # lr_find caps the carry, not the curve
             x = min(x, math.log10(up) - self.cap)
         return float(10 ** x)
 
@@ -176,11 +180,15 @@ def main() -> None:
                     help="what the rule is chosen on: the mean regret, or the mean of min(regret, 1)")
     ap.add_argument("--kind", choices=("one", "two", "both"), default="both")
     ap.add_argument("--caps", default="", help="caps to try besides the safety rule's, e.g. none,0.25")
-    ap.add_argument("--no-val", default="", help="records for the tasks whose finder has no validation data "
-                    "(benchmarks/corpus_refine.py --hold-out S --out DIR): DIR")
+    ap.add_argument("--no-val", default="curve", help="tasks without validation data: curve (lr_find's rule), train, "
+                    "or a records folder")
     args = ap.parse_args()
     caps = CAPS + tuple(None if c == "none" else float(c) for c in args.caps.split(",") if c)
-    recs = {n: load(n, Path(args.no_val)) if args.no_val and not CORPUS[n].finder_val else load(n) for n in CORPUS}
+    folder = args.no_val not in ("curve", "train")
+    recs = {n: load(n, Path(args.no_val)) if folder and not CORPUS[n].finder_val else load(n) for n in CORPUS}
+    if args.no_val == "curve":  # no short runs: the curve's suggestion, whatever the rule
+        recs = {n: [{**r, "lrs": [], "scores": []} if not CORPUS[n].finder_val else r for r in rs]
+                for n, rs in recs.items()}
     recs = {n: r for n, r in recs.items() if r and grid.load(n) is not None}
     truths = {n: grid.Truth.of(grid.load(n)) for n in recs}
     grids = {n: grid.load(n) for n in recs}
@@ -224,7 +232,7 @@ def main() -> None:
     lines = [f"Leave-one-family-out (chosen on: {args.select} regret over the other families' tasks); "
              f"the short runs may spend max(5% of the run, {BUDGET}) updates (one range test)",
              f"{'held-out family':<14}{'n':>3}  {'rule chosen on the others':<48}{'mean':>8}{'worst':>8}"
-             f"{'spread':>8}{'cost':>7}{'diverged':>9}   curve-only (shipped): mean / worst"]
+             f"{'spread':>8}{'cost':>7}{'diverged':>9}   the curve's rule (before): mean / worst"]
     fam_means, fam_worst = [], []
     for f, h in held.items():
         got = {t: answers[h.rule][t] for t in h.scores}
