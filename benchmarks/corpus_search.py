@@ -189,6 +189,8 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=24)
     ap.add_argument("--shard", default="0/1", help="I/N: run every N-th (task, seed) from the I-th")
     ap.add_argument("--report", action="store_true", help="only the tables, from the cached runs")
+    ap.add_argument("--reverse", action="store_true", help="run the (task, seed) jobs last first: a second process "
+                    "beside one running them in order meets it in the middle")
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(1)
@@ -202,6 +204,8 @@ def main() -> None:
         cache, grid_root = tmp / "runs", tmp / "grid"
     i, n = map(int, args.shard.split("/"))
     jobs = [(name, seed) for seed in range(seeds) for name in names]
+    if args.reverse:
+        jobs.reverse()
     try:
         if not args.report:
             for name, seed in jobs[i::n]:
