@@ -119,7 +119,11 @@ def teacher_regression(n: int, *, dim: int = 16, outputs: int = 1, noise: float 
     y = y + 0.5 * torch.sin(3 * x[:, :1])  # a little extra nonlinearity
     eps = torch.randn(n, outputs, generator=g)
     if heavy_tails:  # Student-t-like noise: a few large outliers, where Huber matters
-        eps = eps / torch.sqrt(torch.distributions.Gamma(1.5, 1.5).sample((n, 1)).clamp_min(0.05))
+        # Gamma's sampler takes no generator: the global RNG, seeded here and put back (the same data in every process).
+        with torch.random.fork_rng():
+            torch.manual_seed(seed + 3)
+            scale = torch.distributions.Gamma(1.5, 1.5).sample((n, 1))
+        eps = eps / torch.sqrt(scale.clamp_min(0.05))
     y = y / y.std(0) + noise * eps
     y = (y - y.mean(0)) / y.std(0)
     return TensorDataset(x, y)
