@@ -146,11 +146,16 @@ def test_the_trainers_recipe_is_read_and_what_cannot_be_honoured_is_said(tmp_pat
         tunekit.lr_find(trainer, **LR_FIND, precision="fp32")
     # Warmup-stable-decay is a schedule of tunekit's: read, with its floor; a decay it sizes otherwise is said.
     wsd = adapt(hf_trainer("gpt2", tmp_path, lr_scheduler_type="warmup_stable_decay",
-                           lr_scheduler_kwargs={"num_decay_steps": 3, "min_lr_ratio": 0.05}))
+                           lr_scheduler_kwargs={"num_decay_steps": 50, "min_lr_ratio": 0.05}))
     assert (wsd.task.defaults["schedule"], wsd.task.defaults["min_lr_ratio"]) == ("wsd", 0.05)
     assert any("num_decay_steps" in n for n in wsd.notes)
     r = tunekit.lr_find(wsd.task, sweep_steps=20, refine=False, run_steps=100, progress=False)
     assert "warmup + stable-then-decay run of 100 updates" in r.summary()
+    from tunekit.integrations.hf import training_arguments
+
+    back = training_arguments({"schedule": "wsd", "min_lr_ratio": 0.05, "max_steps": 100})  # to HF's names
+    assert back["lr_scheduler_type"] == "warmup_stable_decay"
+    assert back["lr_scheduler_kwargs"] == {"min_lr_ratio": 0.05, "num_decay_steps": 20}
 
 
 def test_the_lightning_trainers_settings_are_read(tmp_path: Any) -> None:

@@ -541,6 +541,8 @@ def test_the_refinement_buys_what_its_share_of_the_planned_run_allows() -> None:
     none = plan_refinement(200, 0.05, runs=7, sweep_steps=30)  # a 30-update sweep buys no run of SHORT_STEPS
     assert not none.refines and none.budget == 10 and "curve's suggestion alone" in none.why
     assert not plan_refinement(2 * SHORT_STEPS - 1, 0.05, runs=7).refines  # no short run half the planned run
+    assert not plan_refinement(200, 0.05, runs=2).refines  # fewer than three runs bracket nothing
+    assert plan_refinement(200, 0.05, runs=7, sweep_steps=1000).most_updates <= 200  # never more than the run
     almost = plan_refinement(7 * 3 * TWO_LENGTHS_FROM * 20 - 20, 0.05, runs=7)  # a run's worth short of two lengths
     assert almost.calibrated and almost.runs == 7 and almost.most_updates <= almost.budget
     two = plan_refinement(7 * 3 * TWO_LENGTHS_FROM * 20, 0.05, runs=7)  # exactly the shortest useful runs
@@ -686,3 +688,15 @@ def test_short_planned_runs_get_short_runs_within_one_range_test_and_none_withou
     assert r2.refinement is None and "no val_data" in r2.settings.not_refined and "hold_out_share" in r2.summary()
     r3 = lr_find(bare, run_steps=200, hold_out_share=0.2, progress=False)
     assert r3.refinement is not None and r3.refinement.scored_on is ScoredOn.HELD_OUT
+    # Data that cannot be split (a stream of no length): held out of nothing, so no short runs either.
+    data = classification_data(640).tensors
+    batches = list(zip(data[0].split(32), data[1].split(32)))
+
+    class Stream(torch.utils.data.IterableDataset):
+        def __iter__(self):  # type: ignore[no-untyped-def]
+            return iter(batches)
+
+    streamed = dataclasses.replace(bare, train_data=torch.utils.data.DataLoader(Stream(), batch_size=None),
+                                   batch_size=None)
+    r4 = lr_find(streamed, run_steps=200, hold_out_share=0.2, progress=False)
+    assert r4.refinement is None and "no val_data" in r4.settings.not_refined

@@ -70,8 +70,19 @@ def test_warmup_stable_decay_holds_the_peak_then_decays_over_the_last_share() ->
     lrs = lr_schedule(total, 1.0, warmup=0.1, decay="wsd", min_lr_ratio=0.1)
     start = total - int(round(WSD_DECAY * total))
     assert lrs[0] == pytest.approx(0.1) and lrs[9] == pytest.approx(1.0)  # warmup
-    assert np.all(lrs[10:start + 1] == 1.0)  # stable
+    assert np.all(lrs[10:start] == 1.0)  # stable
     assert np.all(np.diff(lrs[start:]) < 0) and lrs[-1] == pytest.approx(0.1)  # decay to the floor
     # A warmup longer than the stable part: the decay starts after warmup, never before.
     short = lr_schedule(10, 1.0, warmup=0.9, decay="wsd", min_lr_ratio=0.0)
     assert short[8] == pytest.approx(1.0) and np.all(short[:9] > 0)
+
+
+def test_wsd_reaches_the_floor_on_tiny_runs_and_the_schedule_names_agree() -> None:
+    import typing
+
+    from tunekit.defaults import DECAYS
+    from tunekit.training.schedule import Decay
+
+    for total in (2, 5, 7):
+        assert lr_schedule(total, 1.0, warmup=0, decay="wsd", min_lr_ratio=0.1)[-1] == pytest.approx(0.1)
+    assert typing.get_args(Decay) == DECAYS

@@ -241,11 +241,14 @@ def _add_lr_find_command(sub: Any) -> None:
     p.add_argument("--no-refine", action="store_true",
                    help="the curve's suggestion alone, without the short runs that check it")
     p.add_argument("--run-steps", type=int, metavar="N", help="updates of the run you plan: the suggestion is "
-                   "for it, and the short runs cost a share of it (default: the task's recipe, else 200)")
-    p.add_argument("--refine-share", type=_positive_float, default=0.05, metavar="F",
-                   help="the short runs' cost as a share of the planned run's updates (default 0.05)")
+                   "for it, and the short runs' cost is sized from it (default: the task's recipe, else "
+                   f"{defaults.RUN_STEPS})")
+    p.add_argument("--refine-share", type=_positive_float, default=defaults.REFINE_SHARE, metavar="F",
+                   help="the short runs' cost as a share of the planned run's updates, or one sweep's updates "
+                   f"where that share buys no useful run (default {defaults.REFINE_SHARE:g})")
     p.add_argument("--refine-steps", type=int, metavar="N",
-                   help="updates of each short warmup + cosine run, whatever it costs (default: what the share buys)")
+                   help="updates of each short run of the planned schedule, whatever it costs (default: what the "
+                   "budget buys)")
     p.add_argument("--refine-seeds", type=int, metavar="S",
                    help="short runs per LR, with other data orders, their scores averaged (default: 1, 2 for runs "
                    "of 200 updates or more; 2 with --refine-steps)")

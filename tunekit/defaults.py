@@ -8,7 +8,7 @@ Every module imports these instead; ``tests/test_layout.py`` fails on a copy els
 
 from __future__ import annotations
 
-__all__ = ["LR", "RUN_STEPS", "RUN_EPOCHS_IN_HAND", "RUN_STEPS_IN_HAND", "SWEEP_STEPS", "CLIP_GRAD_NORM", "WARMUP", "DECAYS", "SCHEDULE", "WSD_DECAY",
+__all__ = ["LR", "RUN_STEPS", "RUN_EPOCHS_IN_HAND", "RUN_STEPS_IN_HAND", "SWEEP_STEPS", "REFINE_SHARE", "CLIP_GRAD_NORM", "WARMUP", "DECAYS", "SCHEDULE", "WSD_DECAY",
            "MIN_LR_RATIO", "ACCUMULATION_STEPS", "GOVERNED"]
 
 #: The peak LR of a run when nothing says otherwise (train's default).
@@ -20,6 +20,9 @@ RUN_STEPS = 200
 #: of no known length (an iterable) is taken as RUN_STEPS_IN_HAND updates.
 RUN_EPOCHS_IN_HAND = 3
 RUN_STEPS_IN_HAND = 10_000
+#: lr_find's short runs may cost this share of the planned run's updates (the sweep aside), or one
+#: sweep's updates where the share buys no useful run.
+REFINE_SHARE = 0.05
 #: The range test's sweep, in updates: the curve (hence the rule's suggestion) depends on how fast the LR
 #: rises; the doctor runs this same sweep, so that its number is lr_find's curve suggestion.
 SWEEP_STEPS = 100
@@ -28,7 +31,7 @@ CLIP_GRAD_NORM = 1.0
 #: Warmup: a fraction of the run (a float in [0, 1)) or a number of updates.
 WARMUP = 0.05
 #: The decays after warmup: cosine or linear to the floor, constant, or warmup-stable-decay ("wsd": the
-#: peak until the last WSD_DECAY of the run, then a cosine to the floor, as Hugging Face's default).
+#: peak until the last WSD_DECAY of the run, then a cosine to the floor, Hugging Face's default decay_type).
 DECAYS: tuple[str, ...] = ("cosine", "linear", "constant", "wsd")
 #: The decay after warmup.
 SCHEDULE = "cosine"
@@ -44,4 +47,5 @@ ACCUMULATION_STEPS = 1
 GOVERNED: dict[str, object] = {
     "clip_grad_norm": CLIP_GRAD_NORM, "warmup": WARMUP, "schedule": SCHEDULE, "decay": SCHEDULE,
     "min_lr_ratio": MIN_LR_RATIO, "run_steps": RUN_STEPS, "max_steps": RUN_STEPS, "sweep_steps": SWEEP_STEPS,
+    "refine_share": REFINE_SHARE,
 }

@@ -237,8 +237,8 @@ def nearest_choice(choices: Any, target: float) -> Any:
 # (sd 0.48: benchmarks/data/corpus_lr_report.txt); a third and three times it bracket that error,
 # and under a fixed sample budget a smaller batch buys more updates.
 AROUND = ((1.0, 1.0), (1 / 3, 1.0), (3.0, 1.0), (1.0, 0.5), (1.0, 0.25))
-# Time to quality: where the probe's timed steps say a step of twice the batch costs well under twice
-# the time (the device is not saturated), the last point tries twice the batch instead of a quarter:
+# Time to quality, under a budget in device time only: where the probe's timed steps say a step of twice
+# the batch costs well under twice the time (the device is not saturated), the last point tries twice the batch:
 # the same samples in less device time, and below the critical batch no more samples for the same
 # loss (McCandlish et al., 2018). On a saturated device the smaller batch's extra updates are the
 # better bet (benchmarks/data/constants_history.md).

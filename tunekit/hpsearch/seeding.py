@@ -256,7 +256,7 @@ def larger_is_cheaper(probe: Any, batch: Optional[float]) -> bool:
 
 
 def design_batch(probe: Any, dists: dict[str, Any], centre: Optional[float], doubled: bool,
-                 design: list[dict[str, Any]], in_time: bool = True) -> Optional[dict[str, Any]]:
+                 design: list[dict[str, Any]], in_time: bool) -> Optional[dict[str, Any]]:
     """The design's batch step, for the search's result: from which batch to which, the price of an
     update of twice the centre over two of it, the line it was held to; None where the design has no
     such point (too few design trials, or its last point went to the task's own LR)."""
@@ -272,7 +272,7 @@ def design_batch(probe: Any, dists: dict[str, Any], centre: Optional[float], dou
 
 
 def enqueue_seed_and_design(study: Any, dists: dict[str, Any], probes: Probes, n: int, trials: int,
-                            task_recipe: dict[str, Any], in_time: bool = False) -> dict[str, Any]:
+                            task_recipe: dict[str, Any], in_time: bool) -> dict[str, Any]:
     """The seed trial (the probes' recommendation) and the design around it, once per study.
 
     A range test that saw no clear descent (``confident`` False) gives no LR to

@@ -8,7 +8,6 @@ or dicts in the Hugging Face style.
 
 from __future__ import annotations
 
-import math
 
 from collections.abc import Iterable, Iterator, Mapping, Sized
 from typing import Any
@@ -214,11 +213,11 @@ def hold_out(data: Data, share: float, most: int, seed: int) -> tuple[Data, Data
 
 
 def batches_per_epoch(data: Data, batch_size: int | None) -> int | None:
-    """Batches one pass over ``data`` draws at ``batch_size`` (as :class:`BatchStream` batches it); None when
-    it has no length (an iterable dataset or a generator)."""
+    """Batches one pass over ``data`` draws at ``batch_size`` (as :class:`BatchStream` batches it, the last
+    partial batch dropped); None when it has no length (an iterable dataset or a generator)."""
     n = dataset_size(data)
     if n is not None and batch_size:
-        return max(1, math.ceil(n / batch_size))
+        return max(1, n // batch_size)
     if isinstance(data, IterableDataset) or not isinstance(data, Sized):
         return None
     try:

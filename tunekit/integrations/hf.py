@@ -52,7 +52,7 @@ def from_trainer(trainer: Any, *, fresh: bool = False) -> Adapted:
     latest = LatestModel(_model_factory(trainer, fresh, notes))
     train_data, val_data = _loaders(trainer, notes)
     steps = _run_length(args, len(train_data))
-    schedule, floor = _schedule(args, notes)
+    schedule, floor = _schedule(args, notes, steps)
     defaults: dict[str, Any] = {
         "lr": float(args.learning_rate), "max_steps": steps, "warmup": int(args.get_warmup_steps(steps)),
         "schedule": schedule, "min_lr_ratio": floor, "accumulation_steps": int(args.gradient_accumulation_steps),
@@ -184,7 +184,7 @@ def _run_length(args: Any, batches_per_epoch: int) -> int:
     return max(1, math.ceil(per_epoch * float(args.num_train_epochs)))
 
 
-def _schedule(args: Any, notes: list[str]) -> tuple[str, float]:
+def _schedule(args: Any, notes: list[str], steps: int) -> tuple[str, float]:
     kind = getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type)
     decay, floor = _SCHEDULES.get(kind, ("cosine", 0.0))
     if kind not in _SCHEDULES:
@@ -193,9 +193,11 @@ def _schedule(args: Any, notes: list[str]) -> tuple[str, float]:
     kwargs = args.lr_scheduler_kwargs or {}
     if decay == "wsd":  # min_lr_ratio; its decay is tunekit's: a cosine over the last WSD_DECAY of the run
         floor = kwargs.get("min_lr_ratio", 0.0)
-        if kwargs.get("num_decay_steps") is not None or kwargs.get("decay_type", "cosine") != "cosine":
+        decay_steps = kwargs.get("num_decay_steps")
+        sized = decay_steps is None or abs(int(decay_steps) - WSD_DECAY * steps) <= max(1.0, 0.1 * WSD_DECAY * steps)
+        if not sized or kwargs.get("decay_type", "cosine") != "cosine":
             notes.append(f"warmup_stable_decay runs its decay as a cosine over the last {WSD_DECAY:.0%} of the run "
-                         "(num_decay_steps and decay_type are not read)")
+                         f"(num_decay_steps={decay_steps}, decay_type={kwargs.get('decay_type', 'cosine')!r} are not read)")
     elif floor is None:  # cosine_with_min_lr: min_lr_rate, or min_lr over the peak
         floor = kwargs.get("min_lr_rate", kwargs.get("min_lr", 0.0) / float(args.learning_rate))
     return decay, float(floor)
@@ -268,7 +270,11 @@ def training_arguments(config: dict[str, Any], trainer: Any = None) -> dict[str,
         elif key in ARG_NAMES:
             out[ARG_NAMES[key]] = value
     floor = config.get("min_lr_ratio")
-    if floor and out.get("lr_scheduler_type", "cosine") == "cosine":  # HF's cosine decays to 0: this one to a floor
+    if out.get("lr_scheduler_type") == "wsd":  # HF's name, its decay sized as tunekit's
+        out["lr_scheduler_type"] = "warmup_stable_decay"
+        steps = int(config.get("max_steps") or 0)
+        out["lr_scheduler_kwargs"] = {"min_lr_ratio": floor or 0.0, "num_decay_steps": max(1, round(WSD_DECAY * steps))}
+    elif floor and out.get("lr_scheduler_type", "cosine") == "cosine":  # HF's cosine decays to 0: this one to a floor
         out["lr_scheduler_type"] = "cosine_with_min_lr"
         out["lr_scheduler_kwargs"] = {"min_lr_rate": floor}
     if trainer is not None:  # only what differs from the Trainer's own arguments

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from tunekit.inputs.data import BatchStream, Data, batch_size_of, batches_per_epoch, dataset_size, hold_out
-from tunekit.defaults import MIN_LR_RATIO, RUN_EPOCHS_IN_HAND, RUN_STEPS, SCHEDULE, SWEEP_STEPS, WARMUP
+from tunekit.defaults import MIN_LR_RATIO, REFINE_SHARE, RUN_EPOCHS_IN_HAND, RUN_STEPS, SCHEDULE, SWEEP_STEPS, WARMUP
 from tunekit.errors import CLIP_HINT, UsageError, check_int, check_number, renamed_keywords
 from tunekit.results import LRFindResult
 from tunekit.results.lr_find import Doubt, LRFindSettings, Refinement, RefineStage, ScoredOn
@@ -29,7 +29,7 @@ from tunekit.progress import bar
 from tunekit.training.state import preserved, seed_everything_for
 from tunekit.training.step import TrainStep, Updates, make_scaler
 from tunekit.probes.lr_rules import DEFAULT_RULE, RULES, assess, blowup, bracket_minimum, bracket_next, bracket_polish, prepare
-from tunekit.probes.refine_plan import (DEFAULT_RUN_STEPS, REFINE_SHARE, SHORT_CAP, SHORT_SHIFT, RefinePlan,
+from tunekit.probes.refine_plan import (DEFAULT_RUN_STEPS, SHORT_CAP, SHORT_SHIFT, RefinePlan,
                                         from_short_runs, from_two_lengths, plan_refinement)
 from tunekit.probes.resolve import TASK_DEFAULT, resolve_inputs, step_settings
 from tunekit.precision import Precision
@@ -100,7 +100,8 @@ def lr_find(
     The LR rises over ``sweep_steps`` optimizer updates of the step training runs (its clipping,
     accumulation and precision: the task's recipe, else :mod:`tunekit.defaults`); then, with ``refine``,
     short real runs around the curve's suggestion check it, costing at most ``refine_share`` of the
-    planned run (the curve alone can be off by 25x: benchmarks/lr_rules.py). A model in hand, its
+    planned run, or one range test's updates where that share buys no useful run (the curve alone can
+    be off by 25x: benchmarks/lr_rules.py). A model in hand, its
     optimizer, the scaler and the RNG states are restored bitwise when the test ends, also on an
     exception or Ctrl-C. ``samples`` counts every training sample drawn.
 
@@ -115,11 +116,12 @@ def lr_find(
         loss_on, val_batches: with ``"val"``, each point is the loss on the first ``val_batches`` batches of ``val_data``.
         run_steps: the planned run's updates (default: a Task's ``defaults["max_steps"]``, else ``train``'s;
             a model in hand :data:`tunekit.defaults.RUN_EPOCHS_IN_HAND` epochs of its data, said in the result).
-        refine, refine_share: short warmup + cosine runs at two lengths, H and 2H (H as long as the share
-            allows, at least 15 updates, else the curve's suggestion stands alone and the result says why), up to
-            7 LRs each at half decades around the curve's suggestion, until a worse run lies on each side of the
-            best; each length's best is a parabola's vertex, carried to ``run_steps`` by how it moved from H to 2H
-            (:func:`~tunekit.probes.refine_plan.from_two_lengths`).
+        refine, refine_share: short runs of the planned schedule at half decades around the curve's suggestion,
+            up to 7 LRs, until a worse run lies on each side of the best (its parabola's vertex): at two lengths,
+            H and 2H, where the share buys H >= 15 updates, carried by how the best moved
+            (:func:`~tunekit.probes.refine_plan.from_two_lengths`); else 33-update runs within one range
+            test's updates, carried as calibrated on the corpus (:func:`~tunekit.probes.refine_plan.from_short_runs`;
+            none without ``val_data`` or ``hold_out_share``); else the curve alone, and the result says why.
         refine_steps, refine_seeds: one length and seeds per LR instead, whatever it costs.
         hold_out_share: without ``val_data``, score each run on this share of the training data held out of it
             (else on at most 2048 training samples it trained on).
@@ -166,6 +168,10 @@ def _test_and_refine(setup: _Setup, settings: LRFindSettings, lrs: np.ndarray, r
         # Then short real runs around the curve's suggestion: the curve alone can be off by 25x.
         if plan is not None and plan.refines:
             short_run, scored_on = _short_runner(setup, initial, plan.steps, plan.seeds, steps_bar, hold_out_share)
+            if plan.calibrated and scored_on[0] is ScoredOn.TRAIN:  # hold_out_share could not split this data
+                steps_bar.update(plan.most_updates)
+                plan = without_scoring_data(plan)
+        if plan is not None and plan.refines:
             result.settings.refine_scored_on = scored_on[1]
             longer_run = (_short_runner(setup, initial, plan.long_steps, plan.seeds, steps_bar, hold_out_share)[0]
                           if plan.long_steps else None)
@@ -478,10 +484,12 @@ def _carry_to_run(result: LRFindResult, plan: RefinePlan, run_steps: int, per_up
     if len(stages) > 1 and stages[0].best_lr is not None and ref.best_lr is not None:  # the second ran from the first's best
         result.suggestion = from_two_lengths(stages[0].best_lr, ref.best_lr, plan.steps, run_steps)
     elif plan.calibrated and ref.best_lr is not None:
-        up = blowup(prepare(result.lrs, result.losses))
+        # Where the sweep went non-finite before its smoothed loss rose, the LR it stopped at stands in.
+        up = blowup(prepare(result.lrs, result.losses)) or result.diverged_at_lr
         result.suggestion = from_short_runs(ref.best_lr, up)
         ref.carried = f"{10 ** SHORT_SHIFT:.2g}x their best, as calibrated on the benchmarks' corpus"
-        if result.suggestion < ref.best_lr * 10 ** SHORT_SHIFT * (1 - 1e-9):
+        ref.capped = result.suggestion < ref.best_lr * 10 ** SHORT_SHIFT * (1 - 1e-9)
+        if ref.capped:
             ref.carried = (f"capped at the sweep's blow-up ({up:.3g}) / {10 ** SHORT_CAP:.2g}: where the curve and the "
                            "short runs disagree, the suggestion leans below")
         if not ref.bracketed:

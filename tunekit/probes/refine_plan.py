@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-from tunekit.defaults import RUN_STEPS_IN_HAND, SWEEP_STEPS
+from tunekit.defaults import REFINE_SHARE, RUN_STEPS_IN_HAND, SWEEP_STEPS
 
 __all__ = ["RefinePlan", "plan_refinement", "from_two_lengths", "from_short_runs", "DEFAULT_RUN_STEPS", "REFINE_SHARE",
            "TWO_LENGTHS_FROM", "SATURATION", "MOST_CARRIED", "SHORT_STEPS", "SHORT_SHIFT", "SHORT_CAP"]
@@ -23,8 +23,6 @@ __all__ = ["RefinePlan", "plan_refinement", "from_two_lengths", "from_short_runs
 # A model in hand whose data has no length, and no run_steps given: a run of this many updates
 # (tunekit.defaults; data with a length: RUN_EPOCHS_IN_HAND epochs of it).
 DEFAULT_RUN_STEPS = RUN_STEPS_IN_HAND
-# The refinement's cost as a share of the planned run's updates (the range test's sweep aside).
-REFINE_SHARE = 0.05
 # Runs at two lengths, H and 2H, from this H: how the best LR moves from H to 2H says where it settles.
 # (A single length is biased by its length, either way: against a 3,000-update run's best, 30-update runs'
 # best was 0.3-6.9x on the long-horizon tasks, where two lengths from 15 updates come closer than the curve.)
@@ -57,7 +55,7 @@ class RefinePlan:
     steps: int
     seeds: int
     runs: int
-    budget: int  # updates the refinement may spend: share x run_steps
+    budget: int  # updates the refinement may spend: share x run_steps (or one range test's, calibrated)
     why: str
     long_steps: int = 0
     calibrated: bool = False  # one length, carried by from_short_runs
@@ -92,9 +90,9 @@ def plan_refinement(run_steps: int, share: float, runs: int, steps: Optional[int
     how = f"{_pct(share)} of a {run_steps:,}-update run"
     if length >= TWO_LENGTHS_FROM:
         return RefinePlan(length, pick, runs, budget, how, long_steps=2 * length)
-    spend = max(budget, sweep_steps)
-    if spend // SHORT_STEPS >= 3 and run_steps >= 2 * SHORT_STEPS:
-        n = min(runs, spend // SHORT_STEPS)
+    spend = max(budget, min(sweep_steps, run_steps))  # one range test's updates, never more than the run's
+    n = min(runs, spend // SHORT_STEPS)
+    if n >= 3 and run_steps >= 2 * SHORT_STEPS:
         return RefinePlan(SHORT_STEPS, 1, n, spend,
                           f"{how} cannot buy runs at two lengths: up to {n} short runs of {SHORT_STEPS} updates "
                           f"({spend:,} updates, {'one range test' if spend > budget else how}), their best carried "

@@ -423,7 +423,7 @@ class SearchResult(Result):
 
     def _batch_source(self) -> list[str]:
         """Why the batch choices centre where they do, and which way the design's batch step went (the
-        probe's stored timed steps decided it)."""
+        budget's currency, and under device time the probe's stored timed steps, decided it)."""
         probe = self.probe or {}
         lines = [f"critical batch {probe['noise_not_measured']}"] if probe.get("noise_not_measured") else []
         d = probe.get("design_batch")
@@ -459,7 +459,7 @@ class SearchResult(Result):
 
 
 def _priced(design: dict[str, Any]) -> str:
-    """Why the design's batch step went the way it did: what the probe's timed steps priced."""
+    """Why the design's batch step went the way it did: the budget's currency, or what the probe's timed steps priced."""
     share, line, centre = design.get("twice_share"), design["unsaturated"], design["centre"]
     if not design.get("in_time", True):
         return (" (the budget is not device time: a smaller batch buys more updates of the same samples; "

@@ -69,7 +69,7 @@ def lr_at(
         decayed = floor + (peak_lr - floor) * (1.0 - progress)
     elif decay == "wsd":
         start = max(n_warm, total_steps - max(1, int(round(WSD_DECAY * total_steps))))
-        late = np.clip((t - start) / max(total_steps - start - 1, 1), 0.0, 1.0)
+        late = np.clip((t - start + 1) / max(total_steps - start, 1), 0.0, 1.0)  # the floor at the last update
         decayed = floor + (peak_lr - floor) * 0.5 * (1.0 + np.cos(math.pi * late))
     else:
         decayed = np.full_like(t, peak_lr)
