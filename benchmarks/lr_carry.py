@@ -130,9 +130,11 @@ class Rule:
         return float(10 ** x)
 
 
-def blowup_of(rec: dict[str, Any]) -> float | None:
+def blowup_of(rec: dict[str, Any], sweep_steps: int = 100) -> float | None:
+    """The sweep's blow-up, else the LR it stopped at (as lr_find caps the carry)."""
     c = lr_rules.prepare(rec["sweep_lrs"], [math.nan if v is None else v for v in rec["sweep_losses"]])
-    return lr_rules.blowup(c) if len(c.lrs) >= 3 else None
+    up = lr_rules.blowup(c) if len(c.lrs) >= 3 else None
+    return up or (rec["sweep_lrs"][-1] if len(rec["sweep_lrs"]) < sweep_steps else None)
 
 
 def diverges(g: dict[str, Any], lr: float | None) -> bool:
