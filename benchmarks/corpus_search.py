@@ -173,7 +173,7 @@ def overview(summaries: dict[str, dict[str, Any]]) -> str:
         peers16 = [s[("anytime", a)][16] for a in SEARCHES[1:] if ("anytime", a) in s]
         tk8 = s.get(("anytime", "tunekit"), {}).get(8, math.nan)
         any_ok = "yes" if peers16 and tk8 <= min(peers16) else ("no" if peers16 else "-")
-        free = ["yes" if s[("free", a)][1] < s[("free", a)][0] else "no" if ("free", a) in s else "-" for a in FREE]
+        free = ["-" if ("free", a) not in s else "yes" if s[("free", a)][1] < s[("free", a)][0] else "no" for a in FREE]
         lines.append(f"{s['family']:<13}{g(('expected', 'samples')):>18}{g(('expected', 'updates')):>13}"
                      f"{g(('expected', 'seconds')):>13}{reach('expected'):>9}{g(('best known', 'samples')):>21}"
                      f"{reach('best known'):>9}{any_ok:>19}{free[0]:>9}{free[1]:>14}")
