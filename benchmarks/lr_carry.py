@@ -34,9 +34,10 @@ import numpy as np
 from benchmarks.corpus import CORPUS
 from benchmarks.corpus_refine import load
 from benchmarks.harness import grid, lofo, report
+from tunekit.defaults import REFINE_SHARE, SWEEP_STEPS
 from tunekit.probes import lr_rules
 
-BUDGET = 100  # one range test's updates (tunekit.defaults.SWEEP_STEPS): the refinement's most
+BUDGET = SWEEP_STEPS  # one range test's updates: what the refinement may spend at least
 STEP = 0.5  # the short runs' lattice, decades (range_test.REFINE_OFFSETS)
 SHIFTS = tuple(np.round(np.arange(-1.0, 0.51, 0.125), 3))
 WEIGHTS = (1.0, 0.75, 0.5)
@@ -55,9 +56,9 @@ class Replay:
 
 
 def budget_of(run_steps: int) -> int:
-    """What lr_find's refinement may spend on a planned run too short for two lengths
-    (tunekit.probes.refine_plan.plan_refinement): 5% of it, at least one range test."""
-    return max(int(0.05 * run_steps), BUDGET)
+    """What lr_find's refinement may spend on a planned run too short for two lengths, as
+    tunekit.probes.refine_plan.plan_refinement sizes it: its share of the run, at least one range test."""
+    return max(int(REFINE_SHARE * run_steps), min(BUDGET, run_steps))
 
 
 def replay(rec: dict[str, Any], budget: int = BUDGET, start: float | None = None) -> Replay:

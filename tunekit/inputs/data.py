@@ -8,7 +8,6 @@ or dicts in the Hugging Face style.
 
 from __future__ import annotations
 
-
 from collections.abc import Iterable, Iterator, Mapping, Sized
 from typing import Any
 
