@@ -12,6 +12,7 @@ constants lr_find ships (tunekit/probes/refine_plan.py: SHORT_*) are the rule ch
 the figures to quote are the held-out ones.
 
     python -m benchmarks.lr_carry [--select capped|mean] [--kind one|two|both] [--no-val curve|train|DIR]
+    python -m benchmarks.lr_carry --oracle     # what no carry of these measurements can beat (in-sample bounds)
 
 Tasks whose finder has no validation data (the small-data family) get the curve's suggestion, as lr_find
 gives it them (``--no-val train``: short runs scored on the training data; ``--no-val DIR``: the records of
@@ -183,6 +184,9 @@ def main() -> None:
                     help="what the rule is chosen on: the mean regret, or the mean of min(regret, 1)")
     ap.add_argument("--kind", choices=("one", "two", "both"), default="both")
     ap.add_argument("--caps", default="", help="caps to try besides the safety rule's, e.g. none,0.25")
+    ap.add_argument("--oracle", action="store_true",
+                    help="the in-sample bounds: each task's (or family's) best shift of the short runs' best, and "
+                         "the grid's own seed-to-seed regret; writes lr_carry_oracle_report.txt")
     ap.add_argument("--no-val", default="curve", help="tasks without validation data: curve (lr_find's rule), train, "
                     "or a records folder")
     args = ap.parse_args()
@@ -193,6 +197,9 @@ def main() -> None:
         recs = {n: [{**r, "lrs": [], "scores": []} if not CORPUS[n].finder_val else r for r in rs]
                 for n, rs in recs.items()}
     recs = {n: r for n, r in recs.items() if r and grid.load(n) is not None}
+    if args.oracle:
+        oracle(recs)
+        return
     truths = {n: grid.Truth.of(grid.load(n)) for n in recs}
     grids = {n: grid.load(n) for n in recs}
     lengths = sorted({r["steps"] for rs in recs.values() for r in rs})
@@ -257,6 +264,86 @@ def main() -> None:
     lines.append(f"the rule chosen on every family (in-sample): {allfit}")
     print("\n".join(lines))
     report.write("lr_carry", "The carry from short runs to the planned run, leave-one-family-out", "\n".join(lines))
+
+
+ORACLE_SHIFTS = tuple(np.round(np.arange(-1.5, 1.5001, 0.0625), 4))
+
+
+def oracle(recs: dict[str, list[dict[str, Any]]]) -> None:
+    """Lower bounds no carry of these measurements can beat, each fitted in-sample on the grid it is scored on.
+
+    - per task: the short runs' best (as lr_find reads it under its budget; the curve's suggestion where
+      there are none) times the one factor that is best for that task over its seeds;
+    - per family: one factor per family, best for the family's tasks (what a rule that knew the family's
+      own ideal correction would give);
+    - the grid against itself: each grid seed's own best LR, scored on the seed-mean curve.
+    What is left under the per-task bound is the seed-to-seed variation of the measurements themselves.
+    """
+    truths = {n: grid.Truth.of(grid.load(n)) for n in recs}
+    fam = {n: CORPUS[n].family for n in recs}
+    families = list(dict.fromkeys(fam.values()))
+
+    def base(n: str, r: dict[str, Any], curve_only: bool) -> float:
+        if r["curve"] is None:
+            return math.log10(truths[n].best_lr)  # no suggestion: the best a bound can assume
+        if curve_only or not r["lrs"]:
+            return math.log10(r["curve"])
+        b = replay(r, budget_of(CORPUS[n].run_steps)).best
+        return math.log10(r["curve"]) if b is None else b
+
+    def reg(n: str, xs: list[float], s: float) -> float:
+        return float(np.mean([truths[n].regret(10 ** (x + s)) for x in xs]))
+
+    lines = ["In-sample bounds (fitted on the grids they are scored on: no rule chosen out of sample can beat them).",
+             "Mean regret per family at the planned run; the short runs as lr_find runs them under its budget "
+             "(max(5% of the run, one range test)).",
+             f"{'bound':<52}" + "".join(f"{f[:11]:>12}" for f in families) + f"{'mean':>8}{'w/o small':>10}"
+             f"{'spread':>8}"]
+
+    def row(label: str, per_family: dict[str, float], spread: float) -> None:
+        fm = [per_family[f] for f in families]
+        rest = [per_family[f] for f in families if f != "small-data"]
+        lines.append(f"{label:<52}" + "".join(f"{100 * v:11.1f}%" for v in fm) + f"{100 * np.mean(fm):7.1f}%"
+                     f"{100 * np.mean(rest):9.1f}%{spread:8.2f}")
+
+    lengths = sorted({r["steps"] for rs in recs.values() for r in rs})
+    for h in lengths + ["all"]:
+        for curve_only in ((False, True) if h == lengths[-1] else (False,)):
+            xs: dict[str, list[float]] = {}
+            for n, rs in recs.items():
+                per_seed: dict[int, list[float]] = {}
+                for r in rs:
+                    if h == "all" or r["steps"] == h:
+                        per_seed.setdefault(r["seed"], []).append(base(n, r, curve_only))
+                xs[n] = [float(np.mean(v)) for v in per_seed.values()]
+            task = {n: min(reg(n, xs[n], s) for s in ORACLE_SHIFTS) for n in recs}
+            family = {f: min(float(np.mean([reg(n, xs[n], s) for n in recs if fam[n] == f])) for s in ORACLE_SHIFTS)
+                      for f in families}
+            spread = float(np.median([max(v) - min(v) for v in xs.values() if len(v) > 1]))
+            what = ("the curve's suggestion" if curve_only else
+                    f"short runs of {h}" if h != "all" else f"mean of the bests at {'+'.join(map(str, lengths))}")
+            row(f"{what}, best factor per task", {f: float(np.mean([task[n] for n in recs if fam[n] == f]))
+                                                  for f in families}, spread)
+            row(f"{what}, best factor per family", family, spread)
+    self_reg: dict[str, float] = {}
+    for n in recs:
+        g = grid.load(n)
+        assert g is not None
+        regs = []
+        for sd in sorted({r["seed"] for r in g["runs"]}):
+            mine = [r for r in g["runs"] if r["seed"] == sd and not r["diverged"]]
+            if mine:
+                regs.append(truths[n].regret(min(mine, key=lambda r: grid.capped(r["final_loss"],
+                                                                                  g["untrained_loss"]))["lr"]))
+        self_reg[n] = float(np.mean(regs)) if regs else math.nan
+    row("the grid: one seed's own best LR", {f: float(np.nanmean([self_reg[n] for n in recs if fam[n] == f]))
+                                             for f in families}, math.nan)
+    lines += ["spread: median over tasks of the decades between the seeds' extremes (the rule's own input, before "
+              "any factor);",
+              "small-data: lr_find has no validation data to score short runs on there, so every row holds the curve's "
+              "suggestion;",
+              "'mean of the bests' spends three lengths' runs, about 2.6x what lr_find may spend: a bound for more data."]
+    report.write("lr_carry_oracle", "What no carry of the short runs can beat: in-sample bounds", "\n".join(lines))
 
 
 def _spread(lrs: list[float | None]) -> float:
