@@ -91,9 +91,11 @@ class Sampler:
 
 @dataclass(frozen=True)
 class TPE(Sampler):
-    """Optuna's TPESampler (multivariate), seeded."""
+    """Optuna's TPESampler, seeded; after the design, early trials draw their LR near the best so far."""
 
     kind: ClassVar[str] = "tpe"
+    guided: bool = opt(True, "after the design, draw early trials' LR near the best trial's, TPE taking over as "
+                       "trials accrue (default; --no-guided: TPE alone)", spec="guided", kind="bool")
 
 
 @dataclass(frozen=True)

@@ -201,8 +201,11 @@ def study_exists(store: Any, name: str) -> bool:
     return name in optuna.get_all_study_names(store)
 
 
-def make_sampler(kind: str, seed: int, startup: int, parallel: bool) -> Any:
-    """TPE (its random start-up replaced by ``startup`` enqueued design trials) or random search."""
+def make_sampler(kind: str, seed: int, startup: int, parallel: bool, lr_param: Optional[str] = None,
+                 horizon: int = 0) -> Any:
+    """TPE (its random start-up replaced by ``startup`` enqueued design trials) or random search.
+    ``lr_param``: the seeded LR's name, drawn near the best trial for the ``horizon`` trials after the
+    design (:class:`~tunekit.hpsearch.guided.GuidedSampler`); None: TPE alone."""
     import optuna
 
     if kind == "random":
@@ -211,7 +214,12 @@ def make_sampler(kind: str, seed: int, startup: int, parallel: bool) -> Any:
         warnings.simplefilter("ignore")
         # With trials running in parallel, constant_liar keeps TPE from proposing
         # the same point to every free worker.
-        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup, constant_liar=parallel)
+        tpe = optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup, constant_liar=parallel)
+    if lr_param is None or horizon <= 0:
+        return tpe
+    from tunekit.hpsearch.guided import GuidedSampler
+
+    return GuidedSampler(tpe, lr_param, design=startup, horizon=horizon, seed=seed)
 
 
 def open_study(store: Any, name: str, sampler: Any, pruner: Any, direction: str = "minimize") -> Any:

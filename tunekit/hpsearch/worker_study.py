@@ -28,7 +28,7 @@ from tunekit.hpsearch.shared.workers import (default_threads, end_creation, regi
                                              worker_id, worker_seed)
 from tunekit.hpsearch.study import StoredPlan, keep_plan, make_sampler, open_study
 
-__all__ = ["FoundStudy", "Prepared", "OpenedStudy", "open_worker_study", "sampler_seed", "rungs_of", "pruner_of",
+__all__ = ["FoundStudy", "Prepared", "OpenedStudy", "open_worker_study", "guided_lr", "sampler_seed", "rungs_of", "pruner_of",
            "stored_plan_of", "queue_seed_and_design", "store_spec", "become_worker", "set_threads"]
 
 
@@ -78,7 +78,9 @@ def open_worker_study(prep: Prepared, settings: SearchSettings, concurrent: bool
     wid = getattr(s.study, "worker_id", None) or worker_id()
     seed = sampler_seed(s, wid, found)
     n_design = design_size(s, prep.inputs.space, prep.probes)
-    sampler = make_sampler(s.sampler.kind, seed, n_design or max(3, min(10, s.trials // 3)), parallel=concurrent or s.shared)
+    startup = n_design or max(3, min(10, s.trials // 3))
+    sampler = make_sampler(s.sampler.kind, seed, startup, parallel=concurrent or s.shared,
+                           lr_param=guided_lr(prep, s), horizon=s.trials - startup)
     rungs = rungs_of(s, prep.inputs.budget.samples, found.old_plan)
     study = open_study(found.store, found.name, sampler, pruner_of(s, prep.inputs.budget.samples, rungs), s.goal.direction)
     stored = stored_plan_of(prep, s, rungs)
@@ -92,6 +94,16 @@ def open_worker_study(prep: Prepared, settings: SearchSettings, concurrent: bool
             end_creation(found.store, found.name)
     threads = become_worker(study, wid, seed, getattr(s.study, "threads", None), s.shared)
     return OpenedStudy(study, seed_params, threads, wid, seed, stored)
+
+
+def guided_lr(prep: Prepared, settings: SearchSettings) -> Optional[str]:
+    """The LR parameter the sampler draws near the best trial early: the one the range test seeded (its
+    suggestion trusted), under a TPE sampler that asks for it; None otherwise."""
+    lf = prep.probes.lr_find
+    entry = prep.inputs.space.entries.get("lr")
+    if not getattr(settings.sampler, "guided", False) or entry is None or entry.seeded != "lr_find":
+        return None
+    return "lr" if lf is not None and lf.confident and lf.suggestion else None
 
 
 def sampler_seed(settings: SearchSettings, wid: str, found: FoundStudy) -> int:

@@ -1,0 +1,90 @@
+"""The sampler after the design: the LR drawn near the best trial so far, early; Optuna's TPE later.
+
+Why: after a design of five trials, TPE's Parzen estimators still carry the LR range's flat prior, and
+a range from the curve's descent to 25x its minimum spans four decades or more. On the corpus search
+(benchmarks/corpus_search.py) its first proposals after the design went to the range's ends (3.8 and
+1.7 where the best LR was 0.1; 6e-5 and 3e-4), each pruned at its first rung at a third of a trial's
+samples. PriorBand (Mallik et al., 2023) draws early trials from the expert's prior and around the
+incumbent, and leans on the data as it accumulates; this is the smallest form of that idea: for the
+k-th trial after the design, with probability ``1 - k / horizon``, the LR is drawn from a log-normal
+around the best finished trial's LR (the seed trial's, before any finished), of sd
+:data:`LR_PRIOR_SD` decades; otherwise, and for every other parameter, TPE proposes. Trials drawn
+here are ordinary trials to TPE: they inform its model like its own.
+
+The draw depends only on the sampler's seed, the trial's number and the trials finished before it,
+so a seeded one-process search proposes the same trials twice. Imported only where a sampler is made
+(it imports optuna).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional, Sequence
+
+import numpy as np
+import optuna
+from optuna.distributions import FloatDistribution
+from optuna.study import StudyDirection
+from optuna.trial import TrialState
+
+__all__ = ["LR_PRIOR_SD", "GuidedSampler", "prior_share"]
+
+# The sd, in decades, of the LR drawn around the incumbent: the LR suggestion's own error over the
+# corpus (log10 of suggestion over the grid's best LR: sd 0.48 decades over 38 tasks and 9 families,
+# 0.44-0.51 with any one family left out; benchmarks/data/corpus_lr_report.txt). Not fitted on the
+# search's benchmark.
+LR_PRIOR_SD = 0.5
+
+
+def prior_share(k: int, horizon: int) -> float:
+    """The chance that the k-th trial after the design (k from 0) draws its LR near the incumbent."""
+    return max(0.0, 1.0 - k / max(1, horizon))
+
+
+class GuidedSampler(optuna.samplers.BaseSampler):
+    """``base`` (a TPESampler), with the LR parameter ``param`` drawn near the incumbent for the
+    ``horizon`` trials after the ``design`` queued ones, with a share that falls from 1 to 0."""
+
+    def __init__(self, base: Any, param: str, design: int, horizon: int, seed: int, sd: float = LR_PRIOR_SD) -> None:
+        self.base, self.param, self.design, self.horizon = base, param, design, horizon
+        self.seed, self.sd = int(seed), float(sd)
+
+    # Everything but the LR draw is the base sampler's.
+    def infer_relative_search_space(self, study: Any, trial: Any) -> dict[str, Any]:
+        space = dict(self.base.infer_relative_search_space(study, trial))
+        space.pop(self.param, None)  # the LR is always decided in sample_independent
+        return space
+
+    def sample_relative(self, study: Any, trial: Any, search_space: dict[str, Any]) -> dict[str, Any]:
+        return dict(self.base.sample_relative(study, trial, search_space))
+
+    def before_trial(self, study: Any, trial: Any) -> None:
+        self.base.before_trial(study, trial)
+
+    def after_trial(self, study: Any, trial: Any, state: Any, values: Optional[Sequence[float]]) -> None:
+        self.base.after_trial(study, trial, state, values)
+
+    def reseed_rng(self) -> None:
+        self.base.reseed_rng()
+
+    def sample_independent(self, study: Any, trial: Any, param_name: str, param_distribution: Any) -> Any:
+        dist = param_distribution
+        if param_name != self.param or not isinstance(dist, FloatDistribution) or not dist.log:
+            return self.base.sample_independent(study, trial, param_name, dist)
+        rng = np.random.default_rng([self.seed, trial.number])
+        centre = self.incumbent(study, trial.number)
+        if centre is None or rng.random() >= prior_share(trial.number - self.design, self.horizon):
+            return self.base.sample_independent(study, trial, param_name, dist)
+        low, high = math.log10(dist.low), math.log10(dist.high)
+        x = float(np.clip(math.log10(centre) + self.sd * rng.standard_normal(), low, high))
+        return float(min(max(10**x, dist.low), dist.high))
+
+    def incumbent(self, study: Any, before: int) -> Optional[float]:
+        """The LR of the best trial finished before trial ``before``; else the first trial's (the seed trial)."""
+        done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+                if t.number < before and t.value is not None and self.param in t.params]
+        if done:
+            pick = min if study.direction == StudyDirection.MINIMIZE else max
+            return float(pick(done, key=lambda t: t.value).params[self.param])
+        first = [t for t in study.get_trials(deepcopy=False) if t.number < before and self.param in t.params]
+        return float(min(first, key=lambda t: t.number).params[self.param]) if first else None
