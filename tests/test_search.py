@@ -77,25 +77,20 @@ def _probe_like(critical: float | None, interval: tuple[float, float] | None, n:
                            dataset_size=n)
 
 
-def test_batch_centre_moves_toward_the_lr_batch_only_within_the_interval() -> None:
+def test_batch_centre_is_the_lr_batch_and_the_noise_scale_only_without_one() -> None:
     entry = load_space("from_scratch").entries["batch"]
-    # The LR's batch (64) is a plausible critical batch: the centre is 64 itself, whatever the point estimate.
-    assert batch_centre(_probe_like(129.0, (50.0, 280.0)), 64) == 64
-    assert batch_choices(entry, _probe_like(129.0, (50.0, 280.0)), 64) == [16, 32, 64, 128, 256]
-    # A confident estimate below it: the interval's nearer edge, not the point estimate. One above it
-    # is no reason to leave it: trials draw a fixed number of samples, and a larger batch needs more.
-    assert batch_centre(_probe_like(20.0, (12.0, 30.0)), 64) == 30
-    assert batch_centre(_probe_like(515.0, (180.0, float("inf"))), 64) == 64
-    assert batch_choices(entry, _probe_like(515.0, (180.0, float("inf"))), 64) == [16, 32, 64, 128, 256]
-    # An LR batch inside the choices' span but off the powers of two is offered too; one outside is not.
+    # The LR's batch (64) is the centre, whatever the noise scale says: one at the start of training is a
+    # lower bound on the run's, so even a confident estimate below it does not move it.
+    for critical, interval in ((129.0, (50.0, 280.0)), (20.0, (12.0, 30.0)), (515.0, (180.0, float("inf"))),
+                               (None, None), (129.0, None)):
+        assert batch_centre(_probe_like(critical, interval), 64) == 64
+    assert batch_choices(entry, _probe_like(3.0, (2.0, 4.0)), 64) == [16, 32, 64, 128, 256]
+    # An LR batch inside the choices' span but off the powers of two is offered too.
     assert 100 in batch_choices(entry, _probe_like(129.0, (50.0, 280.0)), 100)
-    assert 100 not in batch_choices(entry, _probe_like(12.0, (10.0, 14.0)), 100)
-    # Without a range test (no reference batch) or an interval: the point estimate, as before.
+    # Without a range test (no reference batch): the point estimate, else the throughput knee.
     assert batch_centre(_probe_like(129.0, (50.0, 280.0)), None) == 129
-    assert batch_centre(_probe_like(None, None), None) == 256  # no noise scale: the throughput knee
-    # No noise-scale estimate (or interval) but a range test: its batch, not the largest that fits.
-    assert batch_centre(_probe_like(None, None), 64) == 64
-    assert batch_centre(_probe_like(129.0, None), 64) == 64
+    assert batch_centre(_probe_like(None, None), None) == 256
+    assert 100 not in batch_choices(entry, _probe_like(12.0, (10.0, 14.0)), None)
 
 
 def test_seed_trial_pairs_the_suggested_lr_with_its_own_batch(tmp_path: Path) -> None:
@@ -107,14 +102,17 @@ def test_seed_trial_pairs_the_suggested_lr_with_its_own_batch(tmp_path: Path) ->
     pr.critical_batch, pr.critical_batch_range = 100.0, (20.0, 200.0)  # 32 is plausible: the seed keeps it
     r = search(task, "from_scratch", trials=1, max_steps=100, lr_find_result=lf, probe_result=pr, device="cpu")
     assert r.seed_params["batch"] == 32 and r.trials[0]["config"]["lr"] == pytest.approx(lf.suggestion)  # design's first
-    pr.critical_batch, pr.critical_batch_range = 8.0, (6.0, 9.0)  # a confident estimate below it moves it
-    r = search(task, "from_scratch", trials=1, max_steps=100, lr_find_result=lf, probe_result=pr, device="cpu")
-    assert r.seed_params["batch"] == 8  # the interval's edge, 9, as a power of two
-    # The LR was found at batch 32; at 8 the trial draws the same samples as one at 32 (100 updates of
-    # 32 = 400 updates of 8), and an adaptive optimizer's (AdamW) LR goes down by the square root below it.
-    seed = r.trials[0]
-    assert seed["config"]["lr"] == pytest.approx(lf.suggestion / 2) and r.plan["lr_rule"] == "sqrt_below"
-    assert seed["updates"] == 400 and seed["samples"] == 3200 and seed["micro_batch"] * seed["accumulation_steps"] == 8
+    pr.critical_batch, pr.critical_batch_range = 8.0, (6.0, 9.0)  # a confident estimate below it: no move
+    r = search(task, "from_scratch", trials=5, max_steps=100, lr_find_result=lf, probe_result=pr, device="cpu",
+               prune=False)
+    assert r.seed_params["batch"] == 32
+    # The design tries half the batch too. The LR was found at batch 32; at 16 the trial draws the same
+    # samples as one at 32 (100 updates of 32 = 200 updates of 16), and an adaptive optimizer's (AdamW)
+    # LR goes down by the square root below it.
+    half = next(t for t in r.trials if t["micro_batch"] * t["accumulation_steps"] == 16)
+    assert half["params"]["lr"] == pytest.approx(lf.suggestion) and r.plan["lr_rule"] == "sqrt_below"
+    assert half["config"]["lr"] == pytest.approx(lf.suggestion / 2**0.5)
+    assert half["updates"] == 200 and half["samples"] == 3200
 
 
 @pytest.mark.slow  # a search with the probes
@@ -888,32 +886,30 @@ def test_train_config_of_a_trial_with_no_final_value_says_so() -> None:
     assert "ended pruned, with no final loss to compare with" in line and "NOT the same" not in line
 
 
-def test_the_noise_scale_is_measured_only_where_it_is_cheap_next_to_a_trial(tmp_path: Path) -> None:
-    """The search reads the noise scale only to move its batch centre: the probe skips it where it would
-    cost more than NOISE_SHARE of one full trial (and where the space has no batch), and says so."""
+def test_the_noise_scale_is_measured_only_without_a_range_test_batch(tmp_path: Path) -> None:
+    """The search reads the noise scale only to centre its batches where no range test gave a batch: the
+    probe skips it otherwise (and where the space has no batch), and says so."""
     from tunekit.hpsearch.resolve import prepare_inputs
-    from tunekit.hpsearch.seeding import NOISE_SHARE, noise_repeats
+    from tunekit.hpsearch.seeding import noise_repeats
     from tunekit.hpsearch.settings import SearchSettings
     from tunekit.probes.batch_probe import NOISE_REPEATS, noise_cost
     from tunekit.results.lr_find import LRFindSettings
 
     task = classification_task()
-    updates, samples = noise_cost()
-    cheap = int(max(updates, samples / task.batch_size) / NOISE_SHARE) + 1  # updates a trial where it is cheap
+    updates, _ = noise_cost()
     ran_at = SimpleNamespace(settings=LRFindSettings(batch_size=task.batch_size))  # a range test's batch to centre on
-    for steps, measured in ((cheap, True), (cheap // 2, False)):
-        inputs = prepare_inputs(task, "from_scratch", SearchSettings(budget=f"{steps}updates"))
+    for budget in ("100000updates", "50updates", "60s"):
+        inputs = prepare_inputs(task, "from_scratch", SearchSettings(budget=budget))
         repeats, why = noise_repeats(inputs, ran_at)
-        assert (repeats == NOISE_REPEATS and why is None) if measured else (repeats == 0 and "% of one trial" in why)
-    # Without a range test's batch, the estimate is the centre itself: measured, however dear.
-    assert noise_repeats(inputs, None) == (NOISE_REPEATS, None)
-    no_batch = prepare_inputs(task, str(write_space(tmp_path, SMALL)), SearchSettings(budget=f"{cheap}updates"))
+        assert repeats == 0 and "centre on the range test's batch" in why
+        assert noise_repeats(inputs, None) == (NOISE_REPEATS, None)  # without one, the estimate is the centre
+    no_batch = prepare_inputs(task, str(write_space(tmp_path, SMALL)), SearchSettings(budget="1000updates"))
     assert noise_repeats(no_batch, ran_at) == (0, "not measured: the space has no batch to centre")
-    # A short search: the probe skipped it (its cost is not in the probes'), the choices centre on the
-    # range test's batch, and the table says why.
+    # A search: the probe skipped it (its cost is not in the probes'), the choices centre on the range
+    # test's batch, and the table says why.
     r = search(task, "from_scratch", trials=1, max_steps=20, device="cpu", memory_budget="256MiB")
     assert r.probe["critical_batch"] is None and r.seed_params["batch"] == task.batch_size
-    assert r.probe["updates"] < updates and "critical batch not measured: its" in r.table()
+    assert r.probe["updates"] < updates and "critical batch not measured: the batch choices centre" in r.table()
 
 
 @pytest.mark.slow  # searches with two optimizers

@@ -24,7 +24,7 @@ from tunekit.hpsearch.settings import SearchSettings
 from tunekit.hpsearch.study import enqueue_design
 from tunekit.inputs.data import dataset_size
 from tunekit.inputs.space import SearchSpace
-from tunekit.probes.batch_probe import NOISE_REPEATS, noise_cost, probe
+from tunekit.probes.batch_probe import NOISE_REPEATS, probe
 from tunekit.probes.range_test import lr_find
 from tunekit.probes.resolve import check_saved
 from tunekit.results import LRFindResult, ProbeResult
@@ -32,7 +32,7 @@ from tunekit.results.step_time import update_seconds
 
 __all__ = ["Probes", "run_probes", "priced", "make_plan", "design_size",
            "enqueue_seed_and_design", "probe_cap", "noise_repeats", "adaptive_l2", "larger_is_cheaper",
-           "twice_batch_share", "design_batch", "EVAL_SAMPLES", "DESIGN_TRIALS", "NOISE_SHARE"]
+           "twice_batch_share", "design_batch", "EVAL_SAMPLES", "DESIGN_TRIALS"]
 
 # Validation reads at most this many samples (the first ones, in the set's own order).
 EVAL_SAMPLES = 4096
@@ -42,12 +42,8 @@ PRICE_POINTS = 4
 # Twice the batch is "cheaper" where its update costs at most this share of two updates at the batch:
 # the same samples in at least 10% less device time (a saturated device's timings land near 1.0).
 UNSATURATED = 0.9
-# The search reads the noise scale for one thing: to move its batch choices' centre below the range
-# test's batch (``batch_centre``), which it rarely does (benchmarks/data/constants_history.md); so the
-# probe measures it only where it costs at most this share of one full trial, else the choices centre
-# on the range test's batch. Always measured without a range test's batch, and under a budget in
-# device time (the trial's size is known only once this probe has timed its steps).
-NOISE_SHARE = 0.10
+# The search reads the noise scale for one thing: the batch choices' centre where no range test gave a
+# batch (``batch_centre``); with one, the probe does not measure it (its gradients are samples the user pays).
 
 
 @dataclass
@@ -124,17 +120,10 @@ def noise_repeats(inputs: SearchInputs, lr_find: Any = None) -> tuple[int, Optio
     """The gradients the search's probe measures the noise scale with (0: not measured), and why none."""
     if "batch" not in inputs.space.entries:
         return 0, "not measured: the space has no batch to centre"
-    trial_updates = _trial_updates(inputs)
-    if trial_updates is None or reference_batch(lr_find) is None:
-        # A budget in device time is priced by this probe (the trial's size is not known yet); and
-        # without a range test's batch the noise scale is the centre itself.
-        return NOISE_REPEATS, None
-    updates, samples = noise_cost()
-    share = max(updates / trial_updates, samples / inputs.budget.samples)
-    if share <= NOISE_SHARE:
-        return NOISE_REPEATS, None
-    return 0, (f"not measured: its {updates} updates ({samples:,} samples at most) would be {share:.0%} of one "
-               f"trial (measured where at most {NOISE_SHARE:.0%}); the batch choices centre on the range test's batch")
+    if reference_batch(lr_find) is not None:
+        return 0, ("not measured: the batch choices centre on the range test's batch (a noise scale at the start "
+                   "of training is a lower bound on the run's)")
+    return NOISE_REPEATS, None
 
 
 def _trial_updates(inputs: SearchInputs) -> Optional[int]:
