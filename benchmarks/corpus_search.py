@@ -45,6 +45,9 @@ SEARCH_TASKS = ("digits_mlp_sgdm", "digits_cnn_bn_nesterov", "lstm_torchsrc_adam
 SEARCHES = ("tunekit", "random", "optuna_sh", "ray_asha")
 FREE = ("schedulefree", "prodigy")
 ARMS = SEARCHES + FREE
+# tunekit's variants, run on demand (--arms) and kept out of the report's tables: the search with the
+# range test's short runs before it (ProbeSettings(lr_refine=True); the default until 2026-12-05).
+se.VARIANTS.update({"tunekit_refined": {"lr_refine": True}})
 CACHE = Path(__file__).resolve().parent / ".cache" / "corpus_search"
 TARGETS = Path(__file__).resolve().parent / "data" / "corpus_search_targets.json"
 
@@ -195,8 +198,9 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)
     names, arms = pick(args.tasks), args.arms.split(",")
-    if not set(arms) <= set(ARMS):
-        ap.error(f"unknown arm(s) {', '.join(sorted(set(arms) - set(ARMS)))}: choose from {', '.join(ARMS)}")
+    known = (*ARMS, *[v for v in se.VARIANTS if v not in ARMS])
+    if not set(arms) <= set(known):
+        ap.error(f"unknown arm(s) {', '.join(sorted(set(arms) - set(known)))}: choose from {', '.join(known)}")
     cache, seeds, trials, grid_root = CACHE, args.seeds, args.trials, grid.GRIDS
     if args.quick:
         tmp = Path(tempfile.mkdtemp(prefix="tk_corpus_search_"))

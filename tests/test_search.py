@@ -7,7 +7,7 @@ import optuna
 import pytest
 import torch
 
-from tunekit import UsageError, load_space, lr_find, probe, search
+from tunekit import ProbeSettings, UsageError, load_space, lr_find, probe, search
 from tunekit.probes.range_test import LRFindResult
 from tunekit.hpsearch.seeded_space import batch_centre, batch_choices, distributions, lr_bounds_from_curve, reference_batch
 from tunekit.inputs.space import list_spaces
@@ -992,3 +992,19 @@ def test_the_table_says_which_way_the_designs_batch_step_went(tmp_path: Path) ->
     # Where the suggestion is far from the task's own LR, the last point tries that LR: no batch step to report.
     r = search(far, "from_scratch", trials=5, max_steps=40, lr_find_result=lf, probe_result=pr, device="cpu")
     assert "design's batch step" not in r.table() and r.probe["design_batch"] is None
+
+
+@pytest.mark.slow  # two searches with their probes
+def test_the_search_seeds_with_the_curve_alone_unless_asked_to_refine() -> None:
+    """By default the range test's curve alone seeds the search (the design's trials check it); --lr-refine
+    runs the short runs first, and their samples count."""
+    task = classification_task()
+    runs = {refine: search(task, "from_scratch", trials=1, budget="3200samples", device="cpu",
+                           probes=ProbeSettings(memory_budget="256MiB", lr_refine=refine))
+            for refine in (True, False)}
+    assert runs[True].lr_find["refined"] and not runs[False].lr_find["refined"]
+    assert runs[False].probe_samples < runs[True].probe_samples
+    assert runs[False].seed_params["lr"] == pytest.approx(runs[False].lr_find["suggestion"])
+    assert "the curve alone, no short runs: the design's full-length trials around it check it" in runs[False].table()
+    assert not search(task, "from_scratch", trials=1, budget="3200samples", device="cpu",
+                      memory_budget="256MiB").lr_find["refined"]  # the default

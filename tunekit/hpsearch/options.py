@@ -263,6 +263,10 @@ class ProbeSettings:
                        metavar="FILE")
     probe: Any = opt(None, "a saved probe.json (or its ProbeResult) instead of running the probe", metavar="FILE")
     memory_budget: Optional[str] = opt(None, "memory budget of the probe (e.g. 8GiB)", metavar="SIZE")
+    # Off by default: in a search the design's trials run at the planned length around the curve's
+    # suggestion, which is what the short runs estimate, for less (benchmarks/data/corpus_search_report.txt).
+    lr_refine: bool = opt(False, "run the range test's short runs around its suggestion before the search (default: "
+                          "the curve alone; the design's full-length trials around it check it)", kind="bool")
 
 
 # Each concept: the CLI flag that picks its class, and its classes by that flag's value.

@@ -418,7 +418,7 @@ class SearchResult(Result):
         if not lf.get("own", not lf.get("refined")):  # results saved before "own" was recorded: refined = saved
             return [f"LR seeded from the saved lr_find result: {lf['suggestion']:.3g} ({how})"]
         run = f" for a run of one trial ({lf['run_steps']:,} updates)" if lf.get("run_steps") else ""
-        more = "" if lf.get("refined") else "; --lr-find FILE seeds the search with a refined one"
+        more = "" if lf.get("refined") else ": the design's full-length trials around it check it"
         return [f"LR seeded from the search's own range test: {lf['suggestion']:.3g}{run} ({how}{more})"]
 
     def _batch_source(self) -> list[str]:
