@@ -47,7 +47,9 @@ FREE = ("schedulefree", "prodigy")
 ARMS = SEARCHES + FREE
 # tunekit's variants, run on demand (--arms) and kept out of the report's tables: the search with the
 # range test's short runs before it (ProbeSettings(lr_refine=True); the default until 2026-12-05).
-se.VARIANTS.update({"tunekit_refined": {"lr_refine": True}})
+se.VARIANTS.update({"tunekit_refined": {"lr_refine": True},
+                    # the range test's sweep a third of one trial's updates (30 to 100)
+                    "tunekit_sweep_third": {"lr_sweep_share": 1 / 3}})
 CACHE = Path(__file__).resolve().parent / ".cache" / "corpus_search"
 TARGETS = Path(__file__).resolve().parent / "data" / "corpus_search_targets.json"
 

@@ -332,7 +332,9 @@ def run_tunekit(task: tunekit.Task, budget: int, seed: int, n_trials: int, **kw:
     """tunekit's seeded search; its probes' samples are counted before its trials'."""
     search: Any = tunekit.search  # `budget` is new: typed loosely until every checkout has it
     with tempfile.TemporaryDirectory(prefix="tk_search_") as out:
-        probes = tunekit.ProbeSettings(memory_budget="1GiB", lr_refine=kw.pop("lr_refine", False))
+        sweep = kw.pop("lr_sweep_share", None)  # the range test's updates as a share of one trial's
+        steps = max(30, min(100, round(sweep * budget / int(task.batch_size or 1)))) if sweep else None
+        probes = tunekit.ProbeSettings(memory_budget="1GiB", lr_refine=kw.pop("lr_refine", False), lr_sweep_steps=steps)
         r = search(task, kw.pop("space", "from_scratch"), trials=n_trials, budget=f"{budget}samples", seed=seed,
                    out=out, backend=tunekit.Local(device="cpu"), probes=probes, **kw)
     ran = [t for t in r.trials if t["state"] in FINISHED]

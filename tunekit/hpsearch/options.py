@@ -257,16 +257,22 @@ class SharedStudy:
 
 @dataclass(frozen=True)
 class ProbeSettings:
-    """Saved probe results to start from instead of running the probes, and the probe's memory budget."""
+    """Saved probe results to start from instead of running the probes, the probe's memory budget, and
+    how the search's own range test runs."""
 
     lr_find: Any = opt(None, "a saved lr_find.json (or its LRFindResult) instead of running the range test",
                        metavar="FILE")
     probe: Any = opt(None, "a saved probe.json (or its ProbeResult) instead of running the probe", metavar="FILE")
     memory_budget: Optional[str] = opt(None, "memory budget of the probe (e.g. 8GiB)", metavar="SIZE")
+    lr_sweep_steps: Optional[int] = opt(None, "the range test's updates (default: lr-find's, 100)", kind="int",
+                                        metavar="N")
     # Off by default: in a search the design's trials run at the planned length around the curve's
     # suggestion, which is what the short runs estimate, for less (benchmarks/data/corpus_search_report.txt).
     lr_refine: bool = opt(False, "run the range test's short runs around its suggestion before the search (default: "
                           "the curve alone; the design's full-length trials around it check it)", kind="bool")
+
+    def __post_init__(self) -> None:
+        _optional_int(type(self).__name__, "lr_sweep_steps", self.lr_sweep_steps, 10, 100)
 
 
 # Each concept: the CLI flag that picks its class, and its classes by that flag's value.

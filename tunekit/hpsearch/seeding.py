@@ -96,7 +96,8 @@ def run_probes(inputs: SearchInputs, settings: SearchSettings, existing: bool, s
         # The suggestion lr_find gives for a run of one full trial (one LR across tools): its short runs
         # cost at most 5% of that trial, else the curve alone seeds the space, which spans decades around it.
         found.lr_find = lr_find(task, accumulation_steps=int(cfg.accumulation_steps), **common,
-                                run_steps=_trial_updates(inputs), refine=settings.probes.lr_refine)
+                                run_steps=_trial_updates(inputs), refine=settings.probes.lr_refine,
+                                **({"sweep_steps": settings.probes.lr_sweep_steps} if settings.probes.lr_sweep_steps else {}))
         found.samples += found.lr_find.samples
         found.seconds += found.lr_find.seconds
         _save(found.lr_find, out_dir, "lr_find")
