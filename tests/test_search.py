@@ -1008,3 +1008,13 @@ def test_the_search_seeds_with_the_curve_alone_unless_asked_to_refine() -> None:
     assert "the curve alone, no short runs: the design's full-length trials around it check it" in runs[False].table()
     assert not search(task, "from_scratch", trials=1, budget="3200samples", device="cpu",
                       memory_budget="256MiB").lr_find["refined"]  # the default
+
+
+def test_the_search_range_test_length_is_a_probe_setting() -> None:
+    """ProbeSettings(lr_sweep_steps=N): the search's own range test runs at most N updates (its cost counts)."""
+    task = classification_task()
+    r = search(task, "from_scratch", trials=1, budget="3200samples", device="cpu",
+               probes=ProbeSettings(memory_budget="256MiB", lr_sweep_steps=30))
+    assert 10 <= r.lr_find["updates"] <= 30
+    with pytest.raises(UsageError, match="lr_sweep_steps=100"):
+        ProbeSettings(lr_sweep_steps=5)
