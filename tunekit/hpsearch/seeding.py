@@ -93,11 +93,11 @@ def run_probes(inputs: SearchInputs, settings: SearchSettings, existing: bool, s
     common = dict(device=settings.backend.device, seed=settings.seed, progress=settings.progress, clip_grad_norm=clip,
                   precision=precision)
     if sp.needs_lr_find and found.lr_find is None:
-        # The suggestion lr_find gives for a run of one full trial (one LR across tools): its short runs
-        # cost at most 5% of that trial, else the curve alone seeds the space, which spans decades around it.
-        found.lr_find = lr_find(task, accumulation_steps=int(cfg.accumulation_steps), **common,
-                                run_steps=_trial_updates(inputs), refine=settings.probes.lr_refine,
-                                **({"sweep_steps": settings.probes.lr_sweep_steps} if settings.probes.lr_sweep_steps else {}))
+        # The curve's suggestion for a run of one full trial: the design's first trials run at that length
+        # around it, which is what lr_find's short runs estimate (ProbeSettings.lr_refine asks for them).
+        sweep = {"sweep_steps": settings.probes.lr_sweep_steps} if settings.probes.lr_sweep_steps else {}
+        found.lr_find = lr_find(task, accumulation_steps=int(cfg.accumulation_steps), **common, **sweep,
+                                run_steps=_trial_updates(inputs), refine=settings.probes.lr_refine)
         found.samples += found.lr_find.samples
         found.seconds += found.lr_find.seconds
         _save(found.lr_find, out_dir, "lr_find")
