@@ -7,7 +7,7 @@ import math
 import optuna
 import pytest
 
-from tunekit.hpsearch.guided import LR_PRIOR_SD, GuidedSampler, prior_share
+from tunekit.hpsearch.guided import BRACKET, LR_PRIOR_SD, GuidedSampler, prior_share
 from tunekit.hpsearch.study import make_sampler
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -69,3 +69,24 @@ def test_other_parameters_and_a_categorical_lr_are_tpe_s() -> None:
     study.optimize(lambda t: float(t.suggest_categorical("lr", [0.1, 0.01])) + t.suggest_float("wd", 0, 1),
                    n_trials=4)
     assert {t.params["lr"] for t in study.trials} <= {0.1, 0.01}
+
+
+def test_an_unbracketed_best_is_walked_to_by_design_steps() -> None:
+    """The design's best at its highest LR, nothing tried above: the next trials step 3x up while the
+    best stays at the top, then the draws take over."""
+    study = optuna.create_study(sampler=make_sampler("tpe", 0, len(DESIGN), False, lr_param="lr", horizon=9))
+    for params in DESIGN:
+        study.enqueue_trial(params)
+    study.optimize(lambda t: (math.log10(t.suggest_float("lr", 1e-6, 10.0, log=True)) - math.log10(0.3)) ** 2
+                   + 0 * t.suggest_float("wd", 1e-5, 1e-1, log=True), n_trials=len(DESIGN) + 4)
+    lrs = [t.params["lr"] for t in study.trials][len(DESIGN):]
+    assert lrs[:3] == pytest.approx([0.09, 0.27, 0.81])  # 0.81 is worse than 0.27: bracketed, no more steps
+    assert lrs[3] != pytest.approx(2.43)
+
+
+def test_a_best_at_the_low_end_steps_down() -> None:
+    study = optuna.create_study(sampler=GuidedSampler(optuna.samplers.TPESampler(seed=0), "lr", 2, 5, seed=0))
+    for lr in (1e-2, 3e-2):
+        study.enqueue_trial({"lr": lr})
+    study.optimize(lambda t: math.log10(t.suggest_float("lr", 1e-6, 10.0, log=True)), n_trials=3)
+    assert study.trials[-1].params["lr"] == pytest.approx(1e-2 / BRACKET)

@@ -4,8 +4,10 @@ Why: after a design of five trials, TPE's Parzen estimators still carry the LR r
 a range from the curve's descent to 25x its minimum spans four decades or more. On the corpus search
 (benchmarks/corpus_search.py) its first proposals after the design went to the range's ends (3.8 and
 1.7 where the best LR was 0.1; 6e-5 and 3e-4), each pruned at its first rung at a third of a trial's
-samples. PriorBand (Mallik et al., 2023) draws early trials from the expert's prior and around the
-incumbent, and leans on the data as it accumulates; this is the smallest form of that idea: for the
+samples. First, where the best finished trial's LR is the highest (lowest) that finished and nothing
+was tried beyond it, the next trial steps :data:`BRACKET` times past it: the first results point that
+way. Then PriorBand's idea (Mallik et al., 2023: early trials from the expert's prior and around the
+incumbent, leaning on the data as it accumulates) in its smallest form: for the
 k-th trial after the design, with probability ``1 - k / horizon``, the LR is drawn from a log-normal
 around the best finished trial's LR (the seed trial's, before any finished), of sd
 :data:`LR_PRIOR_SD` decades; otherwise, and for every other parameter, TPE proposes. Trials drawn
@@ -27,13 +29,17 @@ from optuna.distributions import FloatDistribution
 from optuna.study import StudyDirection
 from optuna.trial import TrialState
 
-__all__ = ["LR_PRIOR_SD", "GuidedSampler", "prior_share"]
+__all__ = ["LR_PRIOR_SD", "BRACKET", "GuidedSampler", "prior_share"]
 
 # The sd, in decades, of the LR drawn around the incumbent: the LR suggestion's own error over the
 # corpus (log10 of suggestion over the grid's best LR: sd 0.48 decades over 38 tasks and 9 families,
 # 0.44-0.51 with any one family left out; benchmarks/data/corpus_lr_report.txt). Not fitted on the
 # search's benchmark.
 LR_PRIOR_SD = 0.5
+
+
+# The step past an unbracketed best: the design's own (a third and three times the suggestion).
+BRACKET = 3.0
 
 
 def prior_share(k: int, horizon: int) -> float:
@@ -71,6 +77,10 @@ class GuidedSampler(optuna.samplers.BaseSampler):
         dist = param_distribution
         if param_name != self.param or not isinstance(dist, FloatDistribution) or not dist.log:
             return self.base.sample_independent(study, trial, param_name, dist)
+        if trial.number >= self.design:
+            step = self.bracket_step(study, trial.number)
+            if step is not None and dist.low <= step <= dist.high:
+                return step
         rng = np.random.default_rng([self.seed, trial.number])
         centre = self.incumbent(study, trial.number)
         if centre is None or rng.random() >= prior_share(trial.number - self.design, self.horizon):
@@ -78,6 +88,24 @@ class GuidedSampler(optuna.samplers.BaseSampler):
         low, high = math.log10(dist.low), math.log10(dist.high)
         x = float(np.clip(math.log10(centre) + self.sd * rng.standard_normal(), low, high))
         return float(min(max(10**x, dist.low), dist.high))
+
+    def bracket_step(self, study: Any, before: int) -> Optional[float]:
+        """One :data:`BRACKET` step past the best finished trial's LR where it is the highest (lowest) LR
+        that finished and nothing was tried beyond it: the results point that way, so the next trial
+        goes there before any draw (a suggestion 10x off is walked to in a few trials)."""
+        done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+                if t.number < before and t.value is not None and self.param in t.params]
+        best = self.incumbent(study, before)
+        if len(done) < 2 or best is None:
+            return None
+        tried = [float(t.params[self.param]) for t in study.get_trials(deepcopy=False)
+                 if t.number < before and self.param in t.params]
+        lrs = [float(t.params[self.param]) for t in done]
+        if best >= max(lrs) and not any(x > best * BRACKET ** 0.5 for x in tried):
+            return best * BRACKET
+        if best <= min(lrs) and not any(x < best / BRACKET ** 0.5 for x in tried):
+            return best / BRACKET
+        return None
 
     def incumbent(self, study: Any, before: int) -> Optional[float]:
         """The LR of the best trial finished before trial ``before``; else the first trial's (the seed trial)."""
