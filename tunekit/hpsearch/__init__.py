@@ -4,6 +4,7 @@
 - :mod:`.budget`: a trial's budget in samples, tokens, epochs or updates;
 - :mod:`.plan`: params to a trial's run (batch split, LR rescaling), pure;
 - :mod:`.study`: storage, resume, sampler, the stored plan, reading trials back;
+- :mod:`.guided`: the sampler after the design (the LR near the best trial early, TPE later);
 - :mod:`.worker_study`: the study as one worker opens it (sampler seed, pruner, plan, design);
 - :mod:`.keys`: every study and trial attribute key, defined once;
 - :mod:`.rungs`: successive halving's rungs, in samples;
