@@ -1,21 +1,17 @@
 """The sampler after the design: the LR drawn near the best trial so far, early; Optuna's TPE later.
 
-Why: after a design of five trials, TPE's Parzen estimators still carry the LR range's flat prior, and
-a range from the curve's descent to 25x its minimum spans four decades or more. On the corpus search
-(benchmarks/corpus_search.py) its first proposals after the design went to the range's ends (3.8 and
-1.7 where the best LR was 0.1; 6e-5 and 3e-4), each pruned at its first rung at a third of a trial's
-samples. First, where the best finished trial's LR is the highest (lowest) that finished and nothing
-was tried beyond it, the next trial steps :data:`BRACKET` times past it: the first results point that
-way. Then PriorBand's idea (Mallik et al., 2023: early trials from the expert's prior and around the
-incumbent, leaning on the data as it accumulates) in its smallest form: for the
-k-th trial after the design, with probability ``1 - k / horizon``, the LR is drawn from a log-normal
-around the best finished trial's LR (the seed trial's, before any finished), of sd
-:data:`LR_PRIOR_SD` decades; otherwise, and for every other parameter, TPE proposes. Trials drawn
-here are ordinary trials to TPE: they inform its model like its own.
+Why: after a five-trial design, TPE's estimators still carry the LR range's flat prior over four decades
+or more, so its first proposals go to the range's ends and are pruned at the first rung. First, where
+the best finished trial's LR is the highest (lowest) that finished and nothing was tried beyond it, the
+next trial steps :data:`BRACKET` times past it: the results point that way. Then PriorBand's idea (Mallik
+et al., 2023: early trials from the prior and around the incumbent, leaning on the data as it accrues) in
+its smallest form: the k-th trial after the design, with chance ``1 - k / horizon``, draws its LR from a
+log-normal of sd :data:`LR_PRIOR_SD` decades around the best finished trial's (the seed trial's before
+any finished); otherwise, and for every other parameter, TPE proposes, and learns from these trials too.
 
-The draw depends only on the sampler's seed, the trial's number and the trials finished before it,
-so a seeded one-process search proposes the same trials twice. Imported only where a sampler is made
-(it imports optuna).
+The draw depends only on the sampler's seed, the trial's number and the trials finished before it, so a
+seeded one-process search proposes the same trials twice. Imported where a sampler is made (it imports
+optuna). Measured in benchmarks/data/corpus_search_report.txt.
 """
 
 from __future__ import annotations
