@@ -47,9 +47,9 @@ FREE = ("schedulefree", "prodigy")
 ARMS = SEARCHES + FREE
 # tunekit's variants, run on demand (--arms) and kept out of the report's tables: the search with the
 # range test's short runs before it (ProbeSettings(lr_refine=True); the default until 2026-12-05).
-se.VARIANTS.update({"tunekit_refined": {"lr_refine": True},
-                    # the range test's sweep a third of one trial's updates (30 to 100)
-                    "tunekit_sweep_third": {"lr_sweep_share": 1 / 3}})
+VARIANTS: dict[str, dict[str, Any]] = {"tunekit_refined": {"lr_refine": True},
+                                       # the range test's sweep a third of one trial's updates (30 to 100)
+                                       "tunekit_sweep_third": {"lr_sweep_share": 1 / 3}}
 CACHE = Path(__file__).resolve().parent / ".cache" / "corpus_search"
 TARGETS = Path(__file__).resolve().parent / "data" / "corpus_search_targets.json"
 
@@ -62,7 +62,7 @@ def run_arm(arm: str, name: str, seed: int, trials: int) -> dict[str, Any]:
     task, e = CORPUS[name].make(), CORPUS[name]
     if arm in FREE:
         return lr_free.run(arm, task, e.run_steps, e.batch, seed)
-    return se.run_strategy(arm, name, task, fte_of(name), seed, trials)
+    return se.run_strategy(arm, name, task, fte_of(name), seed, trials, variants=VARIANTS)
 
 
 def cached(cache: Path, arm: str, name: str, seed: int, trials: int, quiet: bool = False) -> dict[str, Any]:
@@ -200,7 +200,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)
     names, arms = pick(args.tasks), args.arms.split(",")
-    known = (*ARMS, *[v for v in se.VARIANTS if v not in ARMS])
+    known = (*ARMS, *VARIANTS)
     if not set(arms) <= set(known):
         ap.error(f"unknown arm(s) {', '.join(sorted(set(arms) - set(known)))}: choose from {', '.join(known)}")
     cache, seeds, trials, grid_root = CACHE, args.seeds, args.trials, grid.GRIDS

@@ -356,12 +356,15 @@ def run_tunekit(task: tunekit.Task, budget: int, seed: int, n_trials: int, **kw:
             "tunekit_seconds": float(getattr(r, "seconds", math.nan)), "lr_find": getattr(r, "lr_find", None)}
 
 
-def run_strategy(strategy: str, task_name: str, task: tunekit.Task, budget: int, seed: int, n_trials: int) -> Run:
-    """One search; its wall seconds leave out Ray's start-up (once a process, reported apart)."""
+def run_strategy(strategy: str, task_name: str, task: tunekit.Task, budget: int, seed: int, n_trials: int,
+                 variants: Optional[dict[str, dict[str, Any]]] = None) -> Run:
+    """One search; its wall seconds leave out Ray's start-up (once a process, reported apart). ``variants``:
+    tunekit's arms besides :data:`VARIANTS` (name -> keywords of :func:`run_tunekit`)."""
     ray_startup = start_ray() if strategy == "ray_asha" else 0.0
     t0 = time.perf_counter()
-    if strategy in VARIANTS:
-        run = run_tunekit(task, budget, seed, n_trials, **dict(VARIANTS[strategy]))
+    tunekits = {**VARIANTS, **(variants or {})}
+    if strategy in tunekits:
+        run = run_tunekit(task, budget, seed, n_trials, **dict(tunekits[strategy]))
     elif strategy == "random":
         run = run_random(task, budget, seed, n_trials)
     elif strategy == "optuna_sh":

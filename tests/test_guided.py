@@ -7,7 +7,7 @@ import math
 import optuna
 import pytest
 
-from tunekit.hpsearch.guided import BRACKET, LR_PRIOR_SD, GuidedSampler, prior_share
+from tunekit.hpsearch.guided import BRACKET, LR_PRIOR_SD, GuidedSampler, bracket_step, incumbent, prior_share
 from tunekit.hpsearch.study import make_sampler
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -90,3 +90,15 @@ def test_a_best_at_the_low_end_steps_down() -> None:
         study.enqueue_trial({"lr": lr})
     study.optimize(lambda t: math.log10(t.suggest_float("lr", 1e-6, 10.0, log=True)), n_trials=3)
     assert study.trials[-1].params["lr"] == pytest.approx(1e-2 / BRACKET)
+
+
+def test_the_incumbent_follows_the_study_direction() -> None:
+    """A maximised objective: the best finished trial is the highest value, and a best at the top steps up."""
+    assert incumbent([], [0.01, 0.03]) == 0.01 and incumbent([], []) is None  # before any finished: the seed's
+    assert bracket_step(0.03, [(0.01, -1.0), (0.03, -2.0)], [0.01, 0.03]) == pytest.approx(0.09)
+    study = optuna.create_study(direction="maximize",
+                                sampler=GuidedSampler(optuna.samplers.TPESampler(seed=0), "lr", 2, 5, seed=0))
+    for lr in (1e-2, 3e-2):
+        study.enqueue_trial({"lr": lr})
+    study.optimize(lambda t: math.log10(t.suggest_float("lr", 1e-6, 10.0, log=True)), n_trials=3)
+    assert study.trials[-1].params["lr"] == pytest.approx(3e-2 * BRACKET)

@@ -25,12 +25,12 @@ from optuna.distributions import FloatDistribution
 from optuna.study import StudyDirection
 from optuna.trial import TrialState
 
-__all__ = ["LR_PRIOR_SD", "BRACKET", "GuidedSampler", "prior_share"]
+__all__ = ["LR_PRIOR_SD", "BRACKET", "GuidedSampler", "prior_share", "incumbent", "bracket_step"]
 
 # The sd, in decades, of the LR drawn around the incumbent: the LR suggestion's own error over the
-# corpus (log10 of suggestion over the grid's best LR: sd 0.48 decades over 38 tasks and 9 families,
-# 0.44-0.51 with any one family left out; benchmarks/data/corpus_lr_report.txt). Not fitted on the
-# search's benchmark.
+# corpus (log10 of suggestion over the grid's best LR, 38 tasks, 9 families: sd 0.48 carried from short
+# runs, 0.56 for the curve alone that seeds a search, 0.44-0.58 with any one family left out;
+# benchmarks/data/corpus_lr_report.txt, benchmarks/data/corpus_refine). Not fitted on the search's benchmark.
 LR_PRIOR_SD = 0.5
 
 
@@ -73,42 +73,41 @@ class GuidedSampler(optuna.samplers.BaseSampler):
         dist = param_distribution
         if param_name != self.param or not isinstance(dist, FloatDistribution) or not dist.log:
             return self.base.sample_independent(study, trial, param_name, dist)
-        if trial.number >= self.design:
-            step = self.bracket_step(study, trial.number)
+        earlier = [t for t in study.get_trials(deepcopy=False) if t.number < trial.number and self.param in t.params]
+        tried = [float(t.params[self.param]) for t in earlier]
+        sign = 1.0 if study.direction == StudyDirection.MINIMIZE else -1.0
+        done = [(float(t.params[self.param]), sign * float(t.value)) for t in earlier
+                if t.state == TrialState.COMPLETE and t.value is not None]
+        centre = incumbent(done, tried)
+        if trial.number >= self.design and centre is not None:
+            step = bracket_step(centre, done, tried)
             if step is not None and dist.low <= step <= dist.high:
                 return step
         rng = np.random.default_rng([self.seed, trial.number])
-        centre = self.incumbent(study, trial.number)
         if centre is None or rng.random() >= prior_share(trial.number - self.design, self.horizon):
             return self.base.sample_independent(study, trial, param_name, dist)
         low, high = math.log10(dist.low), math.log10(dist.high)
         x = float(np.clip(math.log10(centre) + self.sd * rng.standard_normal(), low, high))
         return float(min(max(10**x, dist.low), dist.high))
 
-    def bracket_step(self, study: Any, before: int) -> Optional[float]:
-        """One :data:`BRACKET` step past the best finished trial's LR where it is the highest (lowest) LR
-        that finished and nothing was tried beyond it: the results point that way, so the next trial
-        goes there before any draw (a suggestion 10x off is walked to in a few trials)."""
-        done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-                if t.number < before and t.value is not None and self.param in t.params]
-        best = self.incumbent(study, before)
-        if len(done) < 2 or best is None:
-            return None
-        tried = [float(t.params[self.param]) for t in study.get_trials(deepcopy=False)
-                 if t.number < before and self.param in t.params]
-        lrs = [float(t.params[self.param]) for t in done]
-        if best >= max(lrs) and not any(x > best * BRACKET ** 0.5 for x in tried):
-            return best * BRACKET
-        if best <= min(lrs) and not any(x < best / BRACKET ** 0.5 for x in tried):
-            return best / BRACKET
-        return None
 
-    def incumbent(self, study: Any, before: int) -> Optional[float]:
-        """The LR of the best trial finished before trial ``before``; else the first trial's (the seed trial)."""
-        done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-                if t.number < before and t.value is not None and self.param in t.params]
-        if done:
-            pick = min if study.direction == StudyDirection.MINIMIZE else max
-            return float(pick(done, key=lambda t: t.value).params[self.param])
-        first = [t for t in study.get_trials(deepcopy=False) if t.number < before and self.param in t.params]
-        return float(min(first, key=lambda t: t.number).params[self.param]) if first else None
+def incumbent(done: list[tuple[float, float]], tried: list[float]) -> Optional[float]:
+    """The LR of the best finished trial (``done``: (LR, value) pairs, lower better); before any finished,
+    the first LR tried (the seed trial's)."""
+    if done:
+        return min(done, key=lambda d: d[1])[0]
+    return tried[0] if tried else None
+
+
+def bracket_step(best: float, done: list[tuple[float, float]], tried: list[float]) -> Optional[float]:
+    """One :data:`BRACKET` step past ``best`` where it is the highest (lowest) LR that finished and nothing
+    was tried beyond it: the results point that way, so the next trial goes there before any draw (a
+    suggestion 10x off is walked to in a few trials). None with fewer than two finished."""
+    if len(done) < 2:
+        return None
+    lrs = [lr for lr, _ in done]
+    if best >= max(lrs) and not any(x > best * BRACKET**0.5 for x in tried):
+        return best * BRACKET
+    if best <= min(lrs) and not any(x < best / BRACKET**0.5 for x in tried):
+        return best / BRACKET
+    return None

@@ -232,10 +232,10 @@ def nearest_choice(choices: Any, target: float) -> Any:
 
 
 # The design that replaces TPE's random start-up trials, as (LR, batch multiple) around the probes'
-# answer. The seed trial (first) is the suggestion itself: lr_find's suggestion for a trial's length,
-# carried from its short runs, sat a median 0.04 decades from the grid's best over the corpus
-# (sd 0.48: benchmarks/data/corpus_lr_report.txt); a third and three times it bracket that error,
-# and under a fixed sample budget a smaller batch buys more updates.
+# answer. The seed trial (first) is the suggestion itself: the curve's suggestion for a trial's length
+# sat a median 0.12 decades above the grid's best over the corpus (sd 0.56; refined by short runs,
+# 0.04 and 0.48: benchmarks/data/corpus_refine, corpus_lr_report.txt); a third and three times it
+# bracket that error, and under a fixed sample budget a smaller batch buys more updates.
 AROUND = ((1.0, 1.0), (1 / 3, 1.0), (3.0, 1.0), (1.0, 0.5), (1.0, 0.25))
 # Time to quality, under a budget in device time only: where the probe's timed steps say a step of twice
 # the batch costs well under twice the time (the device is not saturated), the last point tries twice the batch:

@@ -62,10 +62,8 @@ def batch_centre(probe: Any, ref_batch: int | None = None) -> float:
 
     Why not a noise scale below ``ref_batch``: the range test's LR holds at the batch it was found at,
     and a noise scale measured at the start of training is a lower bound on the run's: it grows as
-    the loss falls (McCandlish et al., 2018). On the corpus search's 3,000-update task it read a
-    critical batch of 2-4 against the task's 64, and the trials centred there never reached the loss
-    that runs at 64 reach (benchmarks/data/corpus_search_report.txt). The design still tries half
-    and a quarter of the centre (``AROUND``).
+    the loss falls (McCandlish et al., 2018; search_spaces/README.md has the corpus task where it
+    misled). The design still tries half and a quarter of the centre (``AROUND``).
     """
     if probe is None:
         raise UsageError("the space's [batch] is seeded by the probe: run it (tunekit probe) or pass probe=FILE")
