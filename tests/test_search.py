@@ -1,4 +1,5 @@
 import json
+import math
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -952,7 +953,39 @@ def test_l2_inside_an_adaptive_optimizer_is_searched_over_its_own_range(tmp_path
     assert all(1e-6 <= t["params"]["weight_decay"] <= 1e-3 for t in r.trials)
     sgd = dataclasses.replace(regression_task(), optimizer=lambda ps: torch.optim.SGD(ps, lr=0.05, weight_decay=5e-4))
     r = search(sgd, "from_scratch", trials=1, max_steps=30, device="cpu", memory_budget="256MiB")
-    assert r.seed_params["weight_decay"] == pytest.approx(1e-3)  # the decoupled range's, clipped
+    # Below the decoupled range: the range widens to hold the task's own, which the seed trial keeps.
+    assert r.seed_params["weight_decay"] == pytest.approx(5e-4)
+    assert r.widened == {"weight_decay": [pytest.approx(5e-4), pytest.approx(0.1)]}
+    assert "weight_decay searched over 0.0005..0.1: widened to hold the task's own value" in r.table()
+
+
+def test_the_space_holds_the_tasks_own_settings() -> None:
+    """A range widens to hold the task's own value, so a search can return the user's recipe: on a log
+    range a zero (no weight decay) stands ZERO_DECADES below the low end; an int range widens by its step;
+    a value inside, a non-number or a seeded entry leaves the range as the space says."""
+    from tunekit.hpsearch.seeded_space import ZERO_DECADES, holding_own, widened
+
+    assert holding_own(1e-3, 0.1, True, 0.0) == (pytest.approx(1e-3 / 10**ZERO_DECADES), 0.1)
+    assert holding_own(1e-3, 0.1, True, 5e-4) == (5e-4, 0.1)
+    assert holding_own(1e-3, 0.1, True, 0.3) == (1e-3, 0.3)
+    assert holding_own(1e-3, 0.1, True, 0.01) == (1e-3, 0.1)
+    assert holding_own(0.0, 0.1, False, 0.0) == (0.0, 0.1)  # a linear range holds zero as it is
+    assert holding_own(0.0, 0.1, False, 0.2) == (0.0, 0.2)
+    assert holding_own(2, 10, False, 13, step=2) == (2, 14) and holding_own(2, 10, False, -1, step=2) == (-2, 10)
+    for odd in (None, True, "0.5", math.nan):
+        assert holding_own(1e-3, 0.1, True, odd) == (1e-3, 0.1)
+    sp = load_space("from_scratch")
+    own = {"weight_decay": 0.0, "warmup": 0.2, "lr": 50.0, "schedule": "step"}
+    d = distributions(sp, probe=_probe_like(None, None), own=own)
+    assert (d["weight_decay"].low, d["weight_decay"].high) == (pytest.approx(1e-5), 0.1)
+    assert (d["warmup"].low, d["warmup"].high) == (0.0, 0.2)
+    assert d["schedule"].choices == ("cosine", "linear")  # a categorical is the space's
+    assert widened(sp, d) == {"weight_decay": [pytest.approx(1e-5), 0.1], "warmup": [0.0, 0.2]}
+    assert widened(sp, distributions(sp, probe=_probe_like(None, None))) == {}
+    assert (d["lr"].low, d["lr"].high) == (1e-5, 0.1)  # seeded: without a range test, the space's fallback
+    # Inside an adaptive optimizer's L2 range the same rule holds.
+    a = distributions(sp, probe=_probe_like(None, None), adaptive_l2=True, own={"weight_decay": 0.0})["weight_decay"]
+    assert (a.low, a.high) == (pytest.approx(1e-8), 1e-3)
 
 
 def test_twice_the_batch_is_tried_where_the_timed_steps_say_it_is_cheaper() -> None:

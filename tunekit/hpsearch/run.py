@@ -34,7 +34,7 @@ from tunekit.hpsearch.options import (BackendOptions, Halving, Local, ProbeSetti
 from tunekit.hpsearch.plan import Plan, largest_batch, split_batch
 from tunekit.hpsearch.resolve import ResolvedSearch, resolve_search
 from tunekit.hpsearch.seeded_space import distributions
-from tunekit.hpsearch.seeding import Probes, adaptive_l2, make_plan, priced, run_probes
+from tunekit.hpsearch.seeding import Probes, adaptive_l2, make_plan, priced, recipe, run_probes
 from tunekit.hpsearch.settings import SearchSettings, from_keywords
 from tunekit.hpsearch.shared.spec import StoredSpec
 from tunekit.hpsearch.shared.workers import (TAKEN_OVER, check_spec, claim_creation, creator_gave_up, open_storage,
@@ -183,8 +183,10 @@ def _prepare(resolved: ResolvedSearch, backend: Backend) -> Prepared:
             if found.old_plan is not None:
                 check_resume(found.old_plan, plan, f"'{found.name}'")
         else:
+            # The task's own settings inside the space: the search can always return the user's recipe.
             dists = distributions(inputs.space, probes.lr_find, probes.probe, max_batch=largest_batch(plan),
-                                               adaptive_l2=adaptive_l2(inputs, settings.seed))
+                                  adaptive_l2=adaptive_l2(inputs, settings.seed),
+                                  own=recipe(inputs.task, inputs.cfg, settings.seed))
         spec = study_spec(task, settings, inputs.space, probes, plan, dists)
         if found.spec is not None:
             check_spec(found.spec, spec.to_stored(), found.name)

@@ -32,7 +32,7 @@ from tunekit.results.step_time import update_seconds
 
 __all__ = ["Probes", "run_probes", "priced", "make_plan", "design_size",
            "enqueue_seed_and_design", "probe_cap", "noise_repeats", "adaptive_l2", "larger_is_cheaper",
-           "twice_batch_share", "design_batch", "EVAL_SAMPLES", "DESIGN_TRIALS"]
+           "twice_batch_share", "design_batch", "recipe", "EVAL_SAMPLES", "DESIGN_TRIALS"]
 
 # Validation reads at most this many samples (the first ones, in the set's own order).
 EVAL_SAMPLES = 4096

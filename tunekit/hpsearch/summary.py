@@ -12,7 +12,7 @@ from tunekit.hpsearch.keys import DESIGN_BATCH_KEY
 from tunekit.hpsearch.seeding import Probes
 from tunekit.hpsearch.settings import SearchSettings
 from tunekit.hpsearch.study import safe_url, trial_dicts
-from tunekit.hpsearch.seeded_space import lr_bounds_from_curve
+from tunekit.hpsearch.seeded_space import lr_bounds_from_curve, widened
 from tunekit.inputs.space import SearchSpace
 from tunekit.objective import Objective
 from tunekit.results import SearchResult
@@ -50,7 +50,7 @@ def build_result(study: Any, store: Any, settings: SearchSettings, sp: SearchSpa
         device=probes.probe.device if probes.probe is not None else None, time_limit=settings.study.time_limit,
         lr_find=_lr_find_summary(probes.lr_find, sp, probes.own_lr_find),
         probe=_probe_summary(probes, study.user_attrs.get(DESIGN_BATCH_KEY)),
-        keep=settings.keep, best_weights=_kept(best))
+        keep=settings.keep, best_weights=_kept(best), widened=widened(sp, dists))
     result.param_importances = result.importances()
     return result
 

@@ -68,6 +68,8 @@ class SearchResult(Result):
     theirs_kind: Optional[str] = None
     keep: str = "best"  # which trials' weights were kept: best, all, none
     best_weights: Optional[str] = None  # the best trial's weights file, where it was kept
+    # Ranges widened past the space's to hold the task's own value: name -> [low, high] as searched.
+    widened: dict[str, list[float]] = field(default_factory=dict)
 
     @property
     def goal(self) -> Objective:
@@ -377,6 +379,8 @@ class SearchResult(Result):
         lines.append(self._device_line())
         lines += self._lr_source()
         lines += self._batch_source()
+        lines += [f"{name} searched over {lo:.3g}..{hi:.3g}: widened to hold the task's own value (a zero "
+                  f"stands at the low end)" for name, (lo, hi) in sorted(self.widened.items())]
         if self.best_value is not None:
             lines.append(f"best {self.objective} {self.best_value:.4f}: "
                          + ", ".join(f"{k}={_fmt(v)}" for k, v in sorted(self.best_config.items())))
