@@ -178,6 +178,7 @@ def _prepare(resolved: ResolvedSearch, backend: Backend) -> Prepared:
             probes.samples = int(_or(found.old_plan.probe_samples, probes.samples))
             probes.seconds = float(_or(found.old_plan.probe_seconds, probes.seconds))
         plan = make_plan(inputs, probes, settings)
+        own = recipe(inputs.task, inputs.cfg, settings.seed)  # builds the model once: read here, kept
         if found.old_dists:  # the space a study started with stays its space
             dists = {n: optuna.distributions.json_to_distribution(d) for n, d in found.old_dists.items()}
             if found.old_plan is not None:
@@ -186,12 +187,12 @@ def _prepare(resolved: ResolvedSearch, backend: Backend) -> Prepared:
             # The task's own settings inside the space: the search can always return the user's recipe.
             dists = distributions(inputs.space, probes.lr_find, probes.probe, max_batch=largest_batch(plan),
                                   adaptive_l2=adaptive_l2(inputs, settings.seed),
-                                  own=recipe(inputs.task, inputs.cfg, settings.seed))
+                                  own=own)
         spec = study_spec(task, settings, inputs.space, probes, plan, dists)
         if found.spec is not None:
             check_spec(found.spec, spec.to_stored(), found.name)
         backend.check_plan(settings, plan, dists, probes.probe)
-    return Prepared(task, inputs, found, probes, plan, dists, spec)
+    return Prepared(task, inputs, found, probes, plan, dists, spec, own)
 
 
 def _or(value: Any, default: Any) -> Any:
