@@ -918,7 +918,7 @@ def test_l2_inside_an_adaptive_optimizer_is_searched_over_its_own_range(tmp_path
     """L2 inside an adaptive optimizer (Adam's weight_decay) means far more than decoupled decay at the
     same number (for SGD the two are the same): where the task's optimizer does that, from_scratch
     searches its ``adaptive_l2`` range, and the seed trial keeps the task's own weight decay
-    (clipped into that range)."""
+    (inside that range; below the decoupled range, that range widens to hold it)."""
     import dataclasses
 
     from tunekit.hpsearch.plan import is_adaptive_l2
@@ -986,6 +986,37 @@ def test_the_space_holds_the_tasks_own_settings() -> None:
     # Inside an adaptive optimizer's L2 range the same rule holds.
     a = distributions(sp, probe=_probe_like(None, None), adaptive_l2=True, own={"weight_decay": 0.0})["weight_decay"]
     assert (a.low, a.high) == (pytest.approx(1e-8), 1e-3)
+    # A log int range starts at 1: a value below it leaves the range alone (Optuna refuses low < 1).
+    assert holding_own(2, 64, True, 0, step=1) == (2, 64) and holding_own(2, 64, True, 1, step=1) == (1, 64)
+    # An int range whose high is off its step's lattice, as Optuna takes it, is not "widened".
+    from tunekit.inputs.space import Entry, SearchSpace
+
+    steps = SearchSpace("s", "", {"accumulation_steps": Entry("accumulation_steps", "int", low=2, high=11, step=2)})
+    assert widened(steps, distributions(steps, probe=_probe_like(None, None))) == {}
+    assert widened(steps, distributions(steps, probe=_probe_like(None, None), own={"accumulation_steps": 13})) == {
+        "accumulation_steps": [2, 14]}
+
+
+def test_only_what_the_user_chose_widens_the_space() -> None:
+    """The space holds the user's own settings, not tunekit's defaults (a space of clip norms 0.1-0.5 stays
+    so: 1.0 is tunekit's default, not the user's); a warmup in updates is not a fraction of the run; the
+    weight decay is the run's where set (training applies it over the optimizer's), else the decaying group's."""
+    import dataclasses
+
+    from tunekit import TrainConfig
+    from tunekit.hpsearch.seeding import own_settings, recipe
+
+    cfg = TrainConfig(max_steps=50)
+    task = regression_task()
+    groups = lambda ps: torch.optim.AdamW([{"params": ps[:1], "weight_decay": 0.0},  # noqa: E731
+                                           {"params": ps[1:], "weight_decay": 0.05}], lr=1e-3)
+    own = recipe(dataclasses.replace(task, optimizer=lambda ps: groups(list(ps))), cfg, 0)
+    assert own["weight_decay"] == 0.05  # the group that decays, not the first
+    assert recipe(task, TrainConfig(max_steps=50, weight_decay=0.2), 0)["weight_decay"] == 0.2
+    chosen = own_settings(own, cfg)
+    assert chosen["weight_decay"] == 0.05 and chosen["max_steps"] == 50
+    assert "clip_grad_norm" not in chosen and "min_lr_ratio" not in chosen and "warmup" not in chosen
+    assert "warmup" not in own_settings({"warmup": 100}, cfg) and own_settings({"warmup": 0.2}, cfg) == {"warmup": 0.2}
 
 
 def test_twice_the_batch_is_tried_where_the_timed_steps_say_it_is_cheaper() -> None:

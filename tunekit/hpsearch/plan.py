@@ -272,8 +272,9 @@ def initial_design(dists: dict[str, Any], lr: Optional[float], batch: Optional[f
     """Up to ``n`` params: the seed trial, then steps around the range test's ``lr``.
 
     The seed trial is ``lr`` itself (see ``AROUND``) at ``batch`` and, elsewhere, the task's own
-    ``recipe`` (its weight decay, warmup, schedule: what the user would train with, clipped
-    into the space), or the space's middle where the recipe says nothing. With ``lr`` None,
+    ``recipe`` (its weight decay, warmup, schedule: what the user would train with; the space
+    widens to hold what the user chose, so this clips only tunekit's own defaults and a warmup in
+    updates), or the space's middle where the recipe says nothing. With ``lr`` None,
     the design centres on the recipe's LR, wider; without that either, it spreads over the
     space's log range. ``larger_batch``: the last point tries twice the batch (``LARGER``),
     not a quarter. Duplicates are dropped.

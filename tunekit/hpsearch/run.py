@@ -34,7 +34,7 @@ from tunekit.hpsearch.options import (BackendOptions, Halving, Local, ProbeSetti
 from tunekit.hpsearch.plan import Plan, largest_batch, split_batch
 from tunekit.hpsearch.resolve import ResolvedSearch, resolve_search
 from tunekit.hpsearch.seeded_space import distributions
-from tunekit.hpsearch.seeding import Probes, adaptive_l2, make_plan, priced, recipe, run_probes
+from tunekit.hpsearch.seeding import Probes, adaptive_l2, make_plan, own_settings, priced, recipe, run_probes
 from tunekit.hpsearch.settings import SearchSettings, from_keywords
 from tunekit.hpsearch.shared.spec import StoredSpec
 from tunekit.hpsearch.shared.workers import (TAKEN_OVER, check_spec, claim_creation, creator_gave_up, open_storage,
@@ -178,21 +178,22 @@ def _prepare(resolved: ResolvedSearch, backend: Backend) -> Prepared:
             probes.samples = int(_or(found.old_plan.probe_samples, probes.samples))
             probes.seconds = float(_or(found.old_plan.probe_seconds, probes.seconds))
         plan = make_plan(inputs, probes, settings)
-        own = recipe(inputs.task, inputs.cfg, settings.seed)  # builds the model once: read here, kept
+        task_recipe = None
         if found.old_dists:  # the space a study started with stays its space
             dists = {n: optuna.distributions.json_to_distribution(d) for n, d in found.old_dists.items()}
             if found.old_plan is not None:
                 check_resume(found.old_plan, plan, f"'{found.name}'")
         else:
             # The task's own settings inside the space: the search can always return the user's recipe.
+            task_recipe = recipe(inputs.task, inputs.cfg, settings.seed)  # builds the model: read once, kept
             dists = distributions(inputs.space, probes.lr_find, probes.probe, max_batch=largest_batch(plan),
                                   adaptive_l2=adaptive_l2(inputs, settings.seed),
-                                  own=own)
+                                  own=own_settings(task_recipe, inputs.cfg))
         spec = study_spec(task, settings, inputs.space, probes, plan, dists)
         if found.spec is not None:
             check_spec(found.spec, spec.to_stored(), found.name)
         backend.check_plan(settings, plan, dists, probes.probe)
-    return Prepared(task, inputs, found, probes, plan, dists, spec, own)
+    return Prepared(task, inputs, found, probes, plan, dists, spec, task_recipe)
 
 
 def _or(value: Any, default: Any) -> Any:

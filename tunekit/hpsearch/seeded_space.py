@@ -66,6 +66,8 @@ def holding_own(low: float, high: float, log: bool, value: Any, step: int | None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return low, high
     v = float(value)
+    if log and step is not None and v < 1:
+        return low, high  # a log int range starts at 1 at the lowest
     if log and v <= 0:
         v = low / 10**ZERO_DECADES
     if step is not None:  # an int range: its bounds on its step's lattice from low
@@ -82,6 +84,8 @@ def widened(space: SearchSpace, dists: Mapping[str, Any]) -> dict[str, list[floa
         if e.seeded or e.type not in ("float", "int") or dist is None:
             continue
         declared = [(e.low, e.high)] + ([tuple(e.adaptive_l2)] if e.adaptive_l2 else [])
+        if e.type == "int" and not e.log and e.step:  # Optuna takes high down onto the step's lattice
+            declared = [(lo, lo + (hi - lo) // e.step * e.step) for lo, hi in declared]
         if not any(math.isclose(dist.low, lo) and math.isclose(dist.high, hi) for lo, hi in declared):
             out[name] = [float(dist.low), float(dist.high)]
     return out

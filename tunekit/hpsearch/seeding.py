@@ -32,7 +32,7 @@ from tunekit.results.step_time import update_seconds
 
 __all__ = ["Probes", "run_probes", "priced", "make_plan", "design_size",
            "enqueue_seed_and_design", "probe_cap", "noise_repeats", "adaptive_l2", "larger_is_cheaper",
-           "twice_batch_share", "design_batch", "recipe", "EVAL_SAMPLES", "DESIGN_TRIALS"]
+           "twice_batch_share", "design_batch", "recipe", "own_settings", "EVAL_SAMPLES", "DESIGN_TRIALS"]
 
 # Validation reads at most this many samples (the first ones, in the set's own order).
 EVAL_SAMPLES = 4096
@@ -217,13 +217,27 @@ def design_size(settings: SearchSettings, sp: SearchSpace, probes: Probes) -> in
 
 
 def recipe(task: Any, cfg: Any, seed: int) -> dict[str, Any]:
-    """The task's own settings: its training defaults, and its optimizer's weight decay and LR
-    (the task's ``defaults["lr"]`` first: what its author trains with)."""
+    """The task's own settings: its training defaults, its weight decay (the run's where set, as
+    training applies it; else the largest of its optimizer's groups: the one that decays, where
+    biases and norms are kept free of it) and its LR (the task's ``defaults["lr"]`` first: what
+    its author trains with)."""
     out = {k: v for k, v in dataclasses.asdict(cfg).items() if v is not None}
     groups = task.make_optimizer(task.make_model(seed)).param_groups
-    if "weight_decay" in groups[0]:
-        out["weight_decay"] = float(groups[0]["weight_decay"])
+    decays = [float(g["weight_decay"]) for g in groups if "weight_decay" in g]
+    if "weight_decay" not in out and decays:
+        out["weight_decay"] = max(decays)
     out["lr"] = task.defaults.get("lr") or groups[0].get("lr")
+    return out
+
+
+def own_settings(task_recipe: dict[str, Any], cfg: Any) -> dict[str, Any]:
+    """What of a :func:`recipe` the user chose, for the space to hold: the settings that differ from
+    tunekit's defaults (``cfg``'s class's), and the weight decay; a warmup in updates (1 or more)
+    is left out, where a space's warmup is a fraction of the run."""
+    ours = dataclasses.asdict(type(cfg)())
+    out = {k: v for k, v in task_recipe.items() if k == "weight_decay" or (k in ours and v != ours[k])}
+    if isinstance(out.get("warmup"), (int, float)) and out["warmup"] >= 1:
+        del out["warmup"]
     return out
 
 

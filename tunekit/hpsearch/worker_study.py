@@ -9,7 +9,7 @@ the sampler's seed (it counts the trials already there) and what joining workers
 from __future__ import annotations
 
 # Imported where used, not at the top: optuna; importing this module does not pay for them.
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -20,7 +20,7 @@ from tunekit.hpsearch.options import Halving
 from tunekit.hpsearch.plan import Plan
 from tunekit.hpsearch.resolve import SearchInputs
 from tunekit.hpsearch.rungs import ladder, make_pruner
-from tunekit.hpsearch.seeding import Probes, design_size, enqueue_seed_and_design
+from tunekit.hpsearch.seeding import Probes, design_size, enqueue_seed_and_design, recipe
 from tunekit.hpsearch.settings import SearchSettings
 from tunekit.hpsearch.shared.server import attach
 from tunekit.hpsearch.shared.spec import StoredSpec
@@ -55,7 +55,7 @@ class Prepared:
     plan: Plan
     dists: dict[str, Any]
     spec: StoredSpec  # this run's (seed_params still empty): what a creator stores
-    own: dict[str, Any] = field(default_factory=dict)  # the task's own settings (seeding.recipe), read once
+    recipe: Optional[dict[str, Any]] = None  # the task's own settings (seeding.recipe), where read already
 
 
 @dataclass
@@ -152,7 +152,8 @@ def queue_seed_and_design(study: Any, prep: Prepared, settings: SearchSettings, 
         return dict(prep.found.spec.seed_params)
     if not (settings.sampler.seed_trial or n_design):
         return {}
-    return enqueue_seed_and_design(study, prep.dists, prep.probes, n_design, settings.trials, prep.own,
+    task_recipe = prep.recipe if prep.recipe is not None else recipe(prep.inputs.task, prep.inputs.cfg, settings.seed)
+    return enqueue_seed_and_design(study, prep.dists, prep.probes, n_design, settings.trials, task_recipe,
                                    in_time=prep.inputs.budget.seconds is not None)
 
 

@@ -379,8 +379,8 @@ class SearchResult(Result):
         lines.append(self._device_line())
         lines += self._lr_source()
         lines += self._batch_source()
-        lines += [f"{name} searched over {lo:.3g}..{hi:.3g}: widened to hold the task's own value (a zero "
-                  f"stands at the low end)" for name, (lo, hi) in sorted(self.widened.items())]
+        lines += [f"{name} searched over {lo:.3g}..{hi:.3g}: widened to hold the task's own value"
+                  for name, (lo, hi) in sorted(self.widened.items())]
         if self.best_value is not None:
             lines.append(f"best {self.objective} {self.best_value:.4f}: "
                          + ", ".join(f"{k}={_fmt(v)}" for k, v in sorted(self.best_config.items())))
