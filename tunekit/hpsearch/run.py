@@ -185,9 +185,11 @@ def _prepare(resolved: ResolvedSearch, backend: Backend) -> Prepared:
                 check_resume(found.old_plan, plan, f"'{found.name}'")
         else:
             # The task's own settings inside the space: the search can always return the user's recipe.
-            task_recipe = recipe(inputs.task, inputs.cfg, settings.seed)  # builds the model: read once, kept
+            # The task's model and optimizer built once here, read for the recipe and the decay's kind.
+            optimizer = inputs.task.make_optimizer(inputs.task.make_model(settings.seed))
+            task_recipe = recipe(inputs.task, inputs.cfg, settings.seed, optimizer)
             dists = distributions(inputs.space, probes.lr_find, probes.probe, max_batch=largest_batch(plan),
-                                  adaptive_l2=adaptive_l2(inputs, settings.seed),
+                                  adaptive_l2=adaptive_l2(inputs, optimizer),
                                   own=own_settings(task_recipe, inputs.cfg))
         spec = study_spec(task, settings, inputs.space, probes, plan, dists)
         if found.spec is not None:

@@ -198,13 +198,11 @@ def make_plan(inputs: SearchInputs, probes: Probes, settings: SearchSettings) ->
                 step_times=probes.probe.step_times if probes.probe is not None else [])
 
 
-def adaptive_l2(inputs: SearchInputs, seed: int) -> bool:
-    """Whether the task's optimizer is adaptive and adds weight decay to the gradient (L2), where the
+def adaptive_l2(inputs: SearchInputs, optimizer: Any) -> bool:
+    """Whether the task's ``optimizer`` is adaptive and adds weight decay to the gradient (L2), where the
     space's [weight_decay] has an ``adaptive_l2`` range for it (:func:`~tunekit.hpsearch.plan.is_adaptive_l2`)."""
     entry = inputs.space.entries.get("weight_decay")
-    if entry is None or not entry.adaptive_l2:
-        return False
-    return is_adaptive_l2(inputs.task.make_optimizer(inputs.task.make_model(seed)))
+    return bool(entry is not None and entry.adaptive_l2 and is_adaptive_l2(optimizer))
 
 
 def design_size(settings: SearchSettings, sp: SearchSpace, probes: Probes) -> int:
@@ -216,13 +214,13 @@ def design_size(settings: SearchSettings, sp: SearchSpace, probes: Probes) -> in
     return DESIGN_TRIALS if probes.lr_find is not None and "lr" in sp.entries else 1
 
 
-def recipe(task: Any, cfg: Any, seed: int) -> dict[str, Any]:
+def recipe(task: Any, cfg: Any, seed: int, optimizer: Any = None) -> dict[str, Any]:
     """The task's own settings: its training defaults, its weight decay (the run's where set, as
     training applies it; else the largest of its optimizer's groups: the one that decays, where
     biases and norms are kept free of it) and its LR (the task's ``defaults["lr"]`` first: what
-    its author trains with)."""
+    its author trains with). ``optimizer``: the task's, where built already (a model build can be costly)."""
     out = {k: v for k, v in dataclasses.asdict(cfg).items() if v is not None}
-    groups = task.make_optimizer(task.make_model(seed)).param_groups
+    groups = (optimizer if optimizer is not None else task.make_optimizer(task.make_model(seed))).param_groups
     decays = [float(g["weight_decay"]) for g in groups if "weight_decay" in g]
     if "weight_decay" not in out and decays:
         out["weight_decay"] = max(decays)
