@@ -40,15 +40,16 @@ def capped(loss: float | None, untrained: float) -> float:
     return untrained if loss is None or not math.isfinite(loss) else min(loss, untrained)
 
 
-def curve(grid: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(k values, log10 LRs, seed-mean capped final loss) over the LRs that have all their seeds."""
+def curve(grid: dict[str, Any], stat: Callable[[Any], Any] = np.mean) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(k values, log10 LRs, the seeds' capped final loss, their mean or ``stat``) over the LRs that have
+    all their seeds."""
     untrained = grid["untrained_loss"]
     by_k: dict[int, list[float]] = {}
     for run in grid["runs"]:
         by_k.setdefault(run["k"], []).append(capped(run["final_loss"], untrained))
     seeds = grid["seeds"]
     ks = np.array(sorted(k for k, v in by_k.items() if len(v) >= seeds), dtype=int)
-    mean = np.array([np.mean(by_k[k][:seeds]) for k in ks])
+    mean = np.array([stat(by_k[k][:seeds]) for k in ks])
     return ks, ks / PER_DECADE, mean
 
 
@@ -70,19 +71,7 @@ def fill(grid: dict[str, Any], task: tunekit.Task, start: tuple[float, float], s
 
     def ensure(k: int) -> None:
         nonlocal new
-        for seed in range(seeds):
-            if (k, seed) in done:
-                continue
-            r = tunekit.train(task, lr=lr_of(k), seed=seed, device="cpu", progress=False, **train_kw)
-            final = r.final_loss
-            last = r.evals[-1] if r.evals else {}
-            grid["runs"].append({"k": k, "lr": lr_of(k), "seed": seed,
-                                 "final_loss": final if math.isfinite(final) else None,
-                                 "accuracy": last.get("accuracy"), "diverged": bool(r.diverged),
-                                 "updates": r.updates, "samples": r.samples, "seconds": round(r.seconds, 3)})
-            done.add((k, seed))
-            new += 1
-            save()
+        new += _run_point(grid, task, k, seeds, done, save, **train_kw)
 
     k_lo, k_hi = round(start[0] * PER_DECADE), round(start[1] * PER_DECADE)
     for k in range(k_lo, k_hi + 1):
@@ -104,6 +93,26 @@ def fill(grid: dict[str, Any], task: tunekit.Task, start: tuple[float, float], s
     return new
 
 
+def _run_point(grid: dict[str, Any], task: tunekit.Task, k: int, seeds: int, done: set[tuple[int, int]],
+               save: Callable[[], None], **train_kw: Any) -> int:
+    """Train LR ``lr_of(k)`` at every seed the grid lacks there; returns the new runs."""
+    new = 0
+    for seed in range(seeds):
+        if (k, seed) in done:
+            continue
+        r = tunekit.train(task, lr=lr_of(k), seed=seed, device="cpu", progress=False, **train_kw)
+        final = r.final_loss
+        last = r.evals[-1] if r.evals else {}
+        grid["runs"].append({"k": k, "lr": lr_of(k), "seed": seed,
+                             "final_loss": final if math.isfinite(final) else None,
+                             "accuracy": last.get("accuracy"), "diverged": bool(r.diverged),
+                             "updates": r.updates, "samples": r.samples, "seconds": round(r.seconds, 3)})
+        done.add((k, seed))
+        new += 1
+        save()
+    return new
+
+
 @dataclass(frozen=True)
 class Truth:
     """What a grid says: the seed-mean curve over log LR, its best LR and loss, the untrained loss."""
@@ -118,17 +127,19 @@ class Truth:
     top_diverged: bool
     interior: bool
     seed_sd: float  # the seeds' sd at the best LR, as a share of L*
+    at_best: tuple[float, ...] = ()  # the seeds' capped final losses at the best LR
 
     @classmethod
-    def of(cls, grid: dict[str, Any]) -> Truth:
-        ks, log_lrs, mean = curve(grid)
+    def of(cls, grid: dict[str, Any], stat: Callable[[Any], Any] = np.mean) -> Truth:
+        ks, log_lrs, mean = curve(grid, stat)
         i = int(np.argmin(mean))
         best, untrained = float(mean[i]), grid["untrained_loss"]
         at_best = [capped(r["final_loss"], untrained) for r in grid["runs"] if r["k"] == ks[i]]
         return cls(log_lrs, mean, int(ks[i]), lr_of(int(ks[i])), best, untrained,
                    (float(mean[-1]) - best) / max(untrained - best, 1e-12),
                    any(r["diverged"] for r in grid["runs"] if r["k"] == ks[-1]), 0 < i < len(mean) - 1,
-                   float(np.std(at_best, ddof=1)) / best if len(at_best) > 1 and best > 0 else math.nan)
+                   float(np.std(at_best, ddof=1)) / best if len(at_best) > 1 and best > 0 else math.nan,
+                   tuple(at_best))
 
     def loss_at(self, lr: float | None) -> float:
         """The seed-mean curve interpolated over log LR; the edge's value beyond the grid; untrained for none."""
@@ -166,12 +177,7 @@ def ensure(name: str, seeds: int = 2, steps: int | None = None, root: Path = GRI
     if steps is not None:
         task = dataclasses.replace(task, defaults={**task.defaults, "max_steps": steps})
 
-    def save() -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(grid, indent=0) + "\n")
-        tmp.replace(path)
-
+    save = _saver(path, grid)
     t0 = time.perf_counter()
     new = fill(grid, task, e.grid, seeds, save)
     t = Truth.of(grid)
@@ -179,4 +185,58 @@ def ensure(name: str, seeds: int = 2, steps: int | None = None, root: Path = GRI
         print(f"{path.stem}: {len(t.log_lrs)} LRs x {seeds} seeds, {new} new runs in {time.perf_counter() - t0:.0f}s; "
               f"best lr {t.best_lr:.3g}, L* {t.best:.4f}, untrained {t.untrained:.4f}"
               f"{'' if t.interior else ', AT AN EDGE'}", flush=True)
+    return t
+
+
+def _saver(path: Path, grid: dict[str, Any]) -> Callable[[], None]:
+    def save() -> None:  # whole or not at all: an interrupted grid resumes from the file
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(grid, indent=0) + "\n")
+        tmp.replace(path)
+
+    return save
+
+
+def window(name: str, seeds: int, root: Path, base_root: Path = GRIDS, quiet: bool = False) -> Truth:
+    """The planned run's LRs around the grid's best (its best and both neighbours) at ``seeds`` seeds,
+    growing a point at an end while the best seed-mean sits there (up to the grid's own range).
+
+    Why: where one run's final loss varies by tens of percent from seed to seed (a small validation
+    set), the 2-seed grid's L* is itself a draw, and a target 2% above it is a lottery. L* here is the
+    seeds' median, what a run at that LR typically ends at: on a bimodal task (a few seeds stuck on
+    one hard example) the mean is the outliers'."""
+    from benchmarks.corpus import entry
+    from benchmarks.harness.report import command, commit
+
+    base = load(name, root=base_root)
+    if base is None:
+        raise SystemExit(f"no grid for {name}: run python -m benchmarks.corpus_grid --tasks {name} first")
+    ks = curve(base)[0]
+    best_k = Truth.of(base).best_k
+    path = root / f"{name}.json"
+    grid = load(name, root=root) or {"task": name, "family": entry(name).family, "steps": entry(name).run_steps,
+                                     "around": best_k, "command": command(), "commit": commit(),
+                                     "untrained_loss": base["untrained_loss"]}
+    grid["seeds"] = seeds
+    done = {(r["k"], r["seed"]) for r in grid.setdefault("runs", [])}
+    task, save, new = entry(name).make(), _saver(path, grid), 0
+    lo, hi = max(best_k - 1, int(ks[0])), min(best_k + 1, int(ks[-1]))
+    while True:
+        for k in range(lo, hi + 1):
+            new += _run_point(grid, task, k, seeds, done, save)
+        t = Truth.of(grid, np.median)
+        if t.best_k == lo and lo > ks[0]:
+            lo -= 1
+        elif t.best_k == hi and hi < ks[-1]:
+            hi += 1
+        else:
+            break
+    grid["runs"].sort(key=lambda r: (r["k"], r["seed"]))
+    save()
+    if not quiet:
+        print(f"{name}: around the grid's best, {hi - lo + 1} LRs x {seeds} seeds ({new} new runs); best lr "
+              f"{t.best_lr:.3g}, L* {t.best:.4f} (2-seed grid: {Truth.of(base).best:.4f}), seeds' quartiles "
+              f"{np.percentile(t.at_best, 25):.4f}-{np.percentile(t.at_best, 75):.4f}",
+              flush=True)
     return t
