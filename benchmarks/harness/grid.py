@@ -134,7 +134,7 @@ class Truth:
         ks, log_lrs, mean = curve(grid, stat)
         i = int(np.argmin(mean))
         best, untrained = float(mean[i]), grid["untrained_loss"]
-        at_best = [capped(r["final_loss"], untrained) for r in grid["runs"] if r["k"] == ks[i]]
+        at_best = [capped(r["final_loss"], untrained) for r in grid["runs"] if r["k"] == ks[i]][:grid["seeds"]]
         return cls(log_lrs, mean, int(ks[i]), lr_of(int(ks[i])), best, untrained,
                    (float(mean[-1]) - best) / max(untrained - best, 1e-12),
                    any(r["diverged"] for r in grid["runs"] if r["k"] == ks[-1]), 0 < i < len(mean) - 1,
@@ -218,6 +218,9 @@ def window(name: str, seeds: int, root: Path, base_root: Path = GRIDS, quiet: bo
     grid = load(name, root=root) or {"task": name, "family": entry(name).family, "steps": entry(name).run_steps,
                                      "around": best_k, "command": command(), "commit": commit(),
                                      "untrained_loss": base["untrained_loss"]}
+    if grid["around"] != best_k or grid.get("seeds", seeds) != seeds:
+        raise SystemExit(f"{path} holds {grid.get('seeds')} seeds around k={grid['around']}; the grid's best is now "
+                         f"k={best_k}, asked for {seeds} seeds: delete it to rerun")
     grid["seeds"] = seeds
     done = {(r["k"], r["seed"]) for r in grid.setdefault("runs", [])}
     task, save, new = entry(name).make(), _saver(path, grid), 0
