@@ -25,6 +25,7 @@ corpus's leave-one-family-out fits; one change, the space holding the task's own
     python -m benchmarks.corpus_search [--tasks a,b] [--seeds 3] [--trials 24] [--arms ...] [--shard I/N]
     python -m benchmarks.corpus_search --report      # the tables from the cached runs
     python -m benchmarks.corpus_search --quick       # one tiny synthetic task, one seed, 4 trials, in a temporary folder
+    python -m benchmarks.corpus_search --seeds 5 --timing   # device seconds: the searches again, alone on the machine
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -56,6 +58,8 @@ VARIANTS: dict[str, dict[str, Any]] = {"tunekit_refined": {"lr_refine": True},
                                        # the range test's sweep a third of one trial's updates (30 to 100)
                                        "tunekit_sweep_third": {"lr_sweep_share": 1 / 3}}
 CACHE = Path(__file__).resolve().parent / ".cache" / "corpus_search"
+# --timing: the searches again, one process, each (task, seed)'s arms back to back, for device seconds.
+TIMING_CACHE = Path(__file__).resolve().parent / ".cache" / "corpus_search_timing"
 # The expected target's grid: the 2-seed grid's best LR and its neighbours, at this many seeds.
 TARGET_SEEDS = 10
 TARGET_GRIDS = Path(__file__).resolve().parent / "data" / "corpus_search_grid"
@@ -78,7 +82,7 @@ def cached(cache: Path, arm: str, name: str, seed: int, trials: int, quiet: bool
     if path.exists():
         return json.loads(path.read_text())
     run = run_arm(arm, name, seed, trials)
-    run.update(task=name, arm=arm, seed=seed, fte=fte_of(name))
+    run.update(task=name, arm=arm, seed=seed, fte=fte_of(name), load_after=os.getloadavg()[0])
     se.save_json(path, run)
     if not quiet:
         print(f"  {name} seed {seed} {arm:<12} best {costs.best_value(run):.4f}  spent "
@@ -197,6 +201,27 @@ def overview(summaries: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def timing_lines(cache: Path, names: list[str], arms: list[str], seeds: int, trials: int) -> str:
+    """The machine's load after each timed study, and whether each study's trials are the main cache's
+    (the same seed gives the same trials: only the seconds may differ)."""
+    loads, same, total = [], 0, 0
+    for name in names:
+        for a in arms:
+            for s in range(seeds):
+                p, q = (c / name / f"{a}_seed{s}_trials{trials}.json" for c in (cache, CACHE))
+                if not p.exists():
+                    continue
+                run = json.loads(p.read_text())
+                loads += [run["load_after"]] if "load_after" in run else []
+                if q.exists():
+                    total += 1
+                    key = [(t["params"], t["value"], t["samples"]) for t in run["trials"]]
+                    same += key == [(t["params"], t["value"], t["samples"]) for t in json.loads(q.read_text())["trials"]]
+    load = (f"median {np.median(loads):.2f}, max {max(loads):.2f} over {len(loads)} studies" if loads else "not recorded")
+    return (f"load (1-minute average, 2 cores) after each timed study: {load}\n"
+            f"trials the same as the main run's ({CACHE.name}): {same} of {total} studies")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.corpus_search", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -208,6 +233,9 @@ def main() -> None:
     ap.add_argument("--report", action="store_true", help="only the tables, from the cached runs")
     ap.add_argument("--reverse", action="store_true", help="run the (task, seed) jobs last first: a second process "
                     "beside one running them in order meets it in the middle")
+    ap.add_argument("--timing", action="store_true", help="run the searches again in one process, each (task, seed)'s "
+                    "arms back to back (which goes first rotates), for device seconds on a quiet machine: "
+                    "benchmarks/data/corpus_search_timing_report.txt")
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(1)
@@ -220,14 +248,17 @@ def main() -> None:
         tmp = Path(tempfile.mkdtemp(prefix="tk_corpus_search_"))
         names, arms, seeds, trials = ["mlp_bce_adam"], [a for a in ARMS if a != "ray_asha"], 1, 4
         cache, grid_root, window_root = tmp / "runs", tmp / "grid", tmp / "window"
+    if args.timing:
+        cache, arms = (cache if args.quick else TIMING_CACHE), [a for a in arms if a in SEARCHES]
     i, n = map(int, args.shard.split("/"))
     jobs = [(name, seed) for seed in range(seeds) for name in names]
     if args.reverse:
         jobs.reverse()
     try:
         if not args.report:
-            for name, seed in jobs[i::n]:
-                for arm in arms:
+            for j, (name, seed) in enumerate(jobs[i::n]):
+                # Timing: which arm runs first rotates, so no arm always meets the machine's state first.
+                for arm in (arms[j % len(arms):] + arms[:j % len(arms)]) if args.timing else arms:
                     cached(cache, arm, name, seed, trials)
         if args.report or n == 1:
             blocks, summaries = [], {}
@@ -245,8 +276,11 @@ def main() -> None:
                 blocks.append(block)
             if not blocks:
                 raise SystemExit("no cached run for these tasks: nothing to report (run without --report first)")
-            body = "\n\n".join([overview(summaries), *blocks])
-            report.write("corpus_search", f"The search on the corpus, one task a family ({seeds} seeds, {trials} trials)",
+            head = [overview(summaries)] + ([timing_lines(cache, names, arms, seeds, trials)] if args.timing else [])
+            body = "\n\n".join([*head, *blocks])
+            what = " (device seconds: one process, each study's arms back to back)" if args.timing else ""
+            report.write("corpus_search_timing" if args.timing else "corpus_search",
+                         f"The search on the corpus, one task a family ({seeds} seeds, {trials} trials){what}",
                          body, quick=args.quick)
     finally:
         import sys
