@@ -41,8 +41,8 @@ def capped(loss: float | None, untrained: float) -> float:
 
 
 def curve(grid: dict[str, Any], stat: Callable[[Any], Any] = np.mean) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(k values, log10 LRs, the seeds' capped final loss, their mean or ``stat``) over the LRs that have
-    all their seeds."""
+    """(k values, log10 LRs, the mean, or ``stat``, of the seeds' capped final losses) over the LRs that
+    have all their seeds."""
     untrained = grid["untrained_loss"]
     by_k: dict[int, list[float]] = {}
     for run in grid["runs"]:
@@ -121,7 +121,7 @@ class Truth:
     mean: np.ndarray
     best_k: int
     best_lr: float
-    best: float  # L*, the best seed-mean final loss
+    best: float  # L*, the best seed-mean final loss (or the best of the ``stat`` Truth.of was given)
     untrained: float
     top_gap: float
     top_diverged: bool
