@@ -276,7 +276,10 @@ def main() -> None:
                 blocks.append(block)
             if not blocks:
                 raise SystemExit("no cached run for these tasks: nothing to report (run without --report first)")
-            head = [overview(summaries)] + ([timing_lines(cache, names, arms, seeds, trials)] if args.timing else [])
+            timed = (timing_lines(cache, names, arms, seeds, trials) if args.timing else
+                     "device seconds: as each run measured them, with whatever else ran beside it; alone on the "
+                     "machine: benchmarks/data/corpus_search_timing_report.txt (--timing)")
+            head = [overview(summaries), timed]
             body = "\n\n".join([*head, *blocks])
             what = " (device seconds: one process, each study's arms back to back)" if args.timing else ""
             report.write("corpus_search_timing" if args.timing else "corpus_search",
