@@ -26,6 +26,7 @@ corpus's leave-one-family-out fits; one change, the space holding the task's own
     python -m benchmarks.corpus_search --report      # the tables from the cached runs
     python -m benchmarks.corpus_search --quick       # one tiny synthetic task, one seed, 4 trials, in a temporary folder
     python -m benchmarks.corpus_search --seeds 5 --timing   # device seconds: the searches again, alone on the machine
+    python -m benchmarks.corpus_search --seeds 5 --retrain  # each study's best trial trained again at 5 fresh seeds
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ import torch
 
 from benchmarks import search_efficiency as se
 from benchmarks.corpus import CORPUS, pick
-from benchmarks.harness import costs, grid, lr_free, report
+from benchmarks.harness import costs, grid, lr_free, report, retrain
 
 #: One task a family: the cheapest real-data task of each that is not in the search's own benchmark.
 SEARCH_TASKS = ("digits_mlp_sgdm", "digits_cnn_bn_nesterov", "lstm_torchsrc_adam", "photo_pixels_huber_sgdm",
@@ -60,6 +61,7 @@ VARIANTS: dict[str, dict[str, Any]] = {"tunekit_refined": {"lr_refine": True},
 CACHE = Path(__file__).resolve().parent / ".cache" / "corpus_search"
 # --timing: the searches again, one process, each (task, seed)'s arms back to back, for device seconds.
 TIMING_CACHE = Path(__file__).resolve().parent / ".cache" / "corpus_search_timing"
+RETRAIN_CACHE = Path(__file__).resolve().parent / ".cache" / "corpus_search_retrain"
 # The expected target's grid: the 2-seed grid's best LR and its neighbours, at this many seeds.
 TARGET_SEEDS = 10
 TARGET_GRIDS = Path(__file__).resolve().parent / "data" / "corpus_search_grid"
@@ -201,6 +203,43 @@ def overview(summaries: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def retrained(cache: Path, name: str, runs: dict[str, list[dict[str, Any]]]) -> dict[str, list[float | None]]:
+    """Each study's best trial trained again at :data:`retrain.SEEDS`: arm -> its studies' medians."""
+    e, fte = CORPUS[name], fte_of(name)
+    return {a: [retrain.retrained(cache, a, name, int(r["seed"]), e.make, r, fte, e.run_steps, e.batch) for r in rs]
+            for a, rs in runs.items() if rs}
+
+
+def retrain_block(name: str, medians: dict[str, list[float | None]], runs: dict[str, list[dict[str, Any]]],
+                  target: float) -> tuple[str, dict[str, Any]]:
+    """The chosen configurations in expectation against the expected target, arm by arm."""
+    e = CORPUS[name]
+    lines = [f"## {e.family}: {name}: expected target {target:.4f}",
+             f"  {'':<13}{'retrained':>10}{'reaches':>9}{'own best':>10}   (medians over studies; retrained: the median "
+             f"over seeds {retrain.SEEDS[0]}-{retrain.SEEDS[-1]} of the best trial's run trained again)"]
+    summary: dict[str, Any] = {"family": e.family}
+    for a, ms in medians.items():
+        vals = [math.inf if m is None else m for m in ms]
+        med, own = costs.median(vals), costs.median([costs.best_value(r) for r in runs[a]])
+        hits = sum(v <= target for v in vals)
+        summary[a] = (med, hits, len(vals))
+        lines.append(f"  {a:<13}{fmt(med, '.4f'):>10}{f'{hits}/{len(vals)}':>9}{fmt(own, '.4f'):>10}")
+    return "\n".join(lines), summary
+
+
+def retrain_overview(summaries: dict[str, dict[str, Any]], arms: list[str]) -> str:
+    """A row a family: each arm's retrained median and how many of its studies' configurations reach the target."""
+    shown = [a for a in arms if any(a in s for s in summaries.values())]
+    lines = ["Each study's best trial trained again at fresh seeds (the configuration a user would train): median "
+             "final loss over studies, and studies whose configuration reaches the expected target in expectation "
+             "(its median over the seeds at or below it)",
+             f"{'family':<13}" + "".join(f"{a:>20}" for a in shown)]
+    for s in summaries.values():
+        cells = [f"{s[a][0]:.4f} {s[a][1]}/{s[a][2]}" if a in s else "-" for a in shown]
+        lines.append(f"{s['family']:<13}" + "".join(f"{c:>20}" for c in cells))
+    return "\n".join(lines)
+
+
 def timing_lines(cache: Path, names: list[str], arms: list[str], seeds: int, trials: int) -> str:
     """The machine's load after each timed study, and whether each study's trials are the main cache's
     (the same seed gives the same trials: only the seconds may differ)."""
@@ -236,6 +275,8 @@ def main() -> None:
     ap.add_argument("--timing", action="store_true", help="run the searches again in one process, each (task, seed)'s "
                     "arms back to back (which goes first rotates), for device seconds on a quiet machine: "
                     "benchmarks/data/corpus_search_timing_report.txt")
+    ap.add_argument("--retrain", action="store_true", help="train each study's best trial again at "
+                    f"{len(retrain.SEEDS)} fresh seeds (and the LR-free runs): benchmarks/data/corpus_search_retrain_report.txt")
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(1)
@@ -250,6 +291,7 @@ def main() -> None:
         cache, grid_root, window_root = tmp / "runs", tmp / "grid", tmp / "window"
     if args.timing:
         cache, arms = (cache if args.quick else TIMING_CACHE), [a for a in arms if a in SEARCHES]
+    retrain_cache = (cache.parent / "retrain") if args.quick else RETRAIN_CACHE
     i, n = map(int, args.shard.split("/"))
     jobs = [(name, seed) for seed in range(seeds) for name in names]
     if args.reverse:
@@ -259,7 +301,9 @@ def main() -> None:
             for j, (name, seed) in enumerate(jobs[i::n]):
                 # Timing: which arm runs first rotates, so no arm always meets the machine's state first.
                 for arm in (arms[j % len(arms):] + arms[:j % len(arms)]) if args.timing else arms:
-                    cached(cache, arm, name, seed, trials)
+                    run = cached(cache, arm, name, seed, trials)
+                    if args.retrain:
+                        retrained(retrain_cache, name, {arm: [run]})
         if args.report or n == 1:
             blocks, summaries = [], {}
             for name in names:
@@ -272,17 +316,22 @@ def main() -> None:
                 anchor = grid.window(name, 2 if args.quick else TARGET_SEEDS, window_root, base_root=grid_root, quiet=True)
                 # Frozen once every arm has run the same seeds (a task may have fewer seeds than asked).
                 complete = not args.quick and len({len(rs) for rs in runs.values()}) == 1
-                block, summaries[name] = family_block(name, runs, truth, anchor, complete)
+                if args.retrain:
+                    block, summaries[name] = retrain_block(name, retrained(retrain_cache, name, runs), runs,
+                                                           costs.EXPECTED_MARGIN * anchor.best)
+                else:
+                    block, summaries[name] = family_block(name, runs, truth, anchor, complete)
                 blocks.append(block)
             if not blocks:
                 raise SystemExit("no cached run for these tasks: nothing to report (run without --report first)")
             timed = (timing_lines(cache, names, arms, seeds, trials) if args.timing else
                      "device seconds: as each run measured them, with whatever else ran beside it; alone on the "
                      "machine: benchmarks/data/corpus_search_timing_report.txt (--timing)")
-            head = [overview(summaries), timed]
+            head = [retrain_overview(summaries, arms)] if args.retrain else [overview(summaries), timed]
             body = "\n\n".join([*head, *blocks])
-            what = " (device seconds: one process, each study's arms back to back)" if args.timing else ""
-            report.write("corpus_search_timing" if args.timing else "corpus_search",
+            what = (" (device seconds: one process, each study's arms back to back)" if args.timing else
+                    " (each study's best trial trained again)" if args.retrain else "")
+            report.write("corpus_search_retrain" if args.retrain else "corpus_search_timing" if args.timing else "corpus_search",
                          f"The search on the corpus, one task a family ({seeds} seeds, {trials} trials){what}",
                          body, quick=args.quick)
     finally:

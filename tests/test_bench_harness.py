@@ -1,5 +1,6 @@
 """The benchmark harness (benchmarks/harness): leave-one-family-out selection, costs to a target, anytime
-curves, frozen targets, the ground truth's regret, Lightning's suggestion rule, and the corpus's shape."""
+curves, frozen targets, the ground truth's regret, Lightning's suggestion rule, the corpus's shape, and
+a study's best trial trained again."""
 
 import json
 import math
@@ -9,7 +10,7 @@ import pytest
 
 from benchmarks.corpus import CORPUS, FAMILIES, families
 from benchmarks.corpus_lr import lightning_rule
-from benchmarks.harness import costs, grid, lofo
+from benchmarks.harness import costs, grid, lofo, retrain
 
 
 def test_lofo_never_scores_a_rule_on_the_family_it_was_chosen_on() -> None:
@@ -83,3 +84,32 @@ def test_the_corpus_has_its_families_real_data_and_metadata() -> None:
     assert not any(e.finder_val for e in fams["small-data"])
     optimizers = {e.optimizer for e in CORPUS.values()}
     assert {"adamw", "adam-l2", "sgd-momentum", "sgd-nesterov"} <= optimizers and optimizers & {"rmsprop", "adagrad"}
+
+
+def test_retraining_a_best_trial_reproduces_it_at_its_own_seed_and_caches_by_config(tmp_path) -> None:
+    import tunekit
+
+    task = CORPUS["mlp_bce_adam"].make()
+    made = []
+
+    def make():
+        made.append(1)
+        return task
+
+    a = tunekit.train(task, lr=3e-3, run_steps=8, seed=7, device="cpu", progress=False, eval_batches=2)
+    b = tunekit.train(task, lr=1e-1, run_steps=8, seed=7, device="cpu", progress=False, eval_batches=2)
+    trial = lambda n, r: {"number": n, "state": "COMPLETE", "value": r.final_loss,  # noqa: E731
+                          "config": {k: v for k, v in r.config.items() if k not in ("device", "precision")}}
+    run = {"trials": [trial(0, a), trial(1, b), {"number": 2, "state": "PRUNED", "value": 0.0}]}
+    best = retrain.best_trial(run)
+    assert best is not None and best["number"] == int(b.final_loss < a.final_loss)  # the pruned 0.0 is not it
+    seeds = (7, 8)
+    mid = retrain.retrained(tmp_path, "tunekit", "t", 0, make, run, 0, 8, 64, seeds)
+    saved = json.loads((tmp_path / "t" / "tunekit_seed0.json").read_text())["losses"]
+    assert saved["7"] == pytest.approx(best["value"], rel=1e-6)  # its own seed: the trial's own run
+    assert saved["8"] != saved["7"] and mid == pytest.approx((saved["7"] + saved["8"]) / 2)
+    assert retrain.retrained(tmp_path, "tunekit", "t", 0, make, run, 0, 8, 64, seeds) == mid and len(made) == 1
+    best["config"]["lr"] /= 10  # another configuration: its losses are trained, not read back
+    assert retrain.retrained(tmp_path, "tunekit", "t", 0, make, run, 0, 8, 64, seeds) != mid and len(made) == 2
+    with pytest.raises(ValueError, match="carries no config"):
+        retrain.final_loss("tunekit", task, run, {"number": 3, "params": {}}, 0, 0, 8, 64)

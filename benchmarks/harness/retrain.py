@@ -1,0 +1,73 @@
+"""A search's chosen configuration trained again at fresh seeds: what its best trial is worth in expectation.
+
+A search's best final loss is the least of several noisy runs (one run's loss at the grid's best LR varies
+by 16-135% of L* from seed to seed on this corpus), so "reached the target" counts lucky seeds as well as
+good configurations. The user trains the configuration again; this trains the best trial's run again at
+seeds no search used and reports the median. An LR-free peer's run is trained again the same way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import statistics
+from pathlib import Path
+from typing import Any, Optional
+
+import tunekit
+
+from benchmarks.harness import lr_free
+
+Run = dict[str, Any]
+SEEDS = (100, 101, 102, 103, 104)
+PEERS = ("random", "optuna_sh", "ray_asha")  # searches whose trials train through search_efficiency.train_trial  # no search seed (0-9) nor grid seed (0-9) is among them
+
+
+def best_trial(run: Run) -> Optional[dict[str, Any]]:
+    """The complete trial with the least value (the first of equals), None where none completed."""
+    done = [t for t in run["trials"] if t["state"] == "COMPLETE" and t["value"] is not None]
+    return min(done, key=lambda t: (t["value"], t.get("number") or 0), default=None)
+
+
+def final_loss(arm: str, task: tunekit.Task, run: Run, trial: dict[str, Any], fte: int, seed: int,
+               steps: int, batch: int) -> float:
+    """``trial``'s run trained again at ``seed``, as its arm trained it; inf where it diverged."""
+    from benchmarks import search_efficiency as se
+
+    if arm in ("schedulefree", "prodigy"):
+        value = lr_free.run(arm, task, steps, batch, seed)["trials"][0]["value"]
+    elif arm in PEERS:  # its params through the peers' own training call
+        value = se.train_trial(task, trial["params"], fte, seed).final_loss
+    elif trial.get("config"):  # tunekit: the run its trial trained, as tunekit.train takes it
+        value = tunekit.train(task, dict(trial["config"]), seed=seed, device="cpu", progress=False).final_loss
+    else:
+        raise ValueError(f"{arm}'s trial {trial.get('number')} carries no config: run the arm again "
+                         "(benchmarks/search_efficiency.py keeps each trial's)")
+    return float(value) if value is not None and math.isfinite(value) else math.inf
+
+
+def key_of(trial: dict[str, Any]) -> str:
+    """What the cached losses belong to: the trial's params and config."""
+    blob = json.dumps([trial.get("params"), trial.get("config")], sort_keys=True, default=str)
+    return hashlib.sha1(blob.encode()).hexdigest()[:16]
+
+
+def retrained(cache: Path, arm: str, name: str, seed: int, task: Any, run: Run, fte: int, steps: int,
+              batch: int, seeds: tuple[int, ...] = SEEDS) -> Optional[float]:
+    """The median over ``seeds`` of the best trial's run trained again (cached under ``cache``); None
+    where the study has no complete trial. ``task``: a callable that builds the task, called only on a miss."""
+    trial = best_trial(run)
+    if trial is None:
+        return None
+    path = cache / name / f"{arm}_seed{seed}.json"
+    saved = json.loads(path.read_text()) if path.exists() else {}
+    losses = saved.get("losses", {}) if saved.get("key") == key_of(trial) else {}
+    built = None
+    for s in seeds:
+        if str(s) not in losses:
+            built = built or task()
+            losses[str(s)] = final_loss(arm, built, run, trial, fte, s, steps, batch)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({"key": key_of(trial), "losses": losses}, indent=1))
+    return statistics.median(losses[str(s)] for s in seeds)
