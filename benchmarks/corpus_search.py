@@ -203,36 +203,50 @@ def overview(summaries: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def retrained(cache: Path, name: str, runs: dict[str, list[dict[str, Any]]]) -> dict[str, list[float | None]]:
-    """Each study's best trial trained again at :data:`retrain.SEEDS`: arm -> its studies' medians."""
+CONFIRMED = "tunekit+confirm"  # tunekit's best few trials confirmed at extra seeds (retrain.confirmed): not a search option yet
+
+
+def retrained(cache: Path, name: str, runs: dict[str, list[dict[str, Any]]]) -> tuple[dict[str, list[float | None]], float]:
+    """Each study's best trial trained again at :data:`retrain.SEEDS`: arm -> its studies' medians; with
+    tunekit's, :data:`CONFIRMED`'s, and the median FTE its confirming runs cost."""
     e, fte = CORPUS[name], fte_of(name)
-    return {a: [retrain.retrained(cache, a, name, int(r["seed"]), e.make, r, fte, e.run_steps, e.batch) for r in rs]
-            for a, rs in runs.items() if rs}
+    out = {a: [retrain.retrained(cache, a, name, int(r["seed"]), e.make, r, fte, e.run_steps, e.batch) for r in rs]
+           for a, rs in runs.items() if rs}
+    confirm = [retrain.confirmed(cache, "tunekit", name, int(r["seed"]), e.make, r, fte, e.run_steps, e.batch)
+               for r in runs.get("tunekit", [])]
+    if confirm:
+        out[CONFIRMED] = [m for m, _ in confirm]
+    return out, costs.median([c / fte for _, c in confirm]) if confirm else math.nan
 
 
-def retrain_block(name: str, medians: dict[str, list[float | None]], runs: dict[str, list[dict[str, Any]]],
+def retrain_block(name: str, retrains: tuple[dict[str, list[float | None]], float], runs: dict[str, list[dict[str, Any]]],
                   target: float) -> tuple[str, dict[str, Any]]:
     """The chosen configurations in expectation against the expected target, arm by arm."""
-    e = CORPUS[name]
+    e, (medians, extra) = CORPUS[name], retrains
     lines = [f"## {e.family}: {name}: expected target {target:.4f}",
              f"  {'':<13}{'retrained':>10}{'reaches':>9}{'own best':>10}   (medians over studies; retrained: the median "
              f"over seeds {retrain.SEEDS[0]}-{retrain.SEEDS[-1]} of the best trial's run trained again)"]
     summary: dict[str, Any] = {"family": e.family}
     for a, ms in medians.items():
         vals = [math.inf if m is None else m for m in ms]
-        med, own = costs.median(vals), costs.median([costs.best_value(r) for r in runs[a]])
+        med = costs.median(vals)
+        own = costs.median([costs.best_value(r) for r in runs[a]]) if a in runs else math.nan
         hits = sum(v <= target for v in vals)
         summary[a] = (med, hits, len(vals))
         lines.append(f"  {a:<13}{fmt(med, '.4f'):>10}{f'{hits}/{len(vals)}':>9}{fmt(own, '.4f'):>10}")
+    if CONFIRMED in medians:
+        lines.append(f"  ({CONFIRMED}: of tunekit's {retrain.CONFIRM_TOP} best trials, the one with the least mean of its "
+                     f"value and its runs at seeds {retrain.CONFIRM_SEEDS}; those runs cost {fmt(extra)} FTE more)")
     return "\n".join(lines), summary
 
 
 def retrain_overview(summaries: dict[str, dict[str, Any]], arms: list[str]) -> str:
     """A row a family: each arm's retrained median and how many of its studies' configurations reach the target."""
-    shown = [a for a in arms if any(a in s for s in summaries.values())]
+    shown = [b for a in arms for b in ((a, CONFIRMED) if a == "tunekit" else (a,)) if any(b in s for s in summaries.values())]
     lines = ["Each study's best trial trained again at fresh seeds (the configuration a user would train): median "
              "final loss over studies, and studies whose configuration reaches the expected target in expectation "
-             "(its median over the seeds at or below it)",
+             f"(its median over the seeds at or below it); {CONFIRMED}: tunekit's best {retrain.CONFIRM_TOP} trials "
+             f"confirmed at {len(retrain.CONFIRM_SEEDS)} more seeds each, the best mean chosen",
              f"{'family':<13}" + "".join(f"{a:>20}" for a in shown)]
     for s in summaries.values():
         cells = [f"{s[a][0]:.4f} {s[a][1]}/{s[a][2]}" if a in s else "-" for a in shown]

@@ -113,3 +113,22 @@ def test_retraining_a_best_trial_reproduces_it_at_its_own_seed_and_caches_by_con
     assert retrain.retrained(tmp_path, "tunekit", "t", 0, make, run, 0, 8, 64, seeds) != mid and len(made) == 2
     with pytest.raises(ValueError, match="carries no config"):
         retrain.final_loss("tunekit", task, run, {"number": 3, "params": {}}, 0, 0, 8, 64)
+
+
+def test_confirming_the_best_trials_chooses_by_their_mean_not_one_lucky_value(tmp_path) -> None:
+    import tunekit
+
+    task = CORPUS["mlp_bce_adam"].make()
+    runs = {lr: tunekit.train(task, lr=lr, run_steps=8, seed=7, device="cpu", progress=False, eval_batches=2)
+            for lr in (3e-3, 1e-7)}
+    cfg = lambda r: {k: v for k, v in r.config.items() if k not in ("device", "precision")}  # noqa: E731
+    good, bad = runs[3e-3], runs[1e-7]
+    assert good.final_loss < bad.final_loss - 0.05
+    # The barely-trained configuration had one lucky run: the least value, so the best trial.
+    run = {"trials": [{"number": 0, "state": "COMPLETE", "value": good.final_loss, "samples": 100, "config": cfg(good)},
+                      {"number": 1, "state": "COMPLETE", "value": good.final_loss - 0.01, "samples": 100, "config": cfg(bad)}]}
+    assert retrain.best_trial(run)["number"] == 1
+    median, cost = retrain.confirmed(tmp_path, "tunekit", "t", 0, lambda: task, run, 0, 8, 64, top=2, extra=(7, 8))
+    again = [tunekit.train(task, cfg(good), seed=s, device="cpu", progress=False).final_loss for s in retrain.SEEDS]
+    assert median == pytest.approx(float(np.median(again)))  # the good configuration, chosen by its mean
+    assert cost == 2 * 2 * 100  # two trials confirmed, two seeds each

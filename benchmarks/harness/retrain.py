@@ -4,6 +4,7 @@ A search's best final loss is the least of several noisy runs (one run's loss at
 by 16-135% of L* from seed to seed on this corpus), so "reached the target" counts lucky seeds as well as
 good configurations. The user trains the configuration again; this trains the best trial's run again at
 seeds no search used and reports the median. An LR-free peer's run is trained again the same way.
+:func:`confirmed` measures what a search would gain by confirming its best few trials at extra seeds.
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ import tunekit
 from benchmarks.harness import lr_free
 
 Run = dict[str, Any]
-SEEDS = (100, 101, 102, 103, 104)
-PEERS = ("random", "optuna_sh", "ray_asha")  # searches whose trials train through search_efficiency.train_trial  # no search seed (0-9) nor grid seed (0-9) is among them
+SEEDS = (100, 101, 102, 103, 104)  # no search seed (0-9) nor grid seed (0-9) is among them
+PEERS = ("random", "optuna_sh", "ray_asha")  # searches whose trials train through search_efficiency.train_trial
+CONFIRM_SEEDS = (200, 201)  # the confirming runs' seeds: none of SEEDS, so the choice is judged on fresh runs
+CONFIRM_TOP = 3
 
 
 def best_trial(run: Run) -> Optional[dict[str, Any]]:
@@ -71,3 +74,35 @@ def retrained(cache: Path, arm: str, name: str, seed: int, task: Any, run: Run, 
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps({"key": key_of(trial), "losses": losses}, indent=1))
     return statistics.median(losses[str(s)] for s in seeds)
+
+
+def _losses(path: Path, arm: str, task: Any, run: Run, trial: dict[str, Any], fte: int, steps: int, batch: int,
+            seeds: tuple[int, ...], built: list[Any]) -> list[float]:
+    """``trial``'s run trained again at ``seeds``, cached in ``path`` (one file a configuration)."""
+    saved = json.loads(path.read_text()) if path.exists() else {}
+    for s in seeds:
+        if str(s) not in saved:
+            if not built:
+                built.append(task())
+            saved[str(s)] = final_loss(arm, built[0], run, trial, fte, s, steps, batch)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(saved, indent=1))
+    return [saved[str(s)] for s in seeds]
+
+
+def confirmed(cache: Path, arm: str, name: str, seed: int, task: Any, run: Run, fte: int, steps: int, batch: int,
+              top: int = CONFIRM_TOP, extra: tuple[int, ...] = CONFIRM_SEEDS) -> tuple[Optional[float], int]:
+    """What confirming would choose: of the ``top`` best complete trials, the one with the least mean of its
+    value and its runs at ``extra`` seeds; returns that configuration's median over :data:`SEEDS` and the
+    confirming runs' samples. (None, 0) where nothing completed."""
+    done = sorted((t for t in run["trials"] if t["state"] == "COMPLETE" and t["value"] is not None),
+                  key=lambda t: (t["value"], t.get("number") or 0))[:top]
+    if not done:
+        return None, 0
+    built: list[Any] = []
+    folder = cache / name / "confirm"
+    means = [statistics.mean([t["value"], *_losses(folder / f"{arm}_seed{seed}_{key_of(t)}.json", arm, task, run, t,
+                                                         fte, steps, batch, extra, built)]) for t in done]
+    chosen = done[min(range(len(done)), key=lambda j: means[j])]
+    at = _losses(folder / f"{arm}_seed{seed}_{key_of(chosen)}.json", arm, task, run, chosen, fte, steps, batch, SEEDS, built)
+    return statistics.median(at), sum(int(t["samples"]) for t in done) * len(extra)
