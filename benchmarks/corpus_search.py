@@ -340,7 +340,9 @@ def main() -> None:
                 raise SystemExit("no cached run for these tasks: nothing to report (run without --report first)")
             timed = (timing_lines(cache, names, arms, seeds, trials) if args.timing else
                      "device seconds: as each run measured them, with whatever else ran beside it; alone on the "
-                     "machine: benchmarks/data/corpus_search_timing_report.txt (--timing)")
+                     "machine: benchmarks/data/corpus_search_timing_report.txt (--timing)\n"
+                     "each study's best trial trained again at fresh seeds (what its configuration is worth in "
+                     "expectation): benchmarks/data/corpus_search_retrain_report.txt (--retrain)")
             head = [retrain_overview(summaries, arms)] if args.retrain else [overview(summaries), timed]
             body = "\n\n".join([*head, *blocks])
             what = (" (device seconds: one process, each study's arms back to back)" if args.timing else
