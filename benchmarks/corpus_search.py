@@ -224,7 +224,7 @@ def retrain_block(name: str, retrains: tuple[dict[str, list[float | None]], floa
     """The chosen configurations in expectation against the expected target, arm by arm."""
     e, (medians, extra) = CORPUS[name], retrains
     lines = [f"## {e.family}: {name}: expected target {target:.4f}",
-             f"  {'':<13}{'retrained':>10}{'reaches':>9}{'own best':>10}   (medians over studies; retrained: the median "
+             f"  {'':<16}{'retrained':>10}{'reaches':>9}{'own best':>10}   (medians over studies; retrained: the median "
              f"over seeds {retrain.SEEDS[0]}-{retrain.SEEDS[-1]} of the best trial's run trained again)"]
     summary: dict[str, Any] = {"family": e.family}
     for a, ms in medians.items():
@@ -233,7 +233,7 @@ def retrain_block(name: str, retrains: tuple[dict[str, list[float | None]], floa
         own = costs.median([costs.best_value(r) for r in runs[a]]) if a in runs else math.nan
         hits = sum(v <= target for v in vals)
         summary[a] = (med, hits, len(vals))
-        lines.append(f"  {a:<13}{fmt(med, '.4f'):>10}{f'{hits}/{len(vals)}':>9}{fmt(own, '.4f'):>10}")
+        lines.append(f"  {a:<16}{fmt(med, '.4f'):>10}{f'{hits}/{len(vals)}':>9}{fmt(own, '.4f'):>10}")
     if CONFIRMED in medians:
         lines.append(f"  ({CONFIRMED}: of tunekit's {retrain.CONFIRM_TOP} best trials, the one with the least mean of its "
                      f"value and its runs at seeds {retrain.CONFIRM_SEEDS}; those runs cost {fmt(extra)} FTE more)")
