@@ -112,7 +112,7 @@ def test_retraining_a_best_trial_reproduces_it_at_its_own_seed_and_caches_by_con
     best["config"]["lr"] /= 10  # another configuration: its losses are trained, not read back
     assert retrain.retrained(tmp_path, "tunekit", "t", 0, make, run, 0, 8, 64, seeds) != mid and len(made) == 2
     with pytest.raises(ValueError, match="carries no config"):
-        retrain.final_loss("tunekit", task, run, {"number": 3, "params": {}}, 0, 0, 8, 64)
+        retrain.final_loss("tunekit", task, {"number": 3, "params": {}}, 0, 0, 8, 64)
 
 
 def test_confirming_the_best_trials_chooses_by_their_mean_not_one_lucky_value(tmp_path) -> None:

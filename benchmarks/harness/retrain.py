@@ -33,8 +33,7 @@ def best_trial(run: Run) -> Optional[dict[str, Any]]:
     return min(done, key=lambda t: (t["value"], t.get("number") or 0), default=None)
 
 
-def final_loss(arm: str, task: tunekit.Task, run: Run, trial: dict[str, Any], fte: int, seed: int,
-               steps: int, batch: int) -> float:
+def final_loss(arm: str, task: tunekit.Task, trial: dict[str, Any], fte: int, seed: int, steps: int, batch: int) -> float:
     """``trial``'s run trained again at ``seed``, as its arm trained it; inf where it diverged."""
     from benchmarks import search_efficiency as se
 
@@ -70,13 +69,13 @@ def retrained(cache: Path, arm: str, name: str, seed: int, task: Any, run: Run, 
     for s in seeds:
         if str(s) not in losses:
             built = built or task()
-            losses[str(s)] = final_loss(arm, built, run, trial, fte, s, steps, batch)
+            losses[str(s)] = final_loss(arm, built, trial, fte, s, steps, batch)
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps({"key": key_of(trial), "losses": losses}, indent=1))
     return statistics.median(losses[str(s)] for s in seeds)
 
 
-def _losses(path: Path, arm: str, task: Any, run: Run, trial: dict[str, Any], fte: int, steps: int, batch: int,
+def _losses(path: Path, arm: str, task: Any, trial: dict[str, Any], fte: int, steps: int, batch: int,
             seeds: tuple[int, ...], built: list[Any]) -> list[float]:
     """``trial``'s run trained again at ``seeds``, cached in ``path`` (one file a configuration)."""
     saved = json.loads(path.read_text()) if path.exists() else {}
@@ -84,7 +83,7 @@ def _losses(path: Path, arm: str, task: Any, run: Run, trial: dict[str, Any], ft
         if str(s) not in saved:
             if not built:
                 built.append(task())
-            saved[str(s)] = final_loss(arm, built[0], run, trial, fte, s, steps, batch)
+            saved[str(s)] = final_loss(arm, built[0], trial, fte, s, steps, batch)
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(saved, indent=1))
     return [saved[str(s)] for s in seeds]
@@ -101,8 +100,8 @@ def confirmed(cache: Path, arm: str, name: str, seed: int, task: Any, run: Run, 
         return None, 0
     built: list[Any] = []
     folder = cache / name / "confirm"
-    means = [statistics.mean([t["value"], *_losses(folder / f"{arm}_seed{seed}_{key_of(t)}.json", arm, task, run, t,
+    means = [statistics.mean([t["value"], *_losses(folder / f"{arm}_seed{seed}_{key_of(t)}.json", arm, task, t,
                                                          fte, steps, batch, extra, built)]) for t in done]
     chosen = done[min(range(len(done)), key=lambda j: means[j])]
-    at = _losses(folder / f"{arm}_seed{seed}_{key_of(chosen)}.json", arm, task, run, chosen, fte, steps, batch, SEEDS, built)
+    at = _losses(folder / f"{arm}_seed{seed}_{key_of(chosen)}.json", arm, task, chosen, fte, steps, batch, SEEDS, built)
     return statistics.median(at), sum(int(t["samples"]) for t in done) * len(extra)
