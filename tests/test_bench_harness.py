@@ -105,7 +105,7 @@ def test_retraining_a_best_trial_reproduces_it_at_its_own_seed_and_caches_by_con
     assert best is not None and best["number"] == int(b.final_loss < a.final_loss)  # the pruned 0.0 is not it
     seeds = (7, 8)
     mid = retrain.retrained(tmp_path, "tunekit", "t", 0, make, run, 0, 8, 64, seeds)
-    saved = json.loads((tmp_path / "t" / "tunekit_seed0.json").read_text())["losses"]
+    saved = json.loads((tmp_path / "t" / f"tunekit_seed0_{retrain.key_of(best)}.json").read_text())
     assert saved["7"] == pytest.approx(best["value"], rel=1e-6)  # its own seed: the trial's own run
     assert saved["8"] != saved["7"] and mid == pytest.approx((saved["7"] + saved["8"]) / 2)
     assert retrain.retrained(tmp_path, "tunekit", "t", 0, make, run, 0, 8, 64, seeds) == mid and len(made) == 1

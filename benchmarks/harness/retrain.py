@@ -27,10 +27,15 @@ CONFIRM_SEEDS = (200, 201)  # the confirming runs' seeds: none of SEEDS, so the 
 CONFIRM_TOP = 3
 
 
+def ranked(run: Run) -> list[dict[str, Any]]:
+    """The complete trials, least value first (equals in trial order)."""
+    done = [t for t in run["trials"] if t["state"] == "COMPLETE" and t["value"] is not None]
+    return sorted(done, key=lambda t: (t["value"], t.get("number") or 0))
+
+
 def best_trial(run: Run) -> Optional[dict[str, Any]]:
     """The complete trial with the least value (the first of equals), None where none completed."""
-    done = [t for t in run["trials"] if t["state"] == "COMPLETE" and t["value"] is not None]
-    return min(done, key=lambda t: (t["value"], t.get("number") or 0), default=None)
+    return next(iter(ranked(run)), None)
 
 
 def final_loss(arm: str, task: tunekit.Task, trial: dict[str, Any], fte: int, seed: int, steps: int, batch: int) -> float:
@@ -55,29 +60,11 @@ def key_of(trial: dict[str, Any]) -> str:
     return hashlib.sha1(blob.encode()).hexdigest()[:16]
 
 
-def retrained(cache: Path, arm: str, name: str, seed: int, task: Any, run: Run, fte: int, steps: int,
-              batch: int, seeds: tuple[int, ...] = SEEDS) -> Optional[float]:
-    """The median over ``seeds`` of the best trial's run trained again (cached under ``cache``); None
-    where the study has no complete trial. ``task``: a callable that builds the task, called only on a miss."""
-    trial = best_trial(run)
-    if trial is None:
-        return None
-    path = cache / name / f"{arm}_seed{seed}.json"
-    saved = json.loads(path.read_text()) if path.exists() else {}
-    losses = saved.get("losses", {}) if saved.get("key") == key_of(trial) else {}
-    built = None
-    for s in seeds:
-        if str(s) not in losses:
-            built = built or task()
-            losses[str(s)] = final_loss(arm, built, trial, fte, s, steps, batch)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps({"key": key_of(trial), "losses": losses}, indent=1))
-    return statistics.median(losses[str(s)] for s in seeds)
-
-
-def _losses(path: Path, arm: str, task: Any, trial: dict[str, Any], fte: int, steps: int, batch: int,
-            seeds: tuple[int, ...], built: list[Any]) -> list[float]:
-    """``trial``'s run trained again at ``seeds``, cached in ``path`` (one file a configuration)."""
+def losses(cache: Path, arm: str, name: str, seed: int, task: Any, trial: dict[str, Any], fte: int, steps: int,
+           batch: int, seeds: tuple[int, ...], built: list[Any]) -> list[float]:
+    """``trial``'s run trained again at ``seeds``, cached one file a configuration under ``cache``.
+    ``task``: a callable that builds the task, called once (into ``built``) on the first miss."""
+    path = cache / name / f"{arm}_seed{seed}_{key_of(trial)}.json"
     saved = json.loads(path.read_text()) if path.exists() else {}
     for s in seeds:
         if str(s) not in saved:
@@ -89,19 +76,26 @@ def _losses(path: Path, arm: str, task: Any, trial: dict[str, Any], fte: int, st
     return [saved[str(s)] for s in seeds]
 
 
+def retrained(cache: Path, arm: str, name: str, seed: int, task: Any, run: Run, fte: int, steps: int,
+              batch: int, seeds: tuple[int, ...] = SEEDS) -> Optional[float]:
+    """The median over ``seeds`` of the best trial's run trained again; None where no trial completed."""
+    trial = best_trial(run)
+    if trial is None:
+        return None
+    return statistics.median(losses(cache, arm, name, seed, task, trial, fte, steps, batch, seeds, []))
+
+
 def confirmed(cache: Path, arm: str, name: str, seed: int, task: Any, run: Run, fte: int, steps: int, batch: int,
               top: int = CONFIRM_TOP, extra: tuple[int, ...] = CONFIRM_SEEDS) -> tuple[Optional[float], int]:
     """What confirming would choose: of the ``top`` best complete trials, the one with the least mean of its
     value and its runs at ``extra`` seeds; returns that configuration's median over :data:`SEEDS` and the
     confirming runs' samples. (None, 0) where nothing completed."""
-    done = sorted((t for t in run["trials"] if t["state"] == "COMPLETE" and t["value"] is not None),
-                  key=lambda t: (t["value"], t.get("number") or 0))[:top]
+    done = ranked(run)[:top]
     if not done:
         return None, 0
     built: list[Any] = []
-    folder = cache / name / "confirm"
-    means = [statistics.mean([t["value"], *_losses(folder / f"{arm}_seed{seed}_{key_of(t)}.json", arm, task, t,
-                                                         fte, steps, batch, extra, built)]) for t in done]
+    means = [statistics.mean([t["value"], *losses(cache, arm, name, seed, task, t, fte, steps, batch, extra, built)])
+             for t in done]
     chosen = done[min(range(len(done)), key=lambda j: means[j])]
-    at = _losses(folder / f"{arm}_seed{seed}_{key_of(chosen)}.json", arm, task, chosen, fte, steps, batch, SEEDS, built)
+    at = losses(cache, arm, name, seed, task, chosen, fte, steps, batch, SEEDS, built)
     return statistics.median(at), sum(int(t["samples"]) for t in done) * len(extra)
