@@ -7,6 +7,7 @@ from __future__ import annotations
 
 # Imported where used, not at the top: matplotlib; importing this module does not pay for them.
 import math
+import textwrap
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Optional, Union
 
@@ -137,11 +138,12 @@ class ProbeResult(Result):
         """Predicted peak memory against batch size with the budget, and throughput on a second axis.
 
         Memory is on a log axis: a budget of tens of GiB and a model of a few MiB are both read
-        off it, and so is each phase's share.
+        off it, and so is each phase's share. The budget is labelled inside the axes, in the band
+        above its line that nothing else is drawn in; the legend sits below the axes, off the data.
         """
         from matplotlib.ticker import FuncFormatter
 
-        ax = new_axes(ax, figsize=(7.0, 4.2))
+        ax = new_axes(ax, figsize=(7.0, 5.4))
         mm = self.memory_model()
         top = max(self.max_batch, self.predicted_max_batch, 2)
         bs = np.unique(np.geomspace(1, top * 1.5, 60).astype(int))
@@ -151,27 +153,52 @@ class ProbeResult(Result):
         ok = [t for t in self.tried if t.get("peak_bytes")]
         if ok:
             ax.plot([t["batch"] for t in ok], [t["peak_bytes"] for t in ok], "ko", label="measured")
-        ax.axhline(self.budget_bytes, color="C3", lw=1.5, label=f"budget ({self.budget_source})")
+        ax.axhline(self.budget_bytes, color="C3", lw=1.5, label="budget")
         ax.axhline(self.usable_bytes, color="C3", lw=1, ls=":", label=f"budget less {self.headroom:.0%} headroom")
         ax.axvline(self.max_batch, color="C3", lw=1, alpha=0.6)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log", base=2)
-        ax.set_ylim(bottom=max(1.0, 0.5 * min(mm.peak(1), min(max(f(1), 1.0) for f in mm.phases.values()))))
+        low = max(1.0, 0.5 * min(mm.peak(1), min(max(f(1), 1.0) for f in mm.phases.values())))
+        high = max([float(self.budget_bytes)] + [mm.peak(b) for b in bs] + [float(t["peak_bytes"]) for t in ok])
+        # A band of 15% of the height above the budget (or the curve, where it runs past it) for the budget's label.
+        ax.set_ylim(low, high * (high / low) ** (0.15 / 0.85))
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: format_bytes(v).replace(".00", "")))
         ax.set_xlabel("micro-batch size")
         ax.set_ylabel("memory (log scale)")
+        self._label_budget(ax)
+        handles, labels = ax.get_legend_handles_labels()
         if self.throughput:
             ax2 = ax.twinx()
-            ax2.plot([t["batch"] for t in self.throughput], [t["samples_per_s"] for t in self.throughput],
-                     "o-", color="C2", label="throughput")
+            speeds = [t["samples_per_s"] for t in self.throughput]
+            line, = ax2.plot([t["batch"] for t in self.throughput], speeds, "o-", color="C2", label="throughput")
+            # Throughput stays below the budget's line, clear of its label.
+            ax2.set_ylim(0.0, 1.15 * max(speeds) / self._budget_height(ax) if max(speeds) > 0 else 1.0)
             ax2.set_ylabel("samples / s", color="C2")
+            handles.append(line)
+            labels.append("throughput")
             if self.knee_batch:
-                ax.axvline(self.knee_batch, color="C2", ls="-.", lw=1.2, label=f"knee: {self.knee_batch}")
+                handles.append(ax.axvline(self.knee_batch, color="C2", ls="-.", lw=1.2))
+                labels.append(f"knee: {self.knee_batch}")
         if self.critical_batch and math.isfinite(self.critical_batch):
-            ax.axvline(self.critical_batch, color="C4", ls="-.", lw=1.2, label=f"critical batch: {self.critical_batch:.0f}")
+            handles.append(ax.axvline(self.critical_batch, color="C4", ls="-.", lw=1.2))
+            labels.append(f"critical batch: {self.critical_batch:.0f}")
         ax.set_title(f"probe: max batch {self.max_batch} on {self.device}")
-        ax.legend(fontsize="small", loc="upper left")
+        ax.legend(handles, labels, fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3,
+                  frameon=False)
         return ax
+
+    def _budget_height(self, ax: Any) -> float:
+        """Where the budget's line is, as a fraction of the axes' height (the y axis is log)."""
+        low, high = ax.get_ylim()
+        return math.log(self.budget_bytes / low) / math.log(high / low)
+
+    def _label_budget(self, ax: Any) -> None:
+        """The budget's size and where it came from, written just above its line, inside the axes
+        (a long source is wrapped, so the label never runs past the right axis)."""
+        text = textwrap.fill(f"budget {format_bytes(self.budget_bytes)}: {self.budget_source}", 60)
+        ax.annotate(text, xy=(0.01, self.budget_bytes), xycoords=("axes fraction", "data"), xytext=(0, 2),
+                    textcoords="offset points", ha="left", va="bottom", fontsize="small", color="C3",
+                    bbox=dict(facecolor="white", edgecolor="none", alpha=0.8, pad=1.0))
 
     def table(self) -> str:
         mm = self.memory_model()

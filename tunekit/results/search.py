@@ -15,6 +15,7 @@ import io
 import json
 import math
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -25,7 +26,7 @@ from tunekit.plotting import new_axes, new_figure
 from tunekit.results.base import Result, write_file
 from tunekit.results.step_time import format_seconds
 
-__all__ = ["SearchResult", "write_report", "best_of"]
+__all__ = ["SearchResult", "write_report", "best_of", "trial_kind"]
 
 # "lr" is the LR the trial trained at; the param column "lr_ref" is the LR at the range test's batch,
 # which the trial's own batch rescales (it is the search's lr parameter).
@@ -201,8 +202,9 @@ class SearchResult(Result):
     # --- plots: each takes ax=None and returns what it drew on --------------------
     def plot_best(self, ax: Any = None, by: Optional[str] = None) -> Any:
         """Best value so far against compute spent, probes included: ``by="samples"`` (in the budget's
-        unit), with device seconds on a second axis above where trials measured them, or ``by="seconds"``
-        alone (the default for a budget in device time). Returns the main Axes."""
+        unit), with the device seconds spent by then on a second axis above where trials measured them
+        (the same points, relabelled: a step sits at its samples below and its seconds above), or
+        ``by="seconds"`` alone (the default for a budget in device time). Returns the main Axes."""
         by = by or ("seconds" if self._timed else "samples")
         if by not in ("samples", "seconds"):
             raise UsageError(f"plot_best(by={by!r}): use by='samples' or by='seconds'")
@@ -215,47 +217,77 @@ class SearchResult(Result):
         ax.set_ylabel(f"best {self.goal.label}")
         ax.legend(fontsize="small")
         if by == "samples" and self.device_seconds > 0:
-            top = ax.twiny()  # the same search, priced in device time
-            _, xs_s, ys_s = self._best_so_far("seconds")
-            top.step(xs_s, ys_s, where="post", color="C0", ls="--", alpha=0.6)
-            top.set_xlabel("device seconds spent (dashed)", color="C0")
+            top = ax.secondary_xaxis("top", functions=self.seconds_at_samples())
+            top.set_xlabel("device seconds spent by then", color="C0")
         return ax
+
+    def _in_finishing_order(self) -> list[dict[str, Any]]:
+        """The trials in the order they finished; one still running (no finish time) last."""
+        return sorted(self.trials, key=lambda t: math.inf if t.get("finished") is None else float(t["finished"]))
+
+    def _spending(self) -> tuple[list[float], list[float]]:
+        """Compute spent after the probes and after each trial, in finishing order: (samples in the budget's
+        unit, device seconds)."""
+        samples, seconds = [self.in_unit(self.probe_samples)], [float(self.probe_seconds)]
+        for t in self._in_finishing_order():
+            samples.append(samples[-1] + self.in_unit(int(t.get("samples") or 0)))
+            seconds.append(seconds[-1] + float(t.get("seconds") or 0.0))
+        return samples, seconds
+
+    def seconds_at_samples(self) -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
+        """(samples spent -> device seconds spent by then, its inverse): piecewise linear through the
+        search's own (samples, seconds) after each trial, and at the mean rate past the last; what the
+        best-so-far plot's top axis reads."""
+        import numpy as np
+
+        xs, ys = [0.0], [0.0]
+        for x, y in zip(*self._spending()):
+            if x > xs[-1] and y > ys[-1]:  # a trial of no samples, or no seconds, is no point of the map
+                xs.append(x)
+                ys.append(y)
+        rate = ys[-1] / xs[-1] if len(xs) > 1 else 1.0
+
+        def through(v: Any, a: list[float], b: list[float], slope: float) -> Any:
+            v = np.asarray(v, dtype=float)
+            return np.where(v > a[-1], b[-1] + (v - a[-1]) * slope,
+                            np.where(v < 0, v * slope, np.interp(v, a, b)))
+
+        return (lambda v: through(v, xs, ys, rate)), (lambda v: through(v, ys, xs, 1.0 / rate))
 
     def _best_so_far(self, by: str) -> tuple[float, list[float], list[float]]:
         """(the probes' cost, compute spent after each trial, the best value by then), in samples or seconds."""
-        def cost(t: dict[str, Any]) -> float:
-            return float(t.get("seconds") or 0.0) if by == "seconds" else self.in_unit(int(t.get("samples") or 0))
-
-        start = self.probe_seconds if by == "seconds" else self.in_unit(self.probe_samples)
+        samples, seconds = self._spending()
+        spent = seconds if by == "seconds" else samples
         sign = self.goal.sign
-        spent, best, xs, ys = start, math.inf, [], []  # best: sign * value, lower better
-        for t in sorted(self.trials, key=lambda t: t.get("finished") or 0):
-            spent += cost(t)
+        best, xs, ys = math.inf, [], []  # best: sign * value, lower better
+        for t, x in zip(self._in_finishing_order(), spent[1:]):
             if t["state"] == "COMPLETE" and t["value"] is not None:
                 best = min(best, sign * t["value"])
             if math.isfinite(best):
-                xs.append(spent)
+                xs.append(x)
                 ys.append(sign * best)
-        return start, xs, ys
+        return spent[0], xs, ys
 
     def plot_curves(self, ax: Any = None) -> Any:
-        """Validation curves of every trial against its samples; pruned ones faded, the best one bold."""
+        """Validation curves of every trial against its samples; pruned ones faded, the best one bold,
+        diverged or failed ones red, interrupted ones dashed orange (as far as they ran)."""
         ax = new_axes(ax)
         best = best_of(self.trials, self.direction)
+        shown: set[str] = set()
         for t in self.trials:
             curve = t.get("curve") or []
             if not curve:
                 continue
             xs = [self.in_unit(s) for s, _ in curve]
             ys = [v for _, v in curve]
+            kind = trial_kind(t)
             if t is best:
                 ax.plot(xs, ys, "o-", color="C3", lw=2.2, ms=3, label=f"best (trial {t['number']})", zorder=3)
-            elif t["state"] == "PRUNED":
-                ax.plot(xs, ys, "o-", color="0.5", lw=0.8, ms=3, alpha=0.4)
-            else:
-                ax.plot(xs, ys, "o-", color="C0", lw=1.0, ms=3, alpha=0.8)
-        ax.plot([], [], "o-", color="C0", label="complete")
-        ax.plot([], [], "o-", color="0.5", alpha=0.4, label="pruned")
+                continue
+            shown.add(kind)
+            ax.plot(xs, ys, **_CURVE_STYLES[kind])
+        for kind in ("complete", "pruned", *(k for k in ("diverged", "failed", "interrupted") if k in shown)):
+            ax.plot([], [], **_CURVE_STYLES[kind], label=kind)
         self._value_scale(ax)
         ax.set_xlabel(f"{self.unit} seen by the trial")
         ax.set_ylabel(self.goal.label)
@@ -268,27 +300,24 @@ class SearchResult(Result):
             ax.set_yscale("log")
 
     def plot_lr(self, ax: Any = None) -> Any:
-        """Final (or last) value against the LR each trial trained with."""
+        """Final (or last) value against the LR each trial trained with: diverged and failed trials at the
+        worst value seen, an interrupted one at its last value (or the worst, before its first), each
+        with its own marker."""
         from matplotlib.ticker import NullFormatter
 
         ax = new_axes(ax)
         values = [t["value"] for t in self.trials if t["value"] is not None and math.isfinite(t["value"])]
-        # Failed trials are drawn at the worst value seen.
         top = max(values + [1.0]) if self.goal.sign > 0 else min(values + [0.0])
-        for state, style in (("COMPLETE", dict(color="C0", label="complete")),
-                             ("PRUNED", dict(color="0.6", label="pruned (last value)")),
-                             ("FAIL", dict(color="C3", marker="x", label="diverged/failed"))):
-            pts = []
-            for t in self.trials:
-                lr = _trained_lr(t)
-                if t["state"] != state or not lr:
-                    continue
-                last = t["curve"][-1][1] if t.get("curve") else None
-                y = top if state == "FAIL" else last
-                if y is not None and math.isfinite(y):
-                    pts.append((lr, y))
+        points: dict[str, list[tuple[float, float]]] = {kind: [] for kind in _POINT_STYLES}
+        for t in self.trials:
+            lr, kind = _trained_lr(t), trial_kind(t)
+            last = t["curve"][-1][1] if t.get("curve") else None
+            y = top if kind in ("diverged", "failed") or (kind == "interrupted" and last is None) else last
+            if lr and y is not None and math.isfinite(y):
+                points[kind].append((lr, y))
+        for kind, pts in points.items():
             if pts:
-                ax.scatter(*zip(*pts), **style)  # type: ignore[arg-type]
+                ax.scatter(*zip(*pts), **_POINT_STYLES[kind])  # type: ignore[arg-type]
         ax.set_xscale("log")
         self._value_scale(ax)
         ax.xaxis.set_minor_formatter(NullFormatter())
@@ -474,6 +503,35 @@ def _priced(design: dict[str, Any]) -> str:
            "cheaper, but the space offers no larger batch" if share <= line else "over that, it quarters it")
     return (f"; the timed steps price an update of {2 * centre:g} at {share:.2f} of two of {centre:g} "
             f"(doubled at most {line:g}: {why})")
+
+
+def trial_kind(trial: dict[str, Any]) -> str:
+    """How a trial of search.json ended, as the plots draw it: complete, pruned, diverged, failed, or
+    interrupted (still running, killed, stopped with Ctrl-C, or its worker stopped: Optuna holds these
+    as RUNNING or FAIL, and --resume re-runs them)."""
+    state = trial["state"]
+    # search.json notes an interrupted trial in its error ("interrupted; re-run ..."), a stopped one with "stopped".
+    if state == "RUNNING" or trial.get("stopped") or str(trial.get("error") or "").startswith("interrupted"):
+        return "interrupted"
+    if state in ("COMPLETE", "PRUNED"):
+        return state.lower()
+    return "diverged" if trial.get("diverged") else "failed"
+
+
+_CURVE_STYLES: dict[str, dict[str, Any]] = {
+    "complete": dict(marker="o", color="C0", lw=1.0, ms=3, alpha=0.8),
+    "pruned": dict(marker="o", color="0.5", lw=0.8, ms=3, alpha=0.4),
+    "diverged": dict(marker="x", color="C3", lw=0.8, ms=4, alpha=0.6),
+    "failed": dict(marker="x", color="C3", lw=0.8, ms=4, alpha=0.6, ls=":"),
+    "interrupted": dict(marker="s", color="C1", lw=1.0, ms=3, ls="--", mfc="none"),
+}
+_POINT_STYLES: dict[str, dict[str, Any]] = {
+    "complete": dict(color="C0", label="complete"),
+    "pruned": dict(color="0.6", label="pruned (last value)"),
+    "diverged": dict(color="C3", marker="x", label="diverged"),
+    "failed": dict(color="k", marker="X", label="failed (an error)"),
+    "interrupted": dict(facecolors="none", edgecolors="C1", marker="s", label="interrupted (last value)"),
+}
 
 
 def best_of(trials: list[dict[str, Any]], direction: str = "minimize") -> Optional[dict[str, Any]]:
