@@ -218,7 +218,7 @@ class SearchResult(Result):
         ax.legend(fontsize="small")
         if by == "samples" and self.device_seconds > 0:
             top = ax.secondary_xaxis("top", functions=self.seconds_at_samples())
-            top.set_xlabel("device seconds spent by then", color="C0")
+            top.set_xlabel("device seconds spent by then")
         return ax
 
     def _in_finishing_order(self) -> list[dict[str, Any]]:
