@@ -151,11 +151,18 @@ class SearchResult(Result):
         path = t.get("weights") if number is not None else (self.best_weights or t.get("weights"))
         if not path or not Path(path).is_file():
             rerun = f"tunekit train --config search.json{'' if number is None else f' --trial {number}'}"
-            if self.keep == "none":
+            if t["state"] != "COMPLETE":  # only a finished trial has a value, and the weights that gave it
+                state = t["state"].lower()
+                why = (f"trial {number} was {state}, and a {state} trial keeps no weights (only a finished "
+                       f"trial's are kept, under keep='best' or 'all'): re-run it to its end: {rerun}")
+            elif self.keep == "none":
                 why = f"the search kept no weights (keep='none'): search again with keep='best', or re-run it: {rerun}"
             elif number is None or number == (best_of(self.trials, self.direction) or {}).get("number"):
                 gone = f" (no file at {path})" if path else ""
                 why = f"the best trial's weights are not on disk{gone}: re-run it exactly: {rerun}"
+            elif self.keep == "all":
+                gone = f" (no file at {path})" if path else ""
+                why = f"trial {number}'s weights are not on disk{gone}: re-run it exactly: {rerun}"
             else:
                 why = (f"trial {number}'s weights are not kept: only the best trial's are under keep='best'; pass "
                        f"keep='all' to keep every finished trial's, or re-run it: {rerun}")
