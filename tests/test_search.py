@@ -383,6 +383,22 @@ def test_a_saved_range_test_of_another_task_is_refused(tmp_path: Path) -> None:
                lr_find_result=tmp_path / "lr_find.json")
 
 
+@pytest.mark.parametrize("saved, runs", [("regression", "task"), ("task", "regression")])
+def test_a_saved_range_test_of_an_unnamed_task_says_task_name(saved: str, runs: str, tmp_path: Path) -> None:
+    """A CLI lr_find.json (named after the spec's function) reused by a search of the same task as a Python
+    Task without a name (or the other way round): the refusal names the fix, Task(name=...)."""
+    import dataclasses
+
+    lf = LRFindResult(lrs=[1e-4, 1e-3], losses=[1.0, 0.9], smoothed=[], suggestions={}, default_rule="tunekit",
+                      suggestion=1e-3, confidence=1.0, confident=True, reasons=[], diverged=False, diverged_at_lr=None,
+                      seconds=0.0, settings={"task": saved})
+    task = dataclasses.replace(regression_task(), name=runs)
+    with pytest.raises(UsageError) as exc:
+        search(task, "from_scratch", trials=1, max_steps=10, device="cpu", lr_find_result=lf)
+    assert str(exc.value).startswith(f"the saved lr_find result is for task '{saved}', this search runs task '{runs}': ")
+    assert "Task(name='regression', ...)" in str(exc.value) and "defaults to 'task'" in str(exc.value)
+
+
 @pytest.mark.slow  # searches
 def test_one_directory_holds_one_study(tmp_path: Path) -> None:
     """Another space in the same --out would overwrite the first study's report: refused, nothing written."""
