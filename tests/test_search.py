@@ -597,6 +597,36 @@ def test_the_old_keywords_still_work_warned_and_mean_the_same() -> None:
         settings_of("shapes", **common, **{**defaults, "sampler": "tpee"}, deprecated={})
 
 
+def test_each_old_keyword_is_told_its_own_replacement_and_a_conflict_is_refused() -> None:
+    """The warning names each old keyword's new form; an object and an old keyword that disagree are refused."""
+    from tunekit import Halving, Local, NoPruning, ProbeSettings, Study, TPE
+    from tunekit.hpsearch.run import settings_of
+    from tunekit.objective import Objective
+
+    common = dict(trials=4, budget=None, objective="loss", seed=3, out=None, keep="best", progress=False)
+    defaults = dict(sampler=TPE(), pruner=Halving(), backend=Local(), study=Study(), probes=ProbeSettings())
+    with pytest.warns(DeprecationWarning) as got:
+        settings_of("shapes", **common, **defaults, deprecated=dict(max_steps=30, prune=False, evals=4, device="cpu"))
+    said = str(got[0].message)
+    assert said.startswith("search(max_steps=, prune=, evals=, device=) is deprecated")
+    for new in ("budget='30updates' (for max_steps=30)", "pruner=NoPruning(evals=4) (for prune=False, evals=4)",
+                "backend=Local(device='cpu') (for device='cpu')"):
+        assert new in said, said
+    for given, old, needle in [
+            (dict(pruner=Halving(evals=6)), dict(evals=4), r"^pruner=Halving\(evals=6\) and evals=4 disagree: give "
+             r"evals once, in pruner=Halving\(evals=...\)$"),
+            (dict(pruner=Halving(evals=6)), dict(prune=False), r"^pruner=Halving\(evals=6\) and prune=False disagree"),
+            (dict(pruner=NoPruning()), dict(prune=True), r"^pruner=NoPruning\(\) and prune=True disagree"),
+            (dict(backend=Local(device="cuda")), dict(device="cpu"), r"^backend=Local\(device='cuda'\) and device="),
+            (dict(study=Study(name="x")), dict(storage="j.log"), r"^study=Study\(name='x'\) and storage='j.log'"),
+            (dict(objective=Objective("f1", "minimize")), dict(direction="maximize"), r"and direction='maximize' disagree")]:
+        with pytest.raises(UsageError, match=needle):
+            settings_of("shapes", **{**common, **defaults, **given}, deprecated=old)
+    with pytest.warns(DeprecationWarning):  # the same value both ways is no conflict
+        assert settings_of("shapes", **{**common, **defaults, "pruner": Halving(evals=6)},
+                           deprecated=dict(evals=6)).pruner.evals == 6
+
+
 def test_a_search_runs_its_trials_through_the_backend_seam_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Whatever runs the trials meets the search at one seam: a Backend given a Work. A backend
     that records what it is given, and runs it locally, sees the plan, the target and the settings."""
