@@ -1,5 +1,6 @@
 import json
 import math
+import warnings
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -840,6 +841,45 @@ def test_the_trial_table_shows_the_lr_each_trial_trained_at() -> None:
                      distributions={})
     line = r.table().splitlines()[1]
     assert "lr=0.0078" in line and "0.0156" not in line
+
+
+def test_a_budget_under_the_probes_or_a_few_updates_is_warned_with_its_numbers() -> None:
+    """Budget 1samples: said before the probes spend 1,600 samples on it, with what an update draws and the fix."""
+    from tunekit import Local
+    from tunekit.hpsearch.budget import BudgetWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", BudgetWarning)  # raised where it is said: before any probe runs
+        with pytest.raises(BudgetWarning) as said:
+            search(regression_task(), "from_scratch", trials=1, budget="1samples", backend=Local(device="cpu"), progress=False)
+    text = str(said.value)
+    assert text.startswith("budget 1samples is 1 sample a trial, under 20 updates at the task's batch of 16 "
+                           "(one update draws 16 samples) and under what the probes will draw (the range test alone, "
+                           "up to 100 updates at batch 16: 1,600 samples): a trial runs at batch 1 at most, 2 updates; "
+                           "give a budget of at least 1,600 samples (100updates)"), text
+    assert "--lr-find FILE" in text
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", BudgetWarning)
+        with pytest.raises(BudgetWarning, match=r"^budget 100samples is 100 samples a trial, under 20 updates .*"
+                           r"at least 320 samples \(20updates\)$"):
+            search(regression_task(), "from_scratch", trials=1, budget="100samples", backend=Local(device="cpu"), progress=False,
+                   probes=ProbeSettings(lr_find=LRFindResult(lrs=[1e-4, 1e-3], losses=[1.0, 0.9], smoothed=[],
+                   suggestions={}, default_rule="tunekit", suggestion=1e-3, confidence=1.0, confident=True, reasons=[],
+                   diverged=False, diverged_at_lr=None, seconds=0.0, settings={"task": "regression"})))
+
+
+def test_compute_in_full_trials_is_what_a_complete_trial_drew() -> None:
+    """A budget of 1 sample runs trials of 2 updates: compute is counted in those trials, not in budgets."""
+    from tunekit.results import SearchResult
+
+    row = {"number": 0, "state": "COMPLETE", "value": 0.5, "params": {}, "config": {}, "samples": 2, "updates": 2}
+    r = SearchResult(study_name="s", storage="x", space="sp", direction="minimize", best_value=0.5, best_params={},
+                     best_config={}, trials=[row], seed_params={}, distributions={}, probe_samples=2599,
+                     budget={"amount": 1.0, "unit": "samples", "per_sample": 1.0, "samples": 1},
+                     lr_find={"suggestion": 0.01, "run_steps": 1, "own": True})
+    table = r.table()
+    assert "compute 2,601 samples (2,599 in probes, 1300.50 full trials)" in table, table
+    assert "for a run of one trial (1 update)" in table
 
 
 def test_the_search_says_where_its_lr_came_from(tmp_path: Path) -> None:

@@ -116,10 +116,13 @@ class SearchResult(Result):
         return self.budget.get("unit") == "seconds"
 
     def _full_trials(self) -> float:
-        """Compute in full trials: device time over the trial's, or samples over the trial's."""
+        """Compute in full trials: device time over the trial's, or samples over what a complete trial drew
+        (a trial runs whole updates, at least two: a budget below that buys a trial more than the budget)."""
         if self._timed:
             return self.device_seconds / float(self.budget["amount"])
-        return self.compute / max(1, int(self.budget.get("samples") or 1))
+        done = [int(t["samples"]) for t in self.trials if t["state"] == "COMPLETE" and t.get("samples")]
+        per_trial = sum(done) / len(done) if done else int(self.budget.get("samples") or 1)
+        return self.compute / max(1.0, per_trial)
 
     def trial(self, number: Optional[int] = None) -> dict[str, Any]:
         """Trial ``number``, or the best complete one."""
@@ -428,7 +431,8 @@ class SearchResult(Result):
         how = "refined by short runs" if lf.get("refined") else "the curve alone, no short runs"
         if not lf.get("own", not lf.get("refined")):  # results saved before "own" was recorded: refined = saved
             return [f"LR seeded from the saved lr_find result: {lf['suggestion']:.3g} ({how})"]
-        run = f" for a run of one trial ({lf['run_steps']:,} updates)" if lf.get("run_steps") else ""
+        steps = lf.get("run_steps")
+        run = f" for a run of one trial ({steps:,} update{'s' if steps != 1 else ''})" if steps else ""
         more = "" if lf.get("refined") else ": the design's full-length trials around it check it"
         return [f"LR seeded from the search's own range test: {lf['suggestion']:.3g}{run} ({how}{more})"]
 
