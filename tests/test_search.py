@@ -37,6 +37,9 @@ def test_shipped_spaces_parse() -> None:
         ('[schedule]\ntype = "categorical"\n', "entry [schedule] needs a non-empty list of choices"),
         ('[warmup]\ntype = "float"\nseeded = "probe"\nlow = 0\nhigh = 1\n', "entry [warmup] seeded = 'probe' is not supported"),
         ('[colour]\ntype = "fixed"\nvalue = 1\n', "entry [colour] is neither a training setting"),
+        ('[wieght_decay]\ntype = "float"\nlow = 0.001\nhigh = 0.1\n', "nor [task.NAME]: did you mean [weight_decay]?"),
+        ('[max_steps]\ntype = "fixed"\nvalue = 4\n', "entry [max_steps] is not searched: a trial's length is what its "
+         "budget buys at its batch: give the budget instead (e.g. budget='200updates')"),
         ('[batch]\nseeded = "lr_find"\n', "entry [batch] must be seeded = \"probe\""),
         ("[lr\n", "is not valid TOML"),
         ('[lr]\ntype = "float"\nlog = true\nlow = 1e-4\nhigh = 1\nseeded = "lr_find"\nmargin = "x"\n', "margin must be a number of decades"),
