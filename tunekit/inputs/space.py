@@ -8,6 +8,7 @@ batch-size probe (:mod:`tunekit.hpsearch.seeded_space`). See search_spaces/READM
 
 from __future__ import annotations
 
+import difflib
 import math
 import sys
 from dataclasses import dataclass, field
@@ -64,8 +65,6 @@ def _not_a_setting(name: str) -> str:
     if name in ("max_steps", "run_steps"):
         return ("is not searched: a trial's length is what its budget buys at its batch: give the budget instead "
                 "(e.g. budget='200updates')")
-    import difflib
-
     near = difflib.get_close_matches(name, sorted(TRAIN_KEYS | {"batch"}), n=1)
     hint = f": did you mean [{near[0]}]?" if near else ""
     return (f"is neither a training setting ({', '.join(f'[{k}]' for k in sorted(TRAIN_KEYS))}, or the seeded "
