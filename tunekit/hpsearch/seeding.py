@@ -139,13 +139,14 @@ def _warn_small_budget(inputs: SearchInputs, settings: SearchSettings, runs_lr_f
         why.append(f"under what the probes will draw (the range test alone, up to {sweep} updates at batch {batch}: "
                    f"{probes:,} samples)")
     largest = max(1, samples // MIN_UPDATES)
+    runs = f": a trial runs at batch {largest} at most, {updates_for(samples, largest)} updates" if few else ""
     need = max(MIN_UPDATES * batch, probes)
     saved = (", or start from a saved range test (probes=ProbeSettings(lr_find=FILE), on the CLI --lr-find FILE)"
              if probes > samples else "")
     said = "the default budget" if settings.budget is None else f"budget {settings.budget}"
-    warnings.warn(f"{said} is {samples:,} sample{'s' if samples > 1 else ''} a trial, {' and '.join(why)}: a trial "
-                  f"runs at batch {largest} at most, {updates_for(samples, largest)} updates; give a budget of at least "
-                  f"{need:,} samples ({-(-need // batch)}updates){saved}", BudgetWarning, stacklevel=2)
+    warnings.warn(f"{said} is {samples:,} sample{'s' if samples > 1 else ''} a trial, {' and '.join(why)}{runs}; give "
+                  f"a budget of at least {need:,} samples ({-(-need // batch)}updates){saved}", BudgetWarning,
+                  stacklevel=2)
 
 
 def noise_repeats(inputs: SearchInputs, lr_find: Any = None) -> tuple[int, Optional[str]]:
