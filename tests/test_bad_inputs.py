@@ -188,6 +188,22 @@ def test_the_cli_says_a_bare_parameter_as_its_flag(tmp_path: Path, capsys: pytes
     assert (code, err.split(":")[:3]) == (2, ["tunekit probe", " error", " give --lr ... and --lr-batch ... together"])
 
 
+def test_a_task_metric_without_a_direction_and_a_misspelled_entry_speak_flags(tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                                            assert_usage_error) -> None:
+    """--objective of a task's metric: the fix is --direction, not Python; a misspelled space entry: the nearest
+    setting, from a list of entry names (no --max-steps in it)."""
+    line = assert_usage_error(["search", "--task", "tests.tasks:regression_task", "--objective", "broken",
+                               "--out", str(tmp_path / "o")], "pass --direction maximize (or minimize)")
+    assert line == ("tunekit search: error: --objective 'broken' is not built in (loss, accuracy, perplexity): say "
+                    "which way is better: pass --direction maximize (or minimize)")
+    space = tmp_path / "space.toml"
+    space.write_text('[wieght_decay]\ntype = "float"\nlow = 0.001\nhigh = 0.1\n')
+    line = assert_usage_error(["search", "--task", "tests.tasks:regression_task", "--space", str(space),
+                               "--out", str(tmp_path / "o")], "did you mean [weight_decay]?")
+    assert "--" not in line.split("entry [wieght_decay]")[1] and "max_steps" not in line, line
+    assert "[weight_decay], or the seeded [batch]) nor [task.NAME]" in line
+
+
 def test_in_cli_terms_leaves_file_names_calls_quotes_and_space_entries_alone() -> None:
     from tunekit.cli import build_parser, in_cli_terms
 

@@ -43,6 +43,9 @@ def test_in_cli_terms_rewrites_only_the_commands_flags() -> None:
     assert in_cli_terms("ray_init must be a dict: pass e.g. ray_init={}", search_usage) == "ray_init must be a dict: pass e.g. ray_init={}"  # no flag
     assert in_cli_terms("max_steps must be >= 2: pass e.g. max_steps=2", search_usage) == "--max-steps must be >= 2: pass e.g. --max-steps 2"
     assert in_cli_terms("rejected its config {'width': 'x=1'}", search_usage) == "rejected its config {'width': 'x=1'}"
+    # A call is Python's alone: never half of it as a flag's value (--objective Objective('f1, ...).
+    said = "pass objective=Objective('f1', 'maximize') (or 'minimize'), or sampler=TPE()"
+    assert in_cli_terms(said, search_usage) == said
 
 
 def test_a_storage_that_cannot_be_opened_is_one_line(tmp_path: Path) -> None:

@@ -78,6 +78,29 @@ def test_keep_all_keeps_every_finished_trial_and_none_keeps_nothing(tmp_path: Pa
         none.best_model()
 
 
+def test_a_pruned_trials_weights_are_refused_for_being_pruned_not_for_keep(tmp_path: Path) -> None:
+    """Under keep='all' a pruned trial has no file: the refusal says so, not 'pass keep=all'."""
+    from tunekit.results import SearchResult
+
+    kept = tmp_path / "trial-0.pt"
+    kept.write_bytes(b"")
+    rows = [{"number": 0, "state": "COMPLETE", "value": 0.5, "params": {}, "config": {}, "weights": str(kept)},
+            {"number": 1, "state": "PRUNED", "value": None, "params": {}, "config": {}},
+            {"number": 2, "state": "COMPLETE", "value": 0.7, "params": {}, "config": {},
+             "weights": str(tmp_path / "trial-2.pt")}]
+    r = SearchResult(study_name="s", storage="x", space="sp", direction="minimize", best_value=0.5, best_params={},
+                     best_config={}, trials=rows, seed_params={}, distributions={}, keep="all")
+    with pytest.raises(UsageError) as pruned:
+        r.weights_of(1)
+    assert str(pruned.value).startswith("trial 1 was pruned, and a pruned trial keeps no weights")
+    assert "pass keep='all'" not in str(pruned.value) and "--trial 1" in str(pruned.value)
+    with pytest.raises(UsageError, match=r"^trial 2's weights are not on disk \(no file at .*trial-2.pt\)"):
+        r.weights_of(2)  # kept under 'all', then removed: not 'pass keep=all' either
+    r.keep = "best"
+    with pytest.raises(UsageError, match="^trial 1 was pruned"):
+        r.weights_of(1)  # pass keep='all' would not keep it either
+
+
 def test_load_best_into_a_model_in_hand_and_a_task_object(tmp_path: Path) -> None:
     task = load_task(SPEC)
     r = search(task, str(write_space(tmp_path, SMALL)), trials=3, max_steps=20, device="cpu", progress=False)

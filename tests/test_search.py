@@ -1,5 +1,6 @@
 import json
 import math
+import warnings
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -36,6 +37,9 @@ def test_shipped_spaces_parse() -> None:
         ('[schedule]\ntype = "categorical"\n', "entry [schedule] needs a non-empty list of choices"),
         ('[warmup]\ntype = "float"\nseeded = "probe"\nlow = 0\nhigh = 1\n', "entry [warmup] seeded = 'probe' is not supported"),
         ('[colour]\ntype = "fixed"\nvalue = 1\n', "entry [colour] is neither a training setting"),
+        ('[wieght_decay]\ntype = "float"\nlow = 0.001\nhigh = 0.1\n', "nor [task.NAME]: did you mean [weight_decay]?"),
+        ('[max_steps]\ntype = "fixed"\nvalue = 4\n', "entry [max_steps] is not searched: a trial's length is what its "
+         "budget buys at its batch: give the budget instead (e.g. budget='200updates')"),
         ('[batch]\nseeded = "lr_find"\n', "entry [batch] must be seeded = \"probe\""),
         ("[lr\n", "is not valid TOML"),
         ('[lr]\ntype = "float"\nlog = true\nlow = 1e-4\nhigh = 1\nseeded = "lr_find"\nmargin = "x"\n', "margin must be a number of decades"),
@@ -383,6 +387,22 @@ def test_a_saved_range_test_of_another_task_is_refused(tmp_path: Path) -> None:
                lr_find_result=tmp_path / "lr_find.json")
 
 
+@pytest.mark.parametrize("saved, runs", [("regression", "task"), ("task", "regression")])
+def test_a_saved_range_test_of_an_unnamed_task_says_task_name(saved: str, runs: str, tmp_path: Path) -> None:
+    """A CLI lr_find.json (named after the spec's function) reused by a search of the same task as a Python
+    Task without a name (or the other way round): the refusal names the fix, Task(name=...)."""
+    import dataclasses
+
+    lf = LRFindResult(lrs=[1e-4, 1e-3], losses=[1.0, 0.9], smoothed=[], suggestions={}, default_rule="tunekit",
+                      suggestion=1e-3, confidence=1.0, confident=True, reasons=[], diverged=False, diverged_at_lr=None,
+                      seconds=0.0, settings={"task": saved})
+    task = dataclasses.replace(regression_task(), name=runs)
+    with pytest.raises(UsageError) as exc:
+        search(task, "from_scratch", trials=1, max_steps=10, device="cpu", lr_find_result=lf)
+    assert str(exc.value).startswith(f"the saved lr_find result is for task '{saved}', this search runs task '{runs}': ")
+    assert "Task(name='regression', ...)" in str(exc.value) and "defaults to 'task'" in str(exc.value)
+
+
 @pytest.mark.slow  # searches
 def test_one_directory_holds_one_study(tmp_path: Path) -> None:
     """Another space in the same --out would overwrite the first study's report: refused, nothing written."""
@@ -579,6 +599,36 @@ def test_the_old_keywords_still_work_warned_and_mean_the_same() -> None:
         settings_of("shapes", **common, **defaults, deprecated=dict(nonsense=1))
     with pytest.raises(UsageError, match=r"^sampler 'tpee' is unknown: pass sampler=TPE\(\) or RandomSampler\(\)$"):
         settings_of("shapes", **common, **{**defaults, "sampler": "tpee"}, deprecated={})
+
+
+def test_each_old_keyword_is_told_its_own_replacement_and_a_conflict_is_refused() -> None:
+    """The warning names each old keyword's new form; an object and an old keyword that disagree are refused."""
+    from tunekit import Halving, Local, NoPruning, ProbeSettings, Study, TPE
+    from tunekit.hpsearch.run import settings_of
+    from tunekit.objective import Objective
+
+    common = dict(trials=4, budget=None, objective="loss", seed=3, out=None, keep="best", progress=False)
+    defaults = dict(sampler=TPE(), pruner=Halving(), backend=Local(), study=Study(), probes=ProbeSettings())
+    with pytest.warns(DeprecationWarning) as got:
+        settings_of("shapes", **common, **defaults, deprecated=dict(max_steps=30, prune=False, evals=4, device="cpu"))
+    said = str(got[0].message)
+    assert said.startswith("search(max_steps=, prune=, evals=, device=) is deprecated")
+    for new in ("budget='30updates' (for max_steps=30)", "pruner=NoPruning(evals=4) (for prune=False, evals=4)",
+                "backend=Local(device='cpu') (for device='cpu')"):
+        assert new in said, said
+    for given, old, needle in [
+            (dict(pruner=Halving(evals=6)), dict(evals=4), r"^pruner=Halving\(evals=6\) and evals=4 disagree: give "
+             r"evals once, in pruner=Halving\(evals=...\)$"),
+            (dict(pruner=Halving(evals=6)), dict(prune=False), r"^pruner=Halving\(evals=6\) and prune=False disagree"),
+            (dict(pruner=NoPruning()), dict(prune=True), r"^pruner=NoPruning\(\) and prune=True disagree"),
+            (dict(backend=Local(device="cuda")), dict(device="cpu"), r"^backend=Local\(device='cuda'\) and device="),
+            (dict(study=Study(name="x")), dict(storage="j.log"), r"^study=Study\(name='x'\) and storage='j.log'"),
+            (dict(objective=Objective("f1", "minimize")), dict(direction="maximize"), r"and direction='maximize' disagree")]:
+        with pytest.raises(UsageError, match=needle):
+            settings_of("shapes", **{**common, **defaults, **given}, deprecated=old)
+    with pytest.warns(DeprecationWarning):  # the same value both ways is no conflict
+        assert settings_of("shapes", **{**common, **defaults, "pruner": Halving(evals=6)},
+                           deprecated=dict(evals=6)).pruner.evals == 6
 
 
 def test_a_search_runs_its_trials_through_the_backend_seam_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -794,6 +844,45 @@ def test_the_trial_table_shows_the_lr_each_trial_trained_at() -> None:
                      distributions={})
     line = r.table().splitlines()[1]
     assert "lr=0.0078" in line and "0.0156" not in line
+
+
+def test_a_budget_under_the_probes_or_a_few_updates_is_warned_with_its_numbers() -> None:
+    """Budget 1samples: said before the probes spend 1,600 samples on it, with what an update draws and the fix."""
+    from tunekit import Local
+    from tunekit.hpsearch.budget import BudgetWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", BudgetWarning)  # raised where it is said: before any probe runs
+        with pytest.raises(BudgetWarning) as said:
+            search(regression_task(), "from_scratch", trials=1, budget="1samples", backend=Local(device="cpu"), progress=False)
+    text = str(said.value)
+    assert text.startswith("budget 1samples is 1 sample a trial, under 20 updates at the task's batch of 16 "
+                           "(one update draws 16 samples) and under what the probes will draw (the range test alone, "
+                           "up to 100 updates at batch 16: 1,600 samples): a trial runs at batch 1 at most, 2 updates; "
+                           "give a budget of at least 1,600 samples (100updates)"), text
+    assert "--lr-find FILE" in text
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", BudgetWarning)
+        with pytest.raises(BudgetWarning, match=r"^budget 100samples is 100 samples a trial, under 20 updates .*"
+                           r"at least 320 samples \(20updates\)$"):
+            search(regression_task(), "from_scratch", trials=1, budget="100samples", backend=Local(device="cpu"), progress=False,
+                   probes=ProbeSettings(lr_find=LRFindResult(lrs=[1e-4, 1e-3], losses=[1.0, 0.9], smoothed=[],
+                   suggestions={}, default_rule="tunekit", suggestion=1e-3, confidence=1.0, confident=True, reasons=[],
+                   diverged=False, diverged_at_lr=None, seconds=0.0, settings={"task": "regression"})))
+
+
+def test_compute_in_full_trials_is_what_a_complete_trial_drew() -> None:
+    """A budget of 1 sample runs trials of 2 updates: compute is counted in those trials, not in budgets."""
+    from tunekit.results import SearchResult
+
+    row = {"number": 0, "state": "COMPLETE", "value": 0.5, "params": {}, "config": {}, "samples": 2, "updates": 2}
+    r = SearchResult(study_name="s", storage="x", space="sp", direction="minimize", best_value=0.5, best_params={},
+                     best_config={}, trials=[row], seed_params={}, distributions={}, probe_samples=2599,
+                     budget={"amount": 1.0, "unit": "samples", "per_sample": 1.0, "samples": 1},
+                     lr_find={"suggestion": 0.01, "run_steps": 1, "own": True})
+    table = r.table()
+    assert "compute 2,601 samples (2,599 in probes, 1300.50 full trials)" in table, table
+    assert "for a run of one trial (1 update)" in table
 
 
 def test_the_search_says_where_its_lr_came_from(tmp_path: Path) -> None:

@@ -27,7 +27,7 @@ from tunekit.errors import UsageError, shown
 from tunekit.hpsearch.options import CONCEPTS, SELECTED_BY, cli_fields, dest_of, flag_of
 from tunekit.hpsearch.shared.server import dashboard, serve
 from tunekit.inputs.space import list_spaces, load_space, space_path
-from tunekit.objective import Objective
+from tunekit.objective import BUILTIN_DIRECTIONS, Objective
 from tunekit.progress import show_progress
 
 __all__ = ["run", "in_cli_terms"]
@@ -213,9 +213,17 @@ def _budget(args: argparse.Namespace) -> Any:
     return f"{args.max_steps}updates"
 
 
+def _objective(args: argparse.Namespace) -> Objective:
+    """--objective with its --direction: a metric that is not built in needs the flag (not Objective(...))."""
+    if args.direction is None and args.objective not in BUILTIN_DIRECTIONS:
+        raise UsageError(f"--objective {shown(args.objective)} is not built in ({', '.join(BUILTIN_DIRECTIONS)}): say "
+                         "which way is better: pass --direction maximize (or minimize)")
+    return Objective.of(args.objective, args.direction)
+
+
 def _search_args(args: argparse.Namespace, out: Path | None) -> dict[str, Any]:
     """The arguments that ``search`` and ``create_study`` both take from the flags."""
-    return dict(trials=args.trials, budget=_budget(args), objective=Objective.of(args.objective, args.direction),
+    return dict(trials=args.trials, budget=_budget(args), objective=_objective(args),
                 seed=args.seed, sampler=_options(args, "sampler", args.sampler),
                 pruner=_options(args, "pruner", "none" if args.no_prune else "halving"),
                 study=_options(args, "study", "shared" if args.storage else "local"),
@@ -470,7 +478,8 @@ _FLAG_OF = {"max_steps": "--run-steps", "clip_grad_norm": "--clip", "lr_find_res
             "probe_result": "--probe", "config": "--set", "task_config": "--set", "overfit_floor": "--loss-floor",
             "prune": "--no-prune", "join_timeout": "--timeout", "grace_period": "--heartbeat-grace"}
 _SUBJECT = re.compile(r"^([a-z][a-z0-9_]*)(?=[ :])")
-_ASSIGNMENT = re.compile(r"(?<![\w./-])([a-z][a-z0-9_]*)=([^\s,;)]+)")
+# (A value that is a call, objective=Objective('f1', ...), is Python's alone: left as it is.)
+_ASSIGNMENT = re.compile(r"(?<![\w./-])([a-z][a-z0-9_]*)=([^\s,;()]+)(?![\w(])")
 # A parameter named bare in a sentence ("raise memory_budget"): only names with an underscore, which
 # no English word has, and none that is a file's name, a call, a quoted value or a space's [entry].
 _BARE = re.compile(r"(?<![\w./\[\"'`-])([a-z][a-z0-9]*(?:_[a-z0-9]+)+)(?![\w./(\[\]=\"'`-])")

@@ -22,7 +22,7 @@ from typing import Any, Optional
 
 from tunekit.errors import UsageError
 
-__all__ = ["Budget", "parse_budget", "parse_duration", "resolve_budget", "price_budget", "UNITS"]
+__all__ = ["Budget", "BudgetWarning", "parse_budget", "parse_duration", "resolve_budget", "price_budget", "UNITS"]
 
 UNITS = ("samples", "tokens", "epochs", "updates", "seconds")
 _ALIASES = {"sample": "samples", "samples": "samples", "token": "tokens", "tokens": "tokens",
@@ -33,6 +33,10 @@ _TIME = {**dict.fromkeys(("s", "sec", "secs", "second", "seconds"), 1.0),
          **dict.fromkeys(("m", "min", "mins", "minute", "minutes"), 60.0),
          **dict.fromkeys(("h", "hr", "hrs", "hour", "hours"), 3600.0)}
 _SPEC = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
+
+
+class BudgetWarning(UserWarning):
+    """A budget too small for what a search spends on it (its probes, a trial's schedule), said before it runs."""
 
 
 @dataclass(frozen=True)

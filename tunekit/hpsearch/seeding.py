@@ -10,14 +10,16 @@
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from tunekit.hpsearch.budget import price_budget
+from tunekit.defaults import SWEEP_STEPS
+from tunekit.hpsearch.budget import BudgetWarning, price_budget
 from tunekit.hpsearch.keys import DESIGN_BATCH_KEY
 from tunekit.hpsearch.plan import (AROUND, LARGER, MIN_UPDATES, Plan, initial_design, is_adaptive_l2, lr_rule_for,
-                                   nearest_choice, split_batch)
+                                   nearest_choice, split_batch, updates_for)
 from tunekit.hpsearch.resolve import SearchInputs
 from tunekit.hpsearch.seeded_space import batch_centre, reference_batch
 from tunekit.hpsearch.settings import SearchSettings
@@ -92,6 +94,7 @@ def run_probes(inputs: SearchInputs, settings: SearchSettings, existing: bool, s
             check_saved(kind, result.settings, task.name, precision or task.precision, settings.backend.device)
     common = dict(device=settings.backend.device, seed=settings.seed, progress=settings.progress, clip_grad_norm=clip,
                   precision=precision)
+    _warn_small_budget(inputs, settings, runs_lr_find=sp.needs_lr_find and found.lr_find is None)
     if sp.needs_lr_find and found.lr_find is None:
         # The curve's suggestion for a run of one full trial: the design's first trials run at that length
         # around it, which is what lr_find's short runs estimate (ProbeSettings.lr_refine asks for them).
@@ -117,6 +120,35 @@ def run_probes(inputs: SearchInputs, settings: SearchSettings, existing: bool, s
     return found
 
 
+def _warn_small_budget(inputs: SearchInputs, settings: SearchSettings, runs_lr_find: bool) -> None:
+    """A budget under ``MIN_UPDATES`` updates at the task's batch (its trials cannot run at that batch, nor
+    schedule a warmup and a decay), or under what the range test about to run will draw: said, with the
+    numbers and the fix, before the probes spend anything."""
+    budget = inputs.budget
+    if not budget.priced:  # device time: priced, and its batches capped, once the probe has timed a step
+        return
+    samples, batch = budget.samples, _task_batch(inputs)
+    sweep = settings.probes.lr_sweep_steps or SWEEP_STEPS
+    probes = sweep * batch if runs_lr_find else 0
+    few = samples < MIN_UPDATES * batch
+    if not few and samples >= probes:
+        return
+    why = [f"under {MIN_UPDATES} updates at the task's batch of {batch} (one update draws {batch:,} "
+           f"sample{'s' if batch > 1 else ''})"] if few else []
+    if samples < probes:
+        why.append(f"under what the probes will draw (the range test alone, up to {sweep} updates at batch {batch}: "
+                   f"{probes:,} samples)")
+    largest = max(1, samples // MIN_UPDATES)
+    runs = f": a trial runs at batch {largest} at most, {updates_for(samples, largest)} updates" if few else ""
+    need = max(MIN_UPDATES * batch, probes)
+    saved = (", or start from a saved range test (probes=ProbeSettings(lr_find=FILE), on the CLI --lr-find FILE)"
+             if probes > samples else "")
+    said = "the default budget" if settings.budget is None else f"budget {settings.budget}"
+    warnings.warn(f"{said} is {samples:,} sample{'s' if samples > 1 else ''} a trial, {' and '.join(why)}{runs}; give "
+                  f"a budget of at least {need:,} samples ({-(-need // batch)}updates){saved}", BudgetWarning,
+                  stacklevel=2)
+
+
 def noise_repeats(inputs: SearchInputs, lr_find: Any = None) -> tuple[int, Optional[str]]:
     """The gradients the search's probe measures the noise scale with (0: not measured), and why none."""
     if "batch" not in inputs.space.entries:
@@ -132,7 +164,7 @@ def _trial_updates(inputs: SearchInputs) -> Optional[int]:
     yet priced: lr_find then plans for the task's recipe)."""
     if not inputs.budget.priced:
         return None
-    return max(1, inputs.budget.samples // _task_batch(inputs))
+    return updates_for(inputs.budget.samples, _task_batch(inputs))  # as the trial at that batch runs them
 
 
 def probe_cap(inputs: SearchInputs, lr_find: Any) -> Optional[int]:

@@ -147,7 +147,8 @@ LEGACY: dict[str, tuple[str, str]] = {
 def from_keywords(kw: dict[str, Any], legacy: dict[str, Any], caller: str = "search") -> dict[str, Any]:
     """``kw`` (the new keywords) with the old flat keywords in ``legacy`` folded into their objects.
 
-    Each old keyword still works for this release, with a DeprecationWarning that names the new form."""
+    Each old keyword still works for this release, with a DeprecationWarning that names its own new form
+    (``max_steps=30``: ``budget='30updates'``); one set both ways with two values is refused."""
     unknown = sorted(set(legacy) - set(LEGACY) - {"sampler", "prune", "backend", "direction", "max_steps", "task_config"})
     if unknown:
         raise UsageError(f"{caller}() got an unexpected keyword {unknown[0]}=: see help(tunekit.{caller}) for its "
@@ -159,13 +160,13 @@ def from_keywords(kw: dict[str, Any], legacy: dict[str, Any], caller: str = "sea
             legacy[concept] = kw.pop(concept)
     if not legacy:
         return kw
-    warnings.warn(f"{caller}({', '.join(f'{k}=' for k in legacy)}) is deprecated: pass the objects instead "
-                  "(sampler=TPE(seed=...), pruner=Halving(...), backend=Ray(...), study=SharedStudy(storage=...), "
-                  "probes=ProbeSettings(...), task=TaskSpec(spec, config)); the old keywords go in the next release",
-                  DeprecationWarning, stacklevel=4)
+    said = dict(legacy)  # as the caller wrote them, for the warning
     kw["task_config"] = legacy.pop("task_config", None) or None
     objective, direction = kw.get("objective", "loss"), legacy.pop("direction", None)
     if direction is not None:
+        if isinstance(objective, Objective) and objective.direction != direction:
+            raise UsageError(f"objective={_objective_shown(objective)} and direction={direction!r} disagree: give the "
+                             f"direction once, in objective=Objective({objective.name!r}, ...)")
         kw["objective"] = Objective.of(objective.name if isinstance(objective, Objective) else objective, direction)
     max_steps = legacy.pop("max_steps", None)
     if max_steps is not None:
@@ -176,16 +177,68 @@ def from_keywords(kw: dict[str, Any], legacy: dict[str, Any], caller: str = "sea
         kw["budget"] = f"{max_steps}updates"
     kinds = {"sampler": legacy.pop("sampler", None), "pruner": None if legacy.pop("prune", True) else "none",
              "backend": legacy.pop("backend", None), "study": "shared" if legacy.get("storage") else None}
+    if "prune" in said and said["prune"]:
+        kinds["pruner"] = "halving"
     for concept in ("sampler", "pruner", "backend", "study", "probes"):
-        fields = {f: legacy.pop(k) for k, (c, f) in list(LEGACY.items()) if c == concept and k in legacy}
+        olds = {k: f for k, (c, f) in LEGACY.items() if c == concept and k in legacy}
+        fields = {f: legacy.pop(k) for k, f in olds.items()}
         if concept == "study" and kinds["study"] is None:
             fields.pop("storage", None)
-        kw[concept] = _object_of(concept, kinds.get(concept), kw.get(concept), fields)
+        picked = next((f"{k}={_shown(said[k])}" for k, c in _KIND_KEYWORDS.items() if c == concept and k in said), "")
+        kw[concept] = _object_of(concept, kinds.get(concept), kw.get(concept), fields, olds, picked)
+    warnings.warn(_deprecated(caller, said, kw), DeprecationWarning, stacklevel=4)
     return kw
 
 
-def _object_of(concept: str, kind: Optional[str], given: Any, fields: dict[str, Any]) -> Any:
-    """The concept's object from an old keyword's kind (``sampler="random"``) and its old fields."""
+# The old keywords that pick a concept's class rather than set one of its fields.
+_KIND_KEYWORDS = {"sampler": "sampler", "prune": "pruner", "backend": "backend", "storage": "study"}
+
+
+def _deprecated(caller: str, said: dict[str, Any], kw: dict[str, Any]) -> str:
+    """The warning for old keywords ``said``: each with the new keyword that replaces it, as ``kw`` now holds it."""
+    new_of: dict[str, list[str]] = {}  # the replacement -> the old keywords it replaces
+    for old, value in said.items():
+        if old == "max_steps":
+            new = f"budget={kw['budget']!r}"
+        elif old == "direction":
+            new = f"objective={_objective_shown(Objective.of(kw['objective']))}"
+        elif old == "task_config":
+            new = f"task=TaskSpec(spec, {_shown(value)})"
+        else:
+            concept = _KIND_KEYWORDS.get(old) or LEGACY[old][0]
+            new = f"{concept}={_object_shown(kw[concept])}"
+        new_of.setdefault(new, []).append(f"{old}={_shown(value)}")
+    return (f"{caller}({', '.join(f'{k}=' for k in said)}) is deprecated, each has its object: pass "
+            + ", ".join(f"{new} (for {', '.join(olds)})" for new, olds in new_of.items())
+            + "; the old keywords go in the next release")
+
+
+def _shown(value: Any) -> str:
+    """A value as the user would write it, or ``...`` for one too long to repeat (a result object)."""
+    if isinstance(value, Path):
+        value = str(value)
+    text = repr(value)
+    return text if isinstance(value, (str, int, float, bool, type(None))) or len(text) <= 40 else "..."
+
+
+def _objective_shown(objective: Objective) -> str:
+    return f"Objective({objective.name!r}, {objective.direction!r})"
+
+
+def _set_fields(obj: Any) -> dict[str, Any]:
+    """The fields of an option object that differ from their defaults (what its maker set)."""
+    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj) if getattr(obj, f.name) != f.default}
+
+
+def _object_shown(obj: Any) -> str:
+    """An option object as it would be written: its class and the fields set, ``Local(device='cpu')``."""
+    return f"{type(obj).__name__}({', '.join(f'{k}={_shown(v)}' for k, v in _set_fields(obj).items())})"
+
+
+def _object_of(concept: str, kind: Optional[str], given: Any, fields: dict[str, Any], olds: dict[str, str],
+               picked: str = "") -> Any:
+    """The concept's object from an old keyword's kind (``sampler="random"``, said as ``picked``) and its old
+    fields (``olds``: the old keyword of each field); the object given too may not say otherwise."""
     classes = CONCEPTS[concept][1]
     if kind is not None and kind not in classes:
         raise UsageError(f"{concept} {kind!r} is unknown: pass {concept}="
@@ -193,6 +246,8 @@ def _object_of(concept: str, kind: Optional[str], given: Any, fields: dict[str, 
     cls = classes[kind] if kind is not None else (type(given) if given is not None else next(iter(classes.values())))
     if not fields and kind is None:
         return given
+    if given is not None:
+        _check_agree(concept, given, cls, fields, olds, picked)
     base = {f.name: getattr(given, f.name) for f in dataclasses.fields(given)} if isinstance(given, cls) else {}
     names = {f.name for f in dataclasses.fields(cls)}
     wrong = sorted(set(fields) - names)
@@ -201,3 +256,19 @@ def _object_of(concept: str, kind: Optional[str], given: Any, fields: dict[str, 
         raise UsageError(f"{wrong[0]}=... applies to {concept}={owner}, not {cls.__name__}: pass "
                          f"{concept}={CONCEPTS[concept][1].get(owner, cls).__name__}(...), or drop it")
     return cls(**(base | fields))
+
+
+def _check_agree(concept: str, given: Any, cls: type, fields: dict[str, Any], olds: dict[str, str],
+                 picked: str) -> None:
+    """An object given with settings of its own and an old keyword that says otherwise (``pruner=Halving(evals=6)``
+    with ``evals=4``, or with ``prune=False``): refused, rather than one silently winning."""
+    mine = _set_fields(given)
+    if not isinstance(given, cls) and (mine or type(given) is not next(iter(CONCEPTS[concept][1].values()))):
+        # (the default object, given by no one, gives way silently)
+        raise UsageError(f"{concept}={_object_shown(given)} and {picked} disagree: pass the {concept} once, as "
+                         f"{concept}={cls.__name__}(...)")
+    for name, value in fields.items():
+        if name in mine and mine[name] != value:
+            old = next(k for k, f in olds.items() if f == name)
+            raise UsageError(f"{concept}={_object_shown(given)} and {old}={_shown(value)} disagree: give {name} once, "
+                             f"in {concept}={type(given).__name__}({name}=...)")

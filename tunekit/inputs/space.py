@@ -8,6 +8,7 @@ batch-size probe (:mod:`tunekit.hpsearch.seeded_space`). See search_spaces/READM
 
 from __future__ import annotations
 
+import difflib
 import math
 import sys
 from dataclasses import dataclass, field
@@ -24,8 +25,10 @@ else:  # pragma: no cover
 
 __all__ = ["Entry", "SearchSpace", "load_space", "space_path", "list_spaces"]
 
+# The training settings an entry may search or fix. Not max_steps: a search gives each trial the updates its
+# budget buys at its batch, so an entry for it would change nothing (the budget is what to set).
 TRAIN_KEYS = {"lr", "warmup", "weight_decay", "schedule", "min_lr_ratio", "clip_grad_norm", "batch_size",
-              "accumulation_steps", "precision", "max_steps"}
+              "accumulation_steps", "precision"}
 TYPES = ("float", "int", "categorical", "fixed")
 
 
@@ -57,6 +60,17 @@ def _said(text: str, limit: int = 120) -> str:
     return text if len(text) <= limit and text.isprintable() else shown(text, limit)
 
 
+def _not_a_setting(name: str) -> str:
+    """Why entry [name] is refused: the names an entry may have (as the file writes them: [lr]), the nearest."""
+    if name in ("max_steps", "run_steps"):
+        return ("is not searched: a trial's length is what its budget buys at its batch: give the budget instead "
+                "(e.g. budget='200updates')")
+    near = difflib.get_close_matches(name, sorted(TRAIN_KEYS | {"batch"}), n=1)
+    hint = f": did you mean [{near[0]}]?" if near else ""
+    return (f"is neither a training setting ({', '.join(f'[{k}]' for k in sorted(TRAIN_KEYS))}, or the seeded "
+            f"[batch]) nor [task.NAME]{hint}")
+
+
 def _is_file(path: Any) -> bool:
     """Whether ``path`` is a file; False for a name the file system refuses (too long, a NUL byte)."""
     try:
@@ -82,7 +96,7 @@ def _parse_entry(where: str, name: str, raw: Any) -> Entry:
             raise _bad(where, name, f"around_critical must be a list of positive multiples, got {shown(around)}")
         return Entry(name, "categorical", seeded="probe", around_critical=[float(x) for x in around])
     if name not in TRAIN_KEYS and not name.startswith("task."):
-        raise _bad(where, name, f"is neither a training setting ({', '.join(sorted(TRAIN_KEYS))}) nor task.NAME")
+        raise _bad(where, name, _not_a_setting(name))
     kind = raw.get("type")
     if kind not in TYPES:
         raise _bad(where, name, f"has type {shown(kind)}: use one of {', '.join(TYPES)}")

@@ -27,7 +27,7 @@ from tunekit.inputs.data import Batch, Data, check_data
 from tunekit.errors import SetupError, UsageError
 from tunekit.precision import Precision, check_precision
 
-__all__ = ["Task", "LossFn", "ComputeLoss", "OptimizerFactory", "Metric", "BUILTIN_METRICS", "default_optimizer",
+__all__ = ["Task", "UNNAMED", "LossFn", "ComputeLoss", "OptimizerFactory", "Metric", "BUILTIN_METRICS", "default_optimizer",
            "LossComputer", "class_layout", "loss_problem", "label_problem", "check_optimizer_holds"]
 
 LossFn = Callable[[Any, Any], torch.Tensor]
@@ -36,6 +36,8 @@ OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
 Metric = Callable[[nn.Module, Any], float]  # fn(model, val_data) -> float
 # What every evaluation computes itself (accuracy where the outputs are class scores).
 BUILTIN_METRICS = ("loss", "accuracy", "perplexity")
+# A Task's name when none is given (a spec's Task is named after its function instead).
+UNNAMED = "task"
 
 
 def default_optimizer(params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
@@ -79,7 +81,7 @@ class Task:
     optimizer: OptimizerFactory = default_optimizer
     batch_size: Optional[int] = None
     precision: Precision = "fp32"
-    name: str = "task"
+    name: str = UNNAMED
     defaults: dict[str, Any] = field(default_factory=dict)
     metrics: dict[str, Metric] = field(default_factory=dict)
     origin: Optional[str] = None

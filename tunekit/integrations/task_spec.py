@@ -25,7 +25,7 @@ from typing import Any
 
 from tunekit.builtin import BUILTIN_TASKS
 from tunekit.errors import UsageError, shown
-from tunekit.inputs.task import Task
+from tunekit.inputs.task import UNNAMED, Task
 from tunekit.integrations.adapted import kind_of, say_notes
 from tunekit.integrations.objects import LightningRun, adapt_for_search
 
@@ -171,7 +171,7 @@ def load_task(spec: "str | TaskSpec | Task", config: dict[str, Any] | None = Non
         raise UsageError(f"task '{_said(spec)}' rejected its config {shown(config, 120)}: {type(exc).__name__}: {_one_line(exc)}") from exc
     if not isinstance(task, Task):
         task = _their_objects(task, spec)
-    if task.name == "task":
+    if task.name == UNNAMED:
         task.name = spec.rpartition(":")[2] or spec
     return task
 

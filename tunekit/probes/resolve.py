@@ -19,7 +19,7 @@ from tunekit.defaults import ACCUMULATION_STEPS, CLIP_GRAD_NORM
 from tunekit.errors import UsageError, check_int
 from tunekit.training.step import resolve_device
 from tunekit.precision import Precision, check_precision
-from tunekit.inputs.task import ComputeLoss, LossComputer, LossFn, Task, check_optimizer_holds, default_optimizer
+from tunekit.inputs.task import UNNAMED, ComputeLoss, LossComputer, LossFn, Task, check_optimizer_holds, default_optimizer
 
 __all__ = ["ProbeInputs", "resolve_inputs", "check_saved", "step_settings", "TASK_DEFAULT"]
 
@@ -142,5 +142,11 @@ def check_saved(kind: str, settings: Any, task_name: str, precision: str, device
     for key, value in want.items():
         have = settings.get(key)
         if have is not None and str(have) != str(value):
-            raise UsageError(f"the saved {kind} result is for {key} {have!r}, this search runs {key} {value!r}: "
-                             f"run tunekit {kind.replace('_', '-')} for it again, or leave the saved result out")
+            again = f"run tunekit {kind.replace('_', '-')} for it again, or leave the saved result out"
+            if key == "task" and UNNAMED in (have, value):  # a Task given no name: it may be the same task
+                fix = (f"the saved result's Task had no name (Task.name defaults to {UNNAMED!r}): run {kind} again "
+                       f"on Task(name={value!r}, ...), or leave the saved result out" if have == UNNAMED else
+                       f"this search's Task has no name (Task.name defaults to {UNNAMED!r}): if it is the same task, "
+                       f"name it Task(name={have!r}, ...), else {again}")
+                raise UsageError(f"the saved {kind} result is for task {have!r}, this search runs task {value!r}: {fix}")
+            raise UsageError(f"the saved {kind} result is for {key} {have!r}, this search runs {key} {value!r}: {again}")

@@ -117,10 +117,13 @@ class SearchResult(Result):
         return self.budget.get("unit") == "seconds"
 
     def _full_trials(self) -> float:
-        """Compute in full trials: device time over the trial's, or samples over the trial's."""
+        """Compute in full trials: device time over the trial's, or samples over what a complete trial drew
+        (a trial runs whole updates, at least two: a budget below that buys a trial more than the budget)."""
         if self._timed:
             return self.device_seconds / float(self.budget["amount"])
-        return self.compute / max(1, int(self.budget.get("samples") or 1))
+        done = [int(t["samples"]) for t in self.trials if t["state"] == "COMPLETE" and t.get("samples")]
+        per_trial = sum(done) / len(done) if done else int(self.budget.get("samples") or 1)
+        return self.compute / max(1.0, per_trial)
 
     def trial(self, number: Optional[int] = None) -> dict[str, Any]:
         """Trial ``number``, or the best complete one."""
@@ -152,11 +155,18 @@ class SearchResult(Result):
         path = t.get("weights") if number is not None else (self.best_weights or t.get("weights"))
         if not path or not Path(path).is_file():
             rerun = f"tunekit train --config search.json{'' if number is None else f' --trial {number}'}"
-            if self.keep == "none":
+            if t["state"] != "COMPLETE":  # only a finished trial has a value, and the weights that gave it
+                state = t["state"].lower()
+                why = (f"trial {number} was {state}, and a {state} trial keeps no weights (only a finished "
+                       f"trial's are kept, under keep='best' or 'all'): re-run it to its end: {rerun}")
+            elif self.keep == "none":
                 why = f"the search kept no weights (keep='none'): search again with keep='best', or re-run it: {rerun}"
             elif number is None or number == (best_of(self.trials, self.direction) or {}).get("number"):
                 gone = f" (no file at {path})" if path else ""
                 why = f"the best trial's weights are not on disk{gone}: re-run it exactly: {rerun}"
+            elif self.keep == "all":
+                gone = f" (no file at {path})" if path else ""
+                why = f"trial {number}'s weights are not on disk{gone}: re-run it exactly: {rerun}"
             else:
                 why = (f"trial {number}'s weights are not kept: only the best trial's are under keep='best'; pass "
                        f"keep='all' to keep every finished trial's, or re-run it: {rerun}")
@@ -450,7 +460,8 @@ class SearchResult(Result):
         how = "refined by short runs" if lf.get("refined") else "the curve alone, no short runs"
         if not lf.get("own", not lf.get("refined")):  # results saved before "own" was recorded: refined = saved
             return [f"LR seeded from the saved lr_find result: {lf['suggestion']:.3g} ({how})"]
-        run = f" for a run of one trial ({lf['run_steps']:,} updates)" if lf.get("run_steps") else ""
+        steps = lf.get("run_steps")
+        run = f" for a run of one trial ({steps:,} update{'s' if steps != 1 else ''})" if steps else ""
         more = "" if lf.get("refined") else ": the design's full-length trials around it check it"
         return [f"LR seeded from the search's own range test: {lf['suggestion']:.3g}{run} ({how}{more})"]
 
