@@ -544,6 +544,31 @@ def test_a_model_that_does_not_pickle_is_measured_in_process_and_said() -> None:
     assert r.max_batch >= 1
 
 
+class HoldsALock(MLP):
+    """A model holding a ``threading.Lock``: it neither deep-copies nor pickles."""
+
+    def __init__(self) -> None:
+        import threading
+
+        super().__init__(8, 16, 4)
+        self.lock = threading.Lock()
+
+
+def test_a_model_holding_a_lock_is_traced_measured_in_process_and_said() -> None:
+    # The fake-tensor trace shares the lock rather than copying it; the child cannot take the model, so the
+    # real steps are measured in process, and the result says so and why. The model comes back unchanged.
+    model = HoldsALock()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    lock = model.lock
+    r = probe(model, small_task().train_data, nn.CrossEntropyLoss(), memory_budget="4MiB", device="cpu",
+              throughput_points=2, timing_steps=1, noise_repeats=2, progress=False)
+    assert r.max_batch >= 1 and r.real_steps >= 1
+    assert r.memory_measured.startswith(MEASURED_IN_PROCESS) and "cannot pickle '_thread.lock'" in r.memory_measured
+    assert r.memory_warning is not None and "in this process" in r.memory_warning and r.memory_warning in r.table()
+    assert model.lock is lock and not lock.locked()
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+
+
 def test_a_model_too_big_to_copy_beside_itself_is_measured_in_process(monkeypatch: pytest.MonkeyPatch) -> None:
     from tunekit.probes import batch_probe
 

@@ -8,7 +8,7 @@ import optuna
 import pytest
 import torch
 
-from tunekit import ProbeSettings, UsageError, load_space, lr_find, probe, search
+from tunekit import Local, ProbeSettings, UsageError, load_space, lr_find, probe, search
 from tunekit.probes.range_test import LRFindResult
 from tunekit.hpsearch.seeded_space import batch_centre, batch_choices, distributions, lr_bounds_from_curve, reference_batch
 from tunekit.inputs.space import list_spaces
@@ -911,6 +911,31 @@ def test_the_noise_scale_is_measured_only_without_a_range_test_batch(tmp_path: P
     r = search(task, "from_scratch", trials=1, max_steps=20, device="cpu", memory_budget="256MiB")
     assert r.probe["critical_batch"] is None and r.seed_params["batch"] == task.batch_size
     assert r.probe["updates"] < updates and "critical batch not measured: the batch choices centre" in r.table()
+
+
+class _Locked(torch.nn.Module):
+    """A model holding a ``threading.Lock``: it neither deep-copies nor pickles."""
+
+    def __init__(self) -> None:
+        import threading
+
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+        self.lock = threading.Lock()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+def test_a_search_over_a_model_that_does_not_pickle_runs_and_says_how_its_probe_measured() -> None:
+    import dataclasses
+
+    task = dataclasses.replace(classification_task(), model=_Locked)
+    r = search(task, "from_scratch", trials=1, budget="20updates", backend=Local(device="cpu"),
+               probes=ProbeSettings(memory_budget="64KiB"))
+    assert r.best_value is not None and r.probe["max_batch"] >= 1
+    assert "cannot pickle '_thread.lock'" in r.probe["memory_warning"]
+    assert "probe's memory: peak resident memory of each real step in this process" in r.table()
 
 
 @pytest.mark.slow  # searches with two optimizers

@@ -45,7 +45,7 @@ from tunekit.probes.noise_scale import noise_scale
 from tunekit.probes.resolve import TASK_DEFAULT, resolve_inputs, step_settings
 from tunekit.progress import bar
 from tunekit.results import ProbeResult
-from tunekit.results.probe import BatchProbeSettings
+from tunekit.results.probe import MEMORY_WARNING, BatchProbeSettings
 from tunekit.training.schedule import lr_schedule
 from tunekit.training.state import preserved, seed_everything_for
 from tunekit.training.step import TrainStep, Updates, make_scaler
@@ -586,7 +586,7 @@ def _too_big_to_copy(run: _Run) -> Optional[str]:
 
 
 def _measurement_warnings(how: str) -> list[str]:
-    return [f"memory: {how}"] if how.startswith(MEASURED_IN_PROCESS) else []
+    return [f"{MEMORY_WARNING}{how}"] if how.startswith(MEASURED_IN_PROCESS) else []
 
 
 def _largest_batch(run: _Run, mm: MemoryModel, traces: dict[int, Trace], room: _Room, calibrate_steps: bool,

@@ -18,7 +18,11 @@ from tunekit.results.base import Record, Result
 from tunekit.results.memory_model import MemoryModel, PhaseFit
 from tunekit.results.step_time import format_seconds, step_curve, update_seconds
 
-__all__ = ["ProbeResult", "BatchProbeSettings"]
+__all__ = ["ProbeResult", "BatchProbeSettings", "MEMORY_WARNING"]
+
+# The start of the warning a probe gives where its real steps' memory was measured in its own process
+# (the model did not pickle, or is too big to copy): a search repeats it.
+MEMORY_WARNING = "memory: "
 
 
 @dataclass
@@ -84,6 +88,11 @@ class ProbeResult(Result):
         """[micro-batch, seconds per micro-step] from the timed steps ([] without them): what prices a
         search's trials (:mod:`tunekit.results.step_time`)."""
         return step_curve(self.throughput)
+
+    @property
+    def memory_warning(self) -> Optional[str]:
+        """The warning on how the real steps' memory was measured (in this process, and why), or None."""
+        return next((w for w in self.warnings if w.startswith(MEMORY_WARNING)), None)
 
     @property
     def real_steps(self) -> int:

@@ -430,6 +430,8 @@ class SearchResult(Result):
         budget's currency, and under device time the probe's stored timed steps, decided it)."""
         probe = self.probe or {}
         lines = [f"critical batch {probe['noise_not_measured']}"] if probe.get("noise_not_measured") else []
+        if probe.get("memory_warning"):  # measured in the search's process, not a clean child: said as the probe says it
+            lines.append(f"probe's {probe['memory_warning']}")
         d = probe.get("design_batch")
         if d:
             lines.append(f"design's batch step: {d['from']:g} -> {d['step']:g}" + _priced(d))
