@@ -35,7 +35,7 @@ import torch
 from torch import nn
 
 from tunekit.bytesize import format_bytes, parse_bytes
-from tunekit.errors import UsageError, check_int, check_number, renamed_keywords
+from tunekit.errors import HintedWarning, UsageError, check_int, check_number, renamed_keywords
 from tunekit.inputs.data import BatchStream, Data, dataset_size
 from tunekit.inputs.task import ComputeLoss, LossFn, Task
 from tunekit.integrations.objects import takes_their_objects
@@ -192,8 +192,9 @@ def probe(
         mm, traces = _memory_model(run, sizes)  # 1. The memory model, on fake tensors.
         _stage_done(stages, "memory model")
         predicted = _predicted_largest(mm, room)
-        _say_cost_ahead(sub.task, predicted, cost_ahead(predicted, sizes, throughput_points, timing_steps,
-                                                         accumulation_steps, noise_repeats, noise_warmup, room.limit))
+        _say_cost_ahead(sub.task, predicted, cost_ahead(predicted, sizes, throughput_points, timing_steps, accumulation_steps,
+                                                         noise_repeats, noise_warmup, room.limit),
+                        throughput_points, noise_repeats)
         # 2. Real steps at the batch the model recommends, measured; the model is refitted until
         # one agrees with it. What kernels allocate out of the trace's sight is found here.
         confirmed, tried, mm, measured_how = _largest_batch(run, mm, traces, room, calibrate_steps, sizes[0])
@@ -262,20 +263,24 @@ def cost_ahead(predicted: int, sizes: list[int], points_n: int, timing_steps: in
     return int(largest + throughput + noise)
 
 
-def _say_cost_ahead(task: Task, predicted: int, ahead: int) -> None:
-    """Before the real steps: what they will cost (``ahead`` samples), said where it is more than the planned run."""
+def _say_cost_ahead(task: Task, predicted: int, ahead: int, points_n: int, repeats: int) -> None:
+    """Before the real steps: what they will cost (``ahead`` samples), said where it is more than the planned run,
+    with the arguments that spend less, and none that would not (a batch_limit at or above the largest batch it tries)."""
     steps, batch = task.defaults.get("max_steps"), task.batch_size
     if not steps or not batch:
         return
     planned = int(steps) * int(batch)
-    if ahead > planned:
-        warnings.warn(f"the probe will draw up to {ahead:,} samples, {ahead / planned:.1f}x the planned run "
-                      f"({steps} updates at batch {batch}: {planned:,}); its batches go up to {predicted:,}: pass "
-                      f"batch_limit= (e.g. {max(batch, 8 * batch):,}), throughput_points= or noise_repeats= to spend "
-                      "less", ProbeCostWarning, stacklevel=4)
+    if ahead <= planned:
+        return
+    cap = 8 * int(batch)
+    hints = ((f"batch_limit={cap}",) if cap < predicted else ()) \
+        + (("throughput_points=2",) if points_n > 2 else ()) + (("noise_repeats=0",) if repeats >= 2 else ())
+    warnings.warn(ProbeCostWarning(
+        f"the probe will draw up to {ahead:,} samples, {ahead / planned:.1f}x the planned run ({steps} updates at "
+        f"batch {batch}: {planned:,}); its batches go up to {predicted:,}", hints, " to spend less"), stacklevel=5)
 
 
-class ProbeCostWarning(UserWarning):
+class ProbeCostWarning(HintedWarning):
     """A probe that will cost more than the run it plans for, said before it starts its real steps."""
 
 
@@ -386,7 +391,7 @@ def budget_bytes(memory_budget: int | str | None, dev: torch.device) -> tuple[in
     available = _cpu_available_bytes()
     if available <= share:
         return available, "available RAM"
-    return share, f"1/{CPU_SHARE} of this machine's RAM, a CPU run's share; memory_budget= for more"
+    return share, f"1/{CPU_SHARE} of this machine's RAM, a CPU run's share; a larger memory_budget for more"
 
 
 @dataclass
