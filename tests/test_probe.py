@@ -650,3 +650,46 @@ def test_the_cost_warning_never_suggests_what_was_passed_and_the_cli_says_it_in_
         assert "throughput_points" not in err and "noise_repeats" not in err and "Warning" not in err
         assert (hint in lines[0]) if hint else ("batch" not in lines[0].split("go up to")[1] and "pass" not in lines[0])
         assert "a larger --memory-budget for more" in out and "memory_budget" not in out
+
+
+def test_timings_taken_while_the_machine_is_busy_are_timed_again_and_else_not_acted_on(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A scripted clock (no timed test): each step costs 1 ms + 10 us a sample, except where the script makes
+    the machine busy. A point spread once is timed again and kept; one spread every time is left out of the
+    fastest batch, the knee, the plan and the prices, and the table says which."""
+    from collections import Counter
+
+    from tunekit.probes import batch_probe
+
+    calls: Counter[int] = Counter()
+
+    def scripted(busy_once: int, busy_always: set[int]):  # type: ignore[no-untyped-def]
+        def time_step(step: Any) -> float:
+            b = int(step().samples)
+            calls[b] += 1  # the first call at a batch is its warm-up
+            slow = (b == busy_once and calls[b] == 3) or (b in busy_always and calls[b] % 2 == 0)
+            return (1e-3 + 1e-5 * b) * (10 if slow else 1)
+        return time_step
+
+    task = dataclasses.replace(regression_task(), defaults={**regression_task().defaults, "max_steps": 1000})
+    kw = dict(memory_budget="1GiB", device="cpu", trace_sizes=(2, 4), throughput_points=3, timing_steps=3,
+              noise_repeats=0, calibrate_steps=False, progress=False)
+    monkeypatch.setattr(batch_probe, "_time_step", scripted(23, {256}))
+    r = probe(task, **kw)
+    by = {t["batch"]: t for t in r.throughput}
+    assert sorted(by) == [2, 23, 256]
+    assert by[23]["remeasured"] == 1 and not by[23]["busy"]  # spread once, timed again, quiet: kept
+    assert by[256]["remeasured"] == batch_probe.BUSY_RETRIES and by[256]["busy"] and not by[2]["busy"]
+    assert r.busy_batches == [256] and r.fastest_batch == 23 and r.knee_batch == 23  # 256 would be fastest
+    assert [b for b, _ in r.step_times] == [2, 23]  # what prices a search's trials
+    table = r.table()
+    assert "timed again (1x): the machine was busy" in table and "busy: left out" in table
+    assert "batch 256 is left out of the fastest batch" in table
+    # Busy throughout: nothing timed is acted on, and the planned run's seconds are not predicted.
+    calls.clear()
+    monkeypatch.setattr(batch_probe, "_time_step", scripted(0, {2, 23, 256}))
+    r = probe(task, **kw)
+    assert r.busy_batches == [2, 23, 256] and r.step_times == [] and r.run_seconds is None
+    assert r.fastest_batch is None and r.knee_batch is None and all(math.isnan(p["samples_per_s"]) for p in r.plan)
+    assert "every timing was taken while the machine was busy" in r.table()
+    assert "its seconds not predicted (the machine was busy)" in r.cost()

@@ -1107,3 +1107,20 @@ def test_the_search_range_test_length_is_a_probe_setting() -> None:
     assert 10 <= r.lr_find["updates"] <= 30
     with pytest.raises(UsageError, match="lr_sweep_steps=100"):
         ProbeSettings(lr_sweep_steps=5)
+
+
+def test_a_device_time_budget_is_not_priced_on_timings_taken_while_the_machine_was_busy() -> None:
+    from tunekit.hpsearch.resolve import prepare_inputs
+    from tunekit.hpsearch.seeding import priced
+    from tunekit.hpsearch.settings import SearchSettings
+    from tunekit.results.step_time import step_curve
+
+    quiet = {"batch": 8, "samples_per_s": 800.0, "spread": 0.05, "remeasured": 0, "busy": False}
+    busy = {"batch": 32, "samples_per_s": 100.0, "spread": 3.0, "remeasured": 2, "busy": True}
+    assert step_curve([quiet, busy]) == [[8, 0.01]]  # the busy point prices nothing
+    inputs = prepare_inputs(classification_task(), "from_scratch", SearchSettings(budget="60s"))
+    ok = SimpleNamespace(probe=SimpleNamespace(step_times=step_curve([quiet, busy]), busy_batches=[32], max_batch=32))
+    assert priced(inputs, ok).budget.priced
+    all_busy = SimpleNamespace(probe=SimpleNamespace(step_times=step_curve([busy]), busy_batches=[32], max_batch=32))
+    with pytest.raises(UsageError, match="every step the probe timed ran while the machine was busy"):
+        priced(inputs, all_busy)

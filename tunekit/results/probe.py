@@ -64,7 +64,7 @@ class ProbeResult(Result):
     predicted_max_batch: int
     max_batch: int  # confirmed by real steps
     tried: list[dict[str, Any]]  # real confirmation steps: {"batch", "ok", "peak_bytes", "predicted_bytes"}
-    throughput: list[dict[str, float]]  # {"batch", "samples_per_s"}
+    throughput: list[dict[str, Any]]  # {"batch", "samples_per_s", "spread", "remeasured", "busy"}
     knee_batch: Optional[int]
     fastest_batch: Optional[int]
     critical_batch: Optional[float]
@@ -95,6 +95,11 @@ class ProbeResult(Result):
         return next((w for w in self.warnings if w.startswith(MEMORY_WARNING)), None)
 
     @property
+    def busy_batches(self) -> list[int]:
+        """The timed batches left out: still spread after being timed again (the machine was busy)."""
+        return [int(t["batch"]) for t in self.throughput if t.get("busy")]
+
+    @property
     def real_steps(self) -> int:
         """Real steps that the search for the largest batch took."""
         return len(self.tried)
@@ -120,8 +125,10 @@ class ProbeResult(Result):
         if self.run_samples is not None:
             run = f"{self.run_steps} updates at batch {self.run_batch * self.accumulation_steps}"
             secs = self.run_seconds
+            busy = secs is None and bool(self.throughput)  # every timing taken while the machine was busy
             text += (f"; the planned run ({run}): {self.run_samples:,} samples"
-                     + (f", ~{format_seconds(secs)} at the speed measured" if secs is not None else ""))
+                     + (f", ~{format_seconds(secs)} at the speed measured" if secs is not None else "")
+                     + (", its seconds not predicted (the machine was busy)" if busy else ""))
         return text
 
     def memory_model(self) -> MemoryModel:
@@ -197,11 +204,7 @@ class ProbeResult(Result):
             + (f"; capped by the dataset ({self.dataset_size} samples)" if self.dataset_size and self.max_batch >= self.dataset_size else ""),
         ]
         if self.throughput:
-            lines.append(f"{'batch':>8} {'samples/s':>10}")
-            for t in self.throughput:
-                mark = "  <- knee" if t["batch"] == self.knee_batch else ""
-                lines.append(f"{t['batch']:>8} {t['samples_per_s']:>10.1f}{mark}")
-            lines.append(f"fastest batch {self.fastest_batch}; knee (within 5% of the best) {self.knee_batch}")
+            lines += self._throughput_lines()
         if self.memory_measured and not any(self.memory_measured in w for w in self.warnings):
             lines.append(f"memory measured as: {self.memory_measured}")
         for w in self.warnings:
@@ -222,6 +225,24 @@ class ProbeResult(Result):
             if isinstance(v, dict):
                 lines.append(f"LR {v['from_lr']:.3g} at batch {v['from_batch']} -> {v['lr']:.3g} at batch {v['to_batch']} ({rule} rule)")
         return "\n".join(lines)
+
+    def _throughput_lines(self) -> list[str]:
+        """The timed batches, each marked where it was timed again (the machine was busy) or is left out (still
+        busy after that), and the fastest batch and the knee of the others."""
+        lines = [f"{'batch':>8} {'samples/s':>10}"]
+        for t in self.throughput:
+            mark = "  <- knee" if t["batch"] == self.knee_batch else ""
+            if t.get("busy"):
+                mark += "  busy: left out (still spread after timing it again)"
+            elif t.get("remeasured"):
+                mark += f"  timed again ({t['remeasured']}x): the machine was busy"
+            lines.append(f"{t['batch']:>8} {t['samples_per_s']:>10.1f}{mark}")
+        if self.fastest_batch is None:
+            lines.append("fastest batch and knee not known: every timing was taken while the machine was busy")
+        else:
+            quiet = " (of the timings taken while the machine was quiet)" if self.busy_batches else ""
+            lines.append(f"fastest batch {self.fastest_batch}; knee (within 5% of the best) {self.knee_batch}{quiet}")
+        return lines
 
     def summary(self) -> str:
         """:meth:`table` and how long the probe took (what ``tunekit probe`` prints)."""
