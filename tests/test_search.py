@@ -1124,3 +1124,9 @@ def test_a_device_time_budget_is_not_priced_on_timings_taken_while_the_machine_w
     all_busy = SimpleNamespace(probe=SimpleNamespace(step_times=step_curve([busy]), busy_batches=[32], max_batch=32))
     with pytest.raises(UsageError, match="every step the probe timed ran while the machine was busy"):
         priced(inputs, all_busy)
+    # The search's table says which timings its predictions left out.
+    from tunekit.results import SearchResult
+
+    r = SearchResult(study_name="s", storage="x", space="sp", direction="minimize", best_value=None, best_params={},
+                     best_config={}, trials=[], seed_params={}, distributions={}, probe={"busy_batches": [32]})
+    assert "probe's timings at batch 32 were taken while the machine was busy" in r.table()
