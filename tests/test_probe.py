@@ -1,4 +1,5 @@
 import copy
+import dataclasses
 import json
 import math
 import warnings
@@ -544,6 +545,31 @@ def test_a_model_that_does_not_pickle_is_measured_in_process_and_said() -> None:
     assert r.max_batch >= 1
 
 
+class HoldsALock(MLP):
+    """A model holding a ``threading.Lock``: it neither deep-copies nor pickles."""
+
+    def __init__(self) -> None:
+        import threading
+
+        super().__init__(8, 16, 4)
+        self.lock = threading.Lock()
+
+
+def test_a_model_holding_a_lock_is_traced_measured_in_process_and_said() -> None:
+    # The fake-tensor trace shares the lock rather than copying it; the child cannot take the model, so the
+    # real steps are measured in process, and the result says so and why. The model comes back unchanged.
+    model = HoldsALock()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    lock = model.lock
+    r = probe(model, small_task().train_data, nn.CrossEntropyLoss(), memory_budget="4MiB", device="cpu",
+              throughput_points=2, timing_steps=1, noise_repeats=2, progress=False)
+    assert r.max_batch >= 1 and r.real_steps >= 1
+    assert r.memory_measured.startswith(MEASURED_IN_PROCESS) and "cannot pickle '_thread.lock'" in r.memory_measured
+    assert r.memory_warning is not None and "in this process" in r.memory_warning and r.memory_warning in r.table()
+    assert model.lock is lock and not lock.locked()
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+
+
 def test_a_model_too_big_to_copy_beside_itself_is_measured_in_process(monkeypatch: pytest.MonkeyPatch) -> None:
     from tunekit.probes import batch_probe
 
@@ -588,7 +614,82 @@ def test_a_probe_dearer_than_its_planned_run_says_so_before_its_real_steps() -> 
         r = probe(task, trace_sizes=(2, 4), throughput_points=3, timing_steps=3, noise_repeats=4, progress=False)
     ahead = int(re.search(r"up to ([\d,]+) samples", str(said[0].message)).group(1).replace(",", ""))
     assert r.samples <= ahead <= 2 * r.samples  # an upper bound, and not a loose one
+    assert said[0].filename == __file__  # shown at the caller's line, not inside tunekit's decorators
+    assert "pass batch_limit=128, throughput_points=2 or noise_repeats=0 to spend less" in str(said[0].message)
     long_run = dataclasses.replace(base, defaults={**base.defaults, "max_steps": 100_000})
     with warnings.catch_warnings():
         warnings.simplefilter("error", ProbeCostWarning)  # a probe cheaper than its run says nothing ahead
         probe(long_run, trace_sizes=(2, 4), throughput_points=3, timing_steps=3, noise_repeats=4, progress=False)
+
+
+def test_the_cost_warning_never_suggests_what_was_passed_and_the_cli_says_it_in_its_flags(
+        tmp_path: Path, run_main, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    from tunekit.probes import batch_probe
+
+    task = dataclasses.replace(regression_task(), defaults={**regression_task().defaults, "max_steps": 2})  # batch 16
+    with pytest.warns(batch_probe.ProbeCostWarning) as said:
+        batch_probe._say_cost_ahead(task, 256, 10_000, 5, 12)
+    assert said[0].message.hints == ("batch_limit=128", "throughput_points=2", "noise_repeats=0")
+    with pytest.warns(batch_probe.ProbeCostWarning) as said:  # batch_limit=128 given: its batches go up to 128
+        batch_probe._say_cost_ahead(task, 128, 10_000, 2, 0)
+    assert said[0].message.hints == () and "pass" not in str(said[0].message)
+    # On the CLI: one line, when it happens, in the command's flags, with no hint it has no flag for.
+    (tmp_path / "short.py").write_text(
+        "import dataclasses\nfrom tests.tasks import regression_task\n\n"
+        "def short(config):\n    t = regression_task()\n"
+        "    return dataclasses.replace(t, defaults={**t.defaults, 'max_steps': 2})\n")
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1]))
+    monkeypatch.setattr(batch_probe, "_cpu_total_bytes", lambda: 16 * 2**30)
+    monkeypatch.setattr(batch_probe, "_cpu_available_bytes", lambda: 15 * 2**30)
+    for extra, hint in (([], "pass --batch-limit 128 to spend less"), (["--batch-limit", "128"], None)):
+        code, out, err = run_main("probe", "--task", str(tmp_path / "short.py") + ":short", "--quiet", "--device", "cpu",
+                                  "--out", str(tmp_path / "o"), *extra)
+        assert code == 0, err
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert len(lines) == 1 and lines[0].startswith("tunekit probe: warning: the probe will draw up to"), err
+        assert "throughput_points" not in err and "noise_repeats" not in err and "Warning" not in err
+        assert (hint in lines[0]) if hint else ("batch" not in lines[0].split("go up to")[1] and "pass" not in lines[0])
+        assert "a larger --memory-budget for more" in out and "memory_budget" not in out
+
+
+def test_timings_taken_while_the_machine_is_busy_are_timed_again_and_else_not_acted_on(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A scripted clock (no timed test): each step costs 1 ms + 10 us a sample, except where the script makes
+    the machine busy. A point spread once is timed again and kept; one spread every time is left out of the
+    fastest batch, the knee, the plan and the prices, and the table says which."""
+    from collections import Counter
+
+    from tunekit.probes import batch_probe
+
+    calls: Counter[int] = Counter()
+
+    def scripted(busy_once: int, busy_always: set[int]):  # type: ignore[no-untyped-def]
+        def time_step(step: Any) -> float:
+            b = int(step().samples)
+            calls[b] += 1  # the first call at a batch is its warm-up
+            slow = (b == busy_once and calls[b] == 3) or (b in busy_always and calls[b] % 2 == 0)
+            return (1e-3 + 1e-5 * b) * (10 if slow else 1)
+        return time_step
+
+    task = dataclasses.replace(regression_task(), defaults={**regression_task().defaults, "max_steps": 1000})
+    kw = dict(memory_budget="1GiB", device="cpu", trace_sizes=(2, 4), throughput_points=3, timing_steps=3,
+              noise_repeats=0, calibrate_steps=False, progress=False)
+    monkeypatch.setattr(batch_probe, "_time_step", scripted(23, {256}))
+    r = probe(task, **kw)
+    by = {t["batch"]: t for t in r.throughput}
+    assert sorted(by) == [2, 23, 256]
+    assert by[23]["remeasured"] == 1 and not by[23]["busy"]  # spread once, timed again, quiet: kept
+    assert by[256]["remeasured"] == batch_probe.BUSY_RETRIES and by[256]["busy"] and not by[2]["busy"]
+    assert r.busy_batches == [256] and r.fastest_batch == 23 and r.knee_batch == 23  # 256 would be fastest
+    assert [b for b, _ in r.step_times] == [2, 23]  # what prices a search's trials
+    table = r.table()
+    assert "timed again (1x): the machine was busy" in table and "busy: left out" in table
+    assert "batch 256 is left out of the fastest batch" in table
+    # Busy throughout: nothing timed is acted on, and the planned run's seconds are not predicted.
+    calls.clear()
+    monkeypatch.setattr(batch_probe, "_time_step", scripted(0, {2, 23, 256}))
+    r = probe(task, **kw)
+    assert r.busy_batches == [2, 23, 256] and r.step_times == [] and r.run_seconds is None
+    assert r.fastest_batch is None and r.knee_batch is None and all(math.isnan(p["samples_per_s"]) for p in r.plan)
+    assert "every timing was taken while the machine was busy" in r.table()
+    assert "its seconds not predicted (the machine was busy)" in r.cost()

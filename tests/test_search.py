@@ -9,7 +9,7 @@ import optuna
 import pytest
 import torch
 
-from tunekit import ProbeSettings, UsageError, load_space, lr_find, probe, search
+from tunekit import Local, ProbeSettings, UsageError, load_space, lr_find, probe, search
 from tunekit.probes.range_test import LRFindResult
 from tunekit.hpsearch.seeded_space import batch_centre, batch_choices, distributions, lr_bounds_from_curve, reference_batch
 from tunekit.inputs.space import list_spaces
@@ -1002,6 +1002,31 @@ def test_the_noise_scale_is_measured_only_without_a_range_test_batch(tmp_path: P
     assert r.probe["updates"] < updates and "critical batch not measured: the batch choices centre" in r.table()
 
 
+class _Locked(torch.nn.Module):
+    """A model holding a ``threading.Lock``: it neither deep-copies nor pickles."""
+
+    def __init__(self) -> None:
+        import threading
+
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+        self.lock = threading.Lock()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+def test_a_search_over_a_model_that_does_not_pickle_runs_and_says_how_its_probe_measured() -> None:
+    import dataclasses
+
+    task = dataclasses.replace(classification_task(), model=_Locked)
+    r = search(task, "from_scratch", trials=1, budget="20updates", backend=Local(device="cpu"),
+               probes=ProbeSettings(memory_budget="64KiB"))
+    assert r.best_value is not None and r.probe["max_batch"] >= 1
+    assert "cannot pickle '_thread.lock'" in r.probe["memory_warning"]
+    assert "probe's memory: peak resident memory of each real step in this process" in r.table()
+
+
 @pytest.mark.slow  # searches with two optimizers
 def test_l2_inside_an_adaptive_optimizer_is_searched_over_its_own_range(tmp_path: Path) -> None:
     """L2 inside an adaptive optimizer (Adam's weight_decay) means far more than decoupled decay at the
@@ -1171,3 +1196,26 @@ def test_the_search_range_test_length_is_a_probe_setting() -> None:
     assert 10 <= r.lr_find["updates"] <= 30
     with pytest.raises(UsageError, match="lr_sweep_steps=100"):
         ProbeSettings(lr_sweep_steps=5)
+
+
+def test_a_device_time_budget_is_not_priced_on_timings_taken_while_the_machine_was_busy() -> None:
+    from tunekit.hpsearch.resolve import prepare_inputs
+    from tunekit.hpsearch.seeding import priced
+    from tunekit.hpsearch.settings import SearchSettings
+    from tunekit.results.step_time import step_curve
+
+    quiet = {"batch": 8, "samples_per_s": 800.0, "spread": 0.05, "remeasured": 0, "busy": False}
+    busy = {"batch": 32, "samples_per_s": 100.0, "spread": 3.0, "remeasured": 2, "busy": True}
+    assert step_curve([quiet, busy]) == [[8, 0.01]]  # the busy point prices nothing
+    inputs = prepare_inputs(classification_task(), "from_scratch", SearchSettings(budget="60s"))
+    ok = SimpleNamespace(probe=SimpleNamespace(step_times=step_curve([quiet, busy]), busy_batches=[32], max_batch=32))
+    assert priced(inputs, ok).budget.priced
+    all_busy = SimpleNamespace(probe=SimpleNamespace(step_times=step_curve([busy]), busy_batches=[32], max_batch=32))
+    with pytest.raises(UsageError, match="every step the probe timed ran while the machine was busy"):
+        priced(inputs, all_busy)
+    # The search's table says which timings its predictions left out.
+    from tunekit.results import SearchResult
+
+    r = SearchResult(study_name="s", storage="x", space="sp", direction="minimize", best_value=None, best_params={},
+                     best_config={}, trials=[], seed_params={}, distributions={}, probe={"busy_batches": [32]})
+    assert "probe's timings at batch 32 were taken while the machine was busy" in r.table()

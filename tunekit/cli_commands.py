@@ -12,25 +12,27 @@ from __future__ import annotations
 
 # Imported where used, not at the top: numpy, torch, tqdm; importing this module does not pay for them.
 import argparse
+import contextlib
 import json
 import os
 import re
 import sys
 import sysconfig
 import traceback
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from tunekit.bytesize import parse_bytes
-from tunekit.errors import UsageError, shown
+from tunekit.errors import HintedWarning, UsageError, shown
 from tunekit.hpsearch.options import CONCEPTS, SELECTED_BY, cli_fields, dest_of, flag_of
 from tunekit.hpsearch.shared.server import dashboard, serve
 from tunekit.inputs.space import list_spaces, load_space, space_path
 from tunekit.objective import BUILTIN_DIRECTIONS, Objective
 from tunekit.progress import show_progress
 
-__all__ = ["run", "in_cli_terms"]
+__all__ = ["run", "in_cli_terms", "cli_flag"]
 
 
 def _parse_value(text: str) -> Any:
@@ -159,7 +161,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
                    precision=args.precision, accumulation_steps=args.accumulation_steps,
                    target_batch=args.target_batch, lr=args.lr, lr_batch=args.lr_batch, batch_limit=args.batch_limit, seed=args.seed,
                    progress=_progress(args))
-    return _show(result, out)
+    return _show(result, out, in_cli_terms(result.summary(), args.usage()))  # its advice (memory_budget) as flags
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
@@ -439,11 +441,32 @@ def run(args: argparse.Namespace) -> int:
     return code
 
 
+@contextlib.contextmanager
+def _warnings_in_cli_terms(args: argparse.Namespace) -> Iterator[None]:
+    """While the command runs, a :class:`~tunekit.errors.HintedWarning` (the probe's cost ahead) is said
+    when it happens as one line in the command's flags, with only the hints it has a flag for; other
+    warnings as Python shows them."""
+    with warnings.catch_warnings():
+        python_shows = warnings.showwarning
+
+        def show(message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
+            if not isinstance(message, HintedWarning):
+                python_shows(message, category, filename, lineno, file, line)
+                return
+            usage = args.usage()
+            hints = tuple(h for h in message.hints if cli_flag(h.partition("=")[0], usage))
+            print(f"tunekit {args.command}: warning: {in_cli_terms(message.text(hints), usage)}", file=sys.stderr)
+
+        warnings.showwarning = show
+        yield
+
+
 def _said(args: argparse.Namespace) -> int:
-    """The command, with its errors said the way the CLI says them."""
+    """The command, with its errors (and its warnings with a fix) said the way the CLI says them."""
     _LOADED.clear()  # this command's task, not an earlier one's in the same process
     try:
-        return int(args.func(args))
+        with _warnings_in_cli_terms(args):
+            return int(args.func(args))
     except UsageError as exc:
         said = str(exc)
         if _LOADED.get("origin"):
@@ -485,6 +508,12 @@ _ASSIGNMENT = re.compile(r"(?<![\w./-])([a-z][a-z0-9_]*)=([^\s,;()]+)(?![\w(])")
 _BARE = re.compile(r"(?<![\w./\[\"'`-])([a-z][a-z0-9]*(?:_[a-z0-9]+)+)(?![\w./(\[\]=\"'`-])")
 
 
+def cli_flag(name: str, usage: str) -> str | None:
+    """The command's flag for the API parameter ``name`` (``--batch-limit``), or None where it has none."""
+    options = ["--" + name.replace("_", "-"), _FLAG_OF.get(name, "")]
+    return next((o for o in options if o and re.search(re.escape(o) + r"(?![\w-])", usage)), None)
+
+
 def in_cli_terms(message: str, usage: str) -> str:
     """An API message said as the command's flags: its ``name=value`` hints as ``--name value``,
     its subject (``max_steps must be ...``) and any other ``snake_case`` parameter it names as the
@@ -494,8 +523,7 @@ def in_cli_terms(message: str, usage: str) -> str:
     only the parameters that the command has a flag for are rewritten.
     """
     def option(name: str) -> str | None:
-        options = ["--" + name.replace("_", "-"), _FLAG_OF.get(name, "")]
-        return next((o for o in options if o and re.search(re.escape(o) + r"(?![\w-])", usage)), None)
+        return cli_flag(name, usage)
 
     def assignment(match: re.Match[str]) -> str:
         name, value = match.group(1), match.group(2)

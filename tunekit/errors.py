@@ -17,7 +17,7 @@ from typing import Any, Optional, TypeVar
 from tunekit.defaults import CLIP_GRAD_NORM
 
 __all__ = ["UsageError", "SetupError", "is_int_at_least", "check_int", "check_number", "renamed", "renamed_keywords",
-           "CLIP_HINT", "shown"]
+           "CLIP_HINT", "shown", "HintedWarning"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -33,6 +33,24 @@ class SetupError(UsageError):
     """A task that cannot train at all, whatever its settings: a loss that is not a scalar tensor,
     labels past the model's classes, an optimizer built on another model. A search stops on it
     (every trial would fail the same way) instead of failing each trial."""
+
+
+class HintedWarning(UserWarning):
+    """A warning whose fix is a list of keyword hints (``name=value``), so that each caller hears it in its
+    own words: from Python the keywords, on the CLI the command's flags, without the hints it has no flag for.
+
+    ``str()`` is the Python message: ``said``, then "pass A, B or C" and ``ending``."""
+
+    def __init__(self, said: str, hints: tuple[str, ...] = (), ending: str = "") -> None:
+        self.said, self.hints, self.ending = said, tuple(hints), ending
+        super().__init__(self.text(self.hints))
+
+    def text(self, hints: tuple[str, ...]) -> str:
+        """The message with only ``hints`` (the CLI's: those the command has a flag for)."""
+        if not hints:
+            return self.said
+        listed = hints[0] if len(hints) == 1 else f"{', '.join(hints[:-1])} or {hints[-1]}"
+        return f"{self.said}: pass {listed}{self.ending}"
 
 
 def is_int_at_least(value: object, minimum: int = 1) -> bool:

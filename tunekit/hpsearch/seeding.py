@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from tunekit.defaults import SWEEP_STEPS
+from tunekit.errors import UsageError
 from tunekit.hpsearch.budget import BudgetWarning, price_budget
 from tunekit.hpsearch.keys import DESIGN_BATCH_KEY
 from tunekit.hpsearch.plan import (AROUND, LARGER, MIN_UPDATES, Plan, initial_design, is_adaptive_l2, lr_rule_for,
@@ -183,6 +184,10 @@ def priced(inputs: SearchInputs, probes: Probes) -> SearchInputs:
         return inputs
     task_batch = _task_batch(inputs)
     curve = probes.probe.step_times if probes.probe is not None else []
+    if not curve and probes.probe is not None and probes.probe.busy_batches:
+        raise UsageError(f"budget {inputs.budget.amount:g}s is device time, and every step the probe timed ran while the "
+                         "machine was busy (timed again, still spread): run the search when it is quieter, or give the "
+                         "budget in samples")
     per_update = update_seconds(curve, *split_batch(task_batch, int(probes.probe.max_batch))) if curve else None
     return dataclasses.replace(inputs, budget=price_budget(inputs.budget, per_update, task_batch))
 

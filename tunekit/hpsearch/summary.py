@@ -77,4 +77,5 @@ def _probe_summary(probes: Probes, design: Optional[dict[str, Any]]) -> Optional
         return None
     return {"max_batch": pr.max_batch, "critical_batch": pr.critical_batch, "samples": pr.samples,
             "updates": pr.updates, "seconds": pr.seconds, "critical_batch_range": pr.critical_batch_range,
-            "noise_not_measured": probes.noise_not_measured, "design_batch": design}
+            "noise_not_measured": probes.noise_not_measured, "design_batch": design,
+            "memory_warning": pr.memory_warning, "busy_batches": pr.busy_batches}

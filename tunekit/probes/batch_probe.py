@@ -35,7 +35,7 @@ import torch
 from torch import nn
 
 from tunekit.bytesize import format_bytes, parse_bytes
-from tunekit.errors import UsageError, check_int, check_number, renamed_keywords
+from tunekit.errors import HintedWarning, UsageError, check_int, check_number, renamed_keywords
 from tunekit.inputs.data import BatchStream, Data, dataset_size
 from tunekit.inputs.task import ComputeLoss, LossFn, Task
 from tunekit.integrations.objects import takes_their_objects
@@ -45,7 +45,7 @@ from tunekit.probes.noise_scale import noise_scale
 from tunekit.probes.resolve import TASK_DEFAULT, resolve_inputs, step_settings
 from tunekit.progress import bar
 from tunekit.results import ProbeResult
-from tunekit.results.probe import BatchProbeSettings
+from tunekit.results.probe import MEMORY_WARNING, BatchProbeSettings
 from tunekit.training.schedule import lr_schedule
 from tunekit.training.state import preserved, seed_everything_for
 from tunekit.training.step import TrainStep, Updates, make_scaler
@@ -91,7 +91,7 @@ def plan_batches(target: int, max_batch: int, throughput: list[dict[str, float]]
     pairs = [(m, target // m) for m in range(1, min(target, max_batch) + 1) if target % m == 0]
     if not pairs:
         return []
-    timed = sorted(throughput, key=lambda t: t["batch"])
+    timed = sorted((t for t in throughput if not t.get("busy")), key=lambda t: t["batch"])  # a busy timing: no speed
     xs = np.log([t["batch"] for t in timed]) if timed else np.array([])
     ys = np.log([t["samples_per_s"] for t in timed]) if timed else np.array([])
     out = []
@@ -192,8 +192,9 @@ def probe(
         mm, traces = _memory_model(run, sizes)  # 1. The memory model, on fake tensors.
         _stage_done(stages, "memory model")
         predicted = _predicted_largest(mm, room)
-        _say_cost_ahead(sub.task, predicted, cost_ahead(predicted, sizes, throughput_points, timing_steps,
-                                                         accumulation_steps, noise_repeats, noise_warmup, room.limit))
+        _say_cost_ahead(sub.task, predicted, cost_ahead(predicted, sizes, throughput_points, timing_steps, accumulation_steps,
+                                                         noise_repeats, noise_warmup, room.limit),
+                        throughput_points, noise_repeats)
         # 2. Real steps at the batch the model recommends, measured; the model is refitted until
         # one agrees with it. What kernels allocate out of the trace's sight is found here.
         confirmed, tried, mm, measured_how = _largest_batch(run, mm, traces, room, calibrate_steps, sizes[0])
@@ -251,31 +252,36 @@ def cost_ahead(predicted: int, sizes: list[int], points_n: int, timing_steps: in
                warmup: int, limit: int) -> int:
     """The samples the probe's real steps will draw, at most, once the memory model predicts the largest batch:
     the largest batch's steps (a warm-up and up to two measured), the throughput points (a warm-up and the
-    timed rounds each), the noise scale (its warm-up and its two accumulations)."""
+    timed rounds each, timed again up to BUSY_RETRIES times on a busy machine), the noise scale (its warm-up
+    and its two accumulations)."""
     largest = 3 * predicted * k
     points = {max(1, int(round(x))) for x in np.geomspace(max(1, min(sizes[0], predicted)), predicted, points_n)} \
         if points_n >= 1 else set()
-    throughput = sum(points) * k * (1 + max(3, timing_steps))
+    throughput = sum(points) * k * (1 + max(3, timing_steps) * (1 + BUSY_RETRIES))
     b_small = max(1, min(NOISE_SMALL_BATCH, predicted, limit // 64 or 1))
     k_big = max(2, min(NOISE_MAX_ACCUM, limit // b_small))
     noise = warmup * min(NOISE_WARMUP_BATCH, predicted) + repeats * b_small * (1 + k_big) if repeats >= 2 else 0
     return int(largest + throughput + noise)
 
 
-def _say_cost_ahead(task: Task, predicted: int, ahead: int) -> None:
-    """Before the real steps: what they will cost (``ahead`` samples), said where it is more than the planned run."""
+def _say_cost_ahead(task: Task, predicted: int, ahead: int, points_n: int, repeats: int) -> None:
+    """Before the real steps: what they will cost (``ahead`` samples), said where it is more than the planned run,
+    with the arguments that spend less, and none that would not (a batch_limit at or above the largest batch it tries)."""
     steps, batch = task.defaults.get("max_steps"), task.batch_size
     if not steps or not batch:
         return
     planned = int(steps) * int(batch)
-    if ahead > planned:
-        warnings.warn(f"the probe will draw up to {ahead:,} samples, {ahead / planned:.1f}x the planned run "
-                      f"({steps} updates at batch {batch}: {planned:,}); its batches go up to {predicted:,}: pass "
-                      f"batch_limit= (e.g. {max(batch, 8 * batch):,}), throughput_points= or noise_repeats= to spend "
-                      "less", ProbeCostWarning, stacklevel=4)
+    if ahead <= planned:
+        return
+    cap = 8 * int(batch)
+    hints = ((f"batch_limit={cap}",) if cap < predicted else ()) \
+        + (("throughput_points=2",) if points_n > 2 else ()) + (("noise_repeats=0",) if repeats >= 2 else ())
+    warnings.warn(ProbeCostWarning(
+        f"the probe will draw up to {ahead:,} samples, {ahead / planned:.1f}x the planned run ({steps} updates at "
+        f"batch {batch}: {planned:,}); its batches go up to {predicted:,}", hints, " to spend less"), stacklevel=5)
 
 
-class ProbeCostWarning(UserWarning):
+class ProbeCostWarning(HintedWarning):
     """A probe that will cost more than the run it plans for, said before it starts its real steps."""
 
 
@@ -292,12 +298,14 @@ def _predicted_largest(mm: MemoryModel, room: _Room) -> int:
 
 
 def _knee(throughput: list[dict[str, float]]) -> tuple[Optional[int], Optional[int]]:
-    """(the smallest batch within 5% of the best throughput, the fastest batch), None without timings."""
-    if not throughput:
+    """(the smallest batch within 5% of the best throughput, the fastest batch), of the timings taken while the
+    machine was quiet; None without them."""
+    quiet = [t for t in throughput if not t.get("busy")]  # a timing taken while the machine was busy is not acted on
+    if not quiet:
         return None, None
-    best = max(t["samples_per_s"] for t in throughput)
-    fastest = max(throughput, key=lambda t: t["samples_per_s"])["batch"]
-    return min(t["batch"] for t in throughput if t["samples_per_s"] >= 0.95 * best), fastest
+    best = max(t["samples_per_s"] for t in quiet)
+    fastest = max(quiet, key=lambda t: t["samples_per_s"])["batch"]
+    return min(t["batch"] for t in quiet if t["samples_per_s"] >= 0.95 * best), fastest
 
 
 # Timed steps that spread by more than this (max - min over the median) make the knee a guess.
@@ -309,8 +317,15 @@ def _warnings(throughput: list[dict[str, float]], noise: Optional[dict[str, Any]
     noisy = [t for t in throughput if t.get("spread", 0.0) > NOISY_TIMINGS]
     if noisy:
         worst = max(noisy, key=lambda t: t["spread"])
-        out.append(f"timings spread by up to {worst['spread']:.0%} (at batch {worst['batch']}): the machine is busy, "
-                   "so the fastest batch and the knee may move between runs")
+        said = f"timings spread by up to {worst['spread']:.0%} (at batch {worst['batch']}): the machine is busy"
+        busy = [t["batch"] for t in noisy if t.get("busy")]
+        if busy:
+            left = "every timed batch" if len(busy) == len(throughput) else "batch " + ", ".join(map(str, busy))
+            said += (f"; timed again {BUSY_RETRIES} times and still spread, {left} is left out of the fastest batch, "
+                     "the knee, the plan, the planned run's seconds and a search's device-time prices")
+        else:  # a result saved before busy timings were timed again
+            said += ", so the fastest batch and the knee may move between runs"
+        out.append(said)
     if noise is not None and noise_warmup == 0:
         out.append("the noise scale was measured on the model as given, without training it first: at "
                    "initialisation it is much smaller than during training, so the critical batch is likely too "
@@ -386,7 +401,7 @@ def budget_bytes(memory_budget: int | str | None, dev: torch.device) -> tuple[in
     available = _cpu_available_bytes()
     if available <= share:
         return available, "available RAM"
-    return share, f"1/{CPU_SHARE} of this machine's RAM, a CPU run's share; memory_budget= for more"
+    return share, f"1/{CPU_SHARE} of this machine's RAM, a CPU run's share; a larger memory_budget for more"
 
 
 @dataclass
@@ -586,7 +601,7 @@ def _too_big_to_copy(run: _Run) -> Optional[str]:
 
 
 def _measurement_warnings(how: str) -> list[str]:
-    return [f"memory: {how}"] if how.startswith(MEASURED_IN_PROCESS) else []
+    return [f"{MEMORY_WARNING}{how}"] if how.startswith(MEASURED_IN_PROCESS) else []
 
 
 def _largest_batch(run: _Run, mm: MemoryModel, traces: dict[int, Trace], room: _Room, calibrate_steps: bool,
@@ -699,33 +714,63 @@ def _warm_up(run: _Run, updates: int, lr: float, batch: int) -> None:
         pass
 
 
-def _throughput(run: _Run, sizes: list[int], confirmed: int, points_n: int, timing_steps: int) -> list[dict[str, float]]:
+# Timed points whose steps spread by more than NOISY_TIMINGS (the machine was busy: another job started or
+# stopped) are timed again, at most BUSY_RETRIES times; those still spread are marked busy and not acted on.
+BUSY_RETRIES = 2
+
+
+def _time_step(step: Callable[[], Any]) -> float:
+    """Seconds one step takes (the loss read inside syncs the device): the one clock the timed steps read, and
+    the seam a test replaces with a scripted one."""
+    t0 = time.perf_counter()
+    step()
+    return time.perf_counter() - t0
+
+
+def _spread(ts: list[float]) -> float:
+    """How far apart the timed steps are: (max - min) over the median."""
+    return (max(ts) - min(ts)) / statistics.median(ts)
+
+
+def _throughput(run: _Run, sizes: list[int], confirmed: int, points_n: int, timing_steps: int) -> list[dict[str, Any]]:
     """Samples per second at ``points_n`` micro-batches up to ``confirmed``: a warm-up step at each, then
     rounds that time one step at every point, the median per point. Interleaved, a change in the
-    machine's load falls on every point alike, and the curve that prices a search keeps its shape."""
+    machine's load falls on every point alike, and the curve that prices a search keeps its shape.
+    A point whose steps spread by more than NOISY_TIMINGS was timed on a busy machine: it is timed again
+    (``remeasured``, up to BUSY_RETRIES times), and where it is still spread marked ``busy``: the knee, the
+    plan and a search's prices leave it out."""
     if points_n < 1:
         return []
     points = sorted({max(1, int(round(x))) for x in np.geomspace(max(1, min(sizes[0], confirmed)), confirmed, points_n)})
-    steps, streams, warm = {}, {}, 0.0
+    steps: dict[int, Callable[[], Any]] = {}
     for pb in points:
-        steps[pb] = run.make_step(run.sub.model, run.sub.optimizer)
-        steps[pb].set_lr(0.0)  # measure speed, not learning: the weights stay put
-        streams[pb] = BatchStream(run.data, pb, seed=run.seed)
-        t0 = time.perf_counter()
-        steps[pb](streams[pb].take(run.k))  # warm-up
-        warm += time.perf_counter() - t0
+        step, stream = run.make_step(run.sub.model, run.sub.optimizer), BatchStream(run.data, pb, seed=run.seed)
+        step.set_lr(0.0)  # measure speed, not learning: the weights stay put
+        steps[pb] = lambda step=step, stream=stream: step(stream.take(run.k))
+    warm = sum(_time_step(steps[pb]) for pb in points)  # a warm-up step at each
     # Several rounds for the medians, but about two seconds per point at most.
     rounds = max(3, min(timing_steps, int(2.0 * len(points) / max(warm, 1e-6))))
+    times = _timed_rounds(steps, points, rounds)
+    remeasured = dict.fromkeys(points, 0)
+    for _ in range(BUSY_RETRIES):
+        busy = [pb for pb in points if _spread(times[pb]) > NOISY_TIMINGS]
+        if not busy:
+            break
+        times.update(_timed_rounds(steps, busy, rounds))
+        for pb in busy:
+            remeasured[pb] += 1
+    run.reset()
+    return [{"batch": pb, "samples_per_s": pb * run.k / statistics.median(ts), "spread": _spread(ts),
+             "remeasured": remeasured[pb], "busy": _spread(ts) > NOISY_TIMINGS} for pb, ts in times.items()]
+
+
+def _timed_rounds(steps: dict[int, Callable[[], Any]], points: list[int], rounds: int) -> dict[int, list[float]]:
+    """``rounds`` rounds that time one step at each of ``points``, interleaved."""
     times: dict[int, list[float]] = {pb: [] for pb in points}
     for _ in range(rounds):
         for pb in points:
-            t0 = time.perf_counter()
-            steps[pb](streams[pb].take(run.k))  # the loss read inside syncs the device
-            times[pb].append(time.perf_counter() - t0)
-    run.reset()
-    # The spread of the timed steps (max - min over the median) says how noisy the machine was.
-    return [{"batch": pb, "samples_per_s": pb * run.k / statistics.median(ts),
-             "spread": (max(ts) - min(ts)) / statistics.median(ts)} for pb, ts in times.items()]
+            times[pb].append(_time_step(steps[pb]))
+    return times
 
 
 class _CountingStep(TrainStep):

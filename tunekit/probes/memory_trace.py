@@ -138,7 +138,24 @@ def _fake_copy(model: nn.Module, fm: Any) -> nn.Module:
         for v in vars(m).values():
             if isinstance(v, torch.Tensor) and id(v) not in memo:
                 memo[id(v)] = fm.from_tensor(v)
-    return copy.deepcopy(model, memo)
+    try:
+        return copy.deepcopy(model, dict(memo))
+    except Exception:  # an attribute that refuses to copy (a lock, a file, a client): shared, not copied
+        _share_uncopyable(model, memo)
+        return copy.deepcopy(model, memo)
+
+
+def _share_uncopyable(model: nn.Module, memo: dict[int, Any]) -> None:
+    """Mark in ``memo`` every module attribute that does not deep-copy (a ``threading.Lock``, an open
+    file) as itself, so the fake copy shares it: the trace only needs the copy's tensors to be fake."""
+    for m in model.modules():
+        for name, v in vars(m).items():
+            if name in ("_parameters", "_buffers", "_modules") or id(v) in memo:
+                continue
+            try:
+                copy.deepcopy(v, dict(memo))
+            except Exception:
+                memo[id(v)] = v
 
 
 def _fake_optimizer(optimizer: torch.optim.Optimizer | Callable[..., torch.optim.Optimizer], model: nn.Module,

@@ -19,7 +19,11 @@ from tunekit.results.base import Record, Result
 from tunekit.results.memory_model import MemoryModel, PhaseFit
 from tunekit.results.step_time import format_seconds, step_curve, update_seconds
 
-__all__ = ["ProbeResult", "BatchProbeSettings"]
+__all__ = ["ProbeResult", "BatchProbeSettings", "MEMORY_WARNING"]
+
+# The start of the warning a probe gives where its real steps' memory was measured in its own process
+# (the model did not pickle, or is too big to copy): a search repeats it.
+MEMORY_WARNING = "memory: "
 
 
 @dataclass
@@ -61,7 +65,7 @@ class ProbeResult(Result):
     predicted_max_batch: int
     max_batch: int  # confirmed by real steps
     tried: list[dict[str, Any]]  # real confirmation steps: {"batch", "ok", "peak_bytes", "predicted_bytes"}
-    throughput: list[dict[str, float]]  # {"batch", "samples_per_s"}
+    throughput: list[dict[str, Any]]  # {"batch", "samples_per_s", "spread", "remeasured", "busy"}
     knee_batch: Optional[int]
     fastest_batch: Optional[int]
     critical_batch: Optional[float]
@@ -85,6 +89,16 @@ class ProbeResult(Result):
         """[micro-batch, seconds per micro-step] from the timed steps ([] without them): what prices a
         search's trials (:mod:`tunekit.results.step_time`)."""
         return step_curve(self.throughput)
+
+    @property
+    def memory_warning(self) -> Optional[str]:
+        """The warning on how the real steps' memory was measured (in this process, and why), or None."""
+        return next((w for w in self.warnings if w.startswith(MEMORY_WARNING)), None)
+
+    @property
+    def busy_batches(self) -> list[int]:
+        """The timed batches left out: still spread after being timed again (the machine was busy)."""
+        return [int(t["batch"]) for t in self.throughput if t.get("busy")]
 
     @property
     def real_steps(self) -> int:
@@ -112,8 +126,10 @@ class ProbeResult(Result):
         if self.run_samples is not None:
             run = f"{self.run_steps} updates at batch {self.run_batch * self.accumulation_steps}"
             secs = self.run_seconds
+            busy = secs is None and bool(self.throughput)  # every timing taken while the machine was busy
             text += (f"; the planned run ({run}): {self.run_samples:,} samples"
-                     + (f", ~{format_seconds(secs)} at the speed measured" if secs is not None else ""))
+                     + (f", ~{format_seconds(secs)} at the speed measured" if secs is not None else "")
+                     + (", its seconds not predicted (the machine was busy)" if busy else ""))
         return text
 
     def memory_model(self) -> MemoryModel:
@@ -215,11 +231,7 @@ class ProbeResult(Result):
             + (f"; capped by the dataset ({self.dataset_size} samples)" if self.dataset_size and self.max_batch >= self.dataset_size else ""),
         ]
         if self.throughput:
-            lines.append(f"{'batch':>8} {'samples/s':>10}")
-            for t in self.throughput:
-                mark = "  <- knee" if t["batch"] == self.knee_batch else ""
-                lines.append(f"{t['batch']:>8} {t['samples_per_s']:>10.1f}{mark}")
-            lines.append(f"fastest batch {self.fastest_batch}; knee (within 5% of the best) {self.knee_batch}")
+            lines += self._throughput_lines()
         if self.memory_measured and not any(self.memory_measured in w for w in self.warnings):
             lines.append(f"memory measured as: {self.memory_measured}")
         for w in self.warnings:
@@ -240,6 +252,24 @@ class ProbeResult(Result):
             if isinstance(v, dict):
                 lines.append(f"LR {v['from_lr']:.3g} at batch {v['from_batch']} -> {v['lr']:.3g} at batch {v['to_batch']} ({rule} rule)")
         return "\n".join(lines)
+
+    def _throughput_lines(self) -> list[str]:
+        """The timed batches, each marked where it was timed again (the machine was busy) or is left out (still
+        busy after that), and the fastest batch and the knee of the others."""
+        lines = [f"{'batch':>8} {'samples/s':>10}"]
+        for t in self.throughput:
+            mark = "  <- knee" if t["batch"] == self.knee_batch else ""
+            if t.get("busy"):
+                mark += "  busy: left out (still spread after timing it again)"
+            elif t.get("remeasured"):
+                mark += f"  timed again ({t['remeasured']}x): the machine was busy"
+            lines.append(f"{t['batch']:>8} {t['samples_per_s']:>10.1f}{mark}")
+        if self.fastest_batch is None:
+            lines.append("fastest batch and knee not known: every timing was taken while the machine was busy")
+        else:
+            quiet = " (of the timings taken while the machine was quiet)" if self.busy_batches else ""
+            lines.append(f"fastest batch {self.fastest_batch}; knee (within 5% of the best) {self.knee_batch}{quiet}")
+        return lines
 
     def summary(self) -> str:
         """:meth:`table` and how long the probe took (what ``tunekit probe`` prints)."""

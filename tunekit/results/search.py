@@ -470,6 +470,11 @@ class SearchResult(Result):
         budget's currency, and under device time the probe's stored timed steps, decided it)."""
         probe = self.probe or {}
         lines = [f"critical batch {probe['noise_not_measured']}"] if probe.get("noise_not_measured") else []
+        if probe.get("memory_warning"):  # measured in the search's process, not a clean child: said as the probe says it
+            lines.append(f"probe's {probe['memory_warning']}")
+        if probe.get("busy_batches"):  # timed while the machine was busy, timed again, still spread: not acted on
+            lines.append(f"probe's timings at batch {', '.join(map(str, probe['busy_batches']))} were taken while the "
+                         "machine was busy: left out of the device-time predictions")
         d = probe.get("design_batch")
         if d:
             lines.append(f"design's batch step: {d['from']:g} -> {d['step']:g}" + _priced(d))

@@ -21,9 +21,11 @@ __all__ = ["step_curve", "micro_seconds", "update_seconds", "format_seconds"]
 
 def step_curve(throughput: Sequence[dict[str, Any]]) -> list[list[float]]:
     """``[[micro-batch, seconds per micro-step], ...]`` from the probe's throughput points (batch,
-    samples per second), by batch, the seconds made non-decreasing; [] without timings."""
+    samples per second), by batch, the seconds made non-decreasing; [] without timings. A point timed
+    while the machine was busy (``busy``: still spread after the probe timed it again) prices nothing."""
     points = sorted((int(t["batch"]), float(t["batch"]) / float(t["samples_per_s"])) for t in throughput
-                    if t.get("samples_per_s") and math.isfinite(float(t["samples_per_s"])) and t["samples_per_s"] > 0)
+                    if t.get("samples_per_s") and math.isfinite(float(t["samples_per_s"])) and t["samples_per_s"] > 0
+                    and not t.get("busy"))
     out: list[list[float]] = []
     for batch, seconds in points:
         if out and batch == out[-1][0]:
