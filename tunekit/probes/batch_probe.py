@@ -308,7 +308,7 @@ def _knee(throughput: list[dict[str, float]]) -> tuple[Optional[int], Optional[i
     return min(t["batch"] for t in quiet if t["samples_per_s"] >= 0.95 * best), fastest
 
 
-# Timed steps that spread by more than this (max - min over the median) make the knee a guess.
+# Timed steps that spread by more than this (interquartile range over the median) make the knee a guess.
 NOISY_TIMINGS = 0.25
 
 
@@ -728,8 +728,12 @@ def _time_step(step: Callable[[], Any]) -> float:
 
 
 def _spread(ts: list[float]) -> float:
-    """How far apart the timed steps are: (max - min) over the median."""
-    return (max(ts) - min(ts)) / statistics.median(ts)
+    """How far apart the timed steps are: their interquartile range over the median. One slow step (a
+    collection, the scheduler) moves it little; a load that lasts through the rounds moves it a lot."""
+    if len(ts) < 2:
+        return 0.0
+    q1, _, q3 = statistics.quantiles(ts, n=4, method="inclusive")
+    return (q3 - q1) / statistics.median(ts)
 
 
 def _throughput(run: _Run, sizes: list[int], confirmed: int, points_n: int, timing_steps: int) -> list[dict[str, Any]]:
