@@ -148,6 +148,9 @@ def test_a_search_from_a_trainer_keeps_its_warmup_and_its_weight_decay(tmp_path:
 
     assert training_arguments({"warmup": 2 / 24, "max_steps": 24}, trainer) == {}  # its 2 updates
     assert training_arguments({"warmup": 0.25, "max_steps": 24}, trainer) == {"warmup_steps": 0.25}
+    # train takes it as search does (a fresh model of its model_init), with its warmup as a fraction of the run
+    run = tunekit.train(trainer, run_steps=12, device="cpu", progress=False)
+    assert run.updates == 12 and run.config["warmup"] == pytest.approx(2 / 24)
 
 
 def test_a_search_from_a_lightning_module_gives_back_its_recipe_and_a_checkpoint_of_the_best(tmp_path: Any) -> None:
