@@ -208,6 +208,22 @@ def test_search_summary_says_where_and_how_to_rerun_and_save_adds_the_csv(tmp_pa
     assert "study 's' held in memory (nothing to resume)" in memory.summary()
 
 
+def test_save_makes_the_folder_and_refuses_a_file_in_one_line(tmp_path: Path) -> None:
+    """result.save("newdir") makes the folder (nested too), for every result type; a file in its place is refused."""
+    from tunekit.errors import UsageError
+    from tunekit.results import TrainResult
+
+    for r in (_lr_result(), _search_result(), TrainResult(config={"lr": 0.1}, task="t", device="cpu")):
+        out = tmp_path / type(r).__name__ / "new" / "dir"
+        paths = r.save(out)
+        assert out.is_dir() and all(p.parent == out and p.stat().st_size > 0 for p in paths)
+        assert r.to_json(tmp_path / "also_new" / type(r).__name__ / "r.json")  # a file's folder is made too
+    (tmp_path / "a_file").write_text("x")
+    with pytest.raises(UsageError, match=r"^cannot save into '.*a_file': it is a file, not a folder") as exc:
+        _lr_result().save(tmp_path / "a_file")
+    assert "\n" not in str(exc.value)
+
+
 def test_probe_summary_and_train_comparison(monkeypatch: pytest.MonkeyPatch) -> None:
     from tunekit.results import ProbeResult, TrainResult
 

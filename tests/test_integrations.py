@@ -130,6 +130,45 @@ def test_a_search_from_their_objects_is_the_tasks_search(family: str, tmp_path: 
     assert all(torch.equal(a, b) for a, b in zip(best.state_dict().values(), theirs.state_dict().values()))
 
 
+ONE_TRIAL = dict(trials=1, evals=2, progress=False)
+
+
+def test_a_search_from_a_trainer_keeps_its_warmup_and_its_weight_decay(tmp_path: Any) -> None:
+    """The seed trial runs the Trainer's warmup (2 of its 24 updates: 0.083 of the run, not the space's
+    0.1), and gives back its zero weight decay (searched from 1e-5) and its warmup as no change."""
+    trainer = hf_trainer("gpt2", tmp_path, model_init=True)
+    assert trainer.args.warmup_steps == 2 and trainer.args.weight_decay == 0.0
+    result = tunekit.search(trainer, "from_scratch", out=tmp_path / "hf", probes=tunekit.ProbeSettings(lr_sweep_steps=10),
+                            **ONE_TRIAL)
+    seed = result.trials[0]
+    assert seed["params"]["warmup"] == pytest.approx(2 / 24) and seed["config"]["max_steps"] == 24
+    assert result.best_config["weight_decay"] == pytest.approx(1e-5)  # AdamW's range, held two decades below
+    assert not {"warmup_steps", "weight_decay"} & set(result.best_theirs)  # the Trainer's own: no change
+    from tunekit.integrations import training_arguments
+
+    assert training_arguments({"warmup": 2 / 24, "max_steps": 24}, trainer) == {}  # its 2 updates
+    assert training_arguments({"warmup": 0.25, "max_steps": 24}, trainer) == {"warmup_steps": 0.25}
+    # train takes it as search does (a fresh model of its model_init), with its warmup as a fraction of the run
+    run = tunekit.train(trainer, run_steps=12, device="cpu", progress=False)
+    assert run.updates == 12 and run.config["warmup"] == pytest.approx(2 / 24)
+
+
+def test_a_search_from_a_lightning_module_gives_back_its_recipe_and_a_checkpoint_of_the_best(tmp_path: Any) -> None:
+    """A module's weight_decay=0.0 (Adam's L2 range, searched from 1e-8) comes back as no change, and its kept
+    checkpoint loads with the best trial's LR in its hparams, not the LR it was built with."""
+    from tunekit.integrations import LightningRun
+
+    from .their_objects import adam_lightning_class, lightning_classes, lightning_trainer
+
+    AdamLit = adam_lightning_class()
+    run = LightningRun(AdamLit, lightning_classes()[1](), lightning_trainer(tmp_path))
+    result = tunekit.search(run, "from_scratch", out=tmp_path / "lit", **ONE_TRIAL)
+    assert result.best_config["weight_decay"] == pytest.approx(1e-8)
+    assert result.best_theirs == {"lr": result.best_config["lr"]}  # what changes: no 1e-08, no batch_size it has
+    loaded = AdamLit.load_from_checkpoint(result.best_weights)
+    assert loaded.hparams.lr == result.best_config["lr"] != 1e-3 and loaded.hparams.hidden == 32
+
+
 def test_the_trainers_recipe_is_read_and_what_cannot_be_honoured_is_said(tmp_path: Any) -> None:
     from tunekit.integrations import adapt
 
@@ -138,7 +177,7 @@ def test_the_trainers_recipe_is_read_and_what_cannot_be_honoured_is_said(tmp_pat
     adapted = adapt(trainer)
     d = adapted.task.defaults
     assert d["accumulation_steps"] == 2 and adapted.task.precision == "bf16" and d["clip_grad_norm"] == 0.5
-    assert d["max_steps"] == 2 * (96 // 8 // 2) and d["warmup"] == 3  # 2 epochs of 6 updates; a quarter of them
+    assert d["max_steps"] == 2 * (96 // 8 // 2) and d["warmup"] == 0.25  # 2 epochs of 6 updates; a quarter of them
     assert any("polynomial" in n for n in adapted.notes)
     groups = adapted.task.make_optimizer(adapted.task.make_model()).param_groups
     assert sorted(g["weight_decay"] for g in groups) == [0.0, 0.1]  # biases and norms do not decay, as in HF

@@ -225,3 +225,23 @@ def test_keep_flag_on_the_cli(tmp_path: Path, run_main, assert_usage_error) -> N
     assert f"the best trial's weights: {best}" in said
     code, said, _ = run_main("report", str(out))
     assert code == 0 and f"the best trial's weights: {best}" in said
+
+
+def test_a_kept_lightning_checkpoint_holds_the_trials_settings_under_the_modules_names(tmp_path: Path) -> None:
+    """A LightningModule's checkpoint is loaded by ``load_from_checkpoint``, which builds the module from its
+    hyper_parameters: they hold the LR the trial trained at (under the module's name for it), not the one
+    the module was built with; names the module does not have are not added (its __init__ takes none)."""
+    from tunekit.hpsearch.keep import Keeper
+    from tunekit.hpsearch.plan import TrialConfig
+    from tunekit.hpsearch.trial import Outcome, keep_weights
+
+    keeper = Keeper("all", str(tmp_path))
+    hparams = {"learning_rate": 1e-3, "hidden": 32, "warmup_steps": 50}
+    snapshot = {"state_dict": {"w": torch.zeros(1)}, "hyper_parameters": hparams}
+    cfg = TrialConfig({"lr": 0.0168, "weight_decay": 0.01, "warmup": 0.05, "max_steps": 200, "batch_size": 8,
+                       "accumulation_steps": 1}, {})
+    outcome = Outcome("COMPLETE", 0.5)
+    keep_weights(keeper, snapshot, outcome, 3, cfg)
+    kept = load_weights(outcome.weights)["hyper_parameters"]
+    assert kept == {"learning_rate": 0.0168, "hidden": 32, "warmup_steps": 10}  # its warmup in its units: updates
+    assert snapshot["hyper_parameters"]["learning_rate"] == 1e-3  # the snapshot in hand is left as it was

@@ -1111,6 +1111,22 @@ def test_the_space_holds_the_tasks_own_settings() -> None:
         "accumulation_steps": [2, 14]}
 
 
+def test_the_stand_in_for_the_users_zero_is_given_back_as_that_zero() -> None:
+    """A best value at the stand-in for the task's own zero (two decades below a log range, or below its
+    adaptive_l2 range) is the user's 0.0, not a change to 1e-05; a value the user chose low stays as it is."""
+    from tunekit.hpsearch.seeded_space import as_own, widened
+
+    sp = load_space("from_scratch")
+    for adaptive, stand_in in ((False, 1e-5), (True, 1e-8)):
+        d = distributions(sp, probe=_probe_like(None, None), adaptive_l2=adaptive, own={"weight_decay": 0.0})
+        best = {"weight_decay": d["weight_decay"].low, "lr": 0.01}
+        assert best["weight_decay"] == pytest.approx(stand_in)
+        assert as_own(best, sp, widened(sp, d)) == {"weight_decay": 0.0, "lr": 0.01}
+        assert as_own({"weight_decay": 0.05}, sp, widened(sp, d)) == {"weight_decay": 0.05}  # sampled: as it is
+    chosen = distributions(sp, probe=_probe_like(None, None), own={"weight_decay": 5e-4})  # the user's own 5e-4
+    assert as_own({"weight_decay": 5e-4}, sp, widened(sp, chosen)) == {"weight_decay": 5e-4}
+
+
 def test_only_what_the_user_chose_widens_the_space() -> None:
     """The space holds the user's own settings, not tunekit's defaults (a space of clip norms 0.1-0.5 stays
     so: 1.0 is tunekit's default, not the user's); a warmup in updates is not a fraction of the run; the

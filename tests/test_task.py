@@ -6,7 +6,8 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from tunekit import Task, UsageError, load_task, train
+import tunekit
+from tunekit import Task, TaskSpec, UsageError, load_task, train
 from tunekit.inputs.data import BatchStream
 
 from .tasks import MLP, PlainDictModel, classification_data, dict_batches, hf_task, regression_data
@@ -56,6 +57,36 @@ def test_file_spec(tmp_path: Path) -> None:
 def test_task_objects_pass_through() -> None:
     task = hf_task()
     assert load_task(task) is task
+
+
+# Every public entry point, at its cheapest, on a task in any form.
+ENTRY_POINTS = {
+    "lr_find": lambda t: tunekit.lr_find(t, sweep_steps=10, refine=False, device="cpu", progress=False),
+    "doctor": lambda t: tunekit.doctor(t, device="cpu", progress=False),
+    "probe": lambda t: tunekit.probe(t, device="cpu", memory_budget="64MiB", trace_sizes=(2, 4), throughput_points=1,
+                                     timing_steps=1, noise_repeats=0, calibrate_steps=False, batch_limit=8, progress=False),
+    "train": lambda t: tunekit.train(t, run_steps=2, device="cpu", progress=False),
+}
+
+
+@pytest.mark.parametrize("entry", ENTRY_POINTS)
+def test_every_entry_point_takes_every_form_of_task(entry: str) -> None:
+    """A built-in name, a 'module:fn' spec and a TaskSpec work wherever a Task does (search's own tests
+    cover it): each is loaded by load_task, the one door."""
+    for form, name in (("shapes", "shapes"), ("tests.tasks:regression_task", "regression"),
+                       (TaskSpec("tests.tasks:regression_task", {"hidden": 5}), "regression")):
+        result = ENTRY_POINTS[entry](form)
+        said = result.task if entry in ("train", "doctor") else result.settings["task"]
+        assert said == name, (entry, form)
+    with pytest.raises(UsageError, match=r"a tunekit.Task.*(got 42 \(int\)|got a int)") as exc:
+        ENTRY_POINTS[entry](42)  # anything else: one line, not an AttributeError
+    _one_line(exc)
+
+
+def test_a_task_object_given_a_config_is_refused_in_one_line() -> None:
+    with pytest.raises(UsageError, match="config was given with a Task object: it is built already") as exc:
+        load_task(hf_task(), {"width": 4})
+    _one_line(exc)
 
 
 @pytest.mark.parametrize(

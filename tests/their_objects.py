@@ -100,7 +100,7 @@ def hf_trainer(family: str, tmp: Any, seed: int = 0, *, model_init: bool = False
 
 def hf_task(family: str) -> tunekit.Task:
     """The same problem as :func:`hf_trainer` written as a Task by hand: the Trainer's data order (a
-    generator seeded by args.seed, 42), its optimizer (fused AdamW) and its recipe."""
+    generator seeded by args.seed, 42), its optimizer (fused AdamW) and its recipe (its warmup a fraction of the run)."""
     from transformers import default_data_collator
 
     make, labels = HF_FAMILIES[family]
@@ -110,7 +110,7 @@ def hf_task(family: str) -> tunekit.Task:
     val = DataLoader(token_data(32, 2, labels), batch_size=16, collate_fn=default_data_collator)
     return tunekit.Task(model=make, train_data=loader, val_data=val, batch_size=8, name=type(make()).__name__,
                         optimizer=hf_style_adamw(make()),
-                        defaults={"lr": 2e-3, "max_steps": 24, "warmup": 2, "schedule": "cosine", "min_lr_ratio": 0.0,
+                        defaults={"lr": 2e-3, "max_steps": 24, "warmup": 2 / 24, "schedule": "cosine", "min_lr_ratio": 0.0,
                                   "accumulation_steps": 1, "clip_grad_norm": 0.5})
 
 
@@ -166,6 +166,21 @@ def lightning_classes() -> tuple[type, type]:
             return DataLoader(self.val, batch_size=32)
 
     return TinyLit, TinyData
+
+
+def adam_lightning_class() -> type:
+    """TinyLit with the recipe of many modules: Adam, ``lr=1e-3`` and ``weight_decay=0.0`` as hyperparameters."""
+    TinyLit, _ = lightning_classes()
+
+    class AdamLit(TinyLit):  # type: ignore[misc, valid-type]
+        def __init__(self, lr: float = 1e-3, hidden: int = 32, weight_decay: float = 0.0) -> None:
+            super().__init__(lr, hidden)
+            self.save_hyperparameters()
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.Adam(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
+
+    return AdamLit
 
 
 def lit_data(n: int, seed: int) -> TensorDataset:

@@ -31,9 +31,10 @@ def write_file(path: str | Path, data: str | bytes) -> None:
     The data go to a temporary file beside it, which then replaces it (atomic on POSIX and
     Windows), so a search killed while it writes its report can still be resumed and reported.
     The file gets the mode an ordinary write would (0666 less the umask), not mkstemp's 0600,
-    so teammates can read a shared output folder.
+    so teammates can read a shared output folder. A missing folder on the way is made.
     """
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)  # a file in a new folder: the folder is made
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:

@@ -26,7 +26,7 @@ from tunekit.defaults import CLIP_GRAD_NORM
 from tunekit.errors import UsageError, check_int, check_number, renamed_keywords
 from tunekit.inputs.data import Batch, BatchStream, Data, rebatched_loader, batch_size_of, to_device
 from tunekit.inputs.task import ComputeLoss, LossFn, Task, loss_problem
-from tunekit.integrations.objects import takes_their_objects
+from tunekit.integrations.task_spec import takes_their_objects
 from tunekit.probes.batch_probe import budget_bytes
 from tunekit.probes.range_test import SWEEP_STEPS, lr_find
 from tunekit.probes.resolve import TASK_DEFAULT, ProbeInputs, check_saved, resolve_inputs, step_settings

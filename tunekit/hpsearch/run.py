@@ -33,7 +33,7 @@ from tunekit.hpsearch.options import (BackendOptions, Halving, Local, ProbeSetti
                                       TPE)
 from tunekit.hpsearch.plan import Plan, largest_batch, split_batch
 from tunekit.hpsearch.resolve import ResolvedSearch, resolve_search
-from tunekit.hpsearch.seeded_space import distributions
+from tunekit.hpsearch.seeded_space import as_own, distributions
 from tunekit.hpsearch.seeding import Probes, adaptive_l2, make_plan, own_settings, priced, recipe, run_probes
 from tunekit.hpsearch.settings import SearchSettings, from_keywords
 from tunekit.hpsearch.shared.spec import StoredSpec
@@ -111,7 +111,9 @@ def search_with(task: Any, space: str | SearchSpace, settings: SearchSettings, b
         with adapted.speaking() if adapted is not None else contextlib.nullcontext():
             result = run_search(resolved, backend)
     if result.best_value is not None and adapted is not None and adapted.theirs is not None:
-        result.best_theirs, result.theirs_kind = adapted.theirs(result.best_config), adapted.kind
+        # Their recipe's own values said as theirs: a zero that the search's log range held as 1e-08 is 0.0.
+        best = as_own(result.best_config, resolved.inputs.space, result.widened)
+        result.best_theirs, result.theirs_kind = adapted.theirs(best), adapted.kind
         if settings.out is not None:
             write_report(result, settings.out)
     return result

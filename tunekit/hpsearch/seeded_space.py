@@ -18,7 +18,7 @@ from tunekit.inputs.space import Entry, SearchSpace
 from tunekit.probes.lr_rules import prepare
 
 __all__ = ["distributions", "lr_bounds_from_curve", "batch_centre", "batch_choices", "reference_batch",
-           "PEAK_ABOVE_MINIMUM", "holding_own", "widened", "ZERO_DECADES"]
+           "PEAK_ABOVE_MINIMUM", "holding_own", "widened", "as_own", "ZERO_DECADES"]
 
 # A log range cannot hold zero: a task's own zero (no weight decay: torch's default for SGD and Adam)
 # stands this many decades below the range's low end. On the corpus's two SGD tasks without decay,
@@ -88,6 +88,21 @@ def widened(space: SearchSpace, dists: Mapping[str, Any]) -> dict[str, list[floa
             declared = [(lo, lo + (hi - lo) // e.step * e.step) for lo, hi in declared]
         if not any(math.isclose(dist.low, lo) and math.isclose(dist.high, hi) for lo, hi in declared):
             out[name] = [float(dist.low), float(dist.high)]
+    return out
+
+
+def as_own(config: Mapping[str, Any], space: SearchSpace, searched: Mapping[str, list[float]]) -> dict[str, Any]:
+    """``config`` with each value that stands for the task's own zero (the low end of a log range widened
+    :data:`ZERO_DECADES` below the space's to hold it: :func:`holding_own`) said as that zero: the
+    user's recipe given back unchanged (no weight decay stays 0.0, not 1e-08). ``searched``: :func:`widened`'s."""
+    out = dict(config)
+    for name, (low, _) in searched.items():
+        e = space.entries.get(name)
+        if e is None or not e.log or name not in out:
+            continue
+        lows = [e.low, *([e.adaptive_l2[0]] if e.adaptive_l2 else [])]
+        if any(math.isclose(low, lo / 10**ZERO_DECADES) for lo in lows) and math.isclose(float(out[name]), low):
+            out[name] = 0.0
     return out
 
 

@@ -122,6 +122,10 @@ def keep_weights(keeper: Optional[Keeper], snapshot: dict[str, Any], outcome: Ou
     if keeper.wants(outcome.value, study):
         about = {"config": {k: v for k, v in cfg.train.items() if k != "device"}, "task_config": dict(cfg.task),
                  "objective": cfg.objective, "direction": cfg.direction}
+        if "hyper_parameters" in snapshot:  # a LightningModule's: as the trial trained it, not as it was built
+            from tunekit.integrations.lightning import trained_hparams
+
+            snapshot = {**snapshot, "hyper_parameters": trained_hparams(snapshot["hyper_parameters"], about["config"])}
         try:
             outcome.weights = keeper.write(snapshot, number, outcome.value, about)
         except (OSError, RuntimeError) as exc:  # a full disk, a folder it cannot write: the trial stands, unkept

@@ -8,7 +8,7 @@
   :class:`LightningRun` ``(module, datamodule, trainer)`` for the Lightning Trainer's precision,
   accumulation, clipping and run length: :mod:`.lightning`.
 
-``tunekit.search`` takes a Trainer (fresh models from its ``model_init``, else copies of its
+``tunekit.search`` and ``tunekit.train`` take a Trainer (fresh models from its ``model_init``, else copies of its
 model), a :class:`LightningRun` whose module is a factory, or a function returning a fresh Trainer
 or module. :func:`training_arguments` and :func:`hyperparameters` give a best configuration back in
 their terms; :mod:`.callbacks` makes a user's own loop a trial (:func:`tunekit.search_own`). Neither
@@ -20,7 +20,8 @@ from __future__ import annotations
 from tunekit.integrations.adapted import Adapted, IntegrationWarning
 from tunekit.integrations.hf import from_trainer, training_arguments
 from tunekit.integrations.lightning import from_lightning, hyperparameters
-from tunekit.integrations.objects import LightningRun, adapt, adapt_for_search, takes_their_objects
+from tunekit.integrations.objects import LightningRun, adapt, adapt_for_search
+from tunekit.integrations.task_spec import takes_their_objects
 
 __all__ = ["LightningRun", "Adapted", "IntegrationWarning", "adapt", "adapt_for_search", "takes_their_objects",
            "training_arguments", "hyperparameters", "from_trainer", "from_lightning"]

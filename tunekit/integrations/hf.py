@@ -1,7 +1,7 @@
 """A Hugging Face ``transformers.Trainer`` as a tunekit Task: its model, data, collator, loss and recipe.
 
 Read from ``trainer.args`` (``TrainingArguments``): ``learning_rate``, ``per_device_train_batch_size``,
-``gradient_accumulation_steps``, ``max_grad_norm``, ``warmup_steps``, ``lr_scheduler_type``,
+``gradient_accumulation_steps``, ``max_grad_norm``, ``warmup_steps`` (a fraction of the run), ``lr_scheduler_type``,
 ``bf16``/``fp16``, ``max_steps`` (else ``num_train_epochs``), ``gradient_checkpointing``, and the
 optimizer ``Trainer.create_optimizer`` builds (``optim``, ``weight_decay`` on all but biases and
 norms, Adam's betas and epsilon), or the one passed as ``optimizers=(optimizer, scheduler)``.
@@ -54,7 +54,7 @@ def from_trainer(trainer: Any, *, fresh: bool = False) -> Adapted:
     steps = _run_length(args, len(train_data))
     schedule, floor = _schedule(args, notes, steps)
     defaults: dict[str, Any] = {
-        "lr": float(args.learning_rate), "max_steps": steps, "warmup": int(args.get_warmup_steps(steps)),
+        "lr": float(args.learning_rate), "max_steps": steps, "warmup": _warmup(args, steps),
         "schedule": schedule, "min_lr_ratio": floor, "accumulation_steps": int(args.gradient_accumulation_steps),
         "clip_grad_norm": float(args.max_grad_norm) if args.max_grad_norm else None,
     }
@@ -184,6 +184,14 @@ def _run_length(args: Any, batches_per_epoch: int) -> int:
     return max(1, math.ceil(per_epoch * float(args.num_train_epochs)))
 
 
+def _warmup(args: Any, steps: int) -> float | int:
+    """``warmup_steps`` (or ``warmup_ratio``) as a fraction of the planned run's ``steps``, as a space's warmup
+    is: a search's seed trial keeps it at any trial length (8 of 150 updates: 0.053, not the space's middle).
+    A warmup as long as the run stays in updates (a fraction is below 1)."""
+    warm = int(args.get_warmup_steps(steps))
+    return warm / steps if warm < steps else warm
+
+
 def _schedule(args: Any, notes: list[str], steps: int) -> tuple[str, float]:
     kind = getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type)
     decay, floor = _SCHEDULES.get(kind, ("cosine", 0.0))
@@ -278,5 +286,13 @@ def training_arguments(config: dict[str, Any], trainer: Any = None) -> dict[str,
         out["lr_scheduler_type"] = "cosine_with_min_lr"
         out["lr_scheduler_kwargs"] = {"min_lr_rate": floor}
     if trainer is not None:  # only what differs from the Trainer's own arguments
-        out = {k: v for k, v in out.items() if getattr(trainer.args, k, object()) != v}
+        out = {k: v for k, v in out.items() if not _holds(trainer.args, k, v, int(config.get("max_steps") or 0))}
     return out
+
+
+def _holds(args: Any, name: str, value: Any, steps: int) -> bool:
+    """Whether ``args`` already say ``name=value``: a warmup given as a fraction of a run of ``steps`` updates
+    holds where the Trainer warms up over as many of them (8 of 150 is 0.053 of it)."""
+    if name == "warmup_steps" and isinstance(value, float) and 0 < value < 1 and steps > 0:
+        return int(round(value * steps)) == int(args.get_warmup_steps(steps))
+    return bool(getattr(args, name, object()) == value)

@@ -26,7 +26,7 @@ from tunekit.inputs.data import rebatched_loader
 from tunekit.inputs.task import Task
 from tunekit.integrations.adapted import Adapted, LatestModel
 
-__all__ = ["from_lightning", "hyperparameters"]
+__all__ = ["from_lightning", "hyperparameters", "trained_hparams"]
 
 # Lightning's precision strings -> tunekit's.
 _PRECISION = {"bf16-mixed": "bf16", "bf16-true": "bf16", "bf16": "bf16", "16-mixed": "fp16", "16-true": "fp16",
@@ -64,7 +64,8 @@ def from_lightning(module: Any, datamodule: Any = None, trainer: Any = None, *,
                 optimizer=_optimizer_factory(latest), batch_size=train.batch_size, precision=precision,
                 name=type(module).__name__, defaults=defaults)
     return Adapted(task, "lightning.LightningModule", module if factory is None else None, notes,
-                   theirs=lambda config: hyperparameters(config, module, dict(defaults)), cannot_apply=fixed)
+                   theirs=lambda config: hyperparameters(config, module, {**defaults, "batch_size": train.batch_size}),
+                   cannot_apply=fixed)
 
 
 def _hparams(module: Any) -> dict[str, Any]:
@@ -186,6 +187,27 @@ def hyperparameters(config: dict[str, Any], module: Any = None, recipe: Optional
             continue
         names = _HPARAM_NAMES.get(key, (key,))
         name = next((n for n in names if n in have), _TRAINER_NAMES.get(key, names[0]))
-        if name not in have or have[name] != config[key]:
-            out[name] = config[key]
+        value = _in_their_units(name, config[key], config)
+        if name not in have or have[name] != value:
+            out[name] = value
+    return out
+
+
+def _in_their_units(name: str, value: Any, config: Mapping[str, Any]) -> Any:
+    """A setting as the module's hyperparameter ``name`` holds it: a warmup under ``warmup_steps`` in updates
+    of the configuration's run (tunekit's warmup is a fraction of it), else as it is."""
+    if name == "warmup_steps" and isinstance(value, float) and value < 1 and config.get("max_steps"):
+        return int(round(value * int(config["max_steps"])))
+    return value
+
+
+def trained_hparams(hparams: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, Any]:
+    """A module's ``hparams`` with the settings a trial trained at, under the names the module gives them
+    (``lr`` or ``learning_rate``, ``weight_decay``...): a kept checkpoint's, so ``load_from_checkpoint`` builds
+    the module as its weights were trained. Only names the module has change: its ``__init__`` takes those."""
+    out = dict(hparams)
+    for key, names in _HPARAM_NAMES.items():
+        name = next((n for n in names if n in out), None)
+        if name is not None and key in config:
+            out[name] = _in_their_units(name, config[key], config)
     return out

@@ -1,25 +1,22 @@
-"""Their objects taken where a Task or a model goes: :func:`adapt` (probes), :func:`adapt_for_search`,
-and the decorator that lets ``lr_find``, ``probe`` and ``doctor`` take them (see the package's docstring)."""
+"""Their objects taken where a Task or a model goes: :func:`adapt` (probes, in hand) and :func:`adapt_for_search`
+(fresh models); :mod:`.task_spec` turns every form a user gives into a Task through them."""
 
 from __future__ import annotations
 
 import copy
-import functools
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Optional, TypeVar
+from typing import Any, Optional
 
 from torch import nn
 
 from tunekit.errors import UsageError
-from tunekit.integrations.adapted import Adapted, kind_of, say_notes
+from tunekit.integrations.adapted import Adapted, kind_of
 from tunekit.integrations.hf import from_trainer
 from tunekit.integrations.lightning import from_lightning
 
-__all__ = ["LightningRun", "adapt", "adapt_for_search", "takes_their_objects"]
-
-F = TypeVar("F", bound=Callable[..., Any])
+__all__ = ["LightningRun", "adapt", "adapt_for_search"]
 
 
 @dataclass
@@ -87,34 +84,3 @@ def _takes_nothing(fn: Any) -> bool:
 def _copies(module: Any) -> Callable[[], Any]:
     template = copy.deepcopy(module).to("cpu")
     return lambda: copy.deepcopy(template)
-
-
-def takes_their_objects(fn: F) -> F:
-    """Let ``fn(model, train_data, ...)`` (lr_find, probe, doctor) take a Trainer or a Lightning module.
-
-    Their objects become a Task whose model is the one in hand, worked on where it lives, and whose
-    defaults are their recipe (which ``fn`` reads as it reads any Task's); each setting that cannot
-    be honoured is warned once; the result records where it came from."""
-
-    @functools.wraps(fn)
-    def wrapper(model: Any, *args: Any, **kwargs: Any) -> Any:
-        train_data = args[0] if args else kwargs.get("train_data")
-        own_loss = (len(args) > 1 and args[1] is not None) or any(
-            kwargs.get(k) is not None for k in ("loss_fn", "compute_loss"))
-        adapted = adapt(model, train_data, own_loss)
-        if adapted is None:
-            return fn(model, *args, **kwargs)
-        args = (None, *args[1:]) if args else args
-        kwargs.pop("train_data", None)
-        kwargs["device"] = adapted.device(kwargs.get("device", "auto"))
-        say_notes(adapted)
-        try:
-            with adapted.speaking():  # advice in their terms: the Trainer's eval_dataset, not the task's val_data
-                result = fn(adapted.task, *args, **kwargs)
-        finally:
-            adapted.close()
-        settings = getattr(result, "settings", None)
-        if settings is not None and hasattr(settings, "__setitem__"):  # a dict, or a result's settings record
-            settings["from"] = {"kind": adapted.kind, "notes": list(adapted.notes)}
-        return result
-    return wrapper  # type: ignore[return-value]

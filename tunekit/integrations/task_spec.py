@@ -1,4 +1,5 @@
-"""Loading a Task from a command-line spec.
+"""Every form of task a user gives, made a Task: :func:`load_task`, the one door of ``lr_find``, ``probe``,
+``doctor``, ``train`` and ``search`` (through :func:`takes_their_objects` where a model in hand goes too).
 
 A spec is one of:
 
@@ -9,11 +10,14 @@ A spec is one of:
 
 The function returns a :class:`~tunekit.Task`. If it takes a parameter, it is
 called with the config dict, so a search can vary the model's own
-hyperparameters (width, dropout, ...).
+hyperparameters (width, dropout, ...). A :class:`TaskSpec` is a spec with its config; a :class:`Task`
+passes through; their objects (a Hugging Face Trainer, a LightningRun, a LightningModule, a function
+returning either) become a Task of fresh models.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import inspect
@@ -21,15 +25,17 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from tunekit.builtin import BUILTIN_TASKS
 from tunekit.errors import UsageError, shown
 from tunekit.inputs.task import UNNAMED, Task
 from tunekit.integrations.adapted import kind_of, say_notes
-from tunekit.integrations.objects import LightningRun, adapt_for_search
+from tunekit.integrations.objects import LightningRun, adapt, adapt_for_search
 
-__all__ = ["load_task", "list_tasks", "resolve_task_function", "TaskSpec", "task_of"]
+__all__ = ["load_task", "list_tasks", "resolve_task_function", "TaskSpec", "task_of", "takes_their_objects"]
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 _FORMS = "a built-in name ({names}), 'package.module:function' or 'path/to/file.py:function'"
 
@@ -100,8 +106,7 @@ def _one_line(exc: BaseException, limit: int = 200) -> str:
 def resolve_task_function(spec: str) -> Callable[..., Any]:
     """The function that a spec names, without calling it."""
     if not isinstance(spec, str):
-        raise UsageError(f"a task must be a spec string or a tunekit.Task, got {shown(spec)} ({type(spec).__name__}): give "
-                         + _FORMS.format(names=", ".join(BUILTIN_TASKS)) + ", or a Task(model=..., train_data=..., loss=...)")
+        raise UsageError(_not_a_task(spec))
     if not spec.strip():
         raise UsageError(f"task spec {shown(spec)} is empty: give " + _FORMS.format(names=", ".join(BUILTIN_TASKS)))
     spec = spec.strip()
@@ -123,6 +128,12 @@ def resolve_task_function(spec: str) -> Callable[..., Any]:
     if not callable(fn):
         raise UsageError(f"'{_said(where)}:{_said(funcname)}' is a {type(fn).__name__}, not a function returning a tunekit.Task")
     return fn  # type: ignore[no-any-return]
+
+
+def _not_a_task(obj: Any) -> str:
+    return (f"a task must be a spec string or a tunekit.Task, got {shown(obj)} ({type(obj).__name__}): give "
+            + _FORMS.format(names=", ".join(BUILTIN_TASKS)) + ", a Task(model=..., train_data=..., loss=...), "
+            "a Hugging Face Trainer or a tunekit.integrations.LightningRun")
 
 
 def _takes_config(fn: Callable[..., Any]) -> bool:
@@ -147,17 +158,20 @@ def _their_objects(made: Any, spec: str) -> Task:
     return adapted.task
 
 
-def load_task(spec: "str | TaskSpec | Task", config: dict[str, Any] | None = None) -> Task:
-    """The Task that ``spec`` names, built with ``config`` (task hyperparameters) over a TaskSpec's own.
+def load_task(spec: Any, config: dict[str, Any] | None = None) -> Task:
+    """The Task that ``spec`` names, built with ``config`` (task hyperparameters) over a TaskSpec's own:
+    what every entry point makes of the task it is given (see the module's docstring for the forms).
 
-    A :class:`Task` passes through unchanged (``config`` must then be empty).
+    A :class:`Task` passes through unchanged, and their objects become a Task of fresh models
+    (``config`` must then be empty: they are built already).
     """
     if isinstance(spec, TaskSpec):
         spec, config = spec.spec, {**spec.config, **(config or {})}
-    if isinstance(spec, Task):
+    if not isinstance(spec, str):
         if config:
-            raise UsageError("config was given with a Task object: a Task is already built; pass its spec or function instead")
-        return spec
+            raise UsageError(f"config was given with a {type(spec).__name__} object: it is built already; pass the "
+                             "spec of a function that takes a config instead")
+        return spec if isinstance(spec, Task) else _objects_task(spec)
     fn = resolve_task_function(spec)
     config = dict(config or {})
     if config and not _takes_config(fn):
@@ -174,6 +188,15 @@ def load_task(spec: "str | TaskSpec | Task", config: dict[str, Any] | None = Non
     if task.name == UNNAMED:
         task.name = spec.rpartition(":")[2] or spec
     return task
+
+
+def _objects_task(obj: Any) -> Task:
+    """Their objects (a Trainer, a LightningRun, a module, a factory of either) as a Task of fresh models."""
+    adapted = adapt_for_search(obj)
+    if adapted is None:
+        raise UsageError(_not_a_task(obj))
+    say_notes(adapted)
+    return adapted.task
 
 
 @dataclass(frozen=True)
@@ -197,3 +220,34 @@ def task_of(task: Any) -> Any:
     """A TaskSpec's spec string (its config goes with the settings); any other task as given."""
     return task.spec if isinstance(task, TaskSpec) else task
 
+
+def takes_their_objects(fn: F) -> F:
+    """Let ``fn(model, train_data, ...)`` (lr_find, probe, doctor) take every form of task :func:`load_task`
+    takes, and a model in hand: a spec or a TaskSpec is loaded into its Task; their objects become a
+    Task whose model is the one in hand, worked on where it lives, and whose defaults are their recipe (which ``fn`` reads as it reads any Task's); each setting that cannot
+    be honoured is warned once; the result records where it came from."""
+
+    @functools.wraps(fn)
+    def wrapper(model: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(model, (str, TaskSpec)):
+            model = load_task(model)
+        train_data = args[0] if args else kwargs.get("train_data")
+        own_loss = (len(args) > 1 and args[1] is not None) or any(
+            kwargs.get(k) is not None for k in ("loss_fn", "compute_loss"))
+        adapted = adapt(model, train_data, own_loss)
+        if adapted is None:
+            return fn(model, *args, **kwargs)
+        args = (None, *args[1:]) if args else args
+        kwargs.pop("train_data", None)
+        kwargs["device"] = adapted.device(kwargs.get("device", "auto"))
+        say_notes(adapted)
+        try:
+            with adapted.speaking():  # advice in their terms: the Trainer's eval_dataset, not the task's val_data
+                result = fn(adapted.task, *args, **kwargs)
+        finally:
+            adapted.close()
+        settings = getattr(result, "settings", None)
+        if settings is not None and hasattr(settings, "__setitem__"):  # a dict, or a result's settings record
+            settings["from"] = {"kind": adapted.kind, "notes": list(adapted.notes)}
+        return result
+    return wrapper  # type: ignore[return-value]

@@ -38,7 +38,7 @@ from tunekit.bytesize import format_bytes, parse_bytes
 from tunekit.errors import HintedWarning, UsageError, check_int, check_number, renamed_keywords
 from tunekit.inputs.data import BatchStream, Data, dataset_size
 from tunekit.inputs.task import ComputeLoss, LossFn, Task
-from tunekit.integrations.objects import takes_their_objects
+from tunekit.integrations.task_spec import takes_their_objects
 from tunekit.probes import clean_heap
 from tunekit.probes.memory_trace import MemoryModel, Trace, calibrate, fit_memory_model, real_step_peak, static_bytes, trace_step
 from tunekit.probes.noise_scale import noise_scale

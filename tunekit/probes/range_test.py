@@ -35,7 +35,7 @@ from tunekit.probes.resolve import TASK_DEFAULT, resolve_inputs, step_settings
 from tunekit.precision import Precision
 from tunekit.inputs.task import ComputeLoss, LossFn, Task
 from tunekit.training.loop import evaluate
-from tunekit.integrations.objects import takes_their_objects
+from tunekit.integrations.task_spec import takes_their_objects
 
 __all__ = ["lr_find", "LRFindResult", "TASK_DEFAULT", "optimizer_family", "SWEEP_STEPS"]
 

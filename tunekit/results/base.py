@@ -131,12 +131,15 @@ class Result:
                              f"run tunekit {flag} again") from None
 
     def save(self, out_dir: str | Path, name: str | None = None) -> list[Path]:
-        """Write NAME.json and NAME.png (its :meth:`figure`) into ``out_dir``; return their paths.
+        """Write NAME.json and NAME.png (its :meth:`figure`) into ``out_dir`` (made if missing); return their paths.
 
         ``name`` defaults to the result's own (``lr_find``, ``probe``, ``doctor``, ``train``,
         ``search``), the names the CLI writes; a result with more files writes them in between.
         """
         out, name = Path(out_dir), name or self._stem
+        if out.exists() and not out.is_dir():
+            raise UsageError(f"cannot save into '{out}': it is a file, not a folder; pass a folder's path")
+        out.mkdir(parents=True, exist_ok=True)  # a new folder is made, as the CLI's --out makes it
         paths = [out / f"{name}.json"]
         self.to_json(paths[0])
         paths += self._save_more(out)

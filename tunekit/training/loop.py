@@ -24,6 +24,9 @@ from tunekit.inputs.task import LossComputer, Metric, Task, accuracy_counts
 
 __all__ = ["TrainConfig", "TrainResult", "train", "evaluate", "EvalCallback"]
 
+# Imported where used, not at the top: tunekit.integrations (the built-in tasks, their objects' readers); a
+# run of a Task in hand does not pay for them.
+
 # callback(step, metrics) after each evaluation; return True to stop the run.
 EvalCallback = Callable[[int, dict[str, float]], Optional[bool]]
 
@@ -187,7 +190,7 @@ def evaluate(
 
 
 def train(
-    task: Task,
+    task: Any,
     config: TrainConfig | dict[str, Any] | None = None,
     *,
     callback: EvalCallback | None = None,
@@ -195,10 +198,10 @@ def train(
     on_trained: Callable[[nn.Module], None] | None = None,
     **overrides: Any,
 ) -> TrainResult:
-    """Train a fresh model of ``task`` through the shared step; return its curve.
+    """Train a fresh model of ``task`` (any form :func:`~tunekit.load_task` takes: a Task, ``"shapes"``, a
+    spec, their objects) through the shared step; return its curve.
 
-    ``config`` may be a :class:`TrainConfig` or a dict of its fields; keyword
-    overrides win over both. Divergence (a non-finite loss) ends the run and is
+    ``config`` may be a :class:`TrainConfig` or a dict of its fields; keyword overrides win over both. Divergence (a non-finite loss) ends the run and is
     reported in the result, not raised. ``callback(step, metrics)`` runs after
     each evaluation; returning True stops the run (``stopped_early``), and an
     exception it raises (e.g. ``optuna.TrialPruned``) propagates. ``on_trained(model)`` gets the trained
@@ -208,6 +211,9 @@ def train(
     own seed, and two runs of one Task with the same config are the same run. ``run_steps=`` (also a key
     of a ``config`` dict) is the run's length, ``TrainConfig.max_steps``; ``max_steps=`` still works for a release.
     """
+    from tunekit.integrations.task_spec import load_task
+
+    task = load_task(task)  # a built-in name, a spec, a TaskSpec or their objects, as every entry point takes it
     config, overrides = _run_steps_as_max_steps(config, overrides)
     cfg = TrainConfig.for_task(task, config, **overrides)
     device = resolve_device(cfg.device)
