@@ -16,7 +16,7 @@ from typing import Any, Optional, TypeVar
 
 from tunekit.defaults import CLIP_GRAD_NORM
 
-__all__ = ["UsageError", "SetupError", "is_int_at_least", "check_int", "check_number", "renamed", "renamed_keywords",
+__all__ = ["UsageError", "SetupError", "NoTrialSucceeded", "is_int_at_least", "check_int", "check_number", "renamed", "renamed_keywords",
            "CLIP_HINT", "shown"]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -33,6 +33,16 @@ class SetupError(UsageError):
     """A task that cannot train at all, whatever its settings: a loss that is not a scalar tensor,
     labels past the model's classes, an optimizer built on another model. A search stops on it
     (every trial would fail the same way) instead of failing each trial."""
+
+
+class NoTrialSucceeded(RuntimeError):
+    """Every trial a search ran failed: nothing to return as its best. The message is one line naming
+    the first failure's cause; ``result`` is the search's result, already written where ``out`` said
+    (each trial with its error), so nothing is lost."""
+
+    def __init__(self, message: str, result: Any = None) -> None:
+        super().__init__(message)
+        self.result = result
 
 
 def is_int_at_least(value: object, minimum: int = 1) -> bool:
