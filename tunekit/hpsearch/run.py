@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Optional
 
-from tunekit.errors import NoTrialSucceeded, UsageError, shown
+from tunekit.errors import NoTrialSucceeded, UsageError
 from tunekit.hpsearch.backends.base import Backend, Work, get_backend
 from tunekit.hpsearch.keep import Keeper, settle, weights_folder
 from tunekit.hpsearch.keys import ARTIFACTS_KEY, WALL_SECONDS_KEY
@@ -156,19 +156,20 @@ def run_search(resolved: ResolvedSearch, backend: Optional[Backend] = None) -> S
         if settings.out is not None:
             write_report(result, settings.out)
     if ended and set(ended) == {"FAIL"}:
-        raise NoTrialSucceeded(_all_failed(result, len(ended), before, settings.out), result)
+        raise NoTrialSucceeded(_all_failed(result, len(ended), before, settings), result)
     return result
 
 
-def _all_failed(result: SearchResult, n: int, before: set[int], out: Optional[Path]) -> str:
+def _all_failed(result: SearchResult, n: int, before: set[int], settings: SearchSettings) -> str:
     """One line: every trial this process ran failed, the first one's cause, and where they all are."""
+    out = settings.out
     failed = [t for t in result.trials if t.get("state") == "FAIL" and t.get("number") not in before]
     first = min(failed, key=lambda t: t["number"]) if failed else {}
-    cause = shown(" ".join(str(first.get("error") or "no error recorded").split()), 300).strip("'\"")
+    cause = " ".join(str(first.get("error") or "no error recorded").split())
+    cause = cause if len(cause) <= 300 else cause[:297] + "..."
     where = f"; each trial's error is in {out / 'search.json'}" if out is not None else ""
-    every = "the" if n == 1 else f"all {n}"
-    return (f"{every} trial{'s' * (n != 1)} of this search failed, the first (trial {first.get('number', '?')}) with "
-            f"{cause}{where}")
+    trials = ("the trial" if n == 1 else f"all {n} trials") + (" this worker ran" if settings.shared else " of this search")
+    return f"{trials} failed, the first (trial {first.get('number', '?')}) with {cause}{where}"
 
 
 def _prepare(resolved: ResolvedSearch, backend: Backend) -> Prepared:

@@ -157,7 +157,8 @@ def loads_on_a_worker(task: Any) -> Optional[str]:
         elif isinstance(task, str):
             resolve_task_function(task)
     except Exception as exc:  # noqa: BLE001 - whatever stops the trials, said before the first runs
-        return " ".join(f"{type(exc).__name__}: {exc}".split())[:500]
+        said = str(exc) if isinstance(exc, UsageError) else f"{type(exc).__name__}: {exc}"
+        return " ".join(said.split())[:500]
     return None
 
 
@@ -168,7 +169,7 @@ def check_workers_load(task: Any) -> None:
 
     error = ray.get(ray.remote(num_cpus=0)(loads_on_a_worker).remote(task))
     if error:
-        raise UsageError(f"the Ray workers cannot load the task: {error}: give the task file by a path that every "
+        raise UsageError(f"the Ray workers cannot load the task ({error}): give the task file by a path that every "
                          "machine of the cluster has, or put its module on the workers' PYTHONPATH")
 
 
