@@ -273,3 +273,42 @@ def test_assert_usage_error_fails_on_a_write_a_second_line_or_another_status(ass
         with pytest.raises(AssertionError, match=why):
             assert_usage_error(["tasks"], "refused")
         (tmp_path / "left.txt").unlink(missing_ok=True)
+
+
+def test_a_search_whose_every_trial_fails_prints_its_table_then_one_line_and_exits_1(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tunekit.cli import main
+
+    from .tasks import FAILING, write_space
+
+    space = write_space(tmp_path, FAILING.replace("[13, 16]", "[13]"))
+    code = main(["search", "--task", "tests.tasks:picky_regression_task", "--space", str(space), "--trials", "2",
+                 "--max-steps", "10", "--device", "cpu", "--out", str(tmp_path / "o"), "--quiet"])
+    out, err = capsys.readouterr()
+    assert code == 1 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("tunekit search: error: all 2 trials of this search failed, the first (trial 0) with "
+                          "RuntimeError: hidden=13 is unlucky")
+    assert "hidden=13 is unlucky" in out and (tmp_path / "o" / "search.json").is_file()  # the table, the report
+
+
+def test_ctrl_c_during_the_probes_says_what_was_kept(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stopped before its probes saved anything, a search keeps no folder and does not promise a --resume."""
+    from tunekit.cli import main
+
+    def interrupted(*args: Any, **kwargs: Any) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("tunekit.hpsearch.run.run_probes", interrupted)
+    out = tmp_path / "s_early"
+    code = main(["search", "--task", "tests.tasks:regression_task", "--trials", "2", "--max-steps", "10",
+                 "--device", "cpu", "--out", str(out), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 130 and not out.exists()
+    assert err.strip() == ("tunekit search: interrupted: it was stopped before its probes finished, and kept nothing: "
+                           "run the same command again")
+    out.mkdir()
+    (out / "lr_find.json").write_text("{}")  # a range test that finished before the interrupt
+    assert main(["search", "--task", "tests.tasks:regression_task", "--trials", "2", "--max-steps", "10",
+                 "--device", "cpu", "--out", str(out), "--quiet"]) == 130
+    assert f"the probes' results are in {out}; go on with the same command and --resume" in capsys.readouterr().err

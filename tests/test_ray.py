@@ -386,3 +386,57 @@ def test_a_budget_in_device_time_and_a_time_limit_on_ray(local_ray, tmp_path: Pa
                out=tmp_path / "limited", device="cpu", prune=False, probe_result=tmp_path / "first" / "probe.json",
                time_limit="1.5s")
     _stopped_at_the_limit(r, 1.5, 8)
+
+
+def test_a_task_the_workers_cannot_load_is_refused_before_the_first_trial(local_ray) -> None:
+    """Checked on a worker, in one line: a module only the driver could import would fail every trial."""
+    from tunekit.hpsearch.backends.ray.backend import check_workers_load
+
+    check_workers_load("tests.tasks:regression_task")  # loads there: nothing to say
+    with pytest.raises(UsageError, match=r"^the Ray workers cannot load the task \(module 'no_such_mod_xyz' \(from "
+                                         r"task 'no_such_mod_xyz:fn'\) was not found: .*\): give the task file by a path"):
+        check_workers_load("no_such_mod_xyz:fn")
+
+
+def test_a_relative_task_file_from_another_folder_runs_on_ray_and_all_failed_exits_1_without_tracebacks(
+        tmp_path: Path) -> None:
+    """The workers get the file's absolute path (its trials fail in the user's own code, not on a missing
+    file); a search whose every trial failed exits 1 with one line naming the first cause, no Ray traceback."""
+    from .tasks import FAILING, run_cli
+
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / "mytasks.py").write_text("from tests.tasks import picky_regression_task  # noqa: F401\n")
+    (tmp_path / "elsewhere").mkdir()
+    space = write_space(tmp_path, FAILING.replace("[13, 16]", "[13]"))
+    done = run_cli("search", "--task", "../proj/mytasks.py:picky_regression_task", "--space", str(space), "--trials",
+                   "2", "--max-steps", "10", "--device", "cpu", "--backend", "ray", "--max-concurrent", "1", "--quiet",
+                   "--out", str(tmp_path / "o"), cwd=tmp_path / "elsewhere")
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert done.stderr.strip() == ("tunekit search: error: all 2 trials of this search failed, the first (trial 0) with "
+                                   f"RuntimeError: hidden=13 is unlucky; each trial's error is in {tmp_path / 'o'}"
+                                   "/search.json"), done.stderr[-3000:]
+    assert "Traceback" not in done.stdout + done.stderr and "ERROR" not in done.stdout + done.stderr
+
+
+def test_a_task_object_from_a_module_on_sys_path_runs_on_ray(tmp_path: Path) -> None:
+    """A notebook's sys.path.insert reaches the workers (Ray's runtime env): a model class from such a
+    module unpickles there, and the trial completes."""
+    import subprocess
+    import sys
+
+    from .tasks import ROOT
+
+    (tmp_path / "mods").mkdir()
+    (tmp_path / "mods" / "mymods.py").write_text(
+        "from torch import nn\nimport tunekit\nfrom tests.tasks import regression_data\n\n"
+        "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.lin = nn.Linear(8, 1)\n\n"
+        "    def forward(self, x):\n        return self.lin(x)\n\n"
+        "def task():\n    return tunekit.Task(model=Net, train_data=regression_data(), val_data=regression_data(64, seed=1),"
+        " loss=nn.MSELoss(), batch_size=16)\n")
+    script = (f"import sys; sys.path.insert(0, {str(tmp_path / 'mods')!r})\nimport tunekit\nfrom mymods import task\n"
+              f"r = tunekit.search(task(), trials=1, budget='10updates', backend=tunekit.Ray(max_concurrent=1, "
+              f"device='cpu'), out={str(tmp_path / 'o')!r}, progress=False)\n"
+              "print([(t['state'], t['error']) for t in r.trials])\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env={**__import__("os").environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0 and done.stdout.strip().splitlines()[-1] == "[('COMPLETE', None)]", done.stderr[-3000:]

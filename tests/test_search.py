@@ -1235,3 +1235,40 @@ def test_a_device_time_budget_is_not_priced_on_timings_taken_while_the_machine_w
     r = SearchResult(study_name="s", storage="x", space="sp", direction="minimize", best_value=None, best_params={},
                      best_config={}, trials=[], seed_params={}, distributions={}, probe={"busy_batches": [32]})
     assert "probe's timings at batch 32 were taken while the machine was busy" in r.table()
+
+
+# tests.tasks:picky_regression_task raises for hidden = 13, the only choice: every trial fails.
+ALL_FAIL = FAILING.replace("[13, 16]", "[13]")
+TASK_FILE = "from tests.tasks import picky_regression_task, regression_task  # noqa: F401\n"
+
+
+def test_a_search_whose_every_trial_fails_raises_in_one_line_and_keeps_its_trials(tmp_path: Path) -> None:
+    """Nothing worked: NoTrialSucceeded names the first failure's cause, after search.json holds every trial."""
+    from tunekit import TPE, Local, NoTrialSucceeded
+
+    space = write_space(tmp_path, ALL_FAIL)
+    with pytest.raises(NoTrialSucceeded) as caught:
+        search("tests.tasks:picky_regression_task", str(space), trials=2, budget="10updates", backend=Local(device="cpu"),
+               sampler=TPE(seed_trial=False), out=tmp_path / "o", progress=False)
+    said = str(caught.value)
+    assert said.startswith("all 2 trials of this search failed, the first (trial 0) with RuntimeError: hidden=13 is "
+                           "unlucky") and str(tmp_path / "o" / "search.json") in said and "\n" not in said
+    report = json.loads((tmp_path / "o" / "search.json").read_text())
+    assert [t["state"] for t in report["trials"]] == ["FAIL", "FAIL"] == [t["state"] for t in caught.value.result.trials]
+
+
+def test_a_task_file_given_relative_is_kept_absolute_so_the_result_loads_from_any_folder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """search.json names the task file by its absolute path: best_model() and `train --config` work elsewhere."""
+    from tunekit import Local, SearchResult
+
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / "mytasks.py").write_text(TASK_FILE)
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "proj")
+    r = search("mytasks.py:regression_task", str(write_space(tmp_path, SMALL)), trials=1, budget="10updates",
+               backend=Local(device="cpu"), out=tmp_path / "o", progress=False)
+    assert r.task == f"{tmp_path / 'proj' / 'mytasks.py'}:regression_task"
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    saved = SearchResult.from_json(tmp_path / "o" / "search.json")
+    assert saved.task == r.task and isinstance(saved.best_model(), torch.nn.Module)

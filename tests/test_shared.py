@@ -660,3 +660,30 @@ def test_an_unreachable_grpc_address_fails_within_the_storage_retry_time(monkeyp
     with pytest.raises(UsageError, match=r"no tunekit serve answers at grpc://127\.0\.0\.1:\d+ after 1s"):
         make_storage(f"grpc://127.0.0.1:{_free_port()}", None, retry_for=1.0)
     assert waits == [1.0]  # one wait, bounded by the retry time: not the default 30 s
+
+
+def test_a_worker_in_another_folder_runs_a_study_made_with_a_relative_task_file_and_fails_when_every_trial_does(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The study keeps the task file's absolute path: a worker started elsewhere loads it. A worker whose
+    every trial failed raises NoTrialSucceeded naming the first failure's cause."""
+    from tunekit import Local, NoPruning, NoTrialSucceeded, SharedStudy
+
+    from .tasks import FAILING
+
+    journal = str(tmp_path / "s.log")
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / "mytasks.py").write_text("from tests.tasks import picky_regression_task, regression_task  # noqa\n")
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "proj")
+    cpu = Local(device="cpu")
+    create_study("mytasks.py:regression_task", str(write_space(tmp_path, SMALL)), study=SharedStudy(journal, "good"),
+                 trials=2, budget="10updates", backend=cpu, pruner=NoPruning())
+    create_study("mytasks.py:picky_regression_task", str(write_space(tmp_path, FAILING.replace("[13, 16]", "[13]"),
+                 "failing.toml")), study=SharedStudy(journal, "bad"), trials=2, budget="10updates", backend=cpu)
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    r = join_study(SharedStudy(journal, "good"), backend=cpu)
+    assert [t["state"] for t in r.trials] == ["COMPLETE", "COMPLETE"]
+    assert r.task == f"{tmp_path / 'proj' / 'mytasks.py'}:regression_task"
+    with pytest.raises(NoTrialSucceeded, match=r"^all 2 trials this worker ran failed, the first \(trial 0\) with "
+                                               r"RuntimeError: hidden=13 is unlucky$"):
+        join_study(SharedStudy(journal, "bad"), backend=cpu)

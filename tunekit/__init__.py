@@ -16,7 +16,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from tunekit.errors import UsageError
+from tunekit.errors import NoTrialSucceeded, UsageError
 
 if TYPE_CHECKING:  # what the names are, for type checkers and editors
     from tunekit.checks import doctor
@@ -52,7 +52,7 @@ _LAZY = {
                                                      "Study", "SharedStudy", "ProbeSettings")},
 }
 
-__all__ = ["UsageError", *_LAZY]
+__all__ = ["UsageError", "NoTrialSucceeded", *_LAZY]
 from tunekit.version import __version__  # noqa: E402  (one place for it)
 
 

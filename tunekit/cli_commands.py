@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from tunekit.bytesize import parse_bytes
-from tunekit.errors import HintedWarning, UsageError, shown
+from tunekit.errors import HintedWarning, NoTrialSucceeded, UsageError, shown
 from tunekit.hpsearch.options import CONCEPTS, SELECTED_BY, cli_fields, dest_of, flag_of
 from tunekit.hpsearch.shared.server import dashboard, serve
 from tunekit.inputs.space import list_spaces, load_space, space_path
@@ -237,8 +237,13 @@ def cmd_search(args: argparse.Namespace) -> int:
     from tunekit.hpsearch import search
 
     out = out_dir(args.out)
-    result = search(_task(args), args.space, **_search_args(args, out), backend=_options(args, "backend", args.backend),
-                    keep=args.keep)
+    try:
+        result = search(_task(args), args.space, **_search_args(args, out),
+                        backend=_options(args, "backend", args.backend), keep=args.keep)
+    except NoTrialSucceeded as exc:  # the table of what failed, then the one line (run() says it)
+        if exc.result is not None:
+            print(exc.result.summary(out))
+        raise
     print(result.summary(out))
     return 0
 
@@ -475,10 +480,11 @@ def _said(args: argparse.Namespace) -> int:
             said = in_their_terms(said, _LOADED["origin"])
         print(f"tunekit {args.command}: error: {in_cli_terms(said, args.usage())}", file=sys.stderr)
         return 2
+    except NoTrialSucceeded as exc:  # nothing worked: the first failure's cause, in one line
+        print(f"tunekit {args.command}: error: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
-        hint = ""
-        if args.command == "search":
-            hint = f": what finished is in {args.out}/search.json; go on with the same command and --resume"
+        hint = _resume_hint(Path(args.out)) if args.command == "search" and args.out else ""
         print(f"tunekit {args.command}: interrupted{hint}", file=sys.stderr)
         return 130
     except Exception as exc:  # a bug, in tunekit or in the user's code: show where
@@ -494,6 +500,17 @@ def _said(args: argparse.Namespace) -> int:
             traceback.print_exc()
         print(f"tunekit {args.command}: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
+
+
+def _resume_hint(out: Path) -> str:
+    """What an interrupted search kept in ``out``, and how to go on: --resume where it kept something."""
+    from tunekit.hpsearch.run import probed
+
+    if (out / "search.json").is_file():
+        return f": what finished is in {out / 'search.json'}; go on with the same command and --resume"
+    if probed(out):
+        return f": the probes' results are in {out}; go on with the same command and --resume"
+    return ": it was stopped before its probes finished, and kept nothing: run the same command again"
 
 
 # API parameters whose flag is not their name with dashes.

@@ -16,8 +16,8 @@ from typing import Any, Optional, TypeVar
 
 from tunekit.defaults import CLIP_GRAD_NORM
 
-__all__ = ["UsageError", "SetupError", "is_int_at_least", "check_int", "check_number", "renamed", "renamed_keywords",
-           "CLIP_HINT", "shown", "HintedWarning"]
+__all__ = ["UsageError", "SetupError", "NoTrialSucceeded", "is_int_at_least", "check_int", "check_number", "renamed",
+           "renamed_keywords", "CLIP_HINT", "shown", "HintedWarning"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -51,6 +51,16 @@ class HintedWarning(UserWarning):
             return self.said
         listed = hints[0] if len(hints) == 1 else f"{', '.join(hints[:-1])} or {hints[-1]}"
         return f"{self.said}: pass {listed}{self.ending}"
+
+
+class NoTrialSucceeded(RuntimeError):
+    """Every trial a search ran failed: nothing to return as its best. The message is one line naming
+    the first failure's cause; ``result`` is the search's result, already written where ``out`` said
+    (each trial with its error), so nothing is lost."""
+
+    def __init__(self, message: str, result: Any = None) -> None:
+        super().__init__(message)
+        self.result = result
 
 
 def is_int_at_least(value: object, minimum: int = 1) -> bool:

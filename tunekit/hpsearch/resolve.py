@@ -24,7 +24,7 @@ from tunekit.inputs.space import Entry, SearchSpace, load_space
 from tunekit.inputs.task import Task
 from tunekit.integrations.adapted import IntegrationWarning, in_their_terms, say_notes
 from tunekit.integrations.objects import adapt_for_search
-from tunekit.integrations.task_spec import load_task
+from tunekit.integrations.task_spec import absolute_spec, load_task
 from tunekit.training.loop import TrainConfig, evaluate
 from tunekit.training.step import resolve_device
 
@@ -55,7 +55,9 @@ class ResolvedSearch:
 
 def resolve_search(task: Any, space: str | SearchSpace, settings: SearchSettings) -> ResolvedSearch:
     """The task (their object adapted, the objective function added), the space (what their object
-    cannot apply fixed), the recipe and the budget: checked, before the storage or a probe."""
+    cannot apply fixed), the recipe and the budget: checked, before the storage or a probe. A task file is
+    named by its absolute path from here on: the workers, the study's spec and search.json hold that."""
+    task = absolute_spec(task)
     named = task if isinstance(task, str) else None
     adapted = adapt_for_search(task)
     if adapted is None:

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Optional
 
-from tunekit.errors import UsageError
+from tunekit.errors import NoTrialSucceeded, UsageError
 from tunekit.hpsearch.backends.base import Backend, Work, get_backend
 from tunekit.hpsearch.keep import Keeper, settle, weights_folder
 from tunekit.hpsearch.keys import ARTIFACTS_KEY, WALL_SECONDS_KEY
@@ -50,7 +50,7 @@ from tunekit.results import SearchResult, write_report
 from tunekit.training.state import preserved
 from tunekit.version import __version__
 
-__all__ = ["search", "search_with", "run_search"]
+__all__ = ["search", "search_with", "run_search", "probed"]
 
 
 def search(
@@ -137,12 +137,15 @@ def run_search(resolved: ResolvedSearch, backend: Optional[Backend] = None) -> S
     # report of what finished is written all the same, and --resume goes on from it.
     run_trials = getattr(settings.study, "run_trials", True)  # False: a shared study's creator that runs none
     keeper = _keeper(study, settings) if run_trials else None
+    ended: list[str] = []  # the states of the trials this process ran, as they ended
+    before: set[int] = set()  # the study's trials that had finished before this process ran any
     try:
         if run_trials:
             settle(study, keeper)  # what a search killed during a write left
+            before = {t.number for t in study.get_trials(deepcopy=False) if t.state.is_finished()}
             work = Work(study, prep.dists, prep.plan, prep.task, settings.trials, settings, prep.found.store, _no_end,
                         keeper)
-            _run_trials(backend, work)
+            ended = _run_trials(backend, work)
     finally:
         set_threads(opened.threads_before)  # the caller's (a notebook's) threads again
         seconds = time.perf_counter() - start
@@ -154,7 +157,21 @@ def run_search(resolved: ResolvedSearch, backend: Optional[Backend] = None) -> S
         result.made_from = prep.task  # what best_model() builds the model from, in this process
         if settings.out is not None:
             write_report(result, settings.out)
+    if ended and set(ended) == {"FAIL"}:
+        raise NoTrialSucceeded(_all_failed(result, len(ended), before, settings), result)
     return result
+
+
+def _all_failed(result: SearchResult, n: int, before: set[int], settings: SearchSettings) -> str:
+    """One line: every trial this process ran failed, the first one's cause, and where they all are."""
+    out = settings.out
+    failed = [t for t in result.trials if t.get("state") == "FAIL" and t.get("number") not in before]
+    first = min(failed, key=lambda t: t["number"]) if failed else {}
+    cause = " ".join(str(first.get("error") or "no error recorded").split())
+    cause = cause if len(cause) <= 300 else cause[:297] + "..."
+    where = f"; each trial's error is in {out / 'search.json'}" if out is not None else ""
+    trials = ("the trial" if n == 1 else f"all {n} trials") + (" this worker ran" if settings.shared else " of this search")
+    return f"{trials} failed, the first (trial {first.get('number', '?')}) with {cause}{where}"
 
 
 def _prepare(resolved: ResolvedSearch, backend: Backend) -> Prepared:
@@ -266,7 +283,7 @@ def _open(settings: SearchSettings, name: str) -> FoundStudy:
     existing = study_exists(store, name)
     if existing and not st.resume and not settings.shared:
         raise UsageError(f"study '{name}' already exists in {out_dir}: pass resume=True to continue it, or another out=DIR or study=NAME")
-    if st.resume and not settings.shared and out_dir is not None and not existing and not _probed(out_dir):
+    if st.resume and not settings.shared and out_dir is not None and not existing and not probed(out_dir):
         raise UsageError(f"resume: there is no study '{name}' in {out_dir} to continue: drop resume=True to start one")
     # (A folder with the probes' files but no study: a search killed during its probes. It goes on, with them.)
     spec = None
@@ -280,7 +297,7 @@ def _open(settings: SearchSettings, name: str) -> FoundStudy:
     return FoundStudy(store, name, True, read_plan(stored), read_dists(stored), spec)
 
 
-def _probed(out_dir: Path) -> bool:
+def probed(out_dir: Path) -> bool:
     """Whether a search's probes saved their results in ``out_dir``."""
     return any((out_dir / f"{name}.json").is_file() for name in ("lr_find", "probe"))
 
@@ -315,15 +332,19 @@ def _no_end(state: str) -> None:
     """A trial ended (replaced by the progress bar's update when trials run)."""
 
 
-def _run_trials(backend: Backend, work: Work) -> None:
-    """The backend runs the trials still missing, under one progress bar with the best value."""
+def _run_trials(backend: Backend, work: Work) -> list[str]:
+    """The backend runs the trials still missing, under one progress bar with the best value; the
+    states of those that ended, in order."""
     remaining = max(0, work.target - finished_count(work.study))
+    ended: list[str] = []
     if not remaining:
-        return
+        return ended
     with bar(remaining, "search", "trial", work.settings.progress) as b:
         def on_end(state: str) -> None:
+            ended.append(state)
             best = next((f"{t.value:.4f}" for t in [best_trial(work.study)] if t is not None), "-")
             b.set_postfix_str(f"best {best}, last {state.lower()}", refresh=False)
             b.update(1)
 
         backend.run(dataclasses.replace(work, on_end=on_end))
+    return ended

@@ -21,6 +21,7 @@ import functools
 import importlib
 import importlib.util
 import inspect
+import os
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -33,7 +34,8 @@ from tunekit.inputs.task import UNNAMED, Task
 from tunekit.integrations.adapted import kind_of, say_notes
 from tunekit.integrations.objects import LightningRun, adapt, adapt_for_search
 
-__all__ = ["load_task", "list_tasks", "resolve_task_function", "TaskSpec", "task_of", "takes_their_objects"]
+__all__ = ["load_task", "list_tasks", "resolve_task_function", "TaskSpec", "task_of", "takes_their_objects",
+           "absolute_spec"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -103,6 +105,23 @@ def _one_line(exc: BaseException, limit: int = 200) -> str:
     return first if len(first) <= limit else first[:limit - 3] + "..."
 
 
+def _names_file(where: str) -> bool:
+    """Whether the part of a spec before ':' names a file (``path/to/file.py``) rather than a module."""
+    return where.endswith(".py") or "/" in where or "\\" in where
+
+
+def absolute_spec(spec: Any) -> Any:
+    """A file spec with its file's absolute path (``mytasks.py:fn`` -> ``/home/me/proj/mytasks.py:fn``), so
+    a Ray worker, a shared study's worker or a later ``train --config`` started in another folder loads
+    the same file; any other spec (a module, a built-in, a file that is not there) and any object as given."""
+    if not isinstance(spec, str) or ":" not in spec.strip() or spec.strip() in BUILTIN_TASKS:
+        return spec
+    where, _, funcname = spec.strip().rpartition(":")
+    if not where or not _names_file(where) or not _is_file(Path(where)):
+        return spec
+    return f"{os.path.abspath(where)}:{funcname}"
+
+
 def resolve_task_function(spec: str) -> Callable[..., Any]:
     """The function that a spec names, without calling it."""
     if not isinstance(spec, str):
@@ -118,7 +137,7 @@ def resolve_task_function(spec: str) -> Callable[..., Any]:
     where, _, funcname = spec.rpartition(":")
     if not where or not funcname.isidentifier():
         raise UsageError(f"task '{_said(spec)}' does not name a function after ':': give " + _FORMS.format(names=", ".join(BUILTIN_TASKS)))
-    if where.endswith(".py") or "/" in where or "\\" in where:
+    if _names_file(where):
         module = _import_file(Path(where), spec)
     else:
         module = _import_module(where, spec)

@@ -29,7 +29,8 @@ from typing import Any, Optional
 
 from tunekit.errors import SetupError, UsageError
 from tunekit.hpsearch.backends.base import Work
-from tunekit.hpsearch.backends.ray.cluster import check_address, copy_ray_logs, init_ray, prepare_env, ray_available
+from tunekit.hpsearch.backends.ray.cluster import (check_address, copy_ray_logs, init_ray, prepare_env, ray_available,
+                                                   tune_logs_quiet)
 from tunekit.hpsearch.keep import Keeper, settle
 from tunekit.hpsearch.keys import ATTEMPTS, REASON
 from tunekit.hpsearch.plan import Plan, TrialConfig, split_batch
@@ -117,6 +118,9 @@ def trainable(config: dict[str, Any], task: Any = None) -> None:
     keeper = Keeper(**config["keep"]) if config.get("keep") else None
     state: dict[str, Any] = {}
     try:
+        # A Task object comes as a reference, fetched here: a module it needs that this worker cannot
+        # import is the trial's own error, with its text, not Ray's failure to start the trial.
+        task = ray.get(task[0]) if isinstance(task, list) else task
         result = run_config(task if task is not None else config["task"], cfg, report, cache=_TASK_CACHE,
                             trained=state if keeper is not None else None)
     except SetupError as exc:
@@ -138,6 +142,40 @@ def trainable(config: dict[str, Any], task: Any = None) -> None:
                  "updates": outcome.updates, "seconds": outcome.seconds, "error": outcome.error,
                  "diverged": outcome.diverged, "curve": curve, "worker": worker, "initial_loss": outcome.initial_loss,
                  "final_step": outcome.final_step, "val_loss": outcome.val_loss, "weights": outcome.weights})
+
+
+def loads_on_a_worker(task: Any) -> Optional[str]:
+    """Runs on a Ray worker: the error that loading the trials' task meets there (a spec's file or module,
+    or the modules a Task object needs, given as ``[ref]``), or None when it loads."""
+    import ray
+
+    from tunekit.integrations.task_spec import resolve_task_function
+
+    try:
+        if isinstance(task, list):
+            ray.get(task[0])
+        elif isinstance(task, str):
+            resolve_task_function(task)
+    except Exception as exc:  # noqa: BLE001 - whatever stops the trials, said before the first runs
+        said = str(exc) if isinstance(exc, UsageError) else f"{type(exc).__name__}: {exc}"
+        return " ".join(said.split())[:500]
+    return None
+
+
+def check_workers_load(task: Any) -> None:
+    """Refuse, in one line and before the first trial, a task the Ray workers cannot load (a file or a
+    module that only the driver's folder or ``sys.path`` holds, on a cluster of other machines). It costs
+    one worker's start and import of the task (about 2.5 s on 2 busy CPU cores), once a search."""
+    import ray
+
+    from tunekit.integrations.task_spec import list_tasks
+
+    if isinstance(task, str) and task.strip() in list_tasks():
+        return  # a built-in task ships with tunekit, which the workers import already
+    error = ray.get(ray.remote(num_cpus=0)(loads_on_a_worker).remote(task))
+    if error:
+        raise UsageError(f"the Ray workers cannot load the task ({error}): give the task file by a path that every "
+                         "machine of the cluster has, or put its module on the workers' PYTHONPATH")
 
 
 def _finite(value: float, direction: str = "minimize") -> float:
@@ -391,8 +429,11 @@ def run_ray(work: Work, n_trials: int) -> None:
             # given, which starts trials one at a time: give the limit the cluster allows.
             max_concurrent = fits(ray.cluster_resources(), cpus_per_trial, gpus_per_trial)
         run_fn: Any = trainable
+        shipped: Any = work.task
         if not isinstance(work.task, str):
-            run_fn = tune.with_parameters(trainable, task=work.task)  # shipped once through the object store
+            shipped = [ray.put(work.task)]  # shipped once through the object store, fetched by each trial
+            run_fn = tune.with_parameters(trainable, task=shipped)
+        check_workers_load(shipped)
         root = Path(s.storage_path) if s.storage_path else (out_dir / "ray" if out_dir is not None else None)
         if root is None:
             import tempfile
@@ -412,7 +453,7 @@ def run_ray(work: Work, n_trials: int) -> None:
                 checkpoint_config=tune.CheckpointConfig(checkpoint_at_end=False),
                 callbacks=[_recorder(study, ledger, work.on_end, work.keeper)], log_to_file=True, stop=_setup_stopper(ledger)),
         )
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), tune_logs_quiet():
             # Optuna warns that ask-and-tell trials send no heartbeat: the driver here is
             # one process, and it marks its unfinished trials itself (below).
             warnings.filterwarnings("ignore", message=".*[Hh]eartbeat.*")

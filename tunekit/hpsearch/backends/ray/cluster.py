@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 # Imported where used, not at the top: ray; importing this module does not pay for them.
+import contextlib
 import logging
 import os
 import secrets
 import shutil
 import socket
 import sys
+import sysconfig
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Optional
 
 from tunekit.errors import UsageError
 
-__all__ = ["ray_available", "check_address", "init_ray", "copy_ray_logs", "prepare_env"]
+__all__ = ["ray_available", "check_address", "init_ray", "copy_ray_logs", "prepare_env", "tune_logs_quiet",
+           "driver_paths"]
 
 
 def ray_available() -> bool:
@@ -96,8 +100,12 @@ def init_ray(address: Optional[str], cpus: Optional[int], gpus: Optional[float])
 
     if ray.is_initialized():
         return False
+    # The workers import what the driver imports: its sys.path (a notebook's sys.path.insert, the folder
+    # a module spec was found in) goes with the job, as Ray's runtime env, before the workers' own
+    # PYTHONPATH (Ray expands ${PYTHONPATH} on each worker).
     kwargs: dict[str, Any] = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR,
-                                  configure_logging=True)
+                                  configure_logging=True,
+                                  runtime_env={"env_vars": {"PYTHONPATH": driver_paths() + os.pathsep + "${PYTHONPATH}"}})
     if address:
         try:
             ray.init(address=address, **kwargs)
@@ -116,6 +124,33 @@ def init_ray(address: Optional[str], cpus: Optional[int], gpus: Optional[float])
     # (ray.init() would join that one, with other resources, or refuse num_cpus).
     ray.init(address="local", num_cpus=cpus, num_gpus=gpus, **kwargs)
     return True
+
+
+def driver_paths() -> str:
+    """The driver's own ``sys.path`` folders as a PYTHONPATH, absolute (``""`` is the current folder), in
+    order; Python's and the environment's library folders left out, since every worker has its own."""
+    libs = [Path(p).resolve() for p in {sys.prefix, sys.base_prefix, *(sysconfig.get_paths()[k] for k in
+                                                                       ("stdlib", "platstdlib", "purelib", "platlib"))}]
+    paths: list[str] = []
+    for entry in sys.path:
+        path = Path(os.path.abspath(entry or os.curdir))
+        if path.is_dir() and not any(path.resolve().is_relative_to(lib) for lib in libs) and str(path) not in paths:
+            paths.append(str(path))
+    return os.pathsep.join(paths)
+
+
+@contextlib.contextmanager
+def tune_logs_quiet() -> Iterator[None]:
+    """Tune's own log lines (a failed trial's traceback, "Trials did not complete") held back while it runs:
+    each trial's error is in the study and the table, its traceback in the trial's folder under the run's
+    storage; Ray's logs are copied to ``out/ray_logs``."""
+    tune_logger = logging.getLogger("ray.tune")
+    level = tune_logger.level
+    tune_logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        tune_logger.setLevel(level)
 
 
 def stay_on_loopback() -> None:
