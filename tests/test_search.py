@@ -1257,6 +1257,15 @@ def test_a_search_whose_every_trial_fails_raises_in_one_line_and_keeps_its_trial
     assert [t["state"] for t in report["trials"]] == ["FAIL", "FAIL"] == [t["state"] for t in caught.value.result.trials]
 
 
+def test_a_run_whose_trials_failed_or_were_pruned_and_none_finished_is_nothing_finished() -> None:
+    """Failures with prunings beside them and no complete trial: nothing worked either."""
+    from tunekit.hpsearch.run import nothing_finished
+
+    assert nothing_finished(["FAIL", "FAIL"]) and nothing_finished(["PRUNED", "FAIL", "PRUNED"])
+    assert not nothing_finished(["FAIL", "COMPLETE"]) and not nothing_finished([])
+    assert not nothing_finished(["PRUNED"])  # pruned against trials an earlier run finished
+
+
 def test_a_task_file_given_relative_is_kept_absolute_so_the_result_loads_from_any_folder(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """search.json names the task file by its absolute path: best_model() and `train --config` work elsewhere."""

@@ -50,7 +50,7 @@ from tunekit.results import SearchResult, write_report
 from tunekit.training.state import preserved
 from tunekit.version import __version__
 
-__all__ = ["search", "search_with", "run_search", "probed"]
+__all__ = ["search", "search_with", "run_search", "probed", "nothing_finished"]
 
 
 def search(
@@ -157,21 +157,30 @@ def run_search(resolved: ResolvedSearch, backend: Optional[Backend] = None) -> S
         result.made_from = prep.task  # what best_model() builds the model from, in this process
         if settings.out is not None:
             write_report(result, settings.out)
-    if ended and set(ended) == {"FAIL"}:
-        raise NoTrialSucceeded(_all_failed(result, len(ended), before, settings), result)
+    if nothing_finished(ended):
+        raise NoTrialSucceeded(_all_failed(result, ended, before, settings), result)
     return result
 
 
-def _all_failed(result: SearchResult, n: int, before: set[int], settings: SearchSettings) -> str:
-    """One line: every trial this process ran failed, the first one's cause, and where they all are."""
+def nothing_finished(ended: list[str]) -> bool:
+    """Whether the trials a process ran (their end states) gave nothing: some failed and none completed. (Trials
+    that were all pruned had values good enough to compare; a run that ran none, a resumed one, is not judged.)"""
+    return bool(ended) and "FAIL" in ended and "COMPLETE" not in ended
+
+
+def _all_failed(result: SearchResult, ended: list[str], before: set[int], settings: SearchSettings) -> str:
+    """One line: no trial this process ran finished (each failed, or was pruned beside failures), the first
+    failure's cause, and where they all are."""
     out = settings.out
     failed = [t for t in result.trials if t.get("state") == "FAIL" and t.get("number") not in before]
     first = min(failed, key=lambda t: t["number"]) if failed else {}
     cause = " ".join(str(first.get("error") or "no error recorded").split())
     cause = cause if len(cause) <= 300 else cause[:297] + "..."
     where = f"; each trial's error is in {out / 'search.json'}" if out is not None else ""
+    n, pruned = len(ended), ended.count("PRUNED")
     trials = ("the trial" if n == 1 else f"all {n} trials") + (" this worker ran" if settings.shared else " of this search")
-    return f"{trials} failed, the first (trial {first.get('number', '?')}) with {cause}{where}"
+    how = "failed" if not pruned else f"failed or were pruned and none finished ({n - pruned} failed, {pruned} pruned)"
+    return f"{trials} {how}, the first (trial {first.get('number', '?')}) with {cause}{where}"
 
 
 def _prepare(resolved: ResolvedSearch, backend: Backend) -> Prepared:
