@@ -167,13 +167,31 @@ def test_lr_find_summary_is_the_table_then_the_suggestion_and_its_cost() -> None
                          settings={"repeats": 2, "refine_steps": 20, "refine_seeds": 2},
                          refinement={"lrs": [1e-3, 3e-3, 1e-2], "scores": [1.0, 0.9, 1.2], "start": 1e-3, "samples": 1000})
     assert refined.summary().splitlines()[-3:] == [
-        "suggested peak LR: 0.003 (range over 2 repeats: 0.0005 .. 0.002)  [best of 3 LRs, 2 short runs of 20 updates "
-        "each, confidence 0.80]",
+        "suggested peak LR: 0.003 (range over 2 repeats: 0.0005 .. 0.002)  [best of 3 LRs x 2 short runs of 20 updates, "
+        "confidence 0.80]",
         "LOW CONFIDENCE, do not trust this number blindly: noisy",
-        "256 samples over 2 runs (4 updates in the first, then 3 LRs x 2 short runs of 20: 1000 samples) in 1.5s, "
+        "256 samples over 2 runs (4 updates in the first, then 3 LRs x 2 short runs of 20 updates: 1000 samples) in 1.5s, "
         "stopped at lr 0.1 (diverged)"]
     none = _lr_result(suggestion=None, confident=False, reasons=["no descending stretch in the curve"])
     assert none.summary().splitlines()[-2] == "no suggestion: no descending stretch in the curve"
+
+
+def test_the_table_and_the_summary_say_the_short_runs_alike_and_carried_is_not_best() -> None:
+    """A suggestion carried from the short runs' best (0.75x it) is "from" them in the table, the summary and the
+    plot, never "best of" beside "0.75x their best"; one short run an LR is a run, not "1 short runs"."""
+    stage = {"lrs": [1e-3, 3e-3, 1e-2], "scores": [1.0, 0.9, 1.2], "samples": 900, "bracketed": True, "best_lr": 4e-3}
+    carried = _lr_result(suggestion=3e-3, settings={"repeats": 1, "refine_steps": 33, "refine_seeds": 1, "run_steps": 200},
+                         refinement={"start": 1e-3, "stages": [stage], "samples": 900, "at_steps": 33, "run_steps": 200,
+                                     "carried": "0.75x their best, as calibrated on the benchmarks' corpus"})
+    text = carried.summary()
+    assert "<- suggested: from 3 LRs x 1 short run of 33 updates around 0.001" in carried.table()
+    assert "[from 3 LRs x 1 short run of 33 updates, confidence 0.80]" in text and "0.75x their best" in text
+    assert "best of 3" not in text and "1 short runs" not in text and "3 LRs x 1 short run of 33 updates: 900 samples" in text
+    legend = [t.get_text() for t in carried.plot().get_legend().get_texts()]
+    assert "suggested: 0.003, from 3 LRs x 1 short run of 33 updates" in legend
+    best = _lr_result(suggestion=4e-3, settings={"repeats": 1, "refine_steps": 33, "refine_seeds": 2},
+                      refinement={"start": 1e-3, "stages": [stage], "samples": 900})
+    assert "[best of 3 LRs x 2 short runs of 33 updates, confidence 0.80]" in best.summary()
 
 
 def test_save_writes_the_json_and_the_plot_and_returns_their_paths(tmp_path: Path) -> None:

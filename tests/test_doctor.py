@@ -384,6 +384,34 @@ def test_lr_against_the_range_test() -> None:
     assert statuses(check_lr(1.0, 3e-3, False)) == ["info"]  # an unconfident suggestion is no yardstick
 
 
+def test_the_lr_line_claims_no_range_test_it_did_not_run_and_speaks_the_api() -> None:
+    """No LR given and no saved lr_find: nothing was compared, so no "suggestion is none"; the advice names the
+    keywords (``lr=``, ``lr_find_result=``), which the CLI says as its flags (``--lr``, ``--lr-find``)."""
+    from tunekit.cli_commands import in_cli_terms
+
+    (none,) = check_lr(None, None, False)
+    assert none.status == "info" and "no range test ran" in none.message and "suggestion is" not in none.message
+    assert "lr=..." in none.message and 'lr_find_result="lr_find.json"' in none.message
+    (ok,) = check_lr(1e-3, 3e-3, True)
+    assert 'lr_find_result="lr_find.json"' in ok.message and "--" not in ok.message and "tunekit lr-find" not in ok.message
+    usage = "usage: tunekit doctor [--lr LR] [--lr-find FILE]"
+    assert "--lr-find lr_find.json" in in_cli_terms(ok.message, usage)
+    assert "--lr ..." in in_cli_terms(none.message, usage) and "--lr-find lr_find.json" in in_cli_terms(none.message, usage)
+    (far,) = check_lr(1.0, 3e-3, True, lr_finds=lambda: 1e-3)  # lr_find's answer, not the curve's
+    assert far.fix.startswith("try lr=0.001 (lr_find's suggestion, its short runs moving the curve's 0.003)")
+    assert far.evidence["lr_find"] == 1e-3
+
+
+def test_a_doctor_given_no_lr_runs_no_range_test_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    import tunekit.checks.run as run_mod
+
+    monkeypatch.setattr(run_mod, "lr_find", lambda *a, **k: pytest.fail("no LR given: no range test runs"))
+    model = MLP(8, 16, 4)
+    r = tunekit.doctor(model, classification_data(64), nn.CrossEntropyLoss(), batch_size=16, device="cpu", progress=False)
+    (line,) = [f for f in r.by_check("recipe") if "LR" in f.message]
+    assert "no range test ran" in line.message and "suggestion is none" not in line.message
+
+
 def test_warmup_share_of_the_run() -> None:
     assert statuses(check_warmup(0.3, 1000)) == ["warn"]
     assert statuses(check_warmup(300, 1000)) == ["warn"]

@@ -416,6 +416,18 @@ def test_the_doctor_and_lr_find_give_one_lr_for_one_object(family: str, tmp_path
     assert found.refinement is None and quick.evidence["suggestion"] == pytest.approx(found.suggestion, rel=1e-9)
 
 
+def test_the_doctor_tells_a_trainer_the_lr_lr_find_gives_as_its_learning_rate(tmp_path: Any) -> None:
+    """An LR far off is told to try lr_find's own answer (its short runs move the curve's 0.011 to 0.0065
+    here), not the curve's, and in the Trainer's words: ``learning_rate=``, no CLI flag from Python."""
+    checked = tunekit.doctor(hf_trainer("gpt2", tmp_path, max_steps=200, learning_rate=1.0), progress=False)
+    (far,) = [f for f in checked.by_check("recipe") if f.status == "warn" and "lr 1 " in f.message]
+    found = tunekit.lr_find(hf_trainer("gpt2", tmp_path, max_steps=200, learning_rate=1.0), progress=False)
+    assert found.refinement is not None and found.suggestion != pytest.approx(far.evidence["suggestion"], rel=0.1)
+    assert far.evidence["lr_find"] == pytest.approx(found.suggestion, rel=1e-9)
+    assert far.fix.startswith(f"try learning_rate={found.suggestion:.2g} (lr_find's suggestion")
+    assert "--" not in far.fix and "lr=" not in far.fix.replace("learning_rate=", "")
+
+
 def test_a_task_function_returning_a_trainer_is_refused_in_its_terms_on_the_cli(tmp_path: Any, run_main: Any) -> None:
     spec = tmp_path / "their_task.py"
     spec.write_text("from tests.their_objects import hf_trainer\n\n\ndef no_eval():\n"

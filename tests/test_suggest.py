@@ -84,6 +84,18 @@ def test_rising_curve_has_no_steepest_descent() -> None:
     assert not a.confident and any("never falls" in r for r in a.reasons)
 
 
+def test_a_curve_that_never_falls_for_its_noise_says_so_not_start_lower() -> None:
+    """Heavy-tailed batches (losses 0.9, 1.7, 0.25, 0.12, 3.0, ...): what hides the descent is the noise, and
+    a lower sweep would not show it; a clean flat start is still "start the sweep lower"."""
+    rng = np.random.default_rng(0)
+    noisy = 1.0 + 0.01 * np.arange(len(LRS)) + np.abs(rng.standard_t(1.5, len(LRS)))
+    reasons = assess(prepare(LRS, noisy)).reasons
+    assert any("batch-to-batch noise" in r and "batch_size" in r for r in reasons), reasons
+    assert not any("start the sweep lower" in r for r in reasons)
+    clean = assess(prepare(LRS, 1.0 + 0.01 * np.arange(len(LRS)))).reasons
+    assert any("start the sweep lower" in r for r in clean)
+
+
 def test_still_falling_at_the_end_is_flagged() -> None:
     c = prepare(LRS, 2.0 - 0.1 * X)
     assert any("end the sweep higher" in r for r in assess(c).reasons)

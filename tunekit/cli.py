@@ -238,8 +238,9 @@ def _add_lr_find_command(sub: Any) -> None:
     _add(p, "--clip", help="clip the global grad norm at this value; 'none' to disable (default: the task's, else "
          f"{defaults.CLIP_GRAD_NORM:g}, as in train)")
     p.add_argument("--repeats", type=int, default=1, help="repeat with other seeds and data orders; report the spread (default 1)")
-    p.add_argument("--no-refine", action="store_true",
-                   help="the curve's suggestion alone, without the short runs that check it")
+    p.add_argument("--diverge-threshold", type=float, default=defaults.DIVERGE_THRESHOLD, metavar="X", help="stop where "
+                   f"the loss is X times its best and far above its start's noise (default {defaults.DIVERGE_THRESHOLD:g})")
+    p.add_argument("--no-refine", action="store_true", help="the curve's suggestion alone, without the short runs that check it")
     p.add_argument("--run-steps", type=int, metavar="N", help="updates of the run you plan: the suggestion is "
                    "for it, and the short runs' cost is sized from it (default: the task's recipe, else "
                    f"{defaults.RUN_STEPS})")

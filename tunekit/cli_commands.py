@@ -145,10 +145,10 @@ def cmd_lr_find(args: argparse.Namespace) -> int:
     result = lr_find(task, min_lr=args.min_lr, max_lr=args.max_lr, sweep_steps=args.sweep_steps, mode=args.mode,
                      batch_size=args.batch_size, accumulation_steps=args.accumulation_steps,
                      precision=args.precision, clip_grad_norm=clip, repeats=args.repeats, seed=args.seed,
-                     refine=not args.no_refine, run_steps=args.run_steps, refine_share=args.refine_share,
+                     diverge_threshold=args.diverge_threshold, refine=not args.no_refine, run_steps=args.run_steps, refine_share=args.refine_share,
                      refine_steps=args.refine_steps, refine_seeds=args.refine_seeds,
                      device=args.device, progress=_progress(args))
-    return _show(result, out)
+    return _show(result, out, in_cli_terms(result.summary(), args.usage()))  # its advice as this command's flags
 
 
 def cmd_probe(args: argparse.Namespace) -> int:

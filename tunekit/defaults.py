@@ -8,7 +8,7 @@ Every module imports these instead; ``tests/test_layout.py`` fails on a copy els
 
 from __future__ import annotations
 
-__all__ = ["LR", "RUN_STEPS", "RUN_EPOCHS_IN_HAND", "RUN_STEPS_IN_HAND", "SWEEP_STEPS", "REFINE_SHARE",
+__all__ = ["LR", "RUN_STEPS", "RUN_EPOCHS_IN_HAND", "RUN_STEPS_IN_HAND", "SWEEP_STEPS", "DIVERGE_THRESHOLD", "REFINE_SHARE",
            "CLIP_GRAD_NORM", "WARMUP", "DECAYS", "SCHEDULE", "WSD_DECAY", "MIN_LR_RATIO", "ACCUMULATION_STEPS", "GOVERNED"]
 
 #: The peak LR of a run when nothing says otherwise (train's default).
@@ -26,6 +26,9 @@ REFINE_SHARE = 0.05
 #: The range test's sweep, in updates: the curve (hence the rule's suggestion) depends on how fast the LR
 #: rises; the doctor runs this same sweep, so that its number is lr_find's curve suggestion.
 SWEEP_STEPS = 100
+#: The range test stops where its loss exceeds this many times its best (and its start's noise): lr_find's and
+#: the CLI's.
+DIVERGE_THRESHOLD = 4.0
 #: Gradient clipping of the global norm (None disables it): train's, lr_find's, probe's and the doctor's.
 CLIP_GRAD_NORM = 1.0
 #: Warmup: a fraction of the run (a float in [0, 1)) or a number of updates.
@@ -47,5 +50,5 @@ ACCUMULATION_STEPS = 1
 GOVERNED: dict[str, object] = {
     "clip_grad_norm": CLIP_GRAD_NORM, "warmup": WARMUP, "schedule": SCHEDULE, "decay": SCHEDULE,
     "min_lr_ratio": MIN_LR_RATIO, "run_steps": RUN_STEPS, "max_steps": RUN_STEPS, "sweep_steps": SWEEP_STEPS,
-    "refine_share": REFINE_SHARE,
+    "refine_share": REFINE_SHARE, "diverge_threshold": DIVERGE_THRESHOLD,
 }

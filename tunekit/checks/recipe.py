@@ -3,6 +3,7 @@ memory headroom at the intended batch."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
@@ -15,7 +16,7 @@ from tunekit.training.schedule import Warmup, warmup_steps
 from tunekit.bytesize import format_bytes
 from tunekit.results import Finding
 
-__all__ = ["check_lr", "check_warmup", "check_memory", "LR_FAR", "WARMUP_MAX", "HEADROOM"]
+__all__ = ["check_lr", "far_off", "check_warmup", "check_memory", "LR_FAR", "WARMUP_MAX", "HEADROOM"]
 
 CHECK = "recipe"
 
@@ -35,10 +36,22 @@ HEADROOM = 0.15
 QUICK = "the quick range test's (the curve alone, no short runs)"
 
 
-def check_lr(lr: Optional[float], suggestion: Optional[float], confident: bool, source: str = QUICK) -> list[Finding]:
-    """Where the intended ``lr`` sits against a range test's ``suggestion`` (``source`` says whose)."""
-    refine = "" if source != QUICK else "; tunekit lr-find refines it, and --lr-find FILE brings its result here"
+def far_off(lr: float, suggestion: float) -> bool:
+    """Whether ``lr`` lies more than LR_FAR from ``suggestion``, either way."""
+    return not 1 / LR_FAR <= lr / suggestion <= LR_FAR
+
+
+def check_lr(lr: Optional[float], suggestion: Optional[float], confident: bool, source: str = QUICK,
+             lr_finds: Optional[Callable[[], Optional[float]]] = None) -> list[Finding]:
+    """Where the intended ``lr`` sits against a range test's ``suggestion`` (``source`` says whose); an LR far
+    off is told to try ``lr_finds()``, lr_find's own answer (called only then: the curve alone can be 7x from
+    it), else the suggestion. Said in the API's terms (``lr=``, ``lr_find_result=``); the CLI says its flags."""
+    refine = "" if source != QUICK else ('; lr_find\'s short runs refine it, and lr_find_result="lr_find.json" '
+                                         "compares with its result instead")
     if lr is None:
+        if suggestion is None and source == QUICK:  # no LR to compare, so no range test ran: say so, claim nothing
+            return [Finding(CHECK, "info", "no LR given, so none was checked and no range test ran (lr=... compares "
+                            'yours with one; lr_find_result="lr_find.json" with lr_find\'s saved result)', {"source": None})]
         return [Finding(CHECK, "info", f"no LR given (lr=...): {source} suggestion is "
                         f"{'none' if suggestion is None else f'{suggestion:.3g}'}", {"suggestion": suggestion, "source": source})]
     if suggestion is None or not confident:
@@ -46,13 +59,25 @@ def check_lr(lr: Optional[float], suggestion: Optional[float], confident: bool, 
                         {"lr": lr, "suggestion": suggestion, "source": source})]
     ratio = lr / suggestion
     evidence = {"lr": lr, "suggestion": suggestion, "ratio": ratio, "source": source}
-    if ratio > LR_FAR or ratio < 1 / LR_FAR:
+    if far_off(lr, suggestion):
         side = "above" if ratio > 1 else "below"
         times = ratio if ratio > 1 else 1 / ratio
         return [Finding(CHECK, "warn", f"lr {lr:.3g} is {times:.0f}x {side} {source} suggestion {suggestion:.3g}",
-                        evidence, f"try lr={suggestion:.2g}{refine or ' (tunekit lr-find for the full curve)'}")]
+                        evidence, _try(suggestion, lr_finds, evidence))]
     return [Finding(CHECK, "pass", f"lr {lr:.3g} is within {LR_FAR:.0f}x of {source} suggestion {suggestion:.3g}"
                     + refine, evidence)]
+
+
+def _try(suggestion: float, lr_finds: Optional[Callable[[], Optional[float]]], evidence: dict[str, Any]) -> str:
+    """The fix of an LR far off: the LR lr_find gives (recorded as ``lr_find``), never the curve's own where
+    lr_find's short runs move it."""
+    if lr_finds is None:
+        return f"try lr={suggestion:.2g}"
+    answer = evidence["lr_find"] = lr_finds()
+    if answer is None:
+        return "lr_find gives no suggestion to try either: its reasons say why"
+    moved = "" if math.isclose(answer, suggestion, rel_tol=0.1) else f", its short runs moving the curve's {suggestion:.2g}"
+    return f"try lr={answer:.2g} (lr_find's suggestion{moved})"
 
 
 def check_warmup(warmup: Optional[Warmup], steps: Optional[int]) -> list[Finding]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -65,6 +65,7 @@ class _Run:
     saved_lr_find: Any = None  # a saved lr_find result to compare the intended LR with, instead of a quick test
     clip: Optional[float] = CLIP_GRAD_NORM  # the run's clipping: the task's recipe's, else the default
     overfit: Optional[OverfitCurve] = None  # the tiny batch's curve, once the overfit check trained it
+    given: Optional[Task] = None  # the Task as the caller gave it (a Trainer's too): lr_find's answer is for it
 
     def reset(self) -> None:
         """Each model check starts from the user's model as it was."""
@@ -180,16 +181,19 @@ def stage_recipe(run: _Run, batch: Batch, lr: Optional[float], warmup: Optional[
                  memory_budget: Any, accumulation_steps: int, seed: int) -> None:
     sub = run.sub
     suggestion, confident, source = None, False, QUICK
+    answer: Optional[Callable[[], Optional[float]]] = None  # lr_find's own answer, asked for where the LR is far off
     if run.saved_lr_find is not None:  # the user's own lr_find: one LR across tools
         saved = run.saved_lr_find
         suggestion, confident, source = saved.suggestion, saved.confident, "the saved lr_find result's"
+        answer = lambda: saved.suggestion  # noqa: E731
     elif lr is not None:
         res = lr_find(sub.model, sub.data, optimizer=sub.optimizer, compute_loss=lambda m, b: sub.compute(m, b)[0],
                       batch_size=sub.batch_size, accumulation_steps=accumulation_steps, precision=sub.precision,
                       device=str(sub.device), seed=seed, sweep_steps=RECIPE_RANGE_STEPS, clip_grad_norm=run.clip,
                       scaler=run.scaler, refine=False, progress=False)  # the curve alone: a pre-flight check
         suggestion, confident = res.suggestion, res.confident
-    run.findings += check_lr(lr, suggestion, confident, source)
+        answer = lambda: _lr_finds(run, run_steps, accumulation_steps, seed)  # noqa: E731
+    run.findings += check_lr(lr, suggestion, confident, source, answer)
     run.findings += check_warmup(warmup, run_steps)
 
     budget, source = budget_bytes(memory_budget, sub.device)
@@ -264,7 +268,8 @@ def doctor(
     with preserved(sub.model, sub.optimizer, scaler, sub.data) as snap, \
             bar(len(STAGES), "doctor", "check", enabled=progress) as progress_bar:
         seed_everything_for(seed, sub.device)
-        run = _Run(sub, scaler, snap, batch_size=0, floor=overfit_floor, saved_lr_find=saved_lr_find, clip=clip)
+        run = _Run(sub, scaler, snap, batch_size=0, floor=overfit_floor, saved_lr_find=saved_lr_find, clip=clip,
+                   given=model if isinstance(model, Task) else None)
         _stages(run, progress_bar, lr, warmup, run_steps, memory_budget, accumulation_steps, seed, anomaly)
     return _result(run, time.perf_counter() - start, DoctorSettings(
         lr=lr, warmup=warmup, run_steps=run_steps, batch_size=run.batch_size, accumulation_steps=accumulation_steps,
@@ -306,6 +311,18 @@ def _stages(run: _Run, progress_bar: Any, lr: Optional[float], warmup: Optional[
     run.reset()
     stage_recipe(run, batch, lr, warmup, run_steps, memory_budget, accumulation_steps, seed)
     done("recipe")
+
+
+def _lr_finds(run: _Run, run_steps: Optional[int], accumulation_steps: int, seed: int) -> Optional[float]:
+    """What ``lr_find`` suggests for these objects and this run, short runs and all (the LR to try where the
+    intended one is far off): the same call a user makes, on the Task as given, else on the objects in hand."""
+    sub = run.sub
+    common: dict[str, Any] = dict(batch_size=sub.batch_size, accumulation_steps=accumulation_steps, precision=sub.precision,
+                                  device=str(sub.device), seed=seed, run_steps=run_steps, progress=False)
+    if run.given is not None:
+        return lr_find(run.given, **common).suggestion
+    return lr_find(sub.model, sub.data, optimizer=sub.optimizer, compute_loss=lambda m, b: sub.compute(m, b)[0],
+                   val_data=sub.val_data, clip_grad_norm=run.clip, scaler=run.scaler, **common).suggestion
 
 
 def _result(run: _Run, seconds: float, settings: DoctorSettings) -> DoctorResult:

@@ -31,6 +31,7 @@ _THEIR_TERMS: dict[str, tuple[tuple[str, str], ...]] = {
         ("compute_loss=(model, batch) -> loss",
          "compute_loss=(model, batch) -> loss to lr_find, probe and doctor, or give the Trainer "
          "compute_loss_func=(outputs, labels, num_items_in_batch) -> loss (what search uses)"),
+        ("try lr=", "try learning_rate="),  # the doctor's fix, as their TrainingArguments name it
     ),
     "lightning.LightningModule": (
         ("give the task val_data", "give the module or its datamodule a val_dataloader() (LightningRun(module, "

@@ -265,6 +265,9 @@ def takes_their_objects(fn: F) -> F:
                 result = fn(adapted.task, *args, **kwargs)
         finally:
             adapted.close()
+        restate = getattr(result, "restate", None)
+        if callable(restate):  # its advice in their terms: a doctor's "try lr=" is their learning_rate=
+            restate(adapted.in_their_terms)
         settings = getattr(result, "settings", None)
         if settings is not None and hasattr(settings, "__setitem__"):  # a dict, or a result's settings record
             settings["from"] = {"kind": adapted.kind, "notes": list(adapted.notes)}

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from tunekit.inputs.data import BatchStream, Data, batch_size_of, batches_per_epoch, dataset_size, hold_out
-from tunekit.defaults import MIN_LR_RATIO, REFINE_SHARE, RUN_EPOCHS_IN_HAND, RUN_STEPS, SCHEDULE, SWEEP_STEPS, WARMUP
+from tunekit.defaults import DIVERGE_THRESHOLD, MIN_LR_RATIO, REFINE_SHARE, RUN_EPOCHS_IN_HAND, RUN_STEPS, SCHEDULE, SWEEP_STEPS, WARMUP
 from tunekit.errors import CLIP_HINT, UsageError, check_int, check_number, renamed_keywords
 from tunekit.results import LRFindResult
 from tunekit.results.lr_find import Doubt, LRFindSettings, Refinement, RefineStage, ScoredOn
@@ -28,7 +28,8 @@ from tunekit.training.schedule import lr_schedule, sweep_lrs
 from tunekit.progress import bar
 from tunekit.training.state import preserved, seed_everything_for
 from tunekit.training.step import TrainStep, Updates, make_scaler
-from tunekit.probes.lr_rules import DEFAULT_RULE, RULES, assess, blowup, bracket_minimum, bracket_next, bracket_polish, prepare
+from tunekit.probes.lr_rules import (DEFAULT_RULE, NOISE_MARGIN, NOISE_POINTS, RULES, assess, blowup, bracket_minimum,
+                                     bracket_next, bracket_polish, prepare, start_noise)
 from tunekit.probes.refine_plan import (DEFAULT_RUN_STEPS, SHORT_CAP, SHORT_SHIFT, RefinePlan,
                                         from_short_runs, from_two_lengths, plan_refinement)
 from tunekit.probes.resolve import TASK_DEFAULT, resolve_inputs, step_settings
@@ -90,7 +91,7 @@ def lr_find(
     min_lr: float = 1e-7, max_lr: float = 10.0, sweep_steps: int = SWEEP_STEPS, mode: Literal["exp", "linear"] = "exp",
     batch_size: int | None = None, accumulation_steps: int | None = None, precision: Precision | None = None,
     clip_grad_norm: float | None = TASK_DEFAULT, device: str = "auto", seed: int = 0,
-    repeats: int = 1, diverge_threshold: float = 4.0,
+    repeats: int = 1, diverge_threshold: float = DIVERGE_THRESHOLD,
     run_steps: int | None = None, refine: bool = True, refine_share: float = REFINE_SHARE,
     refine_steps: int | None = None, refine_seeds: int | None = None, hold_out_share: float | None = None,
     scaler: torch.amp.GradScaler | None = None, progress: bool | None = None,
@@ -110,7 +111,9 @@ def lr_find(
             (or ``compute_loss``) and ``optimizer`` (an instance, whose state is kept, or a factory; AdamW by default).
         min_lr, max_lr, sweep_steps, mode: the sweep, exponential (or ``"linear"``) over ``sweep_steps`` updates
             (0.1.0's ``steps=``); a step the fp16 scaler skips is not counted.
-        diverge_threshold: the sweep stops when the loss is non-finite or exceeds this many times its best.
+        diverge_threshold: the sweep stops when the loss is non-finite, or exceeds this many times its best and
+            by more than :data:`~tunekit.probes.lr_rules.NOISE_MARGIN` times its noise at the sweep's start
+            (``noise`` in the result): a heavy-tailed loss's spikes are not divergence.
         clip_grad_norm: None disables clipping (a model in hand is clipped at the default unless told):
             an unclipped sweep "diverges" well below what a clipped run takes.
         loss_on, val_batches: with ``"val"``, each point is the loss on the first ``val_batches`` batches of ``val_data``.
@@ -126,6 +129,7 @@ def lr_find(
         hold_out_share: without ``val_data``, score each run on this share of the training data held out of it
             (else on at most 2048 training samples it trained on).
     """
+    start = time.perf_counter()  # the call's time, the model's and data's making included
     # The step's settings resolved as train resolves them, and every value checked before any work.
     clip_grad_norm, accumulation_steps, precision = step_settings(model, clip_grad_norm, accumulation_steps, precision)
     _check_args(min_lr, max_lr, sweep_steps, mode, repeats, diverge_threshold, batch_size, accumulation_steps, clip_grad_norm)
@@ -148,7 +152,6 @@ def lr_find(
     settings.run_steps, settings.run_steps_from, settings.refine_share = run_steps, run_from, refine_share
     settings.refine_plan, settings.run_schedule = plan.why if plan is not None else None, _schedule_words(model)
 
-    start = time.perf_counter()
     result = _test_and_refine(setup, settings, sweep_lrs(min_lr, max_lr, sweep_steps, mode), repeats,
                               val_batches if loss_on == "val" else None, plan, hold_out_share, progress)
     result.seconds = time.perf_counter() - start
@@ -164,6 +167,7 @@ def _test_and_refine(setup: _Setup, settings: LRFindSettings, lrs: np.ndarray, r
             preserved(setup.user_model, setup.optimizer, setup.scaler, setup.data) as initial:
         # The range test: ``repeats`` sweeps of the LR, each from the same weights and optimizer state.
         runs = _sweeps(setup, initial, lrs, repeats, val_batches, steps_bar)
+        setup.noise = runs[0]["noise"]
         result = _result(runs, settings, 0.0)
         # Then short real runs around the curve's suggestion: the curve alone can be off by 25x.
         if plan is not None and plan.refines:
@@ -201,6 +205,7 @@ class _Setup:
     scaler: Any
     seed: int
     threshold: float  # diverge_threshold
+    noise: float = 0.0  # the loss's noise at the first sweep's start (lr_rules.start_noise): no short run stops on it
 
     def make_step(self) -> TrainStep:
         """A step over the user's objects, as training runs it, the model in train mode."""
@@ -355,7 +360,7 @@ def _short_runner(setup: _Setup, initial: Any, refine_steps: int, seeds: int, st
         train_on, score_on = splits[s][:2]
         return _short_run(setup.make_step(), BatchStream(train_on, batch_size, seed=s),
                           lr_schedule(refine_steps, lr, *schedule), setup.threshold, steps_bar,
-                          lambda: setup.mean_loss(score_on, eval_batches))
+                          lambda: setup.mean_loss(score_on, eval_batches), setup.noise)
 
     def short_run(lr: float) -> tuple[float, int]:
         runs = [one(lr, setup.seed + k) for k in range(seeds)]
@@ -366,26 +371,29 @@ def _short_runner(setup: _Setup, initial: Any, refine_steps: int, seeds: int, st
                                       if seeds > 1 and kind is ScoredOn.HELD_OUT else ""))
 
 
-def _blown_up(losses: list[float], best: float, threshold: float) -> tuple[bool, float]:
+def _blown_up(losses: list[float], best: float, threshold: float, noise: float = 0.0) -> tuple[bool, float]:
     """(whether the run has blown up, the best recent loss so far): divergence on a robust, lag-free
-    signal, the median of the last three losses against the best such median so far.
+    signal, the median of the last three losses against the best such median so far, above ``threshold``
+    times it and by more than ``NOISE_MARGIN`` times the start's ``noise`` (lr_rules.start_noise): a
+    heavy-tailed loss's spikes are not divergence.
     (sorted() on three floats: np.median costs ~60 us a call, 8% of a small model's sweep.)"""
     last = sorted(losses[-3:])
     recent = float(last[len(last) // 2]) if len(last) % 2 else (last[0] + last[1]) / 2
     best = min(best, recent)
-    return len(losses) >= 5 and recent > threshold * best, best
+    return len(losses) >= 5 and recent > threshold * best and recent - best > NOISE_MARGIN * noise, best
 
 
 def _short_run(step: TrainStep, batches: BatchStream, lrs: np.ndarray, threshold: float, steps_bar: Any,
-               score: Callable[[], float]) -> tuple[float, int]:
-    """One warmup + cosine run through the shared step: (its score, samples drawn); inf if it diverged."""
+               score: Callable[[], float], noise: float = 0.0) -> tuple[float, int]:
+    """One warmup + cosine run through the shared step: (its score, samples drawn); inf if it diverged
+    (beyond ``threshold`` and the sweep's start ``noise``, as the sweep stops)."""
     samples, losses, best = 0, [], math.inf
     loop = Updates(step, batches, lrs.tolist())
     for _, _, out in loop:
         samples += int(out.samples)
         steps_bar.update(1)
         losses.append(out.loss)
-        blown, best = _blown_up(losses, best, threshold)
+        blown, best = _blown_up(losses, best, threshold, noise)
         if blown:  # no schedule recovers from this
             break
     steps_bar.update(len(lrs) - len(losses))
@@ -514,7 +522,7 @@ def _sweep(step: TrainStep, batches: BatchStream, lrs: np.ndarray, threshold: fl
     rec_lrs: list[float] = []
     rec_losses: list[float] = []
     samples = 0
-    best = math.inf
+    best, noise = math.inf, 0.0
     diverged_at: float | None = None
     loop = Updates(step, batches, lrs.tolist())
     for _, lr, out in loop:
@@ -526,7 +534,9 @@ def _sweep(step: TrainStep, batches: BatchStream, lrs: np.ndarray, threshold: fl
         if not math.isfinite(loss):
             diverged_at = lr
             break
-        blown, best = _blown_up(rec_losses, best, threshold)
+        if len(rec_losses) <= NOISE_POINTS:  # the loss's noise, measured while the LR is too low to move it
+            noise = start_noise(rec_losses)
+        blown, best = _blown_up(rec_losses, best, threshold, noise)
         if blown:
             diverged_at = lr
             break
@@ -536,13 +546,15 @@ def _sweep(step: TrainStep, batches: BatchStream, lrs: np.ndarray, threshold: fl
         rec_losses.append(math.nan)
     if len(rec_lrs) < len(lrs):  # a sweep stopped early: its steps count as done
         steps_bar.update(len(lrs) - len(rec_lrs))
-    return {"lrs": rec_lrs, "losses": rec_losses, "diverged_at_lr": diverged_at, "skipped": loop.skipped, "samples": samples}
+    return {"lrs": rec_lrs, "losses": rec_losses, "diverged_at_lr": diverged_at, "skipped": loop.skipped, "samples": samples,
+            "noise": noise}
 
 
-def _suggest(lrs: list[float], losses: list[float], family: str | None = None) -> tuple[dict[str, float | None], Any, Any]:
+def _suggest(lrs: list[float], losses: list[float], family: str | None = None,
+             noise: float | None = None) -> tuple[dict[str, float | None], Any, Any]:
     curve = prepare(lrs, losses, family=family)
     suggestions = {name: (rule(curve) if len(curve.lrs) >= 3 else None) for name, rule in RULES.items()}
-    return suggestions, curve, assess(curve)
+    return suggestions, curve, assess(curve, batch_noise=noise)
 
 
 def _result(runs: list[dict[str, Any]], settings: LRFindSettings, seconds: float) -> LRFindResult:
@@ -550,7 +562,7 @@ def _result(runs: list[dict[str, Any]], settings: LRFindSettings, seconds: float
     how far to trust it (the curve's assessment; a spread over a decade between repeats is a doubt)."""
     per_run = []
     for run in runs:
-        sugg, curve, a = _suggest(run["lrs"], run["losses"], settings.family)
+        sugg, curve, a = _suggest(run["lrs"], run["losses"], settings.family, run.get("noise"))
         per_run.append((run, sugg, curve, a))
     run0, sugg0, curve0, a0 = per_run[0]
     suggestions = dict(sugg0)
@@ -591,6 +603,7 @@ def _result(runs: list[dict[str, Any]], settings: LRFindSettings, seconds: float
         reasons=reasons,
         diverged=run0["diverged_at_lr"] is not None,
         diverged_at_lr=run0["diverged_at_lr"],
+        noise=run0.get("noise"),
         seconds=seconds,
         settings=settings,
         skipped_steps=int(sum(run["skipped"] for run in runs)),

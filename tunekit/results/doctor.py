@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
 from typing import Any, ClassVar, Literal, Optional, Union
 
 import numpy as np
@@ -93,6 +94,11 @@ class DoctorResult(Result):
     def items(self) -> list[Finding]:
         """The findings as :class:`Finding` objects."""
         return [Finding(**f) for f in self.findings]
+
+    def restate(self, say: Callable[[str], str]) -> None:
+        """Each finding's message and fix as ``say`` words them: a Trainer's user is told its ``learning_rate=``."""
+        for f in self.findings:
+            f["message"], f["fix"] = say(f["message"]), say(f["fix"])
 
     def count(self, status: str) -> int:
         return sum(f["status"] == status for f in self.findings)

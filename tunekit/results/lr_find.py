@@ -175,7 +175,7 @@ class LRFindResult(Result):
     reasons: list[str]
     diverged: bool
     diverged_at_lr: Optional[float]
-    seconds: float
+    seconds: float  # the whole call's, from its arguments checked to the result
     settings: LRFindSettings
     skipped_steps: int = 0
     samples: int = 0  # training samples the sweeps drew (their compute cost)
@@ -184,6 +184,9 @@ class LRFindResult(Result):
     # The short runs that checked the curve's suggestion (lr_find(refine=True)).
     refinement: Optional[Refinement] = None
     doubts: list[Doubt] = field(default_factory=list)
+    # The loss's batch-to-batch noise at the sweep's start (the range of its first losses about their trend):
+    # a rise within NOISE_MARGIN times it is not divergence (tunekit.probes.lr_rules.start_noise).
+    noise: Optional[float] = None
 
     def __post_init__(self) -> None:  # a dict given (by hand, or from a 0.1.0 file) becomes its record
         self.settings = LRFindSettings.of(self.settings or {})  # type: ignore[assignment]
@@ -234,7 +237,7 @@ class LRFindResult(Result):
         self._plot_refinement_marks(ax)
         if self.suggestion is not None:
             flag = "" if self.confident else " (low confidence)"
-            how = f", best of {self._short_runs()[0]} short runs" if self.refinement is not None else ""
+            how = f", {self._refined_how()}" if self.refinement is not None else ""
             ax.axvline(self.suggestion, color="C3", lw=2, label=f"suggested: {self.suggestion:.2g}{how}{flag}")
         if self.diverged_at_lr is not None:
             ax.axvline(self.diverged_at_lr, color="k", lw=0.8, alpha=0.4, ls="--", label="stopped (diverged)")
@@ -298,14 +301,13 @@ class LRFindResult(Result):
             lines.append(f"{name:<10} {'-' if lr is None else f'{lr:.3g}':>10}{mark}")
         if ref is not None:
             got = "-" if self.suggestion is None else f"{self.suggestion:.3g}"
-            lines.append(f"{'refined':<10} {got:>10}  <- suggested: best of {self._short_runs()[0]} short runs "
-                         f"from {ref.start:.3g}")
+            lines.append(f"{'refined':<10} {got:>10}  <- suggested: {self._refined_how()} around {ref.start:.3g}")
         return "\n".join(lines)
 
     def summary(self) -> str:
         """:meth:`table`, then the suggestion, how far to trust it and what it cost (what ``tunekit lr-find`` prints)."""
         s = self.settings
-        repeats, ref, seeds = int(s.repeats or 1), self.refinement, s.refine_seeds
+        repeats, ref = int(s.repeats or 1), self.refinement
         lines = [self.table()]
         if self.suggestion is None:
             lines.append("no suggestion: " + "; ".join(self.reasons))
@@ -313,10 +315,8 @@ class LRFindResult(Result):
             spread = ""
             if self.lr_range is not None:
                 spread = f" (range over {repeats} repeats: {self.lr_range[0]:.3g} .. {self.lr_range[1]:.3g})"
-            lrs, steps = self._short_runs()
-            how = (f"best of {lrs} LRs, {seeds} short runs of {steps} updates each"
-                   + (f" scored on {s.refine_scored_on}" if s.refine_scored_on else "") if ref is not None
-                   else f"{self.default_rule} rule")
+            how = (self._refined_how() + (f" scored on {s.refine_scored_on}" if s.refine_scored_on else "")
+                   if ref is not None else f"{self.default_rule} rule")
             lines.append(f"suggested peak LR: {self.suggestion:.3g}{spread}  [{how}, confidence {self.confidence:.2f}]")
             lines += self._for_run()
             if not self.confident:
@@ -325,8 +325,7 @@ class LRFindResult(Result):
         runs = (f" over {repeats} runs ({len(self.losses)} updates in the first)" if repeats > 1
                 else f" ({len(self.losses)} updates)")
         if ref is not None:  # the short runs' cost, inside the sweep's parentheses
-            lrs, steps = self._short_runs()
-            runs = runs[:-1] + f", then {lrs} LRs x {seeds} short runs of {steps}: {ref.samples} samples)"
+            runs = runs[:-1] + f", then {self._runs_words()}: {ref.samples} samples)"
         lines.append(f"{self.samples} samples{runs} in {self.seconds:.1f}s{stop}")
         return "\n".join(lines + self._cost())
 
@@ -338,6 +337,21 @@ class LRFindResult(Result):
         """(how many LRs the short runs tried, of what length), at each length: "5+4", "35 and 70"."""
         stages = self.refinement.stages if self.refinement is not None else []
         return "+".join(str(len(st.lrs)) for st in stages) or "0", " and ".join(str(n) for n in self._lengths())
+
+    def _runs_words(self) -> str:
+        """The short runs, counted: "3 LRs x 1 short run of 33 updates", "4+4 LRs x 2 short runs of 19 and 38 updates"."""
+        lrs, steps = self._short_runs()
+        seeds = int(self.settings.refine_seeds or 1)
+        return f"{lrs} LRs x {seeds} short run{'' if seeds == 1 else 's'} of {steps} updates"
+
+    def _refined_how(self) -> str:
+        """How the short runs gave the suggestion, in the one wording the table, the summary and the plot share:
+        "best of" them where it is their best LR, "from" them where their best was carried to the planned run
+        (the line below the summary's says how: "0.75x their best")."""
+        ref = self.refinement
+        carried = (ref is not None and ref.best_lr is not None and self.suggestion is not None
+                   and not math.isclose(self.suggestion, ref.best_lr, rel_tol=1e-9))
+        return ("from " if carried else "best of ") + self._runs_words()
 
     def _for_run(self) -> list[str]:
         """The run the suggestion is for, and how the short runs' answer was carried to it."""
