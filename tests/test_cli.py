@@ -330,3 +330,24 @@ def test_ctrl_c_during_the_probes_says_what_was_kept(tmp_path: Path, capsys: pyt
     assert main(["search", "--task", "tests.tasks:regression_task", "--trials", "2", "--max-steps", "10",
                  "--device", "cpu", "--out", str(out), "--quiet"]) == 130
     assert f"the probes' results are in {out}; go on with the same command and --resume" in capsys.readouterr().err
+
+
+def test_a_budget_too_small_is_one_warning_line_in_the_search_flags_and_points_at_the_callers_line(
+        tmp_path: Path, run_main) -> None:  # type: ignore[no-untyped-def]
+    """tunekit's own warnings on the CLI: one line in the command's flags (an option object's field as its flag),
+    not Python's `file:line: BudgetWarning` with keywords; from Python the warning points at the caller's line."""
+    code, out, err = run_main("search", "--task", "tests.tasks:regression_task", "--budget", "1samples", "--trials",
+                              "1", "--device", "cpu", "--quiet", "--out", str(tmp_path / "o"))
+    assert code == 0, err
+    said = [line for line in err.splitlines() if "budget" in line]
+    assert len(said) == 1 and said[0].startswith("tunekit search: warning: --budget 1samples is 1 sample a trial"), err
+    assert said[0].endswith("pass --budget 1600samples or --lr-find lr_find.json (a larger budget, or a saved range "
+                            "test)") and "BudgetWarning" not in err and "ProbeSettings" not in err
+    from tunekit import Local, search
+    from tunekit.hpsearch.budget import BudgetWarning
+    from tests.tasks import regression_task
+
+    with pytest.warns(BudgetWarning) as caught:
+        search(regression_task(), "from_scratch", trials=1, budget="1samples", backend=Local(device="cpu"),
+               progress=False)
+    assert [w.filename for w in caught if w.category is BudgetWarning] == [__file__]

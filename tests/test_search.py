@@ -858,13 +858,13 @@ def test_a_budget_under_the_probes_or_a_few_updates_is_warned_with_its_numbers()
     text = str(said.value)
     assert text.startswith("budget 1samples is 1 sample a trial, under 20 updates at the task's batch of 16 "
                            "(one update draws 16 samples) and under what the probes will draw (the range test alone, "
-                           "up to 100 updates at batch 16: 1,600 samples): a trial runs at batch 1 at most, 2 updates; "
-                           "give a budget of at least 1,600 samples (100updates)"), text
-    assert "--lr-find FILE" in text
+                           "up to 100 updates at batch 16: 1,600 samples): a trial runs at batch 1 at most, 2 updates: "
+                           "pass budget='1600samples' or probes=ProbeSettings(lr_find='lr_find.json') (a larger "
+                           "budget, or a saved range test)"), text
     with warnings.catch_warnings():
         warnings.simplefilter("error", BudgetWarning)
         with pytest.raises(BudgetWarning, match=r"^budget 100samples is 100 samples a trial, under 20 updates .*"
-                           r"at least 320 samples \(20updates\)$"):
+                           r"pass budget='320samples' \(a larger budget\)$"):
             search(regression_task(), "from_scratch", trials=1, budget="100samples", backend=Local(device="cpu"), progress=False,
                    probes=ProbeSettings(lr_find=LRFindResult(lrs=[1e-4, 1e-3], losses=[1.0, 0.9], smoothed=[],
                    suggestions={}, default_rule="tunekit", suggestion=1e-3, confidence=1.0, confident=True, reasons=[],

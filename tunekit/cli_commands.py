@@ -448,19 +448,22 @@ def run(args: argparse.Namespace) -> int:
 
 @contextlib.contextmanager
 def _warnings_in_cli_terms(args: argparse.Namespace) -> Iterator[None]:
-    """While the command runs, a :class:`~tunekit.errors.HintedWarning` (the probe's cost ahead) is said
-    when it happens as one line in the command's flags, with only the hints it has a flag for; other
+    """While the command runs, tunekit's own warnings (the probe's cost ahead, a budget too small, a setting
+    a Trainer does not apply) are said when they happen as one line in the command's flags, a
+    :class:`~tunekit.errors.HintedWarning` with only the hints it has a flag for; other libraries'
     warnings as Python shows them."""
     with warnings.catch_warnings():
         python_shows = warnings.showwarning
 
         def show(message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
-            if not isinstance(message, HintedWarning):
+            if not (isinstance(message, UserWarning) and type(message).__module__.startswith("tunekit.")):
                 python_shows(message, category, filename, lineno, file, line)
                 return
             usage = args.usage()
-            hints = tuple(h for h in message.hints if cli_flag(h.partition("=")[0], usage))
-            print(f"tunekit {args.command}: warning: {in_cli_terms(message.text(hints), usage)}", file=sys.stderr)
+            text = str(message)
+            if isinstance(message, HintedWarning):
+                text = message.text(tuple(h for h in (_cli_hint(h, usage) for h in message.hints) if h))
+            print(f"tunekit {args.command}: warning: {in_cli_terms(' '.join(text.split()), usage)}", file=sys.stderr)
 
         warnings.showwarning = show
         yield
@@ -523,6 +526,18 @@ _ASSIGNMENT = re.compile(r"(?<![\w./-])([a-z][a-z0-9_]*)=([^\s,;()]+)(?![\w(])")
 # A parameter named bare in a sentence ("raise memory_budget"): only names with an underscore, which
 # no English word has, and none that is a file's name, a call, a quoted value or a space's [entry].
 _BARE = re.compile(r"(?<![\w./\[\"'`-])([a-z][a-z0-9]*(?:_[a-z0-9]+)+)(?![\w./(\[\]=\"'`-])")
+
+
+def _cli_hint(hint: str, usage: str) -> str | None:
+    """A warning's hint ``name=value`` as the command's flag and value (``--batch-limit 128``); one that sets
+    an option object's field, ``probes=ProbeSettings(lr_find='f.json')``, as that field's flag; None where the
+    command has no flag for it."""
+    name, _, value = hint.partition("=")
+    inner = re.fullmatch(r"[A-Z]\w*\((\w+)=(.*)\)", value)
+    if inner:
+        name, value = inner.groups()
+    flag = cli_flag(name, usage)
+    return None if flag is None else f"{flag} {value.strip(chr(39) + chr(34))}"
 
 
 def cli_flag(name: str, usage: str) -> str | None:

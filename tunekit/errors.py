@@ -8,8 +8,10 @@ The CLI prints it without a traceback and exits with status 2.
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 import numbers
+import os
 import warnings
 from collections.abc import Callable
 from typing import Any, Optional, TypeVar
@@ -17,7 +19,7 @@ from typing import Any, Optional, TypeVar
 from tunekit.defaults import CLIP_GRAD_NORM
 
 __all__ = ["UsageError", "SetupError", "NoTrialSucceeded", "is_int_at_least", "check_int", "check_number", "renamed",
-           "renamed_keywords", "CLIP_HINT", "shown", "HintedWarning"]
+           "renamed_keywords", "CLIP_HINT", "shown", "HintedWarning", "warn_at_caller"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -51,6 +53,17 @@ class HintedWarning(UserWarning):
             return self.said
         listed = hints[0] if len(hints) == 1 else f"{', '.join(hints[:-1])} or {hints[-1]}"
         return f"{self.said}: pass {listed}{self.ending}"
+
+
+def warn_at_caller(warning: Warning) -> None:
+    """Warn at the first frame outside tunekit, the user's line that called it, however deep in tunekit the
+    warning arose (a fixed ``stacklevel`` points inside tunekit from a deeper call)."""
+    here = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    here_frame = inspect.currentframe()
+    frame, level = (here_frame.f_back if here_frame is not None else None), 2  # level 2: the caller
+    while frame is not None and frame.f_code.co_filename.startswith(here):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(warning, stacklevel=level)
 
 
 class NoTrialSucceeded(RuntimeError):

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from tunekit.errors import UsageError
+from tunekit.errors import HintedWarning, UsageError
 
 __all__ = ["Budget", "BudgetWarning", "parse_budget", "parse_duration", "resolve_budget", "price_budget", "UNITS"]
 
@@ -35,7 +35,7 @@ _TIME = {**dict.fromkeys(("s", "sec", "secs", "second", "seconds"), 1.0),
 _SPEC = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
 
 
-class BudgetWarning(UserWarning):
+class BudgetWarning(HintedWarning):
     """A budget too small for what a search spends on it (its probes, a trial's schedule), said before it runs."""
 
 

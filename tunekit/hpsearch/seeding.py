@@ -10,13 +10,12 @@
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
 from tunekit.defaults import SWEEP_STEPS
-from tunekit.errors import UsageError
+from tunekit.errors import UsageError, warn_at_caller
 from tunekit.hpsearch.budget import BudgetWarning, price_budget
 from tunekit.hpsearch.keys import DESIGN_BATCH_KEY
 from tunekit.hpsearch.plan import (AROUND, LARGER, MIN_UPDATES, Plan, initial_design, is_adaptive_l2, lr_rule_for,
@@ -142,12 +141,11 @@ def _warn_small_budget(inputs: SearchInputs, settings: SearchSettings, runs_lr_f
     largest = max(1, samples // MIN_UPDATES)
     runs = f": a trial runs at batch {largest} at most, {updates_for(samples, largest)} updates" if few else ""
     need = max(MIN_UPDATES * batch, probes)
-    saved = (", or start from a saved range test (probes=ProbeSettings(lr_find=FILE), on the CLI --lr-find FILE)"
-             if probes > samples else "")
+    hints = (f"budget='{need}samples'",) + (("probes=ProbeSettings(lr_find='lr_find.json')",) if probes > samples else ())
     said = "the default budget" if settings.budget is None else f"budget {settings.budget}"
-    warnings.warn(f"{said} is {samples:,} sample{'s' if samples > 1 else ''} a trial, {' and '.join(why)}{runs}; give "
-                  f"a budget of at least {need:,} samples ({-(-need // batch)}updates){saved}", BudgetWarning,
-                  stacklevel=2)
+    warn_at_caller(BudgetWarning(
+        f"{said} is {samples:,} sample{'s' if samples > 1 else ''} a trial, {' and '.join(why)}{runs}", hints,
+        " (a larger budget" + (", or a saved range test)" if len(hints) > 1 else ")")))
 
 
 def noise_repeats(inputs: SearchInputs, lr_find: Any = None) -> tuple[int, Optional[str]]:

@@ -25,7 +25,6 @@ import math
 import os
 import statistics
 import time
-import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Optional, Protocol
@@ -35,7 +34,7 @@ import torch
 from torch import nn
 
 from tunekit.bytesize import format_bytes, parse_bytes
-from tunekit.errors import HintedWarning, UsageError, check_int, check_number, renamed_keywords
+from tunekit.errors import HintedWarning, UsageError, check_int, check_number, renamed_keywords, warn_at_caller
 from tunekit.inputs.data import BatchStream, Data, dataset_size
 from tunekit.inputs.task import ComputeLoss, LossFn, Task
 from tunekit.integrations.task_spec import takes_their_objects
@@ -276,9 +275,9 @@ def _say_cost_ahead(task: Task, predicted: int, ahead: int, points_n: int, repea
     cap = 8 * int(batch)
     hints = ((f"batch_limit={cap}",) if cap < predicted else ()) \
         + (("throughput_points=2",) if points_n > 2 else ()) + (("noise_repeats=0",) if repeats >= 2 else ())
-    warnings.warn(ProbeCostWarning(
+    warn_at_caller(ProbeCostWarning(
         f"the probe will draw up to {ahead:,} samples, {ahead / planned:.1f}x the planned run ({steps} updates at "
-        f"batch {batch}: {planned:,}); its batches go up to {predicted:,}", hints, " to spend less"), stacklevel=5)
+        f"batch {batch}: {planned:,}); its batches go up to {predicted:,}", hints, " to spend less"))
 
 
 class ProbeCostWarning(HintedWarning):
