@@ -206,3 +206,22 @@ def test_a_loss_that_takes_the_tuple_is_left_alone() -> None:
     task = Task(model=_TupleModel, train_data=classification_data(n=64), batch_size=16,
                 loss=lambda out, y: nn.functional.cross_entropy(out[0], y))
     assert len(train(task, run_steps=2, progress=False).losses) == 2
+
+
+def test_a_worker_names_the_studys_task_file_where_its_machine_keeps_it(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A shared study stores the task file's absolute path; a worker on a machine that keeps the project in
+    another folder names its own copy (same file name, same function) and is not refused."""
+    from tunekit.integrations.task_spec import same_task
+
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / "mytasks.py").write_text("")
+    monkeypatch.chdir(tmp_path / "proj")
+    here = f"{tmp_path / 'proj' / 'mytasks.py'}:fn"
+    assert same_task(here, "mytasks.py:fn") and same_task("mytasks.py:fn", here)  # stored relative by 0.1.0
+    assert same_task("/home/alice/proj/mytasks.py:fn", here)  # the creator's machine, another folder
+    assert not same_task("/home/alice/proj/mytasks.py:other", here)
+    assert not same_task("/home/alice/proj/theirtasks.py:fn", here)
+    assert same_task("tests.tasks:regression_task", "tests.tasks:regression_task")
+    assert not same_task("tests.tasks:regression_task", "tests.tasks:classification_task")
+    assert not same_task("shapes", None)

@@ -35,7 +35,7 @@ from tunekit.integrations.adapted import kind_of, say_notes
 from tunekit.integrations.objects import LightningRun, adapt, adapt_for_search
 
 __all__ = ["load_task", "list_tasks", "resolve_task_function", "TaskSpec", "task_of", "takes_their_objects",
-           "absolute_spec"]
+           "absolute_spec", "same_task"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -120,6 +120,17 @@ def absolute_spec(spec: Any) -> Any:
     if not where or not _names_file(where) or not _is_file(Path(where)):
         return spec
     return f"{os.path.abspath(where)}:{funcname}"
+
+
+def same_task(a: Any, b: Any) -> bool:
+    """Whether two specs name the same task: a file by its absolute path on both sides (a study that an
+    older tunekit stored with a relative one matches), or, where two machines keep the project in other
+    folders, a file of the same name and the same function."""
+    a, b = absolute_spec(a), absolute_spec(b)
+    if a == b or not (isinstance(a, str) and isinstance(b, str)):
+        return a == b
+    (where_a, _, fn_a), (where_b, _, fn_b) = a.strip().rpartition(":"), b.strip().rpartition(":")
+    return fn_a == fn_b and _names_file(where_a) and _names_file(where_b) and Path(where_a).name == Path(where_b).name
 
 
 def resolve_task_function(spec: str) -> Callable[..., Any]:

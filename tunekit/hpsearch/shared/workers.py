@@ -38,7 +38,7 @@ from tunekit.hpsearch.settings import SPEC_COMPARED
 from tunekit.hpsearch.shared.spec import StoredSpec
 from tunekit.hpsearch.study import excluded, fail_trial, make_storage, mark_interrupted, requeue_interrupted, stopped
 from tunekit.inputs.space import Entry, SearchSpace
-from tunekit.integrations.task_spec import absolute_spec
+from tunekit.integrations.task_spec import same_task
 
 __all__ = ["worker_id", "worker_seed", "register_worker", "default_threads", "claim", "counts", "claim_creation",
            "wait_for_spec", "check_spec", "creator_gave_up", "end_creation", "TAKEN_OVER",
@@ -265,9 +265,9 @@ def wait_for_spec(store: Any, name: str, timeout: float = 1800.0, poll: float = 
 def check_spec(stored: StoredSpec, mine: dict[str, Any], name: str) -> None:
     """Refuse, in one line, a worker whose settings disagree with the study's (``mine``: as stored)."""
     for key in SPEC_CHECKED:
-        # A task file by its absolute path on both sides: a study an older tunekit stored with a relative one.
-        theirs = absolute_spec(stored.value(key)) if key == "task" and stored.holds(key) else stored.value(key)
-        if stored.holds(key) and _norm(theirs) != _norm(mine.get(key)):
+        if key == "task" and stored.holds(key) and same_task(stored.value(key), mine.get(key)):
+            continue  # the same file where this machine keeps it, or a study stored with a relative path
+        if stored.holds(key) and _norm(stored.value(key)) != _norm(mine.get(key)):
             # The fix names the parameter as key=...; the CLI says it as its flag.
             fix = ("install the study's tunekit version" if key == "version"
                    else f"leave out {key}=... to take the study's")
