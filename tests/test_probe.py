@@ -693,3 +693,8 @@ def test_timings_taken_while_the_machine_is_busy_are_timed_again_and_else_not_ac
     assert r.fastest_batch is None and r.knee_batch is None and all(math.isnan(p["samples_per_s"]) for p in r.plan)
     assert "every timing was taken while the machine was busy" in r.table()
     assert "its seconds not predicted (the machine was busy)" in r.cost()
+    # Timing again replays drawn batches: the probe's samples are the same however busy the machine was.
+    calls.clear()
+    monkeypatch.setattr(batch_probe, "_time_step", scripted(0, set()))
+    quiet = probe(task, **kw)
+    assert quiet.busy_batches == [] and (quiet.samples, quiet.updates) == (r.samples, r.updates)

@@ -251,12 +251,12 @@ def cost_ahead(predicted: int, sizes: list[int], points_n: int, timing_steps: in
                warmup: int, limit: int) -> int:
     """The samples the probe's real steps will draw, at most, once the memory model predicts the largest batch:
     the largest batch's steps (a warm-up and up to two measured), the throughput points (a warm-up and the
-    timed rounds each, timed again up to BUSY_RETRIES times on a busy machine), the noise scale (its warm-up
+    timed rounds each; timing again on a busy machine replays drawn batches), the noise scale (its warm-up
     and its two accumulations)."""
     largest = 3 * predicted * k
     points = {max(1, int(round(x))) for x in np.geomspace(max(1, min(sizes[0], predicted)), predicted, points_n)} \
         if points_n >= 1 else set()
-    throughput = sum(points) * k * (1 + max(3, timing_steps) * (1 + BUSY_RETRIES))
+    throughput = sum(points) * k * (1 + max(3, timing_steps))  # (timing again replays drawn batches)
     b_small = max(1, min(NOISE_SMALL_BATCH, predicted, limit // 64 or 1))
     k_big = max(2, min(NOISE_MAX_ACCUM, limit // b_small))
     noise = warmup * min(NOISE_WARMUP_BATCH, predicted) + repeats * b_small * (1 + k_big) if repeats >= 2 else 0
@@ -741,27 +741,35 @@ def _throughput(run: _Run, sizes: list[int], confirmed: int, points_n: int, timi
     machine's load falls on every point alike, and the curve that prices a search keeps its shape.
     A point whose steps spread by more than NOISY_TIMINGS was timed on a busy machine: it is timed again
     (``remeasured``, up to BUSY_RETRIES times), and where it is still spread marked ``busy``: the knee, the
-    plan and a search's prices leave it out."""
+    plan and a search's prices leave it out. Timing again replays the batch the point last drew: it costs
+    device time, not samples, so the probe's samples are the same however busy the machine was."""
     if points_n < 1:
         return []
     points = sorted({max(1, int(round(x))) for x in np.geomspace(max(1, min(sizes[0], confirmed)), confirmed, points_n)})
     steps: dict[int, Callable[[], Any]] = {}
+    again: dict[int, Callable[[], Any]] = {}  # a step on the batch the point last drew
+    drawn: dict[int, Any] = {}
     for pb in points:
         step, stream = run.make_step(run.sub.model, run.sub.optimizer), BatchStream(run.data, pb, seed=run.seed)
         step.set_lr(0.0)  # measure speed, not learning: the weights stay put
-        steps[pb] = lambda step=step, stream=stream: step(stream.take(run.k))
+
+        def draw_and_step(step: Any = step, stream: BatchStream = stream, pb: int = pb) -> Any:
+            drawn[pb] = stream.take(run.k)
+            return step(drawn[pb])
+        steps[pb], again[pb] = draw_and_step, (lambda step=step, pb=pb: step(drawn[pb]))
     warm = sum(_time_step(steps[pb]) for pb in points)  # a warm-up step at each
     # Several rounds for the medians, but about two seconds per point at most.
     rounds = max(3, min(timing_steps, int(2.0 * len(points) / max(warm, 1e-6))))
     times = _timed_rounds(steps, points, rounds)
-    remeasured = dict.fromkeys(points, 0)
+    remeasured, counted = dict.fromkeys(points, 0), dict(run.counter)
     for _ in range(BUSY_RETRIES):
         busy = [pb for pb in points if _spread(times[pb]) > NOISY_TIMINGS]
         if not busy:
             break
-        times.update(_timed_rounds(steps, busy, rounds))
+        times.update(_timed_rounds(again, busy, rounds))
         for pb in busy:
             remeasured[pb] += 1
+    run.counter.update(counted)  # the replays drew no new samples
     run.reset()
     return [{"batch": pb, "samples_per_s": pb * run.k / statistics.median(ts), "spread": _spread(ts),
              "remeasured": remeasured[pb], "busy": _spread(ts) > NOISY_TIMINGS} for pb, ts in times.items()]
