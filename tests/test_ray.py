@@ -409,7 +409,7 @@ def test_a_relative_task_file_from_another_folder_runs_on_ray_and_all_failed_exi
     (tmp_path / "elsewhere").mkdir()
     space = write_space(tmp_path, FAILING.replace("[13, 16]", "[13]"))
     done = run_cli("search", "--task", "../proj/mytasks.py:picky_regression_task", "--space", str(space), "--trials",
-                   "2", "--max-steps", "10", "--device", "cpu", "--backend", "ray", "--max-concurrent", "1", "--quiet",
+                   "2", "--max-steps", "20", "--device", "cpu", "--backend", "ray", "--max-concurrent", "1", "--quiet",
                    "--out", str(tmp_path / "o"), cwd=tmp_path / "elsewhere")
     assert done.returncode == 1, done.stderr[-3000:]
     assert done.stderr.strip() == ("tunekit search: error: all 2 trials of this search failed, the first (trial 0) with "

@@ -935,7 +935,7 @@ def test_a_task_that_cannot_train_stops_the_search_in_one_line(tmp_path: Path, r
     saved = json.loads((tmp_path / "o" / "search.json").read_text())
     assert len(saved["trials"]) == 1 and saved["trials"][0]["state"] == "FAIL"
     code, _, err = run_main("search", "--task", "tests.tasks:nonscalar_loss_task", "--space", space, "--trials", "3",
-                            "--max-steps", "10", "--device", "cpu", "--quiet", "--out", str(tmp_path / "c"))
+                            "--max-steps", "20", "--device", "cpu", "--quiet", "--out", str(tmp_path / "c"))
     lines = err.strip().splitlines()  # what it recorded stays in c/ (not a usage error's nothing written)
     assert code == 2 and len(lines) == 1 and "not a scalar" in lines[0] and "Traceback" not in err
 
