@@ -261,9 +261,8 @@ def blowup(c: Curve, rise: float = 0.1) -> float | None:
 #: noise, measured before the sweep rises.
 NOISE_POINTS = 10
 #: A rise over the best loss is divergence only beyond this many times the start's noise: heavy-tailed targets
-#: (an MSE on survey data) throw single batches 20x above the median, the median of three lets two through,
-#: and ten points see few of them (on StudentT(1.1-2.5) targets, 2 and 4 still stopped sweeps at 1e-5; 8 none
-#: before the blow-up). A normal task's start varies by a few % of its loss: its stop is unchanged.
+#: throw single batches far above the median, and the median of three lets two through. A normal task's start
+#: varies by a few % of its loss, so its stop is unchanged (benchmarks/data/constants_history.md).
 NOISE_MARGIN = 8.0
 
 
