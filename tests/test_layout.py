@@ -275,9 +275,12 @@ def test_the_cli_module_stays_under_500_lines() -> None:
 TOP = {"tunekit", "tunekit.__main__", "tunekit.cli", "tunekit.cli_commands"}  # the API and the CLI: above all
 
 
-def drawn_floors(readme: Path) -> list[str]:
-    """The folders of the README's code-layout block, top to bottom (``  name/`` at two spaces)."""
-    block = readme.read_text().split("## Code layout", 1)[1].split("```", 2)[1]
+LAYOUT = PACKAGE.parent / "docs" / "contributing" / "layout.md"  # the code layout, drawn for contributors
+
+
+def drawn_floors(page: Path) -> list[str]:
+    """The folders of the layout page's first block, top to bottom (``  name/`` at two spaces)."""
+    block = page.read_text().split("```", 2)[1]
     return [line.split("/")[0].strip() for line in block.splitlines()
             if line.startswith("  ") and not line.startswith("   ") and line.split()[0].endswith("/")]
 
@@ -292,12 +295,12 @@ def floor_of(module: str, floors: list[str]) -> int:
 
 
 def test_folders_import_only_from_below_as_the_readme_draws_them(package: dict[str, Module]) -> None:
-    floors = drawn_floors(PACKAGE.parent / "README.md")
+    floors = drawn_floors(LAYOUT)
     folders = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file())
-    assert sorted(floors) == folders, f"the README draws {floors}; the package's folders are {folders}"
+    assert sorted(floors) == folders, f"docs/contributing/layout.md draws {floors}; the package's folders are {folders}"
     offenders = sorted(f"{_where(package[i.source], i.line)}: imports {i.target} (a floor above it)"
                        for i in imports(package) if floor_of(i.target, floors) < floor_of(i.source, floors))
-    assert not offenders, ("imports that climb the README's layout (move the code down, or redraw the order "
+    assert not offenders, ("imports that climb the layout page's order (move the code down, or redraw the order "
                            "if it is the true one):\n" + "\n".join(offenders))
 
 
