@@ -77,7 +77,7 @@ def test_the_readme_quotes_output_only_after_its_command() -> None:
     assert [cmd for cmd, _ in examples] == ["tunekit doctor --task tests/tasks.py:softmax_task --lr 3e-3"]
     fences = [line for line in README.read_text().splitlines() if line.startswith("```")]
     plain = fences[0::2].count("```")  # the blocks' opening fences that name no language
-    assert plain - len(examples) == 1  # the other such block is the code layout's tree, no output
+    assert plain == len(examples)  # every such block is output
 
 
 def test_the_line_comparison_takes_rounding_but_not_other_figures() -> None:
