@@ -203,6 +203,25 @@ def test_an_end_to_end_probe_with_a_fake_out_of_memory_error(where: str, monkeyp
     assert [t["batch"] for t in r2.tried] == [t["batch"] for t in r1.tried] and r2.max_batch == r1.max_batch
 
 
+def test_the_cpu_allocators_out_of_memory_is_an_oom_for_the_search_as_for_the_measuring_child() -> None:
+    """One answer: the CPU allocator's plain RuntimeError and MemoryError are out of memory wherever a
+    step runs (the search steps back from that batch); any other RuntimeError is the user's."""
+    from tunekit.training.memory import is_oom
+
+    assert is_oom(torch.OutOfMemoryError("CUDA out of memory")) and is_oom(MemoryError())
+    assert is_oom(RuntimeError("[enforce fail at alloc_cpu.cpp:117] . DefaultCPUAllocator: can't allocate memory: "
+                               "you tried to allocate 4294967296 bytes."))
+    assert not is_oom(RuntimeError("mat1 and mat2 shapes cannot be multiplied"))
+    assert clean_heap.is_oom is is_oom
+
+    def run_step(b: int) -> None:
+        if b > 3000:
+            raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1 bytes.")
+
+    best, tried, _ = find_largest_batch(run_step, secant_refit(LinearMemory(0.0, 1.0)), 4096, 4096, free=lambda: None)
+    assert [t["ok"] for t in tried] == [False, False, True] and best == 1638  # 4096, 3276 (20% back), then halved
+
+
 def test_other_errors_are_not_taken_for_oom() -> None:
     # The real step fails in the measuring child; it is run again here, so the error is the user's own.
     model = FailsAbove(16, "bug")

@@ -12,8 +12,6 @@ the trial raised.
 from __future__ import annotations
 
 # Imported where used, not at the top: optuna, torch, tqdm; importing this module does not pay for them.
-import ctypes
-import gc
 import json
 import math
 import time
@@ -27,6 +25,7 @@ from tunekit.hpsearch.keep import Keeper
 from tunekit.hpsearch.plan import TrialConfig
 from tunekit.hpsearch.resilient import StorageUnreachable
 from tunekit.objective import Objective
+from tunekit.training.memory import free_memory
 
 __all__ = ["Outcome", "run_config", "run_trial", "keep_weights", "free_memory", "evaluation_reporter", "record", "conclude", "start_attrs", "outcome_of", "TrialFailed",
            "INTERRUPTED"]
@@ -223,29 +222,6 @@ def _run(task: Any, trial: Any, cfg: TrialConfig, report: Callable[[int, dict[st
     outcome = outcome_of(result, curve, time.perf_counter() - t0, final_step(cfg), cfg.goal)
     keep_weights(keeper, state, outcome, trial.number, cfg, trial.study)
     return outcome
-
-
-def free_memory() -> None:
-    """What a finished trial left (its model, optimizer and data iterators, once unreferenced: reference
-    cycles included), collected, and the GPU's cached blocks given back, before the next trial starts
-    (transformers issue 13019: one process's trials grew GPU memory until it ran out)."""
-    import torch
-
-    gc.collect()
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.empty_cache()
-    _trim_heap()
-
-
-def _trim_heap() -> None:
-    """The heap pages the trial freed given back to the system: glibc keeps them (fragmented among the
-    next trial's blocks, the process grew 37% over 10 trials of a 4.2M-parameter model, all freed);
-    ``malloc_trim(0)`` returns them. Elsewhere (macOS, musl) there is no such call, and nothing to do."""
-    try:
-        trim = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):
-        return
-    trim(0)
 
 
 def _stopped(outcome: Outcome, cfg: TrialConfig, curve: list[list[float]], last: dict[str, float],

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import gc
 import math
 import os
 import statistics
@@ -47,6 +46,7 @@ from tunekit.results import ProbeResult
 from tunekit.results.probe import MEMORY_WARNING, BatchProbeSettings
 from tunekit.training.schedule import lr_schedule
 from tunekit.training.state import preserved, seed_everything_for
+from tunekit.training.memory import free_memory, is_oom
 from tunekit.training.step import TrainStep, Updates, make_scaler
 
 __all__ = ["probe", "ProbeResult", "plan_batches", "scale_lr", "find_largest_batch", "budget_bytes", "noise_cost",
@@ -126,17 +126,6 @@ def _cpu_available_bytes() -> int:
     except OSError:
         pass
     return _cpu_total_bytes()
-
-
-def _is_oom(exc: BaseException) -> bool:
-    """An out-of-memory error, recognised by its type (torch.OutOfMemoryError covers every device)."""
-    return isinstance(exc, torch.OutOfMemoryError)
-
-
-def _free_memory(device: torch.device) -> None:
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
 
 
 @renamed_keywords(max_batch="batch_limit")
@@ -466,7 +455,7 @@ class _Predictor(Protocol):
 
 def find_largest_batch(run_step: Callable[[int], Optional[float]], refit: Callable[[dict[int, float]], _Predictor],
                        usable: float, limit: int, *, tolerance: float = CONFIRM_TOLERANCE, max_steps: int = 6,
-                       free: Callable[[], None] = gc.collect) -> tuple[int, list[dict[str, Any]], _Predictor]:
+                       free: Callable[[], None] = free_memory) -> tuple[int, list[dict[str, Any]], _Predictor]:
     """The largest micro-batch that fits ``usable`` bytes, confirmed by real steps: (batch, tries, model).
 
     ``run_step(b)`` runs one real step at micro-batch ``b`` and returns its measured peak, on the
@@ -517,7 +506,7 @@ def _attempt(run_step: Callable[[int], Optional[float]], b: int) -> tuple[Option
     try:
         return run_step(b), False
     except Exception as exc:
-        if not _is_oom(exc):
+        if not is_oom(exc):
             raise
     return None, True
 
@@ -669,7 +658,7 @@ def _confirmed(run: _Run, mm: MemoryModel, traces: dict[int, Trace], room: _Room
         # the confirmed batch keeps that far below the budget, so that it is never over it.
         usable = room.usable if run.dev.type == "cuda" else int(room.usable * (1 - RESIDENT_NOISE))
         confirmed, tried, model = find_largest_batch(run_step, refit, usable, room.limit,
-                                                     free=lambda: _free_memory(run.dev))
+                                                     free=free_memory)
     if confirmed < 1:
         raise UsageError(f"no batch size ran within the budget (tried {[t['batch'] for t in tried]}): raise memory_budget")
     return confirmed, tried, model, how  # type: ignore[return-value]

@@ -33,6 +33,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from tunekit.training.memory import is_oom
+
 PINNED_MMAP_THRESHOLD = 64 * 1024
 _HEADER = struct.Struct("<Q")
 
@@ -263,16 +265,9 @@ def _child(read_fd: int, write_fd: int) -> None:
                 reply = _measured_step(state, pickle.loads(batches), libc)
                 reply = (*reply[:2], reply[2] + warm_samples)
         except Exception as exc:
-            reply = ("oom" if _is_oom(exc) else "error", "".join(traceback.format_exception(exc)))
+            reply = ("oom" if is_oom(exc) else "error", "".join(traceback.format_exception(exc)))
         gc.collect()
         _send(write_fd, pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL))
-
-
-def _is_oom(exc: BaseException) -> bool:
-    import torch
-
-    # PyTorch's CPU allocator raises a plain RuntimeError when malloc fails; its message is the one sign.
-    return isinstance(exc, (torch.OutOfMemoryError, MemoryError)) or "DefaultCPUAllocator: can't allocate memory" in str(exc)
 
 
 def _build(state: dict[str, Any]) -> Any:
