@@ -426,6 +426,19 @@ def test_the_result_names_the_optimizer_family() -> None:
     assert sgd.settings["family"] == "sgd" and sgd.settings["optimizer"] == "SGD"
 
 
+def test_lr_find_and_a_searchs_lr_rule_read_one_family_table() -> None:
+    """One table: an optimizer lr_find takes as adaptive (a bitsandbytes Adam, by its class name) is
+    adaptive to a search's LR-vs-batch rule too, and an unknown one is neither SGD nor adaptive to both."""
+    from tunekit.hpsearch.plan import lr_rule_for
+    from tunekit.training.optimizers import optimizer_family
+
+    p = [torch.nn.Parameter(torch.zeros(2))]
+    AdamW8bit = type("AdamW8bit", (torch.optim.Optimizer,), {})  # noqa: N806
+    bnb, other = AdamW8bit(p, {"lr": 1e-3}), type("Lion", (torch.optim.Optimizer,), {})(p, {"lr": 1e-3})
+    assert [optimizer_family(o) for o in (bnb, other, torch.optim.SGD(p, lr=0.1))] == ["adaptive", "other", "sgd"]
+    assert [lr_rule_for(o) for o in (bnb, other, torch.optim.SGD(p, lr=0.1))] == ["sqrt_below", "sqrt_below", "linear"]
+
+
 def test_cli_lr_find_clip_flag(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from tunekit import cli
     from tunekit.probes.range_test import TASK_DEFAULT

@@ -17,7 +17,8 @@ from tunekit.inputs.data import BatchStream
 from tunekit.probes.memory_trace import Trace, fit_memory_model, static_bytes, trace_step
 from tunekit.probes.noise_scale import noise_scale
 from tunekit.probes import clean_heap
-from tunekit.probes.batch_probe import MEASURED_IN_CHILD, MEASURED_IN_PROCESS, find_largest_batch, plan_batches, scale_lr
+from tunekit.probes.batch_probe import MEASURED_IN_CHILD, MEASURED_IN_PROCESS, find_largest_batch, plan_batches
+from tunekit.training.optimizers import rescale_lr
 from tunekit.bytesize import parse_bytes
 from tunekit.training.step import TrainStep
 from tunekit.inputs.task import LossComputer
@@ -272,7 +273,7 @@ def test_plan_and_lr_scaling() -> None:
     plan = plan_batches(128, 64, tp, mm)
     assert [(p["micro_batch"], p["accumulation_steps"]) for p in plan][:2] == [(64, 2), (32, 4)]
     assert all(p["micro_batch"] * p["accumulation_steps"] == 128 and p["micro_batch"] <= 64 for p in plan)
-    assert scale_lr(1e-3, 64, 256) == pytest.approx({"linear": 4e-3, "sqrt": 2e-3})
+    assert (rescale_lr(1e-3, 64, 256, "linear"), rescale_lr(1e-3, 64, 256, "sqrt")) == pytest.approx((4e-3, 2e-3))
 
 
 @pytest.mark.parametrize("text, value", [("512MiB", 512 * 2**20), ("8GiB", 8 * 2**30), ("2.5GB", 2_500_000_000), ("1e9", 10**9), (1024, 1024)])

@@ -26,11 +26,11 @@ from typing import Any, Optional
 from tunekit.errors import UsageError
 from tunekit.objective import Objective
 from tunekit.results.step_time import update_seconds
+from tunekit.training.optimizers import LR_RULES, is_adaptive_l2, optimizer_family, rescale_lr
 
 __all__ = ["Plan", "TrialConfig", "split_batch", "lr_rule_for", "is_adaptive_l2", "rescale_lr", "updates_for", "largest_batch",
            "trial_config", "effective_batch", "initial_design", "nearest_choice", "LR_RULES"]
 
-LR_RULES = ("sqrt", "linear", "none", "sqrt_below")
 # Fewer updates than this and warmup plus decay are no schedule at all: batches
 # that leave a trial fewer updates are not offered.
 MIN_UPDATES = 20
@@ -122,41 +122,9 @@ def lr_rule_for(optimizer: Any, same: str = "samples") -> str:
     smaller batch's noisier steps want a lower LR, while a larger batch's fewer updates gain nothing
     from a higher one. With the same updates the rules chosen leaving a task out do no better held out
     (0.021 against 0.020): the square root for adaptive ones (Malladi et al., 2022) stays."""
-    import torch
-
-    if isinstance(optimizer, torch.optim.SGD):
+    if optimizer_family(optimizer) == "sgd":
         return "linear"
     return "sqrt_below" if same == "samples" else "sqrt"
-
-
-def is_adaptive_l2(optimizer: Any) -> bool:
-    """Whether the optimizer is adaptive and adds weight decay to the gradient (L2) before its
-    per-parameter normalisation, which changes what the number means (Loshchilov & Hutter, 2019): on
-    benchmarks/search_tasks.py's long_adam (Adam) an L2 of 1e-3 ends 0.7-1% worse than none, 1e-2
-    about 7% worse, where AdamW recipes use 0.01-0.1. SGD's L2 goes through no normalisation, only
-    its momentum (lr x wd / (1 - momentum) a step): it is decay, and on the benchmark's SGD task its
-    best trials use 1e-3-7e-3, inside the decoupled range (the L2 range made every seed worse).
-    torch's built-ins say which they do: ``decoupled_weight_decay`` in Adam's (from torch 2.7),
-    NAdam's and RAdam's param groups; AdamW decouples; Adam, NAdam, RAdam without the flag, RMSprop,
-    Adagrad, Adadelta and Adamax add it to the gradient. Any other optimizer is taken as decoupling,
-    as most recent ones (Lion, Sophia, Adafactor's decay) do."""
-    import torch
-
-    group = optimizer.param_groups[0] if optimizer.param_groups else {}
-    if "decoupled_weight_decay" in group:
-        return not group["decoupled_weight_decay"]
-    adaptive = (torch.optim.Adam, torch.optim.NAdam, torch.optim.RAdam, torch.optim.RMSprop, torch.optim.Adagrad,
-                torch.optim.Adadelta, torch.optim.Adamax)
-    return isinstance(optimizer, adaptive) and not isinstance(optimizer, torch.optim.AdamW)
-
-
-def rescale_lr(lr: float, from_batch: int, to_batch: int, rule: str) -> float:
-    if rule not in LR_RULES:
-        raise UsageError(f"LR rule {rule!r} is unknown: use one of {', '.join(LR_RULES)}")
-    ratio = to_batch / from_batch
-    if rule == "sqrt_below":
-        return lr * math.sqrt(min(ratio, 1.0))
-    return lr * (ratio if rule == "linear" else math.sqrt(ratio) if rule == "sqrt" else 1.0)
 
 
 def updates_for(budget_samples: int, batch: int, budget_seconds: Optional[float] = None,

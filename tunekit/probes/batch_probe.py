@@ -47,9 +47,10 @@ from tunekit.results.probe import MEMORY_WARNING, BatchProbeSettings
 from tunekit.training.schedule import lr_schedule
 from tunekit.training.state import preserved, seed_everything_for
 from tunekit.training.memory import free_memory, is_oom
+from tunekit.training.optimizers import rescale_lr
 from tunekit.training.step import TrainStep, Updates, make_scaler
 
-__all__ = ["probe", "ProbeResult", "plan_batches", "scale_lr", "find_largest_batch", "budget_bytes", "noise_cost",
+__all__ = ["probe", "ProbeResult", "plan_batches", "PROBE_LR_RULES", "find_largest_batch", "budget_bytes", "noise_cost",
            "NOISE_REPEATS", "TASK_NOISE_WARMUP"]
 
 # The noise-scale stage: a fresh model of a Task first trains TASK_NOISE_WARMUP updates at a batch of
@@ -60,6 +61,8 @@ TASK_NOISE_WARMUP = 50
 NOISE_WARMUP_BATCH = 32
 NOISE_SMALL_BATCH = 8
 NOISE_MAX_ACCUM = 16
+# The rules a probe's plan carries a given LR to its target batch by: linear (Goyal et al.) and square root (Hoffer et al.).
+PROBE_LR_RULES = ("linear", "sqrt")
 
 
 def noise_cost(warmup: int = TASK_NOISE_WARMUP, repeats: int = NOISE_REPEATS) -> tuple[int, int]:
@@ -68,12 +71,6 @@ def noise_cost(warmup: int = TASK_NOISE_WARMUP, repeats: int = NOISE_REPEATS) ->
         return 0, 0
     return (warmup + 2 * repeats,
             warmup * NOISE_WARMUP_BATCH + repeats * NOISE_SMALL_BATCH * (1 + NOISE_MAX_ACCUM))
-
-
-def scale_lr(lr: float, from_batch: int, to_batch: int) -> dict[str, float]:
-    """An LR found at one effective batch, scaled to another: linear (Goyal et al.) and square-root (Hoffer et al.)."""
-    ratio = to_batch / from_batch
-    return {"linear": lr * ratio, "sqrt": lr * math.sqrt(ratio)}
 
 
 def plan_batches(target: int, max_batch: int, throughput: list[dict[str, float]], model: MemoryModel) -> list[dict[str, Any]]:
@@ -355,8 +352,9 @@ def _plan(target: int, confirmed: int, throughput: list[dict[str, float]], mm: M
     plan = plan_batches(target, confirmed, throughput, mm) if target else []
     lr_scaling: dict[str, Any] = {}
     if lr is not None and lr_batch is not None and target:
-        for rule, value in scale_lr(lr, lr_batch, target).items():
-            lr_scaling[rule] = {"from_lr": lr, "from_batch": lr_batch, "to_batch": target, "lr": value}
+        for rule in PROBE_LR_RULES:
+            lr_scaling[rule] = {"from_lr": lr, "from_batch": lr_batch, "to_batch": target,
+                                "lr": rescale_lr(lr, lr_batch, target, rule)}
     return plan, lr_scaling
 
 

@@ -27,6 +27,7 @@ from tunekit.results.lr_find import Doubt, LRFindSettings, Refinement, RefineSta
 from tunekit.training.schedule import lr_schedule, sweep_lrs
 from tunekit.progress import bar
 from tunekit.training.state import preserved, seed_everything_for
+from tunekit.training.optimizers import optimizer_family
 from tunekit.training.step import TrainStep, Updates, make_scaler
 from tunekit.probes.lr_rules import (DEFAULT_RULE, NOISE_MARGIN, NOISE_POINTS, RULES, assess, blowup, bracket_minimum,
                                      bracket_next, bracket_polish, prepare, start_noise)
@@ -39,29 +40,6 @@ from tunekit.training.loop import evaluate
 from tunekit.integrations.task_spec import takes_their_objects
 
 __all__ = ["lr_find", "LRFindResult", "TASK_DEFAULT", "optimizer_family", "SWEEP_STEPS"]
-
-
-
-_ADAPTIVE = (torch.optim.Adam, torch.optim.AdamW, torch.optim.RMSprop, torch.optim.Adagrad, torch.optim.Adadelta,
-             torch.optim.Adamax, torch.optim.NAdam, torch.optim.RAdam)
-
-
-# Second-moment optimizers of other packages, by class name (tunekit imports neither): Hugging Face's
-# Adafactor (optim="adafactor") and bitsandbytes' 8-bit and paged Adams (optim="adamw_bnb_8bit", ...).
-_ADAPTIVE_NAMES = frozenset({"Adafactor", "Adam8bit", "AdamW8bit", "Adam32bit", "AdamW32bit", "PagedAdam",
-                             "PagedAdamW", "PagedAdam8bit", "PagedAdamW8bit", "PagedAdamW32bit", "LAMB", "LAMB8bit"})
-
-
-def optimizer_family(optimizer: torch.optim.Optimizer) -> str:
-    """"sgd" (plain, momentum or Nesterov), "adaptive" (per-parameter second-moment scaling: Adam, AdamW,
-    RMSprop, Adagrad, Adafactor...) or "other". The rules read it: the two families sit differently
-    against the curve."""
-    if isinstance(optimizer, torch.optim.SGD):
-        return "sgd"
-    if isinstance(optimizer, _ADAPTIVE) or type(optimizer).__name__ in _ADAPTIVE_NAMES or (
-            hasattr(torch.optim, "Adafactor") and isinstance(optimizer, torch.optim.Adafactor)):
-        return "adaptive"
-    return "other"
 
 
 def _check_args(min_lr: float, max_lr: float, sweep_steps: int, mode: str, repeats: int, diverge_threshold: float,
