@@ -28,7 +28,7 @@ from tunekit.integrations.task_spec import absolute_spec, load_task
 from tunekit.training.loop import TrainConfig, evaluate
 from tunekit.training.step import resolve_device
 
-__all__ = ["ResolvedSearch", "SearchInputs", "resolve_search", "prepare_inputs", "with_objective"]
+__all__ = ["ResolvedSearch", "SearchInputs", "resolve_search", "prepare_inputs", "with_objective", "task_batch"]
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,7 @@ class SearchInputs:
     task: Any
     cfg: Any
     budget: Budget
+    task_batch: int  # the recipe's effective batch (micro-batch times accumulation): task_batch() once
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,8 @@ def prepare_inputs(task: Any, space: str | SearchSpace, settings: SearchSettings
     sp = _with_task_config(sp, task, settings.task_config)
     base = _base_task(task, sp)
     cfg = TrainConfig.for_task(base, device=settings.backend.device)
-    inputs = SearchInputs(sp, base, cfg, _budget(settings.budget, base, cfg))
+    batch = task_batch(base, cfg)
+    inputs = SearchInputs(sp, base, cfg, _budget(settings.budget, base, cfg, batch), batch)
     _check_objective(inputs, settings)
     return inputs
 
@@ -151,10 +153,14 @@ def _base_task(task: Any, sp: SearchSpace) -> Any:
     return base
 
 
-def _budget(spec: Any, task: Any, cfg: Any) -> Budget:
-    task_batch = int(cfg.batch_size or task.batch_size or 1) * int(cfg.accumulation_steps or 1)
+def task_batch(task: Any, cfg: Any) -> int:
+    """The task's own effective batch under its recipe ``cfg``: its micro-batch times accumulation."""
+    return int(cfg.batch_size or task.batch_size or 1) * int(cfg.accumulation_steps or 1)
+
+
+def _budget(spec: Any, task: Any, cfg: Any, batch: int) -> Budget:
     tokens = _tokens_per_sample(task, cfg) if isinstance(spec, str) and "token" in spec else None
-    return resolve_budget(spec, task_batch=task_batch, default_updates=int(cfg.max_steps),
+    return resolve_budget(spec, task_batch=batch, default_updates=int(cfg.max_steps),
                           dataset_size=dataset_size(task.train_data), tokens_per_sample=tokens)
 
 

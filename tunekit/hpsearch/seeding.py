@@ -127,7 +127,7 @@ def _warn_small_budget(inputs: SearchInputs, settings: SearchSettings, runs_lr_f
     budget = inputs.budget
     if not budget.priced:  # device time: priced, and its batches capped, once the probe has timed a step
         return
-    samples, batch = budget.samples, _task_batch(inputs)
+    samples, batch = budget.samples, inputs.task_batch
     sweep = settings.probes.lr_sweep_steps or SWEEP_STEPS
     probes = sweep * batch if runs_lr_find else 0
     few = samples < MIN_UPDATES * batch
@@ -163,7 +163,7 @@ def _trial_updates(inputs: SearchInputs) -> Optional[int]:
     yet priced: lr_find then plans for the task's recipe)."""
     if not inputs.budget.priced:
         return None
-    return updates_for(inputs.budget.samples, _task_batch(inputs))  # as the trial at that batch runs them
+    return updates_for(inputs.budget.samples, inputs.task_batch)  # as the trial at that batch runs them
 
 
 def probe_cap(inputs: SearchInputs, lr_find: Any) -> Optional[int]:
@@ -180,7 +180,7 @@ def priced(inputs: SearchInputs, probes: Probes) -> SearchInputs:
     """The inputs with a budget in device time priced by the probe's timed steps at the task's own batch."""
     if inputs.budget.priced:
         return inputs
-    task_batch = _task_batch(inputs)
+    task_batch = inputs.task_batch
     curve = probes.probe.step_times if probes.probe is not None else []
     if not curve and probes.probe is not None and probes.probe.busy_batches:
         raise UsageError(f"budget {inputs.budget.amount:g}s is device time, and every step the probe timed ran while the "
@@ -188,12 +188,6 @@ def priced(inputs: SearchInputs, probes: Probes) -> SearchInputs:
                          "budget in samples")
     per_update = update_seconds(curve, *split_batch(task_batch, int(probes.probe.max_batch))) if curve else None
     return dataclasses.replace(inputs, budget=price_budget(inputs.budget, per_update, task_batch))
-
-
-def _task_batch(inputs: SearchInputs) -> int:
-    """The task's own effective batch (its micro-batch times accumulation)."""
-    cfg, task = inputs.cfg, inputs.task
-    return int(cfg.batch_size or task.batch_size or 1) * int(cfg.accumulation_steps or 1)
 
 
 def _save(result: Any, out_dir: Optional[Path], name: str) -> None:
@@ -225,7 +219,7 @@ def make_plan(inputs: SearchInputs, probes: Probes, settings: SearchSettings) ->
     eval_bs = int(task.batch_size or cfg.batch_size or 1)
     n_val = dataset_size(task.val_data)
     eval_batches = None if n_val is None or n_val <= EVAL_SAMPLES else max(1, EVAL_SAMPLES // eval_bs)
-    return Plan(budget_samples=inputs.budget.samples, seed=settings.seed, task_batch=_task_batch(inputs),
+    return Plan(budget_samples=inputs.budget.samples, seed=settings.seed, task_batch=inputs.task_batch,
                 max_micro=int(probes.probe.max_batch) if probes.probe is not None else 1 << 30,
                 ref_batch=ref, lr_rule=rule, evals=settings.pruner.evals, device=settings.backend.device, eval_batch_size=eval_bs,
                 eval_batches=eval_batches, fixed=sp.fixed(), objective=settings.goal.name,
