@@ -42,7 +42,7 @@ def check_fp16_scaler() -> str:
 
 
 def check_real_oom() -> str:
-    from tunekit.probes.batch_probe import cuda_budget, find_largest_batch  # the search itself, with a step that really allocates
+    from tunekit.probes.largest_batch import cuda_budget, find_largest_batch  # the search itself, with a step that really allocates
 
     dev = torch.device("cuda")
     free, total = torch.cuda.mem_get_info(dev)

@@ -17,7 +17,8 @@ from tunekit.inputs.data import BatchStream
 from tunekit.probes.memory_trace import Trace, fit_memory_model, static_bytes, trace_step
 from tunekit.probes.noise_scale import noise_scale
 from tunekit.probes import clean_heap
-from tunekit.probes.batch_probe import MEASURED_IN_CHILD, MEASURED_IN_PROCESS, find_largest_batch, plan_batches
+from tunekit.probes.batch_probe import find_largest_batch, plan_batches
+from tunekit.probes.largest_batch import MEASURED_IN_CHILD, MEASURED_IN_PROCESS
 from tunekit.training.optimizers import rescale_lr
 from tunekit.bytesize import parse_bytes
 from tunekit.training.step import TrainStep
@@ -591,9 +592,9 @@ def test_a_model_holding_a_lock_is_traced_measured_in_process_and_said() -> None
 
 
 def test_a_model_too_big_to_copy_beside_itself_is_measured_in_process(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tunekit.probes import batch_probe
+    from tunekit.probes import largest_batch
 
-    monkeypatch.setattr(batch_probe, "_cpu_available_bytes", lambda: 1024)  # a machine with 1 KiB free
+    monkeypatch.setattr(largest_batch, "cpu_available_bytes", lambda: 1024)  # a machine with 1 KiB free
     r = probe(MLP(8, 16, 4), small_task().train_data, nn.CrossEntropyLoss(), memory_budget="4MiB", device="cpu",
               throughput_points=0, noise_repeats=0, progress=False)
     assert r.memory_measured.startswith(MEASURED_IN_PROCESS) and "would take over half the available RAM" in r.memory_measured
@@ -601,13 +602,13 @@ def test_a_model_too_big_to_copy_beside_itself_is_measured_in_process(monkeypatc
 
 def test_a_cpu_probe_takes_a_runs_share_of_memory_and_never_plans_on_an_unbounded_critical_batch(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from tunekit.probes import batch_probe
+    from tunekit.probes import batch_probe, probe_run
 
-    monkeypatch.setattr(batch_probe, "_cpu_total_bytes", lambda: 16 * 2**30)
-    monkeypatch.setattr(batch_probe, "_cpu_available_bytes", lambda: 15 * 2**30)
+    monkeypatch.setattr(probe_run, "cpu_total_bytes", lambda: 16 * 2**30)
+    monkeypatch.setattr(probe_run, "cpu_available_bytes", lambda: 15 * 2**30)
     budget, source = batch_probe.budget_bytes(None, torch.device("cpu"))
     assert budget == 4 * 2**30 and "1/4 of this machine's RAM" in source  # said, with the way to more
-    monkeypatch.setattr(batch_probe, "_cpu_available_bytes", lambda: 2**30)  # a busy machine: what is free
+    monkeypatch.setattr(probe_run, "cpu_available_bytes", lambda: 2**30)  # a busy machine: what is free
     assert batch_probe.budget_bytes(None, torch.device("cpu")) == (2**30, "available RAM")
     # A measured noise scale whose interval is 0..inf: the plan is the task's batch, and says why.
     real_noise = batch_probe._noise
@@ -644,7 +645,7 @@ def test_a_probe_dearer_than_its_planned_run_says_so_before_its_real_steps() -> 
 
 def test_the_cost_warning_never_suggests_what_was_passed_and_the_cli_says_it_in_its_flags(
         tmp_path: Path, run_main, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
-    from tunekit.probes import batch_probe
+    from tunekit.probes import batch_probe, probe_run
 
     task = dataclasses.replace(regression_task(), defaults={**regression_task().defaults, "max_steps": 2})  # batch 16
     with pytest.warns(batch_probe.ProbeCostWarning) as said:
@@ -659,8 +660,8 @@ def test_the_cost_warning_never_suggests_what_was_passed_and_the_cli_says_it_in_
         "def short(config):\n    t = regression_task()\n"
         "    return dataclasses.replace(t, defaults={**t.defaults, 'max_steps': 2})\n")
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1]))
-    monkeypatch.setattr(batch_probe, "_cpu_total_bytes", lambda: 16 * 2**30)
-    monkeypatch.setattr(batch_probe, "_cpu_available_bytes", lambda: 15 * 2**30)
+    monkeypatch.setattr(probe_run, "cpu_total_bytes", lambda: 16 * 2**30)
+    monkeypatch.setattr(probe_run, "cpu_available_bytes", lambda: 15 * 2**30)
     for extra, hint in (([], "pass --batch-limit 128 to spend less"), (["--batch-limit", "128"], None)):
         code, out, err = run_main("probe", "--task", str(tmp_path / "short.py") + ":short", "--quiet", "--device", "cpu",
                                   "--out", str(tmp_path / "o"), *extra)
@@ -679,7 +680,7 @@ def test_timings_taken_while_the_machine_is_busy_are_timed_again_and_else_not_ac
     fastest batch, the knee, the plan and the prices, and the table says which."""
     from collections import Counter
 
-    from tunekit.probes import batch_probe
+    from tunekit.probes import batch_probe, throughput
 
     calls: Counter[int] = Counter()
 
@@ -694,7 +695,7 @@ def test_timings_taken_while_the_machine_is_busy_are_timed_again_and_else_not_ac
     task = dataclasses.replace(regression_task(), defaults={**regression_task().defaults, "max_steps": 1000})
     kw = dict(memory_budget="1GiB", device="cpu", trace_sizes=(2, 4), throughput_points=3, timing_steps=3,
               noise_repeats=0, calibrate_steps=False, progress=False)
-    monkeypatch.setattr(batch_probe, "_time_step", scripted(23, {256}))
+    monkeypatch.setattr(throughput, "_time_step", scripted(23, {256}))
     r = probe(task, **kw)
     by = {t["batch"]: t for t in r.throughput}
     assert sorted(by) == [2, 23, 256]
@@ -707,7 +708,7 @@ def test_timings_taken_while_the_machine_is_busy_are_timed_again_and_else_not_ac
     assert "batch 256 is left out of the fastest batch" in table
     # Busy throughout: nothing timed is acted on, and the planned run's seconds are not predicted.
     calls.clear()
-    monkeypatch.setattr(batch_probe, "_time_step", scripted(0, {2, 23, 256}))
+    monkeypatch.setattr(throughput, "_time_step", scripted(0, {2, 23, 256}))
     r = probe(task, **kw)
     assert r.busy_batches == [2, 23, 256] and r.step_times == [] and r.run_seconds is None
     assert r.fastest_batch is None and r.knee_batch is None and all(math.isnan(p["samples_per_s"]) for p in r.plan)
@@ -715,6 +716,6 @@ def test_timings_taken_while_the_machine_is_busy_are_timed_again_and_else_not_ac
     assert "its seconds not predicted (the machine was busy)" in r.cost()
     # Timing again replays drawn batches: the probe's samples are the same however busy the machine was.
     calls.clear()
-    monkeypatch.setattr(batch_probe, "_time_step", scripted(0, set()))
+    monkeypatch.setattr(throughput, "_time_step", scripted(0, set()))
     quiet = probe(task, **kw)
     assert quiet.busy_batches == [] and (quiet.samples, quiet.updates) == (r.samples, r.updates)
