@@ -376,7 +376,7 @@ def test_cli_repeats_summary_counts_every_run(tmp_path: Path, run_main) -> None:
 
 def _spy_steps(monkeypatch: pytest.MonkeyPatch) -> list[dict]:
     """The keyword settings of every TrainStep that lr_find builds."""
-    import tunekit.probes.range_test as mod
+    import tunekit.probes.sweep as mod  # where lr_find's sweeps and short runs build their steps
 
     seen: list[dict] = []
 
@@ -479,7 +479,7 @@ def _curve_result(suggestion: float | None, confident: bool) -> LRFindResult:
 
 
 def test_refinement_brackets_the_best_short_run_and_takes_the_parabola_vertex() -> None:
-    from tunekit.probes.range_test import _refine
+    from tunekit.probes.refine import refine_suggestion
 
     ran: list[float] = []
 
@@ -488,7 +488,7 @@ def test_refinement_brackets_the_best_short_run_and_takes_the_parabola_vertex() 
         return (np.log10(lr) + 2.3) ** 2, 500
 
     r = _curve_result(10 ** -2.5, confident=True)
-    _refine(r, short_run)
+    refine_suggestion(r, short_run)
     # Bracketed by the first three; one more a quarter decade from the best, on its better side.
     assert np.log10(ran) == pytest.approx([-3.0, -2.5, -2.0, -2.25])
     assert r.suggestion == pytest.approx(10 ** -2.3) and r.confident and r.refinement["bracketed"]
@@ -497,23 +497,23 @@ def test_refinement_brackets_the_best_short_run_and_takes_the_parabola_vertex() 
     # A start a little apart snaps to the same half-decade lattice: the same runs, the same answer.
     ran.clear()
     r = _curve_result(10 ** -2.4, confident=True)
-    _refine(r, short_run)
+    refine_suggestion(r, short_run)
     assert np.log10(ran) == pytest.approx([-3.0, -2.5, -2.0, -2.25]) and r.suggestion == pytest.approx(10 ** -2.3)
 
     # Two decades off: the bracket walks up three times, then says the best is at its edge.
     ran.clear()
     r = _curve_result(10 ** -4.5, confident=True)
-    _refine(r, short_run)
+    refine_suggestion(r, short_run)
     assert np.log10(ran) == pytest.approx([-5.0, -4.5, -4.0, -3.5, -3.0, -2.5])
     assert r.suggestion == pytest.approx(10 ** -2.5) and not r.confident and not r.refinement["bracketed"]
     assert any("edge" in reason for reason in r.reasons)
 
 
 def test_a_refinement_whose_runs_all_diverge_keeps_the_curve_and_says_so() -> None:
-    from tunekit.probes.range_test import _refine
+    from tunekit.probes.refine import refine_suggestion
 
     r = _curve_result(1e-3, confident=True)
-    _refine(r, lambda lr: (float("inf"), 100))
+    refine_suggestion(r, lambda lr: (float("inf"), 100))
     assert r.suggestion == 1e-3 and not r.confident and any("diverged" in reason for reason in r.reasons)
     # It walked down three half-decades looking for an LR that trains: six runs in all.
     assert r.refinement["samples"] == 600 and not r.refinement["bracketed"]
@@ -521,7 +521,7 @@ def test_a_refinement_whose_runs_all_diverge_keeps_the_curve_and_says_so() -> No
 
 
 def test_an_untrusted_curve_is_refined_from_below_its_blowup() -> None:
-    from tunekit.probes.range_test import refine_start
+    from tunekit.probes.refine import refine_start
 
     assert refine_start(_curve_result(1e-3, confident=True)) == 1e-3
     # Not confident: its minimum means nothing on a flat curve; half a decade below where it comes apart.
@@ -721,15 +721,15 @@ def test_a_result_saved_by_tunekit_0_1_loads_into_the_typed_records() -> None:
 
 
 def test_doubts_are_an_enum_beside_the_reasons() -> None:
-    from tunekit.probes.range_test import _refine
+    from tunekit.probes.refine import refine_suggestion
     from tunekit.results.lr_find import Confidence, Doubt
 
     r = _curve_result(1e-3, confident=True)
-    _refine(r, lambda lr: (float("inf"), 100))
+    refine_suggestion(r, lambda lr: (float("inf"), 100))
     assert r.doubts == [Doubt.REFINE_DIVERGED] and r.level is Confidence.LOW and len(r.reasons) == 1
     assert LRFindResult.from_json(r.to_json()).doubts == [Doubt.REFINE_DIVERGED]
     r = _curve_result(10 ** -4.5, confident=True)
-    _refine(r, lambda lr: ((np.log10(lr) + 2.3) ** 2, 500))
+    refine_suggestion(r, lambda lr: ((np.log10(lr) + 2.3) ** 2, 500))
     assert r.doubts == [Doubt.AT_EDGE] and not r.confident
 
 
