@@ -343,14 +343,14 @@ def divided(anchor: str, k: float | dict[str, float]) -> Callable[[Curve], float
 
 
 def tunekit_rule(c: Curve) -> float | None:
-    """tunekit's default: ``DEFAULT_SPEC``; see benchmarks/lr_rules.py --loto for how it was chosen."""
+    """tunekit's default: ``DEFAULT_SPEC`` (how it does on the task corpus: benchmarks/data/corpus_lr_report.txt)."""
     return _DEFAULT(c)
 
 
-# Chosen by leave-one-task-out selection on the 12-task benchmark (benchmarks/lr_rules.py --loto): the
-# rule picked for 9 of the 12 held-out tasks when chosen on the other eleven (their held-out regret, not
-# its in-sample one, is the figure quoted in the README). With SGD, clipped at 1.0 like training, the
-# minimum itself; with an adaptive optimizer, half of it.
+# With SGD, clipped at 1.0 like training, the minimum itself; with an adaptive optimizer, half of it. Its
+# regret at the planned run on the task corpus, per family and leaving each family out:
+# benchmarks/data/corpus_lr_report.txt (python -m benchmarks.corpus_lr); how it was first chosen:
+# benchmarks/data/constants_history.md.
 DEFAULT_SPEC: tuple[str, float | dict[str, float]] = ("min", {"sgd": 1.0, "adaptive": 2.0})
 _DEFAULT = divided(*DEFAULT_SPEC)
 

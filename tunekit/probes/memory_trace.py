@@ -358,14 +358,14 @@ def _tensors_in_own_pages() -> Iterator[None]:
     """During the measured step, every allocation over 64 KiB is mmapped and unmapped when freed.
 
     Otherwise glibc serves tensors of up to 32 MiB from its heap, where freed chunks stay
-    resident and fragment: the same step at the same batch then reads 5-30% apart from one
-    run to the next (a deep MLP, 27% over its live tensors). Pinned, resident memory follows
-    the live tensors, as in a fresh process started with MALLOC_MMAP_THRESHOLD_=65536.
+    resident and fragment: the same step at the same batch then reads far apart from one run
+    to the next. Pinned, resident memory follows the live tensors, as in a fresh process
+    started with MALLOC_MMAP_THRESHOLD_=65536.
 
     glibc has no way back to its dynamic thresholds, so they are left where those end in a
-    training loop. (Left at the static defaults, 128 KiB, every later step's tensors were
-    mmapped and unmapped again: after a probe, a small CNN's steps at batch 64 ran in 13 ms
-    instead of 5.6 ms, and the search's trials, which run in the probe's process, paid it.)
+    training loop: left at the static defaults (128 KiB), every later step's tensors were
+    mmapped and unmapped again, and the search's trials, which run in the probe's process, ran
+    slower (the measurements: benchmarks/data/constants_history.md).
     """
     libc = _libc()
     if libc is None:  # not glibc: measured as it is
@@ -449,11 +449,9 @@ def calibrate(model: MemoryModel, traces: dict[int, Trace], real: dict[int, int]
     measured; the extra at each is (real peak) - (traced peak above the resident state), and
     may be negative where the trace over-counts. The extra is taken as proportional to the
     batch, through the last point (the one nearest the batch the probe recommends), as kernel
-    workspaces (RNNs, im2col, attention) are: the fused LSTM's extra is 0.305 MiB a sample
-    from batch 83 to 1339, within 1%. No fixed part is fitted: a line through two measured
-    points puts their noise into its intercept (0.1% of a step measured at 5x the budget gave
-    the LSTM an intercept 8% of its step at batch 83), and on CPU a step's resident memory
-    moves by a few MiB with the heap's state anyway.
+    workspaces (RNNs, im2col, attention) are (the fused LSTM's: benchmarks/data/constants_history.md).
+    No fixed part is fitted: a line through two measured points puts their noise into its
+    intercept, and on CPU a step's resident memory moves by a few MiB with the heap's state anyway.
     """
     sizes = [b for b in real if b in traces]
     if not sizes:

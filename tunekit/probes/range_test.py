@@ -76,7 +76,7 @@ def lr_find(
     accumulation and precision: the task's recipe, else :mod:`tunekit.defaults`); then, with ``refine``,
     short real runs around the curve's suggestion check it, costing at most ``refine_share`` of the
     planned run, or one range test's updates where that share buys no useful run (the curve alone can
-    be off by 25x: benchmarks/lr_rules.py). A model in hand, its
+    be far off: benchmarks/data/constants_history.md). A model in hand, its
     optimizer, the scaler and the RNG states are restored bitwise when the test ends, also on an
     exception or Ctrl-C. ``samples`` counts every training sample drawn.
 

@@ -46,8 +46,8 @@ REFINE_EVAL_SAMPLES = 2048  # each run's score: its loss on at most this many sa
 
 def without_scoring_data(plan: RefinePlan) -> RefinePlan:
     """No short runs for the one-length carry without data to score them on: it was calibrated on runs scored
-    on validation data, and runs scored on what they train on reward memorising (benchmarks/lr_small_data.py:
-    mean regret 38% against the curve's 35%; the corpus's small-data family 315% against 172%)."""
+    on validation data, and runs scored on what they train on reward memorising, doing worse than the curve
+    alone (the measurements: benchmarks/data/constants_history.md)."""
     return dataclasses.replace(plan, steps=0, why="no val_data: short runs scored on the data they train on reward "
                                "memorising, so the curve's suggestion stands alone (pass val_data, or "
                                "hold_out_share=0.2, to check it with short runs)")
@@ -64,9 +64,9 @@ def _scoring_split(setup: LRSetup, seed: int, share: float | None) -> tuple[Data
     """(what a short run of data order ``seed`` trains on, what scores it, said in words): the validation
     data; else, with ``share``, a slice of the training data drawn by ``seed`` that the run never trains on
     (each seed holds out another, so the runs' mean is scored on more than one slice holds); else the
-    training data itself. Scored on what it trains on, a run is rewarded for memorising it; but on
-    benchmarks/lr_small_data.py a held-out fifth raised the mean regret from 8% to 14% (its slices are
-    small and noisy, and the runs train on less), so holding out is the caller's choice."""
+    training data itself. Scored on what it trains on, a run is rewarded for memorising it; but a held-out
+    slice is small and noisy, and the runs train on less (a held-out fifth did worse on small data:
+    benchmarks/data/constants_history.md), so holding out is the caller's choice."""
     if setup.val_data is not None:
         return setup.data, setup.val_data, ScoredOn.VAL, "the validation data"
     split = hold_out(setup.data, share, REFINE_EVAL_SAMPLES, seed) if share else None
@@ -190,7 +190,7 @@ def refine_suggestion(result: LRFindResult, short_run: Callable[[float], tuple[f
         return
     result.suggestion = ref.best_lr
     # The one-length carry was calibrated on runs at the budget's few LRs, bracketed or not: on the corpus an
-    # unbracketed best carried as well as a bracketed one (median error 0.29 decades against 0.28).
+    # unbracketed best carried as well as a bracketed one (benchmarks/data/constants_history.md).
     if not ref.bracketed and not calibrated:
         result.doubt(Doubt.AT_EDGE, "the short runs' best is at the edge of the LRs they tried: the suggestion may "
                      "lie beyond it (widen the sweep)")

@@ -4,9 +4,10 @@ Pure functions: the refinement's short runs are sized from the run the user plan
 optimizer updates) and the share of that run they may cost; their best LRs at two lengths, H and 2H,
 are carried to the planned length by how the best moved between them.
 
-The two lengths' constants are chosen by ``benchmarks/lr_horizon_eval.py`` (leave one task out); a
-planned run too short for two lengths gets short runs of one length, bought with one range test's
-updates, whose carry is chosen leave-one-family-out on the corpus (``benchmarks/lr_carry.py``).
+The two lengths' constants were chosen leaving one task out; a planned run too short for two lengths
+gets short runs of one length, bought with one range test's updates, whose carry is chosen
+leave-one-family-out on the corpus (``benchmarks/lr_carry.py``). The measurements behind the
+constants: ``benchmarks/data/constants_history.md``.
 """
 
 from __future__ import annotations
@@ -23,19 +24,17 @@ __all__ = ["RefinePlan", "plan_refinement", "from_two_lengths", "from_short_runs
 # A model in hand whose data has no length, and no run_steps given: a run of this many updates
 # (tunekit.defaults; data with a length: RUN_EPOCHS_IN_HAND epochs of it).
 DEFAULT_RUN_STEPS = RUN_STEPS_IN_HAND
-# Runs at two lengths, H and 2H, from this H: how the best LR moves from H to 2H says where it settles.
-# (A single length is biased by its length, either way: against a 3,000-update run's best, 30-update runs'
-# best was 0.3-6.9x on the long-horizon tasks, where two lengths from 15 updates come closer than the curve.)
+# Runs at two lengths, H and 2H, from this H: how the best LR moves from H to 2H says where it settles
+# (a single length is biased by its length, either way).
 TWO_LENGTHS_FROM = 15
 # A second seed per LR only once runs are this long: a short run's bias outweighs its noise.
 TWO_SEEDS_FROM = 200
-# One length (the caller's refine_steps) is not carried: a power law in the run's length made the 12
-# short-run tasks of benchmarks/lr_rules.py worse (mean regret 1.7% at exponent 0, 2.1% at 0.3).
-# Two lengths: log10 of the best LR approaches its limit as (N / H) ** -SATURATION. 1: within 0.2% of the
-# lowest regret over 0.5-2 on the long-horizon tasks, with the least spread over seeds of those (0.17 decades).
+# One length (the caller's refine_steps) is not carried: a power law in the run's length did worse.
+# Two lengths: log10 of the best LR approaches its limit as (N / H) ** -SATURATION; 1 spread least over seeds
+# among those near the lowest regret on the long-horizon tasks.
 SATURATION = 1.0
 # How far from the longer runs' best the limit may be put, in decades: two noisy bests can say anything
-# (half a decade: the lowest held-out regret among 0.25, 0.5, 0.75 and 1, benchmarks/lr_horizon_eval.py).
+# (half a decade had the lowest held-out regret of the four tried).
 MOST_CARRIED = 0.5
 # A planned run too short for two lengths may spend one range test's updates more (SWEEP_STEPS): short runs
 # of SHORT_STEPS updates (3 or more of them), their best moved SHORT_SHIFT decades, never above the sweep's

@@ -79,8 +79,8 @@ def blown_up(losses: list[float], best: float, threshold: float, noise: float = 
     """(whether the run has blown up, the best recent loss so far): divergence on a robust, lag-free
     signal, the median of the last three losses against the best such median so far, above ``threshold``
     times it and by more than ``NOISE_MARGIN`` times the start's ``noise`` (lr_rules.start_noise): a
-    heavy-tailed loss's spikes are not divergence.
-    (sorted() on three floats: np.median costs ~60 us a call, 8% of a small model's sweep.)"""
+    heavy-tailed loss's spikes are not divergence. (sorted() on three floats, not np.median: it is called every
+    update; the cost is in benchmarks/data/constants_history.md.)"""
     last = sorted(losses[-3:])
     recent = float(last[len(last) // 2]) if len(last) % 2 else (last[0] + last[1]) / 2
     best = min(best, recent)
