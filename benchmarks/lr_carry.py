@@ -39,7 +39,7 @@ from tunekit.defaults import REFINE_SHARE, SWEEP_STEPS
 from tunekit.probes import lr_rules
 
 BUDGET = SWEEP_STEPS  # one range test's updates: what the refinement may spend at least
-STEP = 0.5  # the short runs' lattice, decades (range_test.REFINE_OFFSETS)
+STEP = 0.5  # the short runs' lattice, decades (tunekit.probes.refine.REFINE_OFFSETS)
 SHIFTS = tuple(np.round(np.arange(-1.0, 0.51, 0.125), 3))
 WEIGHTS = (1.0, 0.75, 0.5)
 # At most blow-up / 10**cap: a safety rule, not fitted (half a decade below the blow-up is where lr_find's
