@@ -91,7 +91,8 @@ def report_page(report: Report) -> str:
             ("Machine", report.machine), ("Load", report.load), ("Date", report.date)]
     parts = [f"# {report.title}\n",
              f"Generated from `benchmarks/data/{report.name}{SUFFIX}` when the site is built: the figures below are "
-             f"the report's, unchanged. Run the command again to write a new report.\n",
+             f"the report's, unchanged. " + ("Run its command again to write a new report.\n" if report.command else
+                                             "It predates the header that names its command: its notes say how it was made.\n"),
              "| | |\n|---|---|\n" + "\n".join(f"| {key} | {_cell(value)} |" for key, value in rows) + "\n"]
     if report.notes:
         parts.append("\n".join(f"> {note}  " for note in report.notes) + "\n")
@@ -109,7 +110,7 @@ def index_table(reports: list[Report]) -> str:
 def load_reports(folder: Path = REPORTS) -> list[Report]:
     """Every NAME_report.txt in ``folder``, by name."""
     return [parse_report(path.name[:-len(SUFFIX)], path.read_text())
-            for path in sorted(folder.glob(f"*{SUFFIX}"))]
+            for path in sorted(folder.glob(f"*{SUFFIX}"), key=lambda p: p.name[:-len(SUFFIX)])]
 
 
 def on_config(config: Any) -> Any:
