@@ -68,6 +68,7 @@ def test_each_directive_is_pointed_at_the_object_the_public_name_is() -> None:
         assert getattr(importlib.import_module(module), qualname) is getattr(tunekit, name)
     assert hook.point_directives("::: tunekit.lr_find\n::: tunekit.other\n", paths) == \
         f"::: {paths['lr_find']}\n::: tunekit.other\n"
+    assert hook.drop_roles("see :func:<code>~tunekit.lr_find</code>") == "see <code>tunekit.lr_find</code>"
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:

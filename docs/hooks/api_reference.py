@@ -17,6 +17,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 DIRECTIVE = re.compile(r"^::: tunekit\.(\w+)[ \t]*$", re.MULTILINE)
+# A Sphinx role left in a docstring (":class:`~tunekit.Task`"), as the page's HTML has it once rendered.
+ROLE = re.compile(r":(?:mod|class|func|meth|data|attr|exc|obj):<code>~?")
 
 
 def defining_paths() -> dict[str, str]:
@@ -34,7 +36,16 @@ def point_directives(markdown: str, paths: dict[str, str]) -> str:
     return DIRECTIVE.sub(lambda m: f"::: {paths.get(m.group(1), 'tunekit.' + m.group(1))}", markdown)
 
 
+def drop_roles(html: str) -> str:
+    """The rendered docstrings' Sphinx roles dropped: a name in code no longer shows ":func:" before it."""
+    return ROLE.sub("<code>", html)
+
+
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
     if page.file.src_uri.startswith("reference/") and DIRECTIVE.search(markdown):
         return point_directives(markdown, defining_paths())
     return markdown
+
+
+def on_page_content(html: str, page: Any, config: Any, files: Any) -> str:
+    return drop_roles(html) if page.file.src_uri.startswith("reference/") else html
