@@ -2,19 +2,23 @@
 #   make run   set up, then run the main job (tunekit lr-find) on a built-in task
 #   make test  set up, then run the tests (all of them; make test-fast leaves out the slow ones:
 #              Ray, subprocesses, kill-and-resume, searches of more than a few seconds)
+#   make docs  set up with the docs' extra, then build the site with --strict into site/ (the
+#              reference, the CLI's and the benchmarks' pages generated: docs/contributing/examples.md)
+#   make docs-serve  the same site served at http://127.0.0.1:8000, rebuilt as its pages change
 #   make test-bench  the benchmarks' quick runs and the doctor zoo as tests (tests/test_bench_quick.py):
 #              minutes of benchmark code, left out of make test
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
+DOCS_STAMP := $(VENV)/.docs-installed
 # Without a GPU, the CPU build of torch: on this project's machines pip finds it on
 # disk. Elsewhere, point TORCH_INDEX at PyTorch's CPU wheel index, e.g.
 #   make test TORCH_INDEX="--index-url https://download.pytorch.org/whl/cpu"
 TORCH_CPU   ?= torch==2.13.0
 TORCH_INDEX ?=
 
-.PHONY: setup run test test-fast test-bench bench bench-quick clean
+.PHONY: setup run test test-fast test-bench bench bench-quick docs docs-serve clean
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml Makefile
@@ -34,6 +38,17 @@ run: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q -m "not serial and not bench and not bench_serial" -n auto --maxprocesses=4  # in parallel, on the machine's cores
 	$(PY) -m pytest -q -m "serial and not bench and not bench_serial"  # Ray clusters, timers, killed processes (tests/conftest.py): one at a time
+
+# The docs' extra (MkDocs, Material, mkdocstrings) on top of the package; the test extra is not needed.
+$(DOCS_STAMP): $(STAMP)
+	$(PIP) install -q -e ".[docs]"
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+
+docs-serve: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow"
@@ -80,4 +95,4 @@ bench-quick: $(STAMP)
 	$(PY) -m benchmarks.corpus_search --quick
 
 clean:
-	rm -rf $(VENV) *.egg-info
+	rm -rf $(VENV) *.egg-info site

@@ -36,6 +36,8 @@ CSV_FIELDS = ("number", "state", "value", "val_loss", "lr", "samples", "updates"
 
 @dataclass
 class SearchResult(Result):
+    """A search's outcome: its best trial (value, parameters, config), every trial, the probes that seeded it."""
+
     _stem = "search"
 
     study_name: str
