@@ -22,6 +22,7 @@ from torch import nn
 from tunekit.inputs.data import BatchStream, Data, batch_size_of, batches_per_epoch, dataset_size, hold_out
 from tunekit.defaults import DIVERGE_THRESHOLD, MIN_LR_RATIO, REFINE_SHARE, RUN_EPOCHS_IN_HAND, RUN_STEPS, SCHEDULE, SWEEP_STEPS, WARMUP
 from tunekit.errors import CLIP_HINT, UsageError, check_int, check_number, renamed_keywords
+from tunekit.option_fields import grouped_keywords
 from tunekit.results import LRFindResult
 from tunekit.results.lr_find import Doubt, LRFindSettings, Refinement, RefineStage, ScoredOn
 from tunekit.training.schedule import lr_schedule, sweep_lrs
@@ -32,6 +33,7 @@ from tunekit.probes.lr_rules import (DEFAULT_RULE, NOISE_MARGIN, NOISE_POINTS, R
                                      bracket_next, bracket_polish, prepare, start_noise)
 from tunekit.probes.refine_plan import (DEFAULT_RUN_STEPS, SHORT_CAP, SHORT_SHIFT, RefinePlan,
                                         from_short_runs, from_two_lengths, plan_refinement)
+from tunekit.probes.options import Refine, StepSettings, Sweep
 from tunekit.probes.resolve import TASK_DEFAULT, resolve_inputs, step_settings
 from tunekit.precision import Precision
 from tunekit.inputs.task import ComputeLoss, LossFn, Task
@@ -83,55 +85,58 @@ def _check_args(min_lr: float, max_lr: float, sweep_steps: int, mode: str, repea
 
 
 @renamed_keywords(steps="sweep_steps")
+@grouped_keywords(sweep=Sweep, refine=Refine, step=StepSettings)
 @takes_their_objects
 def lr_find(
     model: nn.Module | Task, train_data: Data | None = None, loss_fn: LossFn | None = None, optimizer: Any = None,
-    *, compute_loss: ComputeLoss | None = None,
-    val_data: Data | None = None, loss_on: Literal["train", "val"] = "train", val_batches: int = 4,
-    min_lr: float = 1e-7, max_lr: float = 10.0, sweep_steps: int = SWEEP_STEPS, mode: Literal["exp", "linear"] = "exp",
-    batch_size: int | None = None, accumulation_steps: int | None = None, precision: Precision | None = None,
-    clip_grad_norm: float | None = TASK_DEFAULT, device: str = "auto", seed: int = 0,
-    repeats: int = 1, diverge_threshold: float = DIVERGE_THRESHOLD,
-    run_steps: int | None = None, refine: bool = True, refine_share: float = REFINE_SHARE,
-    refine_steps: int | None = None, refine_seeds: int | None = None, hold_out_share: float | None = None,
-    scaler: torch.amp.GradScaler | None = None, progress: bool | None = None,
+    *, compute_loss: ComputeLoss | None = None, val_data: Data | None = None,
+    sweep: Sweep = Sweep(), refine: Refine = Refine(), step: StepSettings = StepSettings(),
+    run_steps: int | None = None, seed: int = 0, progress: bool | None = None,
 ) -> LRFindResult:
     """Run an LR range test and suggest a peak LR for a warmup + cosine run of ``run_steps`` updates.
 
     The LR rises over ``sweep_steps`` optimizer updates of the step training runs (its clipping,
     accumulation and precision: the task's recipe, else :mod:`tunekit.defaults`); then, with ``refine``,
-    short real runs around the curve's suggestion check it, costing at most ``refine_share`` of the
+    short real runs around the curve's suggestion check it, costing at most ``Refine.share`` of the
     planned run, or one range test's updates where that share buys no useful run (the curve alone can
     be off by 25x: benchmarks/lr_rules.py). A model in hand, its
     optimizer, the scaler and the RNG states are restored bitwise when the test ends, also on an
     exception or Ctrl-C. ``samples`` counts every training sample drawn.
 
+    The settings come in objects (:mod:`tunekit.probes.options`): the sweep (:class:`Sweep`), the short
+    runs (:class:`Refine`) and the step (:class:`StepSettings`); 0.1's flat keywords still work for a release.
+
     Args:
         model: a :class:`Task` (a fresh model is built) or a model in hand with ``train_data``, ``loss_fn``
             (or ``compute_loss``) and ``optimizer`` (an instance, whose state is kept, or a factory; AdamW by default).
-        min_lr, max_lr, sweep_steps, mode: the sweep, exponential (or ``"linear"``) over ``sweep_steps`` updates
+        sweep: ``min_lr``, ``max_lr``, ``sweep_steps``, ``mode``: the sweep, exponential (or ``"linear"``) over ``sweep_steps`` updates
             (0.1.0's ``steps=``); a step the fp16 scaler skips is not counted.
-        diverge_threshold: the sweep stops when the loss is non-finite, or exceeds this many times its best and
+        sweep.diverge_threshold: the sweep stops when the loss is non-finite, or exceeds this many times its best and
             by more than :data:`~tunekit.probes.lr_rules.NOISE_MARGIN` times its noise at the sweep's start
             (``noise`` in the result): a heavy-tailed loss's spikes are not divergence.
-        clip_grad_norm: None disables clipping (a model in hand is clipped at the default unless told):
+        step.clip_grad_norm: None disables clipping (a model in hand is clipped at the default unless told):
             an unclipped sweep "diverges" well below what a clipped run takes.
-        loss_on, val_batches: with ``"val"``, each point is the loss on the first ``val_batches`` batches of ``val_data``.
+        sweep.loss_on, sweep.val_batches: with ``"val"``, each point is the loss on the first ``val_batches`` batches of ``val_data``.
         run_steps: the planned run's updates (default: a Task's ``defaults["max_steps"]``, else ``train``'s;
             a model in hand :data:`tunekit.defaults.RUN_EPOCHS_IN_HAND` epochs of its data, said in the result).
-        refine, refine_share: short runs of the planned schedule at half decades around the curve's suggestion,
+        refine: short runs of the planned schedule at half decades around the curve's suggestion,
             up to 7 LRs, until a worse run lies on each side of the best (its parabola's vertex): at two lengths,
             H and 2H, where the share buys H >= 15 updates, carried by how the best moved
             (:func:`~tunekit.probes.refine_plan.from_two_lengths`); else 33-update runs within one range
             test's updates, carried as calibrated on the corpus (:func:`~tunekit.probes.refine_plan.from_short_runs`;
             none without ``val_data`` or ``hold_out_share``); else the curve alone, and the result says why.
-        refine_steps, refine_seeds: one length and seeds per LR instead, whatever it costs.
-        hold_out_share: without ``val_data``, score each run on this share of the training data held out of it
+        refine.steps, refine.seeds: one length and seeds per LR instead, whatever it costs.
+        refine.hold_out_share: without ``val_data``, score each run on this share of the training data held out of it
             (else on at most 2048 training samples it trained on).
     """
     start = time.perf_counter()  # the call's time, the model's and data's making included
+    min_lr, max_lr, sweep_steps, mode = sweep.min_lr, sweep.max_lr, sweep.sweep_steps, sweep.mode
+    repeats, diverge_threshold, loss_on, val_batches = sweep.repeats, sweep.diverge_threshold, sweep.loss_on, sweep.val_batches
+    refine_share, refine_steps, refine_seeds, hold_out_share = refine.share, refine.steps, refine.seeds, refine.hold_out_share
+    batch_size, device, scaler = step.batch_size, step.device, step.scaler
     # The step's settings resolved as train resolves them, and every value checked before any work.
-    clip_grad_norm, accumulation_steps, precision = step_settings(model, clip_grad_norm, accumulation_steps, precision)
+    clip_grad_norm, accumulation_steps, precision = step_settings(model, step.clip_grad_norm, step.accumulation_steps,
+                                                                  step.precision)
     _check_args(min_lr, max_lr, sweep_steps, mode, repeats, diverge_threshold, batch_size, accumulation_steps, clip_grad_norm)
     _check_refine(run_steps, refine_share, refine_steps, refine_seeds, hold_out_share)
     # What is tested: a Task's fresh model, or the user's objects (put back as they were at the end).
@@ -140,7 +145,7 @@ def lr_find(
     _check_loss_on(loss_on, sub.val_data)
     run_steps, run_from = planned_run(model, run_steps, sub.data, sub.batch_size, accumulation_steps)
     plan = (plan_refinement(run_steps, refine_share, REFINE_RUNS, refine_steps, refine_seeds, sweep_steps)
-            if refine else None)
+            if refine.enabled else None)
     if plan is not None and plan.calibrated and sub.val_data is None and not hold_out_share:
         plan = without_scoring_data(plan)
     setup = _Setup(model, sub.model, sub.optimizer, sub.compute, sub.data, sub.val_data, sub.device, sub.precision,

@@ -1,0 +1,107 @@
+"""The objects ``lr_find`` and ``probe`` take, one per concept, as ``search`` takes a sampler and a pruner.
+
+``lr_find(task, sweep=Sweep(max_lr=1), refine=Refine(share=0.1), step=StepSettings(precision="bf16"))``;
+``probe(task, step=StepSettings(...), measure=Measurement(...), plan=BatchPlan(target_batch=256))``.
+Each is frozen; its fields are the only list of its settings: the CLI's flags are generated from them
+(:mod:`tunekit.option_fields`). The entry point checks their values, resolved against the task's recipe.
+This module imports nothing heavy: the CLI reads it to build its parser.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from tunekit.defaults import DIVERGE_THRESHOLD, REFINE_SHARE, SWEEP_STEPS
+from tunekit.option_fields import opt
+from tunekit.precision import PRECISIONS
+from tunekit.probes.resolve import TASK_DEFAULT
+
+__all__ = ["Sweep", "Refine", "StepSettings", "Measurement", "BatchPlan", "NOISE_REPEATS"]
+
+NOISE_REPEATS = 12  # gradients at each of the noise scale's two batches
+
+
+@dataclass(frozen=True)
+class StepSettings:
+    """The training step a probe runs, as ``train`` runs it: unset, each is the task's recipe, else train's."""
+
+    batch_size: Optional[int] = opt(None, "micro-batch size (default: the task's)", kind="int", metavar="N")
+    accumulation_steps: Optional[int] = opt(None, "micro-batches per optimizer update (default: the task's, else 1)",
+                                            kind="int", metavar="N")
+    precision: Optional[str] = opt(None, "fp32, bf16, or fp16 with a GradScaler (default: the task's)",
+                                   choices=PRECISIONS)
+    clip_grad_norm: Any = opt(TASK_DEFAULT, "clip the global grad norm at this value; 'none' to disable (default: "
+                              "the task's, else 1, as in train)", flag="--clip", kind="clip", metavar="NORM")
+    device: str = opt("auto", "cpu, cuda, cuda:N or auto (default)")
+    scaler: Any = opt(None, "the fp16 GradScaler to step with (default: a fresh one)", cli=False)
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """The range test's sweep: the LR rises from ``min_lr`` to ``max_lr`` over ``sweep_steps`` updates."""
+
+    min_lr: float = opt(1e-7, "first LR of the sweep (default 1e-7)", kind="positive", metavar="LR")
+    max_lr: float = opt(10.0, "last LR of the sweep (default 10)", kind="positive", metavar="LR")
+    sweep_steps: int = opt(SWEEP_STEPS, f"optimizer updates in the sweep, at least 10 (default {SWEEP_STEPS})",
+                           kind="int", metavar="N")
+    mode: str = opt("exp", "LR spacing (default exp)", choices=("exp", "linear"))
+    repeats: int = opt(1, "repeat with other seeds and data orders; report the spread (default 1)", kind="int",
+                       metavar="N")
+    diverge_threshold: float = opt(DIVERGE_THRESHOLD, "stop where the loss is X times its best and far above its "
+                                   f"start's noise (default {DIVERGE_THRESHOLD:g})", kind="float", metavar="X")
+    loss_on: str = opt("train", "each point's loss: the batch trained on, or the first --val-batches batches of the "
+                       "validation data (default train)", choices=("train", "val"))
+    val_batches: int = opt(4, "validation batches per point with --loss-on val (default 4)", kind="int", metavar="N")
+
+
+@dataclass(frozen=True)
+class Refine:
+    """The short real runs of the planned schedule around the curve's suggestion that check it."""
+
+    enabled: bool = opt(True, "the short runs that check the curve's suggestion (default; --no-refine: the curve "
+                        "alone)", flag="--refine", kind="bool", old="refine")
+    share: float = opt(REFINE_SHARE, "the short runs' cost as a share of the planned run's updates, or one sweep's "
+                       f"updates where that share buys no useful run (default {REFINE_SHARE:g})",
+                       flag="--refine-share", kind="positive", metavar="F", old="refine_share")
+    steps: Optional[int] = opt(None, "updates of each short run of the planned schedule, whatever it costs "
+                               "(default: what the budget buys)", flag="--refine-steps", kind="int", metavar="N",
+                               old="refine_steps")
+    seeds: Optional[int] = opt(None, "short runs per LR, with other data orders, their scores averaged (default: 1, "
+                               "2 for runs of 200 updates or more; 2 with --refine-steps)", flag="--refine-seeds",
+                               kind="int", metavar="S", old="refine_seeds")
+    hold_out_share: Optional[float] = opt(None, "without validation data, score each short run on this share of the "
+                                          "training data held out of it (default: on the samples it trained on)",
+                                          kind="positive", metavar="F")
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """What the probe measures and how much: the batches it tries, its timings, the noise scale's gradients."""
+
+    headroom: float = opt(0.15, "fraction of the memory budget kept free (default 0.15)", kind="float", metavar="F")
+    batch_limit: Optional[int] = opt(None, "the largest batch to try (default: the dataset's size)", kind="int",
+                                     metavar="N")
+    trace_sizes: tuple[int, ...] = opt((4, 8, 16), "batches traced on fake tensors for the memory model "
+                                       "(default 4,8,16)", kind="sizes", metavar="B,B,...")
+    throughput_points: int = opt(5, "batches timed up to the largest (default 5; 0: none)", kind="count",
+                                 metavar="N")
+    timing_steps: int = opt(5, "timed steps per batch, at least 3 (default 5)", kind="int", metavar="N")
+    noise_repeats: int = opt(NOISE_REPEATS, f"gradients at each of the noise scale's two batches (default "
+                             f"{NOISE_REPEATS}; under 2: not measured)", kind="count", metavar="N")
+    noise_warmup: Optional[int] = opt(None, "updates before the noise scale is measured (default 50 for a task's fresh "
+                                      "model, 0 for a model in hand)", kind="count", metavar="N")
+    calibrate_steps: bool = opt(True, "measure the real steps that confirm the largest batch, refitting the memory "
+                                "model where they disagree (default; --no-calibrate-steps: the trace alone)",
+                                kind="bool")
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """The run the probe plans for: its effective batch, and an LR found at another batch to rescale to it."""
+
+    target_batch: Optional[int] = opt(None, "effective batch to plan for (default: the critical batch)", kind="int",
+                                      metavar="N")
+    lr: Optional[float] = opt(None, "an LR found at --lr-batch, to rescale to the target batch", kind="positive",
+                              metavar="LR")
+    lr_batch: Optional[int] = opt(None, "the effective batch at which --lr was found", kind="int", metavar="N")
