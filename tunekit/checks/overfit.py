@@ -15,7 +15,7 @@ from torch import nn
 
 from tunekit.defaults import CLIP_GRAD_NORM, MIN_LR_RATIO, SCHEDULE, WARMUP
 from tunekit.inputs.data import Batch
-from tunekit.probes.options import Refine, StepSettings, Sweep
+from tunekit.entry_options import Refine, StepSettings, Sweep
 from tunekit.probes.range_test import lr_find
 from tunekit.training.schedule import lr_schedule
 from tunekit.training.state import Snapshot

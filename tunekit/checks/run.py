@@ -20,7 +20,6 @@ from tunekit.checks.datachecks import check_constant_label, check_input_scale, c
 from tunekit.checks.gradients import check_gradient_flow, take_ratios
 from tunekit.checks.loss import check_loss_contract
 from tunekit.checks.modes import check_modes
-from tunekit.checks.options import DoctorChecks, PlannedRun
 from tunekit.checks.nonfinite import check_data_finite, check_nonfinite, check_scaler_skips
 from tunekit.checks.overfit import OverfitCurve, check_overfit, loss_floor, take_curve
 from tunekit.checks.recipe import QUICK, check_lr, check_memory, check_warmup
@@ -31,7 +30,7 @@ from tunekit.inputs.task import ComputeLoss, LossFn, Task, loss_problem
 from tunekit.integrations.task_spec import takes_their_objects
 from tunekit.option_fields import grouped_keywords
 from tunekit.probes.batch_probe import budget_bytes
-from tunekit.probes.options import Refine, StepSettings, Sweep
+from tunekit.entry_options import DoctorChecks, PlannedRun, Refine, StepSettings, Sweep
 from tunekit.probes.range_test import SWEEP_STEPS, lr_find
 from tunekit.probes.resolve import ProbeInputs, check_saved, resolve_inputs, step_settings
 from tunekit.progress import bar
@@ -229,8 +228,8 @@ def doctor(
     failure finding that names it (the run would fail the same way), not a crash; a usage error
     (data or loss that tunekit cannot read) is raised as :class:`UsageError`.
 
-    The settings come in objects: the step (:class:`~tunekit.probes.options.StepSettings`), the run you intend
-    (:class:`~tunekit.checks.options.PlannedRun`) and the checks' own (:class:`~tunekit.checks.options.DoctorChecks`);
+    The settings come in objects: the step (:class:`~tunekit.entry_options.StepSettings`), the run you intend
+    (:class:`~tunekit.entry_options.PlannedRun`) and the checks' own (:class:`~tunekit.entry_options.DoctorChecks`);
     0.1's flat keywords still work for a release.
 
     Args:

@@ -27,7 +27,7 @@ from tunekit.hpsearch.study import enqueue_design
 from tunekit.inputs.data import dataset_size
 from tunekit.inputs.space import SearchSpace
 from tunekit.probes.batch_probe import NOISE_REPEATS, probe
-from tunekit.probes.options import Measurement, Refine, StepSettings, Sweep
+from tunekit.entry_options import Measurement, Refine, StepSettings, Sweep
 from tunekit.probes.range_test import lr_find
 from tunekit.probes.resolve import check_saved
 from tunekit.results import LRFindResult, ProbeResult

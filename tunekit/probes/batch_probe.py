@@ -42,7 +42,7 @@ from tunekit.option_fields import grouped_keywords
 from tunekit.probes import clean_heap
 from tunekit.probes.memory_trace import MemoryModel, Trace, calibrate, fit_memory_model, real_step_peak, static_bytes, trace_step
 from tunekit.probes.noise_scale import noise_scale
-from tunekit.probes.options import NOISE_REPEATS, BatchPlan, Measurement, StepSettings
+from tunekit.entry_options import NOISE_REPEATS, BatchPlan, Measurement, StepSettings
 from tunekit.probes.resolve import TASK_DEFAULT, resolve_inputs, step_settings
 from tunekit.progress import bar
 from tunekit.results import ProbeResult
@@ -151,7 +151,7 @@ def probe(
 ) -> ProbeResult:
     """Probe memory and throughput of the shared step, and the critical batch size.
 
-    The settings come in objects (:mod:`tunekit.probes.options`): the step (:class:`StepSettings`: its
+    The settings come in objects (:mod:`tunekit.entry_options`): the step (:class:`StepSettings`: its
     accumulation, clipping and precision default to a Task's recipe, as :func:`tunekit.train` resolves them),
     what is measured (:class:`Measurement`) and the run planned for (:class:`BatchPlan`); 0.1's flat
     keywords still work for a release.

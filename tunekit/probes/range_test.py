@@ -33,7 +33,7 @@ from tunekit.probes.lr_rules import (DEFAULT_RULE, NOISE_MARGIN, NOISE_POINTS, R
                                      bracket_next, bracket_polish, prepare, start_noise)
 from tunekit.probes.refine_plan import (DEFAULT_RUN_STEPS, SHORT_CAP, SHORT_SHIFT, RefinePlan,
                                         from_short_runs, from_two_lengths, plan_refinement)
-from tunekit.probes.options import Refine, StepSettings, Sweep
+from tunekit.entry_options import Refine, StepSettings, Sweep
 from tunekit.probes.resolve import TASK_DEFAULT, resolve_inputs, step_settings
 from tunekit.precision import Precision
 from tunekit.inputs.task import ComputeLoss, LossFn, Task
@@ -103,7 +103,7 @@ def lr_find(
     optimizer, the scaler and the RNG states are restored bitwise when the test ends, also on an
     exception or Ctrl-C. ``samples`` counts every training sample drawn.
 
-    The settings come in objects (:mod:`tunekit.probes.options`): the sweep (:class:`Sweep`), the short
+    The settings come in objects (:mod:`tunekit.entry_options`): the sweep (:class:`Sweep`), the short
     runs (:class:`Refine`) and the step (:class:`StepSettings`); 0.1's flat keywords still work for a release.
 
     Args:

@@ -1,25 +1,38 @@
-"""The objects ``lr_find`` and ``probe`` take, one per concept, as ``search`` takes a sampler and a pruner.
+"""The objects ``lr_find``, ``probe`` and ``doctor`` take, one per concept, as ``search`` takes a sampler and a pruner.
 
 ``lr_find(task, sweep=Sweep(max_lr=1), refine=Refine(share=0.1), step=StepSettings(precision="bf16"))``;
-``probe(task, step=StepSettings(...), measure=Measurement(...), plan=BatchPlan(target_batch=256))``.
+``probe(task, step=StepSettings(...), measure=Measurement(...), plan=BatchPlan(target_batch=256))``;
+``doctor(task, run=PlannedRun(lr=3e-3), checks=DoctorChecks(anomaly=True))``.
 Each is frozen; its fields are the only list of its settings: the CLI's flags are generated from them
 (:mod:`tunekit.option_fields`). The entry point checks their values, resolved against the task's recipe.
-This module imports nothing heavy: the CLI reads it to build its parser.
+This module imports nothing heavy (it lies below every folder): the CLI reads it to build its parser.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from tunekit.defaults import DIVERGE_THRESHOLD, REFINE_SHARE, SWEEP_STEPS
 from tunekit.option_fields import opt
 from tunekit.precision import PRECISIONS
-from tunekit.probes.resolve import TASK_DEFAULT
 
-__all__ = ["Sweep", "Refine", "StepSettings", "Measurement", "BatchPlan", "NOISE_REPEATS"]
+__all__ = ["Sweep", "Refine", "StepSettings", "Measurement", "BatchPlan", "PlannedRun", "DoctorChecks", "NOISE_REPEATS",
+           "TASK_DEFAULT"]
 
 NOISE_REPEATS = 12  # gradients at each of the noise scale's two batches
+
+
+class _TaskDefault:
+    """The default of a setting that ``train`` takes from the task: the task's, else train's own."""
+
+    def __repr__(self) -> str:
+        return "TASK_DEFAULT"
+
+
+#: ``clip_grad_norm``'s default: the task's ``defaults["clip_grad_norm"]``, else ``defaults.CLIP_GRAD_NORM``,
+#: as ``train`` resolves it.
+TASK_DEFAULT: Any = _TaskDefault()
 
 
 @dataclass(frozen=True)
@@ -105,3 +118,27 @@ class BatchPlan:
     lr: Optional[float] = opt(None, "an LR found at --lr-batch, to rescale to the target batch", kind="positive",
                               metavar="LR")
     lr_batch: Optional[int] = opt(None, "the effective batch at which --lr was found", kind="int", metavar="N")
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """The run you intend: its peak LR, warmup and updates; unset, a Task's own recipe."""
+
+    lr: Optional[float] = opt(None, "the peak LR you intend, compared with a quick range test (default: the task's)",
+                              kind="positive", metavar="LR")
+    warmup: Optional[Union[int, float]] = opt(None, "the warmup you intend: a fraction (0.05) or updates (20) "
+                                              "(default: the task's)", kind="warmup", metavar="W")
+    run_steps: Optional[int] = opt(None, "the updates of the run you intend, for the warmup check (default: the "
+                                   "task's)", kind="int", metavar="N")
+
+
+@dataclass(frozen=True)
+class DoctorChecks:
+    """How the checks run, and a saved range test to compare the LR with."""
+
+    anomaly: bool = opt(False, "also run the backward under autograd's anomaly mode (slow)", kind="bool")
+    overfit_floor: Optional[float] = opt(None, "the lowest loss the tiny batch can reach, for a loss with terms that "
+                                         "do not vanish (default 0, or label smoothing's floor)", flag="--loss-floor",
+                                         kind="nonnegative", metavar="LOSS")
+    lr_find_result: Any = opt(None, "a saved lr_find.json to compare --lr with, instead of the quick range test",
+                              flag="--lr-find", metavar="FILE")
