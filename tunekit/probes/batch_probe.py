@@ -168,14 +168,11 @@ def probe(
         measure.calibrate_steps: measure the real steps that confirm the largest batch; one more than 3% off the
             prediction refits the memory model (kernels' own allocations) and the new largest is confirmed again.
     """
-    if step.batch_size is not None:
-        raise UsageError(f"probe finds the batch size, got StepSettings(batch_size={step.batch_size!r}): drop it, or "
-                         "pass measure=Measurement(batch_limit=N) for the largest it tries")
-    headroom, batch_limit, trace_sizes, calibrate_steps = (measure.headroom, measure.batch_limit, measure.trace_sizes,
-                                                           measure.calibrate_steps)
-    throughput_points, timing_steps = measure.throughput_points, measure.timing_steps
-    noise_repeats, noise_warmup = measure.noise_repeats, measure.noise_warmup
-    target_batch, lr, lr_batch, device = plan.target_batch, plan.lr, plan.lr_batch, step.device
+    _no_batch_size(step)
+    headroom, batch_limit, trace_sizes = measure.headroom, measure.batch_limit, measure.trace_sizes
+    throughput_points, timing_steps, calibrate_steps = measure.throughput_points, measure.timing_steps, measure.calibrate_steps
+    noise_repeats, noise_warmup, device = measure.noise_repeats, measure.noise_warmup, step.device
+    target_batch, lr, lr_batch = plan.target_batch, plan.lr, plan.lr_batch
     clip_grad_norm, accumulation_steps, precision = step_settings(model, step.clip_grad_norm, step.accumulation_steps,
                                                                   step.precision)
     _check_args(headroom, accumulation_steps, target_batch, lr, lr_batch, batch_limit)
@@ -226,6 +223,13 @@ def probe(
         updates=run.counter["updates"], samples=run.counter["samples"], memory_measured=measured_how,
         run_steps=sub.task.defaults.get("max_steps"), run_batch=sub.task.batch_size,
         warnings=_warnings(throughput, noise, noise_warmup) + _measurement_warnings(measured_how))
+
+
+def _no_batch_size(step: StepSettings) -> None:
+    """The probe finds the batch: a step that names one is refused, not ignored."""
+    if step.batch_size is not None:
+        raise UsageError(f"probe finds the batch size, got StepSettings(batch_size={step.batch_size!r}): drop it, or "
+                         "pass measure=Measurement(batch_limit=N) for the largest it tries")
 
 
 @dataclass
