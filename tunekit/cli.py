@@ -16,7 +16,9 @@ from tunekit import defaults
 from tunekit.cli_commands import (cmd_dashboard, cmd_doctor, cmd_lr_find, cmd_probe, cmd_report, cmd_search,
                                   cmd_serve, cmd_spaces, cmd_study_create, cmd_study_delete, cmd_study_reap, cmd_tasks,
                                   cmd_train, cmd_worker, in_cli_terms, run)
-from tunekit.hpsearch.options import CONCEPTS, cli_fields, dest_of, flag_of
+from tunekit.entry_options import BatchPlan, DoctorChecks, Measurement, PlannedRun, Refine, StepSettings, Sweep
+from tunekit.hpsearch.options import CONCEPTS, cli_fields
+from tunekit.option_fields import dest_of, flag_fields, flag_of
 from tunekit.version import __version__
 
 __all__ = ["main", "build_parser", "in_cli_terms"]
@@ -214,9 +216,9 @@ def _command(sub: Any, name: str, func: Callable[[argparse.Namespace], int] | No
     return p
 
 
-def _add_run_args(p: Any, writes: str) -> None:
-    """The flags that every probe and search shares."""
-    _add(p, "--device", "--seed")
+def _add_run_args(p: Any, writes: str, device: bool = True) -> None:
+    """The flags that every probe and search shares (``device=False``: its StepSettings has --device)."""
+    _add(p, *(("--device",) if device else ()), "--seed")
     _add(p, "--out", help=f"where to write {writes} (default tunekit_runs)")
     _add(p, "--quiet")
 
@@ -225,35 +227,15 @@ def _add_lr_find_command(sub: Any) -> None:
     p = _command(sub, "lr-find", cmd_lr_find, "LR range test: suggest a peak LR for a warmup + cosine run", EPILOG_LR_FIND,
                  "Sweep the LR up over N optimizer updates of the shared step and suggest a peak LR. "
                  "Writes DIR/lr_find.json and DIR/lr_find.png.")
-    p.add_argument("--min-lr", type=_positive_float, default=1e-7, help="first LR of the sweep (default 1e-7)")
-    p.add_argument("--max-lr", type=_positive_float, default=10.0, help="last LR of the sweep (default 10)")
-    p.add_argument("--sweep-steps", type=int, default=defaults.SWEEP_STEPS, metavar="N",
-                   help=f"optimizer updates in the sweep, at least 10 (default {defaults.SWEEP_STEPS})")
+    # Generated from the objects' fields (tunekit.entry_options): the step defaults to the task's recipe, as in train.
+    _add_fields(p, Sweep)
     _renamed_flag(p, "--steps", "--sweep-steps", type=int)
-    p.add_argument("--mode", choices=["exp", "linear"], default="exp", help="LR spacing (default exp)")
-    _add(p, "--batch-size")
-    # The sweep runs training's step: these default to the task's, as in `tunekit train`.
-    _add(p, "--accumulation-steps", default=None, help="micro-batches per optimizer update (default: the task's, else 1)")
-    _add(p, "--precision")
-    _add(p, "--clip", help="clip the global grad norm at this value; 'none' to disable (default: the task's, else "
-         f"{defaults.CLIP_GRAD_NORM:g}, as in train)")
-    p.add_argument("--repeats", type=int, default=1, help="repeat with other seeds and data orders; report the spread (default 1)")
-    p.add_argument("--diverge-threshold", type=float, default=defaults.DIVERGE_THRESHOLD, metavar="X", help="stop where "
-                   f"the loss is X times its best and far above its start's noise (default {defaults.DIVERGE_THRESHOLD:g})")
-    p.add_argument("--no-refine", action="store_true", help="the curve's suggestion alone, without the short runs that check it")
+    _add_fields(p, StepSettings)
+    _add_fields(p, Refine)
     p.add_argument("--run-steps", type=int, metavar="N", help="updates of the run you plan: the suggestion is "
                    "for it, and the short runs' cost is sized from it (default: the task's recipe, else "
                    f"{defaults.RUN_STEPS})")
-    p.add_argument("--refine-share", type=_positive_float, default=defaults.REFINE_SHARE, metavar="F",
-                   help="the short runs' cost as a share of the planned run's updates, or one sweep's updates "
-                   f"where that share buys no useful run (default {defaults.REFINE_SHARE:g})")
-    p.add_argument("--refine-steps", type=int, metavar="N",
-                   help="updates of each short run of the planned schedule, whatever it costs (default: what the "
-                   "budget buys)")
-    p.add_argument("--refine-seeds", type=int, metavar="S",
-                   help="short runs per LR, with other data orders, their scores averaged (default: 1, 2 for runs "
-                   "of 200 updates or more; 2 with --refine-steps)")
-    _add_run_args(p, "lr_find.json and lr_find.png")
+    _add_run_args(p, "lr_find.json and lr_find.png", device=False)
 
 
 def _add_probe_command(sub: Any) -> None:
@@ -262,13 +244,10 @@ def _add_probe_command(sub: Any) -> None:
                                "batch that fits with a real step, measure throughput and the gradient noise scale. "
                                "Writes DIR/probe.json and DIR/probe.png.")
     _add(p, "--memory-budget", help="e.g. 512MiB, 8GiB, 2.5GB (default: free GPU memory; on CPU a quarter of RAM, or what is free if less)")
-    p.add_argument("--headroom", type=float, default=0.15, help="fraction of the budget kept free (default 0.15)")
-    _add(p, "--accumulation-steps", "--precision")
-    p.add_argument("--target-batch", type=int, help="effective batch to plan for (default: the critical batch)")
-    _add(p, "--lr", help="an LR found at --lr-batch, to rescale to the target batch")
-    p.add_argument("--lr-batch", type=int, help="the effective batch at which --lr was found")
-    p.add_argument("--batch-limit", type=int, metavar="N", help="the largest batch to try (default: the dataset's size)")
-    _add_run_args(p, "probe.json and probe.png")
+    _add_fields(p, StepSettings, skip=("--batch-size",))  # the probe finds the batch
+    _add_fields(p, Measurement)
+    _add_fields(p, BatchPlan)
+    _add_run_args(p, "probe.json and probe.png", device=False)
 
 
 def _add_doctor_command(sub: Any) -> None:
@@ -276,42 +255,58 @@ def _add_doctor_command(sub: Any) -> None:
                  EPILOG_DOCTOR, "Check the task's model, loss and data before any LR or batch is tuned: gradient "
                                 "flow, a tiny-batch overfit, NaN/Inf, the loss contract, the data, train/eval modes "
                                 "and the recipe. Writes DIR/doctor.json and DIR/doctor.png; exits 1 when a check fails.")
-    _add(p, "--batch-size", "--accumulation-steps", "--precision")
-    _add(p, "--lr", help="the peak LR you intend, compared with a quick range test (default: the task's)")
-    p.add_argument("--lr-find", metavar="FILE", help="a saved lr_find.json to compare --lr with, instead of the quick range test")
-    _add(p, "--warmup", help="the warmup you intend: a fraction (0.05) or updates (20) (default: the task's)")
-    p.add_argument("--run-steps", type=int, metavar="N",
-                   help="the updates of the run you intend, for the warmup check (default: the task's)")
+    _add_fields(p, StepSettings)
+    _add_fields(p, PlannedRun)
     _renamed_flag(p, "--steps", "--run-steps", type=int)
     _add(p, "--memory-budget", help="memory to check the batch against, e.g. 8GiB (default: free memory)")
-    p.add_argument("--anomaly", action="store_true", help="also run the backward under autograd's anomaly mode (slow)")
-    p.add_argument("--loss-floor", type=_nonnegative_float, help="the lowest loss the tiny batch can reach, for a loss "
-                   "with terms that do not vanish (default 0, or label smoothing's floor)")
-    _add_run_args(p, "doctor.json and doctor.png")
+    _add_fields(p, DoctorChecks)
+    _add_run_args(p, "doctor.json and doctor.png", device=False)
+
+
+def _add_field(p: Any, f: Any) -> None:
+    """The flag of one field of an option object, as its metadata says (:func:`tunekit.option_fields.opt`). Its
+    default is None, so a flag given can be told from one not: the object's own default stands."""
+    kind, settings = f.metadata["kind"], dict(dest=dest_of(f), default=None, help=f.metadata["help"])
+    if kind == "bool":
+        settings.update(action="store_const", const=f.default is not True)
+    else:
+        settings.update(type=_KINDS[kind], metavar=f.metadata.get("metavar"), choices=f.metadata.get("choices"))
+    p.add_argument(flag_of(f), **settings)
+
+
+def _add_fields(p: Any, cls: type, skip: Sequence[str] = ()) -> None:
+    """A flag for each field of the option class ``cls`` that the CLI has one for, but those in ``skip``."""
+    for f in flag_fields(cls):
+        if flag_of(f) not in skip:
+            _add_field(p, f)
 
 
 def _add_options(p: Any, concept: str, skip: Sequence[str] = (), only: Optional[Sequence[str]] = None) -> None:
     """The flags of a concept's objects (:mod:`tunekit.hpsearch.options`), one per field, generated from
-    the fields: no list of names here. Every default is None, so a flag given can be told from one not."""
+    the fields: no list of names here."""
     seen = set(skip)
     for _cls, f in cli_fields(concept):
         flag = flag_of(f)
         if flag in seen or (only is not None and flag not in only):  # a field of several classes (a study's name, a backend's device): one flag
             continue
         seen.add(flag)
-        kind, settings = f.metadata["kind"], dict(dest=dest_of(f), default=None, help=f.metadata["help"])
-        if kind == "bool":
-            settings.update(action="store_const", const=f.default is not True)
-        else:
-            settings.update(type=_KINDS[kind], metavar=f.metadata.get("metavar"))
-        p.add_argument(flag, **settings)
+        _add_field(p, f)
         if flag == "--heartbeat-grace":  # tunekit 0.x's name for it, kept for a release
-            p.add_argument("--grace-period", dest=settings["dest"], type=int, default=None, help=argparse.SUPPRESS)
+            p.add_argument("--grace-period", dest=dest_of(f), type=int, default=None, help=argparse.SUPPRESS)
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+    """Batch sizes written 4,8,16."""
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of batch sizes: write e.g. 4,8,16") from None
 
 
 # How a generated flag parses its value, by its field's kind.
 _KINDS: dict[str, Callable[[str], Any] | None] = {
-    "str": None, "int": int, "count": int, "float": float, "seconds": _nonnegative_float, "seed": _seed}
+    "str": None, "int": int, "count": int, "float": float, "seconds": _nonnegative_float, "seed": _seed,
+    "positive": _positive_float, "nonnegative": _nonnegative_float, "clip": _clip, "warmup": _warmup, "sizes": _sizes}
 
 
 def _add_search_flags(p: argparse.ArgumentParser) -> None:

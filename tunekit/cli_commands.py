@@ -26,7 +26,9 @@ from typing import Any
 
 from tunekit.bytesize import parse_bytes
 from tunekit.errors import HintedWarning, NoTrialSucceeded, UsageError, shown
-from tunekit.hpsearch.options import CONCEPTS, SELECTED_BY, cli_fields, dest_of, flag_of
+from tunekit.entry_options import BatchPlan, DoctorChecks, Measurement, PlannedRun, Refine, StepSettings, Sweep
+from tunekit.hpsearch.options import CONCEPTS, SELECTED_BY, cli_fields
+from tunekit.option_fields import dest_of, flag_fields, flag_of
 from tunekit.hpsearch.shared.server import dashboard, serve
 from tunekit.inputs.space import list_spaces, load_space, space_path
 from tunekit.objective import BUILTIN_DIRECTIONS, Objective
@@ -135,19 +137,24 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     return 0
 
 
+def object_of(args: argparse.Namespace, cls: type) -> Any:
+    """The option object ``cls`` made of its fields' flags (cli.py generates them); a flag not given leaves
+    the object's default, and ``--clip none`` is no clipping."""
+    given = {f.name: getattr(args, dest_of(f)) for f in flag_fields(cls) if getattr(args, dest_of(f), None) is not None}
+    if given.get("clip_grad_norm") == "none":
+        given["clip_grad_norm"] = None
+    return cls(**given)
+
+
 def cmd_lr_find(args: argparse.Namespace) -> int:
     """`tunekit lr-find`: the range test's suggestion, and lr_find.json and .png."""
-    from tunekit.probes.range_test import TASK_DEFAULT, lr_find
+    from tunekit.probes.range_test import lr_find
 
     out = out_dir(args.out)
     task = _load(args)
-    clip = TASK_DEFAULT if args.clip_grad_norm is None else None if args.clip_grad_norm == "none" else args.clip_grad_norm
-    result = lr_find(task, min_lr=args.min_lr, max_lr=args.max_lr, sweep_steps=args.sweep_steps, mode=args.mode,
-                     batch_size=args.batch_size, accumulation_steps=args.accumulation_steps,
-                     precision=args.precision, clip_grad_norm=clip, repeats=args.repeats, seed=args.seed,
-                     diverge_threshold=args.diverge_threshold, refine=not args.no_refine, run_steps=args.run_steps, refine_share=args.refine_share,
-                     refine_steps=args.refine_steps, refine_seeds=args.refine_seeds,
-                     device=args.device, progress=_progress(args))
+    result = lr_find(task, sweep=object_of(args, Sweep), refine=object_of(args, Refine),
+                     step=object_of(args, StepSettings), run_steps=args.run_steps, seed=args.seed,
+                     progress=_progress(args))
     return _show(result, out, in_cli_terms(result.summary(), args.usage()))  # its advice as this command's flags
 
 
@@ -157,9 +164,8 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
     out = out_dir(args.out)
     _check_size(args.memory_budget)
-    result = probe(_load(args), memory_budget=args.memory_budget, headroom=args.headroom, device=args.device,
-                   precision=args.precision, accumulation_steps=args.accumulation_steps,
-                   target_batch=args.target_batch, lr=args.lr, lr_batch=args.lr_batch, batch_limit=args.batch_limit, seed=args.seed,
+    result = probe(_load(args), memory_budget=args.memory_budget, step=object_of(args, StepSettings),
+                   measure=object_of(args, Measurement), plan=object_of(args, BatchPlan), seed=args.seed,
                    progress=_progress(args))
     return _show(result, out, in_cli_terms(result.summary(), args.usage()))  # its advice (memory_budget) as flags
 
@@ -170,10 +176,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
     out = out_dir(args.out)
     _check_size(args.memory_budget)
-    result = doctor(_load(args), batch_size=args.batch_size, accumulation_steps=args.accumulation_steps,
-                    precision=args.precision, device=args.device, seed=args.seed, lr=args.lr, warmup=args.warmup,
-                    run_steps=args.run_steps, memory_budget=args.memory_budget, anomaly=args.anomaly,
-                    overfit_floor=args.loss_floor, progress=_progress(args), lr_find_result=args.lr_find)
+    result = doctor(_load(args), memory_budget=args.memory_budget, step=object_of(args, StepSettings),
+                    run=object_of(args, PlannedRun), checks=object_of(args, DoctorChecks), seed=args.seed,
+                    progress=_progress(args))
     return _show(result, out, in_cli_terms(result.table(), args.usage()))  # its fixes as this command's flags
 
 
