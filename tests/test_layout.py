@@ -288,7 +288,7 @@ def drawn_floors(page: Path) -> list[str]:
 def floor_of(module: str, floors: list[str]) -> int:
     """0 for the API and the CLI, then each drawn folder by its place; the modules at the package's
     root (errors, defaults, ...) lie below every folder."""
-    if module in TOP:
+    if module in TOP or module.startswith("tunekit.cli_"):  # the CLI's modules, split by job
         return 0
     parts = module.split(".")
     return floors.index(parts[1]) + 1 if len(parts) > 2 or parts[1] in floors else len(floors) + 1

@@ -43,7 +43,7 @@ from tunekit.probes import clean_heap
 from tunekit.probes.memory_trace import MemoryModel, Trace, calibrate, fit_memory_model, real_step_peak, static_bytes, trace_step
 from tunekit.probes.noise_scale import noise_scale
 from tunekit.entry_options import NOISE_REPEATS, BatchPlan, Measurement, StepSettings
-from tunekit.probes.resolve import TASK_DEFAULT, resolve_inputs, step_settings
+from tunekit.probes.resolve import resolve_inputs, step_settings
 from tunekit.progress import bar
 from tunekit.results import ProbeResult
 from tunekit.results.probe import MEMORY_WARNING, BatchProbeSettings
