@@ -169,3 +169,24 @@ def test_a_field_added_to_an_object_is_a_flag_of_its_commands(monkeypatch: pytes
     parser = cli.build_parser()
     assert "--flat-points" in _flags("lr-find", parser)
     assert object_of(parser.parse_args(["lr-find", "--flat-points", "7"]), Wider).flat_points == 7
+
+
+@pytest.mark.parametrize("make, said", [
+    (lambda: Measurement(trace_sizes=(0, 4)), "trace_sizes must be positive batch sizes, got (0, 4)"),
+    (lambda: Measurement(timing_steps=0), "timing_steps must be a positive integer, got 0"),
+    (lambda: Measurement(noise_repeats=-1), "noise_repeats must be an integer >= 0, got -1"),
+    (lambda: Measurement(noise_warmup=True), "noise_warmup must be an integer >= 0, got True"),
+    (lambda: Sweep(val_batches=0), "val_batches must be a positive integer, got 0"),
+])
+def test_the_probes_measurement_settings_are_checked_when_made(make: Any, said: str) -> None:
+    """The fields the probe reads unchecked (now flags too) are refused in one line when the object is made."""
+    with pytest.raises(UsageError) as exc:
+        make()
+    assert str(exc.value).startswith(said) and "\n" not in str(exc.value)
+    assert Measurement(trace_sizes=[2, 4]).trace_sizes == (2, 4)
+
+
+def test_a_bad_generated_flag_is_one_line_before_the_task_loads(assert_usage_error) -> None:  # type: ignore[no-untyped-def]
+    line = assert_usage_error(["probe", "--timing-steps", "0", "--task", "no.such.module:task"],
+                              "--timing-steps must be a positive integer, got 0")
+    assert "no.such.module" not in line  # refused before the task (which does not exist) is looked for

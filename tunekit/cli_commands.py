@@ -46,11 +46,10 @@ def cmd_lr_find(args: argparse.Namespace) -> int:
     """`tunekit lr-find`: the range test's suggestion, and lr_find.json and .png."""
     from tunekit.probes.range_test import lr_find
 
+    sweep, refine, step = object_of(args, Sweep), object_of(args, Refine), object_of(args, StepSettings)
     out = out_dir(args.out)
-    task = load_task_of(args)
-    result = lr_find(task, sweep=object_of(args, Sweep), refine=object_of(args, Refine),
-                     step=object_of(args, StepSettings), run_steps=args.run_steps, seed=args.seed,
-                     progress=progress_of(args))
+    result = lr_find(load_task_of(args), sweep=sweep, refine=refine, step=step, run_steps=args.run_steps,
+                     seed=args.seed, progress=progress_of(args))
     return show(result, out, in_cli_terms(result.summary(), args.usage()))  # its advice as this command's flags
 
 
@@ -58,11 +57,11 @@ def cmd_probe(args: argparse.Namespace) -> int:
     """`tunekit probe`: the largest, fastest and critical batch, and probe.json and .png."""
     from tunekit.probes.batch_probe import probe
 
+    step, measure, plan = object_of(args, StepSettings), object_of(args, Measurement), object_of(args, BatchPlan)
     out = out_dir(args.out)
     check_size(args.memory_budget)
-    result = probe(load_task_of(args), memory_budget=args.memory_budget, step=object_of(args, StepSettings),
-                   measure=object_of(args, Measurement), plan=object_of(args, BatchPlan), seed=args.seed,
-                   progress=progress_of(args))
+    result = probe(load_task_of(args), memory_budget=args.memory_budget, step=step, measure=measure, plan=plan,
+                   seed=args.seed, progress=progress_of(args))
     return show(result, out, in_cli_terms(result.summary(), args.usage()))  # its advice (memory_budget) as flags
 
 
@@ -70,11 +69,11 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     """`tunekit doctor`: the checks' findings, and doctor.json and .png; exit 1 when a check failed."""
     from tunekit.checks import doctor
 
+    step, run, checks = object_of(args, StepSettings), object_of(args, PlannedRun), object_of(args, DoctorChecks)
     out = out_dir(args.out)
     check_size(args.memory_budget)
-    result = doctor(load_task_of(args), memory_budget=args.memory_budget, step=object_of(args, StepSettings),
-                    run=object_of(args, PlannedRun), checks=object_of(args, DoctorChecks), seed=args.seed,
-                    progress=progress_of(args))
+    result = doctor(load_task_of(args), memory_budget=args.memory_budget, step=step, run=run, checks=checks,
+                    seed=args.seed, progress=progress_of(args))
     return show(result, out, in_cli_terms(result.table(), args.usage()))  # its fixes as this command's flags
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, Union
 
 from tunekit.defaults import DIVERGE_THRESHOLD, REFINE_SHARE, SWEEP_STEPS
+from tunekit.errors import UsageError, check_int, is_int_at_least, shown
 from tunekit.option_fields import opt
 from tunekit.precision import PRECISIONS
 
@@ -67,6 +68,10 @@ class Sweep:
                        "validation data (default train)", choices=("train", "val"))
     val_batches: int = opt(4, "validation batches per point with --loss-on val (default 4)", kind="int", metavar="N")
 
+    def __post_init__(self) -> None:
+        # lr_find checks the sweep's range and length; what it reads only with loss_on="val" is checked here.
+        check_int("val_batches", self.val_batches, hint="pass e.g. val_batches=4")
+
 
 @dataclass(frozen=True)
 class Refine:
@@ -99,7 +104,7 @@ class Measurement:
                                        "(default 4,8,16)", kind="sizes", metavar="B,B,...")
     throughput_points: int = opt(5, "batches timed up to the largest (default 5; 0: none)", kind="count",
                                  metavar="N")
-    timing_steps: int = opt(5, "timed steps per batch, at least 3 (default 5)", kind="int", metavar="N")
+    timing_steps: int = opt(5, "timed steps per batch (default 5; at least 3 rounds are timed)", kind="int", metavar="N")
     noise_repeats: int = opt(NOISE_REPEATS, f"gradients at each of the noise scale's two batches (default "
                              f"{NOISE_REPEATS}; under 2: not measured)", kind="count", metavar="N")
     noise_warmup: Optional[int] = opt(None, "updates before the noise scale is measured (default 50 for a task's fresh "
@@ -107,6 +112,19 @@ class Measurement:
     calibrate_steps: bool = opt(True, "measure the real steps that confirm the largest batch, refitting the memory "
                                 "model where they disagree (default; --no-calibrate-steps: the trace alone)",
                                 kind="bool")
+
+    def __post_init__(self) -> None:
+        # The probe checks the rest (headroom, batch_limit) beside the step's settings it resolves.
+        sizes = self.trace_sizes
+        if not isinstance(sizes, (tuple, list)) or not sizes or not all(is_int_at_least(b) for b in sizes):
+            raise UsageError(f"trace_sizes must be positive batch sizes, got {shown(sizes)}: pass e.g. "
+                             "trace_sizes=(4, 8, 16)")
+        object.__setattr__(self, "trace_sizes", tuple(sizes))  # frozen, and hashable as such
+        check_int("throughput_points", self.throughput_points, minimum=0, hint="0 times no batch: pass e.g. throughput_points=5")
+        check_int("timing_steps", self.timing_steps, hint="pass e.g. timing_steps=5")
+        check_int("noise_repeats", self.noise_repeats, minimum=0, hint="under 2 measures no noise scale: pass e.g. noise_repeats=12")
+        if self.noise_warmup is not None:
+            check_int("noise_warmup", self.noise_warmup, minimum=0, hint="pass e.g. noise_warmup=50")
 
 
 @dataclass(frozen=True)
