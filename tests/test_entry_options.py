@@ -93,6 +93,8 @@ def test_doctor_grouped_is_the_flat_call() -> None:
      "probe() got both noise_repeats= and measure=: pass only measure=Measurement(noise_repeats=...)"),
     (lambda t: tunekit.doctor(t, device="cpu", step=StepSettings()),
      "doctor() got both device= and step=: pass only step=StepSettings(device=...)"),
+    (lambda t: tunekit.lr_find(t, sweep={"min_lr": 1e-6}),
+     "lr_find(sweep=...) takes a Sweep, got {'min_lr': 1e-06}: pass sweep=Sweep(...)"),
 ])
 def test_a_flat_keyword_beside_its_object_is_refused_in_one_line(call: Any, said: str) -> None:
     with pytest.raises(UsageError) as exc:

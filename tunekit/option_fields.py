@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import field
 from typing import Any, Optional, TypeVar
 
-from tunekit.errors import UsageError, warn_at_caller
+from tunekit.errors import UsageError, shown, warn_at_caller
 
 __all__ = ["opt", "flag_of", "dest_of", "flag_fields", "grouped_keywords", "REMOVED_IN"]
 
@@ -87,6 +87,10 @@ def grouped_keywords(**groups: type) -> Callable[[F], F]:
                     f"{fn.__name__}({', '.join(f'{n}=' for n in values)}) is deprecated since {_DEPRECATED_SINCE}, "
                     f"removed in {REMOVED_IN}: pass {group}={cls.__name__}({listed})"))
                 kwargs[group] = cls(**{owner[old][2]: value for old, value in values.items()})
+            for group, cls in groups.items():
+                if group in kwargs and not isinstance(kwargs[group], cls):
+                    raise UsageError(f"{fn.__name__}({group}=...) takes a {cls.__name__}, got {shown(kwargs[group])}: "
+                                     f"pass {group}={cls.__name__}(...)")
             return fn(*args, **kwargs)
         return wrapper  # type: ignore[return-value]
     return wrap
