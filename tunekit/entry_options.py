@@ -50,6 +50,13 @@ class StepSettings:
     device: str = opt("auto", "cpu, cuda, cuda:N or auto (default)")
     scaler: Any = opt(None, "the fp16 GradScaler to step with (default: a fresh one)", cli=False)
 
+    def refuse(self, *fields: tuple[str, str], caller: str) -> None:
+        """A field ``caller`` has no use for, when set, refused in one line with why (``(name, why)``), not ignored."""
+        for name, why in fields:
+            if getattr(self, name) is not None:
+                raise UsageError(f"{caller}() takes no StepSettings({name}=...), got {shown(getattr(self, name))}: "
+                                 f"{why}")
+
 
 @dataclass(frozen=True)
 class Sweep:

@@ -36,14 +36,14 @@ from torch import nn
 from tunekit.bytesize import format_bytes, parse_bytes
 from tunekit.errors import HintedWarning, UsageError, check_int, check_number, renamed_keywords, warn_at_caller
 from tunekit.inputs.data import BatchStream, Data, dataset_size
+from tunekit.entry_options import NOISE_REPEATS, BatchPlan, Measurement, StepSettings
+from tunekit.option_fields import grouped_keywords
 from tunekit.inputs.task import ComputeLoss, LossFn, Task
 from tunekit.integrations.task_spec import takes_their_objects
-from tunekit.option_fields import grouped_keywords
 from tunekit.probes import clean_heap
 from tunekit.probes.memory_trace import MemoryModel, Trace, calibrate, fit_memory_model, real_step_peak, static_bytes, trace_step
 from tunekit.probes.noise_scale import noise_scale
-from tunekit.entry_options import NOISE_REPEATS, BatchPlan, Measurement, StepSettings
-from tunekit.probes.resolve import resolve_inputs, step_settings
+from tunekit.probes.resolve import TASK_DEFAULT, resolve_inputs, step_settings
 from tunekit.progress import bar
 from tunekit.results import ProbeResult
 from tunekit.results.probe import MEMORY_WARNING, BatchProbeSettings
@@ -168,7 +168,8 @@ def probe(
         measure.calibrate_steps: measure the real steps that confirm the largest batch; one more than 3% off the
             prediction refits the memory model (kernels' own allocations) and the new largest is confirmed again.
     """
-    _no_batch_size(step)
+    step.refuse(("batch_size", "the probe finds it: pass measure=Measurement(batch_limit=N) for the largest it tries"),
+                ("scaler", "the probe steps with a GradScaler of its own"), caller="probe")
     headroom, batch_limit, trace_sizes = measure.headroom, measure.batch_limit, measure.trace_sizes
     throughput_points, timing_steps, calibrate_steps = measure.throughput_points, measure.timing_steps, measure.calibrate_steps
     noise_repeats, noise_warmup, device = measure.noise_repeats, measure.noise_warmup, step.device
@@ -181,7 +182,7 @@ def probe(
     sub = resolve_inputs("probe", model, train_data, loss_fn, optimizer, compute_loss=compute_loss,
                           precision=precision, device=device, seed=seed)
     room = _Room.of(memory_budget, headroom, sub.device, limit=min(n_data := _dataset_size(sub.data), batch_limit or n_data))
-    scaler = step.scaler if step.scaler is not None else make_scaler(sub.precision, sub.device)  # type: ignore[arg-type]
+    scaler = make_scaler(sub.precision, sub.device)  # type: ignore[arg-type]
     settings = BatchProbeSettings(task=sub.task.name, device=str(sub.device), precision=sub.precision, seed=seed, headroom=headroom,
                                   memory_budget=memory_budget, accumulation_steps=accumulation_steps, clip_grad_norm=clip_grad_norm, batch_limit=batch_limit)
 
@@ -223,13 +224,6 @@ def probe(
         updates=run.counter["updates"], samples=run.counter["samples"], memory_measured=measured_how,
         run_steps=sub.task.defaults.get("max_steps"), run_batch=sub.task.batch_size,
         warnings=_warnings(throughput, noise, noise_warmup) + _measurement_warnings(measured_how))
-
-
-def _no_batch_size(step: StepSettings) -> None:
-    """The probe finds the batch: a step that names one is refused, not ignored."""
-    if step.batch_size is not None:
-        raise UsageError(f"probe finds the batch size, got StepSettings(batch_size={step.batch_size!r}): drop it, or "
-                         "pass measure=Measurement(batch_limit=N) for the largest it tries")
 
 
 @dataclass

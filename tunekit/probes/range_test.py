@@ -98,12 +98,13 @@ def lr_find(
     accumulation and precision: the task's recipe, else :mod:`tunekit.defaults`); then, with ``refine``,
     short real runs around the curve's suggestion check it, costing at most ``Refine.share`` of the
     planned run, or one range test's updates where that share buys no useful run (the curve alone can
-    be off by 25x: benchmarks/lr_rules.py). A model in hand, its optimizer, the scaler and the RNG states
-    are restored bitwise when the test ends, also on an exception or Ctrl-C. ``samples`` counts every
-    training sample drawn. The settings come in objects (:mod:`tunekit.entry_options`: ``sweep``,
-    ``refine``, ``step``); 0.1's flat keywords still work for a release.
+    be off by 25x: benchmarks/lr_rules.py). A model in hand, its
+    optimizer, the scaler and the RNG states are restored bitwise when the test ends, also on an
+    exception or Ctrl-C. ``samples`` counts every training sample drawn.
 
     Args:
+        sweep, refine, step: the settings, one object each (:mod:`tunekit.entry_options`); 0.1's flat
+            keywords (``min_lr=``, ``refine_share=``, ``device=``, ...) still work for a release.
         model: a :class:`Task` (a fresh model is built) or a model in hand with ``train_data``, ``loss_fn``
             (or ``compute_loss``) and ``optimizer`` (an instance, whose state is kept, or a factory; AdamW by default).
         sweep: ``min_lr``, ``max_lr``, ``sweep_steps``, ``mode``: the sweep, exponential (or ``"linear"``) over ``sweep_steps`` updates
