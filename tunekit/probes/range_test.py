@@ -13,14 +13,14 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
 from torch import nn
 
 from tunekit.inputs.data import BatchStream, Data, batch_size_of, batches_per_epoch, dataset_size, hold_out
-from tunekit.defaults import MIN_LR_RATIO, RUN_EPOCHS_IN_HAND, RUN_STEPS, SCHEDULE, SWEEP_STEPS, WARMUP
+from tunekit.defaults import DIVERGE_THRESHOLD, MIN_LR_RATIO, REFINE_SHARE, RUN_EPOCHS_IN_HAND, RUN_STEPS, SCHEDULE, SWEEP_STEPS, WARMUP
 from tunekit.errors import CLIP_HINT, UsageError, check_int, check_number, renamed_keywords
 from tunekit.option_fields import grouped_keywords
 from tunekit.results import LRFindResult
@@ -35,6 +35,7 @@ from tunekit.probes.refine_plan import (DEFAULT_RUN_STEPS, SHORT_CAP, SHORT_SHIF
                                         from_short_runs, from_two_lengths, plan_refinement)
 from tunekit.entry_options import Refine, StepSettings, Sweep
 from tunekit.probes.resolve import TASK_DEFAULT, resolve_inputs, step_settings
+from tunekit.precision import Precision
 from tunekit.inputs.task import ComputeLoss, LossFn, Task
 from tunekit.training.loop import evaluate
 from tunekit.integrations.task_spec import takes_their_objects
