@@ -192,3 +192,13 @@ def test_a_bad_generated_flag_is_one_line_before_the_task_loads(assert_usage_err
     line = assert_usage_error(["probe", "--timing-steps", "0", "--task", "no.such.module:task"],
                               "--timing-steps must be a positive integer, got 0")
     assert "no.such.module" not in line  # refused before the task (which does not exist) is looked for
+
+
+def test_the_probe_refuses_a_step_setting_it_has_no_use_for() -> None:
+    """The probe finds the batch and steps with its own GradScaler: a StepSettings naming either is refused."""
+    with pytest.raises(UsageError) as exc:
+        tunekit.probe(classification_task(), step=StepSettings(batch_size=32))
+    assert str(exc.value) == ("probe() takes no StepSettings(batch_size=...), got 32: the probe finds it: pass "
+                              "measure=Measurement(batch_limit=N) for the largest it tries")
+    with pytest.raises(UsageError, match=r"^probe\(\) takes no StepSettings\(scaler=\.\.\.\)"):
+        tunekit.probe(classification_task(), step=StepSettings(scaler=object()))

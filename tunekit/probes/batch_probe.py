@@ -165,8 +165,7 @@ def probe(
         measure.batch_limit: the largest batch tried (0.1.0's ``max_batch=``); ``ProbeResult.max_batch`` is the largest confirmed.
         measure.noise_warmup: updates before the noise scale is measured (default 50 for a Task's fresh model, 0 for a
             model in hand), at ``lr`` or the task's default LR; undone with everything else.
-        measure.calibrate_steps: measure the real steps that confirm the largest batch; one more than 3% off the
-            prediction refits the memory model (kernels' own allocations) and the new largest is confirmed again.
+        measure.calibrate_steps: measure the real steps that confirm the largest batch; 3% off, the model is refitted.
     """
     step.refuse(("batch_size", "the probe finds it: pass measure=Measurement(batch_limit=N) for the largest it tries"),
                 ("scaler", "the probe steps with a GradScaler of its own"), caller="probe")
