@@ -177,4 +177,9 @@ def test_old_flags_are_hidden_and_say_their_new_name(capsys: pytest.CaptureFixtu
         err = capsys.readouterr().err.strip()
         assert err == f"tunekit {command}: note: {old} is renamed {new}; the old flag goes in the next release"
         assert getattr(parser.parse_args([command, new, "40"]), dest) == 40 and not capsys.readouterr().err
-    assert parser.parse_args(["lr-find"]).sweep_steps == 100 and parser.parse_args(["probe", "--batch-limit", "64"]).batch_limit == 64
+    from tunekit.cli_commands import object_of
+    from tunekit.entry_options import Measurement, Sweep
+
+    # A flag not given leaves the object's default; one given sets its field.
+    assert object_of(parser.parse_args(["lr-find"]), Sweep).sweep_steps == 100
+    assert object_of(parser.parse_args(["probe", "--batch-limit", "64"]), Measurement).batch_limit == 64

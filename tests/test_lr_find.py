@@ -449,22 +449,26 @@ def test_cli_lr_find_clip_flag(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
 
     def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
         got.append(kwargs)
-        return real(*args, **{**kwargs, "sweep_steps": 10, "refine": False})  # the flags are the point, not the short runs
+        from tunekit.entry_options import Refine
+
+        # the flags are the point, not the short runs
+        return real(*args, **{**kwargs, "sweep": dataclasses.replace(kwargs["sweep"], sweep_steps=10),
+                              "refine": Refine(enabled=False)})
 
     monkeypatch.setattr(mod, "lr_find", spy)
     monkeypatch.setattr("tunekit.plotting.save_plot", lambda *a, **k: None)
     for flags, want in (([], TASK_DEFAULT), (["--clip", "none"], None), (["--clip", "0.5"], 0.5)):
         assert cli.main(["lr-find", "--sweep-steps", "10", "--device", "cpu", "--quiet", "--out", str(tmp_path), *flags]) == 0
-        assert got[-1]["clip_grad_norm"] is want or got[-1]["clip_grad_norm"] == want
-        assert got[-1]["accumulation_steps"] is None  # the task's
+        assert got[-1]["step"].clip_grad_norm is want or got[-1]["step"].clip_grad_norm == want
+        assert got[-1]["step"].accumulation_steps is None  # the task's
     with pytest.raises(SystemExit):
         cli.main(["lr-find", "--clip", "-1", "--out", str(tmp_path)])
     # The divergence threshold is a flag too, its default lr_find's.
     from tunekit.defaults import DIVERGE_THRESHOLD
 
-    assert got[-1]["diverge_threshold"] == DIVERGE_THRESHOLD
+    assert got[-1]["sweep"].diverge_threshold == DIVERGE_THRESHOLD
     assert cli.main(["lr-find", "--device", "cpu", "--quiet", "--out", str(tmp_path), "--diverge-threshold", "50"]) == 0
-    assert got[-1]["diverge_threshold"] == 50 and json.loads((tmp_path / "lr_find.json").read_text())[
+    assert got[-1]["sweep"].diverge_threshold == 50 and json.loads((tmp_path / "lr_find.json").read_text())[
         "settings"]["diverge_threshold"] == 50
 
 

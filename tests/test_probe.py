@@ -627,20 +627,24 @@ def test_a_probe_dearer_than_its_planned_run_says_so_before_its_real_steps() -> 
     import dataclasses
     import re
 
+    from tunekit.entry_options import Measurement
     from tunekit.probes.batch_probe import ProbeCostWarning
 
     base = regression_task()
     task = dataclasses.replace(base, defaults={**base.defaults, "max_steps": 10})  # a 160-sample run
     with pytest.warns(ProbeCostWarning, match="the probe will draw up to") as said:
-        r = probe(task, trace_sizes=(2, 4), throughput_points=3, timing_steps=3, noise_repeats=4, progress=False)
+        r = probe(task, measure=Measurement(trace_sizes=(2, 4), throughput_points=3, timing_steps=3, noise_repeats=4),
+                  progress=False)
     ahead = int(re.search(r"up to ([\d,]+) samples", str(said[0].message)).group(1).replace(",", ""))
     assert r.samples <= ahead <= 2 * r.samples  # an upper bound, and not a loose one
     assert said[0].filename == __file__  # shown at the caller's line, not inside tunekit's decorators
-    assert "pass batch_limit=128, throughput_points=2 or noise_repeats=0 to spend less" in str(said[0].message)
+    assert ("pass measure=Measurement(batch_limit=128), measure=Measurement(throughput_points=2) or "
+            "measure=Measurement(noise_repeats=0) to spend less") in str(said[0].message)
     long_run = dataclasses.replace(base, defaults={**base.defaults, "max_steps": 100_000})
     with warnings.catch_warnings():
         warnings.simplefilter("error", ProbeCostWarning)  # a probe cheaper than its run says nothing ahead
-        probe(long_run, trace_sizes=(2, 4), throughput_points=3, timing_steps=3, noise_repeats=4, progress=False)
+        probe(long_run, measure=Measurement(trace_sizes=(2, 4), throughput_points=3, timing_steps=3, noise_repeats=4),
+              progress=False)
 
 
 def test_the_cost_warning_never_suggests_what_was_passed_and_the_cli_says_it_in_its_flags(
@@ -650,7 +654,8 @@ def test_the_cost_warning_never_suggests_what_was_passed_and_the_cli_says_it_in_
     task = dataclasses.replace(regression_task(), defaults={**regression_task().defaults, "max_steps": 2})  # batch 16
     with pytest.warns(batch_probe.ProbeCostWarning) as said:
         batch_probe._say_cost_ahead(task, 256, 10_000, 5, 12)
-    assert said[0].message.hints == ("batch_limit=128", "throughput_points=2", "noise_repeats=0")
+    assert said[0].message.hints == ("measure=Measurement(batch_limit=128)", "measure=Measurement(throughput_points=2)",
+                                     "measure=Measurement(noise_repeats=0)")
     with pytest.warns(batch_probe.ProbeCostWarning) as said:  # batch_limit=128 given: its batches go up to 128
         batch_probe._say_cost_ahead(task, 128, 10_000, 2, 0)
     assert said[0].message.hints == () and "pass" not in str(said[0].message)
@@ -662,14 +667,15 @@ def test_the_cost_warning_never_suggests_what_was_passed_and_the_cli_says_it_in_
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1]))
     monkeypatch.setattr(probe_run, "cpu_total_bytes", lambda: 16 * 2**30)
     monkeypatch.setattr(probe_run, "cpu_available_bytes", lambda: 15 * 2**30)
-    for extra, hint in (([], "pass --batch-limit 128 to spend less"), (["--batch-limit", "128"], None)):
+    for extra, hint in (([], "pass --batch-limit 128, --throughput-points 2 or --noise-repeats 0 to spend less"),
+                        (["--batch-limit", "128"], "pass --throughput-points 2 or --noise-repeats 0 to spend less")):
         code, out, err = run_main("probe", "--task", str(tmp_path / "short.py") + ":short", "--quiet", "--device", "cpu",
                                   "--out", str(tmp_path / "o"), *extra)
         assert code == 0, err
         lines = [line for line in err.splitlines() if line.strip()]
         assert len(lines) == 1 and lines[0].startswith("tunekit probe: warning: the probe will draw up to"), err
         assert "throughput_points" not in err and "noise_repeats" not in err and "Warning" not in err
-        assert (hint in lines[0]) if hint else ("batch" not in lines[0].split("go up to")[1] and "pass" not in lines[0])
+        assert hint in lines[0], lines[0]
         assert "a larger --memory-budget for more" in out and "memory_budget" not in out
 
 

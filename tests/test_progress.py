@@ -75,7 +75,7 @@ def test_work_inside_a_bar_is_quiet_unless_asked(monkeypatch: pytest.MonkeyPatch
 def test_every_entry_point_defaults_to_auto() -> None:
     """``progress=None`` everywhere a person calls tunekit; the CLI's --quiet is False."""
     import tunekit
-    from tunekit.cli_commands import _progress
+    from tunekit.cli_common import progress_of as _progress
     from tunekit.hpsearch.settings import SearchSettings
 
     for fn in (tunekit.lr_find, tunekit.probe, tunekit.doctor, tunekit.train, tunekit.search):

@@ -15,6 +15,7 @@ from torch import nn
 
 from tunekit.defaults import CLIP_GRAD_NORM, MIN_LR_RATIO, SCHEDULE, WARMUP
 from tunekit.inputs.data import Batch
+from tunekit.entry_options import Refine, StepSettings, Sweep
 from tunekit.probes.range_test import lr_find
 from tunekit.training.schedule import lr_schedule
 from tunekit.training.state import Snapshot
@@ -63,8 +64,9 @@ def _range_lr(model: nn.Module, optimizer: torch.optim.Optimizer, compute: LossC
               device: torch.device, precision: str, scaler: Any, clip: Optional[float]) -> tuple[float, bool]:
     """The range test's suggestion on the tiny batch (the model comes back as it was), and whether it had one."""
     res = lr_find(model, [batch], optimizer=optimizer, compute_loss=lambda m, b: compute(m, b)[0],
-                  sweep_steps=RANGE_STEPS, min_lr=1e-6, max_lr=10.0, device=str(device), precision=precision, scaler=scaler,
-                  clip_grad_norm=clip, refine=False, progress=False)  # one batch, memorized: no short runs to compare
+                  sweep=Sweep(sweep_steps=RANGE_STEPS, min_lr=1e-6, max_lr=10.0),
+                  step=StepSettings(device=str(device), precision=precision, scaler=scaler, clip_grad_norm=clip),
+                  refine=Refine(enabled=False), progress=False)  # one batch, memorized: no short runs to compare
     lr = res.suggestion or res.suggestions.get("steepest")
     return (float(lr), True) if lr else (FALLBACK_LR, False)
 

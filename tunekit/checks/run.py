@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import time
 from collections.abc import Callable, Sequence
@@ -27,9 +28,11 @@ from tunekit.errors import UsageError, check_int, check_number, renamed_keywords
 from tunekit.inputs.data import Batch, BatchStream, Data, rebatched_loader, batch_size_of, to_device
 from tunekit.inputs.task import ComputeLoss, LossFn, Task, loss_problem
 from tunekit.integrations.task_spec import takes_their_objects
+from tunekit.option_fields import grouped_keywords
 from tunekit.probes.batch_probe import budget_bytes
+from tunekit.entry_options import DoctorChecks, PlannedRun, Refine, StepSettings, Sweep
 from tunekit.probes.range_test import SWEEP_STEPS, lr_find
-from tunekit.probes.resolve import TASK_DEFAULT, ProbeInputs, check_saved, resolve_inputs, step_settings
+from tunekit.probes.resolve import ProbeInputs, check_saved, resolve_inputs, step_settings
 from tunekit.progress import bar
 from tunekit.results import DoctorResult, Finding, LRFindResult
 from tunekit.results.doctor import DoctorSettings
@@ -188,9 +191,11 @@ def stage_recipe(run: _Run, batch: Batch, lr: Optional[float], warmup: Optional[
         answer = lambda: saved.suggestion  # noqa: E731
     elif lr is not None:
         res = lr_find(sub.model, sub.data, optimizer=sub.optimizer, compute_loss=lambda m, b: sub.compute(m, b)[0],
-                      batch_size=sub.batch_size, accumulation_steps=accumulation_steps, precision=sub.precision,
-                      device=str(sub.device), seed=seed, sweep_steps=RECIPE_RANGE_STEPS, clip_grad_norm=run.clip,
-                      scaler=run.scaler, refine=False, progress=False)  # the curve alone: a pre-flight check
+                      step=StepSettings(batch_size=sub.batch_size, accumulation_steps=accumulation_steps,
+                                        precision=sub.precision, device=str(sub.device), clip_grad_norm=run.clip,
+                                        scaler=run.scaler),
+                      sweep=Sweep(sweep_steps=RECIPE_RANGE_STEPS), refine=Refine(enabled=False), seed=seed,
+                      progress=False)  # the curve alone: a pre-flight check
         suggestion, confident = res.suggestion, res.confident
         answer = lambda: _lr_finds(run, run_steps, accumulation_steps, seed)  # noqa: E731
     run.findings += check_lr(lr, suggestion, confident, source, answer)
@@ -208,29 +213,13 @@ def stage_recipe(run: _Run, batch: Batch, lr: Optional[float], warmup: Optional[
 
 
 @renamed_keywords(steps="run_steps")
+@grouped_keywords(step=StepSettings, run=PlannedRun, checks=DoctorChecks)
 @takes_their_objects
 def doctor(
-    model: nn.Module | Task,
-    train_data: Data | None = None,
-    loss_fn: LossFn | None = None,
-    optimizer: Any = None,
-    val_data: Data | None = None,
-    *,
-    compute_loss: ComputeLoss | None = None,
-    batch_size: int | None = None,
-    accumulation_steps: int | None = None,
-    precision: str | None = None,
-    device: str = "auto",
-    seed: int = 0,
-    lr: float | None = None,
-    warmup: Warmup | None = None,
-    run_steps: int | None = None,
-    memory_budget: int | str | None = None,
-    scaler: torch.amp.GradScaler | None = None,
-    anomaly: bool = False,
-    overfit_floor: float | None = None,
-    progress: Optional[bool] = None,
-    lr_find_result: Any = None,
+    model: nn.Module | Task, train_data: Data | None = None, loss_fn: LossFn | None = None, optimizer: Any = None,
+    val_data: Data | None = None, *, compute_loss: ComputeLoss | None = None, memory_budget: int | str | None = None,
+    step: StepSettings = StepSettings(), run: PlannedRun = PlannedRun(), checks: DoctorChecks = DoctorChecks(),
+    seed: int = 0, progress: Optional[bool] = None,
 ) -> DoctorResult:
     """Pre-flight triage of a training set-up: every check's findings, before any LR or batch is tuned.
 
@@ -239,19 +228,27 @@ def doctor(
     failure finding that names it (the run would fail the same way), not a crash; a usage error
     (data or loss that tunekit cannot read) is raised as :class:`UsageError`.
 
+    The settings come in objects: the step (:class:`~tunekit.entry_options.StepSettings`), the run you intend
+    (:class:`~tunekit.entry_options.PlannedRun`) and the checks' own (:class:`~tunekit.entry_options.DoctorChecks`);
+    0.1's flat keywords still work for a release.
+
     Args:
         model: a :class:`Task` (a fresh model is checked) or a model in hand with its ``train_data``, ``loss_fn``
             (or ``compute_loss``) and ``optimizer`` (an instance or a factory; AdamW by default).
-        lr, warmup, run_steps: the run you intend, its peak LR, warmup and updates (0.1.0's ``steps=``); for a Task,
-            its own recipe by default, as are ``accumulation_steps``, ``precision`` and the clipping the checks use.
+        run: the run you intend, its peak ``lr``, ``warmup`` and ``run_steps`` (0.1.0's ``steps=``); for a Task,
+            its own recipe by default, as are the step's accumulation, precision and clipping.
         memory_budget: what the batch is checked against; by default the free memory.
-        anomaly: run the non-finite check's backward under autograd's anomaly mode.
-        overfit_floor: the lowest loss the tiny batch can reach, for a loss with terms that do not vanish
+        checks.anomaly: run the non-finite check's backward under autograd's anomaly mode.
+        checks.overfit_floor: the lowest loss the tiny batch can reach, for a loss with terms that do not vanish
             (a KL term, an auxiliary loss); by default 0, or label smoothing's floor.
-        lr_find_result: a saved ``lr_find`` result (or its JSON file) to compare ``lr`` with, instead of
+        checks.lr_find_result: a saved ``lr_find`` result (or its JSON file) to compare ``lr`` with, instead of
             the doctor's quick range test (the curve alone).
     """
-    clip, accumulation_steps, precision = step_settings(model, TASK_DEFAULT, accumulation_steps, precision)  # a Task's recipe
+    lr, warmup, run_steps = run.lr, run.warmup, run.run_steps
+    anomaly, overfit_floor, lr_find_result = checks.anomaly, checks.overfit_floor, checks.lr_find_result
+    batch_size, device, scaler = step.batch_size, step.device, step.scaler
+    clip, accumulation_steps, precision = step_settings(model, step.clip_grad_norm, step.accumulation_steps,
+                                                        step.precision)  # a Task's recipe where unset
     _check_args(lr, warmup, run_steps, accumulation_steps)
     if overfit_floor is not None:
         check_number("overfit_floor", overfit_floor, minimum=0, hint="the lowest loss reachable: pass e.g. overfit_floor=0.5")
@@ -268,11 +265,11 @@ def doctor(
     with preserved(sub.model, sub.optimizer, scaler, sub.data) as snap, \
             bar(len(STAGES), "doctor", "check", enabled=progress) as progress_bar:
         seed_everything_for(seed, sub.device)
-        run = _Run(sub, scaler, snap, batch_size=0, floor=overfit_floor, saved_lr_find=saved_lr_find, clip=clip,
-                   given=model if isinstance(model, Task) else None)
-        _stages(run, progress_bar, lr, warmup, run_steps, memory_budget, accumulation_steps, seed, anomaly)
-    return _result(run, time.perf_counter() - start, DoctorSettings(
-        lr=lr, warmup=warmup, run_steps=run_steps, batch_size=run.batch_size, accumulation_steps=accumulation_steps,
+        state = _Run(sub, scaler, snap, batch_size=0, floor=overfit_floor, saved_lr_find=saved_lr_find, clip=clip,
+                     given=model if isinstance(model, Task) else None)
+        _stages(state, progress_bar, lr, warmup, run_steps, memory_budget, accumulation_steps, seed, anomaly)
+    return _result(state, time.perf_counter() - start, DoctorSettings(
+        lr=lr, warmup=warmup, run_steps=run_steps, batch_size=state.batch_size, accumulation_steps=accumulation_steps,
         clip_grad_norm=clip, precision=sub.precision, device=str(sub.device), seed=seed, memory_budget=memory_budget,
         anomaly=anomaly, overfit_floor=overfit_floor))
 
@@ -317,12 +314,14 @@ def _lr_finds(run: _Run, run_steps: Optional[int], accumulation_steps: int, seed
     """What ``lr_find`` suggests for these objects and this run, short runs and all (the LR to try where the
     intended one is far off): the same call a user makes, on the Task as given, else on the objects in hand."""
     sub = run.sub
-    common: dict[str, Any] = dict(batch_size=sub.batch_size, accumulation_steps=accumulation_steps, precision=sub.precision,
-                                  device=str(sub.device), seed=seed, run_steps=run_steps, progress=False)
+    step = StepSettings(batch_size=sub.batch_size, accumulation_steps=accumulation_steps, precision=sub.precision,
+                        device=str(sub.device))
+    common: dict[str, Any] = dict(seed=seed, run_steps=run_steps, progress=False)
     if run.given is not None:
-        return lr_find(run.given, **common).suggestion
+        return lr_find(run.given, step=step, **common).suggestion
     return lr_find(sub.model, sub.data, optimizer=sub.optimizer, compute_loss=lambda m, b: sub.compute(m, b)[0],
-                   val_data=sub.val_data, clip_grad_norm=run.clip, scaler=run.scaler, **common).suggestion
+                   val_data=sub.val_data, step=dataclasses.replace(step, clip_grad_norm=run.clip, scaler=run.scaler),
+                   **common).suggestion
 
 
 def _result(run: _Run, seconds: float, settings: DoctorSettings) -> DoctorResult:

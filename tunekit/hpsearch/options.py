@@ -11,11 +11,12 @@ This module imports nothing heavy: the CLI reads it to build its parser.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from collections.abc import Iterator
 from typing import Any, ClassVar, Optional
 
 from tunekit.errors import UsageError, check_int, check_number
+from tunekit.option_fields import dest_of, flag_of, opt
 from tunekit.hpsearch.budget import parse_duration
 from tunekit.hpsearch.resilient import STORAGE_RETRY
 
@@ -24,29 +25,6 @@ __all__ = ["TPE", "RandomSampler", "Halving", "NoPruning", "Local", "Ray", "Stud
            "dest_of", "cli_fields"]
 
 JOIN_TIMEOUT = 1800.0  # seconds a joining worker waits for the study's creator to store its spec
-
-
-def opt(default: Any, help: str, *, flag: Optional[str] = None, spec: Optional[str] = None, kind: str = "str",
-        cli: bool = True, metavar: Optional[str] = None) -> Any:
-    """A field with what the CLI and a shared study need to know of it.
-
-    ``flag``: its CLI flag (default ``--field-name``); ``cli=False``: Python only (a dict, a function).
-    ``spec``: its key in a shared study's spec, where it defines the study (workers must agree).
-    ``kind``: how the CLI parses it: str, int, count (int >= 0), float, seconds (>= 0), seed, bool."""
-    return field(default=default, metadata={"help": help, "flag": flag, "spec": spec, "kind": kind, "cli": cli,
-                                            "metavar": metavar})
-
-
-def flag_of(f: dataclasses.Field[Any]) -> str:
-    """The CLI flag of an option's field (``--no-NAME`` for a switch that is on by default)."""
-    if f.metadata.get("kind") == "bool" and f.default is True:
-        return "--no-" + f.name.replace("_", "-")
-    return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
-
-
-def dest_of(f: dataclasses.Field[Any]) -> str:
-    """Where argparse puts an option's flag: the flag's words with underscores."""
-    return flag_of(f).removeprefix("--").removeprefix("no-").replace("-", "_")
 
 
 def cli_fields(concept: str) -> Iterator[tuple[type, dataclasses.Field[Any]]]:

@@ -27,6 +27,7 @@ from tunekit.hpsearch.study import enqueue_design
 from tunekit.inputs.data import dataset_size
 from tunekit.inputs.space import SearchSpace
 from tunekit.probes.batch_probe import NOISE_REPEATS, probe
+from tunekit.entry_options import Measurement, Refine, StepSettings, Sweep
 from tunekit.probes.range_test import lr_find
 from tunekit.probes.resolve import check_saved
 from tunekit.results import LRFindResult, ProbeResult
@@ -92,15 +93,16 @@ def run_probes(inputs: SearchInputs, settings: SearchSettings, existing: bool, s
     for kind, result in (("lr_find", found.lr_find), ("probe", found.probe)):
         if result is not None:
             check_saved(kind, result.settings, task.name, precision or task.precision, settings.backend.device)
-    common = dict(device=settings.backend.device, seed=settings.seed, progress=settings.progress, clip_grad_norm=clip,
-                  precision=precision)
+    step = StepSettings(device=settings.backend.device, clip_grad_norm=clip, precision=precision)
+    common = dict(seed=settings.seed, progress=settings.progress)
     _warn_small_budget(inputs, settings, runs_lr_find=sp.needs_lr_find and found.lr_find is None)
     if sp.needs_lr_find and found.lr_find is None:
         # The curve's suggestion for a run of one full trial: the design's first trials run at that length
         # around it, which is what lr_find's short runs estimate (ProbeSettings.lr_refine asks for them).
-        sweep = {"sweep_steps": settings.probes.lr_sweep_steps} if settings.probes.lr_sweep_steps else {}
-        found.lr_find = lr_find(task, accumulation_steps=int(cfg.accumulation_steps), **common, **sweep,
-                                run_steps=_trial_updates(inputs), refine=settings.probes.lr_refine)
+        sweep = Sweep(sweep_steps=settings.probes.lr_sweep_steps) if settings.probes.lr_sweep_steps else Sweep()
+        found.lr_find = lr_find(task, step=dataclasses.replace(step, accumulation_steps=int(cfg.accumulation_steps)),
+                                sweep=sweep, refine=Refine(enabled=settings.probes.lr_refine),
+                                run_steps=_trial_updates(inputs), **common)
         found.samples += found.lr_find.samples
         found.seconds += found.lr_find.seconds
         _save(found.lr_find, out_dir, "lr_find")
@@ -110,8 +112,9 @@ def run_probes(inputs: SearchInputs, settings: SearchSettings, existing: bool, s
         # the space can offer, or a budget in samples can use, is tried: those steps are the
         # probe's dearest, in samples and in time.
         repeats, skipped = noise_repeats(inputs, found.lr_find)
-        found.probe = probe(task, memory_budget=settings.probes.memory_budget, throughput_points=PRICE_POINTS,
-                            batch_limit=probe_cap(inputs, found.lr_find), noise_repeats=repeats, **common)
+        measure = Measurement(throughput_points=PRICE_POINTS, batch_limit=probe_cap(inputs, found.lr_find),
+                              noise_repeats=repeats)
+        found.probe = probe(task, memory_budget=settings.probes.memory_budget, step=step, measure=measure, **common)
         if skipped:
             found.note_noise_not_measured(skipped)
         found.samples += found.probe.samples

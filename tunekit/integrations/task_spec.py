@@ -17,6 +17,7 @@ returning either) become a Task of fresh models.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 import importlib.util
@@ -269,7 +270,8 @@ def takes_their_objects(fn: F) -> F:
             return fn(model, *args, **kwargs)
         args = (None, *args[1:]) if args else args
         kwargs.pop("train_data", None)
-        kwargs["device"] = adapted.device(kwargs.get("device", "auto"))
+        step = kwargs.get("step", inspect.signature(fn).parameters["step"].default)  # a StepSettings
+        kwargs["step"] = dataclasses.replace(step, device=adapted.device(step.device))
         say_notes(adapted)
         try:
             with adapted.speaking():  # advice in their terms: the Trainer's eval_dataset, not the task's val_data

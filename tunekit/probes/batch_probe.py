@@ -29,13 +29,15 @@ from torch import nn
 from tunekit.bytesize import format_bytes
 from tunekit.errors import HintedWarning, UsageError, check_int, check_number, renamed_keywords, warn_at_caller
 from tunekit.inputs.data import BatchStream, Data, dataset_size
+from tunekit.entry_options import NOISE_REPEATS, BatchPlan, Measurement, StepSettings
+from tunekit.option_fields import grouped_keywords
 from tunekit.inputs.task import ComputeLoss, LossFn, Task
 from tunekit.integrations.task_spec import takes_their_objects
 from tunekit.probes.largest_batch import find_largest_batch, largest_batch, measurement_warnings
 from tunekit.probes.memory_trace import MemoryModel, Trace, fit_memory_model
 from tunekit.probes.noise_scale import noise_scale
 from tunekit.probes.probe_run import CountingStep, ProbeRun, Room, budget_bytes, trace_at
-from tunekit.probes.resolve import TASK_DEFAULT, resolve_inputs, step_settings
+from tunekit.probes.resolve import resolve_inputs, step_settings
 from tunekit.probes.throughput import BUSY_RETRIES, NOISY_TIMINGS, knee_and_fastest, measure_throughput
 from tunekit.progress import bar
 from tunekit.results import ProbeResult
@@ -51,7 +53,6 @@ __all__ = ["probe", "ProbeResult", "plan_batches", "PROBE_LR_RULES", "find_large
 # The noise-scale stage: a fresh model of a Task first trains TASK_NOISE_WARMUP updates at a batch of
 # at most NOISE_WARMUP_BATCH; then NOISE_REPEATS gradients at a small batch (at most NOISE_SMALL_BATCH)
 # and as many at up to NOISE_MAX_ACCUM times it.
-NOISE_REPEATS = 12
 TASK_NOISE_WARMUP = 50
 NOISE_WARMUP_BATCH = 32
 NOISE_SMALL_BATCH = 8
@@ -103,37 +104,40 @@ def plan_batches(target: int, max_batch: int, throughput: list[dict[str, float]]
 
 
 @renamed_keywords(max_batch="batch_limit")
+@grouped_keywords(step=StepSettings, measure=Measurement, plan=BatchPlan)
 @takes_their_objects
 def probe(
     model: nn.Module | Task, train_data: Data | None = None, loss_fn: LossFn | None = None, optimizer: Any = None,
-    *, compute_loss: ComputeLoss | None = None,
-    memory_budget: int | str | None = None, headroom: float = 0.15,
-    device: str = "auto", precision: str | None = None, accumulation_steps: int | None = None,
-    clip_grad_norm: float | None = TASK_DEFAULT,
-    target_batch: int | None = None, lr: float | None = None, lr_batch: int | None = None,
-    batch_limit: int | None = None, trace_sizes: tuple[int, ...] = (4, 8, 16),
-    throughput_points: int = 5, timing_steps: int = 5,
-    noise_repeats: int = NOISE_REPEATS, noise_warmup: int | None = None,
-    calibrate_steps: bool = True, seed: int = 0, progress: bool | None = None,
+    *, compute_loss: ComputeLoss | None = None, memory_budget: int | str | None = None,
+    step: StepSettings = StepSettings(), measure: Measurement = Measurement(), plan: BatchPlan = BatchPlan(),
+    seed: int = 0, progress: bool | None = None,
 ) -> ProbeResult:
     """Probe memory and throughput of the shared step, and the critical batch size.
 
-    ``accumulation_steps``, ``clip_grad_norm`` and ``precision`` default to a Task's recipe (its
-    ``defaults``), as :func:`tunekit.train` resolves them.
+    The settings come in objects (:mod:`tunekit.entry_options`): the step (:class:`StepSettings`: its
+    accumulation, clipping and precision default to a Task's recipe, as :func:`tunekit.train` resolves them),
+    what is measured (:class:`Measurement`) and the run planned for (:class:`BatchPlan`); 0.1's flat
+    keywords still work for a release.
 
     Args:
         memory_budget: bytes or "8GiB"; by default the GPU's free memory, on the CPU a run's share (a quarter
-            of RAM, or what is free if less); ``headroom`` of it is kept free.
-        target_batch: plan (micro-batch, accumulation) pairs for this effective batch (default: the critical
+            of RAM, or what is free if less); ``measure.headroom`` of it is kept free.
+        plan.target_batch: plan (micro-batch, accumulation) pairs for this effective batch (default: the critical
             batch, rounded to a power of two); ``lr`` found at effective batch ``lr_batch`` is rescaled to it
             by the linear and square-root rules.
-        batch_limit: the largest batch tried (0.1.0's ``max_batch=``); ``ProbeResult.max_batch`` is the largest confirmed.
-        noise_warmup: updates before the noise scale is measured (default 50 for a Task's fresh model, 0 for a
+        measure.batch_limit: the largest batch tried (0.1.0's ``max_batch=``); ``ProbeResult.max_batch`` is the largest confirmed.
+        measure.noise_warmup: updates before the noise scale is measured (default 50 for a Task's fresh model, 0 for a
             model in hand), at ``lr`` or the task's default LR; undone with everything else.
-        calibrate_steps: measure the real steps that confirm the largest batch; one more than 3% off the
-            prediction refits the memory model (kernels' own allocations) and the new largest is confirmed again.
+        measure.calibrate_steps: measure the real steps that confirm the largest batch; 3% off, the model is refitted.
     """
-    clip_grad_norm, accumulation_steps, precision = step_settings(model, clip_grad_norm, accumulation_steps, precision)
+    step.refuse(("batch_size", "the probe finds it: pass measure=Measurement(batch_limit=N) for the largest it tries"),
+                ("scaler", "the probe steps with a GradScaler of its own"), caller="probe")
+    headroom, batch_limit, trace_sizes = measure.headroom, measure.batch_limit, measure.trace_sizes
+    throughput_points, timing_steps, calibrate_steps = measure.throughput_points, measure.timing_steps, measure.calibrate_steps
+    noise_repeats, noise_warmup, device = measure.noise_repeats, measure.noise_warmup, step.device
+    target_batch, lr, lr_batch = plan.target_batch, plan.lr, plan.lr_batch
+    clip_grad_norm, accumulation_steps, precision = step_settings(model, step.clip_grad_norm, step.accumulation_steps,
+                                                                  step.precision)
     _check_args(headroom, accumulation_steps, target_batch, lr, lr_batch, batch_limit)
     # A fresh model of a task trains a little first; a model in hand is measured as it is.
     noise_warmup = (TASK_NOISE_WARMUP if isinstance(model, Task) else 0) if noise_warmup is None else noise_warmup
@@ -170,7 +174,7 @@ def probe(
     # 5. What it means for a run: the critical batch, a plan for the target batch, the LR rescaled to it.
     critical = noise["b_simple"] if noise and math.isfinite(noise["b_simple"]) else None
     target, why = _target_of(target_batch, noise, critical, noise_warmup, noise_repeats, confirmed, sub.task.batch_size)
-    plan, lr_scaling = _plan(target, confirmed, throughput, mm, lr, lr_batch)
+    pairs, lr_scaling = _plan(target, confirmed, throughput, mm, lr, lr_batch)
     knee, fastest = knee_and_fastest(throughput)
     return ProbeResult(
         device=str(sub.device), precision=sub.precision, accumulation_steps=accumulation_steps, budget_bytes=room.budget,
@@ -178,7 +182,7 @@ def probe(
         predicted_max_batch=predicted, max_batch=confirmed, tried=tried, throughput=throughput, knee_batch=knee,
         fastest_batch=fastest, critical_batch=critical, noise=noise,
         critical_batch_range=(noise["low"], noise["high"]) if critical is not None else None,
-        plan=plan, plan_reason=why, lr_scaling=lr_scaling, dataset_size=n_data, seconds=time.perf_counter() - start, settings=settings,
+        plan=pairs, plan_reason=why, lr_scaling=lr_scaling, dataset_size=n_data, seconds=time.perf_counter() - start, settings=settings,
         updates=run.counter["updates"], samples=run.counter["samples"], memory_measured=measured_how,
         run_steps=sub.task.defaults.get("max_steps"), run_batch=sub.task.batch_size,
         warnings=_warnings(throughput, noise, noise_warmup) + measurement_warnings(measured_how))
@@ -218,8 +222,9 @@ def _say_cost_ahead(task: Task, predicted: int, ahead: int, points_n: int, repea
     if ahead <= planned:
         return
     cap = 8 * int(batch)
-    hints = ((f"batch_limit={cap}",) if cap < predicted else ()) \
-        + (("throughput_points=2",) if points_n > 2 else ()) + (("noise_repeats=0",) if repeats >= 2 else ())
+    hints = ((f"measure=Measurement(batch_limit={cap})",) if cap < predicted else ()) \
+        + (("measure=Measurement(throughput_points=2)",) if points_n > 2 else ()) \
+        + (("measure=Measurement(noise_repeats=0)",) if repeats >= 2 else ())
     warn_at_caller(ProbeCostWarning(
         f"the probe will draw up to {ahead:,} samples, {ahead / planned:.1f}x the planned run ({steps} updates at "
         f"batch {batch}: {planned:,}); its batches go up to {predicted:,}", hints, " to spend less"))

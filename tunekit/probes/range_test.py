@@ -10,18 +10,19 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
-from tunekit.defaults import DIVERGE_THRESHOLD, REFINE_SHARE, RUN_EPOCHS_IN_HAND, RUN_STEPS, SWEEP_STEPS
+from tunekit.defaults import RUN_EPOCHS_IN_HAND, RUN_STEPS, SWEEP_STEPS
+from tunekit.entry_options import Refine, StepSettings, Sweep
 from tunekit.errors import CLIP_HINT, UsageError, check_int, check_number, renamed_keywords
 from tunekit.inputs.data import Data, batches_per_epoch
 from tunekit.inputs.task import ComputeLoss, LossFn, Task
 from tunekit.integrations.task_spec import takes_their_objects
-from tunekit.precision import Precision
+from tunekit.option_fields import grouped_keywords
 from tunekit.probes.refine import (REFINE_RUNS, carry_to_run, refine_suggestion, schedule_of, short_runner,
                                    without_scoring_data)
 from tunekit.probes.refine_plan import DEFAULT_RUN_STEPS, RefinePlan, plan_refinement
@@ -57,55 +58,57 @@ def _check_args(min_lr: float, max_lr: float, sweep_steps: int, mode: str, repea
 
 
 @renamed_keywords(steps="sweep_steps")
+@grouped_keywords(sweep=Sweep, refine=Refine, step=StepSettings)
 @takes_their_objects
 def lr_find(
     model: nn.Module | Task, train_data: Data | None = None, loss_fn: LossFn | None = None, optimizer: Any = None,
-    *, compute_loss: ComputeLoss | None = None,
-    val_data: Data | None = None, loss_on: Literal["train", "val"] = "train", val_batches: int = 4,
-    min_lr: float = 1e-7, max_lr: float = 10.0, sweep_steps: int = SWEEP_STEPS, mode: Literal["exp", "linear"] = "exp",
-    batch_size: int | None = None, accumulation_steps: int | None = None, precision: Precision | None = None,
-    clip_grad_norm: float | None = TASK_DEFAULT, device: str = "auto", seed: int = 0,
-    repeats: int = 1, diverge_threshold: float = DIVERGE_THRESHOLD,
-    run_steps: int | None = None, refine: bool = True, refine_share: float = REFINE_SHARE,
-    refine_steps: int | None = None, refine_seeds: int | None = None, hold_out_share: float | None = None,
-    scaler: torch.amp.GradScaler | None = None, progress: bool | None = None,
+    *, compute_loss: ComputeLoss | None = None, val_data: Data | None = None,
+    sweep: Sweep = Sweep(), refine: Refine = Refine(), step: StepSettings = StepSettings(),
+    run_steps: int | None = None, seed: int = 0, progress: bool | None = None,
 ) -> LRFindResult:
     """Run an LR range test and suggest a peak LR for a warmup + cosine run of ``run_steps`` updates.
 
     The LR rises over ``sweep_steps`` optimizer updates of the step training runs (its clipping,
     accumulation and precision: the task's recipe, else :mod:`tunekit.defaults`); then, with ``refine``,
-    short real runs around the curve's suggestion check it, costing at most ``refine_share`` of the
+    short real runs around the curve's suggestion check it, costing at most ``Refine.share`` of the
     planned run, or one range test's updates where that share buys no useful run (the curve alone can
     be far off: benchmarks/data/constants_history.md). A model in hand, its
     optimizer, the scaler and the RNG states are restored bitwise when the test ends, also on an
     exception or Ctrl-C. ``samples`` counts every training sample drawn.
 
     Args:
+        sweep, refine, step: the settings, one object each (:mod:`tunekit.entry_options`); 0.1's flat
+            keywords (``min_lr=``, ``refine_share=``, ``device=``, ...) still work for a release.
         model: a :class:`Task` (a fresh model is built) or a model in hand with ``train_data``, ``loss_fn``
             (or ``compute_loss``) and ``optimizer`` (an instance, whose state is kept, or a factory; AdamW by default).
-        min_lr, max_lr, sweep_steps, mode: the sweep, exponential (or ``"linear"``) over ``sweep_steps`` updates
+        sweep: ``min_lr``, ``max_lr``, ``sweep_steps``, ``mode``: the sweep, exponential (or ``"linear"``) over ``sweep_steps`` updates
             (0.1.0's ``steps=``); a step the fp16 scaler skips is not counted.
-        diverge_threshold: the sweep stops when the loss is non-finite, or exceeds this many times its best and
+        sweep.diverge_threshold: the sweep stops when the loss is non-finite, or exceeds this many times its best and
             by more than :data:`~tunekit.probes.lr_rules.NOISE_MARGIN` times its noise at the sweep's start
             (``noise`` in the result): a heavy-tailed loss's spikes are not divergence.
-        clip_grad_norm: None disables clipping (a model in hand is clipped at the default unless told):
+        step.clip_grad_norm: None disables clipping (a model in hand is clipped at the default unless told):
             an unclipped sweep "diverges" well below what a clipped run takes.
-        loss_on, val_batches: with ``"val"``, each point is the loss on the first ``val_batches`` batches of ``val_data``.
+        sweep.loss_on, sweep.val_batches: with ``"val"``, each point is the loss on the first ``val_batches`` batches of ``val_data``.
         run_steps: the planned run's updates (default: a Task's ``defaults["max_steps"]``, else ``train``'s;
             a model in hand :data:`tunekit.defaults.RUN_EPOCHS_IN_HAND` epochs of its data, said in the result).
-        refine, refine_share: short runs of the planned schedule at half decades around the curve's suggestion,
+        refine: short runs of the planned schedule at half decades around the curve's suggestion,
             up to 7 LRs, until a worse run lies on each side of the best (its parabola's vertex): at two lengths,
             H and 2H, where the share buys H >= 15 updates, carried by how the best moved
             (:func:`~tunekit.probes.refine_plan.from_two_lengths`); else 33-update runs within one range
             test's updates, carried as calibrated on the corpus (:func:`~tunekit.probes.refine_plan.from_short_runs`;
             none without ``val_data`` or ``hold_out_share``); else the curve alone, and the result says why.
-        refine_steps, refine_seeds: one length and seeds per LR instead, whatever it costs.
-        hold_out_share: without ``val_data``, score each run on this share of the training data held out of it
+        refine.steps, refine.seeds: one length and seeds per LR instead, whatever it costs.
+        refine.hold_out_share: without ``val_data``, score each run on this share of the training data held out of it
             (else on at most 2048 training samples it trained on).
     """
     start = time.perf_counter()  # the call's time, the model's and data's making included
+    min_lr, max_lr, sweep_steps, mode = sweep.min_lr, sweep.max_lr, sweep.sweep_steps, sweep.mode
+    repeats, diverge_threshold, loss_on, val_batches = sweep.repeats, sweep.diverge_threshold, sweep.loss_on, sweep.val_batches
+    refine_share, refine_steps, refine_seeds, hold_out_share = refine.share, refine.steps, refine.seeds, refine.hold_out_share
+    batch_size, device, scaler = step.batch_size, step.device, step.scaler
     # The step's settings resolved as train resolves them, and every value checked before any work.
-    clip_grad_norm, accumulation_steps, precision = step_settings(model, clip_grad_norm, accumulation_steps, precision)
+    clip_grad_norm, accumulation_steps, precision = step_settings(model, step.clip_grad_norm, step.accumulation_steps,
+                                                                  step.precision)
     _check_args(min_lr, max_lr, sweep_steps, mode, repeats, diverge_threshold, batch_size, accumulation_steps, clip_grad_norm)
     _check_refine(run_steps, refine_share, refine_steps, refine_seeds, hold_out_share)
     # What is tested: a Task's fresh model, or the user's objects (put back as they were at the end).
@@ -114,7 +117,7 @@ def lr_find(
     _check_loss_on(loss_on, sub.val_data)
     run_steps, run_from = planned_run(model, run_steps, sub.data, sub.batch_size, accumulation_steps)
     plan = (plan_refinement(run_steps, refine_share, REFINE_RUNS, refine_steps, refine_seeds, sweep_steps)
-            if refine else None)
+            if refine.enabled else None)
     if plan is not None and plan.calibrated and sub.val_data is None and not hold_out_share:
         plan = without_scoring_data(plan)
     setup = LRSetup(model, sub.model, sub.optimizer, sub.compute, sub.data, sub.val_data, sub.device, sub.precision,

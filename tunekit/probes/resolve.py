@@ -18,22 +18,11 @@ from tunekit.inputs.data import Data
 from tunekit.defaults import ACCUMULATION_STEPS, CLIP_GRAD_NORM
 from tunekit.errors import UsageError, check_int
 from tunekit.training.step import resolve_device
+from tunekit.entry_options import TASK_DEFAULT  # the sentinel lives where the option objects (and the CLI) read it
 from tunekit.precision import Precision, check_precision
 from tunekit.inputs.task import UNNAMED, ComputeLoss, LossComputer, LossFn, Task, check_optimizer_holds, default_optimizer
 
 __all__ = ["ProbeInputs", "resolve_inputs", "check_saved", "step_settings", "TASK_DEFAULT"]
-
-
-class _TaskDefault:
-    """The default of a setting that ``train`` takes from the task: the task's, else train's own."""
-
-    def __repr__(self) -> str:
-        return "TASK_DEFAULT"
-
-
-#: ``clip_grad_norm``'s default: the task's ``defaults["clip_grad_norm"]``, else ``defaults.CLIP_GRAD_NORM``,
-#: as ``train`` resolves it.
-TASK_DEFAULT: Any = _TaskDefault()
 
 
 def step_settings(model: Any, clip_grad_norm: Any, accumulation_steps: int | None,
