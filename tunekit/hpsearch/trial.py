@@ -238,8 +238,8 @@ def free_memory() -> None:
 
 
 def _trim_heap() -> None:
-    """The heap pages the trial freed given back to the system: glibc keeps them (fragmented among the
-    next trial's blocks, the process grew 37% over 10 trials of a 4.2M-parameter model, all freed);
+    """The heap pages the trial freed given back to the system: glibc keeps them, fragmented among the
+    next trial's blocks, and the process grows trial by trial (benchmarks/data/constants_history.md);
     ``malloc_trim(0)`` returns them. Elsewhere (macOS, musl) there is no such call, and nothing to do."""
     try:
         trim = ctypes.CDLL(None).malloc_trim
