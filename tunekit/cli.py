@@ -16,6 +16,7 @@ from tunekit import defaults
 from tunekit.cli_commands import (cmd_dashboard, cmd_doctor, cmd_lr_find, cmd_probe, cmd_report, cmd_search,
                                   cmd_serve, cmd_spaces, cmd_study_create, cmd_study_delete, cmd_study_reap, cmd_tasks,
                                   cmd_train, cmd_worker, in_cli_terms, run)
+from tunekit.errors import deprecated
 from tunekit.hpsearch.options import CONCEPTS, cli_fields, dest_of, flag_of
 from tunekit.version import __version__
 
@@ -177,21 +178,28 @@ _FLAGS: dict[str, dict[str, Any]] = {
 }
 
 
+# tunekit 0.1.0's flags, each with its new name: deprecated in 0.2.0, removed in 0.3.0 (tunekit.errors.deprecated).
+_OLD_FLAGS = {(old, new): deprecated(old, f"pass {new}") for old, new in (
+    ("--steps", "--sweep-steps"), ("--steps", "--run-steps"), ("--grace-period", "--heartbeat-grace"))}
+
+
 class _Renamed(argparse.Action):
-    """An old flag kept for a release: hidden from --help, and one line on stderr names the new one."""
+    """An old flag kept until its removal release: hidden from --help, and one line on stderr names the new one."""
 
     def __init__(self, *args: Any, new: str, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.new = new
 
     def __call__(self, parser: Any, namespace: Any, values: Any, option_string: Optional[str] = None) -> None:
-        print(f"{parser.prog}: note: {option_string} is renamed {self.new}; the old flag goes in the next release",
+        print(f"{parser.prog}: note: {_OLD_FLAGS[self.option_strings[0], self.new].message(option_string or '')}",
               file=sys.stderr)
         setattr(namespace, self.dest, values)
 
 
 def _renamed_flag(p: Any, old: str, new: str, **settings: Any) -> None:
-    """``old`` as an alias of ``new`` (give its type and dest), said so when used; see :func:`tunekit.errors.renamed`."""
+    """``old`` as an alias of ``new`` (give its type and dest), said so when used; the pair is one of :data:`_OLD_FLAGS`."""
+    if (old, new) not in _OLD_FLAGS:
+        raise AssertionError(f"{old} -> {new} is not in _OLD_FLAGS: register it there with its removal version")
     settings.setdefault("dest", new.lstrip("-").replace("-", "_"))
     p.add_argument(old, action=_Renamed, new=new, help=argparse.SUPPRESS, default=argparse.SUPPRESS, **settings)
 
@@ -305,8 +313,8 @@ def _add_options(p: Any, concept: str, skip: Sequence[str] = (), only: Optional[
         else:
             settings.update(type=_KINDS[kind], metavar=f.metadata.get("metavar"))
         p.add_argument(flag, **settings)
-        if flag == "--heartbeat-grace":  # tunekit 0.x's name for it, kept for a release
-            p.add_argument("--grace-period", dest=settings["dest"], type=int, default=None, help=argparse.SUPPRESS)
+        if flag == "--heartbeat-grace":  # tunekit 0.1.0's name for it (_OLD_FLAGS)
+            _renamed_flag(p, "--grace-period", flag, dest=settings["dest"], type=int)
 
 
 # How a generated flag parses its value, by its field's kind.
