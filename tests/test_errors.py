@@ -172,7 +172,8 @@ def test_old_flags_are_hidden_and_say_their_new_name(capsys: pytest.CaptureFixtu
     parser = build_parser()
     for command, old, new, dest in (("lr-find", "--steps", "--sweep-steps", "sweep_steps"),
                                     ("doctor", "--steps", "--run-steps", "run_steps"),
-                                    ("train", "--steps", "--run-steps", "max_steps")):
+                                    ("train", "--steps", "--run-steps", "max_steps"),
+                                    ("worker", "--grace-period", "--heartbeat-grace", "heartbeat_grace")):
         sub = parser.parse_args([command]).usage()
         assert new in sub and old + " " not in sub and old + "]" not in sub
         assert getattr(parser.parse_args([command, old, "30"]), dest) == 30
