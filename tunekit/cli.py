@@ -178,28 +178,20 @@ _FLAGS: dict[str, dict[str, Any]] = {
 }
 
 
-# tunekit 0.1.0's flags, each with its new name: deprecated in 0.2.0, removed in 0.3.0 (tunekit.errors.deprecated).
-_OLD_FLAGS = {(old, new): deprecated(old, f"pass {new}") for old, new in (
-    ("--steps", "--sweep-steps"), ("--steps", "--run-steps"), ("--grace-period", "--heartbeat-grace"))}
-
-
 class _Renamed(argparse.Action):
     """An old flag kept until its removal release: hidden from --help, and one line on stderr names the new one."""
 
     def __init__(self, *args: Any, new: str, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.new = new
+        self.shim = deprecated(self.option_strings[0], f"pass {new}")  # registered: removed in tunekit 0.3.0
 
     def __call__(self, parser: Any, namespace: Any, values: Any, option_string: Optional[str] = None) -> None:
-        print(f"{parser.prog}: note: {_OLD_FLAGS[self.option_strings[0], self.new].message(option_string or '')}",
-              file=sys.stderr)
+        print(f"{parser.prog}: note: {self.shim.message(option_string or '')}", file=sys.stderr)
         setattr(namespace, self.dest, values)
 
 
 def _renamed_flag(p: Any, old: str, new: str, **settings: Any) -> None:
-    """``old`` as an alias of ``new`` (give its type and dest), said so when used; the pair is one of :data:`_OLD_FLAGS`."""
-    if (old, new) not in _OLD_FLAGS:
-        raise AssertionError(f"{old} -> {new} is not in _OLD_FLAGS: register it there with its removal version")
+    """tunekit 0.1.0's ``old`` as an alias of ``new`` (give its type and dest), said so when used (a shim)."""
     settings.setdefault("dest", new.lstrip("-").replace("-", "_"))
     p.add_argument(old, action=_Renamed, new=new, help=argparse.SUPPRESS, default=argparse.SUPPRESS, **settings)
 
@@ -313,7 +305,7 @@ def _add_options(p: Any, concept: str, skip: Sequence[str] = (), only: Optional[
         else:
             settings.update(type=_KINDS[kind], metavar=f.metadata.get("metavar"))
         p.add_argument(flag, **settings)
-        if flag == "--heartbeat-grace":  # tunekit 0.1.0's name for it (_OLD_FLAGS)
+        if flag == "--heartbeat-grace":  # tunekit 0.1.0's name for it, until 0.3.0
             _renamed_flag(p, "--grace-period", flag, dest=settings["dest"], type=int)
 
 

@@ -178,10 +178,12 @@ SHIMS: list[Deprecated] = []
 
 
 def deprecated(old: str, new: str, *, since: str = DEPRECATED_IN, removed_in: str = REMOVED_IN) -> Deprecated:
-    """Register a compatibility shim (at module level, so importing tunekit lists them all) and return it:
-    ``_OLD = deprecated("train(max_steps=)", "pass run_steps=")``, then ``_OLD.warn()`` where it is used."""
+    """Register a compatibility shim (at module level, so importing tunekit lists them all; the CLI's old flags
+    as its parser is built) and return it: ``_OLD = deprecated("train(max_steps=)", "pass run_steps=")``, then
+    ``_OLD.warn()`` where it is used. The same shim registered again is listed once."""
     shim = Deprecated(old, new, since, removed_in)
-    SHIMS.append(shim)
+    if shim not in SHIMS:
+        SHIMS.append(shim)
     return shim
 
 
