@@ -58,7 +58,7 @@ test-bench: $(STAMP)
 
 # The full benchmarks (hours on a small machine): each writes its report to benchmarks/data/NAME_report.txt.
 # corpus_lr and corpus_search score against the ground-truth grids in benchmarks/data/corpus_grid
-# (python -m benchmarks.corpus_grid fills in missing ones).
+# (python -m benchmarks.corpus_grid fills in missing ones); lr_carry chooses lr_find's carry on corpus_refine's records.
 # Every benchmark the README quotes, each writing benchmarks/data/NAME_report.txt (hours on 2 cores;
 # the corpus's grids and finder runs are cached in benchmarks/data, a search's runs in benchmarks/.cache).
 bench: $(STAMP)
@@ -74,6 +74,8 @@ bench: $(STAMP)
 	$(PY) -m benchmarks.doctor_zoo
 	$(PY) -m benchmarks.their_tuners
 	$(PY) -m benchmarks.corpus_grid
+	$(PY) -m benchmarks.corpus_refine
+	$(PY) -m benchmarks.lr_carry
 	$(PY) -m benchmarks.corpus_lr
 	$(PY) -m benchmarks.corpus_search
 
@@ -91,6 +93,8 @@ bench-quick: $(STAMP)
 	$(PY) -m benchmarks.doctor_zoo --quick
 	$(PY) -m benchmarks.their_tuners --quick
 	$(PY) -m benchmarks.corpus --list
+	$(PY) -m benchmarks.corpus_refine --quick
+	$(PY) -m benchmarks.lr_carry --quick
 	$(PY) -m benchmarks.corpus_lr --quick
 	$(PY) -m benchmarks.corpus_search --quick
 

@@ -8,8 +8,10 @@ chosen: ``benchmarks/corpus_lr.py --carry`` chooses the carry from a short run's
 run leave-one-family-out on these records and scores it on the task grids.
 
     python -m benchmarks.corpus_refine [--tasks a,b] [--seeds 5] [--lengths 12,20,33] [--jobs 2]
+    python -m benchmarks.corpus_refine --quick   # two synthetic tasks, one seed, two short lengths: seconds
 
-Records are cached in benchmarks/data/corpus_refine/ (one file a task; a missing (seed, H) is run).
+Records are cached in benchmarks/data/corpus_refine/ (one file a task; a missing (seed, H) is run); a quick
+run's go to a temporary folder, and its table to a temporary report.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import dataclasses
 import json
 import math
 import os
+import tempfile
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -30,6 +33,9 @@ from benchmarks.corpus import CORPUS, entry, pick
 from benchmarks.harness import report
 
 RECORDS = Path(__file__).resolve().parent / "data" / "corpus_refine"
+# --quick's tasks (and lr_carry's): synthetic (no scikit-learn), two families, short planned runs.
+QUICK_TASKS = ("mlp_huber_sgdm", "mlp_bce_adam")
+QUICK_LENGTHS = [10, 20]
 
 
 def refine_once(name: str, seed: int, steps: int, hold_out: float | None = None) -> dict[str, Any]:
@@ -54,7 +60,8 @@ def refine_once(name: str, seed: int, steps: int, hold_out: float | None = None)
             "seconds": round(r.seconds, 3), "scored_on": ref.scored_on.value if ref and ref.scored_on else None}
 
 
-def _task(name: str, seeds: int, lengths: list[int], root: Path, hold_out: float | None = None) -> str:
+def record_task(name: str, seeds: int, lengths: list[int], root: Path, hold_out: float | None = None) -> str:
+    """Run the missing (seed, H) records of task ``name`` into ``root/name.json``; the task's name."""
     torch.set_num_threads(1)
     path = root / f"{name}.json"
     have = json.loads(path.read_text()) if path.exists() else {"command": report.command(), "commit": report.commit(),
@@ -87,13 +94,32 @@ def main() -> None:
     ap.add_argument("--hold-out", type=float, default=None,
                     help="without val_data, score the short runs on this share of the training data held out")
     ap.add_argument("--out", default=str(RECORDS))
+    ap.add_argument("--quick", action="store_true", help="two synthetic tasks, one seed, lengths 10 and 20, in a "
+                    "temporary folder")
     args = ap.parse_args()
+    if args.quick:
+        quick()
+        return
     names = pick(args.tasks) if args.tasks else list(CORPUS)
     lengths = [int(x) for x in args.lengths.split(",")]
     with ProcessPoolExecutor(args.jobs) as pool:
-        for done in pool.map(_task, names, [args.seeds] * len(names), [lengths] * len(names),
+        for done in pool.map(record_task, names, [args.seeds] * len(names), [lengths] * len(names),
                              [Path(args.out)] * len(names), [args.hold_out] * len(names)):
             print(f"  {done}: done", flush=True)
+
+
+def quick() -> None:
+    """The records' code path on :data:`QUICK_TASKS`, into a temporary folder, and a table of what they hold."""
+    root = Path(tempfile.mkdtemp(prefix="tk_corpus_refine_"))
+    lines = [f"records in {root}", f"{'task':<18}{'seed':>5}{'H':>4}{'curve':>11}{'short best':>12}{'suggestion':>12}"
+             f"{'updates':>9}"]
+    for name in QUICK_TASKS:
+        record_task(name, 1, QUICK_LENGTHS, root)
+        for r in load(name, root):
+            best = f"{r['best']:.3g}" if r["best"] else "-"
+            lines.append(f"{name:<18}{r['seed']:>5}{r['steps']:>4}{r['curve']:>11.3g}{best:>12}{r['suggestion']:>12.3g}"
+                         f"{r['sweep_updates'] + r['refine_updates']:>9}")
+    report.write("corpus_refine", "Short real runs after the range test", "\n".join(lines), quick=True)
 
 
 if __name__ == "__main__":

@@ -26,11 +26,22 @@ ARMS = ("none", "best", "all", "optuna_save_each")
 STEPS = 30
 
 
+def regression_data(n: int = 256, dim: int = 8, noise: float = 0.1, seed: int = 0) -> Any:
+    """A noisy linear target in ``dim`` features, ``n`` samples (the tests' regression data, kept here so the
+    benchmark does not import the test suite)."""
+    import torch
+    from torch.utils.data import TensorDataset
+
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, dim, generator=g)
+    w = torch.randn(dim, 1, generator=g)
+    return TensorDataset(x, x @ w + noise * torch.randn(n, 1, generator=g))
+
+
 def heavy_task() -> Any:
     import torch
     from torch import nn
 
-    from tests.tasks import regression_data
     from tunekit import Task
 
     class Heavy(nn.Module):

@@ -13,6 +13,7 @@ the figures to quote are the held-out ones.
 
     python -m benchmarks.lr_carry [--select capped|mean] [--kind one|two|both] [--no-val curve|train|DIR]
     python -m benchmarks.lr_carry --oracle     # what no carry of these measurements can beat (in-sample bounds)
+    python -m benchmarks.lr_carry --quick      # two synthetic tasks' records and grids, made in a temporary folder
 
 Tasks whose finder has no validation data (the small-data family) get the curve's suggestion, as lr_find
 gives it them (``--no-val train``: short runs scored on the training data; ``--no-val DIR``: the records of
@@ -26,6 +27,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import math
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.corpus import CORPUS
-from benchmarks.corpus_refine import load
+from benchmarks.corpus_refine import QUICK_LENGTHS, QUICK_TASKS, load, record_task
 from benchmarks.harness import grid, lofo, report
 from tunekit.defaults import REFINE_SHARE, SWEEP_STEPS
 from tunekit.probes import lr_rules
@@ -189,19 +191,25 @@ def main() -> None:
                          "the grid's own seed-to-seed regret; writes lr_carry_oracle_report.txt")
     ap.add_argument("--no-val", default="curve", help="tasks without validation data: curve (lr_find's rule), train, "
                     "or a records folder")
+    ap.add_argument("--quick", action="store_true", help="the records and one-seed grids of two synthetic tasks, "
+                    "made in a temporary folder; the report to a temporary file")
     args = ap.parse_args()
     caps = CAPS + tuple(None if c == "none" else float(c) for c in args.caps.split(",") if c)
     folder = args.no_val not in ("curve", "train")
-    recs = {n: load(n, Path(args.no_val)) if folder and not CORPUS[n].finder_val else load(n) for n in CORPUS}
+    if args.quick:
+        recs, grid_root = quick_inputs()
+    else:
+        recs, grid_root = {n: load(n, Path(args.no_val)) if folder and not CORPUS[n].finder_val else load(n)
+                           for n in CORPUS}, grid.GRIDS
     if args.no_val == "curve":  # no short runs: the curve's suggestion, whatever the rule
         recs = {n: [{**r, "lrs": [], "scores": []} if not CORPUS[n].finder_val else r for r in rs]
                 for n, rs in recs.items()}
-    recs = {n: r for n, r in recs.items() if r and grid.load(n) is not None}
+    recs = {n: r for n, r in recs.items() if r and grid.load(n, root=grid_root) is not None}
     if args.oracle:
         oracle(recs)
         return
-    truths = {n: grid.Truth.of(grid.load(n)) for n in recs}
-    grids = {n: grid.load(n) for n in recs}
+    grids = {n: grid.load(n, root=grid_root) for n in recs}
+    truths = {n: grid.Truth.of(grids[n]) for n in recs}
     lengths = sorted({r["steps"] for rs in recs.values() for r in rs})
     by = {n: {(r["seed"], r["steps"]): r for r in rs} for n, rs in recs.items()}
     seeds = {n: sorted({r["seed"] for r in rs}) for n, rs in recs.items()}
@@ -263,7 +271,18 @@ def main() -> None:
     allfit = min(regret, key=lambda r: float(np.mean(list(regret[r].values()))))
     lines.append(f"the rule chosen on every family (in-sample): {allfit}")
     print("\n".join(lines))
-    report.write("lr_carry", "The carry from short runs to the planned run, leave-one-family-out", "\n".join(lines))
+    report.write("lr_carry", "The carry from short runs to the planned run, leave-one-family-out", "\n".join(lines),
+                 quick=args.quick)
+
+
+def quick_inputs() -> tuple[dict[str, list[dict[str, Any]]], Path]:
+    """--quick's records (corpus_refine's, one seed at two lengths) and one-seed grids of the synthetic
+    QUICK_TASKS, made in a temporary folder: the records by task, and the grids' folder."""
+    tmp = Path(tempfile.mkdtemp(prefix="tk_lr_carry_"))
+    for name in QUICK_TASKS:
+        record_task(name, 1, QUICK_LENGTHS, tmp / "records")
+        grid.ensure(name, 1, root=tmp / "grid", quiet=True)
+    return {name: load(name, tmp / "records") for name in QUICK_TASKS}, tmp / "grid"
 
 
 ORACLE_SHIFTS = tuple(np.round(np.arange(-1.5, 1.5001, 0.0625), 4))

@@ -128,7 +128,7 @@ def run_single(tmp: Path, space: Path, trials: int) -> dict[str, Any]:
 
 
 def run_shared(tmp: Path, space: Path, trials: int, url: str, name: str, kill: str, grace: int) -> dict[str, Any]:
-    extra = ["--storage", url, "--study", name, "--grace-period", str(grace)]
+    extra = ["--storage", url, "--study", name, "--heartbeat-grace", str(grace)]
     t0 = time.perf_counter()
     procs = [_popen(_args(space, trials, [*extra, "--out", str(tmp / f"{name}{i}")]), tmp) for i in range(3)]
     killed: dict[str, Any] = {}

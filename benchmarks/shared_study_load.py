@@ -134,7 +134,7 @@ def run_shared(tmp: Path, space: Path, trials: int, workers: int, grace: int, ur
                              env=dict(os.environ, OMP_NUM_THREADS="1", MPLBACKEND="Agg", PYTHONPATH=str(ROOT)))
     assert created.returncode == 0, created.stderr[-2000:]
     t0 = time.time()
-    procs = [_popen(_cli("worker", "--storage", url, "--study", "load", "--grace-period", str(grace), "--threads",
+    procs = [_popen(_cli("worker", "--storage", url, "--study", "load", "--heartbeat-grace", str(grace), "--threads",
                          "1", "--quiet"), tmp) for _ in range(workers)]
     box: dict[str, Any] = {}
     th = threading.Thread(target=lambda: box.update(chaos(url, procs, max(1, workers // 10), restart, 0,

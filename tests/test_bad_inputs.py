@@ -12,7 +12,7 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 import tunekit
-from tunekit import UsageError
+from tunekit import Local, UsageError
 from tunekit.cli import main
 
 from .tasks import MLP, classification_data
@@ -218,7 +218,7 @@ def test_in_cli_terms_leaves_file_names_calls_quotes_and_space_entries_alone() -
 @pytest.mark.parametrize("task", [42, None, 3.5])
 def test_a_task_that_is_neither_a_spec_nor_a_task_says_so(task: object) -> None:
     with pytest.raises(UsageError) as exc:
-        tunekit.search(task, trials=1, device="cpu")  # type: ignore[arg-type]
+        tunekit.search(task, trials=1, backend=Local(device="cpu"))  # type: ignore[arg-type]
     assert str(exc.value).startswith(f"a task must be a spec string or a tunekit.Task, got {task!r} "
                                      f"({type(task).__name__}): give a built-in name (")
 

@@ -132,3 +132,18 @@ def test_confirming_the_best_trials_chooses_by_their_mean_not_one_lucky_value(tm
     again = [tunekit.train(task, cfg(good), seed=s, device="cpu", progress=False).final_loss for s in retrain.SEEDS]
     assert median == pytest.approx(float(np.median(again)))  # the good configuration, chosen by its mean
     assert cost == 2 * 2 * 100  # two trials confirmed, two seeds each
+
+
+def test_no_benchmark_imports_the_test_suite() -> None:
+    """The benchmarks run from a checkout without tests/ on the path: what they need lives in benchmarks/."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent / "benchmarks"
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            found += [f"{path.relative_to(root.parent)}:{node.lineno}" for n in names if n.split(".")[0] == "tests"]
+    assert not found, "move what they need into benchmarks/: " + ", ".join(found)

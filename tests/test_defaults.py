@@ -53,8 +53,11 @@ def test_a_doctor_json_of_0_1_loads_into_its_settings_record(tmp_path: Any) -> N
                                                        "from": {"kind": "hf", "notes": []}, "future_key": 1}}
     (tmp_path / "doctor.json").write_text(json.dumps(saved))
     r = DoctorResult.load(tmp_path / "doctor.json")
-    assert isinstance(r.settings, DoctorSettings) and r.settings.run_steps == r.settings["steps"] == 2000
-    assert r.settings["from"] == {"kind": "hf", "notes": []} and r.settings.extra == {"future_key": 1}
+    assert isinstance(r.settings, DoctorSettings) and r.settings.run_steps == r.settings["run_steps"] == 2000
+    assert r.settings.adapted_from == {"kind": "hf", "notes": []} and r.settings.extra == {"future_key": 1}
+    with pytest.deprecated_call(match=r"DoctorSettings\['steps'\] is deprecated since tunekit 0\.2\.0 and removed "
+                                      r"in tunekit 0\.3\.0: use \.run_steps"):
+        assert r.settings["steps"] == 2000  # 0.1.0's key, read as it was (a shim)
     back = json.loads(r.to_json())["settings"]
     assert back["run_steps"] == 2000 and DoctorResult.from_json(r.to_json()) == r
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tunekit import UsageError, probe, search
+from tunekit import Local, NoPruning, ProbeSettings, Study, UsageError, probe, search
 from tunekit.results import ProbeResult
 from tunekit.hpsearch.budget import Budget, parse_budget, price_budget, resolve_budget
 from tunekit.hpsearch.plan import MIN_UPDATES, Plan, largest_batch, trial_config
@@ -72,15 +72,15 @@ def test_a_trial_in_device_time_runs_what_fits_and_a_batch_below_saturation_buys
 
 def _timed(tmp_path: Path, name: str, trials: int = 3, **kw: object):
     space = write_space(tmp_path, SMALL + '\n[batch_size]\ntype = "categorical"\nchoices = [16, 64]\n')
-    return search(classification_task(), str(space), trials=trials, device="cpu", seed=1, out=tmp_path / name,
-                  progress=False, **kw)
+    return search(classification_task(), str(space), trials=trials, seed=1, out=tmp_path / name, progress=False, **kw,
+                  backend=Local(device="cpu"))
 
 
 @pytest.mark.slow  # two searches
 def test_a_search_in_device_time_from_a_stored_probe_is_the_same_twice_and_reports_its_seconds(tmp_path: Path) -> None:
-    first = _timed(tmp_path, "first", budget="1s", prune=False)
-    stored = {"probe_result": tmp_path / "first" / "probe.json"}
-    runs = [_timed(tmp_path, f"again{i}", budget="1s", prune=False, **stored) for i in range(2)]
+    first = _timed(tmp_path, "first", budget="1s", pruner=NoPruning())
+    stored = ProbeSettings(probe=tmp_path / "first" / "probe.json")
+    runs = [_timed(tmp_path, f"again{i}", budget="1s", pruner=NoPruning(), probes=stored) for i in range(2)]
     assert fingerprint(runs[0]) == fingerprint(runs[1])
     assert [t["predicted_seconds"] for t in runs[0].trials] == [t["predicted_seconds"] for t in runs[1].trials]
     plan = runs[0].plan
@@ -101,7 +101,7 @@ def test_a_search_in_device_time_from_a_stored_probe_is_the_same_twice_and_repor
 def test_a_budget_in_device_time_needs_a_probe_that_timed_its_steps(tmp_path: Path) -> None:
     untimed = probe(classification_task(), throughput_points=0, noise_repeats=0, device="cpu", progress=False)
     with pytest.raises(UsageError, match="timed no step"):
-        _timed(tmp_path, "second", budget="1s", probe_result=untimed)
+        _timed(tmp_path, "second", budget="1s", probes=ProbeSettings(probe=untimed))
 
 
 def _stopped_at_the_limit(r, limit: float, asked: int) -> None:
@@ -114,13 +114,13 @@ def _stopped_at_the_limit(r, limit: float, asked: int) -> None:
 
 @pytest.mark.slow  # a search
 def test_a_study_wide_device_time_limit_starts_no_trial_after_it(tmp_path: Path) -> None:
-    _timed(tmp_path, "first", budget="0.3s", prune=False)
-    r = _timed(tmp_path, "limited", budget="0.3s", prune=False, probe_result=tmp_path / "first" / "probe.json",
-               time_limit="1s", trials=8)
+    _timed(tmp_path, "first", budget="0.3s", pruner=NoPruning())
+    r = _timed(tmp_path, "limited", budget="0.3s", pruner=NoPruning(),
+               probes=ProbeSettings(probe=tmp_path / "first" / "probe.json"), study=Study(time_limit="1s"), trials=8)
     assert r.probe_seconds == 0  # a stored probe costs nothing here: the trials spent the limit
     _stopped_at_the_limit(r, 1.0, 8)
     with pytest.raises(UsageError, match="time_limit must be a device time, got '3 days'"):
-        search(classification_task(), time_limit="3 days")
+        search(classification_task(), study=Study(time_limit="3 days"))
 
 
 @pytest.mark.slow  # a search with the probes
@@ -133,8 +133,8 @@ def test_the_search_probe_tries_no_batch_the_space_cannot_offer(tmp_path: Path) 
     assert sp.largest_batch(32) == 128 and sp.largest_batch(24) == 128  # 4 x, to a power of two
     assert sp.largest_batch(None) is None  # no range-test batch: only the probe bounds it
     assert load_space("full_finetune").largest_batch(32) == 64
-    r = search(classification_task(), "from_scratch", trials=1, budget="6400samples", device="cpu",
-               memory_budget="256MiB", prune=False, out=tmp_path / "o")
+    r = search(classification_task(), "from_scratch", trials=1, budget="6400samples", out=tmp_path / "o",
+               pruner=NoPruning(), backend=Local(device="cpu"), probes=ProbeSettings(memory_budget="256MiB"))
     assert r.plan["ref_batch"] == 32 and len(classification_task().train_data) == 256  # the data and budget (6400 / 20) allow more
     saved = ProbeResult.load(tmp_path / "o" / "probe.json")
     assert saved.max_batch == r.probe["max_batch"] == 128 and max(t["batch"] for t in saved.throughput) == 128

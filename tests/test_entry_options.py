@@ -52,9 +52,9 @@ def test_lr_find_grouped_is_the_flat_call_and_the_flat_one_warns_at_the_callers_
     assert (flat.lrs, flat.losses, flat.suggestion) == (grouped.lrs, grouped.losses, grouped.suggestion)
     texts = sorted(str(w.message) for w in said)
     assert texts == [
-        "lr_find(device=) is deprecated since 0.2.0, removed in 0.3.0: pass step=StepSettings(device=...)",
-        "lr_find(refine=) is deprecated since 0.2.0, removed in 0.3.0: pass refine=Refine(enabled=...)",
-        "lr_find(sweep_steps=, max_lr=) is deprecated since 0.2.0, removed in 0.3.0: pass "
+        "lr_find(device=) is deprecated since tunekit 0.2.0 and removed in tunekit 0.3.0: pass step=StepSettings(device=...)",
+        "lr_find(refine=) is deprecated since tunekit 0.2.0 and removed in tunekit 0.3.0: pass refine=Refine(enabled=...)",
+        "lr_find(sweep_steps=, max_lr=) is deprecated since tunekit 0.2.0 and removed in tunekit 0.3.0: pass "
         "sweep=Sweep(sweep_steps=..., max_lr=...)"]
     assert {w.filename for w in said} == {__file__}
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tunekit import UsageError, lr_find, search, train
+from tunekit import Local, SharedStudy, UsageError, lr_find, search, train
 from tunekit.cli import build_parser, in_cli_terms, main
 
 from .tasks import classification_task
@@ -51,7 +51,8 @@ def test_in_cli_terms_rewrites_only_the_commands_flags() -> None:
 def test_a_storage_that_cannot_be_opened_is_one_line(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/no/such/folder/study.db"
     with pytest.raises(UsageError, match=r"storage 'sqlite:///.*' cannot be opened: OperationalError: "):
-        search(classification_task(), "from_scratch", trials=1, storage=url, device="cpu")
+        search(classification_task(), "from_scratch", trials=1, backend=Local(device="cpu"),
+               study=SharedStudy(storage=url))
 
 
 def test_a_zero_batch_size_is_refused_not_taken_for_the_default() -> None:
@@ -142,7 +143,7 @@ def test_entry_points_refuse_a_bool_or_an_infinite_number(bad: object) -> None:
 
 def test_old_keywords_still_work_with_one_deprecation_warning_each() -> None:
     """lr_find(steps=), doctor(steps=), probe(max_batch=), train(max_steps=): the new names' meaning, said
-    the same way (errors.renamed), pointing at the caller's line."""
+    the same way (an errors.deprecated shim, removed in tunekit 0.3.0), pointing at the caller's line."""
     from tunekit import doctor, probe
 
     task = classification_task()
@@ -151,7 +152,8 @@ def test_old_keywords_still_work_with_one_deprecation_warning_each() -> None:
              "probe(max_batch=)": lambda: probe(task, max_batch=0),
              "train(max_steps=)": lambda: train(task, max_steps=0)}
     for old, call in calls.items():
-        with pytest.warns(DeprecationWarning, match=r"\) is renamed .*\(\w+=\); the old name goes") as got:
+        with pytest.deprecated_call(match=r"^\w+\(\w+=\) is deprecated since tunekit 0\.2\.0 and removed in tunekit 0\.3\.0: "
+                                          r"pass \w+=$") as got:
             try:
                 call()
             except UsageError as exc:  # the new name's check, on the old name's value
@@ -170,12 +172,14 @@ def test_old_flags_are_hidden_and_say_their_new_name(capsys: pytest.CaptureFixtu
     parser = build_parser()
     for command, old, new, dest in (("lr-find", "--steps", "--sweep-steps", "sweep_steps"),
                                     ("doctor", "--steps", "--run-steps", "run_steps"),
-                                    ("train", "--steps", "--run-steps", "max_steps")):
+                                    ("train", "--steps", "--run-steps", "max_steps"),
+                                    ("worker", "--grace-period", "--heartbeat-grace", "heartbeat_grace")):
         sub = parser.parse_args([command]).usage()
         assert new in sub and old + " " not in sub and old + "]" not in sub
         assert getattr(parser.parse_args([command, old, "30"]), dest) == 30
         err = capsys.readouterr().err.strip()
-        assert err == f"tunekit {command}: note: {old} is renamed {new}; the old flag goes in the next release"
+        assert err == (f"tunekit {command}: note: {old} is deprecated since tunekit 0.2.0 and removed in tunekit 0.3.0: "
+                       f"pass {new}")
         assert getattr(parser.parse_args([command, new, "40"]), dest) == 40 and not capsys.readouterr().err
     from tunekit.cli_commands import object_of
     from tunekit.entry_options import Measurement, Sweep

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import tunekit
+from tunekit import Local
 from tunekit.cli import main
 
 from .tasks import SMALL, regression_task, write_space
@@ -46,7 +47,8 @@ def test_lr_find_writes_its_files_with_the_umasks_mode(mask: int, mode: int, tmp
 def test_search_writes_its_files_with_the_umasks_mode(mask: int, mode: int, tmp_path: Path) -> None:
     space = write_space(tmp_path, SMALL)
     with umask(mask):
-        tunekit.search(regression_task(), str(space), trials=2, max_steps=10, device="cpu", out=tmp_path / "o")
+        tunekit.search(regression_task(), str(space), trials=2, out=tmp_path / "o", backend=Local(device="cpu"),
+                       budget="10updates")
     written = modes(tmp_path / "o")
     assert {"search.json", "search.png", "trials.csv"} <= set(written)
     assert written == dict.fromkeys(written, mode)  # study.db too

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 import tunekit
+from tunekit import Halving, ProbeSettings, RandomSampler
 from tunekit.errors import UsageError
 from tunekit.training.loop import evaluate
 
@@ -27,7 +28,7 @@ pytestmark = pytest.mark.slow
 LR_FIND = dict(refine=False, sweep_steps=20, progress=False)
 PROBE = dict(trace_sizes=(2, 4), throughput_points=2, timing_steps=1, noise_repeats=4, calibrate_steps=False,
              batch_limit=32, progress=False)
-SEARCH = dict(trials=6, evals=3, progress=False)
+SEARCH = dict(trials=6, pruner=Halving(evals=3), progress=False)
 
 
 def their(family: str, tmp: Any) -> tuple[Any, nn.Module]:
@@ -58,7 +59,7 @@ def test_lr_find_probe_and_doctor_answer_as_the_task_does_and_leave_the_objects(
 
     found, found_task = tunekit.lr_find(obj, **LR_FIND), tunekit.lr_find(task, **LR_FIND)
     assert found.losses == found_task.losses
-    assert found.suggestion == found_task.suggestion and found.settings["from"]["kind"]
+    assert found.suggestion == found_task.suggestion and found.settings.adapted_from["kind"]
     probed, probed_task = tunekit.probe(obj, **PROBE), tunekit.probe(task, **PROBE)
     assert probed.memory == probed_task.memory and probed.max_batch == probed_task.max_batch
     assert probed.noise == probed_task.noise
@@ -101,8 +102,8 @@ def test_a_search_from_their_objects_is_the_tasks_search(family: str, tmp_path: 
         sp = load_space("from_scratch")
         fixed = {"schedule": "constant", "warmup": 0, "min_lr_ratio": 1.0}
         space = SearchSpace(sp.name, sp.description, {**sp.entries, **{k: Entry(k, "fixed", value=v) for k, v in fixed.items()}})
-    result_task = tunekit.search(task_of(family), space, probe_result=saved / "probe.json",
-                                 lr_find_result=saved / "lr_find.json", **SEARCH)
+    result_task = tunekit.search(task_of(family), space, **SEARCH,
+                                 probes=ProbeSettings(lr_find=saved / "lr_find.json", probe=saved / "probe.json"))
     ours = [(t["params"], t["value"], t["state"]) for t in result.trials]
     assert ours == [(t["params"], t["value"], t["state"]) for t in result_task.trials]
     assert len(ours) == 6 and result.best_theirs is not None
@@ -130,7 +131,7 @@ def test_a_search_from_their_objects_is_the_tasks_search(family: str, tmp_path: 
     assert all(torch.equal(a, b) for a, b in zip(best.state_dict().values(), theirs.state_dict().values()))
 
 
-ONE_TRIAL = dict(trials=1, evals=2, progress=False)
+ONE_TRIAL = dict(trials=1, pruner=Halving(evals=2), progress=False)
 
 
 def test_a_search_from_a_trainer_keeps_its_warmup_and_its_weight_decay(tmp_path: Any) -> None:
@@ -296,7 +297,7 @@ def test_search_own_runs_each_trial_in_the_users_trainer_and_frees_it(tmp_path: 
         trainer.train()
 
     rngs = _rngs()
-    result = search_own(base, "from_scratch", run=run, trials=4, evals=3, progress=False)
+    result = search_own(base, "from_scratch", run=run, trials=4, progress=False, pruner=Halving(evals=3))
     assert _same_rngs(rngs, _rngs())  # the Trainer seeds the global RNGs as it trains: put back
     assert [t["state"] for t in result.trials] == ["COMPLETE"] * 4
     assert [t["config"]["lr"] for t in sorted(result.trials, key=lambda t: t["number"])] == [t["lr"] for t in trained]
@@ -326,8 +327,8 @@ def test_search_own_keeps_the_best_weights_and_gives_back_each_trials_memory(tmp
         Trainer(model_init=heavy, args=args, train_dataset=base.train_dataset, eval_dataset=base.eval_dataset,
                 callbacks=[trial.hf_callback()]).train()
 
-    result = search_own(base, "from_scratch", run=run, trials=24, evals=2, max_steps=4, progress=False,
-                        out=tmp_path / "out", seed_trial=False, design=0, sampler="random")
+    result = search_own(base, "from_scratch", run=run, trials=24, progress=False, out=tmp_path / "out",
+                        sampler=RandomSampler(design=0, seed_trial=False), pruner=Halving(evals=2), budget="4updates")
     assert max(rss[1:]) <= 1.05 * rss[1], [round(x / 2**20) for x in rss]
     assert len(list((tmp_path / "out" / "weights").glob("trial-*.pt"))) == 1
     user = hf_trainer("gpt2", tmp_path)  # the user's own Trainer, its model in hand

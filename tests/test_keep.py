@@ -14,7 +14,7 @@ import pytest
 import torch
 from torch import nn
 
-from tunekit import Task, UsageError, search
+from tunekit import Halving, Local, NoPruning, RandomSampler, Study, Task, UsageError, search
 from tunekit.integrations.weights import load_weights
 from tunekit.integrations.task_spec import load_task
 from tunekit.training.loop import evaluate
@@ -38,8 +38,8 @@ def kept_files(folder: Path) -> list[str]:
 
 @pytest.mark.slow  # a 5-trial search
 def test_best_model_scores_the_best_trials_value_and_one_copy_is_kept(tmp_path: Path) -> None:
-    r = search(SPEC, str(write_space(tmp_path, SMALL)), trials=5, max_steps=20, seed=3, out=tmp_path / "out",
-               device="cpu", progress=False)
+    r = search(SPEC, str(write_space(tmp_path, SMALL)), trials=5, seed=3, out=tmp_path / "out", progress=False,
+               backend=Local(device="cpu"), budget="20updates")
     best = r.trial()
     assert r.best_weights == str((tmp_path / "out" / "weights" / f"trial-{best['number']}.pt").resolve())
     assert kept_files(tmp_path / "out" / "weights") == [f"trial-{best['number']}.pt"]  # one copy, the best's
@@ -62,8 +62,8 @@ def test_best_model_scores_the_best_trials_value_and_one_copy_is_kept(tmp_path: 
 @pytest.mark.slow  # two searches
 def test_keep_all_keeps_every_finished_trial_and_none_keeps_nothing(tmp_path: Path) -> None:
     space = str(write_space(tmp_path, SMALL))
-    r = search(SPEC, space, trials=3, max_steps=20, seed=1, out=tmp_path / "all", device="cpu", progress=False,
-               keep="all", prune=False)
+    r = search(SPEC, space, trials=3, seed=1, out=tmp_path / "all", progress=False, keep="all", pruner=NoPruning(),
+               backend=Local(device="cpu"), budget="20updates")
     assert kept_files(tmp_path / "all" / "weights") == [f"trial-{t['number']}.pt" for t in r.trials]
     task = load_task(SPEC)
     for t in r.trials:  # each file holds its own trial's trained state
@@ -71,8 +71,8 @@ def test_keep_all_keeps_every_finished_trial_and_none_keeps_nothing(tmp_path: Pa
         assert saved["trial"] == t["number"] and saved["value"] == t["value"]
         model = r.best_model(trial=t["number"])
         assert score(model, task, t["config"]) == pytest.approx(t["value"], rel=1e-6)
-    none = search(SPEC, space, trials=2, max_steps=20, seed=1, out=tmp_path / "none", device="cpu", progress=False,
-                  keep="none")
+    none = search(SPEC, space, trials=2, seed=1, out=tmp_path / "none", progress=False, keep="none",
+                  backend=Local(device="cpu"), budget="20updates")
     assert not (tmp_path / "none" / "weights").exists() and none.best_weights is None
     with pytest.raises(UsageError, match="keep='none'"):
         none.best_model()
@@ -103,7 +103,8 @@ def test_a_pruned_trials_weights_are_refused_for_being_pruned_not_for_keep(tmp_p
 
 def test_load_best_into_a_model_in_hand_and_a_task_object(tmp_path: Path) -> None:
     task = load_task(SPEC)
-    r = search(task, str(write_space(tmp_path, SMALL)), trials=3, max_steps=20, device="cpu", progress=False)
+    r = search(task, str(write_space(tmp_path, SMALL)), trials=3, progress=False, backend=Local(device="cpu"),
+               budget="20updates")
     assert r.best_weights is not None and r.best_weights.startswith(os.path.realpath(__import__("tempfile").gettempdir()))
     built = r.best_model()  # the Task object given, in this process
     mine = task.make_model(0)
@@ -150,7 +151,8 @@ def test_a_kill_during_the_write_leaves_a_loadable_best_and_a_resume_improves_on
     assert load_weights(weights / "trial-0.pt")["trial"] == 0
     assert list(weights.glob(".trial-1.pt.*.tmp"))  # the half-written file, under its temporary name
     # A resume runs the killed trial again, keeps the best (as keep=best: one file) and clears the half file.
-    r = search(SPEC, str(space), trials=4, max_steps=20, out=out, device="cpu", progress=False, prune=False, resume=True)
+    r = search(SPEC, str(space), trials=4, out=out, progress=False, pruner=NoPruning(), backend=Local(device="cpu"),
+               study=Study(resume=True), budget="20updates")
     best = r.trial()
     assert kept_files(weights) == [f"trial-{best['number']}.pt"] and not list(weights.glob(".*.tmp"))
     assert score(r.best_model(), load_task(SPEC), r.best_config) == pytest.approx(r.best_value, rel=1e-6)
@@ -159,9 +161,10 @@ def test_a_kill_during_the_write_leaves_a_loadable_best_and_a_resume_improves_on
 @pytest.mark.slow  # a search and its resume
 def test_a_resume_that_finds_no_better_trial_keeps_the_best_it_had(tmp_path: Path) -> None:
     space, out = str(write_space(tmp_path, SMALL)), tmp_path / "out"
-    first = search(SPEC, space, trials=2, max_steps=20, out=out, device="cpu", progress=False)
+    first = search(SPEC, space, trials=2, out=out, progress=False, backend=Local(device="cpu"), budget="20updates")
     before = load_weights(first.best_weights)["state_dict"]
-    r = search(SPEC, space, trials=4, max_steps=20, out=out, device="cpu", progress=False, resume=True)
+    r = search(SPEC, space, trials=4, out=out, progress=False, backend=Local(device="cpu"), study=Study(resume=True),
+               budget="20updates")
     assert kept_files(out / "weights") == [Path(r.best_weights).name]
     if r.best_value >= first.best_value:  # no better trial: the same file, untouched
         assert r.best_weights == first.best_weights
@@ -204,8 +207,9 @@ def test_memory_returns_between_trials_of_a_24_trial_search(tmp_path: Path) -> N
 
     task = Task(model=make, train_data=regression_data(128), val_data=regression_data(32, seed=1), loss=nn.MSELoss(),
                 batch_size=16, name="heavy")
-    search(task, str(write_space(tmp_path, SMALL)), trials=24, max_steps=4, evals=2, out=tmp_path / "out",
-           device="cpu", progress=False, seed_trial=False, design=0, sampler="random")
+    search(task, str(write_space(tmp_path, SMALL)), trials=24, out=tmp_path / "out", progress=False,
+           sampler=RandomSampler(design=0, seed_trial=False), pruner=Halving(evals=2), backend=Local(device="cpu"),
+           budget="4updates")
     trials = at_start[-24:]  # the probes' models came first
     first = trials[1]  # after the first trial
     assert max(trials[1:]) <= 1.05 * first, [round(x / 2**20) for x in trials]

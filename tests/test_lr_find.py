@@ -716,7 +716,8 @@ def test_a_result_saved_by_tunekit_0_1_loads_into_the_typed_records() -> None:
     path = Path(__file__).parent / "data" / "lr_find_v3.json"
     r = LRFindResult.from_json(path)
     assert isinstance(r.settings, LRFindSettings) and isinstance(r.refinement, Refinement)
-    assert r.settings.sweep_steps == r.settings["steps"] == 100 and r.settings.run_steps == 8000
+    with pytest.deprecated_call(match=r"LRFindSettings\['steps'\] is deprecated since tunekit 0\.2\.0"):
+        assert r.settings.sweep_steps == r.settings["steps"] == 100 and r.settings.run_steps == 8000
     assert [type(s) for s in r.refinement.stages] == [RefineStage, RefineStage] and r.refinement.lrs == r.refinement.stages[-1].lrs
     assert r.refinement["best_lr"] == r.refinement.best_lr and r.refinement.get("updates") == r.refinement.updates
     assert r.level is Confidence.HIGH and r.suggestion == pytest.approx(0.007973144731150907)

@@ -38,7 +38,8 @@ tunekit.probe(task.make_model(0), task.train_data, nn.CrossEntropyLoss(), memory
               throughput_points=2, noise_repeats=4)
 """
 SEARCH = """
-tunekit.search(regression_task(), str(write_space(Path.cwd(), SMALL)), trials=2, max_steps=10, device="cpu")
+tunekit.search(regression_task(), str(write_space(Path.cwd(), SMALL)), trials=2, budget="10updates",
+               backend=tunekit.Local(device="cpu"))
 """
 # What tqdm draws for the search's bar: "search:  50%|#####     | 1/2 [00:01<00:01, 1.2s/trial]".
 SEARCH_BAR = re.compile(r"search:\s+\d+%\|[^|\n\r]*\|\s*\d/2 \[")

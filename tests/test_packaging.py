@@ -54,9 +54,10 @@ def test_the_functions_are_not_shadowed_by_modules() -> None:
 
 @pytest.mark.slow  # a subprocess
 def test_report_and_loading_a_result_import_no_training_code(tmp_path: Path) -> None:
-    from tunekit import search
+    from tunekit import Local, search
 
-    search(regression_task(), str(write_space(tmp_path, SMALL)), trials=2, max_steps=10, device="cpu", out=tmp_path / "s")
+    search(regression_task(), str(write_space(tmp_path, SMALL)), trials=2, out=tmp_path / "s",
+           backend=Local(device="cpu"), budget="10updates")
     code = ("import sys; from tunekit.cli import main; assert main(['report', sys.argv[1]]) == 0; "
             "from tunekit.results import SearchResult; SearchResult.from_json(sys.argv[1] + '/search.json').table(); "
             "print(sorted(m for m in ('torch', 'optuna', 'ray') if m in sys.modules))")

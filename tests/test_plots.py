@@ -7,7 +7,7 @@ from typing import Any
 import matplotlib
 import pytest
 
-from tunekit import doctor, lr_find, probe, search, train
+from tunekit import Local, doctor, lr_find, probe, search, train
 
 from .tasks import classification_task, regression_task
 
@@ -25,7 +25,8 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "lr_find": lr_find(classification_task(), sweep_steps=20, device="cpu"),
         "probe": probe(classification_task(), memory_budget="16GiB", device="cpu", throughput_points=2, noise_repeats=2),
         "train": train(classification_task(), run_steps=5),
-        "search": search(regression_task(), str(space), trials=2, max_steps=10, device="cpu", out=out / "s"),
+        "search": search(regression_task(), str(space), trials=2, out=out / "s", backend=Local(device="cpu"),
+                         budget="10updates"),
         "doctor": doctor(classification_task(), device="cpu"),
     }
 

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.slow  # Ray instances and Tune runs
 
 import torch  # noqa: E402
 
-from tunekit import UsageError, search  # noqa: E402
+from tunekit import Halving, NoPruning, ProbeSettings, RandomSampler, Ray, Study, UsageError, search  # noqa: E402
 from tunekit.integrations.task_spec import load_task  # noqa: E402
 from tunekit.training.loop import evaluate  # noqa: E402
 from tunekit.hpsearch.backends.ray.backend import (DONE_KEY, ERROR_KEY, Ledger, _recorder, _scheduler, _searcher,  # noqa: E402
@@ -98,8 +98,8 @@ def test_packing_refused_when_memory_holds_fewer_trials() -> None:
 
 def test_ray_search_completes_and_prunes(local_ray, tmp_path: Path) -> None:
     space = write_space(tmp_path, WIDE)
-    r = search("tests.tasks:regression_task", str(space), trials=9, max_steps=20, evals=4, seed=1,
-               backend="ray", out=tmp_path / "out", device="cpu")
+    r = search("tests.tasks:regression_task", str(space), trials=9, seed=1, out=tmp_path / "out",
+               pruner=Halving(evals=4), backend=Ray(device="cpu"), budget="20updates")
     states = [t["state"] for t in r.trials]
     assert len(states) == 9 and "PRUNED" in states and "COMPLETE" in states  # 9 trials: one rung (none below)
     study = _study(r)
@@ -129,8 +129,8 @@ def test_ray_search_completes_and_prunes(local_ray, tmp_path: Path) -> None:
 def test_logical_gpus_one_per_trial(local_ray, tmp_path: Path) -> None:
     space = write_space(tmp_path, SMALL)
     # A Task object (not a spec) travels to the workers through Ray's object store.
-    r = search(slow_regression_task(), str(space), trials=6, max_steps=15, prune=False, seed=0,
-               backend="ray", gpus_per_trial=1, cpus_per_trial=0.5, out=tmp_path / "out", device="auto")
+    r = search(slow_regression_task(), str(space), trials=6, seed=0, out=tmp_path / "out", pruner=NoPruning(),
+               backend=Ray(device="auto", cpus_per_trial=0.5, gpus_per_trial=1), budget="15updates")
     assert [t["state"] for t in r.trials] == ["COMPLETE"] * 6
     spans = [(t["worker"]["started"], t["worker"]["finished"], t["worker"]["gpu_ids"]) for t in r.trials]
     assert all(len(ids) == 1 for _, _, ids in spans)
@@ -147,8 +147,9 @@ def test_logical_gpus_one_per_trial(local_ray, tmp_path: Path) -> None:
 
 def test_trial_that_raises_is_recorded_and_retried(local_ray, tmp_path: Path) -> None:
     failing = write_space(tmp_path, FAILING, "failing.toml")
-    r = search("tests.tasks:picky_regression_task", str(failing), trials=5, max_steps=10, device="cpu", seed=0,
-               seed_trial=False, prune=False, sampler="random", backend="ray", max_failures=1, out=tmp_path / "o")
+    r = search("tests.tasks:picky_regression_task", str(failing), trials=5, seed=0, out=tmp_path / "o",
+               sampler=RandomSampler(seed_trial=False), pruner=NoPruning(), backend=Ray(device="cpu", max_failures=1),
+               budget="10updates")
     assert len(r.trials) == 5
     for t in r.trials:
         if t["params"]["task.hidden"] == 13:
@@ -161,8 +162,9 @@ def test_trial_that_raises_is_recorded_and_retried(local_ray, tmp_path: Path) ->
 
 def test_diverged_trials_fail_on_ray(local_ray, tmp_path: Path) -> None:
     diverging = write_space(tmp_path, DIVERGING, "diverging.toml")
-    r = search("tests.tasks:regression_task", str(diverging), trials=4, max_steps=10, device="cpu", seed=0,
-               seed_trial=False, sampler="random", prune=False, backend="ray")
+    r = search("tests.tasks:regression_task", str(diverging), trials=4, seed=0,
+               sampler=RandomSampler(seed_trial=False), pruner=NoPruning(), backend=Ray(device="cpu"),
+               budget="10updates")
     assert len(r.trials) == 4
     for t in r.trials:
         if t["params"]["lr"] > 1:
@@ -299,8 +301,8 @@ def test_search_refuses_a_packing_the_probed_gpu_cannot_hold(tmp_path: Path) -> 
     # A GPU that holds one trial of any batch, never two.
     on_gpu = dataclasses.replace(pr, device="cuda:0", usable_bytes=int(pr.predicted_peak(1) * 1.5))
     with pytest.raises(UsageError, match=r"gpus_per_trial=0.5 packs 2 trials on a GPU.*use gpus_per_trial=1 or more"):
-        search(task, "from_scratch", trials=2, max_steps=10, backend="ray", gpus_per_trial=0.5,
-               lr_find_result=lf, probe_result=on_gpu, out=tmp_path / "o")
+        search(task, "from_scratch", trials=2, out=tmp_path / "o", backend=Ray(gpus_per_trial=0.5),
+               probes=ProbeSettings(lr_find=lf, probe=on_gpu), budget="10updates")
     storage = f"sqlite:///{tmp_path / 'o' / 'study.db'}"
     assert [t for s in optuna.get_all_study_summaries(storage) for t in optuna.load_study(study_name=s.study_name, storage=storage).trials] == []  # refused before any trial
 
@@ -310,8 +312,8 @@ def test_same_seed_same_search_on_ray_one_trial_at_a_time(local_ray, tmp_path: P
     trials finish decides what TPE and the pruner see, so only the seed trial and design stay the same.)"""
     from .tasks import fingerprint
 
-    runs = [search("tests.tasks:regression_task", str(write_space(tmp_path, WIDE)), trials=5, max_steps=20, seed=2,
-                   backend="ray", max_concurrent=1, out=tmp_path / f"r{i}", device="cpu") for i in range(2)]
+    runs = [search("tests.tasks:regression_task", str(write_space(tmp_path, WIDE)), trials=5, seed=2,
+                   out=tmp_path / f"r{i}", backend=Ray(device="cpu", max_concurrent=1), budget="20updates") for i in range(2)]
     assert fingerprint(runs[0]) == fingerprint(runs[1])
     assert len(runs[0].trials) == 5
 
@@ -320,9 +322,9 @@ def test_ray_search_for_accuracy_keeps_the_most_accurate_trial(local_ray, tmp_pa
     """The objective on Ray: trials report it, Optuna's study maximises it, the recorder keeps each
     trial's validation loss beside it, and a pruned trial keeps the updates it ran."""
     space = write_space(tmp_path, TWO_LRS)
-    r = search("tests.tasks:classification_task", str(space), trials=3, max_steps=40, device="cpu", seed=0,
-               seed_trial=False, design=0, sampler="random", prune=False, objective="accuracy", backend="ray",
-               max_concurrent=1, out=tmp_path / "o")
+    r = search("tests.tasks:classification_task", str(space), trials=3, seed=0, objective="accuracy",
+               out=tmp_path / "o", sampler=RandomSampler(design=0, seed_trial=False), pruner=NoPruning(),
+               backend=Ray(device="cpu", max_concurrent=1), budget="40updates")
     done = [t for t in r.trials if t["state"] == "COMPLETE"]
     assert (r.objective, r.direction) == ("accuracy", "maximize") and len(done) == 3
     assert r.best_params == {"lr": 3.0} and r.best_value == max(t["value"] for t in done)
@@ -345,8 +347,8 @@ def test_trials_in_flight_are_not_pruned_at_or_after_their_last_report(local_ray
     """Two trials at a time, rungs that appear when the first trial completes: no trial is pruned at
     its last report or past its budget, and each pruned trial keeps the updates it ran."""
     space = write_space(tmp_path, WIDE)
-    r = search("tests.tasks:regression_task", str(space), trials=12, max_steps=30, evals=6, seed=2,
-               backend="ray", max_concurrent=2, out=tmp_path / "out", device="cpu")
+    r = search("tests.tasks:regression_task", str(space), trials=12, seed=2, out=tmp_path / "out",
+               pruner=Halving(evals=6), backend=Ray(device="cpu", max_concurrent=2), budget="30updates")
     budget = r.plan["budget_samples"]
     study = _study(r)
     pruned = [(t, ot) for t, ot in zip(r.trials, study.trials) if t["state"] == "PRUNED"]
@@ -361,8 +363,8 @@ def test_a_task_that_cannot_train_stops_a_ray_search_in_one_line(local_ray, tmp_
 
     space = write_space(tmp_path, SMALL)
     with pytest.raises(SetupError, match="not a scalar"):
-        search("tests.tasks:nonscalar_loss_task", str(space), trials=4, max_steps=10, device="cpu", seed=0,
-               backend="ray", max_failures=2, out=tmp_path / "o")
+        search("tests.tasks:nonscalar_loss_task", str(space), trials=4, seed=0, out=tmp_path / "o",
+               backend=Ray(device="cpu", max_failures=2), budget="10updates")
     study = optuna.load_study(study_name=optuna.get_all_study_names(f"sqlite:///{tmp_path / 'o' / 'study.db'}")[0],
                               storage=f"sqlite:///{tmp_path / 'o' / 'study.db'}")
     assert len(study.trials) <= 2 and all(t.state.name == "FAIL" for t in study.trials)
@@ -377,14 +379,14 @@ def test_a_budget_in_device_time_and_a_time_limit_on_ray(local_ray, tmp_path: Pa
     from .test_device_time import _stopped_at_the_limit
 
     space = str(write_space(tmp_path, SMALL))
-    first = search("tests.tasks:regression_task", space, trials=2, budget="0.5s", seed=1, backend="ray",
-                   max_concurrent=1, out=tmp_path / "first", device="cpu", prune=False)
+    first = search("tests.tasks:regression_task", space, trials=2, budget="0.5s", seed=1, out=tmp_path / "first",
+                   pruner=NoPruning(), backend=Ray(device="cpu", max_concurrent=1))
     for t in first.trials:
         per = update_seconds(first.plan["step_times"], t["micro_batch"], t["accumulation_steps"])
         assert t["updates"] == int(0.5 / per) and 0 < t["predicted_seconds"] <= 0.5 and t["seconds"] > 0
-    r = search("tests.tasks:regression_task", space, trials=8, budget="0.5s", seed=1, backend="ray", max_concurrent=1,
-               out=tmp_path / "limited", device="cpu", prune=False, probe_result=tmp_path / "first" / "probe.json",
-               time_limit="1.5s")
+    r = search("tests.tasks:regression_task", space, trials=8, budget="0.5s", seed=1, out=tmp_path / "limited",
+               pruner=NoPruning(), backend=Ray(device="cpu", max_concurrent=1), study=Study(time_limit="1.5s"),
+               probes=ProbeSettings(probe=tmp_path / "first" / "probe.json"))
     _stopped_at_the_limit(r, 1.5, 8)
 
 

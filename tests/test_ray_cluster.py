@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("ray")
 
-from tunekit import SearchResult  # noqa: E402
+from tunekit import NoPruning, Ray, SearchResult  # noqa: E402
 
 from .tasks import ROOT  # noqa: E402
 from .tasks import run_cli  # noqa: E402
@@ -128,9 +128,10 @@ def test_a_node_that_dies_mid_search_costs_retries_not_trials(tmp_path: Path) ->
 
     def run() -> None:
         try:
-            done["result"] = search("tests.tasks:slow_regression_task", str(space), trials=6, max_steps=40, prune=False,
-                                    device="cpu", backend="ray", address=cluster.address, max_failures=2,
-                                    out=tmp_path / "o")
+            done["result"] = search("tests.tasks:slow_regression_task", str(space), trials=6, out=tmp_path / "o",
+                                    pruner=NoPruning(),
+                                    backend=Ray(device="cpu", max_failures=2, address=cluster.address),
+                                    budget="40updates")
         except BaseException as exc:  # noqa: BLE001 - reported below
             done["error"] = exc
 

@@ -9,7 +9,8 @@ import optuna
 import pytest
 import torch
 
-from tunekit import Local, ProbeSettings, UsageError, load_space, lr_find, probe, search
+from tunekit import (TPE, Halving, Local, NoPruning, Objective, ProbeSettings, RandomSampler, SharedStudy, Study, UsageError,
+                     load_space, lr_find, probe, search)
 from tunekit.probes.range_test import LRFindResult
 from tunekit.hpsearch.seeded_space import batch_centre, batch_choices, distributions, lr_bounds_from_curve, reference_batch
 from tunekit.inputs.space import list_spaces
@@ -105,11 +106,12 @@ def test_seed_trial_pairs_the_suggested_lr_with_its_own_batch(tmp_path: Path) ->
     assert ref == task.batch_size == 32
     pr = probe(task, memory_budget="256MiB", device="cpu", throughput_points=2, noise_repeats=4)
     pr.critical_batch, pr.critical_batch_range = 100.0, (20.0, 200.0)  # 32 is plausible: the seed keeps it
-    r = search(task, "from_scratch", trials=1, max_steps=100, lr_find_result=lf, probe_result=pr, device="cpu")
+    r = search(task, "from_scratch", trials=1, backend=Local(device="cpu"),
+               probes=ProbeSettings(lr_find=lf, probe=pr), budget="100updates")
     assert r.seed_params["batch"] == 32 and r.trials[0]["config"]["lr"] == pytest.approx(lf.suggestion)  # design's first
     pr.critical_batch, pr.critical_batch_range = 8.0, (6.0, 9.0)  # a confident estimate below it: no move
-    r = search(task, "from_scratch", trials=5, max_steps=100, lr_find_result=lf, probe_result=pr, device="cpu",
-               prune=False)
+    r = search(task, "from_scratch", trials=5, pruner=NoPruning(), backend=Local(device="cpu"),
+               probes=ProbeSettings(lr_find=lf, probe=pr), budget="100updates")
     assert r.seed_params["batch"] == 32
     # The design tries half the batch too. The LR was found at batch 32; at 16 the trial draws the same
     # samples as one at 32 (100 updates of 32 = 200 updates of 16), and an adaptive optimizer's (AdamW)
@@ -127,8 +129,9 @@ def test_seeded_search_enqueues_the_seed_first(tmp_path: Path) -> None:
     lf.to_json(tmp_path / "lr_find.json")
     pr = probe(task, memory_budget="256MiB", device="cpu", throughput_points=2, noise_repeats=4)
     pr.to_json(tmp_path / "probe.json")
-    r = search(task, "from_scratch", trials=4, max_steps=20, lr_find_result=tmp_path / "lr_find.json",
-               probe_result=str(tmp_path / "probe.json"), out=tmp_path / "out", device="cpu")
+    r = search(task, "from_scratch", trials=4, out=tmp_path / "out", backend=Local(device="cpu"),
+               probes=ProbeSettings(lr_find=tmp_path / "lr_find.json", probe=str(tmp_path / "probe.json")),
+               budget="20updates")
     first = r.trials[0]
     assert first["number"] == 0 and first["params"] == r.seed_params
     assert first["params"]["lr"] == pytest.approx(lf.suggestion)  # the design's first point: the suggestion
@@ -141,7 +144,8 @@ def test_seeded_search_enqueues_the_seed_first(tmp_path: Path) -> None:
 @pytest.mark.slow  # a pruned search
 def test_pruned_trials_are_never_complete(tmp_path: Path) -> None:
     space = write_space(tmp_path, SMALL.replace("1e-3", "1e-5").replace("high = 1e-1", "high = 1.0"))
-    r = search(classification_task(), str(space), trials=10, max_steps=40, device="cpu", seed=1, out=tmp_path / "o")
+    r = search(classification_task(), str(space), trials=10, seed=1, out=tmp_path / "o", backend=Local(device="cpu"),
+               budget="40updates")
     states = [t["state"] for t in r.trials]
     assert "PRUNED" in states and "COMPLETE" in states
     for t in r.trials:
@@ -165,8 +169,8 @@ def test_asha_rungs_follow_the_trial_count(tmp_path: Path) -> None:
     # 30 trials at reduction factor 3: two rungs (30 / 3**2 >= 3 trials expected to finish), at 1/9
     # and 1/3 of the budget: updates 3 and 9 of 27; evaluating every update, trials stop exactly there.
     space = write_space(tmp_path, SMALL.replace("1e-3", "1e-5").replace("high = 1e-1", "high = 1.0"))
-    r = search(regression_task(), str(space), trials=30, max_steps=27, device="cpu", seed=0, evals=27,
-               seed_trial=False)
+    r = search(regression_task(), str(space), trials=30, seed=0, sampler=TPE(seed_trial=False),
+               pruner=Halving(evals=27), backend=Local(device="cpu"), budget="27updates")
     stopped = {t["updates"] for t in r.trials if t["state"] == "PRUNED"}
     assert stopped == {3, 9}
     assert sum(t["state"] == "COMPLETE" for t in r.trials) >= 3
@@ -175,8 +179,9 @@ def test_asha_rungs_follow_the_trial_count(tmp_path: Path) -> None:
 @pytest.mark.slow  # two searches
 def test_diverged_and_failed_trials_are_recorded_and_the_search_goes_on(tmp_path: Path) -> None:
     diverging = write_space(tmp_path, DIVERGING, "diverging.toml")
-    r = search("tests.tasks:regression_task", str(diverging), trials=6, max_steps=10, device="cpu", seed=0,
-               seed_trial=False, prune=False, sampler="random")
+    r = search("tests.tasks:regression_task", str(diverging), trials=6, seed=0,
+               sampler=RandomSampler(seed_trial=False), pruner=NoPruning(), backend=Local(device="cpu"),
+               budget="10updates")
     assert len(r.trials) == 6
     for t in r.trials:
         if t["params"]["lr"] > 1:
@@ -186,8 +191,9 @@ def test_diverged_and_failed_trials_are_recorded_and_the_search_goes_on(tmp_path
     assert {t["state"] for t in r.trials} == {"FAIL", "COMPLETE"}
 
     failing = write_space(tmp_path, FAILING, "failing.toml")
-    r = search("tests.tasks:picky_regression_task", str(failing), trials=6, max_steps=10, device="cpu", seed=0,
-               seed_trial=False, prune=False, sampler="random")
+    r = search("tests.tasks:picky_regression_task", str(failing), trials=6, seed=0,
+               sampler=RandomSampler(seed_trial=False), pruner=NoPruning(), backend=Local(device="cpu"),
+               budget="10updates")
     assert len(r.trials) == 6
     for t in r.trials:
         if t["params"]["task.hidden"] == 13:
@@ -238,7 +244,8 @@ def test_cli_search_with_a_budget_in_epochs(tmp_path: Path) -> None:
 @pytest.mark.slow  # searches (in this process)
 def test_report_redraws(tmp_path: Path, run_main, assert_usage_error) -> None:  # type: ignore[no-untyped-def]
     space = write_space(tmp_path, SMALL)
-    search(regression_task(), str(space), trials=3, max_steps=10, device="cpu", out=tmp_path / "s")
+    search(regression_task(), str(space), trials=3, out=tmp_path / "s", backend=Local(device="cpu"),
+           budget="10updates")
     (tmp_path / "s" / "search.png").unlink()
     code, out, err = run_main("report", str(tmp_path / "s"))
     assert code == 0 and "best loss" in out, err[-2000:]
@@ -249,15 +256,16 @@ def test_report_redraws(tmp_path: Path, run_main, assert_usage_error) -> None:  
 @pytest.mark.slow  # two searches
 def test_same_seed_same_search(tmp_path: Path) -> None:
     """Probes included: the same seed gives the same trials (params, values, states, splits)."""
-    runs = [search(classification_task(), "from_scratch", trials=6, max_steps=40, seed=3, device="cpu",
-                   out=tmp_path / f"run{i}") for i in range(2)]
+    runs = [search(classification_task(), "from_scratch", trials=6, seed=3, out=tmp_path / f"run{i}",
+                   backend=Local(device="cpu"), budget="40updates") for i in range(2)]
     assert fingerprint(runs[0]) == fingerprint(runs[1])
     assert runs[0].probe_samples == runs[1].probe_samples > 0
     assert {t["state"] for t in runs[0].trials} & {"COMPLETE", "PRUNED"}
     # Another sampler seed, the same trial seed: the seed trial and design are the same runs, TPE's are not.
-    other = search(classification_task(), "from_scratch", trials=6, max_steps=40, seed=3, sampler_seed=4,
-                   device="cpu", lr_find_result=tmp_path / "run0" / "lr_find.json",
-                   probe_result=tmp_path / "run0" / "probe.json")
+    other = search(classification_task(), "from_scratch", trials=6, seed=3, sampler=TPE(seed=4),
+                   backend=Local(device="cpu"),
+                   probes=ProbeSettings(lr_find=tmp_path / "run0" / "lr_find.json", probe=tmp_path / "run0" / "probe.json"),
+                   budget="40updates")
     assert fingerprint(other)[:5] == fingerprint(runs[0])[:5]
     assert other.sampler_seed == 4 and other.seed == 3
 
@@ -265,8 +273,8 @@ def test_same_seed_same_search(tmp_path: Path) -> None:
 def test_budget_is_samples_whatever_the_batch(tmp_path: Path) -> None:
     """Every trial draws the same samples: batch 16 runs 4x the updates of batch 64."""
     space = write_space(tmp_path, SMALL + '\n[batch_size]\ntype = "categorical"\nchoices = [16, 64]\n')
-    r = search(classification_task(), str(space), trials=4, budget="1280samples", device="cpu", seed=0, prune=False,
-               seed_trial=False, sampler="random")
+    r = search(classification_task(), str(space), trials=4, budget="1280samples", seed=0,
+               sampler=RandomSampler(seed_trial=False), pruner=NoPruning(), backend=Local(device="cpu"))
     for t in r.trials:
         assert t["samples"] == 1280 and t["updates"] == 1280 // t["params"]["batch_size"]
         assert t["config"]["max_steps"] == t["updates"] and t["curve"][-1][0] == 1280
@@ -383,8 +391,8 @@ def test_a_saved_range_test_of_another_task_is_refused(tmp_path: Path) -> None:
     lf = lr_find(regression_task(), sweep_steps=20, device="cpu")
     lf.to_json(tmp_path / "lr_find.json")
     with pytest.raises(UsageError, match=r"the saved lr_find result is for task 'regression', this search runs task 'classification'"):
-        search(classification_task(), "from_scratch", trials=1, max_steps=10, device="cpu",
-               lr_find_result=tmp_path / "lr_find.json")
+        search(classification_task(), "from_scratch", trials=1, backend=Local(device="cpu"),
+               probes=ProbeSettings(lr_find=tmp_path / "lr_find.json"), budget="10updates")
 
 
 @pytest.mark.parametrize("saved, runs", [("regression", "task"), ("task", "regression")])
@@ -398,7 +406,8 @@ def test_a_saved_range_test_of_an_unnamed_task_says_task_name(saved: str, runs: 
                       seconds=0.0, settings={"task": saved})
     task = dataclasses.replace(regression_task(), name=runs)
     with pytest.raises(UsageError) as exc:
-        search(task, "from_scratch", trials=1, max_steps=10, device="cpu", lr_find_result=lf)
+        search(task, "from_scratch", trials=1, backend=Local(device="cpu"), probes=ProbeSettings(lr_find=lf),
+               budget="10updates")
     assert str(exc.value).startswith(f"the saved lr_find result is for task '{saved}', this search runs task '{runs}': ")
     assert "Task(name='regression', ...)" in str(exc.value) and "defaults to 'task'" in str(exc.value)
 
@@ -407,14 +416,17 @@ def test_a_saved_range_test_of_an_unnamed_task_says_task_name(saved: str, runs: 
 def test_one_directory_holds_one_study(tmp_path: Path) -> None:
     """Another space in the same --out would overwrite the first study's report: refused, nothing written."""
     space = write_space(tmp_path, SMALL)
-    search(regression_task(), str(space), trials=1, max_steps=10, device="cpu", out=tmp_path / "o")
+    search(regression_task(), str(space), trials=1, out=tmp_path / "o", backend=Local(device="cpu"),
+           budget="10updates")
     before = (tmp_path / "o" / "search.json").read_text()
     other = write_space(tmp_path, SMALL, "other.toml")
     with pytest.raises(UsageError, match="holds the report of study 'tunekit-regression-space'"):
-        search(regression_task(), str(other), trials=1, max_steps=10, device="cpu", out=tmp_path / "o")
+        search(regression_task(), str(other), trials=1, out=tmp_path / "o", backend=Local(device="cpu"),
+               budget="10updates")
     assert (tmp_path / "o" / "search.json").read_text() == before
     with pytest.raises(UsageError, match="run with budget_samples = 160, this run asks for 320"):
-        search(regression_task(), str(space), trials=2, max_steps=20, device="cpu", out=tmp_path / "o", resume=True)
+        search(regression_task(), str(space), trials=2, out=tmp_path / "o", backend=Local(device="cpu"),
+               study=Study(resume=True), budget="20updates")
 
 
 @pytest.mark.slow  # searches (in this process)
@@ -444,13 +456,14 @@ def test_ctrl_c_keeps_what_finished_and_resume_goes_on(tmp_path: Path) -> None:
     task.loss, task.compute_loss = None, compute
     space = write_space(tmp_path, SMALL)
     with pytest.raises(KeyboardInterrupt):
-        search(task, str(space), trials=4, max_steps=10, evals=1, prune=False, device="cpu", out=tmp_path / "o")
+        search(task, str(space), trials=4, out=tmp_path / "o", pruner=NoPruning(evals=1), backend=Local(device="cpu"),
+               budget="10updates")
     report = json.loads((tmp_path / "o" / "search.json").read_text())
     assert [t["state"] for t in report["trials"]][:2] == ["COMPLETE", "COMPLETE"]
     assert report["trials"][2]["error"] == "interrupted; re-run on --resume"
     calls["n"] = -10**9  # no more interruptions
-    r = search(task, str(space), trials=4, max_steps=10, evals=1, prune=False, device="cpu", out=tmp_path / "o",
-               resume=True)
+    r = search(task, str(space), trials=4, out=tmp_path / "o", pruner=NoPruning(evals=1), backend=Local(device="cpu"),
+               study=Study(resume=True), budget="10updates")
     assert sum(t["state"] == "COMPLETE" for t in r.trials) == 4
     assert r.trials[0]["value"] == report["trials"][0]["value"]
 
@@ -458,7 +471,8 @@ def test_ctrl_c_keeps_what_finished_and_resume_goes_on(tmp_path: Path) -> None:
 @pytest.mark.slow  # a search with the probes
 def test_a_search_result_prints_short_and_loads_back(tmp_path: Path) -> None:
     space = write_space(tmp_path, SMALL)
-    r = search(regression_task(), str(space), trials=2, max_steps=10, device="cpu", out=tmp_path / "o")
+    r = search(regression_task(), str(space), trials=2, out=tmp_path / "o", backend=Local(device="cpu"),
+               budget="10updates")
     text = repr(r)
     assert text.startswith("SearchResult(study='tunekit-regression-space', trials=2") and len(text) < 200
     back = type(r).from_json(tmp_path / "o" / "search.json")
@@ -470,7 +484,8 @@ def test_importances_from_a_few_trials_are_called_a_guess(tmp_path: Path) -> Non
 
     matplotlib.use("Agg")
     space = write_space(tmp_path, SMALL)
-    r = search(regression_task(), str(space), trials=3, max_steps=10, prune=False, device="cpu")
+    r = search(regression_task(), str(space), trials=3, pruner=NoPruning(), backend=Local(device="cpu"),
+               budget="10updates")
     assert r.plot_importances().get_xlabel() == "importance (Optuna, 3 complete trials: a rough guess)"
 
 
@@ -612,7 +627,8 @@ def test_each_old_keyword_is_told_its_own_replacement_and_a_conflict_is_refused(
     with pytest.warns(DeprecationWarning) as got:
         settings_of("shapes", **common, **defaults, deprecated=dict(max_steps=30, prune=False, evals=4, device="cpu"))
     said = str(got[0].message)
-    assert said.startswith("search(max_steps=, prune=, evals=, device=) is deprecated")
+    assert said.startswith("search(max_steps=, prune=, evals=, device=) is deprecated since tunekit 0.2.0 and "
+                           "removed in tunekit 0.3.0: each has its object: pass ")
     for new in ("budget='30updates' (for max_steps=30)", "pruner=NoPruning(evals=4) (for prune=False, evals=4)",
                 "backend=Local(device='cpu') (for device='cpu')"):
         assert new in said, said
@@ -648,7 +664,8 @@ def test_a_search_runs_its_trials_through_the_backend_seam_alone(tmp_path: Path,
             super().run(work)
 
     monkeypatch.setattr(run_module, "get_backend", lambda name: Recording())
-    r = search(regression_task(), str(write_space(tmp_path, SMALL)), trials=3, max_steps=10, device="cpu")
+    r = search(regression_task(), str(write_space(tmp_path, SMALL)), trials=3, backend=Local(device="cpu"),
+               budget="10updates")
     assert seen[0] == ("check", 3) and seen[1][0:3] == ("run", 3, r.plan["budget_samples"])
     assert seen[1][3] == sorted(r.distributions) and len([t for t in r.trials if t["state"] != "FAIL"]) == 3
 
@@ -658,8 +675,9 @@ def test_a_search_runs_its_trials_through_the_backend_seam_alone(tmp_path: Path,
 def _two_lr_search(tmp_path: Path, name: str, **kw: object) -> "object":
     from .tasks import classification_task
 
-    return search(classification_task(), str(write_space(tmp_path, TWO_LRS)), trials=3, max_steps=40, device="cpu",
-                  prune=False, seed_trial=False, design=0, sampler="random", out=tmp_path / name, **kw)
+    return search(classification_task(), str(write_space(tmp_path, TWO_LRS)), trials=3, out=tmp_path / name, **kw,
+                  sampler=RandomSampler(design=0, seed_trial=False), pruner=NoPruning(), backend=Local(device="cpu"),
+                  budget="40updates")
 
 
 @pytest.mark.slow  # searches
@@ -694,17 +712,17 @@ def test_a_function_objective_and_its_direction(tmp_path: Path) -> None:
         x, y = data.tensors  # type: ignore[attr-defined]
         return float(torch.nn.functional.cross_entropy(model(x), y))
 
-    r = _two_lr_search(tmp_path, "fn", objective=val_loss_again, direction="maximize")  # the worst loss wins
+    r = _two_lr_search(tmp_path, "fn", objective=Objective(val_loss_again, "maximize"))  # the worst loss wins
     done = [t for t in r.trials if t["state"] == "COMPLETE"]
     assert r.objective == "val_loss_again" and r.best_params == {"lr": 3.0}
     assert all(abs(t["value"] - t["val_loss"]) < 1e-5 for t in done)  # the function saw the whole validation set
     with pytest.raises(UsageError, match="needs the task as a Task object"):
-        search("tests.tasks:classification_task", "from_scratch", objective=val_loss_again, direction="maximize")
+        search("tests.tasks:classification_task", "from_scratch", objective=Objective(val_loss_again, "maximize"))
     with pytest.raises(UsageError, match=r"say which way is better: pass objective=Objective\(.val_loss_again., .maximize.\)"):
         search(classification_task(), "from_scratch", objective=val_loss_again)
     with pytest.raises(UsageError, match="a shared study's objective must be a name"):
-        search(classification_task(), "from_scratch", objective=val_loss_again, direction="maximize",
-               storage=f"sqlite:///{tmp_path / 'x.db'}")
+        search(classification_task(), "from_scratch", study=SharedStudy(storage=f"sqlite:///{tmp_path / 'x.db'}"),
+               objective=Objective(val_loss_again, "maximize"))
 
 
 def test_an_objective_the_task_cannot_give_fails_before_anything_runs(tmp_path: Path) -> None:
@@ -712,9 +730,9 @@ def test_an_objective_the_task_cannot_give_fails_before_anything_runs(tmp_path: 
         search(regression_task(), str(write_space(tmp_path, SMALL)), objective="accuracy", out=tmp_path / "a")
     assert not (tmp_path / "a" / "lr_find.json").exists()  # no probe ran
     with pytest.raises(UsageError, match="objective 'f1' is not a metric of this task"):
-        search(regression_task(), str(write_space(tmp_path, SMALL)), objective="f1", direction="maximize")
+        search(regression_task(), str(write_space(tmp_path, SMALL)), objective=Objective("f1", "maximize"))
     with pytest.raises(UsageError, match="direction must be minimize or maximize, got 'up'"):
-        search(regression_task(), "from_scratch", objective="loss", direction="up")
+        search(regression_task(), "from_scratch", objective=Objective("loss", "up"))
 
 
 def test_rungs_keep_the_best_of_a_maximised_objective() -> None:
@@ -787,8 +805,10 @@ def test_a_resume_with_nothing_to_run_keeps_the_seconds_and_an_interrupted_trial
     from tunekit.hpsearch.study import requeue_interrupted, trial_dicts
 
     space = str(write_space(tmp_path, SMALL))
-    first = search(regression_task(), space, trials=2, max_steps=10, device="cpu", out=tmp_path / "o")
-    again = search(regression_task(), space, trials=2, max_steps=10, device="cpu", out=tmp_path / "o", resume=True)
+    first = search(regression_task(), space, trials=2, out=tmp_path / "o", backend=Local(device="cpu"),
+                   budget="10updates")
+    again = search(regression_task(), space, trials=2, out=tmp_path / "o", backend=Local(device="cpu"),
+                   study=Study(resume=True), budget="10updates")
     assert again.seconds >= first.seconds and len(again.trials) == 2
     # A trial killed mid-run is re-run on resume: the report says which trial re-ran it.
     study = _optuna.create_study()
@@ -810,7 +830,8 @@ def test_resume_after_a_kill_during_the_probes_goes_on_with_them(tmp_path: Path)
     out.mkdir()
     lf = lr_find(task, device="cpu", refine=False, progress=False)
     lf.save(out, "lr_find")  # what the killed run had saved before it died in the batch probe
-    r = search(task, "from_scratch", trials=2, max_steps=20, device="cpu", memory_budget="256MiB", out=out, resume=True)
+    r = search(task, "from_scratch", trials=2, out=out, backend=Local(device="cpu"), study=Study(resume=True),
+               probes=ProbeSettings(memory_budget="256MiB"), budget="20updates")
     assert r.lr_find["suggestion"] == pytest.approx(lf.suggestion) and len(r.trials) == 2
     assert r.probe_samples > lf.samples > 0  # the reused range test, and the batch probe run now
 
@@ -818,11 +839,12 @@ def test_resume_after_a_kill_during_the_probes_goes_on_with_them(tmp_path: Path)
 def test_a_search_refused_before_its_study_holds_anything_leaves_no_study_db(tmp_path: Path) -> None:
     space = str(write_space(tmp_path, SMALL))
     with pytest.raises(UsageError, match="there is no study"):
-        search(regression_task(), space, trials=2, max_steps=10, device="cpu", out=tmp_path / "empty", resume=True)
+        search(regression_task(), space, trials=2, out=tmp_path / "empty", backend=Local(device="cpu"),
+               study=Study(resume=True), budget="10updates")
     assert not (tmp_path / "empty" / "study.db").exists()
     with pytest.raises(UsageError, match="does not exist"):
-        search(regression_task(), space, trials=2, max_steps=10, device="cpu", out=tmp_path / "m",
-               lr_find_result=tmp_path / "nope.json")
+        search(regression_task(), space, trials=2, out=tmp_path / "m", backend=Local(device="cpu"),
+               probes=ProbeSettings(lr_find=tmp_path / "nope.json"), budget="10updates")
     assert not (tmp_path / "m" / "study.db").exists()
 
 
@@ -888,8 +910,9 @@ def test_compute_in_full_trials_is_what_a_complete_trial_drew() -> None:
 def test_the_search_says_where_its_lr_came_from(tmp_path: Path) -> None:
     """The search's own range test is the curve alone: the report says so next to its number, and a
     saved refined lr_find result seeds it instead (one LR across tools)."""
-    r = search(regression_task(), str(write_space(tmp_path, SMALL.replace('[warmup]', 'seeded = "lr_find"\n\n[warmup]'))),
-               trials=1, max_steps=10, device="cpu")
+    r = search(regression_task(),
+               str(write_space(tmp_path, SMALL.replace('[warmup]', 'seeded = "lr_find"\n\n[warmup]'))), trials=1,
+               backend=Local(device="cpu"), budget="10updates")
     assert "LR seeded from the search's own range test" in r.table() and "the curve alone" in r.table()
     # One LR across tools: the search's own range test is lr_find's for a run of one full trial.
     alone = lr_find(regression_task(), device="cpu", run_steps=10)
@@ -897,8 +920,9 @@ def test_the_search_says_where_its_lr_came_from(tmp_path: Path) -> None:
     assert "for a run of one trial (10 updates)" in r.table()
     refined = lr_find(regression_task(), device="cpu", sweep_steps=40, refine_steps=20, refine_seeds=1)
     assert refined.refinement
-    r2 = search(regression_task(), str(write_space(tmp_path, SMALL.replace('[warmup]', 'seeded = "lr_find"\n\n[warmup]'))),
-                trials=1, max_steps=10, device="cpu", lr_find_result=refined)
+    r2 = search(regression_task(),
+                str(write_space(tmp_path, SMALL.replace('[warmup]', 'seeded = "lr_find"\n\n[warmup]'))), trials=1,
+                backend=Local(device="cpu"), probes=ProbeSettings(lr_find=refined), budget="10updates")
     assert "LR seeded from the saved lr_find result" in r2.table() and r2.lr_find["suggestion"] == refined.suggestion
 
 
@@ -931,7 +955,8 @@ def test_a_task_that_cannot_train_stops_the_search_in_one_line(tmp_path: Path, r
 
     space = str(write_space(tmp_path, SMALL))
     with pytest.raises(UsageError, match="not a scalar"):
-        search(nonscalar_loss_task(), space, trials=4, max_steps=10, device="cpu", out=tmp_path / "o")
+        search(nonscalar_loss_task(), space, trials=4, out=tmp_path / "o", backend=Local(device="cpu"),
+               budget="10updates")
     saved = json.loads((tmp_path / "o" / "search.json").read_text())
     assert len(saved["trials"]) == 1 and saved["trials"][0]["state"] == "FAIL"
     code, _, err = run_main("search", "--task", "tests.tasks:nonscalar_loss_task", "--space", space, "--trials", "3",
@@ -947,22 +972,24 @@ def test_studies_from_before_the_objective_resume_as_loss_studies(tmp_path: Path
     from tunekit.hpsearch.keys import PLAN_KEY
 
     space = str(write_space(tmp_path, SMALL))
-    search(regression_task(), space, trials=2, max_steps=10, device="cpu", out=tmp_path / "o")
+    search(regression_task(), space, trials=2, out=tmp_path / "o", backend=Local(device="cpu"), budget="10updates")
     url = f"sqlite:///{tmp_path / 'o' / 'study.db'}"
     study = optuna.load_study(study_name=optuna.get_all_study_names(url)[0], storage=url)
     old = {k: v for k, v in study.user_attrs[PLAN_KEY].items() if k not in ("objective", "direction")}
     study.set_user_attr(PLAN_KEY, old)
     with pytest.raises(UsageError, match="was run with objective = 'loss', this run asks for 'perplexity'"):
-        search(regression_task(), space, trials=3, max_steps=10, device="cpu", out=tmp_path / "o", resume=True,
-               objective="perplexity")
-    again = search(regression_task(), space, trials=3, max_steps=10, device="cpu", out=tmp_path / "o", resume=True)
+        search(regression_task(), space, trials=3, out=tmp_path / "o", objective="perplexity",
+               backend=Local(device="cpu"), study=Study(resume=True), budget="10updates")
+    again = search(regression_task(), space, trials=3, out=tmp_path / "o", backend=Local(device="cpu"),
+                   study=Study(resume=True), budget="10updates")
     assert len(again.trials) == 3 and again.objective == "loss"
 
 
 @pytest.mark.slow  # searches (in this process)
 def test_report_refuses_a_json_file_that_is_not_a_search_json(tmp_path: Path, assert_usage_error) -> None:  # type: ignore[no-untyped-def]
     space = write_space(tmp_path, SMALL)
-    search(regression_task(), str(space), trials=1, max_steps=10, device="cpu", out=tmp_path / "s")
+    search(regression_task(), str(space), trials=1, out=tmp_path / "s", backend=Local(device="cpu"),
+           budget="10updates")
     other = tmp_path / "s" / "backup.json"
     other.write_text((tmp_path / "s" / "search.json").read_text())
     assert_usage_error(["report", str(other)], "is not a search.json")
@@ -997,7 +1024,8 @@ def test_the_noise_scale_is_measured_only_without_a_range_test_batch(tmp_path: P
     assert noise_repeats(no_batch, ran_at) == (0, "not measured: the space has no batch to centre")
     # A search: the probe skipped it (its cost is not in the probes'), the choices centre on the range
     # test's batch, and the table says why.
-    r = search(task, "from_scratch", trials=1, max_steps=20, device="cpu", memory_budget="256MiB")
+    r = search(task, "from_scratch", trials=1, backend=Local(device="cpu"),
+               probes=ProbeSettings(memory_budget="256MiB"), budget="20updates")
     assert r.probe["critical_batch"] is None and r.seed_params["batch"] == task.batch_size
     assert r.probe["updates"] < updates and "critical batch not measured: the batch choices centre" in r.table()
 
@@ -1062,11 +1090,13 @@ def test_l2_inside_an_adaptive_optimizer_is_searched_over_its_own_range(tmp_path
     wd = {c: distributions(sp, probe=_probe_like(None, None), adaptive_l2=c)["weight_decay"] for c in (True, False)}
     assert (wd[True].low, wd[True].high, wd[False].low, wd[False].high) == (1e-6, 1e-3, 1e-3, 0.1)
     adam = dataclasses.replace(regression_task(), optimizer=lambda ps: torch.optim.Adam(ps, lr=1e-3, weight_decay=5e-4))
-    r = search(adam, "from_scratch", trials=4, max_steps=30, device="cpu", memory_budget="256MiB")
+    r = search(adam, "from_scratch", trials=4, backend=Local(device="cpu"),
+               probes=ProbeSettings(memory_budget="256MiB"), budget="30updates")
     assert r.seed_params["weight_decay"] == pytest.approx(5e-4)  # the task's own, inside the adaptive_l2 range
     assert all(1e-6 <= t["params"]["weight_decay"] <= 1e-3 for t in r.trials)
     sgd = dataclasses.replace(regression_task(), optimizer=lambda ps: torch.optim.SGD(ps, lr=0.05, weight_decay=5e-4))
-    r = search(sgd, "from_scratch", trials=1, max_steps=30, device="cpu", memory_budget="256MiB")
+    r = search(sgd, "from_scratch", trials=1, backend=Local(device="cpu"),
+               probes=ProbeSettings(memory_budget="256MiB"), budget="30updates")
     # Below the decoupled range: the range widens to hold the task's own, which the seed trial keeps.
     assert r.seed_params["weight_decay"] == pytest.approx(5e-4)
     assert r.widened == {"weight_decay": [pytest.approx(5e-4), pytest.approx(0.1)]}
@@ -1175,7 +1205,8 @@ def test_the_table_says_which_way_the_designs_batch_step_went(tmp_path: Path) ->
     flat, steep = [[8, 0.010], [64, 0.011]], [[8, 0.010], [64, 0.080]]
     for budget, times, doubled in (("2s", flat, True), ("2s", steep, False), ("1280samples", flat, False)):
         pr.throughput = [{"batch": b, "samples_per_s": b / t} for b, t in times]
-        r = search(task, "from_scratch", trials=5, budget=budget, lr_find_result=lf, probe_result=pr, device="cpu")
+        r = search(task, "from_scratch", trials=5, budget=budget, backend=Local(device="cpu"),
+                   probes=ProbeSettings(lr_find=lf, probe=pr))
         d = r.probe["design_batch"]
         assert (d["from"], d["step"], d["doubled"]) == (32, 64 if doubled else 8, doubled)
         assert r.trials[4]["params"]["batch"] == d["step"]
@@ -1184,7 +1215,8 @@ def test_the_table_says_which_way_the_designs_batch_step_went(tmp_path: Path) ->
                and not budget.endswith("samples") else "the budget is not device time")
         assert why in r.table()
     # Where the suggestion is far from the task's own LR, the last point tries that LR: no batch step to report.
-    r = search(far, "from_scratch", trials=5, max_steps=40, lr_find_result=lf, probe_result=pr, device="cpu")
+    r = search(far, "from_scratch", trials=5, backend=Local(device="cpu"), probes=ProbeSettings(lr_find=lf, probe=pr),
+               budget="40updates")
     assert "design's batch step" not in r.table() and r.probe["design_batch"] is None
 
 
@@ -1193,22 +1225,23 @@ def test_the_search_seeds_with_the_curve_alone_unless_asked_to_refine() -> None:
     """By default the range test's curve alone seeds the search (the design's trials check it); --lr-refine
     runs the short runs first, and their samples count."""
     task = classification_task()
-    runs = {refine: search(task, "from_scratch", trials=1, budget="3200samples", device="cpu",
-                           probes=ProbeSettings(memory_budget="256MiB", lr_refine=refine))
+    runs = {refine: search(task, "from_scratch", trials=1, budget="3200samples",
+                           probes=ProbeSettings(memory_budget="256MiB", lr_refine=refine),
+                           backend=Local(device="cpu"))
             for refine in (True, False)}
     assert runs[True].lr_find["refined"] and not runs[False].lr_find["refined"]
     assert runs[False].probe_samples < runs[True].probe_samples
     assert runs[False].seed_params["lr"] == pytest.approx(runs[False].lr_find["suggestion"])
     assert "the curve alone, no short runs: the design's full-length trials around it check it" in runs[False].table()
-    assert not search(task, "from_scratch", trials=1, budget="3200samples", device="cpu",
-                      memory_budget="256MiB").lr_find["refined"]  # the default
+    assert not search(task, "from_scratch", trials=1, budget="3200samples", backend=Local(device="cpu"),
+                      probes=ProbeSettings(memory_budget="256MiB")).lr_find["refined"]  # the default
 
 
 def test_the_search_range_test_length_is_a_probe_setting() -> None:
     """ProbeSettings(lr_sweep_steps=N): the search's own range test runs at most N updates (its cost counts)."""
     task = classification_task()
-    r = search(task, "from_scratch", trials=1, budget="3200samples", device="cpu",
-               probes=ProbeSettings(memory_budget="256MiB", lr_sweep_steps=30))
+    r = search(task, "from_scratch", trials=1, budget="3200samples",
+               probes=ProbeSettings(memory_budget="256MiB", lr_sweep_steps=30), backend=Local(device="cpu"))
     assert 10 <= r.lr_find["updates"] <= 30
     with pytest.raises(UsageError, match="lr_sweep_steps=100"):
         ProbeSettings(lr_sweep_steps=5)

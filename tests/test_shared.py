@@ -19,7 +19,7 @@ import pytest
 
 import torch
 
-from tunekit import UsageError, search
+from tunekit import Local, NoPruning, RandomSampler, SharedStudy, UsageError, search
 from tunekit.hpsearch import create_study, join_study, reap_study, study_result
 from tunekit.hpsearch.shared.workers import claim, mark_surplus
 from tunekit.hpsearch.study import excluded, finished_count, make_storage
@@ -97,7 +97,7 @@ def test_a_killed_worker_costs_one_trial_and_the_survivors_ride_out_a_database_r
     created = run_cli("study", "create", "--space", str(space), "--trials", "6", "--storage", url, "--study", "k",
                       "--out", str(tmp_path / "c"), *long)
     assert created.returncode == 0, created.stderr[-2000:]
-    work = ["worker", "--storage", url, "--study", "k", "--grace-period", "4", "--quiet"]
+    work = ["worker", "--storage", url, "--study", "k", "--heartbeat-grace", "4", "--quiet"]
     procs = [_start(work, tmp_path) for _ in range(3)]
     victim = procs[0]
     for p in procs:
@@ -186,20 +186,20 @@ def test_two_workers_that_finish_at_once_keep_the_better_trials_weights(tmp_path
 def test_a_joining_worker_with_another_budget_or_seed_is_refused(tmp_path: Path, postgres: Any,
                                                                  assert_usage_error: Any) -> None:
     url, space = postgres(), write_space(tmp_path, SMALL)
-    create_study("tests.tasks:regression_task", str(space), storage=url, study_name="m", trials=3, max_steps=10,
-                 device="cpu", prune=False)
+    create_study("tests.tasks:regression_task", str(space), trials=3, pruner=NoPruning(), backend=Local(device="cpu"),
+                 study=SharedStudy(name="m", storage=url), budget="10updates")
     for given, needle in ((dict(max_steps=20), "run with budget_samples = 160, this run asks for 320"),
                           (dict(seed=1), "run with seed = 0, this run asks for 1"),
                           (dict(trials=4), r"created with trials = 3, this run has 4: leave out trials=\.\.\.")):
         with pytest.raises(UsageError, match=needle) as exc:
-            join_study(url, "m", device="cpu", **given)
+            join_study(SharedStudy(url, "m"), backend=Local(device="cpu"), **given)
         assert "\n" not in str(exc.value)
     # Another task is told as such (it was told of the probes' task, or of a budget of other samples).
     with pytest.raises(UsageError, match="created with task = 'tests.tasks:regression_task', this run has 'shapes'"):
-        join_study(url, "m", task="shapes", device="cpu")
+        join_study(SharedStudy(url, "m"), task="shapes", backend=Local(device="cpu"))
     assert _trials(url, "m")[0].state.name == "WAITING"  # refused before any trial ran: the seed trial waits
     with pytest.raises(UsageError, match="there is no study 'nope'"):
-        join_study(url, "nope")
+        join_study(SharedStudy(url, "nope"))
     assert_usage_error(["worker", "--storage", url, "--study", "m", "--max-steps", "20", "--quiet"], "budget_samples")
     assert_usage_error(["worker", "--storage", url, "--study", "m", "--trials", "4", "--quiet"],  # the fix as the flag
                        "leave out --trials ... to take the study's")
@@ -275,8 +275,8 @@ def test_a_shared_search_in_process_reports_the_study_and_the_dashboard_fields(t
     """One worker on a journal file: the study reports itself; the final value is the last intermediate value;
     the metric is named; each trial carries its worker."""
     journal, space = str(tmp_path / "s.log"), write_space(tmp_path, SMALL)
-    r = search("tests.tasks:regression_task", str(space), trials=3, max_steps=10, device="cpu", storage=journal,
-               study_name="d", prune=False)
+    r = search("tests.tasks:regression_task", str(space), trials=3, pruner=NoPruning(), backend=Local(device="cpu"),
+               study=SharedStudy(name="d", storage=journal), budget="10updates")
     study = optuna.load_study(study_name="d", storage=make_storage(journal, None))
     assert study.metric_names == ["validation loss"]
     for t in study.trials:
@@ -292,10 +292,12 @@ def test_pruned_and_failed_trials_carry_their_reasons(tmp_path: Path) -> None:
     from .tasks import DIVERGING, classification_task
 
     space = write_space(tmp_path, SMALL.replace("1e-3", "1e-5").replace("high = 1e-1", "high = 1.0"))
-    search(classification_task(), str(space), trials=10, max_steps=40, device="cpu", seed=1, out=tmp_path / "o")
+    search(classification_task(), str(space), trials=10, seed=1, out=tmp_path / "o", backend=Local(device="cpu"),
+           budget="40updates")
     diverging = write_space(tmp_path, DIVERGING, "diverging.toml")
-    search("tests.tasks:regression_task", str(diverging), trials=3, max_steps=10, device="cpu", seed=0,
-           seed_trial=False, prune=False, sampler="random", out=tmp_path / "d")
+    search("tests.tasks:regression_task", str(diverging), trials=3, seed=0, out=tmp_path / "d",
+           sampler=RandomSampler(seed_trial=False), pruner=NoPruning(), backend=Local(device="cpu"),
+           budget="10updates")
     trials = [t for d in ("o", "d") for s in optuna.get_all_study_names(f"sqlite:///{tmp_path / d / 'study.db'}")
               for t in optuna.load_study(study_name=s, storage=f"sqlite:///{tmp_path / d / 'study.db'}").trials]
     pruned = [t for t in trials if t.state.name == "PRUNED"]
@@ -315,8 +317,9 @@ def test_a_stale_heartbeat_fails_the_trial_with_its_workers_name_and_queues_one_
     t.set_user_attr("worker", {"host": "elsewhere", "pid": 1})
     store.record_heartbeat(store.get_trial_id_from_study_id_trial_number(store.get_study_id_from_name("h"), t.number))
     assert reap_study(url, "h", heartbeat_grace=2) == []  # within the grace period: alive
-    with pytest.warns(DeprecationWarning, match=r"reap_study\(grace_period=\) is deprecated: pass heartbeat_grace="):
-        assert reap_study(url, "h", grace_period=2) == []  # 0.x's name, for a release
+    with pytest.deprecated_call(match=r"reap_study\(grace_period=\) is deprecated since tunekit 0\.2\.0 and removed in "
+                                      r"tunekit 0\.3\.0: pass heartbeat_grace="):
+        assert reap_study(url, "h", grace_period=2) == []  # 0.1.0's name, until 0.3.0
     time.sleep(3)
     assert reap_study(url, "h", heartbeat_grace=2) == [t.number]
     study = optuna.load_study(study_name="h", storage=store)
@@ -388,8 +391,9 @@ def test_serve_proxies_a_database_to_workers_over_grpc(tmp_path: Path) -> None:
     try:
         _wait_line(server, "workers use --storage grpc://127.0.0.1:")
         space = write_space(tmp_path, SMALL)
-        r = search("tests.tasks:regression_task", str(space), trials=3, max_steps=10, device="cpu", prune=False,
-                   storage=f"grpc://127.0.0.1:{port}", study_name="g")
+        r = search("tests.tasks:regression_task", str(space), trials=3, pruner=NoPruning(),
+                   backend=Local(device="cpu"), study=SharedStudy(name="g", storage=f"grpc://127.0.0.1:{port}"),
+                   budget="10updates")
         assert len(r.trials) == 3
     finally:
         os.killpg(server.pid, signal.SIGTERM)
@@ -404,8 +408,9 @@ def test_the_dashboard_shows_the_study_with_its_metric_name_and_reasons(tmp_path
     from .tasks import DIVERGING
 
     space = write_space(tmp_path, DIVERGING)
-    r = search("tests.tasks:regression_task", str(space), trials=3, max_steps=10, device="cpu", seed=0,
-               seed_trial=False, prune=False, sampler="random", out=tmp_path / "o")
+    r = search("tests.tasks:regression_task", str(space), trials=3, seed=0, out=tmp_path / "o",
+               sampler=RandomSampler(seed_trial=False), pruner=NoPruning(), backend=Local(device="cpu"),
+               budget="10updates")
     # And one a killed process left running, failed as a resume finds it: every failed trial says why.
     from tunekit.hpsearch.study import mark_interrupted
 
@@ -430,8 +435,9 @@ def test_the_creator_attaches_the_probes_and_the_report_its_plot_as_artifacts(tm
     from .tasks import classification_task  # noqa: F401 - the spec below names it
 
     journal = str(tmp_path / "a.log")
-    search("tests.tasks:classification_task", "from_scratch", trials=1, max_steps=20, device="cpu", storage=journal,
-           study_name="a", out=tmp_path / "o", artifacts=str(tmp_path / "art"))
+    search("tests.tasks:classification_task", "from_scratch", trials=1, out=tmp_path / "o",
+           backend=Local(device="cpu"), study=SharedStudy(name="a", storage=journal, artifacts=str(tmp_path / "art")),
+           budget="20updates")
     study = optuna.load_study(study_name="a", storage=make_storage(journal, None))
     names = sorted(m.filename for m in get_all_artifact_meta(study))
     assert names == ["lr_find.json", "lr_find.png", "probe.json", "probe.png"]
@@ -475,8 +481,9 @@ def test_the_dashboard_serves_the_probes_plots_as_artifacts(tmp_path: Path) -> N
     pytest.importorskip("optuna_dashboard", reason="tunekit dashboard needs optuna-dashboard (the dashboard extra)")
 
     journal = str(tmp_path / "a.log")
-    search("tests.tasks:classification_task", "from_scratch", trials=1, max_steps=20, device="cpu", storage=journal,
-           study_name="a", out=tmp_path / "o", artifacts=str(tmp_path / "art"))
+    search("tests.tasks:classification_task", "from_scratch", trials=1, out=tmp_path / "o",
+           backend=Local(device="cpu"), study=SharedStudy(name="a", storage=journal, artifacts=str(tmp_path / "art")),
+           budget="20updates")
     body = _dashboard_study(journal, tmp_path)
     # What the dashboard's study page lists, and shows for the images: the range test and the probe.
     assert {a["filename"] for a in body["artifacts"]} >= {"lr_find.png", "lr_find.json", "probe.png", "probe.json"}
@@ -488,32 +495,34 @@ def test_a_shared_study_keeps_its_objective_and_a_worker_joins_in_that_metric(tm
     a joining worker takes it, and one that names another objective is refused."""
     journal = str(tmp_path / "s.log")
     space = write_space(tmp_path, SMALL)
-    create_study("tests.tasks:classification_task", str(space), storage=journal, study_name="acc", trials=3,
-                 max_steps=20, device="cpu", prune=False, objective="accuracy")
+    create_study("tests.tasks:classification_task", str(space), trials=3, objective="accuracy", pruner=NoPruning(),
+                 backend=Local(device="cpu"), study=SharedStudy(name="acc", storage=journal), budget="20updates")
     study = optuna.load_study(study_name="acc", storage=make_storage(journal, None))
     assert study.direction == optuna.study.StudyDirection.MAXIMIZE and study.metric_names == ["validation accuracy"]
     assert (study.user_attrs["tunekit_spec"]["objective"], study.user_attrs["tunekit_spec"]["direction"]) == \
         ("accuracy", "maximize")
-    r = join_study(journal, "acc", device="cpu")
+    r = join_study(SharedStudy(journal, "acc"), backend=Local(device="cpu"))
     done = [t for t in r.trials if t["state"] == "COMPLETE"]
     assert (r.objective, r.direction) == ("accuracy", "maximize") and len(done) == 3
     assert r.best_value == max(t["value"] for t in done) and all(0 <= t["value"] <= 1 for t in done)
     assert study_result(journal, "acc").objective == "accuracy"
     with pytest.raises(UsageError, match="objective"):
-        join_study(journal, "acc", device="cpu", objective="loss")
+        join_study(SharedStudy(journal, "acc"), backend=Local(device="cpu"), objective="loss")
 
 
 def test_a_worker_joins_a_study_created_before_the_objective_existed(tmp_path: Path) -> None:
     """An older study's spec has no objective or direction: a worker joins it as a loss study."""
     journal = str(tmp_path / "s.log")
-    create_study("tests.tasks:regression_task", str(write_space(tmp_path, SMALL)), storage=journal, study_name="old",
-                 trials=2, max_steps=10, device="cpu", prune=False)
+    create_study("tests.tasks:regression_task", str(write_space(tmp_path, SMALL)), trials=2, pruner=NoPruning(),
+                 backend=Local(device="cpu"), study=SharedStudy(name="old", storage=journal), budget="10updates")
     study = optuna.load_study(study_name="old", storage=make_storage(journal, None))
     spec = {k: v for k, v in study.user_attrs["tunekit_spec"].items() if k not in ("objective", "direction")}
     study.set_user_attr("tunekit_spec", spec)
     plan = {k: v for k, v in study.user_attrs["tunekit_plan"].items() if k not in ("objective", "direction")}
     study.set_user_attr("tunekit_plan", plan)
-    r = join_study(journal, "old", device="cpu")
+    with pytest.deprecated_call(match=r"^join_study\(storage, study_name, \.\.\.\) is deprecated since tunekit 0\.2\.0 "
+                                      r"and removed in tunekit 0\.3\.0: pass join_study\(SharedStudy"):
+        r = join_study(journal, "old", device="cpu")  # 0.1.0's form, a shim until 0.3.0: the same worker
     assert r.objective == "loss" and len([t for t in r.trials if t["state"] == "COMPLETE"]) == 2
 
 
@@ -572,11 +581,11 @@ def test_a_creator_killed_while_probing_is_taken_over_by_the_next_study_create(t
     first.wait()
     assert "tunekit_spec" not in optuna.load_study(study_name="c", storage=make_storage(journal, None)).user_attrs
     with pytest.raises(UsageError, match="stopped before it stored the study's settings: run the same tunekit study"):
-        join_study(journal, "c", device="cpu", progress=False)  # at once, not after its timeout
+        join_study(SharedStudy(journal, "c"), backend=Local(device="cpu"), progress=False)  # at once, not after its timeout
     again = run_cli(*create, "--out", str(tmp_path / "b"), cwd=tmp_path)
     assert again.returncode == 0, again.stderr[-2000:]
     assert optuna.get_all_study_names(make_storage(journal, None)) == ["c"]  # the takeover's marker is gone
-    join_study(journal, "c", device="cpu", progress=False)
+    join_study(SharedStudy(journal, "c"), backend=Local(device="cpu"), progress=False)
     _check_exact(journal, "c", 3)
 
 

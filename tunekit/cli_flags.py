@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, Optional
 
+from tunekit.errors import deprecated
 from tunekit.hpsearch.options import CONCEPTS, cli_fields
 from tunekit.option_fields import dest_of, flag_fields, flag_of
 
@@ -110,20 +111,19 @@ FLAGS: dict[str, dict[str, Any]] = {
 
 
 class Renamed(argparse.Action):
-    """An old flag kept for a release: hidden from --help, and one line on stderr names the new one."""
+    """An old flag kept until its removal release: hidden from --help, and one line on stderr names the new one."""
 
     def __init__(self, *args: Any, new: str, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.new = new
+        self.shim = deprecated(self.option_strings[0], f"pass {new}")  # registered: removed in tunekit 0.3.0
 
     def __call__(self, parser: Any, namespace: Any, values: Any, option_string: Optional[str] = None) -> None:
-        print(f"{parser.prog}: note: {option_string} is renamed {self.new}; the old flag goes in the next release",
-              file=sys.stderr)
+        print(f"{parser.prog}: note: {self.shim.message(option_string or '')}", file=sys.stderr)
         setattr(namespace, self.dest, values)
 
 
 def renamed_flag(p: Any, old: str, new: str, **settings: Any) -> None:
-    """``old`` as an alias of ``new`` (give its type and dest), said so when used; see :func:`tunekit.errors.renamed`."""
+    """tunekit 0.1.0's ``old`` as an alias of ``new`` (give its type and dest), said so when used (a shim)."""
     settings.setdefault("dest", new.lstrip("-").replace("-", "_"))
     p.add_argument(old, action=Renamed, new=new, help=argparse.SUPPRESS, default=argparse.SUPPRESS, **settings)
 
@@ -181,8 +181,8 @@ def add_options(p: Any, concept: str, skip: Sequence[str] = (), only: Optional[S
             continue
         seen.add(flag)
         add_field(p, f)
-        if flag == "--heartbeat-grace":  # tunekit 0.x's name for it, kept for a release
-            p.add_argument("--grace-period", dest=dest_of(f), type=int, default=None, help=argparse.SUPPRESS)
+        if flag == "--heartbeat-grace":  # tunekit 0.1.0's name for it, until 0.3.0
+            renamed_flag(p, "--grace-period", flag, dest=dest_of(f), type=int)
 
 
 def sizes_value(text: str) -> tuple[int, ...]:

@@ -7,6 +7,7 @@ The CLI prints it without a traceback and exits with status 2.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import math
@@ -18,8 +19,9 @@ from typing import Any, Optional, TypeVar
 
 from tunekit.defaults import CLIP_GRAD_NORM
 
-__all__ = ["UsageError", "SetupError", "NoTrialSucceeded", "is_int_at_least", "check_int", "check_number", "renamed",
-           "renamed_keywords", "CLIP_HINT", "shown", "HintedWarning", "warn_at_caller"]
+__all__ = ["UsageError", "SetupError", "NoTrialSucceeded", "is_int_at_least", "check_int", "check_number",
+           "renamed_keywords", "Deprecated", "deprecated", "SHIMS", "DEPRECATED_IN", "REMOVED_IN", "CLIP_HINT", "shown",
+           "HintedWarning", "warn_at_caller"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -142,26 +144,63 @@ def check_number(name: str, value: Any, *, minimum: Optional[float] = None, maxi
     return float(value)
 
 
-def renamed(old: str, new: str, *, where: str, stacklevel: int = 3) -> None:
-    """Warn, the same way at every entry point, that ``where``'s ``old`` is now ``new`` (a DeprecationWarning).
+# The compatibility policy: a shim (an old keyword, flag or saved key that still works) is deprecated in
+# one minor release, warns with a DeprecationWarning that names its new form, and is removed in the next.
+#: The release that deprecated today's shims.
+DEPRECATED_IN = "0.2.0"
+#: The release that removes them.
+REMOVED_IN = "0.3.0"
 
-    The old name keeps working for one release; the CLI's old flags say the same on stderr.
-    """
-    warnings.warn(f"{where}({old}=) is renamed {where}({new}=); the old name goes in the next release: "
-                  f"pass {new}=...", DeprecationWarning, stacklevel=stacklevel)
+
+@dataclasses.dataclass(frozen=True)
+class Deprecated:
+    """One compatibility shim: the ``old`` form it keeps working, the ``new`` one, the release that
+    deprecated it (``since``) and the one that removes it (``removed_in``), as Optuna's ``@deprecated`` names them."""
+
+    old: str
+    new: str
+    since: str = DEPRECATED_IN
+    removed_in: str = REMOVED_IN
+
+    def message(self, old: str = "", new: str = "") -> str:
+        """``old is deprecated since tunekit X and removed in tunekit Y: new`` (``old``/``new`` override the
+        shim's own words with the caller's, e.g. the values it was given)."""
+        return (f"{old or self.old} is deprecated since tunekit {self.since} and removed in tunekit "
+                f"{self.removed_in}: {new or self.new}")
+
+    def warn(self, old: str = "", new: str = "") -> None:
+        """Warn with :meth:`message` as a DeprecationWarning at the user's line (:func:`warn_at_caller`)."""
+        warn_at_caller(DeprecationWarning(self.message(old, new)))
+
+
+#: Every shim, registered as its module is imported (tests/test_deprecations.py checks each one's versions).
+SHIMS: list[Deprecated] = []
+
+
+def deprecated(old: str, new: str, *, since: str = DEPRECATED_IN, removed_in: str = REMOVED_IN) -> Deprecated:
+    """Register a compatibility shim (at module level, so importing tunekit lists them all; the CLI's old flags
+    as its parser is built) and return it: ``_OLD = deprecated("train(max_steps=)", "pass run_steps=")``, then
+    ``_OLD.warn()`` where it is used. The same shim registered again is listed once."""
+    shim = Deprecated(old, new, since, removed_in)
+    if shim not in SHIMS:
+        SHIMS.append(shim)
+    return shim
 
 
 def renamed_keywords(**new_of: str) -> Callable[[F], F]:
-    """A decorator: ``fn(old=...)`` still works as ``fn(new=...)``, with a :func:`renamed` warning
-    (``@renamed_keywords(steps="sweep_steps")``); both names at once are refused in one line."""
+    """A decorator: ``fn(old=...)`` still works as ``fn(new=...)``, with a DeprecationWarning (a :func:`deprecated`
+    shim, removed in tunekit :data:`REMOVED_IN`) at the caller's line (``@renamed_keywords(steps="sweep_steps")``);
+    both names at once are refused in one line."""
     def wrap(fn: F) -> F:
+        shims = {old: deprecated(f"{fn.__name__}({old}=)", f"pass {new}=") for old, new in new_of.items()}
+
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             for old, new in new_of.items():
                 if old in kwargs:
                     if new in kwargs:
                         raise UsageError(f"{fn.__name__}() got both {old}= and {new}=, its new name: pass only {new}=")
-                    renamed(old, new, where=fn.__name__)
+                    shims[old].warn()
                     kwargs[new] = kwargs.pop(old)
             return fn(*args, **kwargs)
         return wrapper  # type: ignore[return-value]

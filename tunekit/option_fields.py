@@ -15,15 +15,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import field
 from typing import Any, Optional, TypeVar
 
-from tunekit.errors import UsageError, shown, warn_at_caller
+from tunekit.errors import UsageError, deprecated, shown
 
-__all__ = ["opt", "flag_of", "dest_of", "flag_fields", "grouped_keywords", "REMOVED_IN"]
+__all__ = ["opt", "flag_of", "dest_of", "flag_fields", "grouped_keywords"]
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-#: The release that drops the flat keywords of lr_find, probe and doctor.
-REMOVED_IN = "0.3.0"
-_DEPRECATED_SINCE = "0.2.0"
 
 
 def opt(default: Any, help: str, *, flag: Optional[str] = None, spec: Optional[str] = None, kind: str = "str",
@@ -70,6 +66,9 @@ def grouped_keywords(**groups: type) -> Callable[[F], F]:
 
     def wrap(fn: F) -> F:
         own = set(inspect.signature(fn).parameters)
+        # one registered shim per group (tunekit.errors.deprecated: removed in tunekit 0.3.0)
+        shims = {group: deprecated(f"{fn.__name__}'s flat {cls.__name__} keywords", f"pass {group}={cls.__name__}(...)")
+                 for group, cls in groups.items()}
 
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -83,9 +82,8 @@ def grouped_keywords(**groups: type) -> Callable[[F], F]:
             for group, values in given.items():
                 cls = groups[group]
                 listed = ", ".join(f"{owner[old][2]}=..." for old in values)
-                warn_at_caller(DeprecationWarning(
-                    f"{fn.__name__}({', '.join(f'{n}=' for n in values)}) is deprecated since {_DEPRECATED_SINCE}, "
-                    f"removed in {REMOVED_IN}: pass {group}={cls.__name__}({listed})"))
+                shims[group].warn(f"{fn.__name__}({', '.join(f'{n}=' for n in values)})",
+                                  f"pass {group}={cls.__name__}({listed})")
                 kwargs[group] = cls(**{owner[old][2]: value for old, value in values.items()})
             for group, cls in groups.items():
                 if group in kwargs and not isinstance(kwargs[group], cls):

@@ -1,3 +1,3 @@
 """The installed version of tunekit."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

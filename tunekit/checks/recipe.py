@@ -21,7 +21,7 @@ __all__ = ["check_lr", "far_off", "check_warmup", "check_memory", "LR_FAR", "WAR
 CHECK = "recipe"
 
 # Final loss against the peak LR is flat within a few times the best LR and rises steeply beyond a
-# decade (benchmarks/lr_regret.py): an LR more than 10x from the range test's suggestion is off.
+# decade (lr_regret, git tag legacy-lr-benchmarks): an LR more than 10x from the range test's suggestion is off.
 LR_FAR = 10.0
 # A common rule of thumb: warmup beyond 10% of the run spends its updates below the peak LR for
 # no gain in stability.

@@ -28,9 +28,7 @@ from optuna.trial import TrialState
 __all__ = ["LR_PRIOR_SD", "BRACKET", "GuidedSampler", "prior_share", "incumbent", "bracket_step"]
 
 # The sd, in decades, of the LR drawn around the incumbent: the LR suggestion's own error over the
-# corpus (log10 of suggestion over the grid's best LR, 38 tasks, 9 families: sd 0.48 carried from short
-# runs, 0.56 for the curve alone that seeds a search, 0.44-0.58 with any one family left out;
-# benchmarks/data/corpus_lr_report.txt, benchmarks/data/corpus_refine). Not fitted on the search's benchmark.
+# corpus, not fitted on the search's benchmark (benchmarks/data/constants_history.md).
 LR_PRIOR_SD = 0.5
 
 

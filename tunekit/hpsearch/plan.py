@@ -115,13 +115,11 @@ def lr_rule_for(optimizer: Any, same: str = "samples") -> str:
     ``same`` samples (a budget in samples, epochs, tokens or updates at the task's batch) or makes the
     same ``updates`` (a budget in device time, on a device a larger batch does not slow).
 
-    Measured (benchmarks/lr_batch.py: the best LR at B/4..4B on 4 tasks, leave-one-task-out): with the
-    same samples, linear for SGD (Goyal et al., 2017); for adaptive optimizers (Adam, AdamW, RMSprop...)
-    the square root below the reference batch and unchanged above it (``sqrt_below``: chosen for every
-    held-out adaptive task; held-out regret 0.007, against 0.037 for the square root both ways): a
+    With the same samples, linear for SGD (Goyal et al., 2017); for adaptive optimizers (Adam, AdamW,
+    RMSprop...) the square root below the reference batch and unchanged above it (``sqrt_below``): a
     smaller batch's noisier steps want a lower LR, while a larger batch's fewer updates gain nothing
-    from a higher one. With the same updates the rules chosen leaving a task out do no better held out
-    (0.021 against 0.020): the square root for adaptive ones (Malladi et al., 2022) stays."""
+    from a higher one. With the same updates, the square root for adaptive ones (Malladi et al., 2022).
+    The measurements: benchmarks/data/constants_history.md."""
     if optimizer_family(optimizer) == "sgd":
         return "linear"
     return "sqrt_below" if same == "samples" else "sqrt"
@@ -200,10 +198,9 @@ def nearest_choice(choices: Any, target: float) -> Any:
 
 
 # The design that replaces TPE's random start-up trials, as (LR, batch multiple) around the probes'
-# answer. The seed trial (first) is the suggestion itself: the curve's suggestion for a trial's length
-# sat a median 0.12 decades above the grid's best over the corpus (sd 0.56; refined by short runs,
-# 0.04 and 0.48: benchmarks/data/corpus_refine, corpus_lr_report.txt); a third and three times it
-# bracket that error, and under a fixed sample budget a smaller batch buys more updates.
+# answer. The seed trial (first) is the suggestion itself; a third and three times it bracket the
+# suggestion's error, and under a fixed sample budget a smaller batch buys more updates
+# (benchmarks/data/constants_history.md).
 AROUND = ((1.0, 1.0), (1 / 3, 1.0), (3.0, 1.0), (1.0, 0.5), (1.0, 0.25))
 # Time to quality, under a budget in device time only: where the probe's timed steps say a step of twice
 # the batch costs well under twice the time (the device is not saturated), the last point tries twice the batch:

@@ -69,7 +69,7 @@ def search(
     out: str | Path | None = None,
     keep: str = "best",
     progress: Optional[bool] = None,
-    **deprecated: Any,
+    **deprecated: Any,  # 0.1.0's flat keywords (settings.FLAT_KEYWORDS): removed in tunekit 0.3.0
 ) -> SearchResult:
     """Search ``space`` for the best training configuration of ``task``; the result holds the best trial.
 
@@ -80,7 +80,7 @@ def search(
     ``"accuracy"``, ``"perplexity"`` or ``Objective(name_or_fn, direction)``. ``seed`` seeds the trials and
     the probes. The sampler, pruner, backend, study and probes are objects (:mod:`tunekit.hpsearch.options`),
     as Optuna takes a sampler and a pruner. ``keep``: whose trained weights are written (``"best"``,
-    ``"all"``, ``"none"``). The 0.x flat keywords still work, with a DeprecationWarning.
+    ``"all"``, ``"none"``). tunekit 0.1.0's flat keywords still work, with a DeprecationWarning, until 0.3.0.
     """
     settings = settings_of(task, trials=trials, budget=budget, objective=objective, seed=seed, sampler=sampler,
                            pruner=pruner, backend=backend, study=study, probes=probes, out=out, keep=keep,

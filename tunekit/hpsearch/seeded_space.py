@@ -151,7 +151,7 @@ def batch_choices(entry: Entry, probe: Any, ref_batch: int | None = None, max_ba
 
 
 # The best peak LR of a warmup + cosine run lies up to this many times above the LR at the
-# range test's smoothed minimum (benchmarks/lr_rules.py, 12 tasks: 0.2x to 25x).
+# range test's smoothed minimum (lr_rules, 12 tasks: 0.2x to 25x; git tag legacy-lr-benchmarks).
 PEAK_ABOVE_MINIMUM = 25.0
 
 

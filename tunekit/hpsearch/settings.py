@@ -9,12 +9,11 @@ and a worker that joins is rebuilt from it (:meth:`SearchSettings.from_spec`).
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from tunekit.errors import UsageError, check_int
+from tunekit.errors import UsageError, check_int, deprecated
 from tunekit.hpsearch.budget import parse_budget
 from tunekit.hpsearch.keep import KEEP
 from tunekit.hpsearch.options import (CONCEPTS, BackendOptions, Halving, Local, NoPruning, ProbeSettings, Pruner,
@@ -128,7 +127,10 @@ SPEC_COMPARED = ("task_config", "trials", "sampler", "prune",
                    if f.metadata.get("spec") and f.name != "evals"))
 
 
-# The keywords of tunekit 0.x's search(), each with the object and field that now holds it.
+# The keywords of tunekit 0.1.0's search(), each with the object and field that now holds it: deprecated in
+# 0.2.0, removed in 0.3.0 (with from_keywords, run.py's **deprecated and search_own's **kwargs).
+FLAT_KEYWORDS = deprecated("search()'s flat keywords (max_steps=, storage=, lr_find_result=, ...)",
+                           "pass one object per concept: sampler=, pruner=, backend=, study=, probes=")
 LEGACY: dict[str, tuple[str, str]] = {
     "sampler_seed": ("sampler", "seed"), "design": ("sampler", "design"), "seed_trial": ("sampler", "seed_trial"),
     "reduction_factor": ("pruner", "reduction_factor"), "rungs": ("pruner", "rungs"),
@@ -147,7 +149,7 @@ LEGACY: dict[str, tuple[str, str]] = {
 def from_keywords(kw: dict[str, Any], legacy: dict[str, Any], caller: str = "search") -> dict[str, Any]:
     """``kw`` (the new keywords) with the old flat keywords in ``legacy`` folded into their objects.
 
-    Each old keyword still works for this release, with a DeprecationWarning that names its own new form
+    Each old keyword still works until tunekit 0.3.0, with a DeprecationWarning that names its own new form
     (``max_steps=30``: ``budget='30updates'``); one set both ways with two values is refused."""
     unknown = sorted(set(legacy) - set(LEGACY) - {"sampler", "prune", "backend", "direction", "max_steps", "task_config"})
     if unknown:
@@ -186,7 +188,7 @@ def from_keywords(kw: dict[str, Any], legacy: dict[str, Any], caller: str = "sea
             fields.pop("storage", None)
         picked = next((f"{k}={_shown(said[k])}" for k, c in _KIND_KEYWORDS.items() if c == concept and k in said), "")
         kw[concept] = _object_of(concept, kinds.get(concept), kw.get(concept), fields, olds, picked)
-    warnings.warn(_deprecated(caller, said, kw), DeprecationWarning, stacklevel=4)
+    FLAT_KEYWORDS.warn(f"{caller}({', '.join(f'{k}=' for k in said)})", _replacements(said, kw))
     return kw
 
 
@@ -194,8 +196,8 @@ def from_keywords(kw: dict[str, Any], legacy: dict[str, Any], caller: str = "sea
 _KIND_KEYWORDS = {"sampler": "sampler", "prune": "pruner", "backend": "backend", "storage": "study"}
 
 
-def _deprecated(caller: str, said: dict[str, Any], kw: dict[str, Any]) -> str:
-    """The warning for old keywords ``said``: each with the new keyword that replaces it, as ``kw`` now holds it."""
+def _replacements(said: dict[str, Any], kw: dict[str, Any]) -> str:
+    """The fix for old keywords ``said``: each with the new keyword that replaces it, as ``kw`` now holds it."""
     new_of: dict[str, list[str]] = {}  # the replacement -> the old keywords it replaces
     for old, value in said.items():
         if old == "max_steps":
@@ -208,9 +210,7 @@ def _deprecated(caller: str, said: dict[str, Any], kw: dict[str, Any]) -> str:
             concept = _KIND_KEYWORDS.get(old) or LEGACY[old][0]
             new = f"{concept}={_object_shown(kw[concept])}"
         new_of.setdefault(new, []).append(f"{old}={_shown(value)}")
-    return (f"{caller}({', '.join(f'{k}=' for k in said)}) is deprecated, each has its object: pass "
-            + ", ".join(f"{new} (for {', '.join(olds)})" for new, olds in new_of.items())
-            + "; the old keywords go in the next release")
+    return "each has its object: pass " + ", ".join(f"{new} (for {', '.join(olds)})" for new, olds in new_of.items())
 
 
 def _shown(value: Any) -> str:

@@ -283,6 +283,7 @@ def takes_their_objects(fn: F) -> F:
             restate(adapted.in_their_terms)
         settings = getattr(result, "settings", None)
         if settings is not None and hasattr(settings, "__setitem__"):  # a dict, or a result's settings record
-            settings["from"] = {"kind": adapted.kind, "notes": list(adapted.notes)}
+            key = "adapted_from" if hasattr(settings, "adapted_from") else "from"  # a record's field, a dict's key
+            settings[key] = {"kind": adapted.kind, "notes": list(adapted.notes)}
         return result
     return wrapper  # type: ignore[return-value]

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any, ClassVar, Optional, TypeVar
 
-from tunekit.errors import UsageError
+from tunekit.errors import UsageError, deprecated
 from tunekit.files import write_file
 from tunekit.plotting import figure_png, offscreen, save_plot
 
@@ -19,10 +19,16 @@ R = TypeVar("R", bound="Result")
 T = TypeVar("T", bound="Record")
 
 
+# A record read or written by a key tunekit 0.1.0 saved (r.settings["steps"] for r.settings.sweep_steps):
+# deprecated in 0.2.0, removed in 0.3.0. A 0.1.0 file's keys still load (Record.of renames them silently).
+OLD_KEYS = deprecated("a result record's 0.1.0 key (r.settings['steps'])", "use its new name (r.settings.sweep_steps)")
+
+
 class Record:
     """Mixin for a result's typed parts (its settings, an lr_find refinement): built from a saved dict
     (:meth:`of`: old keys renamed by ``_renamed``, unknown ones kept in ``extra`` where the record has it),
-    and read by key as the dicts they replace were (``r.settings["run_steps"]``), for one release."""
+    and read by key as the dicts they replace were (``r.settings["run_steps"]``); a 0.1.0 key read that
+    way warns (:data:`OLD_KEYS`)."""
 
     _renamed: ClassVar[dict[str, str]] = {}  # a saved key's old name -> the attribute
 
@@ -46,6 +52,8 @@ class Record:
 
     def _name(self, key: str) -> str:
         name = self._renamed.get(key, key)
+        if name != key:
+            OLD_KEYS.warn(f"{type(self).__name__}[{key!r}]", f"use .{name} (or [{name!r}])")
         if name in {f.name for f in dataclasses.fields(self)} or isinstance(getattr(type(self), name, None), property):  # type: ignore[arg-type]
             return name
         return ""

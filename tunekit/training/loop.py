@@ -13,7 +13,7 @@ from torch import nn
 
 from tunekit.inputs.data import Data, batch_size_of, iterate_once, to_device, BatchStream
 from tunekit.defaults import ACCUMULATION_STEPS, CLIP_GRAD_NORM, LR, MIN_LR_RATIO, RUN_STEPS, SCHEDULE, WARMUP
-from tunekit.errors import CLIP_HINT, UsageError, check_int, check_number, renamed
+from tunekit.errors import CLIP_HINT, UsageError, check_int, check_number, deprecated
 from tunekit.progress import bar
 from tunekit.results import TrainResult
 from tunekit.training.schedule import DECAYS, Warmup, lr_schedule, warmup_steps
@@ -121,9 +121,13 @@ class TrainConfig:
         return cls(**values)
 
 
+# train(max_steps=), 0.1.0's name of run_steps=: deprecated in 0.2.0, removed in 0.3.0.
+_MAX_STEPS = deprecated("train(max_steps=)", "pass run_steps=")
+
+
 def _run_steps_as_max_steps(config: Any, overrides: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     """``run_steps`` (train's keyword, or a config dict's key) as TrainConfig's ``max_steps``; the old
-    ``max_steps=`` keyword warns (:func:`tunekit.errors.renamed`); both at once are refused in one line."""
+    ``max_steps=`` keyword warns (:data:`_MAX_STEPS`); both at once are refused in one line."""
     if isinstance(config, Mapping) and "run_steps" in config:
         if "max_steps" in config:
             raise UsageError("the config gives both run_steps and max_steps, its old name: give only run_steps")
@@ -132,7 +136,7 @@ def _run_steps_as_max_steps(config: Any, overrides: dict[str, Any]) -> tuple[Any
     if "max_steps" in overrides:
         if "run_steps" in overrides:
             raise UsageError("train() got both max_steps= and run_steps=, its new name: pass only run_steps=")
-        renamed("max_steps", "run_steps", where="train", stacklevel=4)
+        _MAX_STEPS.warn()
     elif "run_steps" in overrides:
         _positive_int("run_steps", overrides["run_steps"], RUN_STEPS)
         overrides = {("max_steps" if k == "run_steps" else k): v for k, v in overrides.items()}

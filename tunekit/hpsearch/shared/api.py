@@ -13,9 +13,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 import dataclasses
-import warnings
 
-from tunekit.errors import UsageError
+from tunekit.errors import UsageError, deprecated
 from tunekit.hpsearch.budget import Budget
 from tunekit.hpsearch.keys import ARTIFACTS_KEY
 from tunekit.hpsearch.options import TPE, BackendOptions, Local, SharedStudy
@@ -42,7 +41,7 @@ def create_study(task: Any = "shapes", space: Any = "from_scratch", *, study: Op
     from tunekit.hpsearch.run import search
 
     if study is None:
-        if not search_args.get("storage"):  # tunekit 0.x: storage=URL, study_name=NAME
+        if not search_args.get("storage"):  # tunekit 0.1.0: storage=URL, study_name=NAME (FLAT_KEYWORDS, until 0.3.0)
             raise UsageError("create_study needs study=SharedStudy(storage=URL) (postgresql://..., sqlite:///..., or "
                              "a journal file *.log)")
         return search(task, space, run_trials=False, **search_args)
@@ -76,7 +75,7 @@ def join_study(study: SharedStudy | str, study_name: Optional[str] = None, *, ta
     from tunekit.hpsearch.run import search
     from tunekit.integrations.task_spec import TaskSpec
 
-    if isinstance(study, str):  # tunekit 0.x: join_study(storage, study_name, worker_id=..., timeout=...)
+    if isinstance(study, str):  # tunekit 0.1.0: join_study(storage, study_name, worker_id=..., ...), until 0.3.0
         study, backend = _legacy_worker(study, study_name, backend, must_agree)
     unknown = sorted(set(must_agree) - set(JOIN_SETTINGS) - {"sampler", "pruner", "objective"})
     if unknown:
@@ -110,6 +109,12 @@ def _the_studys(spec: StoredSpec, given: dict[str, Any]) -> dict[str, Any]:
     return SearchSettings.from_spec(values | given) | objects
 
 
+# 0.1.0's join_study(storage, study_name, ...) and reap_study(grace_period=): deprecated in 0.2.0, removed in 0.3.0.
+_WORKER_ARGS = deprecated("join_study(storage, study_name, ...)", "pass join_study(SharedStudy(storage=URL, "
+                          "name=NAME, worker_id=..., ...), backend=Local(device=...))")
+_GRACE_PERIOD = deprecated("reap_study(grace_period=)", "pass heartbeat_grace=")
+
+
 def _legacy_worker(storage: str, name: Optional[str], backend: BackendOptions,
                    kw: dict[str, Any]) -> tuple[SharedStudy, BackendOptions]:
     """tunekit 0.x's join_study(storage, study_name, ...) keywords as a SharedStudy and a backend, warned."""
@@ -117,8 +122,7 @@ def _legacy_worker(storage: str, name: Optional[str], backend: BackendOptions,
            "time_limit": "time_limit", "storage_retry": "storage_retry"}
     fields = {new: kw.pop(k) for k, new in old.items() if k in kw}
     device = kw.pop("device", None)
-    warnings.warn("join_study(storage, study_name, ...) is deprecated: pass join_study(SharedStudy(storage=URL, "
-                  "name=NAME, worker_id=..., ...), backend=Local(device=...))", DeprecationWarning, stacklevel=3)
+    _WORKER_ARGS.warn()
     if device is not None:
         backend = dataclasses.replace(backend, device=device)
     return SharedStudy(storage=storage, name=name, **fields), backend
@@ -128,13 +132,13 @@ def reap_study(storage: str, study_name: str, workers: Optional[list[str]] = Non
                heartbeat_grace: Optional[int] = None, *, grace_period: Optional[int] = None) -> list[int]:
     """Fail the trials whose worker stopped (stale heartbeat; a process of this machine that is gone;
     or a worker named ``host:pid`` in ``workers``), note why, queue their one re-run. Their numbers.
-    (``grace_period=`` is 0.x's name of ``heartbeat_grace``: it works, with a DeprecationWarning.)"""
+    (``grace_period=`` is 0.1.0's name of ``heartbeat_grace``: it works, with a DeprecationWarning, until 0.3.0.)"""
     import optuna
 
     if grace_period is not None:
         if heartbeat_grace is not None:
             raise UsageError("give the heartbeat's grace once: heartbeat_grace=, not also grace_period=")
-        warnings.warn("reap_study(grace_period=) is deprecated: pass heartbeat_grace=", DeprecationWarning, stacklevel=2)
+        _GRACE_PERIOD.warn()
         heartbeat_grace = grace_period
 
     store = open_storage(storage, None, heartbeat_grace)
