@@ -65,7 +65,7 @@ def test_probe_grouped_is_the_flat_call() -> None:
                           calibrate_steps=False, batch_limit=32)
     grouped = _no_warning(lambda: tunekit.probe(task, memory_budget="1GiB", step=StepSettings(device="cpu"),
                                                 measure=measure, plan=BatchPlan(target_batch=64), progress=False))
-    with pytest.warns(DeprecationWarning, match=r"^probe\(headroom=, batch_limit=, .*\) is deprecated since 0\.2\.0"):
+    with pytest.warns(DeprecationWarning, match=r"^probe\(headroom=, batch_limit=, .*\) is deprecated since tunekit 0\.2\.0"):
         flat = tunekit.probe(task, memory_budget="1GiB", device="cpu", target_batch=64, progress=False,
                              **{f.name: getattr(measure, f.name) for f in dataclasses.fields(measure)})
     assert (flat.max_batch, flat.predicted_max_batch, flat.settings) == (
