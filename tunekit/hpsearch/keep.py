@@ -32,6 +32,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from tunekit.hpsearch.keys import WEIGHTS
+from tunekit.objective import Objective
+from tunekit.processes import alive
 
 __all__ = ["KEEP", "Keeper", "settle", "weights_folder"]
 
@@ -58,7 +60,7 @@ class Keeper:
             return False
         if self.mode == "all" or study is None:
             return True
-        best = _best(study.get_trials(deepcopy=False, states=(_complete(),)), self.direction)
+        best = Objective.of_direction(self.direction).best(study.get_trials(deepcopy=False, states=(_complete(),)))
         if best is None:
             return True
         return value < best.value if self.direction == "minimize" else value > best.value
@@ -136,7 +138,7 @@ def settle(study: Any, keeper: Optional[Keeper]) -> None:
         return
     # The best from the same read as the files: a better trial told in between is in neither, not removed.
     done = study.get_trials(deepcopy=False, states=(_complete(),))
-    best = _best(done, keeper.direction)
+    best = Objective.of_direction(keeper.direction).best(done)
     if best is None:
         return
     kept = best.user_attrs.get(WEIGHTS)
@@ -155,25 +157,9 @@ def _complete() -> Any:
     return optuna.trial.TrialState.COMPLETE
 
 
-def _best(done: list[Any], direction: str) -> Any:
-    """The best of ``done`` (complete trials) by ``direction``, or None before the first."""
-    sign = 1.0 if direction == "minimize" else -1.0
-    return min(done, key=lambda t: sign * t.value) if done else None
-
-
 def _clear_stale(folder: Path) -> None:
     """Temporary files of this host's writes whose process is gone (killed during a write)."""
     for tmp in folder.glob(f".trial-*.{_HOST}.*.tmp"):
         pid = tmp.name.rsplit(".", 2)[-2]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not alive(int(pid)):
             tmp.unlink(missing_ok=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -16,7 +16,6 @@ from tunekit.hpsearch.seeded_space import lr_bounds_from_curve, widened
 from tunekit.inputs.space import SearchSpace
 from tunekit.objective import Objective
 from tunekit.results import SearchResult
-from tunekit.results.search import best_of
 
 __all__ = ["build_result", "best_trial"]
 
@@ -26,8 +25,7 @@ def best_trial(study: Any) -> Any:
     import optuna
 
     done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-    sign = 1.0 if study.direction == optuna.study.StudyDirection.MINIMIZE else -1.0
-    return min(done, key=lambda t: sign * t.value) if done else None
+    return Objective.of_direction(study.direction).best(done)
 
 
 def build_result(study: Any, store: Any, settings: SearchSettings, sp: SearchSpace, dists: dict[str, Any],
@@ -38,7 +36,7 @@ def build_result(study: Any, store: Any, settings: SearchSettings, sp: SearchSpa
 
     goal = Objective(plan.objective, plan.direction)
     trials = trial_dicts(study)
-    best = best_of(trials, goal.direction)
+    best = goal.best(trials)
     result = SearchResult(
         study_name=study.study_name, storage=safe_url(str(getattr(store, "url", getattr(settings.study, "storage", None) or "in-memory"))),
         space=sp.name, direction=goal.direction, objective=goal.name, best_value=best["value"] if best else None,

@@ -26,7 +26,7 @@ from tunekit.plotting import new_axes, new_figure
 from tunekit.results.base import Result, write_file
 from tunekit.results.step_time import format_seconds
 
-__all__ = ["SearchResult", "write_report", "best_of", "trial_kind"]
+__all__ = ["SearchResult", "write_report", "trial_kind"]
 
 # "lr" is the LR the trial trained at; the param column "lr_ref" is the LR at the range test's batch,
 # which the trial's own batch rescales (it is the search's lr parameter).
@@ -128,7 +128,7 @@ class SearchResult(Result):
     def trial(self, number: Optional[int] = None) -> dict[str, Any]:
         """Trial ``number``, or the best complete one."""
         if number is None:
-            best = best_of(self.trials, self.direction)
+            best = self.goal.best(self.trials)
             if best is None:
                 raise UsageError(f"study '{self.study_name}' has no complete trial to re-run: pass trial=N")
             return best
@@ -161,7 +161,7 @@ class SearchResult(Result):
                        f"trial's are kept, under keep='best' or 'all'): re-run it to its end: {rerun}")
             elif self.keep == "none":
                 why = f"the search kept no weights (keep='none'): search again with keep='best', or re-run it: {rerun}"
-            elif number is None or number == (best_of(self.trials, self.direction) or {}).get("number"):
+            elif number is None or number == (self.goal.best(self.trials) or {}).get("number"):
                 gone = f" (no file at {path})" if path else ""
                 why = f"the best trial's weights are not on disk{gone}: re-run it exactly: {rerun}"
             elif self.keep == "all":
@@ -282,7 +282,7 @@ class SearchResult(Result):
         """Validation curves of every trial against its samples; pruned ones faded, the best one bold,
         diverged or failed ones red, interrupted ones dashed orange (as far as they ran)."""
         ax = new_axes(ax)
-        best = best_of(self.trials, self.direction)
+        best = self.goal.best(self.trials)
         shown: set[str] = set()
         for t in self.trials:
             curve = t.get("curve") or []
@@ -443,7 +443,7 @@ class SearchResult(Result):
 
     def _full_run(self) -> list[str]:
         """The recommended configuration's full run, as the probe's timed steps price it."""
-        best = best_of(self.trials, self.direction)
+        best = self.goal.best(self.trials)
         if best is None or best.get("predicted_seconds") is None:
             return []
         return [f"a full run of it: {best.get('updates')} updates at batch {best.get('micro_batch')}x"
@@ -548,13 +548,6 @@ _POINT_STYLES: dict[str, dict[str, Any]] = {
     "failed": dict(color="k", marker="X", label="failed (an error)"),
     "interrupted": dict(facecolors="none", edgecolors="C1", marker="s", label="interrupted (last value)"),
 }
-
-
-def best_of(trials: list[dict[str, Any]], direction: str = "minimize") -> Optional[dict[str, Any]]:
-    """The best complete trial (lowest value, or highest under ``direction='maximize'``), or None."""
-    done = [t for t in trials if t["state"] == "COMPLETE" and t["value"] is not None]
-    sign = 1.0 if direction == "minimize" else -1.0
-    return min(done, key=lambda t: sign * t["value"]) if done else None
 
 
 def _ran(trial: dict[str, Any]) -> float:
