@@ -19,7 +19,8 @@ from tunekit.hpsearch.settings import SearchSettings
 from tunekit.hpsearch.shared.spec import StoredSpec
 from tunekit.hpsearch.shared.workers import worker_seed
 from tunekit.hpsearch.study import StoredPlan, check_resume, keep_plan, make_storage, read_plan
-from tunekit.hpsearch.worker_study import FoundStudy, rungs_of, sampler_seed
+from tunekit.hpsearch.shared.policy import ManyWorkers, OneProcess, policy_of
+from tunekit.hpsearch.worker_study import rungs_of
 
 from .tasks import SMALL, write_space
 
@@ -75,15 +76,16 @@ def test_the_rungs_a_study_began_with_stay_its_rungs() -> None:
 
 def test_the_sampler_seed_of_a_worker_and_of_a_resumed_search(tmp_path: Path) -> None:
     """A shared worker's seed comes from its id; one process's moves on by the trials the study holds."""
-    shared = SearchSettings(study=SharedStudy(storage=str(tmp_path / "s.log")), sampler=TPE(seed=3))
-    assert sampler_seed(shared, "w1", FoundStudy(None, "x", True, None, {}, None)) == worker_seed(3, "w1")
+    shared = policy_of(SharedStudy(storage=str(tmp_path / "s.log"), worker_id="w1"))
+    assert isinstance(shared, ManyWorkers) and shared.sampler_seed(3, None, "x", True) == worker_seed(3, "w1")
     store = make_storage(None, tmp_path)
     study = optuna.create_study(study_name="x", storage=store)
     study.enqueue_trial({"a": 1})
     study.enqueue_trial({"a": 2})
-    alone = SearchSettings(sampler=TPE(seed=3))
-    assert sampler_seed(alone, "w1", FoundStudy(store, "x", True, None, {}, None)) == 5
-    assert sampler_seed(alone, "w1", FoundStudy(store, "x", False, None, {}, None)) == 3
+    alone = policy_of(Study())
+    assert isinstance(alone, OneProcess)
+    assert alone.sampler_seed(3, store, "x", True) == 5
+    assert alone.sampler_seed(3, store, "x", False) == 3
 
 
 def test_the_stored_spec_round_trips_and_an_older_one_holds_less() -> None:

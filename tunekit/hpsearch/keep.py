@@ -111,22 +111,21 @@ def _lightning_keys(model: Any) -> dict[str, Any]:
     return out
 
 
-def weights_folder(settings: Any, study_name: str, artifacts: Optional[str] = None) -> Optional[str]:
-    """Where a search keeps weights (None under "none"): a shared study's artifact folder (``artifacts``:
-    the study's, or this worker's), else the Ray run's storage path, else the output folder, else a
-    temporary folder."""
-    if settings.keep == "none":
+def weights_folder(keep: str, study_name: str, out: Optional[Path], trial_folder: Optional[str],
+                   artifacts: Optional[str] = None, lasting: bool = False) -> Optional[str]:
+    """Where a search keeps weights (None under "none"): a shared study's ``artifacts`` folder, else the
+    backend's ``trial_folder`` (Ray's storage path), else ``out``, else a temporary folder, removed when
+    the process ends unless ``lasting`` (a shared worker's: the study names its files)."""
+    if keep == "none":
         return None
     if artifacts:
         return str(Path(artifacts).resolve() / "weights" / study_name)
-    storage_path = getattr(settings.backend, "storage_path", None)  # Ray's, where trials write
-    if storage_path:
-        return str(Path(storage_path).resolve() / study_name / "weights")
-    if settings.out is not None:
-        return str(Path(settings.out).resolve() / "weights")
+    if trial_folder:
+        return str(Path(trial_folder).resolve() / study_name / "weights")
+    if out is not None:
+        return str(Path(out).resolve() / "weights")
     folder = tempfile.mkdtemp(prefix="tunekit-weights-")
-    if not settings.shared:  # this process's result is the only one that names it: gone with the process
-
+    if not lasting:  # this process's result is the only one that names it: gone with the process
         atexit.register(shutil.rmtree, folder, ignore_errors=True)
     return folder
 

@@ -132,9 +132,7 @@ class OwnLoop:
         """Nothing to refuse."""
 
     def run(self, work: Work) -> None:
-        run_local(work.study, work.dists, work.config, work.task, work.target, prune=work.settings.prune,
-                  on_end=work.on_end, store=work.store, shared=work.settings.shared, out_of_time=work.out_of_time,
-                  run=self.trial, keeper=work.keeper)
+        run_local(work, run=self.trial)
 
     def trial(self, task: Any, trial: Any, cfg: TrialConfig, *, prune: bool, cache: Any = None,
               keeper: Optional[Keeper] = None) -> Outcome:

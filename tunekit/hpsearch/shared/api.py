@@ -169,8 +169,11 @@ def study_result(storage: str, study_name: str) -> Any:
     """The whole study as a SearchResult, from what it keeps (its spec, plan and trials)."""
     import optuna
 
+    from tunekit.hpsearch.resolve import SearchInputs
     from tunekit.hpsearch.seeding import Probes
+    from tunekit.hpsearch.shared.policy import policy_of
     from tunekit.hpsearch.summary import build_result
+    from tunekit.hpsearch.worker_study import FoundStudy, OpenedStudy, Prepared
 
     store = open_storage(storage, None)
     spec = _load_spec(store, study_name, storage, timeout=0)
@@ -185,8 +188,11 @@ def study_result(storage: str, study_name: str) -> Any:
                               sampler=TPE(seed=spec.sampler_seed))
     budget = Budget(**{k: v for k, v in stored.budget.items() if k != "samples"})
     probes = Probes(*spec_probes(spec), int(stored.probe_samples or 0), float(stored.probe_seconds or 0.0))
-    return build_result(study, store, settings, space_of(spec), dists, dict(spec.seed_params), budget,
-                        stored.plan, probes, seconds, spec.task)
+    found = FoundStudy(store, study_name, True, stored, read_dists(study), spec, policy_of(settings.study))
+    prep = Prepared(settings, spec.task, spec.task, SearchInputs(space_of(spec), None, None, budget), found, probes,
+                    stored.plan, dists, spec)
+    opened = OpenedStudy(study, dict(spec.seed_params), None, "", spec.sampler_seed, stored)
+    return build_result(prep, opened, seconds)
 
 
 def write_study_report(storage: str, study_name: str, out: str | Path, artifacts: Optional[str] = None) -> Any:

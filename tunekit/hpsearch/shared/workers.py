@@ -36,14 +36,14 @@ from tunekit.hpsearch.keys import (CREATOR_KEY, DESIGN_KEY, ENQUEUED_KEY, ERROR,
 from tunekit.hpsearch.resilient import STORAGE_RETRY
 from tunekit.hpsearch.settings import SPEC_COMPARED
 from tunekit.hpsearch.shared.spec import StoredSpec
-from tunekit.hpsearch.study import excluded, fail_trial, make_storage, mark_interrupted, requeue_interrupted, stopped
+from tunekit.hpsearch.study import excluded, fail_trial, make_storage, stopped
 from tunekit.inputs.space import Entry, SearchSpace
 from tunekit.integrations.task_spec import same_task
 from tunekit.processes import alive
 
 __all__ = ["worker_id", "worker_seed", "register_worker", "default_threads", "claim", "counts", "claim_creation",
            "wait_for_spec", "check_spec", "creator_gave_up", "end_creation", "TAKEN_OVER",
-           "on_stale_trial", "reap_stopped", "reap_every", "reaping", "open_storage", "resume_study", "SPEC_CHECKED"]
+           "on_stale_trial", "reap_stopped", "reap_every", "reaping", "open_storage", "set_threads", "SPEC_CHECKED"]
 
 # The settings a joining worker must share with the study, as written (the others, the budget,
 # seed and evals, are checked through the plan they resolve to, by check_resume).
@@ -69,6 +69,17 @@ def worker_seed(sampler_seed: int, wid: str) -> int:
 def register_worker(study: Any, wid: str, seed: int, threads: Optional[int]) -> None:
     study.set_user_attr(WORKER_PREFIX + wid, {"host": socket.gethostname(), "pid": os.getpid(), "seed": seed,
                                               "threads": threads, "started": time.time()})
+
+
+def set_threads(n: Optional[int]) -> Optional[int]:
+    """Set torch's threads to ``n`` (None: leave them); the threads before, to restore."""
+    if n is None:
+        return None
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    return before
 
 
 def default_threads(study: Any) -> int:
@@ -390,16 +401,3 @@ def _stopped_numbers(study: Any) -> list[int]:
 def _fail(study: Any, store: Any, trial: Any, reason: str) -> bool:
     """Fail another process's trial, its reason on it (for dashboards); True in the one process whose call did it."""
     return fail_trial(study, store, trial.number, reason)
-
-
-def resume_study(study: Any, shared: bool, store: Any = None) -> None:
-    """Trials that died with their process fail, and the interrupted ones are queued again.
-
-    On our own storage (one process) a RUNNING trial died with the process; on a
-    shared one, other workers may be running: only trials whose worker stopped are
-    dead (:func:`reap_stopped` queues their re-runs)."""
-    if shared:
-        reap_stopped(study, store)
-    else:
-        mark_interrupted(study, store)
-    requeue_interrupted(study)
