@@ -25,7 +25,7 @@ MAX_CLI_LINES = 500
 ENTRY_POINTS = {
     ("tunekit.hpsearch.run", "search"), ("tunekit.probes.range_test", "lr_find"),
     ("tunekit.probes.batch_probe", "probe"), ("tunekit.checks.run", "doctor"), ("tunekit.training.loop", "train"),
-    ("tunekit.hpsearch.shared.api", "create_study"), ("tunekit.hpsearch.shared.api", "join_study"),
+    ("tunekit.hpsearch.entries", "create_study"), ("tunekit.hpsearch.entries", "join_study"),
 }
 MAX_POSITIONAL = 5  # doctor's model, train_data, loss_fn, optimizer, val_data
 
