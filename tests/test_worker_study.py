@@ -128,3 +128,44 @@ def test_a_joining_worker_reads_the_creators_plan_and_spec(tmp_path: Path) -> No
     assert mine == {k: v for k, v in plan.plan.to_dict().items() if k != "device"}
     assert r.seed_params == spec["seed_params"]
     assert len([t for t in r.trials if t["state"] == "COMPLETE"]) == 2
+
+
+def test_the_search_never_asks_which_study_it_holds() -> None:
+    """Outside hpsearch/shared/ (and the settings' own checks), no module branches on ``settings.shared`` or
+    reads a field only SharedStudy or Ray has: each asks the study's policy (shared/policy.py)."""
+    import ast
+    import dataclasses
+
+    import tunekit.hpsearch
+    from tunekit.hpsearch.options import BackendOptions, Ray
+
+    only = ({f.name for f in dataclasses.fields(SharedStudy)} - {f.name for f in dataclasses.fields(Study)}
+            | {f.name for f in dataclasses.fields(Ray)} - {f.name for f in dataclasses.fields(BackendOptions)})
+    root = Path(tunekit.hpsearch.__file__).parent
+    offenders = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root)
+        if rel.parts[0] == "shared" or rel.name in ("settings.py", "options.py"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr == "shared":
+                offenders.append(f"{rel}:{node.lineno}: .shared")
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
+                    and len(node.args) > 1 and isinstance(node.args[1], ast.Constant) and node.args[1].value in only):
+                offenders.append(f"{rel}:{node.lineno}: getattr(..., {node.args[1].value!r})")
+    assert not offenders, "ask the study's policy instead:\n" + "\n".join(offenders)
+
+
+def test_the_trial_path_takes_its_records_whole() -> None:
+    """The local backend, one trial's run and the result take the records they are given, not their fields."""
+    import inspect
+
+    from tunekit.hpsearch.backends import local
+    from tunekit.hpsearch import summary, trial
+
+    def count(fn: Any) -> int:
+        return len(inspect.signature(fn).parameters)
+
+    assert count(local.run_local) <= 3 and count(local._objective) <= 4
+    assert count(trial._run) <= 2 and count(summary.build_result) == 3
+    assert list(inspect.signature(summary.build_result).parameters) == ["prep", "opened", "seconds"]
