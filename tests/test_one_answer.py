@@ -61,3 +61,18 @@ def test_a_zombie_process_is_not_alive() -> None:
 def test_another_users_process_is_alive(pid: int) -> None:
     """init runs as root: os.kill may refuse us, and it is alive all the same."""
     assert alive(pid)
+
+
+def test_a_trial_keeps_its_weights_under_best_only_when_it_beats_the_studys_best(tmp_path: object) -> None:
+    """Keeper.wants ranks by Objective.best: lower beats a minimised study's best, higher a maximised one's."""
+    from tunekit.hpsearch.keep import Keeper
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    for direction, better, worse in (("minimize", 0.1, 0.5), ("maximize", 0.9, 0.5)):
+        study = optuna.create_study(direction=direction)
+        assert Keeper("best", str(tmp_path), direction).wants(worse, study)  # nothing to beat yet
+        for v in (0.3, 0.7):
+            study.add_trial(optuna.trial.create_trial(params={}, distributions={}, value=v))
+        keeper = Keeper("best", str(tmp_path), direction)
+        assert keeper.wants(better, study) and not keeper.wants(worse, study)
+        assert not keeper.wants(float("nan"), study) and Keeper("all", str(tmp_path), direction).wants(worse, study)

@@ -60,10 +60,9 @@ class Keeper:
             return False
         if self.mode == "all" or study is None:
             return True
-        best = Objective.of_direction(self.direction).best(study.get_trials(deepcopy=False, states=(_complete(),)))
-        if best is None:
-            return True
-        return value < best.value if self.direction == "minimize" else value > best.value
+        goal = Objective.of_direction(self.direction)
+        best = goal.best(study.get_trials(deepcopy=False, states=(_complete(),)))
+        return best is None or goal.sign * value < goal.sign * best.value
 
     @staticmethod
     def snapshot(model: Any) -> dict[str, Any]:
