@@ -36,11 +36,25 @@ def probed(out_dir: Path) -> bool:
 class StudyPolicy(Protocol):
     """What differs between a study of one process and one shared by workers, asked of the study itself."""
 
-    worker: str  # this worker's id (host:pid, or the one given)
-    parallel: bool  # whether other trials may run while this one does (the sampler then lies about them)
-    runs_trials: bool  # False: a shared study's creator that runs none
-    whose: str  # whose trials a message counts: " of this search", " this worker ran"
-    artifacts: Optional[str]  # this worker's artifact folder (a shared study's), where the probes' files go
+    @property
+    def worker(self) -> str:
+        """This worker's id (host:pid, or the one given)."""
+
+    @property
+    def parallel(self) -> bool:
+        """Whether other trials may run while this one does (the sampler then lies about them)."""
+
+    @property
+    def runs_trials(self) -> bool:
+        """False: a shared study's creator that runs none."""
+
+    @property
+    def whose(self) -> str:
+        """Whose trials a message counts: " of this search", " this worker ran"."""
+
+    @property
+    def artifacts(self) -> Optional[str]:
+        """This worker's artifact folder (a shared study's), where the probes' files go."""
 
     def open_storage(self, out_dir: Optional[Path]) -> Any:
         """The study's storage (None: in memory)."""
@@ -180,11 +194,11 @@ class ManyWorkers:
         object.__setattr__(self, "worker", self.options.worker_id or self.worker or worker_id())
 
     @property
-    def runs_trials(self) -> bool:  # type: ignore[override]
+    def runs_trials(self) -> bool:
         return self.options.run_trials
 
     @property
-    def artifacts(self) -> Optional[str]:  # type: ignore[override]
+    def artifacts(self) -> Optional[str]:
         return self.options.artifacts
 
     def open_storage(self, out_dir: Optional[Path]) -> Any:
