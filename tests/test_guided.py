@@ -94,7 +94,7 @@ def test_a_best_at_the_low_end_steps_down() -> None:
 
 def test_the_incumbent_follows_the_study_direction() -> None:
     """A maximised objective: the best finished trial is the highest value, and a best at the top steps up."""
-    assert incumbent([], [0.01, 0.03]) == 0.01 and incumbent([], []) is None  # before any finished: the seed's
+    assert incumbent(None, "lr", [0.01, 0.03]) == 0.01 and incumbent(None, "lr", []) is None  # before any finished: the seed's
     assert bracket_step(0.03, [(0.01, -1.0), (0.03, -2.0)], [0.01, 0.03]) == pytest.approx(0.09)
     study = optuna.create_study(direction="maximize",
                                 sampler=GuidedSampler(optuna.samplers.TPESampler(seed=0), "lr", 2, 5, seed=0))

@@ -19,7 +19,8 @@ from tunekit.hpsearch.settings import SearchSettings
 from tunekit.hpsearch.shared.spec import StoredSpec
 from tunekit.hpsearch.shared.workers import worker_seed
 from tunekit.hpsearch.study import StoredPlan, check_resume, keep_plan, make_storage, read_plan
-from tunekit.hpsearch.worker_study import FoundStudy, rungs_of, sampler_seed
+from tunekit.hpsearch.shared.policy import ManyWorkers, OneProcess, policy_of
+from tunekit.hpsearch.worker_study import rungs_of
 
 from .tasks import SMALL, write_space
 
@@ -75,15 +76,16 @@ def test_the_rungs_a_study_began_with_stay_its_rungs() -> None:
 
 def test_the_sampler_seed_of_a_worker_and_of_a_resumed_search(tmp_path: Path) -> None:
     """A shared worker's seed comes from its id; one process's moves on by the trials the study holds."""
-    shared = SearchSettings(study=SharedStudy(storage=str(tmp_path / "s.log")), sampler=TPE(seed=3))
-    assert sampler_seed(shared, "w1", FoundStudy(None, "x", True, None, {}, None)) == worker_seed(3, "w1")
+    shared = policy_of(SharedStudy(storage=str(tmp_path / "s.log"), worker_id="w1"))
+    assert isinstance(shared, ManyWorkers) and shared.sampler_seed(3, None, "x", True) == worker_seed(3, "w1")
     store = make_storage(None, tmp_path)
     study = optuna.create_study(study_name="x", storage=store)
     study.enqueue_trial({"a": 1})
     study.enqueue_trial({"a": 2})
-    alone = SearchSettings(sampler=TPE(seed=3))
-    assert sampler_seed(alone, "w1", FoundStudy(store, "x", True, None, {}, None)) == 5
-    assert sampler_seed(alone, "w1", FoundStudy(store, "x", False, None, {}, None)) == 3
+    alone = policy_of(Study())
+    assert isinstance(alone, OneProcess)
+    assert alone.sampler_seed(3, store, "x", True) == 5
+    assert alone.sampler_seed(3, store, "x", False) == 3
 
 
 def test_the_stored_spec_round_trips_and_an_older_one_holds_less() -> None:
@@ -126,3 +128,44 @@ def test_a_joining_worker_reads_the_creators_plan_and_spec(tmp_path: Path) -> No
     assert mine == {k: v for k, v in plan.plan.to_dict().items() if k != "device"}
     assert r.seed_params == spec["seed_params"]
     assert len([t for t in r.trials if t["state"] == "COMPLETE"]) == 2
+
+
+def test_the_search_never_asks_which_study_it_holds() -> None:
+    """Outside hpsearch/shared/ (and the settings' own checks), no module branches on ``settings.shared`` or
+    reads a field only SharedStudy or Ray has: each asks the study's policy (shared/policy.py)."""
+    import ast
+    import dataclasses
+
+    import tunekit.hpsearch
+    from tunekit.hpsearch.options import BackendOptions, Ray
+
+    only = ({f.name for f in dataclasses.fields(SharedStudy)} - {f.name for f in dataclasses.fields(Study)}
+            | {f.name for f in dataclasses.fields(Ray)} - {f.name for f in dataclasses.fields(BackendOptions)})
+    root = Path(tunekit.hpsearch.__file__).parent
+    offenders = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root)
+        if rel.parts[0] == "shared" or rel.name in ("settings.py", "options.py"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr == "shared":
+                offenders.append(f"{rel}:{node.lineno}: .shared")
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
+                    and len(node.args) > 1 and isinstance(node.args[1], ast.Constant) and node.args[1].value in only):
+                offenders.append(f"{rel}:{node.lineno}: getattr(..., {node.args[1].value!r})")
+    assert not offenders, "ask the study's policy instead:\n" + "\n".join(offenders)
+
+
+def test_the_trial_path_takes_its_records_whole() -> None:
+    """The local backend, one trial's run and the result take the records they are given, not their fields."""
+    import inspect
+
+    from tunekit.hpsearch.backends import local
+    from tunekit.hpsearch import summary, trial
+
+    def count(fn: Any) -> int:
+        return len(inspect.signature(fn).parameters)
+
+    assert count(local.run_local) <= 3 and count(local._objective) <= 4
+    assert count(trial._run) <= 2 and count(summary.build_result) == 3
+    assert list(inspect.signature(summary.build_result).parameters) == ["prep", "opened", "seconds"]

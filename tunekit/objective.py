@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from typing import Any, Iterable, Mapping, Optional, TypeVar
 
 from tunekit.errors import UsageError
 
@@ -18,6 +18,7 @@ __all__ = ["Objective", "DIRECTIONS", "BUILTIN_DIRECTIONS", "objective_name"]
 
 DIRECTIONS = ("minimize", "maximize")
 BUILTIN_DIRECTIONS = {"loss": "minimize", "accuracy": "maximize", "perplexity": "minimize"}
+T = TypeVar("T")
 
 
 def objective_name(objective: Any) -> str:
@@ -71,6 +72,19 @@ class Objective:
         """+1 when lower is better, -1 when higher is: ``sign * value`` is always to be minimised."""
         return 1.0 if self.direction == "minimize" else -1.0
 
+    def best(self, trials: Iterable[T]) -> Optional[T]:
+        """The best complete trial of ``trials`` by this direction (the first of equals), or None before one
+        completed. A trial is Optuna's (``.state``, ``.value``) or a dict as search.json holds it."""
+        done = [(value, t) for t in trials for value in [_complete_value(t)] if value is not None]
+        return min(done, key=lambda d: self.sign * d[0])[1] if done else None
+
+    @classmethod
+    def of_direction(cls, direction: Any) -> "Objective":
+        """An objective that knows only its direction (``"minimize"``, ``"maximize"``, or Optuna's
+        ``StudyDirection``): what ranking trials by value needs."""
+        name = getattr(direction, "name", direction)
+        return cls("loss", str(name).lower())
+
     @property
     def label(self) -> str:
         """The objective as plots and dashboards name it."""
@@ -92,3 +106,12 @@ class Objective:
                     "metric of its own (Task(metrics={'name': fn}))")
         return (f"objective {self.name!r} is not a metric of this task (it has {', '.join(sorted(metrics))}): "
                 f"give the task metrics={{{self.name!r}: fn}} with fn(model, val_data) -> float, or name one of those")
+
+
+def _complete_value(trial: Any) -> Optional[float]:
+    """A complete trial's value (None for any other trial, or one without a value)."""
+    if isinstance(trial, Mapping):
+        state, value = trial.get("state"), trial.get("value")
+    else:
+        state, value = getattr(getattr(trial, "state", None), "name", None), getattr(trial, "value", None)
+    return float(value) if state == "COMPLETE" and value is not None else None

@@ -1,6 +1,7 @@
 """The search: plan, study, rungs, one trial path, and the backends that run trials.
 
 - :mod:`.run`: :func:`search`, the orchestration;
+- :mod:`.entries`: the searches beside it: ``create_study``, ``join_study``, ``search_own``;
 - :mod:`.budget`: a trial's budget in samples, tokens, epochs or updates;
 - :mod:`.plan`: params to a trial's run (batch split, LR rescaling), pure;
 - :mod:`.study`: storage, resume, sampler, the stored plan, reading trials back;
@@ -22,11 +23,11 @@ from typing import Any
 # name -> the module that defines it, imported on first use: the CLI reads .options to build its parser
 # without importing the search's machinery.
 _LAZY = {
-    "search": "tunekit.hpsearch.run", "search_own": "tunekit.hpsearch.backends.own", "SearchSettings": "tunekit.hpsearch.settings",
+    "search": "tunekit.hpsearch.run", "search_own": "tunekit.hpsearch.entries", "SearchSettings": "tunekit.hpsearch.settings",
     "SearchResult": "tunekit.results", "write_report": "tunekit.results", "make_storage": "tunekit.hpsearch.study",
     "Budget": "tunekit.hpsearch.budget", "parse_budget": "tunekit.hpsearch.budget",
-    **{name: "tunekit.hpsearch.shared.api" for name in ("create_study", "join_study", "reap_study", "delete_study",
-                                                          "study_result")},
+    **{name: "tunekit.hpsearch.entries" for name in ("create_study", "join_study")},
+    **{name: "tunekit.hpsearch.shared.api" for name in ("reap_study", "delete_study", "study_result")},
     **{name: "tunekit.hpsearch.options" for name in ("TPE", "RandomSampler", "Halving", "NoPruning", "Local", "Ray",
                                                       "Study", "SharedStudy", "ProbeSettings")},
 }

@@ -22,8 +22,9 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import optuna
 from optuna.distributions import FloatDistribution
-from optuna.study import StudyDirection
 from optuna.trial import TrialState
+
+from tunekit.objective import Objective
 
 __all__ = ["LR_PRIOR_SD", "BRACKET", "GuidedSampler", "prior_share", "incumbent", "bracket_step"]
 
@@ -73,10 +74,10 @@ class GuidedSampler(optuna.samplers.BaseSampler):
             return self.base.sample_independent(study, trial, param_name, dist)
         earlier = [t for t in study.get_trials(deepcopy=False) if t.number < trial.number and self.param in t.params]
         tried = [float(t.params[self.param]) for t in earlier]
-        sign = 1.0 if study.direction == StudyDirection.MINIMIZE else -1.0
-        done = [(float(t.params[self.param]), sign * float(t.value)) for t in earlier
+        goal = Objective.of_direction(study.direction)
+        done = [(float(t.params[self.param]), goal.sign * float(t.value)) for t in earlier
                 if t.state == TrialState.COMPLETE and t.value is not None]
-        centre = incumbent(done, tried)
+        centre = incumbent(goal.best(earlier), self.param, tried)
         if trial.number >= self.design and centre is not None:
             step = bracket_step(centre, done, tried)
             if step is not None and dist.low <= step <= dist.high:
@@ -89,11 +90,11 @@ class GuidedSampler(optuna.samplers.BaseSampler):
         return float(min(max(10**x, dist.low), dist.high))
 
 
-def incumbent(done: list[tuple[float, float]], tried: list[float]) -> Optional[float]:
-    """The LR of the best finished trial (``done``: (LR, value) pairs, lower better); before any finished,
+def incumbent(best: Any, param: str, tried: list[float]) -> Optional[float]:
+    """The LR ``param`` of the best finished trial (``best``: :meth:`Objective.best`'s); before any finished,
     the first LR tried (the seed trial's)."""
-    if done:
-        return min(done, key=lambda d: d[1])[0]
+    if best is not None:
+        return float(best.params[param])
     return tried[0] if tried else None
 
 

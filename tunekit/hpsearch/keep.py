@@ -32,6 +32,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from tunekit.hpsearch.keys import WEIGHTS
+from tunekit.objective import Objective
+from tunekit.processes import alive
 
 __all__ = ["KEEP", "Keeper", "settle", "weights_folder"]
 
@@ -58,10 +60,9 @@ class Keeper:
             return False
         if self.mode == "all" or study is None:
             return True
-        best = _best(study.get_trials(deepcopy=False, states=(_complete(),)), self.direction)
-        if best is None:
-            return True
-        return value < best.value if self.direction == "minimize" else value > best.value
+        goal = Objective.of_direction(self.direction)
+        best = goal.best(study.get_trials(deepcopy=False, states=(_complete(),)))
+        return best is None or goal.sign * value < goal.sign * best.value
 
     @staticmethod
     def snapshot(model: Any) -> dict[str, Any]:
@@ -109,22 +110,21 @@ def _lightning_keys(model: Any) -> dict[str, Any]:
     return out
 
 
-def weights_folder(settings: Any, study_name: str, artifacts: Optional[str] = None) -> Optional[str]:
-    """Where a search keeps weights (None under "none"): a shared study's artifact folder (``artifacts``:
-    the study's, or this worker's), else the Ray run's storage path, else the output folder, else a
-    temporary folder."""
-    if settings.keep == "none":
+def weights_folder(keep: str, study_name: str, out: Optional[Path], trial_folder: Optional[str],
+                   artifacts: Optional[str] = None, lasting: bool = False) -> Optional[str]:
+    """Where a search keeps weights (None under "none"): a shared study's ``artifacts`` folder, else the
+    backend's ``trial_folder`` (Ray's storage path), else ``out``, else a temporary folder, removed when
+    the process ends unless ``lasting`` (a shared worker's: the study names its files)."""
+    if keep == "none":
         return None
     if artifacts:
         return str(Path(artifacts).resolve() / "weights" / study_name)
-    storage_path = getattr(settings.backend, "storage_path", None)  # Ray's, where trials write
-    if storage_path:
-        return str(Path(storage_path).resolve() / study_name / "weights")
-    if settings.out is not None:
-        return str(Path(settings.out).resolve() / "weights")
+    if trial_folder:
+        return str(Path(trial_folder).resolve() / study_name / "weights")
+    if out is not None:
+        return str(Path(out).resolve() / "weights")
     folder = tempfile.mkdtemp(prefix="tunekit-weights-")
-    if not settings.shared:  # this process's result is the only one that names it: gone with the process
-
+    if not lasting:  # this process's result is the only one that names it: gone with the process
         atexit.register(shutil.rmtree, folder, ignore_errors=True)
     return folder
 
@@ -136,7 +136,7 @@ def settle(study: Any, keeper: Optional[Keeper]) -> None:
         return
     # The best from the same read as the files: a better trial told in between is in neither, not removed.
     done = study.get_trials(deepcopy=False, states=(_complete(),))
-    best = _best(done, keeper.direction)
+    best = Objective.of_direction(keeper.direction).best(done)
     if best is None:
         return
     kept = best.user_attrs.get(WEIGHTS)
@@ -155,25 +155,9 @@ def _complete() -> Any:
     return optuna.trial.TrialState.COMPLETE
 
 
-def _best(done: list[Any], direction: str) -> Any:
-    """The best of ``done`` (complete trials) by ``direction``, or None before the first."""
-    sign = 1.0 if direction == "minimize" else -1.0
-    return min(done, key=lambda t: sign * t.value) if done else None
-
-
 def _clear_stale(folder: Path) -> None:
     """Temporary files of this host's writes whose process is gone (killed during a write)."""
     for tmp in folder.glob(f".trial-*.{_HOST}.*.tmp"):
         pid = tmp.name.rsplit(".", 2)[-2]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not alive(int(pid)):
             tmp.unlink(missing_ok=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

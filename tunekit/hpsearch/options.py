@@ -140,6 +140,10 @@ class BackendOptions:
     kind: ClassVar[str] = ""
     device: str = opt("auto", "cpu, cuda, cuda:N or auto (default)")
 
+    def trial_folder(self) -> Optional[str]:
+        """Where the trials write their files, when the backend has such a folder (Ray's storage path)."""
+        return None
+
 
 @dataclass(frozen=True)
 class Local(BackendOptions):
@@ -164,6 +168,10 @@ class Ray(BackendOptions):
     storage_path: Optional[str] = opt(None, "Tune's trial directories; a shared filesystem for several machines "
                                       "(default DIR/ray)", metavar="DIR")
     ray_init: Optional[dict[str, Any]] = opt(None, "keywords for ray.init", cli=False)
+
+    def trial_folder(self) -> Optional[str]:
+        """Tune's trial directories, where the trials write (and keep their weights)."""
+        return self.storage_path
 
     def __post_init__(self) -> None:
         for name in ("cpus_per_trial", "gpus_per_trial"):

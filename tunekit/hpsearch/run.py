@@ -27,8 +27,7 @@ from typing import Any, Optional
 
 from tunekit.errors import NoTrialSucceeded, UsageError
 from tunekit.hpsearch.backends.base import Backend, Work, get_backend
-from tunekit.hpsearch.keep import Keeper, settle, weights_folder
-from tunekit.hpsearch.keys import ARTIFACTS_KEY, WALL_SECONDS_KEY
+from tunekit.hpsearch.keep import Keeper, settle
 from tunekit.hpsearch.options import (BackendOptions, Halving, Local, ProbeSettings, Pruner, Sampler, SharedStudy, Study,
                                       TPE)
 from tunekit.hpsearch.plan import Plan, largest_batch, split_batch
@@ -36,9 +35,9 @@ from tunekit.hpsearch.resolve import ResolvedSearch, resolve_search
 from tunekit.hpsearch.seeded_space import as_own, distributions
 from tunekit.hpsearch.seeding import Probes, adaptive_l2, make_plan, own_settings, priced, recipe, run_probes
 from tunekit.hpsearch.settings import SearchSettings, from_keywords
+from tunekit.hpsearch.shared.policy import StudyPolicy, policy_of, probed
 from tunekit.hpsearch.shared.spec import StoredSpec
-from tunekit.hpsearch.shared.workers import (TAKEN_OVER, check_spec, claim_creation, creator_gave_up, open_storage,
-                                             space_dict, spec_probes, wait_for_spec)
+from tunekit.hpsearch.shared.workers import check_spec, space_dict, spec_probes
 from tunekit.hpsearch.study import (check_report_of, check_resume, default_name, finished_count, read_dists, read_plan,
                                     study_exists)
 from tunekit.hpsearch.summary import best_trial, build_result
@@ -126,39 +125,35 @@ def run_search(resolved: ResolvedSearch, backend: Optional[Backend] = None) -> S
     settings = resolved.settings
     backend = backend if backend is not None else get_backend(settings.backend.kind)
     backend.check(settings)
-    with _no_empty_study_left(settings):
-        prep = _prepare(resolved, backend)
+    policy = policy_of(settings.study)  # one process's study or a shared one: chosen here, once
+    with _no_empty_study_left(policy.own_file(settings.out)):
+        prep = _prepare(resolved, backend, policy)
 
     # The study, its seed trial and design (once, by the creator), this worker's sampler.
-    opened = open_worker_study(prep, settings, concurrent=backend.concurrent)
+    opened = open_worker_study(prep, concurrent=backend.concurrent)
     study = opened.study
 
     # Run until the study holds `trials` finished trials. Interrupted (Ctrl-C), the
     # report of what finished is written all the same, and --resume goes on from it.
-    run_trials = getattr(settings.study, "run_trials", True)  # False: a shared study's creator that runs none
-    keeper = _keeper(study, settings) if run_trials else None
+    folder = policy.weights_folder(study, settings) if policy.runs_trials else None
+    keeper = Keeper(settings.keep, folder, settings.goal.direction) if folder is not None else None
     ended: list[str] = []  # the states of the trials this process ran, as they ended
     before: set[int] = set()  # the study's trials that had finished before this process ran any
     try:
-        if run_trials:
+        if policy.runs_trials:
             settle(study, keeper)  # what a search killed during a write left
             before = {t.number for t in study.get_trials(deepcopy=False) if t.state.is_finished()}
             work = Work(study, prep.dists, prep.plan, prep.task, settings.trials, settings, prep.found.store, _no_end,
-                        keeper)
+                        policy, keeper)
             ended = _run_trials(backend, work)
     finally:
         set_threads(opened.threads_before)  # the caller's (a notebook's) threads again
-        seconds = time.perf_counter() - start
-        if not settings.shared:  # one process's study: its seconds over every run of it
-            seconds = _seconds_so_far(study, seconds)
-        result = build_result(study, prep.found.store, settings, prep.inputs.space, prep.dists, opened.seed_params,
-                              prep.inputs.budget, prep.plan, prep.probes, seconds,
-                              resolved.named)
+        result = build_result(prep, opened, policy.seconds(study, time.perf_counter() - start))
         result.made_from = prep.task  # what best_model() builds the model from, in this process
         if settings.out is not None:
             write_report(result, settings.out)
     if nothing_finished(ended):
-        raise NoTrialSucceeded(_all_failed(result, ended, before, settings), result)
+        raise NoTrialSucceeded(_all_failed(result, ended, before, settings.out, policy.whose), result)
     return result
 
 
@@ -168,29 +163,28 @@ def nothing_finished(ended: list[str]) -> bool:
     return bool(ended) and "FAIL" in ended and "COMPLETE" not in ended
 
 
-def _all_failed(result: SearchResult, ended: list[str], before: set[int], settings: SearchSettings) -> str:
+def _all_failed(result: SearchResult, ended: list[str], before: set[int], out: Optional[Path], whose: str) -> str:
     """One line: no trial this process ran finished (each failed, or was pruned beside failures), the first
-    failure's cause, and where they all are."""
-    out = settings.out
+    failure's cause, and where they all are (``whose``: the policy's words for this process's trials)."""
     failed = [t for t in result.trials if t.get("state") == "FAIL" and t.get("number") not in before]
     first = min(failed, key=lambda t: t["number"]) if failed else {}
     cause = " ".join(str(first.get("error") or "no error recorded").split())
     cause = cause if len(cause) <= 300 else cause[:297] + "..."
     where = f"; each trial's error is in {out / 'search.json'}" if out is not None else ""
     n, pruned = len(ended), ended.count("PRUNED")
-    trials = ("the trial" if n == 1 else f"all {n} trials") + (" this worker ran" if settings.shared else " of this search")
+    trials = ("the trial" if n == 1 else f"all {n} trials") + whose
     how = "failed" if not pruned else f"failed or were pruned and none finished ({n - pruned} failed, {pruned} pruned)"
     return f"{trials} {how}, the first (trial {first.get('number', '?')}) with {cause}{where}"
 
 
-def _prepare(resolved: ResolvedSearch, backend: Backend) -> Prepared:
+def _prepare(resolved: ResolvedSearch, backend: Backend, policy: StudyPolicy) -> Prepared:
     """The storage, the probes, the plan and the seeded space; every refusal before a trial."""
     import optuna
 
     task, inputs, settings = resolved.task, resolved.inputs, resolved.settings
 
     # The storage first: a clash fails before any probe runs; a joining worker takes the spec.
-    found = _open(settings, default_name(inputs.task.name, inputs.space.name, settings.study.name))
+    found = _open(settings, policy, default_name(inputs.task.name, inputs.space.name, settings.study.name))
     saved = (settings.probes.lr_find, settings.probes.probe)
     if found.spec is not None:
         # What needs no probe first (the task, the space, the trial count...): a worker with another
@@ -199,7 +193,7 @@ def _prepare(resolved: ResolvedSearch, backend: Backend) -> Prepared:
         saved = _spec_probes(found.spec, settings)
 
     # The probes (or their saved results), the plan every trial shares, the seeded space.
-    with _creating(settings, found):
+    with _creating(found):
         probes = run_probes(inputs, settings, found.existing or settings.study.resume, saved)
         inputs = priced(inputs, probes)  # a budget in device time, by the probe's timed steps
         if found.old_plan is not None:  # the study's probes' cost, as its first run counted it
@@ -223,7 +217,7 @@ def _prepare(resolved: ResolvedSearch, backend: Backend) -> Prepared:
         if found.spec is not None:
             check_spec(found.spec, spec.to_stored(), found.name)
         backend.check_plan(settings, plan, dists, probes.probe)
-    return Prepared(task, inputs, found, probes, plan, dists, spec, task_recipe)
+    return Prepared(settings, task, resolved.named, inputs, found, probes, plan, dists, spec, task_recipe)
 
 
 def _or(value: Any, default: Any) -> Any:
@@ -232,22 +226,21 @@ def _or(value: Any, default: Any) -> Any:
 
 
 @contextlib.contextmanager
-def _creating(settings: SearchSettings, found: FoundStudy) -> Iterator[None]:
-    """A shared study's creator that fails before it stores the spec says so in the study: the next
-    process that creates it with the same settings takes its place at once."""
+def _creating(found: FoundStudy) -> Iterator[None]:
+    """A study's creator that fails before it stores the spec says so in the study (a shared one: the next
+    process that creates it with the same settings takes its place at once)."""
     try:
         yield
     except BaseException:
-        if settings.shared and found.spec is None:
-            creator_gave_up(found.store, found.name)
+        if found.spec is None:
+            found.policy.gave_up(found.store, found.name)
         raise
 
 
 @contextlib.contextmanager
-def _no_empty_study_left(settings: SearchSettings) -> Iterator[None]:
+def _no_empty_study_left(db: Optional[Path]) -> Iterator[None]:
     """A search refused before its study holds anything (a resume into an empty folder, a missing saved
-    probe) leaves no study.db of its own making behind."""
-    db = settings.out / "study.db" if settings.out is not None and not settings.shared else None
+    probe) leaves no study file of its own making (``db``: the policy's) behind."""
     fresh = db is not None and not db.exists()
     try:
         yield
@@ -258,25 +251,10 @@ def _no_empty_study_left(settings: SearchSettings) -> Iterator[None]:
         raise
 
 
-def _keeper(study: Any, settings: SearchSettings) -> Optional[Keeper]:
-    """Which trials' weights this process keeps, and where (:mod:`tunekit.hpsearch.keep`)."""
-    artifacts = getattr(settings.study, "artifacts", None) or (study.user_attrs.get(ARTIFACTS_KEY) if settings.shared else None)
-    folder = weights_folder(settings, study.study_name, artifacts)
-    return Keeper(settings.keep, folder, settings.goal.direction) if folder is not None else None
-
-
-def _seconds_so_far(study: Any, elapsed: float) -> float:
-    """The study's wall seconds over every run of it (a resume adds its own; one with nothing to run,
-    only its few), kept in the study: a resume does not replace the first run's seconds with its own."""
-    total = float(study.user_attrs.get(WALL_SECONDS_KEY, 0.0)) + elapsed
-    study.set_user_attr(WALL_SECONDS_KEY, total)
-    return total
-
-
 # --- stages ---------------------------------------------------------------------------
 
 
-def _open(settings: SearchSettings, name: str) -> FoundStudy:
+def _open(settings: SearchSettings, policy: StudyPolicy, name: str) -> FoundStudy:
     """The storage, whether the study exists, its stored plan and distributions, and a joining
     worker's spec (it waits for the creator's); clashes refused."""
     import optuna
@@ -286,29 +264,12 @@ def _open(settings: SearchSettings, name: str) -> FoundStudy:
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
         check_report_of(out_dir, name)
-    st = settings.study
-    store = (open_storage(st.storage, out_dir, st.heartbeat_grace, st.storage_retry) if isinstance(st, SharedStudy)
-             else open_storage(None, out_dir))
-    existing = study_exists(store, name)
-    if existing and not st.resume and not settings.shared:
-        raise UsageError(f"study '{name}' already exists in {out_dir}: pass resume=True to continue it, or another out=DIR or study=NAME")
-    if st.resume and not settings.shared and out_dir is not None and not existing and not probed(out_dir):
-        raise UsageError(f"resume: there is no study '{name}' in {out_dir} to continue: drop resume=True to start one")
-    # (A folder with the probes' files but no study: a search killed during its probes. It goes on, with them.)
-    spec = None
-    if isinstance(st, SharedStudy) and (existing or not claim_creation(store, name, settings.goal.direction)):
-        spec = wait_for_spec(store, name, st.join_timeout, take_over=True)  # None: an older tunekit's study
-        if spec == TAKEN_OVER:  # its creator died before storing the spec: this process finishes the creation
-            spec, existing = None, True
+    store = policy.open_storage(out_dir)
+    spec, existing = policy.find(store, name, study_exists(store, name), out_dir, settings.goal.direction)
     if not (existing or spec is not None):
-        return FoundStudy(store, name, False, None, {}, None)
+        return FoundStudy(store, name, False, None, {}, None, policy)
     stored = optuna.load_study(study_name=name, storage=store)
-    return FoundStudy(store, name, True, read_plan(stored), read_dists(stored), spec)
-
-
-def probed(out_dir: Path) -> bool:
-    """Whether a search's probes saved their results in ``out_dir``."""
-    return any((out_dir / f"{name}.json").is_file() for name in ("lr_find", "probe"))
+    return FoundStudy(store, name, True, read_plan(stored), read_dists(stored), spec, policy)
 
 
 def _spec_probes(spec: StoredSpec, settings: SearchSettings) -> tuple[Any, Any]:

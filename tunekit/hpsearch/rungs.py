@@ -22,6 +22,7 @@ from typing import Any, Optional
 
 from tunekit.errors import UsageError
 from tunekit.hpsearch.keys import FINAL_STEP, INITIAL_LOSS
+from tunekit.objective import Objective
 
 __all__ = ["ladder", "default_rungs", "make_pruner", "Rungs", "learning_point", "LEARNED"]
 
@@ -86,7 +87,7 @@ class Rungs:
                  direction: str = "minimize") -> None:
         self.unit, self.evals, self.ladder, self.rf, self.adaptive = unit, evals, list(ladder_evals), reduction_factor, adaptive
         # Values are compared as sign * value, lower better, whichever way the objective goes.
-        self.sign = 1.0 if direction == "minimize" else -1.0
+        self.sign = Objective.of_direction(direction).sign
 
     def rungs(self, study: Any) -> list[int]:
         """The rungs in force, in evaluations."""

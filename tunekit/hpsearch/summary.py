@@ -6,17 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
-from tunekit.hpsearch.budget import Budget
-from tunekit.hpsearch.plan import Plan
 from tunekit.hpsearch.keys import DESIGN_BATCH_KEY
 from tunekit.hpsearch.seeding import Probes
-from tunekit.hpsearch.settings import SearchSettings
 from tunekit.hpsearch.study import safe_url, trial_dicts
+from tunekit.hpsearch.worker_study import OpenedStudy, Prepared
 from tunekit.hpsearch.seeded_space import lr_bounds_from_curve, widened
 from tunekit.inputs.space import SearchSpace
 from tunekit.objective import Objective
 from tunekit.results import SearchResult
-from tunekit.results.search import best_of
 
 __all__ = ["build_result", "best_trial"]
 
@@ -26,31 +23,30 @@ def best_trial(study: Any) -> Any:
     import optuna
 
     done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-    sign = 1.0 if study.direction == optuna.study.StudyDirection.MINIMIZE else -1.0
-    return min(done, key=lambda t: sign * t.value) if done else None
+    return Objective.of_direction(study.direction).best(done)
 
 
-def build_result(study: Any, store: Any, settings: SearchSettings, sp: SearchSpace, dists: dict[str, Any],
-                 seed_params: dict[str, Any], budget: Budget, plan: Plan, probes: Probes, seconds: float,
-                 task_spec: Optional[str]) -> SearchResult:
-    """The search's result, from what the study holds now."""
+def build_result(prep: Prepared, opened: OpenedStudy, seconds: float) -> SearchResult:
+    """The search's result, from what the study holds now (``prep``: what its trials share; ``opened``:
+    the study as this worker opened it; ``seconds``: what the result reports)."""
     import optuna
 
+    study, settings, sp, probes, plan = opened.study, prep.settings, prep.inputs.space, prep.probes, prep.plan
     goal = Objective(plan.objective, plan.direction)
     trials = trial_dicts(study)
-    best = best_of(trials, goal.direction)
+    best = goal.best(trials)
     result = SearchResult(
-        study_name=study.study_name, storage=safe_url(str(getattr(store, "url", getattr(settings.study, "storage", None) or "in-memory"))),
+        study_name=study.study_name, storage=safe_url(prep.found.policy.storage_url(prep.found.store)),
         space=sp.name, direction=goal.direction, objective=goal.name, best_value=best["value"] if best else None,
         best_params=best["params"] if best else {}, best_config=best["config"] if best else {}, trials=trials,
-        seed_params=seed_params,
-        distributions={n: optuna.distributions.distribution_to_json(d) for n, d in dists.items()},
-        budget=budget.to_dict(), task=task_spec, plan=plan.to_dict(), probe_samples=probes.samples, seconds=seconds,
-        seed=settings.seed, sampler_seed=settings.sampler_seed, probe_seconds=probes.seconds,
+        seed_params=opened.seed_params,
+        distributions={n: optuna.distributions.distribution_to_json(d) for n, d in prep.dists.items()},
+        budget=prep.inputs.budget.to_dict(), task=prep.named, plan=plan.to_dict(), probe_samples=probes.samples,
+        seconds=seconds, seed=settings.seed, sampler_seed=settings.sampler_seed, probe_seconds=probes.seconds,
         device=probes.probe.device if probes.probe is not None else None, time_limit=settings.study.time_limit,
         lr_find=_lr_find_summary(probes.lr_find, sp, probes.own_lr_find),
         probe=_probe_summary(probes, study.user_attrs.get(DESIGN_BATCH_KEY)),
-        keep=settings.keep, best_weights=_kept(best), widened=widened(sp, dists))
+        keep=settings.keep, best_weights=_kept(best), widened=widened(sp, prep.dists))
     result.param_importances = result.importances()
     return result
 

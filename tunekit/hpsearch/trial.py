@@ -27,7 +27,7 @@ from tunekit.hpsearch.resilient import StorageUnreachable
 from tunekit.objective import Objective
 from tunekit.training.memory import free_memory
 
-__all__ = ["Outcome", "run_config", "run_trial", "keep_weights", "free_memory", "evaluation_reporter", "record", "conclude", "start_attrs", "outcome_of", "TrialFailed",
+__all__ = ["Outcome", "TrialRun", "run_config", "run_trial", "keep_weights", "free_memory", "evaluation_reporter", "record", "conclude", "start_attrs", "outcome_of", "TrialFailed",
            "INTERRUPTED"]
 
 INTERRUPTED = "interrupted; re-run on --resume"
@@ -168,6 +168,21 @@ def evaluation_reporter(cfg: TrialConfig, curve: list[list[float]], last: dict[s
     return value
 
 
+@dataclass
+class TrialRun:
+    """One trial as it trains in this process: what it runs and what it has seen so far."""
+
+    task: Any
+    trial: Any  # Optuna's trial
+    cfg: TrialConfig
+    keeper: Optional[Keeper] = None  # which trials' weights are kept (None: none)
+    cache: Optional[dict[str, Any]] = None  # the last task built (run_config)
+    curve: list[list[float]] = field(default_factory=list)  # [samples seen, value] at each evaluation
+    last: dict[str, float] = field(default_factory=dict)  # the last evaluation's metrics
+    trained: dict[str, Any] = field(default_factory=dict)  # the model's state at the end, where weights are kept
+    t0: float = field(default_factory=time.perf_counter)
+
+
 def run_trial(task: Any, trial: Any, cfg: TrialConfig, *, prune: bool, cache: Optional[dict[str, Any]] = None,
               keeper: Optional[Keeper] = None) -> Outcome:
     """Run one trial in this process; Optuna's pruner (the study's) decides at each evaluation.
@@ -178,11 +193,9 @@ def run_trial(task: Any, trial: Any, cfg: TrialConfig, *, prune: bool, cache: Op
     """
     import optuna
 
-    curve: list[list[float]] = []
-    last: dict[str, float] = {}
-    value_of = evaluation_reporter(cfg, curve, last)
+    run = TrialRun(task, trial, cfg, keeper, cache)
+    value_of = evaluation_reporter(cfg, run.curve, run.last)
     steps = int(cfg.train["max_steps"])
-    t0 = time.perf_counter()
 
     def report(step: int, metrics: dict[str, float]) -> None:
         value = value_of(step, metrics)
@@ -193,44 +206,41 @@ def run_trial(task: Any, trial: Any, cfg: TrialConfig, *, prune: bool, cache: Op
         if prune and trial.should_prune():
             raise optuna.TrialPruned(f"pruned at {cfg.reported(step)} samples with {cfg.goal.label} {value:.4f}")
 
-    state: dict[str, Any] = {}
     try:
-        return _run(task, trial, cfg, report, cache, keeper, state, curve, last, t0)
+        return _run(run, report)
     finally:
-        state.clear()
+        run.trained.clear()
         free_memory()  # after the handlers: an exception's frames no longer hold the trial's model
 
 
-def _run(task: Any, trial: Any, cfg: TrialConfig, report: Callable[[int, dict[str, float]], None],
-         cache: Optional[dict[str, Any]], keeper: Optional[Keeper], state: dict[str, Any],
-         curve: list[list[float]], last: dict[str, float], t0: float) -> Outcome:
-    """:func:`run_trial`'s run and outcome (its weights kept into ``state``)."""
+def _run(run: TrialRun, report: Callable[[int, dict[str, float]], None]) -> Outcome:
+    """:func:`run_trial`'s run and outcome (its weights kept into ``run.trained``)."""
     import optuna
 
+    cfg = run.cfg
     try:
-        result = run_config(task, cfg, report, cache, state if keeper is not None else None)
+        result = run_config(run.task, cfg, report, run.cache, run.trained if run.keeper is not None else None)
     except optuna.TrialPruned as exc:
-        return _stopped(Outcome("PRUNED", reason=str(exc)), cfg, curve, last, t0)
+        return _stopped(Outcome("PRUNED", reason=str(exc)), run)
     except SetupError as exc:
         # The task cannot train whatever the trial's params: the search stops, in one line.
-        trial.set_user_attr(K.ERROR, f"SetupError: {exc}")
+        run.trial.set_user_attr(K.ERROR, f"SetupError: {exc}")
         raise
     except StorageUnreachable:  # the study's storage, not the trial, failed: the worker stops, in one line
         raise
     except Exception as exc:  # the user's task or model raised: the trial fails, the search goes on
-        return _stopped(Outcome("FAIL", error=f"{type(exc).__name__}: {exc}"), cfg, curve, last, t0)
-    outcome = outcome_of(result, curve, time.perf_counter() - t0, final_step(cfg), cfg.goal)
-    keep_weights(keeper, state, outcome, trial.number, cfg, trial.study)
+        return _stopped(Outcome("FAIL", error=f"{type(exc).__name__}: {exc}"), run)
+    outcome = outcome_of(result, run.curve, time.perf_counter() - run.t0, final_step(cfg), cfg.goal)
+    keep_weights(run.keeper, run.trained, outcome, run.trial.number, cfg, run.trial.study)
     return outcome
 
 
-def _stopped(outcome: Outcome, cfg: TrialConfig, curve: list[list[float]], last: dict[str, float],
-             t0: float) -> Outcome:
+def _stopped(outcome: Outcome, run: TrialRun) -> Outcome:
     """A trial that ended before its budget: what it saw (samples, updates, its last validation loss)."""
-    seen = int(curve[-1][0]) if curve else 0
-    outcome.curve, outcome.samples, outcome.updates = curve, seen, seen // cfg.effective_batch
-    outcome.seconds = time.perf_counter() - t0
-    outcome.val_loss = float(last["loss"]) if "loss" in last else None
+    seen = int(run.curve[-1][0]) if run.curve else 0
+    outcome.curve, outcome.samples, outcome.updates = run.curve, seen, seen // run.cfg.effective_batch
+    outcome.seconds = time.perf_counter() - run.t0
+    outcome.val_loss = float(run.last["loss"]) if "loss" in run.last else None
     return outcome
 
 

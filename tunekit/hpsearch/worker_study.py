@@ -1,9 +1,10 @@
 """The study as one worker (or one process) opens it, in small steps.
 
 :func:`open_worker_study` seeds the sampler, builds the pruner from the rungs, stores the plan
-(or keeps the study's), resumes, queues the seed trial and design (the creator, once), stores a
-shared study's spec and registers this worker and its threads, in that order: the order fixes
-the sampler's seed (it counts the trials already there) and what joining workers wait for.
+(or keeps the study's), resumes, queues the seed trial and design (the creator, once), stores the
+spec and registers this worker and its threads, in that order: the order fixes the sampler's seed
+(it counts the trials already there) and what joining workers wait for. What differs between one
+process's study and a shared one is the study's policy (:mod:`tunekit.hpsearch.shared.policy`).
 """
 
 from __future__ import annotations
@@ -13,8 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-import torch
-
 from tunekit.hpsearch.keys import SPEC_KEY
 from tunekit.hpsearch.options import Halving
 from tunekit.hpsearch.plan import Plan
@@ -22,14 +21,14 @@ from tunekit.hpsearch.resolve import SearchInputs
 from tunekit.hpsearch.rungs import ladder, make_pruner
 from tunekit.hpsearch.seeding import Probes, design_size, enqueue_seed_and_design, recipe
 from tunekit.hpsearch.settings import SearchSettings
+from tunekit.hpsearch.shared.policy import StudyPolicy
 from tunekit.hpsearch.shared.server import attach
 from tunekit.hpsearch.shared.spec import StoredSpec
-from tunekit.hpsearch.shared.workers import (default_threads, end_creation, register_worker, resume_study,
-                                             worker_id, worker_seed)
+from tunekit.hpsearch.shared.workers import set_threads
 from tunekit.hpsearch.study import StoredPlan, keep_plan, make_sampler, open_study
 
-__all__ = ["FoundStudy", "Prepared", "OpenedStudy", "open_worker_study", "guided_lr", "sampler_seed", "rungs_of", "pruner_of",
-           "stored_plan_of", "queue_seed_and_design", "store_spec", "become_worker", "set_threads"]
+__all__ = ["FoundStudy", "Prepared", "OpenedStudy", "open_worker_study", "guided_lr", "rungs_of", "pruner_of",
+           "stored_plan_of", "queue_seed_and_design", "store_spec", "set_threads"]
 
 
 @dataclass
@@ -42,13 +41,16 @@ class FoundStudy:
     old_plan: Optional[StoredPlan]  # the plan it keeps (None: a new study, or one created but not yet planned)
     old_dists: dict[str, str]
     spec: Optional[StoredSpec]  # a joining worker's: the study's settings and probes
+    policy: StudyPolicy  # one process's study or a shared one: chosen once, asked from then on
 
 
 @dataclass
 class Prepared:
     """What the trials share, once the storage is open and the probes have run."""
 
+    settings: SearchSettings
     task: Any  # as the trials run it (a callable objective added to a Task's metrics)
+    named: Optional[str]  # the task's spec as the user named it, for the result (None for an object)
     inputs: SearchInputs
     found: FoundStudy
     probes: Probes
@@ -70,53 +72,39 @@ class OpenedStudy:
     stored: StoredPlan  # the plan this run stored (the study keeps its first run's: read_plan)
 
 
-def open_worker_study(prep: Prepared, settings: SearchSettings, concurrent: bool) -> OpenedStudy:
+def open_worker_study(prep: Prepared, concurrent: bool) -> OpenedStudy:
     """The study opened for this worker. Each worker of a shared study samples with its own seed
     (from the study's and its id), with constant_liar, so none proposes what another runs; only the
     creator queues the seed trial and design, and stores the spec that joining workers wait for.
     ``concurrent``: the backend runs trials in parallel in this process."""
-    s, found = settings, prep.found
-    wid = getattr(s.study, "worker_id", None) or worker_id()
-    seed = sampler_seed(s, wid, found)
+    s, found, policy = prep.settings, prep.found, prep.found.policy
+    seed = policy.sampler_seed(s.sampler_seed, found.store, found.name, found.existing)
     n_design = design_size(s, prep.inputs.space, prep.probes)
     startup = n_design or max(3, min(10, s.trials // 3))
-    sampler = make_sampler(s.sampler.kind, seed, startup, parallel=concurrent or s.shared,
-                           lr_param=guided_lr(prep, s), horizon=s.trials - startup)
+    sampler = make_sampler(s.sampler.kind, seed, startup, parallel=concurrent or policy.parallel,
+                           lr_param=guided_lr(prep), horizon=s.trials - startup)
     rungs = rungs_of(s, prep.inputs.budget.samples, found.old_plan)
     study = open_study(found.store, found.name, sampler, pruner_of(s, prep.inputs.budget.samples, rungs), s.goal.direction)
-    stored = stored_plan_of(prep, s, rungs)
+    stored = stored_plan_of(prep, rungs)
     keep_plan(study, stored, prep.dists, s.goal.label)
     if s.study.resume:
-        resume_study(study, shared=s.shared, store=found.store)
-    seed_params = queue_seed_and_design(study, prep, s, n_design)
+        policy.resume(study, found.store)
+    seed_params = queue_seed_and_design(study, prep, n_design)
     if found.spec is None and SPEC_KEY not in study.user_attrs:  # the creator, last: joining workers wait for it
-        store_spec(study, prep.spec.with_seed(seed_params), s)
-        if s.shared:
-            end_creation(found.store, found.name)
-    threads = become_worker(study, wid, seed, getattr(s.study, "threads", None), s.shared)
-    return OpenedStudy(study, seed_params, threads, wid, seed, stored)
+        store_spec(study, prep.spec.with_seed(seed_params), policy.artifacts, s.out)
+        policy.created(found.store, found.name)
+    threads = policy.become_worker(study, seed)
+    return OpenedStudy(study, seed_params, threads, policy.worker, seed, stored)
 
 
-def guided_lr(prep: Prepared, settings: SearchSettings) -> Optional[str]:
+def guided_lr(prep: Prepared) -> Optional[str]:
     """The LR parameter the sampler draws near the best trial early: the one the range test seeded (its
     suggestion trusted), under a TPE sampler that asks for it; None otherwise."""
     lf = prep.probes.lr_find
     entry = prep.inputs.space.entries.get("lr")
-    if not getattr(settings.sampler, "guided", False) or entry is None or entry.seeded != "lr_find":
+    if not getattr(prep.settings.sampler, "guided", False) or entry is None or entry.seeded != "lr_find":
         return None
     return "lr" if lf is not None and lf.confident and lf.suggestion else None
-
-
-def sampler_seed(settings: SearchSettings, wid: str, found: FoundStudy) -> int:
-    """A shared study's worker: its own seed. One process: the study's, moved on by the trials it holds
-    (a resumed search does not replay the first run's proposals)."""
-    assert settings.sampler_seed is not None  # set from the seed when the settings were built
-    if settings.shared:
-        return worker_seed(settings.sampler_seed, wid)
-    import optuna
-
-    held = len(optuna.load_study(study_name=found.name, storage=found.store).trials) if found.existing else 0
-    return settings.sampler_seed + held
 
 
 def _halving(settings: SearchSettings) -> Halving:
@@ -139,17 +127,18 @@ def pruner_of(settings: SearchSettings, budget_samples: int, rungs: list[int]) -
                        adaptive=h.rungs is None and h.first_rung is None, direction=settings.goal.direction)
 
 
-def stored_plan_of(prep: Prepared, settings: SearchSettings, rungs: list[int]) -> StoredPlan:
+def stored_plan_of(prep: Prepared, rungs: list[int]) -> StoredPlan:
     """This run's plan as the study keeps it (stored only by the study's first run)."""
     return StoredPlan(prep.plan, prep.probes.samples, prep.probes.seconds, prep.inputs.budget.to_dict(),
-                      settings.sampler_seed, tuple(rungs))
+                      prep.settings.sampler_seed, tuple(rungs))
 
 
-def queue_seed_and_design(study: Any, prep: Prepared, settings: SearchSettings, n_design: int) -> dict[str, Any]:
+def queue_seed_and_design(study: Any, prep: Prepared, n_design: int) -> dict[str, Any]:
     """The seed trial's params. A joining worker takes the creator's (it queued them, once); the creator
     or a one-process search queues the seed trial and design (once per study: a resume queues nothing)."""
     if prep.found.spec is not None:
         return dict(prep.found.spec.seed_params)
+    settings = prep.settings
     if not (settings.sampler.seed_trial or n_design):
         return {}
     task_recipe = prep.recipe if prep.recipe is not None else recipe(prep.inputs.task, prep.inputs.cfg, settings.seed)
@@ -157,31 +146,8 @@ def queue_seed_and_design(study: Any, prep: Prepared, settings: SearchSettings, 
                                    in_time=prep.inputs.budget.seconds is not None)
 
 
-def store_spec(study: Any, spec: StoredSpec, settings: SearchSettings) -> None:
-    """The study's spec (and, with an artifact folder, the probes' files attached to the study)."""
-    artifacts, out_dir = getattr(settings.study, "artifacts", None), settings.out
+def store_spec(study: Any, spec: StoredSpec, artifacts: Optional[str], out_dir: Optional[Path]) -> None:
+    """The study's spec (and, with an ``artifacts`` folder, the probes' files in ``out_dir`` attached to the study)."""
     if artifacts is not None and out_dir is not None:
         attach(study, artifacts, [Path(out_dir) / f"{n}.{x}" for n in ("lr_find", "probe") for x in ("json", "png")])
     study.set_user_attr(SPEC_KEY, spec.to_stored())
-
-
-def become_worker(study: Any, wid: str, seed: int, threads: Optional[int], shared: bool) -> Optional[int]:
-    """A worker of a shared study registers (its id, seed and threads); it, or a search given ``threads``,
-    sets its torch threads. Returns the threads before (None when unchanged)."""
-    if not shared and threads is None:
-        return None
-    n = threads or default_threads(study)
-    if shared:
-        register_worker(study, wid, seed, n)
-    return set_threads(n)
-
-
-def set_threads(n: Optional[int]) -> Optional[int]:
-    """Set torch's threads to ``n`` (None: leave them); the threads before, to restore."""
-    if n is None:
-        return None
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    return before
-

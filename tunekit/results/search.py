@@ -1,4 +1,4 @@
-"""``SearchResult``: a finished (or interrupted) search, its table and its plots.
+"""``SearchResult``: a finished (or interrupted) search and its table (its plots: :mod:`.search_plots`).
 
 Imports no training code: loading or redrawing a result is quick.
 Compute is counted in training samples drawn (pruned trials' and the probes'
@@ -13,20 +13,18 @@ import csv
 import dataclasses
 import io
 import json
-import math
 import warnings
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
 from tunekit.errors import UsageError
 from tunekit.objective import Objective
-from tunekit.plotting import new_axes, new_figure
 from tunekit.results.base import Result, write_file
+from tunekit.results.search_plots import SearchPlots, trained_lr, trial_kind
 from tunekit.results.step_time import format_seconds
 
-__all__ = ["SearchResult", "write_report", "best_of", "trial_kind"]
+__all__ = ["SearchResult", "write_report", "trial_kind"]
 
 # "lr" is the LR the trial trained at; the param column "lr_ref" is the LR at the range test's batch,
 # which the trial's own batch rescales (it is the search's lr parameter).
@@ -35,7 +33,7 @@ CSV_FIELDS = ("number", "state", "value", "val_loss", "lr", "samples", "updates"
 
 
 @dataclass
-class SearchResult(Result):
+class SearchResult(SearchPlots, Result):
     """A search's outcome: its best trial (value, parameters, config), every trial, the probes that seeded it."""
 
     _stem = "search"
@@ -130,7 +128,7 @@ class SearchResult(Result):
     def trial(self, number: Optional[int] = None) -> dict[str, Any]:
         """Trial ``number``, or the best complete one."""
         if number is None:
-            best = best_of(self.trials, self.direction)
+            best = self.goal.best(self.trials)
             if best is None:
                 raise UsageError(f"study '{self.study_name}' has no complete trial to re-run: pass trial=N")
             return best
@@ -163,7 +161,7 @@ class SearchResult(Result):
                        f"trial's are kept, under keep='best' or 'all'): re-run it to its end: {rerun}")
             elif self.keep == "none":
                 why = f"the search kept no weights (keep='none'): search again with keep='best', or re-run it: {rerun}"
-            elif number is None or number == (best_of(self.trials, self.direction) or {}).get("number"):
+            elif number is None or number == (self.goal.best(self.trials) or {}).get("number"):
                 gone = f" (no file at {path})" if path else ""
                 why = f"the best trial's weights are not on disk{gone}: re-run it exactly: {rerun}"
             elif self.keep == "all":
@@ -207,137 +205,9 @@ class SearchResult(Result):
         w = csv.writer(buf)
         w.writerow([*CSV_FIELDS, *("lr_ref" if k == "lr" else k for k in keys)])
         for t in self.trials:
-            w.writerow([_trained_lr(t) if k == "lr" else t.get(k) for k in CSV_FIELDS]
+            w.writerow([trained_lr(t) if k == "lr" else t.get(k) for k in CSV_FIELDS]
                        + [t["params"].get(k) for k in keys])
         write_file(path, buf.getvalue())
-
-    # --- plots: each takes ax=None and returns what it drew on --------------------
-    def plot_best(self, ax: Any = None, by: Optional[str] = None) -> Any:
-        """Best value so far against compute spent, probes included: ``by="samples"`` (in the budget's
-        unit), with the device seconds spent by then on a second axis above where trials measured them
-        (the same points, relabelled: a step sits at its samples below and its seconds above), or
-        ``by="seconds"`` alone (the default for a budget in device time). Returns the main Axes."""
-        by = by or ("seconds" if self._timed else "samples")
-        if by not in ("samples", "seconds"):
-            raise UsageError(f"plot_best(by={by!r}): use by='samples' or by='seconds'")
-        ax = new_axes(ax)
-        start, xs, ys = self._best_so_far(by)
-        if start:
-            ax.axvline(start, color="0.6", ls=":", label="probes' cost")
-        ax.step(xs, ys, where="post", color="C3", label="best so far")
-        ax.set_xlabel("device seconds spent" if by == "seconds" else f"{self.unit} spent")
-        ax.set_ylabel(f"best {self.goal.label}")
-        ax.legend(fontsize="small")
-        if by == "samples" and self.device_seconds > 0:
-            top = ax.secondary_xaxis("top", functions=self.seconds_at_samples())
-            top.set_xlabel("device seconds spent by then")
-        return ax
-
-    def _in_finishing_order(self) -> list[dict[str, Any]]:
-        """The trials in the order they finished; one still running (no finish time) last."""
-        return sorted(self.trials, key=lambda t: math.inf if t.get("finished") is None else float(t["finished"]))
-
-    def _spending(self) -> tuple[list[float], list[float]]:
-        """Compute spent after the probes and after each trial, in finishing order: (samples in the budget's
-        unit, device seconds)."""
-        samples, seconds = [self.in_unit(self.probe_samples)], [float(self.probe_seconds)]
-        for t in self._in_finishing_order():
-            samples.append(samples[-1] + self.in_unit(int(t.get("samples") or 0)))
-            seconds.append(seconds[-1] + float(t.get("seconds") or 0.0))
-        return samples, seconds
-
-    def seconds_at_samples(self) -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
-        """(samples spent -> device seconds spent by then, its inverse): piecewise linear through the
-        search's own (samples, seconds) after each trial, and at the mean rate past the last; what the
-        best-so-far plot's top axis reads."""
-        import numpy as np
-
-        xs, ys = [0.0], [0.0]
-        for x, y in zip(*self._spending()):
-            if x > xs[-1] and y > ys[-1]:  # a trial of no samples, or no seconds, is no point of the map
-                xs.append(x)
-                ys.append(y)
-        rate = ys[-1] / xs[-1] if len(xs) > 1 else 1.0
-
-        def through(v: Any, a: list[float], b: list[float], slope: float) -> Any:
-            v = np.asarray(v, dtype=float)
-            return np.where(v > a[-1], b[-1] + (v - a[-1]) * slope,
-                            np.where(v < 0, v * slope, np.interp(v, a, b)))
-
-        return (lambda v: through(v, xs, ys, rate)), (lambda v: through(v, ys, xs, 1.0 / rate))
-
-    def _best_so_far(self, by: str) -> tuple[float, list[float], list[float]]:
-        """(the probes' cost, compute spent after each trial, the best value by then), in samples or seconds."""
-        samples, seconds = self._spending()
-        spent = seconds if by == "seconds" else samples
-        sign = self.goal.sign
-        best, xs, ys = math.inf, [], []  # best: sign * value, lower better
-        for t, x in zip(self._in_finishing_order(), spent[1:]):
-            if t["state"] == "COMPLETE" and t["value"] is not None:
-                best = min(best, sign * t["value"])
-            if math.isfinite(best):
-                xs.append(x)
-                ys.append(sign * best)
-        return spent[0], xs, ys
-
-    def plot_curves(self, ax: Any = None) -> Any:
-        """Validation curves of every trial against its samples; pruned ones faded, the best one bold,
-        diverged or failed ones red, interrupted ones dashed orange (as far as they ran)."""
-        ax = new_axes(ax)
-        best = best_of(self.trials, self.direction)
-        shown: set[str] = set()
-        for t in self.trials:
-            curve = t.get("curve") or []
-            if not curve:
-                continue
-            xs = [self.in_unit(s) for s, _ in curve]
-            ys = [v for _, v in curve]
-            kind = trial_kind(t)
-            if t is best:
-                ax.plot(xs, ys, "o-", color="C3", lw=2.2, ms=3, label=f"best (trial {t['number']})", zorder=3)
-                continue
-            shown.add(kind)
-            ax.plot(xs, ys, **_CURVE_STYLES[kind])
-        for kind in ("complete", "pruned", *(k for k in ("diverged", "failed", "interrupted") if k in shown)):
-            ax.plot([], [], **_CURVE_STYLES[kind], label=kind)
-        self._value_scale(ax)
-        ax.set_xlabel(f"{self.unit} seen by the trial")
-        ax.set_ylabel(self.goal.label)
-        ax.legend(fontsize="small")
-        return ax
-
-    def _value_scale(self, ax: Any) -> None:
-        """Losses span decades (a log axis); other metrics (accuracy, F1) are read on a linear one."""
-        if self.objective in ("loss", "perplexity"):
-            ax.set_yscale("log")
-
-    def plot_lr(self, ax: Any = None) -> Any:
-        """Final (or last) value against the LR each trial trained with: diverged and failed trials at the
-        worst value seen, an interrupted one at its last value (or the worst, before its first), each
-        with its own marker."""
-        from matplotlib.ticker import NullFormatter
-
-        ax = new_axes(ax)
-        values = [t["value"] for t in self.trials if t["value"] is not None and math.isfinite(t["value"])]
-        top = max(values + [1.0]) if self.goal.sign > 0 else min(values + [0.0])
-        points: dict[str, list[tuple[float, float]]] = {kind: [] for kind in _POINT_STYLES}
-        for t in self.trials:
-            lr, kind = _trained_lr(t), trial_kind(t)
-            last = t["curve"][-1][1] if t.get("curve") else None
-            y = top if kind in ("diverged", "failed") or (kind == "interrupted" and last is None) else last
-            if lr and y is not None and math.isfinite(y):
-                points[kind].append((lr, y))
-        for kind, pts in points.items():
-            if pts:
-                ax.scatter(*zip(*pts), **_POINT_STYLES[kind])  # type: ignore[arg-type]
-        ax.set_xscale("log")
-        self._value_scale(ax)
-        ax.xaxis.set_minor_formatter(NullFormatter())
-        ax.set_xlabel("learning rate (as trained)")
-        ax.set_ylabel(self.goal.label)
-        if ax.get_legend_handles_labels()[0]:  # a study with no trial yet (study create) draws none
-            ax.legend(fontsize="small")
-        return ax
 
     def importances(self) -> dict[str, float]:
         """Optuna's parameter importances over the completed trials (empty with fewer than 3)."""
@@ -364,41 +234,6 @@ class SearchResult(Result):
         except (RuntimeError, ValueError):  # too few distinct trials for the forest
             return {}
 
-    def plot_importances(self, ax: Any = None) -> Any:
-        ax = new_axes(ax)
-        imp = self.importances()
-        n = sum(t["state"] == "COMPLETE" and t["value"] is not None for t in self.trials)
-        if imp:
-            names = list(imp)[::-1]
-            ax.barh(names, [imp[n] for n in names], color="C2")
-        else:
-            ax.text(0.5, 0.5, "too few completed trials", ha="center", va="center", transform=ax.transAxes)
-        # A forest fitted to a handful of points says little: say so where it is read.
-        ax.set_xlabel(f"importance (Optuna, {n} complete trials{': a rough guess' if n < 10 else ''})")
-        return ax
-
-    def plot(self, ax: Any = None) -> Any:
-        """The headline: best value against compute spent (:meth:`plot_best`); returns the Axes.
-
-        :meth:`plot_overview` draws it with the curves, the LRs and the importances.
-        """
-        return self.plot_best(ax)
-
-    def plot_overview(self, fig: Any = None) -> Any:
-        """All four plots on ``fig`` (a new figure if None); returns the Figure."""
-        fig = fig if fig is not None else new_figure((11, 7.5))
-        axes = fig.subplots(2, 2)
-        self.plot_best(axes[0, 0])
-        self.plot_curves(axes[0, 1])
-        self.plot_lr(axes[1, 0])
-        self.plot_importances(axes[1, 1])
-        best = "none" if self.best_value is None else f"{self.best_value:.4f}"
-        fig.suptitle(f"search {self.study_name}: best {best}")
-        return fig
-
-    def figure(self) -> Any:
-        return self.plot_overview()
-
     def table(self) -> str:
         counts: dict[str, int] = {}
         for t in self.trials:
@@ -409,7 +244,7 @@ class SearchResult(Result):
         for t in sorted(self.trials, key=lambda t: (t["value"] is None, sign * t["value"] if t["value"] is not None else 0)):
             val = "" if t["value"] is None else f"{t['value']:.4f}"
             note = " (diverged)" if t.get("diverged") else (f" ({t['error'][:40]})" if t.get("error") else "")
-            shown = {**t["params"], "lr": _trained_lr(t)} if "lr" in t["params"] else t["params"]
+            shown = {**t["params"], "lr": trained_lr(t)} if "lr" in t["params"] else t["params"]
             params = ", ".join(f"{k}={_fmt(v)}" for k, v in sorted(shown.items()))
             split = f"{t.get('micro_batch') or '-'}x{t.get('accumulation_steps') or '-'}"
             lines.append(f"{t['number']:>5} {t['state']:>9} {val:>9} {split:>11} {t.get('updates') or 0:>7} "
@@ -445,7 +280,7 @@ class SearchResult(Result):
 
     def _full_run(self) -> list[str]:
         """The recommended configuration's full run, as the probe's timed steps price it."""
-        best = best_of(self.trials, self.direction)
+        best = self.goal.best(self.trials)
         if best is None or best.get("predicted_seconds") is None:
             return []
         return [f"a full run of it: {best.get('updates')} updates at batch {best.get('micro_batch')}x"
@@ -523,42 +358,6 @@ def _priced(design: dict[str, Any]) -> str:
             f"(doubled at most {line:g}: {why})")
 
 
-def trial_kind(trial: dict[str, Any]) -> str:
-    """How a trial of search.json ended, as the plots draw it: complete, pruned, diverged, failed, or
-    interrupted (still running, killed, stopped with Ctrl-C, or its worker stopped: Optuna holds these
-    as RUNNING or FAIL, and --resume re-runs them)."""
-    state = trial["state"]
-    # search.json notes an interrupted trial in its error ("interrupted; re-run ..."), a stopped one with "stopped".
-    if state == "RUNNING" or trial.get("stopped") or str(trial.get("error") or "").startswith("interrupted"):
-        return "interrupted"
-    if state in ("COMPLETE", "PRUNED"):
-        return state.lower()
-    return "diverged" if trial.get("diverged") else "failed"
-
-
-_CURVE_STYLES: dict[str, dict[str, Any]] = {
-    "complete": dict(marker="o", color="C0", lw=1.0, ms=3, alpha=0.8),
-    "pruned": dict(marker="o", color="0.5", lw=0.8, ms=3, alpha=0.4),
-    "diverged": dict(marker="x", color="C3", lw=0.8, ms=4, alpha=0.6),
-    "failed": dict(marker="x", color="C3", lw=0.8, ms=4, alpha=0.6, ls=":"),
-    "interrupted": dict(marker="s", color="C1", lw=1.0, ms=3, ls="--", mfc="none"),
-}
-_POINT_STYLES: dict[str, dict[str, Any]] = {
-    "complete": dict(color="C0", label="complete"),
-    "pruned": dict(color="0.6", label="pruned (last value)"),
-    "diverged": dict(color="C3", marker="x", label="diverged"),
-    "failed": dict(color="k", marker="X", label="failed (an error)"),
-    "interrupted": dict(facecolors="none", edgecolors="C1", marker="s", label="interrupted (last value)"),
-}
-
-
-def best_of(trials: list[dict[str, Any]], direction: str = "minimize") -> Optional[dict[str, Any]]:
-    """The best complete trial (lowest value, or highest under ``direction='maximize'``), or None."""
-    done = [t for t in trials if t["state"] == "COMPLETE" and t["value"] is not None]
-    sign = 1.0 if direction == "minimize" else -1.0
-    return min(done, key=lambda t: sign * t["value"]) if done else None
-
-
 def _ran(trial: dict[str, Any]) -> float:
     """The fraction of its planned updates a trial ran (a pruned trial's share of its prediction)."""
     if trial["state"] == "COMPLETE":
@@ -576,11 +375,6 @@ def _device_cell(trial: dict[str, Any]) -> str:
     measured, predicted = trial.get("seconds"), trial.get("predicted_seconds")
     m = "-" if measured is None else f"{float(measured):.1f}"
     return m if predicted is None else f"{m}/{float(predicted) * _ran(trial):.1f}"
-
-
-def _trained_lr(trial: dict[str, Any]) -> Any:
-    """The LR a trial trained at (its ``lr`` param is the LR at the range test's batch)."""
-    return trial.get("lr") or trial.get("config", {}).get("lr")
 
 
 def _fmt(v: Any) -> str:

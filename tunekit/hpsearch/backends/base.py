@@ -1,7 +1,8 @@
 """The seam between the search and the backends that run its trials.
 
 A backend gets a :class:`Work`: the study, its space, the plan that turns a trial's params
-into a run, and how many finished trials the study should hold. It runs trials until the
+into a run, how many finished trials the study should hold, and the study's policy (a shared
+study's slots and stopped workers, or none). It runs trials until the
 study holds them (or, under a device-time limit, until ``work.out_of_time()``: then no trial
 starts), each through :mod:`tunekit.hpsearch.trial` (the one trial path), and calls
 ``work.on_end`` as each ends. The search never asks which backend it has.
@@ -17,6 +18,7 @@ from typing import Any, Optional, Protocol
 from tunekit.hpsearch.keep import Keeper
 from tunekit.hpsearch.plan import Plan, TrialConfig, trial_config
 from tunekit.hpsearch.settings import SearchSettings
+from tunekit.hpsearch.shared.policy import StudyPolicy
 from tunekit.hpsearch.study import device_seconds
 
 __all__ = ["Backend", "Work", "get_backend"]
@@ -34,6 +36,7 @@ class Work:
     settings: SearchSettings
     store: Any  # the study's storage: a shared study's workers read each other's trials there
     on_end: Callable[[str], None]  # called with a trial's final state (COMPLETE, PRUNED, FAIL)
+    policy: StudyPolicy  # one process's study or a shared one: slots, reaping, counts (never asked which)
     keeper: Optional[Keeper] = None  # which trials' weights are kept, and where (None: none)
 
     def config(self, params: dict[str, Any]) -> TrialConfig:

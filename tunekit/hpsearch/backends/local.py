@@ -7,7 +7,6 @@ going, so on a shared database a worker that dies has its trial re-run by anothe
 from __future__ import annotations
 
 # Imported where used, not at the top: optuna; importing this module does not pay for them.
-import contextlib
 import os
 import socket
 import time
@@ -16,12 +15,12 @@ from typing import Any, Optional
 
 from tunekit.errors import SetupError, UsageError
 from tunekit.hpsearch.backends.base import Work
-from tunekit.hpsearch.keep import Keeper, settle
+from tunekit.hpsearch.keep import settle
 from tunekit.hpsearch.keys import SURPLUS, WORKER
-from tunekit.hpsearch.plan import Plan, TrialConfig
+from tunekit.hpsearch.plan import Plan
 from tunekit.hpsearch.settings import SearchSettings
-from tunekit.hpsearch.shared.workers import claim, counts, mark_surplus, reap_every, reap_stopped, reaping
-from tunekit.hpsearch.study import finished_count, note_interrupted, stopped
+from tunekit.hpsearch.shared.workers import mark_surplus
+from tunekit.hpsearch.study import note_interrupted
 from tunekit.hpsearch.trial import Outcome, TrialFailed, conclude, run_trial, start_attrs
 
 __all__ = ["LocalBackend", "sample_params"]
@@ -54,26 +53,22 @@ class LocalBackend:
         """Nothing to refuse: one trial at a time fits where the probe said it fits."""
 
     def run(self, work: Work) -> None:
-        run_local(work.study, work.dists, work.config, work.task, work.target, prune=work.settings.prune,
-                  on_end=work.on_end, store=work.store, shared=work.settings.shared, out_of_time=work.out_of_time,
-                  keeper=work.keeper)
+        run_local(work)
 
 
-def run_local(study: Any, dists: dict[str, Any], make_config: Callable[[dict[str, Any]], TrialConfig], task: Any,
-              target: int, *, prune: bool, on_end: Callable[[str], None], store: Any = None, shared: bool = False,
-              poll: float = 0.5, out_of_time: Callable[[], bool] = lambda: False,
-              run: Callable[..., Outcome] = run_trial, keeper: Optional[Keeper] = None) -> None:
-    """Run trials until the study holds ``target`` finished ones (other workers' included), or until
-    ``out_of_time()`` says the study has spent its device time.
+def run_local(work: Work, run: Callable[..., Outcome] = run_trial, poll: float = 0.5) -> None:
+    """Run trials until the study holds ``work.target`` finished ones (other workers' included), or until
+    ``work.out_of_time()`` says the study has spent its device time.
 
     One ``study.optimize`` call a trial, so that between trials a shared worker can see
     the study: it stops when the target is reached, waits while the others' running trials
     would reach it (failing those whose worker stopped, and running their re-runs), and
-    claims its slot (:func:`~tunekit.hpsearch.shared.workers.claim`) before a trial trains. ``run``
-    trains one trial (:func:`~tunekit.hpsearch.trial.run_trial`, or the user's own loop's); ``keeper``
+    claims its slot (``work.policy.claim``) before a trial trains. ``run``
+    trains one trial (:func:`~tunekit.hpsearch.trial.run_trial`, or the user's own loop's); ``work.keeper``
     keeps the trials' weights, and after each trial the files the study's best makes surplus go."""
     import optuna
 
+    study, policy, target = work.study, work.policy, work.target
     cache: dict[str, Any] = {}
     me = {"host": socket.gethostname(), "pid": os.getpid()}
     current: dict[str, int] = {}
@@ -81,24 +76,23 @@ def run_local(study: Any, dists: dict[str, Any], make_config: Callable[[dict[str
     def objective(trial: Any) -> float:
         current["number"] = trial.number
         trial.set_user_attr(WORKER, me)
-        if shared and not claim(study, trial.number, target):
+        if not policy.claim(study, trial.number, target):
             mark_surplus(trial, target)
             raise Surplus("surplus")
-        return _objective(trial, study, dists, make_config, task, prune, cache, run, keeper)
+        return _objective(trial, work, cache, run)
 
     def after(study: Any, trial: Any) -> None:
-        settle(study, keeper)
+        settle(study, work.keeper)
         if not trial.user_attrs.get(SURPLUS):
-            on_end(trial.state.name)
+            work.on_end(trial.state.name)
 
     # A shared worker also reaps stopped workers while it trains (a thread): their trials' re-runs
     # do not wait for its own trial to end.
-    with reaping(study, store, reap_every(store)) if shared else contextlib.nullcontext():
+    with policy.reaping(study, work.store):
         while True:
-            if shared:
-                reap_stopped(study, store)
-            finished, running = counts(study) if shared else (finished_count(study), 0)
-            if finished >= target or out_of_time():
+            policy.reap(study, work.store)
+            finished, running = policy.counts(study)
+            if finished >= target or work.out_of_time():
                 return
             if finished + running >= target:  # the others' trials may finish it; if a worker stopped, we re-run its trial
                 time.sleep(poll)
@@ -111,23 +105,22 @@ def run_local(study: Any, dists: dict[str, Any], make_config: Callable[[dict[str
             except (optuna.exceptions.UpdateFinishedTrialError, RuntimeError, ValueError):
                 # Our trial was failed under us (our heartbeat was late: another worker took us for
                 # stopped, and re-runs it); anything else is an error.
-                if not shared or current.get("number") not in stopped(study):
+                if current.get("number") not in policy.stopped(study):
                     raise
 
 
-def _objective(trial: Any, study: Any, dists: dict[str, Any], make_config: Callable[[dict[str, Any]], TrialConfig],
-               task: Any, prune: bool, cache: dict[str, Any], run: Callable[..., Outcome] = run_trial,
-               keeper: Optional[Keeper] = None) -> float:
+def _objective(trial: Any, work: Work, cache: dict[str, Any], run: Callable[..., Outcome]) -> float:
+    """One trial of ``work``: its params drawn, its run trained by ``run``, its outcome told to the study."""
     try:
-        cfg = make_config(sample_params(trial, dists))
+        cfg = work.config(sample_params(trial, work.dists))
     except UsageError as exc:  # a config that cannot run (no micro-batch fits) fails as its own trial
         return conclude(trial, Outcome("FAIL", error=f"{type(exc).__name__}: {exc}"))
     for key, value in start_attrs(cfg).items():
         trial.set_user_attr(key, value)
     try:
-        outcome = run(task, trial, cfg, prune=prune, cache=cache, keeper=keeper)
+        outcome = run(work.task, trial, cfg, prune=work.settings.prune, cache=cache, keeper=work.keeper)
     except KeyboardInterrupt:
-        note_interrupted(study, [trial.number])  # Optuna fails the trial; --resume runs it again
+        note_interrupted(work.study, [trial.number])  # Optuna fails the trial; --resume runs it again
         raise
     return conclude(trial, outcome)
 

@@ -11,17 +11,15 @@ memory until it ran out).
 from __future__ import annotations
 
 # Imported where used, not at the top: torch, tqdm; importing this module does not pay for them.
-import inspect
 import math
 import time
 from collections.abc import Callable
 from typing import Any, Optional
 
-from tunekit.errors import SetupError, UsageError
+from tunekit.errors import SetupError
 from tunekit.hpsearch.backends.base import Work
 from tunekit.hpsearch.backends.local import run_local
 from tunekit.hpsearch.keep import Keeper
-from tunekit.hpsearch.options import Local
 from tunekit.hpsearch.plan import Plan, TrialConfig
 from tunekit.hpsearch.resilient import StorageUnreachable
 from tunekit.hpsearch.settings import SearchSettings
@@ -132,9 +130,7 @@ class OwnLoop:
         """Nothing to refuse."""
 
     def run(self, work: Work) -> None:
-        run_local(work.study, work.dists, work.config, work.task, work.target, prune=work.settings.prune,
-                  on_end=work.on_end, store=work.store, shared=work.settings.shared, out_of_time=work.out_of_time,
-                  run=self.trial, keeper=work.keeper)
+        run_local(work, run=self.trial)
 
     def trial(self, task: Any, trial: Any, cfg: TrialConfig, *, prune: bool, cache: Any = None,
               keeper: Optional[Keeper] = None) -> Outcome:
@@ -155,26 +151,3 @@ class OwnLoop:
         keep_weights(keeper, own.trained, outcome, own.number, cfg, trial.study)
         own.trained.clear()
         return outcome
-
-
-def search_own(task: Any, space: Any = "from_scratch", *, run: Callable[[Any], Any], **kwargs: Any) -> Any:
-    """A search whose trials run in the user's own loop: ``run(trial)`` trains one, typically
-    ``Trainer(..., args=replace(args, **trial.training_arguments()), callbacks=[trial.hf_callback()]).train()``
-    or ``lightning.Trainer(**trial.lightning_arguments(), callbacks=[trial.lightning_callback()]).fit(module)``.
-
-    ``task`` is what the probes measure (a Trainer, a LightningRun, a Task or a spec); ``kwargs`` are
-    :func:`tunekit.search`'s. The trials are pruned by tunekit's rungs through the callbacks' reports,
-    one after another in this process, with the memory a finished trial left collected before the next."""
-    from tunekit.hpsearch.run import search, search_with, settings_of
-    from tunekit.integrations.task_spec import task_of
-
-    backend = kwargs.get("backend", Local())
-    if not isinstance(backend, Local) and backend != "local":
-        raise UsageError(f"search_own runs trials in this process, in your loop: backend={backend!r} "
-                         "cannot be used with it; drop backend=")
-    if not callable(run):
-        raise UsageError(f"run must be a function of one trial, got {run!r}: pass run=lambda trial: ...")
-    given = {n: kwargs.pop(n, p.default) for n, p in inspect.signature(search).parameters.items()
-             if p.kind is inspect.Parameter.KEYWORD_ONLY}  # search()'s own defaults for what is not given
-    settings = settings_of(task, deprecated=kwargs, caller="search_own", **given)
-    return search_with(task_of(task), space, settings, OwnLoop(run))

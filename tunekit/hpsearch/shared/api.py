@@ -1,9 +1,8 @@
-"""A shared search as a service: create a study, join it as a worker, reap stopped workers, report it.
+"""A shared study as a service: reap its stopped workers, delete it, report it.
 
-Each is a thin layer over :func:`tunekit.search` and the study's spec (:mod:`.workers`):
-``create_study`` is a search that runs the probes and no trial; ``join_study`` is a search
-whose settings come from the study (the ones given must agree with it); ``study_result``
-reads the whole study back, wherever its trials ran.
+Each is a thin layer over the study's spec (:mod:`.workers`): ``study_result`` reads the whole
+study back, wherever its trials ran. Creating and joining one are searches, beside
+:func:`tunekit.search` (:mod:`tunekit.hpsearch.entries`).
 """
 
 from __future__ import annotations
@@ -12,12 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
-import dataclasses
 
 from tunekit.errors import UsageError, deprecated
 from tunekit.hpsearch.budget import Budget
 from tunekit.hpsearch.keys import ARTIFACTS_KEY
-from tunekit.hpsearch.options import TPE, BackendOptions, Local, SharedStudy
+from tunekit.hpsearch.options import TPE, SharedStudy
 from tunekit.hpsearch.settings import SearchSettings
 from tunekit.hpsearch.shared.server import attach
 from tunekit.hpsearch.shared.spec import StoredSpec
@@ -25,32 +23,10 @@ from tunekit.hpsearch.shared.workers import open_storage, reap_stopped, space_of
 from tunekit.hpsearch.study import check_report_of, read_dists, read_plan
 from tunekit.results import write_report
 
-__all__ = ["create_study", "join_study", "reap_study", "delete_study", "study_result", "write_study_report",
-           "JOIN_SETTINGS"]
+__all__ = ["load_spec", "reap_study", "delete_study", "study_result", "write_study_report"]
 
-# What a joining worker may repeat: the study's own values, as its spec keeps them (and max_steps,
-# another way to say the budget); each must agree with the study's.
-JOIN_SETTINGS = (*SearchSettings().study_dict(), "max_steps")
-
-
-def create_study(task: Any = "shapes", space: Any = "from_scratch", *, study: Optional[SharedStudy] = None,
-                 **search_args: Any) -> Any:
-    """Create the shared ``study``: the probes run here, once; the spec, plan and seed trial are stored.
-    Workers then join with :func:`join_study` (``tunekit worker``), given the same SharedStudy.
-    ``search_args``: those of :func:`tunekit.search`. Returns the (empty) SearchResult."""
-    from tunekit.hpsearch.run import search
-
-    if study is None:
-        if not search_args.get("storage"):  # tunekit 0.1.0: storage=URL, study_name=NAME (FLAT_KEYWORDS, until 0.3.0)
-            raise UsageError("create_study needs study=SharedStudy(storage=URL) (postgresql://..., sqlite:///..., or "
-                             "a journal file *.log)")
-        return search(task, space, run_trials=False, **search_args)
-    if not isinstance(study, SharedStudy):
-        raise UsageError(f"create_study needs study=SharedStudy(storage=URL), got {study!r}")
-    return search(task, space, study=dataclasses.replace(study, run_trials=False), **search_args)
-
-
-def _load_spec(store: Any, name: str, storage: str, timeout: float) -> StoredSpec:
+def load_spec(store: Any, name: str, storage: str, timeout: float) -> StoredSpec:
+    """The study's spec, waited for ``timeout`` seconds; refused in one line where there is none."""
     import optuna
 
     if name not in optuna.get_all_study_names(store):
@@ -63,69 +39,8 @@ def _load_spec(store: Any, name: str, storage: str, timeout: float) -> StoredSpe
     return spec
 
 
-def join_study(study: SharedStudy | str, study_name: Optional[str] = None, *, task: Any = None, out: Any = None,
-               backend: BackendOptions = Local(), keep: str = "best", progress: Optional[bool] = None,
-               **must_agree: Any) -> Any:
-    """Join the shared ``study`` as a worker: run its trials until it holds its count; no probe runs.
-
-    ``must_agree`` (any of :data:`JOIN_SETTINGS`, or ``sampler=``/``pruner=`` objects) are checked against
-    the study's and refused in one line when they disagree; those not given are the study's. ``task``
-    defaults to the study's (give the same task object when the study was created with one). ``keep``:
-    which of this worker's trials keep their weights, in the study's artifact folder when it has one."""
-    from tunekit.hpsearch.run import search
-    from tunekit.integrations.task_spec import TaskSpec
-
-    if isinstance(study, str):  # tunekit 0.1.0: join_study(storage, study_name, worker_id=..., ...), until 0.3.0
-        study, backend = _legacy_worker(study, study_name, backend, must_agree)
-    unknown = sorted(set(must_agree) - set(JOIN_SETTINGS) - {"sampler", "pruner", "objective"})
-    if unknown:
-        raise UsageError(f"join_study does not take {unknown[0]}=: a worker takes the study's settings; "
-                         f"it may repeat {', '.join(JOIN_SETTINGS)}")
-    if not study.name:
-        raise UsageError("join_study needs the study's name: pass study=SharedStudy(storage=URL, name=NAME)")
-    spec = _load_spec(open_storage(study.storage, None, study.heartbeat_grace, study.storage_retry), study.name,
-                      study.storage, study.join_timeout)
-    if task is None and spec.task is None:
-        raise UsageError(f"study '{study.name}' was created with a Task object, not a spec: pass the same task=")
-    kw = _the_studys(spec, {k: v for k, v in must_agree.items() if v is not None})
-    config = kw.pop("task_config", None)
-    if isinstance(task, TaskSpec):
-        task, config = task.spec, dict(task.config) or config
-    task = spec.task if task is None else task
-    task = TaskSpec(task, config) if config and isinstance(task, str) else task
-    return search(task, space_of(spec), study=study, backend=backend, out=out, keep=keep, progress=progress, **kw)
-
-
-def _the_studys(spec: StoredSpec, given: dict[str, Any]) -> dict[str, Any]:
-    """The study's settings as :func:`tunekit.search` takes them, with the ones a worker gave over them."""
-    values = {k: spec.value(k) for k in JOIN_SETTINGS if spec.holds(k)}  # an older spec lacks the newer settings
-    objects = {k: given.pop(k) for k in ("sampler", "pruner") if k in given}
-    if "budget" in given or "max_steps" in given:
-        values.pop("budget", None)  # search() compares the budget it resolves with the study's
-    if "max_steps" in given:
-        given["budget"] = f"{given.pop('max_steps')}updates"
-    if isinstance(given.get("objective"), str) and given["objective"] != values.get("objective"):
-        values.pop("direction", None)  # another objective's own direction, to be told apart in one line
-    return SearchSettings.from_spec(values | given) | objects
-
-
-# 0.1.0's join_study(storage, study_name, ...) and reap_study(grace_period=): deprecated in 0.2.0, removed in 0.3.0.
-_WORKER_ARGS = deprecated("join_study(storage, study_name, ...)", "pass join_study(SharedStudy(storage=URL, "
-                          "name=NAME, worker_id=..., ...), backend=Local(device=...))")
+# 0.1.0's reap_study(grace_period=): deprecated in 0.2.0, removed in 0.3.0.
 _GRACE_PERIOD = deprecated("reap_study(grace_period=)", "pass heartbeat_grace=")
-
-
-def _legacy_worker(storage: str, name: Optional[str], backend: BackendOptions,
-                   kw: dict[str, Any]) -> tuple[SharedStudy, BackendOptions]:
-    """tunekit 0.x's join_study(storage, study_name, ...) keywords as a SharedStudy and a backend, warned."""
-    old = {"worker_id": "worker_id", "threads": "threads", "grace_period": "heartbeat_grace", "timeout": "join_timeout",
-           "time_limit": "time_limit", "storage_retry": "storage_retry"}
-    fields = {new: kw.pop(k) for k, new in old.items() if k in kw}
-    device = kw.pop("device", None)
-    _WORKER_ARGS.warn()
-    if device is not None:
-        backend = dataclasses.replace(backend, device=device)
-    return SharedStudy(storage=storage, name=name, **fields), backend
 
 
 def reap_study(storage: str, study_name: str, workers: Optional[list[str]] = None,
@@ -173,11 +88,14 @@ def study_result(storage: str, study_name: str) -> Any:
     """The whole study as a SearchResult, from what it keeps (its spec, plan and trials)."""
     import optuna
 
+    from tunekit.hpsearch.resolve import SearchInputs
     from tunekit.hpsearch.seeding import Probes
+    from tunekit.hpsearch.shared.policy import policy_of
     from tunekit.hpsearch.summary import build_result
+    from tunekit.hpsearch.worker_study import FoundStudy, OpenedStudy, Prepared
 
     store = open_storage(storage, None)
-    spec = _load_spec(store, study_name, storage, timeout=0)
+    spec = load_spec(store, study_name, storage, timeout=0)
     study = optuna.load_study(study_name=study_name, storage=store)
     stored = read_plan(study)
     if stored is None or stored.budget is None:
@@ -189,8 +107,11 @@ def study_result(storage: str, study_name: str) -> Any:
                               sampler=TPE(seed=spec.sampler_seed))
     budget = Budget(**{k: v for k, v in stored.budget.items() if k != "samples"})
     probes = Probes(*spec_probes(spec), int(stored.probe_samples or 0), float(stored.probe_seconds or 0.0))
-    return build_result(study, store, settings, space_of(spec), dists, dict(spec.seed_params), budget,
-                        stored.plan, probes, seconds, spec.task)
+    found = FoundStudy(store, study_name, True, stored, read_dists(study), spec, policy_of(settings.study))
+    prep = Prepared(settings, spec.task, spec.task, SearchInputs(space_of(spec), None, None, budget), found, probes,
+                    stored.plan, dists, spec)
+    opened = OpenedStudy(study, dict(spec.seed_params), None, "", spec.sampler_seed, stored)
+    return build_result(prep, opened, seconds)
 
 
 def write_study_report(storage: str, study_name: str, out: str | Path, artifacts: Optional[str] = None) -> Any:

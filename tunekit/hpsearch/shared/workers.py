@@ -36,13 +36,14 @@ from tunekit.hpsearch.keys import (CREATOR_KEY, DESIGN_KEY, ENQUEUED_KEY, ERROR,
 from tunekit.hpsearch.resilient import STORAGE_RETRY
 from tunekit.hpsearch.settings import SPEC_COMPARED
 from tunekit.hpsearch.shared.spec import StoredSpec
-from tunekit.hpsearch.study import excluded, fail_trial, make_storage, mark_interrupted, requeue_interrupted, stopped
+from tunekit.hpsearch.study import excluded, fail_trial, make_storage, stopped
 from tunekit.inputs.space import Entry, SearchSpace
 from tunekit.integrations.task_spec import same_task
+from tunekit.processes import alive
 
 __all__ = ["worker_id", "worker_seed", "register_worker", "default_threads", "claim", "counts", "claim_creation",
            "wait_for_spec", "check_spec", "creator_gave_up", "end_creation", "TAKEN_OVER",
-           "on_stale_trial", "reap_stopped", "reap_every", "reaping", "open_storage", "resume_study", "SPEC_CHECKED"]
+           "on_stale_trial", "reap_stopped", "reap_every", "reaping", "open_storage", "set_threads", "SPEC_CHECKED"]
 
 # The settings a joining worker must share with the study, as written (the others, the budget,
 # seed and evals, are checked through the plan they resolve to, by check_resume).
@@ -70,19 +71,15 @@ def register_worker(study: Any, wid: str, seed: int, threads: Optional[int]) -> 
                                               "threads": threads, "started": time.time()})
 
 
-def _alive(pid: int) -> bool:
-    """Whether process ``pid`` of this machine runs (a zombie, killed but not yet waited for, does not)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process: alive
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rpartition(")")[2].split()[0] != "Z"
-    except (OSError, IndexError):  # no /proc (macOS): os.kill said it exists
-        return True
+def set_threads(n: Optional[int]) -> Optional[int]:
+    """Set torch's threads to ``n`` (None: leave them); the threads before, to restore."""
+    if n is None:
+        return None
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    return before
 
 
 def default_threads(study: Any) -> int:
@@ -90,7 +87,7 @@ def default_threads(study: Any) -> int:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     host = socket.gethostname()
     live = {w.get("pid") for k, w in study.user_attrs.items()
-            if k.startswith(WORKER_PREFIX) and isinstance(w, dict) and w.get("host") == host and _alive(int(w["pid"]))}
+            if k.startswith(WORKER_PREFIX) and isinstance(w, dict) and w.get("host") == host and alive(int(w["pid"]))}
     return max(1, cores // max(1, len(live | {os.getpid()})))
 
 
@@ -211,7 +208,7 @@ def _marker(name: str, generation: int) -> str:
 def _creator_dead(creator: Optional[dict[str, Any]]) -> bool:
     if not creator:
         return False  # a creator from before the notes, or one that has not written yet
-    if creator.get("host") == socket.gethostname() and creator.get("pid") and not _alive(int(creator["pid"])):
+    if creator.get("host") == socket.gethostname() and creator.get("pid") and not alive(int(creator["pid"])):
         return True
     return time.time() - float(creator.get("alive", 0.0)) > CREATOR_STALE
 
@@ -351,7 +348,7 @@ def reap_stopped(study: Any, store: Any = None, workers: Optional[list[str]] = N
     host, named = socket.gethostname(), set(workers or ())
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
         w = t.user_attrs.get(WORKER) or {}
-        dead = (w.get("host") == host and w.get("pid") and not _alive(int(w["pid"]))) or _where(t) in named
+        dead = (w.get("host") == host and w.get("pid") and not alive(int(w["pid"]))) or _where(t) in named
         if not dead:
             continue
         reason = f"worker {_where(t)} stopped"
@@ -404,16 +401,3 @@ def _stopped_numbers(study: Any) -> list[int]:
 def _fail(study: Any, store: Any, trial: Any, reason: str) -> bool:
     """Fail another process's trial, its reason on it (for dashboards); True in the one process whose call did it."""
     return fail_trial(study, store, trial.number, reason)
-
-
-def resume_study(study: Any, shared: bool, store: Any = None) -> None:
-    """Trials that died with their process fail, and the interrupted ones are queued again.
-
-    On our own storage (one process) a RUNNING trial died with the process; on a
-    shared one, other workers may be running: only trials whose worker stopped are
-    dead (:func:`reap_stopped` queues their re-runs)."""
-    if shared:
-        reap_stopped(study, store)
-    else:
-        mark_interrupted(study, store)
-    requeue_interrupted(study)
