@@ -29,8 +29,8 @@ from typing import Any, Optional
 
 from tunekit.errors import SetupError, UsageError
 from tunekit.hpsearch.backends.base import Work
-from tunekit.hpsearch.backends.ray.cluster import (check_address, copy_ray_logs, init_ray, prepare_env, ray_available,
-                                                   tune_logs_quiet)
+from tunekit.hpsearch.backends.ray.cluster import (check_address, check_workers_load, copy_ray_logs, init_ray, prepare_env,
+                                                   ray_available, tune_logs_quiet)
 from tunekit.hpsearch.keep import Keeper, settle
 from tunekit.hpsearch.keys import ATTEMPTS, REASON
 from tunekit.hpsearch.plan import Plan, TrialConfig, split_batch
@@ -142,40 +142,6 @@ def trainable(config: dict[str, Any], task: Any = None) -> None:
                  "updates": outcome.updates, "seconds": outcome.seconds, "error": outcome.error,
                  "diverged": outcome.diverged, "curve": curve, "worker": worker, "initial_loss": outcome.initial_loss,
                  "final_step": outcome.final_step, "val_loss": outcome.val_loss, "weights": outcome.weights})
-
-
-def loads_on_a_worker(task: Any) -> Optional[str]:
-    """Runs on a Ray worker: the error that loading the trials' task meets there (a spec's file or module,
-    or the modules a Task object needs, given as ``[ref]``), or None when it loads."""
-    import ray
-
-    from tunekit.integrations.task_spec import resolve_task_function
-
-    try:
-        if isinstance(task, list):
-            ray.get(task[0])
-        elif isinstance(task, str):
-            resolve_task_function(task)
-    except Exception as exc:  # noqa: BLE001 - whatever stops the trials, said before the first runs
-        said = str(exc) if isinstance(exc, UsageError) else f"{type(exc).__name__}: {exc}"
-        return " ".join(said.split())[:500]
-    return None
-
-
-def check_workers_load(task: Any) -> None:
-    """Refuse, in one line and before the first trial, a task the Ray workers cannot load (a file or a
-    module that only the driver's folder or ``sys.path`` holds, on a cluster of other machines). It costs
-    one worker's start and import of the task (about 2.5 s on 2 busy CPU cores), once a search."""
-    import ray
-
-    from tunekit.integrations.task_spec import list_tasks
-
-    if isinstance(task, str) and task.strip() in list_tasks():
-        return  # a built-in task ships with tunekit, which the workers import already
-    error = ray.get(ray.remote(num_cpus=0)(loads_on_a_worker).remote(task))
-    if error:
-        raise UsageError(f"the Ray workers cannot load the task ({error}): give the task file by a path that every "
-                         "machine of the cluster has, or put its module on the workers' PYTHONPATH")
 
 
 def _finite(value: float, direction: str = "minimize") -> float:
