@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import tunekit
-from tunekit.entry_options import (BatchPlan, DoctorChecks, Measurement, PlannedRun, Refine, StepSettings, Sweep)
+from tunekit.entry_options import (BatchTarget, DoctorChecks, Measurement, PlannedRun, Refine, StepSettings, Sweep)
 from tunekit.errors import UsageError
 from tunekit.option_fields import flag_fields, flag_of, opt
 
@@ -64,7 +64,7 @@ def test_probe_grouped_is_the_flat_call() -> None:
     measure = Measurement(trace_sizes=(2, 4), throughput_points=0, timing_steps=1, noise_repeats=0,
                           calibrate_steps=False, batch_limit=32)
     grouped = _no_warning(lambda: tunekit.probe(task, memory_budget="1GiB", step=StepSettings(device="cpu"),
-                                                measure=measure, plan=BatchPlan(target_batch=64), progress=False))
+                                                measure=measure, target=BatchTarget(target_batch=64), progress=False))
     with pytest.warns(DeprecationWarning, match=r"^probe\(headroom=, batch_limit=, .*\) is deprecated since tunekit 0\.2\.0"):
         flat = tunekit.probe(task, memory_budget="1GiB", device="cpu", target_batch=64, progress=False,
                              **{f.name: getattr(measure, f.name) for f in dataclasses.fields(measure)})
@@ -126,7 +126,7 @@ def _flags(command: str, parser: Any = None) -> set[str]:
     return {o for a in sub._actions for o in a.option_strings}  # noqa: SLF001
 
 
-COMMANDS = {"lr-find": (Sweep, Refine, StepSettings), "probe": (StepSettings, Measurement, BatchPlan),
+COMMANDS = {"lr-find": (Sweep, Refine, StepSettings), "probe": (StepSettings, Measurement, BatchTarget),
             "doctor": (StepSettings, PlannedRun, DoctorChecks)}
 
 
@@ -155,7 +155,7 @@ def test_the_flags_keep_their_names_and_build_the_objects() -> None:
     args = build_parser().parse_args(["probe", "--trace-sizes", "2,4", "--no-calibrate-steps", "--lr", "0.1",
                                       "--lr-batch", "32"])
     assert object_of(args, Measurement) == Measurement(trace_sizes=(2, 4), calibrate_steps=False)
-    assert object_of(args, BatchPlan) == BatchPlan(lr=0.1, lr_batch=32)
+    assert object_of(args, BatchTarget) == BatchTarget(lr=0.1, lr_batch=32)
 
 
 def test_a_field_added_to_an_object_is_a_flag_of_its_commands(monkeypatch: pytest.MonkeyPatch) -> None:

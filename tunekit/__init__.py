@@ -33,7 +33,7 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors
     from tunekit.hpsearch.options import (TPE, Halving, Local, NoPruning, ProbeSettings, RandomSampler, Ray,
                                           SharedStudy, Study)
     from tunekit.objective import Objective
-    from tunekit.entry_options import BatchPlan, DoctorChecks, Measurement, PlannedRun, Refine, StepSettings, Sweep
+    from tunekit.entry_options import BatchTarget, DoctorChecks, Measurement, PlannedRun, Refine, StepSettings, Sweep
 
 # name -> the module that defines it
 _LAZY = {
@@ -52,7 +52,7 @@ _LAZY = {
     **{name: "tunekit.hpsearch.options" for name in ("TPE", "RandomSampler", "Halving", "NoPruning", "Local", "Ray",
                                                      "Study", "SharedStudy", "ProbeSettings")},
     # lr_find's, probe's and doctor's objects
-    **{name: "tunekit.entry_options" for name in ("Sweep", "Refine", "StepSettings", "Measurement", "BatchPlan",
+    **{name: "tunekit.entry_options" for name in ("Sweep", "Refine", "StepSettings", "Measurement", "BatchTarget",
                                                   "PlannedRun", "DoctorChecks")},
 }
 

@@ -21,7 +21,7 @@ from tunekit.cli_flags import (RAY_FLAGS, SHARED_FLAGS, TASK_FORMS, Parser, add_
 from tunekit.cli_run import in_cli_terms, run
 from tunekit.cli_study_commands import (cmd_dashboard, cmd_report, cmd_search, cmd_serve, cmd_study_create,
                                         cmd_study_delete, cmd_study_reap, cmd_worker)
-from tunekit.entry_options import BatchPlan, DoctorChecks, Measurement, PlannedRun, Refine, StepSettings, Sweep
+from tunekit.entry_options import BatchTarget, DoctorChecks, Measurement, PlannedRun, Refine, StepSettings, Sweep
 from tunekit.version import __version__
 
 __all__ = ["main", "build_parser", "in_cli_terms"]
@@ -114,7 +114,7 @@ def _add_probe_command(sub: Any) -> None:
     add_flags(p, "--memory-budget", help="e.g. 512MiB, 8GiB, 2.5GB (default: free GPU memory; on CPU a quarter of RAM, or what is free if less)")
     add_fields(p, StepSettings, skip=("--batch-size",))  # the probe finds the batch
     add_fields(p, Measurement)
-    add_fields(p, BatchPlan)
+    add_fields(p, BatchTarget)
     add_run_args(p, "probe.json and probe.png", device=False)
 
 

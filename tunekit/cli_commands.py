@@ -15,7 +15,7 @@ from typing import Any
 
 from tunekit.cli_common import check_size, load_task_of, out_dir, print_names, progress_of, show, task_config
 from tunekit.cli_run import in_cli_terms
-from tunekit.entry_options import BatchPlan, DoctorChecks, Measurement, PlannedRun, Refine, StepSettings, Sweep
+from tunekit.entry_options import BatchTarget, DoctorChecks, Measurement, PlannedRun, Refine, StepSettings, Sweep
 from tunekit.errors import UsageError, shown
 from tunekit.inputs.space import list_spaces, load_space, space_path
 from tunekit.option_fields import dest_of, flag_fields
@@ -57,10 +57,10 @@ def cmd_probe(args: argparse.Namespace) -> int:
     """`tunekit probe`: the largest, fastest and critical batch, and probe.json and .png."""
     from tunekit.probes.batch_probe import probe
 
-    step, measure, plan = object_of(args, StepSettings), object_of(args, Measurement), object_of(args, BatchPlan)
+    step, measure, target = object_of(args, StepSettings), object_of(args, Measurement), object_of(args, BatchTarget)
     out = out_dir(args.out)
     check_size(args.memory_budget)
-    result = probe(load_task_of(args), memory_budget=args.memory_budget, step=step, measure=measure, plan=plan,
+    result = probe(load_task_of(args), memory_budget=args.memory_budget, step=step, measure=measure, target=target,
                    seed=args.seed, progress=progress_of(args))
     return show(result, out, in_cli_terms(result.summary(), args.usage()))  # its advice (memory_budget) as flags
 

@@ -1,7 +1,7 @@
 """The objects ``lr_find``, ``probe`` and ``doctor`` take, one per concept, as ``search`` takes a sampler and a pruner.
 
 ``lr_find(task, sweep=Sweep(max_lr=1), refine=Refine(share=0.1), step=StepSettings(precision="bf16"))``;
-``probe(task, step=StepSettings(...), measure=Measurement(...), plan=BatchPlan(target_batch=256))``;
+``probe(task, step=StepSettings(...), measure=Measurement(...), target=BatchTarget(target_batch=256))``;
 ``doctor(task, run=PlannedRun(lr=3e-3), checks=DoctorChecks(anomaly=True))``.
 Each is frozen; its fields are the only list of its settings: the CLI's flags are generated from them
 (:mod:`tunekit.option_fields`). The entry point checks their values, resolved against the task's recipe.
@@ -18,7 +18,7 @@ from tunekit.errors import UsageError, check_int, is_int_at_least, shown
 from tunekit.option_fields import opt
 from tunekit.precision import PRECISIONS
 
-__all__ = ["Sweep", "Refine", "StepSettings", "Measurement", "BatchPlan", "PlannedRun", "DoctorChecks", "NOISE_REPEATS",
+__all__ = ["Sweep", "Refine", "StepSettings", "Measurement", "BatchTarget", "PlannedRun", "DoctorChecks", "NOISE_REPEATS",
            "TASK_DEFAULT"]
 
 NOISE_REPEATS = 12  # gradients at each of the noise scale's two batches
@@ -135,7 +135,7 @@ class Measurement:
 
 
 @dataclass(frozen=True)
-class BatchPlan:
+class BatchTarget:
     """The run the probe plans for: its effective batch, and an LR found at another batch to rescale to it."""
 
     target_batch: Optional[int] = opt(None, "effective batch to plan for (default: the critical batch)", kind="int",

@@ -29,7 +29,7 @@ from torch import nn
 from tunekit.bytesize import format_bytes
 from tunekit.errors import HintedWarning, UsageError, check_int, check_number, renamed_keywords, warn_at_caller
 from tunekit.inputs.data import BatchStream, Data, dataset_size
-from tunekit.entry_options import NOISE_REPEATS, BatchPlan, Measurement, StepSettings
+from tunekit.entry_options import NOISE_REPEATS, BatchTarget, Measurement, StepSettings
 from tunekit.option_fields import grouped_keywords
 from tunekit.inputs.task import ComputeLoss, LossFn, Task
 from tunekit.integrations.task_spec import takes_their_objects
@@ -104,25 +104,25 @@ def plan_batches(target: int, max_batch: int, throughput: list[dict[str, float]]
 
 
 @renamed_keywords(max_batch="batch_limit")
-@grouped_keywords(step=StepSettings, measure=Measurement, plan=BatchPlan)
+@grouped_keywords(step=StepSettings, measure=Measurement, target=BatchTarget)
 @takes_their_objects
 def probe(
     model: nn.Module | Task, train_data: Data | None = None, loss_fn: LossFn | None = None, optimizer: Any = None,
     *, compute_loss: ComputeLoss | None = None, memory_budget: int | str | None = None,
-    step: StepSettings = StepSettings(), measure: Measurement = Measurement(), plan: BatchPlan = BatchPlan(),
+    step: StepSettings = StepSettings(), measure: Measurement = Measurement(), target: BatchTarget = BatchTarget(),
     seed: int = 0, progress: bool | None = None,
 ) -> ProbeResult:
     """Probe memory and throughput of the shared step, and the critical batch size.
 
     The settings come in objects (:mod:`tunekit.entry_options`): the step (:class:`StepSettings`: its
     accumulation, clipping and precision default to a Task's recipe, as :func:`tunekit.train` resolves them),
-    what is measured (:class:`Measurement`) and the run planned for (:class:`BatchPlan`); 0.1's flat
+    what is measured (:class:`Measurement`) and the run planned for (:class:`BatchTarget`); 0.1's flat
     keywords still work for a release.
 
     Args:
         memory_budget: bytes or "8GiB"; by default the GPU's free memory, on the CPU a run's share (a quarter
             of RAM, or what is free if less); ``measure.headroom`` of it is kept free.
-        plan.target_batch: plan (micro-batch, accumulation) pairs for this effective batch (default: the critical
+        target.target_batch: plan (micro-batch, accumulation) pairs for this effective batch (default: the critical
             batch, rounded to a power of two); ``lr`` found at effective batch ``lr_batch`` is rescaled to it
             by the linear and square-root rules.
         measure.batch_limit: the largest batch tried (0.1.0's ``max_batch=``); ``ProbeResult.max_batch`` is the largest confirmed.
@@ -135,7 +135,7 @@ def probe(
     headroom, batch_limit, trace_sizes = measure.headroom, measure.batch_limit, measure.trace_sizes
     throughput_points, timing_steps, calibrate_steps = measure.throughput_points, measure.timing_steps, measure.calibrate_steps
     noise_repeats, noise_warmup, device = measure.noise_repeats, measure.noise_warmup, step.device
-    target_batch, lr, lr_batch = plan.target_batch, plan.lr, plan.lr_batch
+    target_batch, lr, lr_batch = target.target_batch, target.lr, target.lr_batch
     clip_grad_norm, accumulation_steps, precision = step_settings(model, step.clip_grad_norm, step.accumulation_steps,
                                                                   step.precision)
     _check_args(headroom, accumulation_steps, target_batch, lr, lr_batch, batch_limit)
@@ -173,8 +173,8 @@ def probe(
 
     # 5. What it means for a run: the critical batch, a plan for the target batch, the LR rescaled to it.
     critical = noise["b_simple"] if noise and math.isfinite(noise["b_simple"]) else None
-    target, why = _target_of(target_batch, noise, critical, noise_warmup, noise_repeats, confirmed, sub.task.batch_size)
-    pairs, lr_scaling = _plan(target, confirmed, throughput, mm, lr, lr_batch)
+    effective, why = _target_of(target_batch, noise, critical, noise_warmup, noise_repeats, confirmed, sub.task.batch_size)
+    pairs, lr_scaling = _plan(effective, confirmed, throughput, mm, lr, lr_batch)
     knee, fastest = knee_and_fastest(throughput)
     return ProbeResult(
         device=str(sub.device), precision=sub.precision, accumulation_steps=accumulation_steps, budget_bytes=room.budget,
