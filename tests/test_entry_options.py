@@ -70,7 +70,7 @@ def test_probe_grouped_is_the_flat_call() -> None:
                              **{f.name: getattr(measure, f.name) for f in dataclasses.fields(measure)})
     assert (flat.max_batch, flat.predicted_max_batch, flat.settings) == (
         grouped.max_batch, grouped.predicted_max_batch, grouped.settings)
-    assert [p["effective_batch"] for p in flat.plan] == [p["effective_batch"] for p in grouped.plan] and grouped.plan
+    assert [p["effective_batch"] for p in flat.splits] == [p["effective_batch"] for p in grouped.splits] and grouped.splits
 
 
 def test_doctor_grouped_is_the_flat_call() -> None:

@@ -333,6 +333,27 @@ def test_probe_result_round_trip_and_plot(tmp_path: Path) -> None:
     assert r._repr_png_()[:4] == b"\x89PNG"
 
 
+def test_a_probe_saved_with_its_plan_loads_and_the_old_names_warn() -> None:
+    """A probe.json saved when the splits were its ``plan`` loads silently; ``.plan``/``.plan_reason`` still
+    read the splits, with a DeprecationWarning (removed in 0.3.0)."""
+    pairs = [{"effective_batch": 8, "micro_batch": 4, "accumulation_steps": 2, "samples_per_s": 1.0, "peak_bytes": 1}]
+    r = tunekit.ProbeResult(device="cpu", precision="fp32", accumulation_steps=1, budget_bytes=1, budget_source="given",
+                            headroom=0.15, usable_bytes=1, memory={}, predicted_max_batch=4, max_batch=4, tried=[],
+                            throughput=[], knee_batch=None, fastest_batch=None, critical_batch=None,
+                            critical_batch_range=None, noise=None, splits=pairs, splits_reason="the one asked for")
+    saved = json.loads(r.to_json())
+    assert "plan" not in saved and saved["splits"] == pairs
+    saved["plan"], saved["plan_reason"] = saved.pop("splits"), saved.pop("splits_reason")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        back = tunekit.ProbeResult.from_json(json.dumps(saved))
+    assert back.splits == pairs and back.splits_reason == "the one asked for"
+    with pytest.deprecated_call(match=r"^ProbeResult\.plan is deprecated since tunekit 0\.2\.0 .*: use \.splits$"):
+        assert back.plan == pairs
+    with pytest.deprecated_call(match=r"^ProbeResult\.plan_reason is deprecated .*: use \.splits_reason$"):
+        assert back.plan_reason == "the one asked for"
+
+
 @pytest.mark.slow  # a subprocess: the console entry point of `tunekit probe`, end to end
 def test_cli_probe(tmp_path: Path) -> None:
     # A small task (the built-in default's probe costs twice the CPU and proves nothing more of the entry point).
@@ -441,8 +462,8 @@ def test_without_a_noise_scale_to_trust_the_plan_is_for_the_largest_batch_and_sa
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     r = probe(model, task.train_data, task.loss, opt, memory_budget="256MiB", device="cpu",
               throughput_points=0, noise_repeats=4)
-    assert r.plan and r.plan[0]["effective_batch"] == r.max_batch
-    assert "the largest batch that fits: no noise scale to trust" in r.plan_reason
+    assert r.splits and r.splits[0]["effective_batch"] == r.max_batch
+    assert "the largest batch that fits: no noise scale to trust" in r.splits_reason
     assert "largest batch that fits" in r.table() and "nan samples/s" not in r.table()
 
 
@@ -620,7 +641,7 @@ def test_a_cpu_probe_takes_a_runs_share_of_memory_and_never_plans_on_an_unbounde
     task = regression_task()
     r = probe(task, trace_sizes=(2, 4), throughput_points=2, timing_steps=1, noise_repeats=2, calibrate_steps=False,
               progress=False)
-    assert "unbounded" in r.plan_reason and r.plan[0]["micro_batch"] * r.plan[0]["accumulation_steps"] == task.batch_size
+    assert "unbounded" in r.splits_reason and r.splits[0]["micro_batch"] * r.splits[0]["accumulation_steps"] == task.batch_size
 
 
 def test_a_probe_dearer_than_its_planned_run_says_so_before_its_real_steps() -> None:
@@ -717,7 +738,7 @@ def test_timings_taken_while_the_machine_is_busy_are_timed_again_and_else_not_ac
     monkeypatch.setattr(throughput, "_time_step", scripted(0, {2, 23, 256}))
     r = probe(task, **kw)
     assert r.busy_batches == [2, 23, 256] and r.step_times == [] and r.run_seconds is None
-    assert r.fastest_batch is None and r.knee_batch is None and all(math.isnan(p["samples_per_s"]) for p in r.plan)
+    assert r.fastest_batch is None and r.knee_batch is None and all(math.isnan(p["samples_per_s"]) for p in r.splits)
     assert "every timing was taken while the machine was busy" in r.table()
     assert "its seconds not predicted (the machine was busy)" in r.cost()
     # Timing again replays drawn batches: the probe's samples are the same however busy the machine was.

@@ -174,7 +174,7 @@ def probe(
     # 5. What it means for a run: the critical batch, a plan for the target batch, the LR rescaled to it.
     critical = noise["b_simple"] if noise and math.isfinite(noise["b_simple"]) else None
     effective, why = _target_of(target_batch, noise, critical, noise_warmup, noise_repeats, confirmed, sub.task.batch_size)
-    pairs, lr_scaling = _plan(effective, confirmed, throughput, mm, lr, lr_batch)
+    pairs, lr_scaling = _splits(effective, confirmed, throughput, mm, lr, lr_batch)
     knee, fastest = knee_and_fastest(throughput)
     return ProbeResult(
         device=str(sub.device), precision=sub.precision, accumulation_steps=accumulation_steps, budget_bytes=room.budget,
@@ -182,7 +182,7 @@ def probe(
         predicted_max_batch=predicted, max_batch=confirmed, tried=tried, throughput=throughput, knee_batch=knee,
         fastest_batch=fastest, critical_batch=critical, noise=noise,
         critical_batch_range=(noise["low"], noise["high"]) if critical is not None else None,
-        plan=pairs, plan_reason=why, lr_scaling=lr_scaling, dataset_size=n_data, seconds=time.perf_counter() - start, settings=settings,
+        splits=pairs, splits_reason=why, lr_scaling=lr_scaling, dataset_size=n_data, seconds=time.perf_counter() - start, settings=settings,
         updates=run.counter["updates"], samples=run.counter["samples"], memory_measured=measured_how,
         run_steps=sub.task.defaults.get("max_steps"), run_batch=sub.task.batch_size,
         warnings=_warnings(throughput, noise, noise_warmup) + measurement_warnings(measured_how))
@@ -295,16 +295,16 @@ def _target(given: Optional[int], critical: Optional[float], largest: int, measu
                      "initialisation, understates it; probe a Task or pass noise_warmup=50 for the critical batch)")
 
 
-def _plan(target: int, confirmed: int, throughput: list[dict[str, float]], mm: MemoryModel, lr: Optional[float],
-          lr_batch: Optional[int]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """The (micro-batch, accumulation) plan for the target batch, and an LR found at ``lr_batch`` rescaled to it."""
-    plan = plan_batches(target, confirmed, throughput, mm) if target else []
+def _splits(target: int, confirmed: int, throughput: list[dict[str, float]], mm: MemoryModel, lr: Optional[float],
+            lr_batch: Optional[int]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The (micro-batch, accumulation) splits of the target batch, and an LR found at ``lr_batch`` rescaled to it."""
+    splits = plan_batches(target, confirmed, throughput, mm) if target else []
     lr_scaling: dict[str, Any] = {}
     if lr is not None and lr_batch is not None and target:
         for rule in PROBE_LR_RULES:
             lr_scaling[rule] = {"from_lr": lr, "from_batch": lr_batch, "to_batch": target,
                                 "lr": rescale_lr(lr, lr_batch, target, rule)}
-    return plan, lr_scaling
+    return splits, lr_scaling
 
 
 def _check_args(headroom: float, accumulation_steps: int, target_batch: Optional[int], lr: Optional[float],

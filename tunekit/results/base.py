@@ -96,6 +96,8 @@ class Result:
     _tuple_fields: tuple[str, ...] = ()
     # The name of the files save() writes (NAME.json, NAME.png); each result sets its own.
     _stem: ClassVar[str] = "result"
+    # A saved key's old name -> the field, as a Record's: a file saved before a rename loads silently.
+    _renamed: ClassVar[dict[str, str]] = {}
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)  # type: ignore[call-overload, no-any-return]
@@ -113,7 +115,7 @@ class Result:
         text = str(text_or_path)
         if not text.lstrip().startswith("{"):
             text = Path(text_or_path).read_text()
-        data = json.loads(text)
+        data = {cls._renamed.get(key, key): value for key, value in json.loads(text).items()}
         for name in cls._tuple_fields:
             if data.get(name) is not None:
                 data[name] = tuple(data[name])

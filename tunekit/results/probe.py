@@ -14,6 +14,7 @@ from typing import Any, ClassVar, Optional, Union
 import numpy as np
 
 from tunekit.bytesize import format_bytes
+from tunekit.errors import deprecated
 from tunekit.plotting import new_axes
 from tunekit.results.base import Record, Result
 from tunekit.results.memory_model import MemoryModel, PhaseFit
@@ -24,6 +25,11 @@ __all__ = ["ProbeResult", "BatchProbeSettings", "MEMORY_WARNING"]
 # The start of the warning a probe gives where its real steps' memory was measured in its own process
 # (the model did not pickle, or is too big to copy): a search repeats it.
 MEMORY_WARNING = "memory: "
+
+# A probe's (micro-batch, accumulation) pairs were its ``plan`` before 0.2.0 named them ``splits`` (the search's
+# Plan is the only plan): read by the old name, they warn (removed in 0.3.0); a saved probe.json loads silently.
+_OLD_SPLITS = deprecated("ProbeResult.plan", "use .splits")
+_OLD_SPLITS_REASON = deprecated("ProbeResult.plan_reason", "use .splits_reason")
 
 
 @dataclass
@@ -53,6 +59,7 @@ class ProbeResult(Result):
 
     _tuple_fields = ('critical_batch_range',)
     _stem = "probe"
+    _renamed: ClassVar[dict[str, str]] = {"plan": "splits", "plan_reason": "splits_reason"}  # keys saved before 0.2.0
 
     device: str
     precision: str
@@ -71,8 +78,8 @@ class ProbeResult(Result):
     critical_batch: Optional[float]
     critical_batch_range: Optional[tuple[float, float]]
     noise: Optional[dict[str, Any]]
-    plan: list[dict[str, Any]] = field(default_factory=list)
-    plan_reason: str = ""  # why the plan is for its batch (the one asked for, the critical one, the largest)
+    splits: list[dict[str, Any]] = field(default_factory=list)  # (micro-batch, accumulation) pairs, best first
+    splits_reason: str = ""  # why the splits are for their batch (the one asked for, the critical one, the largest)
     lr_scaling: dict[str, Any] = field(default_factory=dict)
     dataset_size: Optional[int] = None
     seconds: float = 0.0
@@ -83,6 +90,18 @@ class ProbeResult(Result):
     memory_measured: str = ""  # how the real steps' peak memory was measured
     run_steps: Optional[int] = None  # the planned run's updates (the task's max_steps), where the task states them
     run_batch: Optional[int] = None  # its micro-batch (the task's batch_size), with accumulation_steps
+
+    @property
+    def plan(self) -> list[dict[str, Any]]:
+        """Deprecated name of :attr:`splits` (removed in 0.3.0)."""
+        _OLD_SPLITS.warn()
+        return self.splits
+
+    @property
+    def plan_reason(self) -> str:
+        """Deprecated name of :attr:`splits_reason` (removed in 0.3.0)."""
+        _OLD_SPLITS_REASON.warn()
+        return self.splits_reason
 
     @property
     def step_times(self) -> list[list[float]]:
@@ -240,10 +259,10 @@ class ProbeResult(Result):
             lo, hi = self.critical_batch_range
             lines.append(f"critical batch (gradient noise scale B_simple): {self.critical_batch:.0f} "
                          f"(68% interval {lo:.0f} .. {hi:.0f})")
-        if self.plan:
-            why = f" ({self.plan_reason})" if self.plan_reason else ""
-            lines.append(f"plan for effective batch {self.plan[0]['effective_batch']}{why}, best first:")
-            for p in self.plan[:5]:
+        if self.splits:
+            why = f" ({self.splits_reason})" if self.splits_reason else ""
+            lines.append(f"splits for effective batch {self.splits[0]['effective_batch']}{why}, best first:")
+            for p in self.splits[:5]:
                 speed = (f"~{p['samples_per_s']:.0f} samples/s" if math.isfinite(p["samples_per_s"])
                          else "speed not timed")
                 lines.append(f"  micro-batch {p['micro_batch']:>6} x {p['accumulation_steps']:>3} accumulation"
