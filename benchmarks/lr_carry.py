@@ -8,7 +8,7 @@ runs' length H and how their best carries to the planned run: a shift in decades
 curve's suggestion, and a cap below the sweep's blow-up. For each family the rule with the lowest
 mean of min(regret, 1) over the other families' tasks is chosen (capped: a task whose best loss is
 near zero, as on small data, would otherwise choose for all), and scored on the family left out. The
-constants lr_find ships (tunekit/probes/refine_plan.py: SHORT_*) are the rule chosen on every family;
+constants lr_find ships (tunekit/probes/short_runs.py: SHORT_*) are the rule chosen on every family;
 the figures to quote are the held-out ones.
 
     python -m benchmarks.lr_carry [--select capped|mean] [--kind one|two|both] [--no-val curve|train|DIR]
@@ -60,7 +60,7 @@ class Replay:
 
 def budget_of(run_steps: int) -> int:
     """What lr_find's refinement may spend on a planned run too short for two lengths, as
-    tunekit.probes.refine_plan.plan_refinement sizes it: its share of the run, at least one range test."""
+    tunekit.probes.short_runs.short_runs_for sizes it: its share of the run, at least one range test."""
     return max(int(REFINE_SHARE * run_steps), min(BUDGET, run_steps))
 
 

@@ -596,30 +596,30 @@ def test_without_validation_data_the_result_says_what_scored_the_short_runs() ->
 
 
 def test_the_refinement_buys_what_its_share_of_the_planned_run_allows() -> None:
-    from tunekit.probes.refine_plan import (MOST_CARRIED, SHORT_CAP, SHORT_SHIFT, SHORT_STEPS, TWO_LENGTHS_FROM,
-                                            TWO_SEEDS_FROM, from_short_runs, from_two_lengths, plan_refinement)
+    from tunekit.probes.short_runs import (MOST_CARRIED, SHORT_CAP, SHORT_SHIFT, SHORT_STEPS, TWO_LENGTHS_FROM,
+                                           TWO_SEEDS_FROM, from_short_runs, from_two_lengths, short_runs_for)
 
     # 5% of 200 updates (10) buys no useful run; one range test's updates (100) buy three of SHORT_STEPS.
-    short = plan_refinement(200, 0.05, runs=7)
+    short = short_runs_for(200, 0.05, runs=7)
     assert short.calibrated and short.lengths == (SHORT_STEPS,) and short.runs == 100 // SHORT_STEPS
     assert short.budget == 100 and short.most_updates <= 100 and "one range test" in short.why
-    none = plan_refinement(200, 0.05, runs=7, sweep_steps=30)  # a 30-update sweep buys no run of SHORT_STEPS
+    none = short_runs_for(200, 0.05, runs=7, sweep_steps=30)  # a 30-update sweep buys no run of SHORT_STEPS
     assert not none.refines and none.budget == 10 and "curve's suggestion alone" in none.why
-    assert not plan_refinement(2 * SHORT_STEPS - 1, 0.05, runs=7).refines  # no short run half the planned run
-    assert not plan_refinement(200, 0.05, runs=2).refines  # fewer than three runs bracket nothing
-    assert plan_refinement(200, 0.05, runs=7, sweep_steps=1000).most_updates <= 200  # never more than the run
-    almost = plan_refinement(7 * 3 * TWO_LENGTHS_FROM * 20 - 20, 0.05, runs=7)  # a run's worth short of two lengths
+    assert not short_runs_for(2 * SHORT_STEPS - 1, 0.05, runs=7).refines  # no short run half the planned run
+    assert not short_runs_for(200, 0.05, runs=2).refines  # fewer than three runs bracket nothing
+    assert short_runs_for(200, 0.05, runs=7, sweep_steps=1000).most_updates <= 200  # never more than the run
+    almost = short_runs_for(7 * 3 * TWO_LENGTHS_FROM * 20 - 20, 0.05, runs=7)  # a run's worth short of two lengths
     assert almost.calibrated and almost.runs == 7 and almost.most_updates <= almost.budget
-    two = plan_refinement(7 * 3 * TWO_LENGTHS_FROM * 20, 0.05, runs=7)  # exactly the shortest useful runs
+    two = short_runs_for(7 * 3 * TWO_LENGTHS_FROM * 20, 0.05, runs=7)  # exactly the shortest useful runs
     assert two.lengths == (TWO_LENGTHS_FROM, 2 * TWO_LENGTHS_FROM) and two.most_updates <= two.budget
     for run in (5_000, 12_000, 20_000, 100_000, 10 ** 6, 10 ** 7):
-        plan = plan_refinement(run, 0.05, runs=7)
+        plan = short_runs_for(run, 0.05, runs=7)
         assert plan.most_updates <= 0.05 * run  # never more than the share
         assert plan.seeds == 1 or plan.steps >= TWO_SEEDS_FROM  # a second seed only for long runs
-    assert plan_refinement(10 ** 5, 0.05, runs=7).seeds == 1 and plan_refinement(10 ** 7, 0.05, runs=7).seeds == 2
-    assert plan_refinement(10 ** 6, 0.05, runs=7).steps > plan_refinement(20_000, 0.05, runs=7).steps
-    assert plan_refinement(200, 100.0, runs=7).lengths == (100, 200)  # no run longer than the planned one
-    given = plan_refinement(200, 0.05, runs=7, steps=20, seeds=3)
+    assert short_runs_for(10 ** 5, 0.05, runs=7).seeds == 1 and short_runs_for(10 ** 7, 0.05, runs=7).seeds == 2
+    assert short_runs_for(10 ** 6, 0.05, runs=7).steps > short_runs_for(20_000, 0.05, runs=7).steps
+    assert short_runs_for(200, 100.0, runs=7).lengths == (100, 200)  # no run longer than the planned one
+    given = short_runs_for(200, 0.05, runs=7, steps=20, seeds=3)
     assert given.lengths == (20,) and given.seeds == 3  # the caller's choice, whatever it costs
     # Two lengths: the best LR halves its distance to a limit with each doubling (saturation 1): 1e-2 at H,
     # 1e-2.5 at 2H -> limit 1e-3; at 8H (4 x 2H) a quarter of the half decade from 2H is left.
@@ -649,7 +649,7 @@ def test_lr_find_spends_at_most_its_share_of_the_planned_run_and_says_which_run_
     assert planned.settings["refine_lengths"] == [30, 60]
     assert ref["at_steps"] == 60 and [len(st["lrs"]) for st in ref["stages"]] and planned.settings["run_steps_from"] == "given"
     assert ref["samples"] == sum(st["samples"] for st in ref["stages"])
-    from tunekit.probes.refine_plan import from_two_lengths  # the two lengths' bests, carried to the run
+    from tunekit.probes.short_runs import from_two_lengths  # the two lengths' bests, carried to the run
 
     short, longer = (st["best_lr"] for st in ref["stages"])
     assert planned.suggestion == pytest.approx(from_two_lengths(short, longer, 30, 13000)) and ref["best_lr"] == longer
@@ -669,7 +669,7 @@ def test_lr_find_spends_at_most_its_share_of_the_planned_run_and_says_which_run_
 def test_a_model_in_hand_is_suggested_for_a_run_of_the_documented_default_length() -> None:
     """Three epochs of its data at its batch (Hugging Face's default), said; data of no length: 10,000 updates."""
     from tunekit.defaults import RUN_EPOCHS_IN_HAND
-    from tunekit.probes.refine_plan import DEFAULT_RUN_STEPS
+    from tunekit.probes.short_runs import DEFAULT_RUN_STEPS
 
     data = regression_data(480)  # 30 batches of 16 an epoch
     r = lr_find(nn.Linear(8, 1), data, nn.MSELoss(), batch_size=16, sweep_steps=20, progress=False)
@@ -692,7 +692,7 @@ def test_a_model_in_hand_is_suggested_for_a_run_of_the_documented_default_length
 def test_the_result_names_the_planned_runs_schedule_and_never_offers_a_share_over_the_run() -> None:
     """A task whose recipe decays linearly (as a Trainer's lr_scheduler_type="linear" becomes) is said to be
     planned as such; a refinement dearer than the run itself is said as a cost, not as a share to pass."""
-    from tunekit.probes.refine_plan import plan_refinement
+    from tunekit.probes.short_runs import short_runs_for
 
     base = classification_task()
     task = dataclasses.replace(base, defaults={**base.defaults, "schedule": "linear", "warmup": 0.1})
@@ -701,9 +701,9 @@ def test_the_result_names_the_planned_runs_schedule_and_never_offers_a_share_ove
     flat = dataclasses.replace(base, defaults={**base.defaults, "schedule": "constant", "warmup": 0})
     assert "for a constant-LR run of 200 updates" in lr_find(flat, sweep_steps=30, refine=False, run_steps=200,
                                                              progress=False).summary()
-    short = plan_refinement(run_steps=50, share=0.05, runs=4)
+    short = short_runs_for(run_steps=50, share=0.05, runs=4)
     assert not short.refines and "x the planned run itself" in short.why and "refine_share=" not in short.why
-    longer = plan_refinement(run_steps=2000, share=0.01, runs=4, sweep_steps=30)
+    longer = short_runs_for(run_steps=2000, share=0.01, runs=4, sweep_steps=30)
     assert not longer.refines and "refine_share=0." in longer.why
 
 
@@ -742,7 +742,7 @@ def test_short_planned_runs_get_short_runs_within_one_range_test_and_none_withou
     """A 200-update run: 5% buys nothing, one range test's updates buy up to three short runs (scored on the
     validation data) whose best is carried; without val_data the curve stands alone and the result says why,
     unless a held-out share is asked for."""
-    from tunekit.probes.refine_plan import SHORT_STEPS
+    from tunekit.probes.short_runs import SHORT_STEPS
 
     task = classification_task()
     r = lr_find(task, run_steps=200, progress=False)

@@ -1,7 +1,7 @@
 """The probes: what a model and its data say before a sweep.
 
 - :mod:`.range_test`: :func:`~tunekit.lr_find`, the LR range test refined by short runs:
-  :mod:`.sweep` (the sweep and its curve), :mod:`.refine` (the short runs), :mod:`.refine_plan`
+  :mod:`.sweep` (the sweep and its curve), :mod:`.refine` (the short runs), :mod:`.short_runs`
   (what they may cost and how their best carries), :mod:`.lr_rules` (the curve's rules, pure);
 - :mod:`.batch_probe`: :func:`~tunekit.probe`, the largest, fastest and critical batch:
   :mod:`.probe_run` (what its stages share), :mod:`.memory_trace` (what one step allocates),

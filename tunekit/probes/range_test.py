@@ -25,7 +25,7 @@ from tunekit.integrations.task_spec import takes_their_objects
 from tunekit.option_fields import grouped_keywords
 from tunekit.probes.refine import (REFINE_RUNS, carry_to_run, refine_suggestion, schedule_of, short_runner,
                                    without_scoring_data)
-from tunekit.probes.refine_plan import DEFAULT_RUN_STEPS, RefinePlan, plan_refinement
+from tunekit.probes.short_runs import DEFAULT_RUN_STEPS, ShortRuns, short_runs_for
 from tunekit.probes.resolve import TASK_DEFAULT, resolve_inputs, step_settings
 from tunekit.probes.sweep import LRSetup, curve_result, sweeps
 from tunekit.progress import bar
@@ -94,8 +94,8 @@ def lr_find(
         refine: short runs of the planned schedule at half decades around the curve's suggestion,
             up to 7 LRs, until a worse run lies on each side of the best (its parabola's vertex): at two lengths,
             H and 2H, where the share buys H >= 15 updates, carried by how the best moved
-            (:func:`~tunekit.probes.refine_plan.from_two_lengths`); else 33-update runs within one range
-            test's updates, carried as calibrated on the corpus (:func:`~tunekit.probes.refine_plan.from_short_runs`;
+            (:func:`~tunekit.probes.short_runs.from_two_lengths`); else 33-update runs within one range
+            test's updates, carried as calibrated on the corpus (:func:`~tunekit.probes.short_runs.from_short_runs`;
             none without ``val_data`` or ``hold_out_share``); else the curve alone, and the result says why.
         refine.steps, refine.seeds: one length and seeds per LR instead, whatever it costs.
         refine.hold_out_share: without ``val_data``, score each run on this share of the training data held out of it
@@ -116,30 +116,30 @@ def lr_find(
                           val_data=val_data, batch_size=batch_size, precision=precision, device=device, seed=seed)
     _check_loss_on(loss_on, sub.val_data)
     run_steps, run_from = planned_run(model, run_steps, sub.data, sub.batch_size, accumulation_steps)
-    plan = (plan_refinement(run_steps, refine_share, REFINE_RUNS, refine_steps, refine_seeds, sweep_steps)
+    short = (short_runs_for(run_steps, refine_share, REFINE_RUNS, refine_steps, refine_seeds, sweep_steps)
             if refine.enabled else None)
-    if plan is not None and plan.calibrated and sub.val_data is None and not hold_out_share:
-        plan = without_scoring_data(plan)
+    if short is not None and short.calibrated and sub.val_data is None and not hold_out_share:
+        short = without_scoring_data(short)
     setup = LRSetup(model, sub.model, sub.optimizer, sub.compute, sub.data, sub.val_data, sub.device, sub.precision,
                    sub.batch_size, accumulation_steps, clip_grad_norm,
                    scaler if scaler is not None else make_scaler(sub.precision, sub.device), seed, diverge_threshold)
     settings = _settings(setup, sub.task.name, min_lr=min_lr, max_lr=max_lr, sweep_steps=sweep_steps, mode=mode, repeats=repeats,
-                         loss_on=loss_on, plan=plan)
+                         loss_on=loss_on, short=short)
     _say_family(settings)
     settings.run_steps, settings.run_steps_from, settings.refine_share = run_steps, run_from, refine_share
-    settings.refine_plan, settings.run_schedule = plan.why if plan is not None else None, _schedule_words(model)
+    settings.refine_plan, settings.run_schedule = short.why if short is not None else None, _schedule_words(model)
 
     result = _test_and_refine(setup, settings, sweep_lrs(min_lr, max_lr, sweep_steps, mode), repeats,
-                              val_batches if loss_on == "val" else None, plan, hold_out_share, progress)
+                              val_batches if loss_on == "val" else None, short, hold_out_share, progress)
     result.seconds = time.perf_counter() - start
     return result
 
 
 def _test_and_refine(setup: LRSetup, settings: LRFindSettings, lrs: np.ndarray, repeats: int, val_batches: int | None,
-                     plan: RefinePlan | None, hold_out_share: float | None, progress: bool | None) -> LRFindResult:
-    """The sweeps, their curve's suggestion, then the short runs the plan buys, all from the user's objects
+                     short: ShortRuns | None, hold_out_share: float | None, progress: bool | None) -> LRFindResult:
+    """The sweeps, their curve's suggestion, then the short runs it buys, all from the user's objects
     as they were (put back at the end, also on an exception)."""
-    total = len(lrs) * repeats + (plan.most_updates if plan is not None and plan.refines else 0)
+    total = len(lrs) * repeats + (short.most_updates if short is not None and short.refines else 0)
     with bar(total, "lr-find", "step", progress) as steps_bar, \
             preserved(setup.user_model, setup.optimizer, setup.scaler, setup.data) as initial:
         # The range test: ``repeats`` sweeps of the LR, each from the same weights and optimizer state.
@@ -147,19 +147,19 @@ def _test_and_refine(setup: LRSetup, settings: LRFindSettings, lrs: np.ndarray, 
         setup.noise = runs[0]["noise"]
         result = curve_result(runs, settings, 0.0)
         # Then short real runs around the curve's suggestion: the curve alone can be off by 25x.
-        if plan is not None and plan.refines:
-            short_run, scored_on = short_runner(setup, initial, plan.steps, plan.seeds, steps_bar, hold_out_share)
-            if plan.calibrated and scored_on[0] is ScoredOn.TRAIN:  # hold_out_share could not split this data
-                steps_bar.update(plan.most_updates)
-                plan = without_scoring_data(plan)
-        if plan is not None and plan.refines:
+        if short is not None and short.refines:
+            short_run, scored_on = short_runner(setup, initial, short.steps, short.seeds, steps_bar, hold_out_share)
+            if short.calibrated and scored_on[0] is ScoredOn.TRAIN:  # hold_out_share could not split this data
+                steps_bar.update(short.most_updates)
+                short = without_scoring_data(short)
+        if short is not None and short.refines:
             result.settings.refine_scored_on = scored_on[1]
-            longer_run = (short_runner(setup, initial, plan.long_steps, plan.seeds, steps_bar, hold_out_share)[0]
-                          if plan.long_steps else None)
-            refine_suggestion(result, short_run, longer_run, scored_on[0], most=plan.runs, calibrated=plan.calibrated)
-            carry_to_run(result, plan, int(settings.run_steps or 0), _samples_per_update(setup, runs))
-        elif plan is not None:
-            result.settings.not_refined = plan.why
+            longer_run = (short_runner(setup, initial, short.long_steps, short.seeds, steps_bar, hold_out_share)[0]
+                          if short.long_steps else None)
+            refine_suggestion(result, short_run, longer_run, scored_on[0], most=short.runs, calibrated=short.calibrated)
+            carry_to_run(result, short, int(settings.run_steps or 0), _samples_per_update(setup, runs))
+        elif short is not None:
+            result.settings.not_refined = short.why
     result.settings.run_samples = int(round(_samples_per_update(setup, runs) * int(settings.run_steps or 0)))
     return result
 
@@ -202,16 +202,16 @@ def _check_loss_on(loss_on: str, val_data: Data | None) -> None:
 
 
 def _settings(setup: LRSetup, task: str, *, min_lr: float, max_lr: float, sweep_steps: int, mode: str, repeats: int,
-              loss_on: str, plan: RefinePlan | None) -> LRFindSettings:
+              loss_on: str, short: ShortRuns | None) -> LRFindSettings:
     """The settings the result records, as resolved (the task's defaults and the device filled in)."""
     return LRFindSettings(min_lr=min_lr, max_lr=max_lr, sweep_steps=sweep_steps, mode=mode, batch_size=setup.batch_size,
                 accumulation_steps=setup.accumulation_steps, precision=setup.precision,
                 clip_grad_norm=setup.clip_grad_norm, device=str(setup.device), seed=setup.seed, repeats=repeats,
                 diverge_threshold=setup.threshold, loss_on=loss_on, task=task,
-                optimizer=type(setup.optimizer).__name__, family=optimizer_family(setup.optimizer), refine=plan is not None,
-                refine_steps=plan.steps if plan is not None and plan.refines else None,
-                refine_lengths=list(plan.lengths) if plan is not None else None,
-                refine_seeds=plan.seeds if plan is not None and plan.refines else None)
+                optimizer=type(setup.optimizer).__name__, family=optimizer_family(setup.optimizer), refine=short is not None,
+                refine_steps=short.steps if short is not None and short.refines else None,
+                refine_lengths=list(short.lengths) if short is not None else None,
+                refine_seeds=short.seeds if short is not None and short.refines else None)
 
 
 def _say_family(settings: LRFindSettings) -> None:

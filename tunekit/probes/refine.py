@@ -1,7 +1,7 @@
 """The refinement of lr_find's suggestion: short real runs of the planned schedule at half decades
 around the curve's suggestion, bracketing the best, and that best carried to the planned run's length.
 
-What the runs may cost and how their best carries are :mod:`.refine_plan`'s; the runs go through
+What the runs may cost and how their best carries are :mod:`.short_runs`'s; the runs go through
 the same step as the sweep (:class:`~tunekit.probes.sweep.LRSetup`).
 """
 
@@ -18,7 +18,7 @@ from tunekit.defaults import MIN_LR_RATIO, SCHEDULE, WARMUP
 from tunekit.inputs.data import BatchStream, Data, batch_size_of, dataset_size, hold_out
 from tunekit.inputs.task import Task
 from tunekit.probes.lr_rules import blowup, bracket_minimum, bracket_next, bracket_polish, prepare
-from tunekit.probes.refine_plan import SHORT_CAP, SHORT_SHIFT, RefinePlan, from_short_runs, from_two_lengths
+from tunekit.probes.short_runs import SHORT_CAP, SHORT_SHIFT, ShortRuns, from_short_runs, from_two_lengths
 from tunekit.probes.sweep import LRSetup, blown_up
 from tunekit.results import LRFindResult
 from tunekit.results.lr_find import Doubt, Refinement, RefineStage, ScoredOn
@@ -44,11 +44,11 @@ REFINE_RUNS = len(REFINE_OFFSETS) + REFINE_EXTENSIONS + 1
 REFINE_EVAL_SAMPLES = 2048  # each run's score: its loss on at most this many samples
 
 
-def without_scoring_data(plan: RefinePlan) -> RefinePlan:
+def without_scoring_data(short: ShortRuns) -> ShortRuns:
     """No short runs for the one-length carry without data to score them on: it was calibrated on runs scored
     on validation data, and runs scored on what they train on reward memorising, doing worse than the curve
     alone (the measurements: benchmarks/data/constants_history.md)."""
-    return dataclasses.replace(plan, steps=0, why="no val_data: short runs scored on the data they train on reward "
+    return dataclasses.replace(short, steps=0, why="no val_data: short runs scored on the data they train on reward "
                                "memorising, so the curve's suggestion stands alone (pass val_data, or "
                                "hold_out_share=0.2, to check it with short runs)")
 
@@ -196,19 +196,19 @@ def refine_suggestion(result: LRFindResult, short_run: Callable[[float], tuple[f
                      "lie beyond it (widen the sweep)")
 
 
-def carry_to_run(result: LRFindResult, plan: RefinePlan, run_steps: int, per_update: float) -> None:
+def carry_to_run(result: LRFindResult, short: ShortRuns, run_steps: int, per_update: float) -> None:
     """The two lengths' bests carried to the planned run's length (one length's best is kept as it is);
     the refinement records the lengths and its cost (updates, samples, share) beside the planned run's."""
     ref = result.refinement
     if ref is None:
         return
     stages = ref.stages
-    ref.updates = sum(len(st.lrs) * n for st, n in zip(stages, plan.lengths)) * plan.seeds  # as planned
-    ref.at_steps, ref.seeds, ref.run_steps = plan.lengths[len(stages) - 1], plan.seeds, run_steps
+    ref.updates = sum(len(st.lrs) * n for st, n in zip(stages, short.lengths)) * short.seeds  # as planned
+    ref.at_steps, ref.seeds, ref.run_steps = short.lengths[len(stages) - 1], short.seeds, run_steps
     ref.run_samples, ref.share = int(round(per_update * run_steps)), ref.samples / (per_update * run_steps)
     if len(stages) > 1 and stages[0].best_lr is not None and ref.best_lr is not None:  # the second ran from the first's best
-        result.suggestion = from_two_lengths(stages[0].best_lr, ref.best_lr, plan.steps, run_steps)
-    elif plan.calibrated and ref.best_lr is not None:
+        result.suggestion = from_two_lengths(stages[0].best_lr, ref.best_lr, short.steps, run_steps)
+    elif short.calibrated and ref.best_lr is not None:
         # Where the sweep went non-finite before its smoothed loss rose, the LR it stopped at stands in.
         up = blowup(prepare(result.lrs, result.losses)) or result.diverged_at_lr
         result.suggestion = from_short_runs(ref.best_lr, up)

@@ -18,7 +18,7 @@ from typing import Optional
 
 from tunekit.defaults import REFINE_SHARE, RUN_STEPS_IN_HAND, SWEEP_STEPS
 
-__all__ = ["RefinePlan", "plan_refinement", "from_two_lengths", "from_short_runs", "DEFAULT_RUN_STEPS", "REFINE_SHARE",
+__all__ = ["ShortRuns", "short_runs_for", "from_two_lengths", "from_short_runs", "DEFAULT_RUN_STEPS", "REFINE_SHARE",
            "TWO_LENGTHS_FROM", "SATURATION", "MOST_CARRIED", "SHORT_STEPS", "SHORT_SHIFT", "SHORT_CAP"]
 
 # A model in hand whose data has no length, and no run_steps given: a run of this many updates
@@ -46,7 +46,7 @@ SHORT_CAP = 0.5
 
 
 @dataclass(frozen=True)
-class RefinePlan:
+class ShortRuns:
     """The refinement's short runs: ``steps`` updates each (then ``long_steps``, twice as many, when the
     budget buys two lengths), ``seeds`` per LR, at most ``runs`` LRs at each length; ``steps == 0`` when
     the budget buys no useful run (the curve's suggestion alone). ``why`` says which, in words."""
@@ -73,8 +73,8 @@ class RefinePlan:
         return sum(self.lengths) * self.seeds * self.runs
 
 
-def plan_refinement(run_steps: int, share: float, runs: int, steps: Optional[int] = None,
-                    seeds: Optional[int] = None, sweep_steps: int = SWEEP_STEPS) -> RefinePlan:
+def short_runs_for(run_steps: int, share: float, runs: int, steps: Optional[int] = None,
+                   seeds: Optional[int] = None, sweep_steps: int = SWEEP_STEPS) -> ShortRuns:
     """The short runs ``share`` of a ``run_steps``-update run buys for a refinement of at most ``runs`` LRs
     per length: runs at two lengths, H and 2H, as long as the budget allows (never longer than the run
     itself); when H would be under ``TWO_LENGTHS_FROM``, runs of ``SHORT_STEPS`` updates bought with
@@ -83,26 +83,26 @@ def plan_refinement(run_steps: int, share: float, runs: int, steps: Optional[int
     caller's, taken as they are (one length, whatever it costs, not carried)."""
     budget = int(share * run_steps)
     if steps is not None:
-        return RefinePlan(steps, seeds or 2, runs, budget, "the short runs' length as given")
+        return ShortRuns(steps, seeds or 2, runs, budget, "the short runs' length as given")
     pick = seeds or (2 if budget // (6 * runs) >= TWO_SEEDS_FROM else 1)  # two seeds only for runs that long
     length = min(budget // (3 * pick * runs), run_steps // 2)
     how = f"{_pct(share)} of a {run_steps:,}-update run"
     if length >= TWO_LENGTHS_FROM:
-        return RefinePlan(length, pick, runs, budget, how, long_steps=2 * length)
+        return ShortRuns(length, pick, runs, budget, how, long_steps=2 * length)
     spend = max(budget, min(sweep_steps, run_steps))  # one range test's updates, never more than the run's
     n = min(runs, spend // SHORT_STEPS)
     if n >= 3 and run_steps >= 2 * SHORT_STEPS:
-        return RefinePlan(SHORT_STEPS, 1, n, spend,
-                          f"{how} cannot buy runs at two lengths: up to {n} short runs of {SHORT_STEPS} updates "
-                          f"({spend:,} updates, {'one range test' if spend > budget else how}), their best carried "
-                          "to the planned run as calibrated on the benchmarks' corpus", calibrated=True)
+        return ShortRuns(SHORT_STEPS, 1, n, spend,
+                         f"{how} cannot buy runs at two lengths: up to {n} short runs of {SHORT_STEPS} updates "
+                         f"({spend:,} updates, {'one range test' if spend > budget else how}), their best carried "
+                         "to the planned run as calibrated on the benchmarks' corpus", calibrated=True)
     least = math.ceil(100 * 3 * runs * TWO_LENGTHS_FROM / run_steps) / 100
     # A share over 1 would spend more than the planned run itself on choosing its LR: not worth offering.
     buys = (f"refine_share={least:g} buys them" if least <= 1 else
             f"they would cost {least:.2g}x the planned run itself")
-    return RefinePlan(0, pick, runs, budget,
-                      f"{how} ({budget:,} updates) cannot buy {runs} short runs of {TWO_LENGTHS_FROM} and "
-                      f"{2 * TWO_LENGTHS_FROM} updates: the curve's suggestion alone ({buys})")
+    return ShortRuns(0, pick, runs, budget,
+                     f"{how} ({budget:,} updates) cannot buy {runs} short runs of {TWO_LENGTHS_FROM} and "
+                     f"{2 * TWO_LENGTHS_FROM} updates: the curve's suggestion alone ({buys})")
 
 
 def from_two_lengths(lr_short: float, lr_long: float, steps: int, run_steps: int,
