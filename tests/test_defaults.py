@@ -15,7 +15,7 @@ import pytest
 from tunekit import defaults, doctor
 from tunekit.results import DoctorResult, ProbeResult
 from tunekit.results.doctor import DoctorSettings
-from tunekit.results.probe import BatchProbeSettings
+from tunekit.results.probe import ProbeRunSettings
 from tunekit.training.loop import TrainConfig
 from tunekit.training.step import TrainStep
 
@@ -63,10 +63,10 @@ def test_a_doctor_json_of_0_1_loads_into_its_settings_record(tmp_path: Any) -> N
 
 
 def test_a_probe_settings_record_takes_a_search_note_by_key() -> None:
-    s = BatchProbeSettings.of({"task": "t", "memory_budget": "1GiB", "max_batch": 64})
+    s = ProbeRunSettings.of({"task": "t", "memory_budget": "1GiB", "max_batch": 64})
     assert s is not None and s.batch_limit == 64 and s.get("noise_not_measured") is None
     s["noise_not_measured"] = "too dear"  # what a search writes into a probe's settings
     assert s.noise_not_measured == "too dear" and "noise_not_measured" in s
     with pytest.raises(KeyError):
         s["no_such_setting"]  # noqa: B018  (a key that is neither a field nor kept)
-    assert ProbeResult.__dataclass_fields__["settings"].default_factory is BatchProbeSettings  # type: ignore[attr-defined]
+    assert ProbeResult.__dataclass_fields__["settings"].default_factory is ProbeRunSettings  # type: ignore[attr-defined]

@@ -41,7 +41,7 @@ from tunekit.probes.resolve import resolve_inputs, step_settings
 from tunekit.probes.throughput import BUSY_RETRIES, NOISY_TIMINGS, knee_and_fastest, measure_throughput
 from tunekit.progress import bar
 from tunekit.results import ProbeResult
-from tunekit.results.probe import BatchProbeSettings
+from tunekit.results.probe import ProbeRunSettings
 from tunekit.training.optimizers import rescale_lr
 from tunekit.training.schedule import lr_schedule
 from tunekit.training.state import preserved, seed_everything_for
@@ -145,8 +145,8 @@ def probe(
                           precision=precision, device=device, seed=seed)
     room = Room.of(memory_budget, headroom, sub.device, limit=min(n_data := _dataset_size(sub.data), batch_limit or n_data))
     scaler = make_scaler(sub.precision, sub.device)  # type: ignore[arg-type]
-    settings = BatchProbeSettings(task=sub.task.name, device=str(sub.device), precision=sub.precision, seed=seed, headroom=headroom,
-                                  memory_budget=memory_budget, accumulation_steps=accumulation_steps, clip_grad_norm=clip_grad_norm, batch_limit=batch_limit)
+    settings = ProbeRunSettings(task=sub.task.name, device=str(sub.device), precision=sub.precision, seed=seed, headroom=headroom,
+                                memory_budget=memory_budget, accumulation_steps=accumulation_steps, clip_grad_norm=clip_grad_norm, batch_limit=batch_limit)
 
     # Stages 1-4 run on the user's objects, which come back as they were however the probe ends.
     start = time.perf_counter()

@@ -20,7 +20,7 @@ from tunekit.results.base import Record, Result
 from tunekit.results.memory_model import MemoryModel, PhaseFit
 from tunekit.results.step_time import format_seconds, step_curve, update_seconds
 
-__all__ = ["ProbeResult", "BatchProbeSettings", "MEMORY_WARNING"]
+__all__ = ["ProbeResult", "ProbeRunSettings", "MEMORY_WARNING"]
 
 # The start of the warning a probe gives where its real steps' memory was measured in its own process
 # (the model did not pickle, or is too big to copy): a search repeats it.
@@ -33,7 +33,7 @@ _OLD_SPLITS_REASON = deprecated("ProbeResult.plan_reason", "use .splits_reason")
 
 
 @dataclass
-class BatchProbeSettings(Record):
+class ProbeRunSettings(Record):
     """What one ``probe`` ran, as resolved (the task's recipe and the device filled in), and what it
     left out (``noise_not_measured``, set by a search that skips the noise scale)."""
 
@@ -83,7 +83,7 @@ class ProbeResult(Result):
     lr_scaling: dict[str, Any] = field(default_factory=dict)
     dataset_size: Optional[int] = None
     seconds: float = 0.0
-    settings: BatchProbeSettings = field(default_factory=BatchProbeSettings)
+    settings: ProbeRunSettings = field(default_factory=ProbeRunSettings)
     updates: int = 0  # every real optimizer update the probe ran
     samples: int = 0  # the training samples those updates drew (the probe's compute cost)
     warnings: list[str] = field(default_factory=list)  # where an answer is not to be trusted, and why
@@ -162,7 +162,7 @@ class ProbeResult(Result):
         return self.memory_model().peak(batch)
 
     def __post_init__(self) -> None:  # a dict given (by hand, or from a 0.1.0 file) becomes its record
-        self.settings = BatchProbeSettings.of(self.settings or {})  # type: ignore[assignment]
+        self.settings = ProbeRunSettings.of(self.settings or {})  # type: ignore[assignment]
 
     def __repr__(self) -> str:  # the memory model and timings run long: table() has the detail
         crit = "none" if self.critical_batch is None else f"{self.critical_batch:.0f}"
