@@ -43,4 +43,4 @@ def test_any_search_setting_gives_settings_or_one_line(trials, budget, seed, kee
                                                     objective=objective))
     if made is not None:  # what is accepted is usable: whole counts, a seed for the sampler, a direction
         assert isinstance(made.trials, int) and made.trials >= 1 and not isinstance(made.trials, bool)
-        assert isinstance(made.sampler_seed, int) and made.goal.direction in ("minimize", "maximize")
+        assert isinstance(made.sampler_seed, int) and made.objective.direction in ("minimize", "maximize")

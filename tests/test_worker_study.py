@@ -166,6 +166,6 @@ def test_the_trial_path_takes_its_records_whole() -> None:
     def count(fn: Any) -> int:
         return len(inspect.signature(fn).parameters)
 
-    assert count(local.run_local) <= 3 and count(local._objective) <= 4
+    assert count(local.run_local) <= 3 and count(local._run_trial) <= 4
     assert count(trial._run) <= 2 and count(summary.build_result) == 3
     assert list(inspect.signature(summary.build_result).parameters) == ["prep", "opened", "seconds"]

@@ -62,7 +62,7 @@ def _budget(args: argparse.Namespace) -> Any:
     return f"{args.max_steps}updates"
 
 
-def _objective(args: argparse.Namespace) -> Objective:
+def _objective_of(args: argparse.Namespace) -> Objective:
     """--objective with its --direction: a metric that is not built in needs the flag (not Objective(...))."""
     if args.direction is None and args.objective not in BUILTIN_DIRECTIONS:
         raise UsageError(f"--objective {shown(args.objective)} is not built in ({', '.join(BUILTIN_DIRECTIONS)}): say "
@@ -72,7 +72,7 @@ def _objective(args: argparse.Namespace) -> Objective:
 
 def _search_args(args: argparse.Namespace, out: Path | None) -> dict[str, Any]:
     """The arguments that ``search`` and ``create_study`` both take from the flags."""
-    return dict(trials=args.trials, budget=_budget(args), objective=_objective(args),
+    return dict(trials=args.trials, budget=_budget(args), objective=_objective_of(args),
                 seed=args.seed, sampler=_options(args, "sampler", args.sampler),
                 pruner=_options(args, "pruner", "none" if args.no_prune else "halving"),
                 study=_options(args, "study", "shared" if args.storage else "local"),

@@ -14,7 +14,7 @@ from typing import Any, Iterable, Mapping, Optional, TypeVar
 
 from tunekit.errors import UsageError
 
-__all__ = ["Objective", "DIRECTIONS", "BUILTIN_DIRECTIONS", "objective_name"]
+__all__ = ["Objective", "DIRECTIONS", "BUILTIN_DIRECTIONS", "objective_name", "objective_of"]
 
 DIRECTIONS = ("minimize", "maximize")
 BUILTIN_DIRECTIONS = {"loss": "minimize", "accuracy": "maximize", "perplexity": "minimize"}
@@ -106,6 +106,13 @@ class Objective:
                     "metric of its own (Task(metrics={'name': fn}))")
         return (f"objective {self.name!r} is not a metric of this task (it has {', '.join(sorted(metrics))}): "
                 f"give the task metrics={{{self.name!r}: fn}} with fn(model, val_data) -> float, or name one of those")
+
+
+def objective_of(record: Any) -> Objective:
+    """The :class:`Objective` a stored record names by its string fields ``objective`` and ``direction``
+    (a search's :class:`~tunekit.hpsearch.plan.Plan`, a trial's ``TrialConfig``, a ``SearchResult``): the
+    records keep the strings they save, and this is the one way their objective is built."""
+    return Objective(record.objective, record.direction)
 
 
 def _complete_value(trial: Any) -> Optional[float]:

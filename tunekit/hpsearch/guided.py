@@ -74,10 +74,10 @@ class GuidedSampler(optuna.samplers.BaseSampler):
             return self.base.sample_independent(study, trial, param_name, dist)
         earlier = [t for t in study.get_trials(deepcopy=False) if t.number < trial.number and self.param in t.params]
         tried = [float(t.params[self.param]) for t in earlier]
-        goal = Objective.of_direction(study.direction)
-        done = [(float(t.params[self.param]), goal.sign * float(t.value)) for t in earlier
+        objective = Objective.of_direction(study.direction)
+        done = [(float(t.params[self.param]), objective.sign * float(t.value)) for t in earlier
                 if t.state == TrialState.COMPLETE and t.value is not None]
-        centre = incumbent(goal.best(earlier), self.param, tried)
+        centre = incumbent(objective.best(earlier), self.param, tried)
         if trial.number >= self.design and centre is not None:
             step = bracket_step(centre, done, tried)
             if step is not None and dist.low <= step <= dist.high:

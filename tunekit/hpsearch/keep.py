@@ -60,9 +60,9 @@ class Keeper:
             return False
         if self.mode == "all" or study is None:
             return True
-        goal = Objective.of_direction(self.direction)
-        best = goal.best(study.get_trials(deepcopy=False, states=(_complete(),)))
-        return best is None or goal.sign * value < goal.sign * best.value
+        objective = Objective.of_direction(self.direction)
+        best = objective.best(study.get_trials(deepcopy=False, states=(_complete(),)))
+        return best is None or objective.sign * value < objective.sign * best.value
 
     @staticmethod
     def snapshot(model: Any) -> dict[str, Any]:

@@ -24,7 +24,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
 from tunekit.errors import UsageError
-from tunekit.objective import Objective
 from tunekit.results.step_time import update_seconds
 from tunekit.training.optimizers import LR_RULES, is_adaptive_l2, optimizer_family, rescale_lr
 
@@ -85,11 +84,6 @@ class TrialConfig:
         if not self.eval_samples:
             return step * self.effective_batch
         return (step // int(self.train["eval_every"])) * self.eval_samples
-
-    @property
-    def goal(self) -> Objective:
-        """What the trial reports, and which way is better."""
-        return Objective(self.objective, self.direction)
 
     @property
     def effective_batch(self) -> int:

@@ -105,29 +105,30 @@ def prepare_inputs(task: Any, space: str | SearchSpace, settings: SearchSettings
 
 def with_objective(task: Any, settings: SearchSettings) -> Any:
     """The task the trials run: a Task object given ``objective=fn`` gets ``fn`` as one of its metrics."""
-    if settings.goal.fn is None:
+    objective = settings.objective
+    if objective.fn is None:
         return task
     if not isinstance(task, Task):
-        raise UsageError(f"objective=<function {settings.goal.name}> needs the task as a Task object, whose trials "
+        raise UsageError(f"objective=<function {objective.name}> needs the task as a Task object, whose trials "
                          "run in this process: with a task spec, give its Task metrics={'name': fn} and pass "
                          "objective='name'")
-    return dataclasses.replace(task, metrics={**task.metrics, settings.goal.name: settings.goal.fn})
+    return dataclasses.replace(task, metrics={**task.metrics, objective.name: objective.fn})
 
 
 def _check_objective(inputs: SearchInputs, settings: SearchSettings) -> None:
     """An objective the task's evaluation does not give fails here, in one line, before anything runs:
     one validation batch of a fresh model is evaluated (and the task's own metric, if it is one)."""
-    goal, task = settings.goal, inputs.task
-    if goal.name in ("loss", "perplexity") or goal.name in task.metrics:
+    objective, task = settings.objective, inputs.task
+    if objective.name in ("loss", "perplexity") or objective.name in task.metrics:
         return
-    if goal.name != "accuracy":
-        raise UsageError(goal.missing({"loss": 0.0, **dict.fromkeys(task.metrics, 0.0)}))
+    if objective.name != "accuracy":
+        raise UsageError(objective.missing({"loss": 0.0, **dict.fromkeys(task.metrics, 0.0)}))
 
     device = resolve_device(settings.backend.device)
     metrics = evaluate(task.make_model(settings.seed).to(device), task.val_data, task.loss_computer(), device=device,
                        batch_size=int(task.batch_size or inputs.cfg.batch_size or 1), max_batches=1)
     if "accuracy" not in metrics:
-        raise UsageError(goal.missing(metrics))
+        raise UsageError(objective.missing(metrics))
 
 
 def _with_task_config(sp: SearchSpace, task: Any, task_config: Optional[dict[str, Any]]) -> SearchSpace:

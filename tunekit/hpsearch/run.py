@@ -136,7 +136,7 @@ def run_search(resolved: ResolvedSearch, backend: Optional[Backend] = None) -> S
     # Run until the study holds `trials` finished trials. Interrupted (Ctrl-C), the
     # report of what finished is written all the same, and --resume goes on from it.
     folder = policy.weights_folder(study, settings) if policy.runs_trials else None
-    keeper = Keeper(settings.keep, folder, settings.goal.direction) if folder is not None else None
+    keeper = Keeper(settings.keep, folder, settings.objective.direction) if folder is not None else None
     ended: list[str] = []  # the states of the trials this process ran, as they ended
     before: set[int] = set()  # the study's trials that had finished before this process ran any
     try:
@@ -265,7 +265,7 @@ def _open(settings: SearchSettings, policy: StudyPolicy, name: str) -> FoundStud
         out_dir.mkdir(parents=True, exist_ok=True)
         check_report_of(out_dir, name)
     store = policy.open_storage(out_dir)
-    spec, existing = policy.find(store, name, study_exists(store, name), out_dir, settings.goal.direction)
+    spec, existing = policy.find(store, name, study_exists(store, name), out_dir, settings.objective.direction)
     if not (existing or spec is not None):
         return FoundStudy(store, name, False, None, {}, None, policy)
     stored = optuna.load_study(study_name=name, storage=store)

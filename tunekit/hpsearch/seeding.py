@@ -225,8 +225,8 @@ def make_plan(inputs: SearchInputs, probes: Probes, settings: SearchSettings) ->
     return Plan(budget_samples=inputs.budget.samples, seed=settings.seed, task_batch=inputs.task_batch,
                 max_micro=int(probes.probe.max_batch) if probes.probe is not None else 1 << 30,
                 ref_batch=ref, lr_rule=rule, evals=settings.pruner.evals, device=settings.backend.device, eval_batch_size=eval_bs,
-                eval_batches=eval_batches, fixed=sp.fixed(), objective=settings.goal.name,
-                direction=settings.goal.direction, budget_seconds=inputs.budget.seconds,
+                eval_batches=eval_batches, fixed=sp.fixed(), objective=settings.objective.name,
+                direction=settings.objective.direction, budget_seconds=inputs.budget.seconds,
                 step_times=probes.probe.step_times if probes.probe is not None else [])
 
 

@@ -29,7 +29,7 @@ class SearchSettings:
 
     trials: int = 12
     budget: Any = None  # what one full trial may draw: "4000samples", "2epochs", "1e6tokens", "200updates", "10min"
-    objective: Any = "loss"  # a metric's name, fn(model, val_data) -> float, or an Objective: an Objective once built
+    objective: Any = "loss"  # a metric's name, fn(model, val_data) -> float, or an Objective: always an Objective once built
     seed: int = 0
     task_config: Optional[dict[str, Any]] = None  # a task spec's config (TaskSpec), fixed task.* entries of the space
     sampler: Sampler = field(default_factory=TPE)
@@ -42,11 +42,12 @@ class SearchSettings:
     progress: Optional[bool] = None  # None: a bar where a person is watching (tunekit.progress)
 
     def __post_init__(self) -> None:
+        # Normalised once, so the spec, the plan and the report all see the same values: the objective as
+        # given (a name, a function or an Objective) is an Objective from here on (a bad one fails here).
+        object.__setattr__(self, "objective", Objective.of(self.objective))
         self._check()
-        # Normalised once, so the spec, the plan and the report all see the same values.
         if self.sampler.seed is None:
             object.__setattr__(self, "sampler", dataclasses.replace(self.sampler, seed=self.seed))
-        object.__setattr__(self, "objective", Objective.of(self.objective))
         if self.out is not None and not isinstance(self.out, Path):
             object.__setattr__(self, "out", Path(self.out))
 
@@ -54,11 +55,6 @@ class SearchSettings:
     def shared(self) -> bool:
         """Whether the study lives in a storage that other workers may share."""
         return isinstance(self.study, SharedStudy)
-
-    @property
-    def goal(self) -> Objective:
-        """The objective by name, with its direction."""
-        return self.objective
 
     @property
     def prune(self) -> bool:
@@ -76,7 +72,7 @@ class SearchSettings:
                "sampler": self.sampler.kind, "prune": self.prune}
         for obj in (self.sampler, halving):
             out.update({f.metadata["spec"]: getattr(obj, f.name) for f in dataclasses.fields(obj) if f.metadata.get("spec")})
-        return out | {"objective": self.goal.name, "direction": self.goal.direction}
+        return out | {"objective": self.objective.name, "direction": self.objective.direction}
 
     @staticmethod
     def from_spec(spec: dict[str, Any]) -> dict[str, Any]:
@@ -113,11 +109,10 @@ class SearchSettings:
         if self.keep not in KEEP:
             raise UsageError(f"keep {self.keep!r} is unknown: use best (the best trial's weights), all (every "
                              "finished trial's) or none")
-        goal = Objective.of(self.objective)  # a bad objective or direction fails here
-        if self.shared and goal.fn is not None:
+        name = self.objective.name
+        if self.shared and self.objective.fn is not None:
             raise UsageError(f"a shared study's objective must be a name every worker can find, got a function "
-                             f"({goal.name}): give the task metrics={{'{goal.name}': fn}} and pass "
-                             f"objective='{goal.name}'")
+                             f"({name}): give the task metrics={{'{name}': fn}} and pass objective='{name}'")
 
 
 # Compared as written when a worker joins; the others (budget, seed, evals, objective) through the

@@ -12,7 +12,7 @@ from tunekit.hpsearch.study import safe_url, trial_dicts
 from tunekit.hpsearch.worker_study import OpenedStudy, Prepared
 from tunekit.hpsearch.seeded_space import lr_bounds_from_curve, widened
 from tunekit.inputs.space import SearchSpace
-from tunekit.objective import Objective
+from tunekit.objective import Objective, objective_of
 from tunekit.results import SearchResult
 
 __all__ = ["build_result", "best_trial"]
@@ -32,12 +32,12 @@ def build_result(prep: Prepared, opened: OpenedStudy, seconds: float) -> SearchR
     import optuna
 
     study, settings, sp, probes, plan = opened.study, prep.settings, prep.inputs.space, prep.probes, prep.plan
-    goal = Objective(plan.objective, plan.direction)
+    objective = objective_of(plan)
     trials = trial_dicts(study)
-    best = goal.best(trials)
+    best = objective.best(trials)
     result = SearchResult(
         study_name=study.study_name, storage=safe_url(prep.found.policy.storage_url(prep.found.store)),
-        space=sp.name, direction=goal.direction, objective=goal.name, best_value=best["value"] if best else None,
+        space=sp.name, direction=objective.direction, objective=objective.name, best_value=best["value"] if best else None,
         best_params=best["params"] if best else {}, best_config=best["config"] if best else {}, trials=trials,
         seed_params=opened.seed_params,
         distributions={n: optuna.distributions.distribution_to_json(d) for n, d in prep.dists.items()},

@@ -24,7 +24,7 @@ from tunekit.hpsearch import keys as K
 from tunekit.hpsearch.keep import Keeper
 from tunekit.hpsearch.plan import TrialConfig
 from tunekit.hpsearch.resilient import StorageUnreachable
-from tunekit.objective import Objective
+from tunekit.objective import Objective, objective_of
 from tunekit.training.memory import free_memory
 
 __all__ = ["Outcome", "TrialRun", "run_config", "run_trial", "keep_weights", "free_memory", "evaluation_reporter", "record", "conclude", "start_attrs", "outcome_of", "TrialFailed",
@@ -135,8 +135,8 @@ def keep_weights(keeper: Optional[Keeper], snapshot: dict[str, Any], outcome: Ou
 
 
 def outcome_of(result: Any, curve: list[list[float]], seconds: float, final_step: Optional[int] = None,
-               goal: Objective = Objective()) -> Outcome:
-    """The outcome of a training run that went to its end (or diverged), valued by ``goal``."""
+               objective: Objective = Objective()) -> Outcome:
+    """The outcome of a training run that went to its end (or diverged), valued by ``objective``."""
     val_loss = float(result.evals[-1]["loss"]) if result.evals else None
     if result.diverged:
         return Outcome("FAIL", curve=curve, samples=int(result.samples), updates=int(result.updates),
@@ -145,10 +145,10 @@ def outcome_of(result: Any, curve: list[list[float]], seconds: float, final_step
     # Where the trial started, in the objective's units, for the rungs' learning point: the first
     # training loss (its exp for perplexity); other objectives have no value before the first
     # evaluation, and their rungs are the fixed ladder.
-    first = float(result.losses[0]) if result.losses and goal.name in ("loss", "perplexity") else None
-    if first is not None and goal.name == "perplexity":
+    first = float(result.losses[0]) if result.losses and objective.name in ("loss", "perplexity") else None
+    if first is not None and objective.name == "perplexity":
         first = math.exp(min(first, 700.0))
-    value = float(result.final_loss) if goal.name == "loss" else goal.value(result.evals[-1])
+    value = float(result.final_loss) if objective.name == "loss" else objective.value(result.evals[-1])
     return Outcome("COMPLETE", value, curve, int(result.samples), int(result.updates), seconds,
                    initial_loss=first, final_step=final_step, val_loss=val_loss)
 
@@ -156,12 +156,12 @@ def outcome_of(result: Any, curve: list[list[float]], seconds: float, final_step
 def evaluation_reporter(cfg: TrialConfig, curve: list[list[float]], last: dict[str, float]) -> Callable[[int, dict[str, float]], float]:
     """``value(step, metrics)``: an evaluation's objective value, its point appended to ``curve`` (samples
     seen, value) and its metrics kept in ``last`` (for the validation loss of a trial stopped early)."""
-    goal = cfg.goal
+    objective = objective_of(cfg)
 
     def value(step: int, metrics: dict[str, float]) -> float:
         last.clear()
         last.update(metrics)
-        v = goal.value(metrics)
+        v = objective.value(metrics)
         curve.append([step * cfg.effective_batch, v])
         return v
 
@@ -204,7 +204,7 @@ def run_trial(task: Any, trial: Any, cfg: TrialConfig, *, prune: bool, cache: Op
         if math.isfinite(value):
             trial.report(value, cfg.reported(step))
         if prune and trial.should_prune():
-            raise optuna.TrialPruned(f"pruned at {cfg.reported(step)} samples with {cfg.goal.label} {value:.4f}")
+            raise optuna.TrialPruned(f"pruned at {cfg.reported(step)} samples with {objective_of(cfg).label} {value:.4f}")
 
     try:
         return _run(run, report)
@@ -230,7 +230,7 @@ def _run(run: TrialRun, report: Callable[[int, dict[str, float]], None]) -> Outc
         raise
     except Exception as exc:  # the user's task or model raised: the trial fails, the search goes on
         return _stopped(Outcome("FAIL", error=f"{type(exc).__name__}: {exc}"), run)
-    outcome = outcome_of(result, run.curve, time.perf_counter() - run.t0, final_step(cfg), cfg.goal)
+    outcome = outcome_of(result, run.curve, time.perf_counter() - run.t0, final_step(cfg), objective_of(cfg))
     keep_weights(run.keeper, run.trained, outcome, run.trial.number, cfg, run.trial.study)
     return outcome
 

@@ -84,9 +84,9 @@ def open_worker_study(prep: Prepared, concurrent: bool) -> OpenedStudy:
     sampler = make_sampler(s.sampler.kind, seed, startup, parallel=concurrent or policy.parallel,
                            lr_param=guided_lr(prep), horizon=s.trials - startup)
     rungs = rungs_of(s, prep.inputs.budget.samples, found.old_plan)
-    study = open_study(found.store, found.name, sampler, pruner_of(s, prep.inputs.budget.samples, rungs), s.goal.direction)
+    study = open_study(found.store, found.name, sampler, pruner_of(s, prep.inputs.budget.samples, rungs), s.objective.direction)
     stored = stored_plan_of(prep, rungs)
-    keep_plan(study, stored, prep.dists, s.goal.label)
+    keep_plan(study, stored, prep.dists, s.objective.label)
     if s.study.resume:
         policy.resume(study, found.store)
     seed_params = queue_seed_and_design(study, prep, n_design)
@@ -124,7 +124,7 @@ def pruner_of(settings: SearchSettings, budget_samples: int, rungs: list[int]) -
     """Successive halving on samples seen, over ``rungs`` (adaptive unless the rungs were given)."""
     h = _halving(settings)
     return make_pruner(budget_samples // h.evals, h.evals, rungs, h.reduction_factor, settings.prune,
-                       adaptive=h.rungs is None and h.first_rung is None, direction=settings.goal.direction)
+                       adaptive=h.rungs is None and h.first_rung is None, direction=settings.objective.direction)
 
 
 def stored_plan_of(prep: Prepared, rungs: list[int]) -> StoredPlan:

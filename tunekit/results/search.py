@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from tunekit.errors import UsageError
-from tunekit.objective import Objective
+from tunekit.objective import objective_of
 from tunekit.results.base import Result, write_file
 from tunekit.results.search_plots import SearchPlots, trained_lr, trial_kind
 from tunekit.results.step_time import format_seconds
@@ -71,10 +71,6 @@ class SearchResult(SearchPlots, Result):
     best_weights: Optional[str] = None  # the best trial's weights file, where it was kept
     # Ranges widened past the space's to hold the task's own value: name -> [low, high] as searched.
     widened: dict[str, list[float]] = field(default_factory=dict)
-
-    @property
-    def goal(self) -> Objective:
-        return Objective(self.objective, self.direction)
 
     def _amount(self, samples: float) -> str:
         """``samples`` in the budget's unit, as people write it: 19,040 samples, 1.5 epochs."""
@@ -128,7 +124,7 @@ class SearchResult(SearchPlots, Result):
     def trial(self, number: Optional[int] = None) -> dict[str, Any]:
         """Trial ``number``, or the best complete one."""
         if number is None:
-            best = self.goal.best(self.trials)
+            best = objective_of(self).best(self.trials)
             if best is None:
                 raise UsageError(f"study '{self.study_name}' has no complete trial to re-run: pass trial=N")
             return best
@@ -161,7 +157,7 @@ class SearchResult(SearchPlots, Result):
                        f"trial's are kept, under keep='best' or 'all'): re-run it to its end: {rerun}")
             elif self.keep == "none":
                 why = f"the search kept no weights (keep='none'): search again with keep='best', or re-run it: {rerun}"
-            elif number is None or number == (self.goal.best(self.trials) or {}).get("number"):
+            elif number is None or number == (objective_of(self).best(self.trials) or {}).get("number"):
                 gone = f" (no file at {path})" if path else ""
                 why = f"the best trial's weights are not on disk{gone}: re-run it exactly: {rerun}"
             elif self.keep == "all":
@@ -238,7 +234,7 @@ class SearchResult(SearchPlots, Result):
         counts: dict[str, int] = {}
         for t in self.trials:
             counts[t["state"]] = counts.get(t["state"], 0) + 1
-        sign, name = self.goal.sign, self.objective[:9]
+        sign, name = objective_of(self).sign, self.objective[:9]
         lines = [f"{'trial':>5} {'state':>9} {name:>9} {'batch':>11} {'updates':>7} {'device s':>13}  "
                  "params (lr as trained)"]
         for t in sorted(self.trials, key=lambda t: (t["value"] is None, sign * t["value"] if t["value"] is not None else 0)):
@@ -280,7 +276,7 @@ class SearchResult(SearchPlots, Result):
 
     def _full_run(self) -> list[str]:
         """The recommended configuration's full run, as the probe's timed steps price it."""
-        best = self.goal.best(self.trials)
+        best = objective_of(self).best(self.trials)
         if best is None or best.get("predicted_seconds") is None:
             return []
         return [f"a full run of it: {best.get('updates')} updates at batch {best.get('micro_batch')}x"

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any, Optional
 
 from tunekit.errors import UsageError
-from tunekit.objective import Objective
+from tunekit.objective import objective_of
 from tunekit.plotting import new_axes, new_figure
 
 __all__ = ["SearchPlots", "trial_kind", "trained_lr"]
@@ -28,7 +28,6 @@ class SearchPlots:
     probe_samples: int
     probe_seconds: float
 
-    goal: Objective
     unit: str
     device_seconds: float
     _timed: bool
@@ -51,7 +50,7 @@ class SearchPlots:
             ax.axvline(start, color="0.6", ls=":", label="probes' cost")
         ax.step(xs, ys, where="post", color="C3", label="best so far")
         ax.set_xlabel("device seconds spent" if by == "seconds" else f"{self.unit} spent")
-        ax.set_ylabel(f"best {self.goal.label}")
+        ax.set_ylabel(f"best {objective_of(self).label}")
         ax.legend(fontsize="small")
         if by == "samples" and self.device_seconds > 0:
             top = ax.secondary_xaxis("top", functions=self.seconds_at_samples())
@@ -95,7 +94,7 @@ class SearchPlots:
         """(the probes' cost, compute spent after each trial, the best value by then), in samples or seconds."""
         samples, seconds = self._spending()
         spent = seconds if by == "seconds" else samples
-        sign = self.goal.sign
+        sign = objective_of(self).sign
         best, xs, ys = math.inf, [], []  # best: sign * value, lower better
         for t, x in zip(self._in_finishing_order(), spent[1:]):
             if t["state"] == "COMPLETE" and t["value"] is not None:
@@ -109,7 +108,7 @@ class SearchPlots:
         """Validation curves of every trial against its samples; pruned ones faded, the best one bold,
         diverged or failed ones red, interrupted ones dashed orange (as far as they ran)."""
         ax = new_axes(ax)
-        best = self.goal.best(self.trials)
+        best = objective_of(self).best(self.trials)
         shown: set[str] = set()
         for t in self.trials:
             curve = t.get("curve") or []
@@ -127,7 +126,7 @@ class SearchPlots:
             ax.plot([], [], **_CURVE_STYLES[kind], label=kind)
         self._value_scale(ax)
         ax.set_xlabel(f"{self.unit} seen by the trial")
-        ax.set_ylabel(self.goal.label)
+        ax.set_ylabel(objective_of(self).label)
         ax.legend(fontsize="small")
         return ax
 
@@ -144,7 +143,7 @@ class SearchPlots:
 
         ax = new_axes(ax)
         values = [t["value"] for t in self.trials if t["value"] is not None and math.isfinite(t["value"])]
-        top = max(values + [1.0]) if self.goal.sign > 0 else min(values + [0.0])
+        top = max(values + [1.0]) if objective_of(self).sign > 0 else min(values + [0.0])
         points: dict[str, list[tuple[float, float]]] = {kind: [] for kind in _POINT_STYLES}
         for t in self.trials:
             lr, kind = trained_lr(t), trial_kind(t)
@@ -159,7 +158,7 @@ class SearchPlots:
         self._value_scale(ax)
         ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel("learning rate (as trained)")
-        ax.set_ylabel(self.goal.label)
+        ax.set_ylabel(objective_of(self).label)
         if ax.get_legend_handles_labels()[0]:  # a study with no trial yet (study create) draws none
             ax.legend(fontsize="small")
         return ax

@@ -73,13 +73,13 @@ def run_local(work: Work, run: Callable[..., Outcome] = run_trial, poll: float =
     me = {"host": socket.gethostname(), "pid": os.getpid()}
     current: dict[str, int] = {}
 
-    def objective(trial: Any) -> float:
+    def claim_and_run(trial: Any) -> float:
         current["number"] = trial.number
         trial.set_user_attr(WORKER, me)
         if not policy.claim(study, trial.number, target):
             mark_surplus(trial, target)
             raise Surplus("surplus")
-        return _objective(trial, work, cache, run)
+        return _run_trial(trial, work, cache, run)
 
     def after(study: Any, trial: Any) -> None:
         settle(study, work.keeper)
@@ -98,7 +98,7 @@ def run_local(work: Work, run: Callable[..., Outcome] = run_trial, poll: float =
                 time.sleep(poll)
                 continue
             try:
-                study.optimize(objective, n_trials=1, catch=(TrialFailed,), callbacks=[after])
+                study.optimize(claim_and_run, n_trials=1, catch=(TrialFailed,), callbacks=[after])
             except SetupError:
                 note_interrupted(study, [current["number"]])  # once the task is mended, --resume runs it
                 raise
@@ -109,7 +109,7 @@ def run_local(work: Work, run: Callable[..., Outcome] = run_trial, poll: float =
                     raise
 
 
-def _objective(trial: Any, work: Work, cache: dict[str, Any], run: Callable[..., Outcome]) -> float:
+def _run_trial(trial: Any, work: Work, cache: dict[str, Any], run: Callable[..., Outcome]) -> float:
     """One trial of ``work``: its params drawn, its run trained by ``run``, its outcome told to the study."""
     try:
         cfg = work.config(sample_params(trial, work.dists))

@@ -24,6 +24,7 @@ from tunekit.hpsearch.plan import Plan, TrialConfig
 from tunekit.hpsearch.resilient import StorageUnreachable
 from tunekit.hpsearch.settings import SearchSettings
 from tunekit.hpsearch.trial import Outcome, final_step, free_memory, keep_weights
+from tunekit.objective import objective_of
 
 __all__ = ["OwnLoop", "OwnTrial"]
 
@@ -83,7 +84,7 @@ class OwnTrial:
             self._trial.report(value, self._cfg.reported(self.updates))
         if self._prune and self._trial.should_prune():
             self.stopped = (f"pruned at {self._cfg.reported(self.updates)} samples with "
-                            f"{self._cfg.goal.label} {value:.4f}")
+                            f"{objective_of(self._cfg).label} {value:.4f}")
         return bool(self.stopped)
 
     def outcome(self, seconds: float) -> Outcome:
@@ -97,7 +98,7 @@ class OwnTrial:
         value = self.curve[-1][1]
         if not math.isfinite(value):
             return Outcome("FAIL", curve=self.curve, samples=samples, updates=self.updates, seconds=seconds,
-                           error=f"diverged: {self._cfg.goal.label} {value}", diverged=True)
+                           error=f"diverged: {objective_of(self._cfg).label} {value}", diverged=True)
         done = self.updates >= int(self.config["max_steps"])
         return Outcome("COMPLETE", value, self.curve, samples, self.updates, seconds,
                        final_step=final_step(self._cfg) if done else None)

@@ -38,6 +38,7 @@ from tunekit.hpsearch.settings import SearchSettings
 from tunekit.hpsearch.study import finished_count, note_interrupted
 from tunekit.hpsearch.trial import (INTERRUPTED, Outcome, evaluation_reporter, final_step, free_memory, keep_weights,
                                    outcome_of, record, run_config, start_attrs)
+from tunekit.objective import objective_of
 
 __all__ = ["RayBackend", "run_ray", "check_packing", "fits", "largest_micro_batch"]
 
@@ -105,14 +106,14 @@ def trainable(config: dict[str, Any], task: Any = None) -> None:
     curve: list[list[float]] = []
     last: dict[str, float] = {}
     value_of = evaluation_reporter(cfg, curve, last)
-    goal_label = cfg.goal.label
+    label = objective_of(cfg).label
     t0 = time.perf_counter()
 
     def report(step: int, metrics: dict[str, float]) -> None:
         value = value_of(step, metrics)
         if step < int(train_cfg["max_steps"]):  # the last evaluation ends the trial, below
             tune.report({"value": _finite(value, cfg.direction), "samples": cfg.reported(step), "seen": curve[-1][0],
-                         "updates": step, "val_loss": last.get("loss"), "label": goal_label, "curve": curve,
+                         "updates": step, "val_loss": last.get("loss"), "label": label, "curve": curve,
                          "worker": worker})
 
     keeper = Keeper(**config["keep"]) if config.get("keep") else None
@@ -132,7 +133,7 @@ def trainable(config: dict[str, Any], task: Any = None) -> None:
         # send the text as a last report, then fail (Ray retries up to --max-failures).
         _report({ERROR_KEY: f"{type(exc).__name__}: {exc}"[:2000], "curve": curve, "worker": worker})
         raise
-    outcome = outcome_of(result, curve, time.perf_counter() - t0, final_step(cfg), cfg.goal)
+    outcome = outcome_of(result, curve, time.perf_counter() - t0, final_step(cfg), objective_of(cfg))
     # Written in the run's storage; the driver, which holds the study, removes those the best makes surplus.
     keep_weights(keeper, state, outcome, int(config["number"]), cfg)
     state.clear()
