@@ -1,6 +1,6 @@
 """The trials' trained weights, kept: the best trial's (``keep="best"``), every finished one's (``"all"``), or none.
 
-A trial's weights are its model's state at the evaluation that gave its value: the last one, at the end
+A trial's weights are its model's state_dict at the evaluation that gave its value: the last one, at the end
 of its run (only a COMPLETE trial has a value). They are written to ``trial-N.pt`` in the search's weights
 folder, atomically (a temporary file, then ``os.replace``): a process killed during the write leaves the
 files that were there as they were. The file's path goes into the trial's ``weights`` attribute before the
@@ -66,8 +66,9 @@ class Keeper:
 
     @staticmethod
     def snapshot(model: Any) -> dict[str, Any]:
-        """What a kept file holds of ``model``: its state on the CPU (on a CPU, the trained tensors themselves:
-        the model is let go after), and for a LightningModule what ``load_from_checkpoint`` reads besides."""
+        """What a kept file holds of ``model``: its weights (state_dict) on the CPU (on a CPU, the trained
+        tensors themselves: the model is let go after), and for a LightningModule what ``load_from_checkpoint``
+        reads besides."""
         out: dict[str, Any] = {"state_dict": {k: v.detach().to("cpu") for k, v in model.state_dict().items()}}
         out.update(_lightning_keys(model))
         return out

@@ -92,7 +92,7 @@ def run_config(task: Any, cfg: TrialConfig, report: Callable[[int, dict[str, flo
 
     ``cache`` keeps the last task built, so trials with the same task config
     (most of them) do not rebuild its data; train() starts a fresh model each time.
-    ``trained``: filled with the trained model's state (on the CPU) when the run goes to its end.
+    ``trained``: filled with the trained model's weights (on the CPU) when the run goes to its end.
     """
     from tunekit.integrations.task_spec import load_task
     from tunekit.inputs.task import Task
@@ -179,7 +179,7 @@ class TrialRun:
     cache: Optional[dict[str, Any]] = None  # the last task built (run_config)
     curve: list[list[float]] = field(default_factory=list)  # [samples seen, value] at each evaluation
     last: dict[str, float] = field(default_factory=dict)  # the last evaluation's metrics
-    trained: dict[str, Any] = field(default_factory=dict)  # the model's state at the end, where weights are kept
+    trained: dict[str, Any] = field(default_factory=dict)  # the model's weights at the end, where they are kept
     t0: float = field(default_factory=time.perf_counter)
 
 

@@ -3,7 +3,7 @@
 Each reports the trial's evaluations to its study (through :meth:`OwnTrial.report`), at the optimizer
 updates done so far, and stops training when tunekit's rungs prune the trial. They hold the trial,
 never the model or the Trainer, so nothing of a finished trial outlives it; the final evaluation hands
-the model's state to the trial, which the search keeps when the trial is its best.
+the model's weights to the trial, which the search keeps when the trial is its best.
 
 This module imports transformers or lightning (whichever callback is asked for): the user has them.
 """

@@ -12,8 +12,8 @@ from tunekit.errors import UsageError
 __all__ = ["load_weights", "load_into"]
 
 
-def load_into(obj: Any, state: dict[str, Any]) -> Any:
-    """``state`` loaded into the model of ``obj`` (a module, a Hugging Face Trainer's ``model``, a
+def load_into(obj: Any, weights: dict[str, Any]) -> Any:
+    """``weights`` (a state_dict) loaded into the model of ``obj`` (a module, a Hugging Face Trainer's ``model``, a
     LightningRun's ``module``), on the device it is on; the model."""
 
     model = obj if isinstance(obj, torch.nn.Module) else getattr(obj, "model", None)
@@ -23,7 +23,7 @@ def load_into(obj: Any, state: dict[str, Any]) -> Any:
         raise UsageError(f"load_best_into takes a torch.nn.Module, a Hugging Face Trainer or a LightningRun, got "
                          f"{type(obj).__name__}: pass the model itself")
     device = next(iter(model.parameters()), torch.empty(0)).device
-    model.load_state_dict({k: v.to(device) for k, v in state.items()})
+    model.load_state_dict({k: v.to(device) for k, v in weights.items()})
     return model
 
 

@@ -41,7 +41,7 @@ class OwnTrial:
         self.curve: list[list[float]] = []
         self.updates = 0
         self.stopped: Optional[str] = None  # why tunekit's rungs stopped it
-        self.trained: dict[str, Any] = {}  # the model's state at the final evaluation (kept if the trial is the best)
+        self.trained: dict[str, Any] = {}  # the model's weights at the final evaluation (kept if the trial is the best)
         self._keeps = keeps  # whether the search keeps weights at all
 
     @property
@@ -69,7 +69,7 @@ class OwnTrial:
 
     def report(self, updates: int, value: float, model: Any = None) -> bool:
         """An evaluation after ``updates`` optimizer updates; True when the trial should stop (pruned).
-        ``model``: the model evaluated; at the final evaluation its state is the trial's weights."""
+        ``model``: the model evaluated; at the final evaluation its state_dict is the trial's weights."""
         value = float(value)
         self.updates = int(updates)
         self.curve.append([self.updates * self._cfg.effective_batch, value])

@@ -117,13 +117,13 @@ def trainable(config: dict[str, Any], task: Any = None) -> None:
                          "worker": worker})
 
     keeper = Keeper(**config["keep"]) if config.get("keep") else None
-    state: dict[str, Any] = {}
+    weights: dict[str, Any] = {}  # the trained model's state_dict (Keeper.snapshot), where weights are kept
     try:
         # A Task object comes as a reference, fetched here: a module it needs that this worker cannot
         # import is the trial's own error, with its text, not Ray's failure to start the trial.
         task = ray.get(task[0]) if isinstance(task, list) else task
         result = run_config(task if task is not None else config["task"], cfg, report, cache=_TASK_CACHE,
-                            trained=state if keeper is not None else None)
+                            trained=weights if keeper is not None else None)
     except SetupError as exc:
         # The task cannot train whatever the params: no retry; the driver stops the search on it.
         _report({ERROR_KEY: f"SetupError: {exc}", DONE_KEY: "FAIL", "curve": curve, "worker": worker})
@@ -135,8 +135,8 @@ def trainable(config: dict[str, Any], task: Any = None) -> None:
         raise
     outcome = outcome_of(result, curve, time.perf_counter() - t0, final_step(cfg), objective_of(cfg))
     # Written in the run's storage; the driver, which holds the study, removes those the best makes surplus.
-    keep_weights(keeper, state, outcome, int(config["number"]), cfg)
-    state.clear()
+    keep_weights(keeper, weights, outcome, int(config["number"]), cfg)
+    weights.clear()
     free_memory()  # the worker is reused for the next trial
     worker["finished"] = time.time()
     tune.report({DONE_KEY: outcome.state, "value": outcome.value, "samples": outcome.samples,
