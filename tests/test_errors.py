@@ -6,15 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from tunekit import Local, SharedStudy, UsageError, lr_find, search, train
+from tunekit import (BatchPlan, Local, PlannedRun, Refine, SharedStudy, StepSettings, Sweep, UsageError, lr_find,
+                    search, train)
 from tunekit.cli import build_parser, in_cli_terms, main
 
 from .tasks import classification_task
 
 
 @pytest.mark.parametrize("call, hint", [
-    (lambda t: lr_find(t, accumulation_steps=0), "pass e.g. accumulation_steps=2"),
-    (lambda t: lr_find(t, min_lr=1.0, max_lr=0.5), "pass e.g. min_lr=1e-7 max_lr=10"),
+    (lambda t: lr_find(t, step=StepSettings(accumulation_steps=0)), "pass e.g. accumulation_steps=2"),
+    (lambda t: lr_find(t, sweep=Sweep(min_lr=1.0, max_lr=0.5)), "pass e.g. min_lr=1e-7 max_lr=10"),
     (lambda t: train(t, accumulation_steps=0), "pass e.g. accumulation_steps=2"),
     (lambda t: train(t, eval_batches=0), "pass e.g. eval_batches=20"),
     (lambda t: search(t, trials=0), "pass e.g. trials=12"),
@@ -58,7 +59,7 @@ def test_a_storage_that_cannot_be_opened_is_one_line(tmp_path: Path) -> None:
 def test_a_zero_batch_size_is_refused_not_taken_for_the_default() -> None:
     from tunekit import doctor
 
-    for call in (lambda t: lr_find(t, batch_size=0), lambda t: doctor(t, batch_size=0)):
+    for call in (lambda t: lr_find(t, step=StepSettings(batch_size=0)), lambda t: doctor(t, step=StepSettings(batch_size=0))):
         with pytest.raises(UsageError, match=r"batch_size must be a positive integer, got 0: pass e.g. batch_size=32"):
             call(classification_task())
 
@@ -133,9 +134,9 @@ def test_check_number_bounds_and_what_it_returns() -> None:
 def test_entry_points_refuse_a_bool_or_an_infinite_number(bad: object) -> None:
     from tunekit import TrainConfig, doctor, probe
 
-    calls = [lambda t: lr_find(t, min_lr=bad), lambda t: lr_find(t, clip_grad_norm=bad), lambda t: TrainConfig(lr=bad),
-             lambda t: TrainConfig(min_lr_ratio=bad), lambda t: doctor(t, lr=bad),
-             lambda t: probe(t, lr=bad, lr_batch=32), lambda t: lr_find(t, refine_share=bad)]
+    calls = [lambda t: lr_find(t, sweep=Sweep(min_lr=bad)), lambda t: lr_find(t, step=StepSettings(clip_grad_norm=bad)),
+             lambda t: TrainConfig(lr=bad), lambda t: TrainConfig(min_lr_ratio=bad), lambda t: doctor(t, run=PlannedRun(lr=bad)),
+             lambda t: probe(t, plan=BatchPlan(lr=bad, lr_batch=32)), lambda t: lr_find(t, refine=Refine(share=bad))]
     for call in calls:
         with pytest.raises(UsageError, match=f"must be .*number.*, got {bad!r}"):
             call(classification_task())
