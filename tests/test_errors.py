@@ -59,7 +59,8 @@ def test_a_storage_that_cannot_be_opened_is_one_line(tmp_path: Path) -> None:
 def test_a_zero_batch_size_is_refused_not_taken_for_the_default() -> None:
     from tunekit import doctor
 
-    for call in (lambda t: lr_find(t, step=StepSettings(batch_size=0)), lambda t: doctor(t, step=StepSettings(batch_size=0))):
+    for call in (lambda t: lr_find(t, step=StepSettings(batch_size=0)),
+                 lambda t: doctor(t, step=StepSettings(batch_size=0))):
         with pytest.raises(UsageError, match=r"batch_size must be a positive integer, got 0: pass e.g. batch_size=32"):
             call(classification_task())
 
@@ -135,7 +136,8 @@ def test_entry_points_refuse_a_bool_or_an_infinite_number(bad: object) -> None:
     from tunekit import TrainConfig, doctor, probe
 
     calls = [lambda t: lr_find(t, sweep=Sweep(min_lr=bad)), lambda t: lr_find(t, step=StepSettings(clip_grad_norm=bad)),
-             lambda t: TrainConfig(lr=bad), lambda t: TrainConfig(min_lr_ratio=bad), lambda t: doctor(t, run=PlannedRun(lr=bad)),
+             lambda t: TrainConfig(lr=bad), lambda t: TrainConfig(min_lr_ratio=bad),
+             lambda t: doctor(t, run=PlannedRun(lr=bad)),
              lambda t: probe(t, plan=BatchPlan(lr=bad, lr_batch=32)), lambda t: lr_find(t, refine=Refine(share=bad))]
     for call in calls:
         with pytest.raises(UsageError, match=f"must be .*number.*, got {bad!r}"):

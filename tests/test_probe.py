@@ -190,7 +190,8 @@ def test_an_end_to_end_probe_with_a_fake_out_of_memory_error(where: str, monkeyp
     before = copy.deepcopy(model.state_dict())
     rng = torch.get_rng_state()
     # A budget the step could fill (under 8x the traced peak at the whole data's batch), so the steps are measured.
-    kw = dict(memory_budget="4MiB", step=StepSettings(device="cpu"), measure=Measurement(throughput_points=1, noise_repeats=0))
+    kw = dict(memory_budget="4MiB", step=StepSettings(device="cpu"),
+              measure=Measurement(throughput_points=1, noise_repeats=0))
     r1 = probe(model, data, nn.CrossEntropyLoss(), opt, **kw)
     assert [(t["batch"], t["ok"]) for t in r1.tried][:2] == [(4096, False), (3276, False)]
     # Then half, 1638, ran; measured below its prediction, the refit tries just under the OOM and stops there.
@@ -523,7 +524,8 @@ def test_two_probes_in_one_process_agree_after_other_work() -> None:
     task = Task(model=CheckpointedMLP, train_data=TensorDataset(torch.randn(16384, 128, generator=g),
                                                                 torch.randint(0, 4, (16384,), generator=g)),
                 loss=nn.CrossEntropyLoss(), batch_size=64, name="ckpt")
-    kw = dict(memory_budget="48MiB", measure=Measurement(headroom=0.0, throughput_points=0, noise_repeats=0), progress=False)
+    kw = dict(memory_budget="48MiB", measure=Measurement(headroom=0.0, throughput_points=0, noise_repeats=0),
+              progress=False)
     first = probe(task, **kw)
     # What a notebook does between two probes: tensors of 0.2-16 MiB made and half dropped (glibc keeps
     # their chunks in its heap), and a short training run. Measured in this process, the second probe
