@@ -36,6 +36,7 @@ import torch
 import tunekit
 from benchmarks.corpus import CORPUS, entry, pick
 from benchmarks.harness import grid, lofo, report
+from tunekit import StepSettings
 from tunekit.probes import lr_rules as suggest
 
 FINDS = Path(__file__).resolve().parent / "data" / "corpus_lr_finds"
@@ -77,11 +78,12 @@ def find_once(name: str, seed: int, in_hand: bool = False) -> dict[str, Any]:
     if in_hand:
         model = task.make_model(seed)
         r = tunekit.lr_find(model, task.train_data, task.loss, task.make_optimizer(model),
-                            compute_loss=task.compute_loss, val_data=task.val_data, batch_size=task.batch_size,
-                            accumulation_steps=task.defaults.get("accumulation_steps"), seed=seed, progress=False,
-                            device="cpu")
+                            compute_loss=task.compute_loss, val_data=task.val_data,
+                            step=StepSettings(batch_size=task.batch_size,
+                                              accumulation_steps=task.defaults.get("accumulation_steps"), device="cpu"),
+                            seed=seed, progress=False)
     else:
-        r = tunekit.lr_find(task, run_steps=e.run_steps, seed=seed, progress=False, device="cpu")
+        r = tunekit.lr_find(task, run_steps=e.run_steps, seed=seed, progress=False, step=StepSettings(device="cpu"))
     ref = r.refinement
     losses = [v if v is not None and math.isfinite(v) else None for v in r.losses]
     return {"seed": seed, "suggestion": r.suggestion, "suggestions": r.suggestions,

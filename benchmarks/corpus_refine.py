@@ -31,6 +31,7 @@ import torch
 import tunekit
 from benchmarks.corpus import CORPUS, entry, pick
 from benchmarks.harness import report
+from tunekit import Refine, StepSettings
 
 RECORDS = Path(__file__).resolve().parent / "data" / "corpus_refine"
 # --quick's tasks (and lr_carry's): synthetic (no scikit-learn), two families, short planned runs.
@@ -43,8 +44,9 @@ def refine_once(name: str, seed: int, steps: int, hold_out: float | None = None)
     task = e.make()
     if not e.finder_val:
         task = dataclasses.replace(task, val_data=None)
-    r = tunekit.lr_find(task, run_steps=e.run_steps, seed=seed, refine_steps=steps, refine_seeds=1,
-                        hold_out_share=hold_out, progress=False, device="cpu")
+    r = tunekit.lr_find(task, run_steps=e.run_steps, seed=seed,
+                        refine=Refine(steps=steps, seeds=1, hold_out_share=hold_out), step=StepSettings(device="cpu"),
+                        progress=False)
     ref = r.refinement
     stage = ref.stages[0] if ref is not None and ref.stages else None
     sweep_updates = len(r.lrs)

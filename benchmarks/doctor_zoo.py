@@ -32,6 +32,7 @@ from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 
+from tunekit import PlannedRun, StepSettings  # noqa: E402
 from tunekit.builtin import builtin_task  # noqa: E402
 from tunekit.builtin.shapes import make_shapes  # noqa: E402
 from tunekit.checks import doctor  # noqa: E402
@@ -353,9 +354,16 @@ def smoke_run(setup: Setup) -> bool:
         return True
 
 
+def grouped(kw: dict[str, Any]) -> dict[str, Any]:
+    """A set-up's arguments as doctor takes them: its batch and the run it plans in their option objects."""
+    step = {k: kw.pop(k) for k in ("batch_size",) if k in kw}
+    planned = {k: kw.pop(k) for k in ("lr", "warmup", "run_steps") if k in kw}
+    return dict(kw, step=StepSettings(**step), run=PlannedRun(**planned))
+
+
 def run(setup: Setup) -> tuple[list[Any], float]:
     torch.manual_seed(0)
-    kwargs = setup.make()
+    kwargs = grouped(setup.make())
     start = time.perf_counter()
     result = doctor(**kwargs)
     return [f for f in result.items() if f.status in ("fail", "warn")], time.perf_counter() - start

@@ -27,6 +27,7 @@ import torch
 from benchmarks._common import hardware  # noqa: E402
 
 import tunekit  # noqa: E402
+from tunekit import Measurement, StepSettings, Sweep  # noqa: E402
 
 
 def check_fp16_scaler() -> str:
@@ -35,7 +36,8 @@ def check_fp16_scaler() -> str:
     # A scale of 2**40 overflows fp16 gradients at once: the first steps are skipped, and retried
     # at the same LR without being counted as points of the sweep.
     scaler = torch.amp.GradScaler("cuda", init_scale=2.0**40)
-    lf = tunekit.lr_find(task, sweep_steps=50, precision="fp16", device="cuda", scaler=scaler)
+    lf = tunekit.lr_find(task, sweep=Sweep(sweep_steps=50),
+                         step=StepSettings(precision="fp16", device="cuda", scaler=scaler))
     ok = r.updates == 30 and lf.skipped_steps > 0 and 10 < len(lf.losses) <= 51
     return _verdict(ok, f"train: {r.updates} of 30 updates, {r.skipped_steps} skipped; range test: {len(lf.losses)} "
                         f"points, {lf.skipped_steps} skipped, suggestion {lf.suggestion}")
@@ -75,7 +77,8 @@ def check_real_oom() -> str:
 def check_memory_model() -> str:
     from benchmarks.probe_accuracy import measure
 
-    pr = tunekit.probe(tunekit.load_task("shapes"), device="cuda", throughput_points=0, noise_repeats=0)
+    pr = tunekit.probe(tunekit.load_task("shapes"), step=StepSettings(device="cuda"),
+                       measure=Measurement(throughput_points=0, noise_repeats=0))
     ratios = {}
     for batch in (64, 256, 1024):
         measured = measure("shapes", batch, "fp32", "cuda")["measured"]
@@ -86,7 +89,8 @@ def check_memory_model() -> str:
 
 def check_packing_refused() -> str:
     task = tunekit.load_task("shapes")
-    pr = tunekit.probe(task, device="cuda", throughput_points=0, noise_repeats=0)
+    pr = tunekit.probe(task, step=StepSettings(device="cuda"),
+                       measure=Measurement(throughput_points=0, noise_repeats=0))
     need = pr.predicted_peak(pr.max_batch)  # the largest batch that fits: one trial fills the GPU
     from tunekit.hpsearch.backends.ray import check_packing
 

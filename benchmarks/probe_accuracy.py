@@ -57,6 +57,7 @@ from benchmarks._common import recorded  # noqa: E402
 from benchmarks.harness import report  # noqa: E402
 
 import tunekit  # noqa: E402
+from tunekit import Measurement, StepSettings  # noqa: E402
 from tunekit.bytesize import parse_bytes  # noqa: E402
 from tunekit.inputs.data import BatchStream  # noqa: E402
 from tunekit.probes.memory_trace import MemoryModel, allocator_peak  # noqa: E402
@@ -176,8 +177,9 @@ def true_largest(spec: str, precision: str, device: str, budget: int, total: Any
 
 def _probe(name: str, precision: str, budget_text: str, device: str) -> dict[str, Any]:
     t0 = time.perf_counter()
-    r = tunekit.probe(tunekit.load_task(spec_of(name)), memory_budget=budget_text, headroom=0.0, precision=precision,
-                      device=device, throughput_points=0, noise_repeats=0, progress=False)
+    r = tunekit.probe(tunekit.load_task(spec_of(name)), memory_budget=budget_text,
+                      measure=Measurement(headroom=0.0, throughput_points=0, noise_repeats=0),
+                      step=StepSettings(precision=precision, device=device), progress=False)
     return {"result": json.loads(r.to_json()), "wall": time.perf_counter() - t0}
 
 

@@ -12,7 +12,7 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 import tunekit
-from tunekit import Local, UsageError
+from tunekit import Local, Refine, StepSettings, Sweep, UsageError
 from tunekit.cli import main
 
 from .tasks import MLP, classification_data
@@ -40,8 +40,8 @@ def test_a_per_sample_loss_is_a_usage_error_in_lr_find() -> None:
     model, data = _objects()
     loss = nn.CrossEntropyLoss(reduction="none")
     with pytest.raises(UsageError) as exc:
-        tunekit.lr_find(model, data, loss, torch.optim.AdamW(model.parameters()), batch_size=32, sweep_steps=10,
-                        refine=False)
+        tunekit.lr_find(model, data, loss, torch.optim.AdamW(model.parameters()), step=StepSettings(batch_size=32),
+                        sweep=Sweep(sweep_steps=10), refine=Refine(enabled=False))
     assert str(exc.value) == NOT_SCALAR
 
 
@@ -59,7 +59,8 @@ def test_a_per_sample_loss_from_compute_loss_says_to_reduce_it_there() -> None:
 def test_a_float_loss_is_a_usage_error() -> None:
     model, data = _objects()
     with pytest.raises(UsageError, match=r"^the loss returned a float \(1.0\), not a tensor: return the loss tensor"):
-        tunekit.lr_find(model, data, lambda out, y: 1.0, batch_size=32, sweep_steps=10, refine=False)
+        tunekit.lr_find(model, data, lambda out, y: 1.0, step=StepSettings(batch_size=32), sweep=Sweep(sweep_steps=10),
+                        refine=Refine(enabled=False))
 
 
 def test_labels_past_the_classes_are_a_usage_error_naming_the_label_and_the_classes() -> None:
@@ -67,7 +68,7 @@ def test_labels_past_the_classes_are_a_usage_error_naming_the_label_and_the_clas
     x, y = data.tensors
     with pytest.raises(UsageError) as exc:
         tunekit.lr_find(model, TensorDataset(x, y + 2), nn.CrossEntropyLoss(), torch.optim.SGD(model.parameters()),
-                        batch_size=32, sweep_steps=10, refine=False)
+                        step=StepSettings(batch_size=32), sweep=Sweep(sweep_steps=10), refine=Refine(enabled=False))
     assert str(exc.value).startswith(OUT_OF_RANGE) and "remap the labels to 0..3" in str(exc.value)
     assert isinstance(exc.value.__cause__, IndexError)
 
@@ -80,7 +81,8 @@ def test_labels_past_the_classes_in_the_users_own_loss_are_the_same_usage_error(
         return -out.log_softmax(-1)[torch.arange(len(target)), target].mean()  # raises IndexError past the classes
 
     with pytest.raises(UsageError, match=r"^label [45] is out of range for the model's 4 classes"):
-        tunekit.lr_find(model, TensorDataset(x, y + 2), my_loss, batch_size=32, sweep_steps=10, refine=False)
+        tunekit.lr_find(model, TensorDataset(x, y + 2), my_loss, step=StepSettings(batch_size=32),
+                        sweep=Sweep(sweep_steps=10), refine=Refine(enabled=False))
 
 
 def test_an_index_error_of_the_users_own_loss_with_labels_in_range_stays_theirs() -> None:
@@ -90,7 +92,8 @@ def test_an_index_error_of_the_users_own_loss_with_labels_in_range_stays_theirs(
         return out[:, 7].mean()  # their bug: no column 7
 
     with pytest.raises(IndexError):
-        tunekit.lr_find(model, data, my_loss, batch_size=32, sweep_steps=10, refine=False)
+        tunekit.lr_find(model, data, my_loss, step=StepSettings(batch_size=32), sweep=Sweep(sweep_steps=10),
+                        refine=Refine(enabled=False))
 
 
 @pytest.mark.parametrize("spec, message", [
@@ -115,7 +118,7 @@ def test_the_cli_says_a_bad_loss_or_bad_labels_in_one_line(command: list[str], s
      "remap the labels"),
 ])
 def test_the_doctor_reports_a_bad_loss_as_one_failure_of_the_loss_check(spec: str, message: str, fix: str) -> None:
-    result = tunekit.doctor(tunekit.load_task(spec), device="cpu")
+    result = tunekit.doctor(tunekit.load_task(spec), step=StepSettings(device="cpu"))
     failures = [f for f in result.items() if f.status == "fail"]
     assert len(failures) == 1, result.table()
     assert failures[0].check == "loss" and failures[0].message.startswith(message) and fix in failures[0].fix
@@ -128,10 +131,12 @@ FOREIGN = ("the optimizer (AdamW) holds none of the model's parameters: it was b
 
 
 @pytest.mark.parametrize("call", [
-    lambda m, d, o: tunekit.lr_find(m, d, nn.CrossEntropyLoss(), o, batch_size=32, sweep_steps=10, refine=False),
+    lambda m, d, o: tunekit.lr_find(m, d, nn.CrossEntropyLoss(), o, step=StepSettings(batch_size=32),
+                                    sweep=Sweep(sweep_steps=10), refine=Refine(enabled=False)),
     lambda m, d, o: tunekit.probe(m, d, nn.CrossEntropyLoss(), o, memory_budget="1GiB"),
-    lambda m, d, o: tunekit.doctor(m, d, nn.CrossEntropyLoss(), o, batch_size=32),
-    lambda m, d, o: tunekit.lr_find(m, d, nn.CrossEntropyLoss(), lambda params: o, batch_size=32, sweep_steps=10),
+    lambda m, d, o: tunekit.doctor(m, d, nn.CrossEntropyLoss(), o, step=StepSettings(batch_size=32)),
+    lambda m, d, o: tunekit.lr_find(m, d, nn.CrossEntropyLoss(), lambda params: o, step=StepSettings(batch_size=32),
+                                    sweep=Sweep(sweep_steps=10)),
 ], ids=["lr_find", "probe", "doctor", "a factory"])
 def test_an_optimizer_on_another_models_parameters_is_refused(call) -> None:
     model, data = _objects()
@@ -163,7 +168,8 @@ def test_an_optimizer_on_part_of_the_model_is_accepted(frozen: bool) -> None:
     if frozen:
         backbone.requires_grad_(False)
     result = tunekit.lr_find(model, data, nn.CrossEntropyLoss(), torch.optim.SGD(head.parameters(), lr=0.1),
-                             batch_size=32, sweep_steps=10, refine=False)
+                             step=StepSettings(batch_size=32), sweep=Sweep(sweep_steps=10),
+                             refine=Refine(enabled=False))
     assert len(result.losses) == 10
 
 
@@ -172,7 +178,7 @@ def test_an_optimizer_on_part_of_the_model_is_accepted(frozen: bool) -> None:
 def test_min_lr_above_max_lr_is_said_in_api_names_or_in_flags_never_both(tmp_path: Path,
                                                                          capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(UsageError) as exc:
-        tunekit.lr_find(tunekit.load_task("tests.tasks:classification_task"), min_lr=1, max_lr=0.001)
+        tunekit.lr_find(tunekit.load_task("tests.tasks:classification_task"), sweep=Sweep(min_lr=1, max_lr=0.001))
     assert str(exc.value) == "min_lr 1 must be below max_lr 0.001: pass e.g. min_lr=1e-7 max_lr=10"
     code, err = _cli(capsys, "lr-find", "--min-lr", "1", "--max-lr", "0.001", "--out", str(tmp_path / "o"), "--quiet")
     assert (code, err) == (2, "tunekit lr-find: error: --min-lr 1 must be below --max-lr 0.001: "
@@ -265,5 +271,5 @@ EMPTY = TensorDataset(torch.zeros(0, 8), torch.zeros(0, dtype=torch.long))
 def test_an_empty_dataset_says_it_is_empty(data: object, kind: str) -> None:
     model, _ = _objects()
     with pytest.raises(UsageError) as exc:
-        tunekit.lr_find(model, data, nn.CrossEntropyLoss(), batch_size=32)
+        tunekit.lr_find(model, data, nn.CrossEntropyLoss(), step=StepSettings(batch_size=32))
     assert str(exc.value) == f"train_data is empty ({kind}): pass data with at least one batch"

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tunekit import defaults, doctor
+from tunekit import PlannedRun, StepSettings, defaults, doctor
 from tunekit.results import DoctorResult, ProbeResult
 from tunekit.results.doctor import DoctorSettings
 from tunekit.results.probe import ProbeRunSettings
@@ -43,7 +43,7 @@ def test_the_doctor_clips_as_the_tasks_recipe(task_clip: Any, monkeypatch: pytes
     monkeypatch.setattr(TrainStep, "__init__", spy)
     task = classification_task()
     task = dataclasses.replace(task, defaults={**task.defaults, "clip_grad_norm": task_clip})
-    result = doctor(task, lr=1e-3, device="cpu", progress=False)
+    result = doctor(task, run=PlannedRun(lr=1e-3), step=StepSettings(device="cpu"), progress=False)
     assert clips and set(clips) == {task_clip}, clips
     assert result.settings.clip_grad_norm == task_clip and result.settings.run_steps == defaults.RUN_STEPS
 

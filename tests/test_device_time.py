@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tunekit import Local, NoPruning, ProbeSettings, Study, UsageError, probe, search
+from tunekit import Local, Measurement, NoPruning, ProbeSettings, StepSettings, Study, UsageError, probe, search
 from tunekit.results import ProbeResult
 from tunekit.hpsearch.budget import Budget, parse_budget, price_budget, resolve_budget
 from tunekit.hpsearch.plan import MIN_UPDATES, Plan, largest_batch, trial_config
@@ -99,7 +99,8 @@ def test_a_search_in_device_time_from_a_stored_probe_is_the_same_twice_and_repor
 
 
 def test_a_budget_in_device_time_needs_a_probe_that_timed_its_steps(tmp_path: Path) -> None:
-    untimed = probe(classification_task(), throughput_points=0, noise_repeats=0, device="cpu", progress=False)
+    untimed = probe(classification_task(), measure=Measurement(throughput_points=0, noise_repeats=0),
+                    step=StepSettings(device="cpu"), progress=False)
     with pytest.raises(UsageError, match="timed no step"):
         _timed(tmp_path, "second", budget="1s", probes=ProbeSettings(probe=untimed))
 

@@ -17,6 +17,7 @@ from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 import tunekit
+from tunekit import DoctorChecks, PlannedRun, Refine, StepSettings, Sweep
 from tunekit.checks import (
     DoctorResult, Finding, check_constant_label, check_data_finite, check_gradient_flow, check_input_scale,
     check_leakage, check_loss_contract, check_lr, check_memory, check_modes, check_nonfinite, check_overfit,
@@ -407,7 +408,8 @@ def test_a_doctor_given_no_lr_runs_no_range_test_and_says_so(monkeypatch: pytest
 
     monkeypatch.setattr(run_mod, "lr_find", lambda *a, **k: pytest.fail("no LR given: no range test runs"))
     model = MLP(8, 16, 4)
-    r = tunekit.doctor(model, classification_data(64), nn.CrossEntropyLoss(), batch_size=16, device="cpu", progress=False)
+    r = tunekit.doctor(model, classification_data(64), nn.CrossEntropyLoss(),
+                       step=StepSettings(batch_size=16, device="cpu"), progress=False)
     (line,) = [f for f in r.by_check("recipe") if "LR" in f.message]
     assert "no range test ran" in line.message and "suggestion is none" not in line.message
 
@@ -486,7 +488,7 @@ def test_doctor_restores_model_optimizer_and_rngs_bitwise() -> None:
     m, opt = _trained()
     before = _state(m, opt)
     result = doctor(m, classification_data(256), nn.CrossEntropyLoss(), opt, classification_data(64, seed=1),
-                    batch_size=32, lr=1e-3)
+                    step=StepSettings(batch_size=32), run=PlannedRun(lr=1e-3))
     _assert_same(before, _state(m, opt))
     assert not result.failed, result.table()
 
@@ -512,7 +514,7 @@ def test_a_model_that_raises_is_a_failure_finding_and_is_restored(ok_calls: int)
     m = RaisesOnCall(ok_calls)
     opt = torch.optim.AdamW(m.parameters())
     before = _state(m, opt)
-    result = doctor(m, classification_data(128), nn.CrossEntropyLoss(), opt, batch_size=32)
+    result = doctor(m, classification_data(128), nn.CrossEntropyLoss(), opt, step=StepSettings(batch_size=32))
     _assert_same(before, _state(m, opt))
     fails = [f for f in result.items() if f.status == "fail"]
     assert fails and all("RuntimeError: boom in forward" in f.message for f in fails)
@@ -528,13 +530,13 @@ def test_a_batch_tunekit_cannot_read_is_a_usage_error() -> None:
         doctor(m, unlabelled, optimizer=opt)
     _assert_same(before, _state(m, opt))
     with pytest.raises(tunekit.UsageError, match="lr must be a positive number"):
-        doctor(classification_task(), lr=-1.0)
+        doctor(classification_task(), run=PlannedRun(lr=-1.0))
     with pytest.raises(tunekit.UsageError, match="warmup"):
-        doctor(classification_task(), warmup=1.5)
+        doctor(classification_task(), run=PlannedRun(warmup=1.5))
 
 
 def test_doctor_on_tasks_and_dict_batches() -> None:
-    result = doctor(classification_task(), lr=0.1)
+    result = doctor(classification_task(), run=PlannedRun(lr=0.1))
     assert not result.failed and result.count("warn") == 0, result.table()
     assert result.grad_norms and result.overfit_losses and result.overfit_target is not None
     hf = doctor(HFStyleModel(), dict_batches(8), val_data=dict_batches(2, seed=1))
@@ -546,7 +548,7 @@ def test_result_json_round_trip_table_and_plot(tmp_path: Path) -> None:
 
     matplotlib.use("Agg")
     result = doctor(nn.Sequential(model(), nn.Softmax(dim=1)), classification_data(128), nn.CrossEntropyLoss(),
-                    batch_size=32)
+                    step=StepSettings(batch_size=32))
     result.to_json(tmp_path / "doctor.json")
     back = DoctorResult.from_json(tmp_path / "doctor.json")
     assert back.findings == json.loads(result.to_json())["findings"] and back.failed
@@ -667,16 +669,18 @@ def test_a_loss_with_a_floor_of_its_own() -> None:
     """A loss with a constant term that does not vanish fails the overfit unless its floor is given."""
     compute = lambda m, b: F.cross_entropy(m(b[0]), b[1]) + 1.0  # noqa: E731
     data = classification_data(128)
-    bad = doctor(model(), data, compute_loss=compute, batch_size=32)
+    bad = doctor(model(), data, compute_loss=compute, step=StepSettings(batch_size=32))
     assert [f.status for f in bad.by_check("overfit")] == ["fail"]
-    ok = doctor(model(), data, compute_loss=compute, batch_size=32, overfit_floor=1.0)
+    ok = doctor(model(), data, compute_loss=compute, step=StepSettings(batch_size=32),
+                checks=DoctorChecks(overfit_floor=1.0))
     assert [f.status for f in ok.by_check("overfit")] == ["pass"]
     with pytest.raises(tunekit.UsageError, match="overfit_floor"):
-        doctor(model(), data, compute_loss=compute, batch_size=32, overfit_floor=-1)
+        doctor(model(), data, compute_loss=compute, step=StepSettings(batch_size=32),
+               checks=DoctorChecks(overfit_floor=-1))
 
 
 def test_fp16_reports_the_scalers_skips() -> None:
-    result = doctor(classification_task(), precision="fp16")
+    result = doctor(classification_task(), step=StepSettings(precision="fp16"))
     (skips,) = [f for f in result.items() if "GradScaler" in f.message]
     assert skips.check == "nonfinite" and skips.status in ("pass", "info") and skips.evidence["steps"] > 0
     assert not result.failed, result.table()
@@ -688,23 +692,27 @@ def test_the_doctor_compares_the_lr_with_a_saved_lr_find_result_and_names_its_so
     from tunekit import doctor, lr_find
 
     task = classification_task()
-    saved = lr_find(task, device="cpu", sweep_steps=60, refine=False)
+    saved = lr_find(task, step=StepSettings(device="cpu"), sweep=Sweep(sweep_steps=60), refine=Refine(enabled=False))
     saved.suggestion, saved.confident = 1e-5, True  # far from anything the quick test would say
     saved.to_json(tmp_path / "lr_find.json")
-    r = doctor(task, lr=3e-2, device="cpu", lr_find_result=tmp_path / "lr_find.json")
+    r = doctor(task, run=PlannedRun(lr=3e-2), step=StepSettings(device="cpu"),
+               checks=DoctorChecks(lr_find_result=tmp_path / "lr_find.json"))
     f = next(f for f in r.findings if f["check"] == "recipe" and "lr 0.03" in f["message"])
     assert f["status"] == "warn" and "the saved lr_find result's suggestion 1e-05" in f["message"]
-    quick = doctor(task, lr=3e-2, device="cpu")
+    quick = doctor(task, run=PlannedRun(lr=3e-2), step=StepSettings(device="cpu"))
     g = next(f for f in quick.findings if f["check"] == "recipe" and "lr 0.03" in f["message"])
     assert "the quick range test's (the curve alone, no short runs)" in g["message"]
     with pytest.raises(tunekit.UsageError, match="the saved lr_find file .* does not exist"):
-        doctor(task, lr=3e-2, device="cpu", lr_find_result=tmp_path / "missing.json")
+        doctor(task, run=PlannedRun(lr=3e-2), step=StepSettings(device="cpu"),
+               checks=DoctorChecks(lr_find_result=tmp_path / "missing.json"))
 
 
 def test_the_doctor_refuses_a_saved_lr_find_of_another_precision(tmp_path) -> None:
     from tunekit import doctor, lr_find
 
     task = classification_task()
-    lr_find(task, device="cpu", sweep_steps=40, refine=False).to_json(tmp_path / "lr_find.json")
+    lr_find(task, step=StepSettings(device="cpu"), sweep=Sweep(sweep_steps=40),
+            refine=Refine(enabled=False)).to_json(tmp_path / "lr_find.json")
     with pytest.raises(tunekit.UsageError, match="the saved lr_find result is for precision 'fp32'"):
-        doctor(task, lr=3e-2, device="cpu", precision="bf16", lr_find_result=tmp_path / "lr_find.json")
+        doctor(task, run=PlannedRun(lr=3e-2), step=StepSettings(device="cpu", precision="bf16"),
+               checks=DoctorChecks(lr_find_result=tmp_path / "lr_find.json"))

@@ -65,9 +65,12 @@ def test_probe_grouped_is_the_flat_call() -> None:
                           calibrate_steps=False, batch_limit=32)
     grouped = _no_warning(lambda: tunekit.probe(task, memory_budget="1GiB", step=StepSettings(device="cpu"),
                                                 measure=measure, target=BatchTarget(target_batch=64), progress=False))
-    with pytest.warns(DeprecationWarning, match=r"^probe\(headroom=, batch_limit=, .*\) is deprecated since tunekit 0\.2\.0"):
+    with pytest.warns(DeprecationWarning) as said:
         flat = tunekit.probe(task, memory_budget="1GiB", device="cpu", target_batch=64, progress=False,
                              **{f.name: getattr(measure, f.name) for f in dataclasses.fields(measure)})
+    texts = sorted((str(w.message).split(": pass ")[1], str(w.message)) for w in said)  # one a group, naming its object
+    assert [new.split("(")[0] for new, _ in texts] == ["measure=Measurement", "step=StepSettings", "target=BatchTarget"]
+    assert texts[0][1].startswith("probe(headroom=, batch_limit=, ") and texts[2][0] == "target=BatchTarget(target_batch=...)"
     assert (flat.max_batch, flat.predicted_max_batch, flat.settings) == (
         grouped.max_batch, grouped.predicted_max_batch, grouped.settings)
     assert [p["effective_batch"] for p in flat.splits] == [p["effective_batch"] for p in grouped.splits] and grouped.splits
@@ -77,8 +80,10 @@ def test_doctor_grouped_is_the_flat_call() -> None:
     task = classification_task()
     grouped = _no_warning(lambda: tunekit.doctor(task, step=StepSettings(device="cpu"), run=PlannedRun(lr=1e-3),
                                                  checks=DoctorChecks(overfit_floor=0.0), progress=False))
-    with pytest.warns(DeprecationWarning, match=r"pass run=PlannedRun\(lr=\.\.\.\)"):
+    with pytest.warns(DeprecationWarning) as said:
         flat = tunekit.doctor(task, device="cpu", lr=1e-3, overfit_floor=0.0, progress=False)
+    texts = sorted(str(w.message).split(": pass ")[1] for w in said)  # one warning a group, each naming its object
+    assert texts == ["checks=DoctorChecks(overfit_floor=...)", "run=PlannedRun(lr=...)", "step=StepSettings(device=...)"]
     assert flat.settings == grouped.settings
     assert [(f["check"], f["status"]) for f in flat.findings] == [(f["check"], f["status"]) for f in grouped.findings]
     assert flat.findings

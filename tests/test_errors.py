@@ -6,15 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from tunekit import Local, SharedStudy, UsageError, lr_find, search, train
+from tunekit import (BatchTarget, Local, PlannedRun, Refine, SharedStudy, StepSettings, Sweep, UsageError, lr_find,
+                    search, train)
 from tunekit.cli import build_parser, in_cli_terms, main
 
 from .tasks import classification_task
 
 
 @pytest.mark.parametrize("call, hint", [
-    (lambda t: lr_find(t, accumulation_steps=0), "pass e.g. accumulation_steps=2"),
-    (lambda t: lr_find(t, min_lr=1.0, max_lr=0.5), "pass e.g. min_lr=1e-7 max_lr=10"),
+    (lambda t: lr_find(t, step=StepSettings(accumulation_steps=0)), "pass e.g. accumulation_steps=2"),
+    (lambda t: lr_find(t, sweep=Sweep(min_lr=1.0, max_lr=0.5)), "pass e.g. min_lr=1e-7 max_lr=10"),
     (lambda t: train(t, accumulation_steps=0), "pass e.g. accumulation_steps=2"),
     (lambda t: train(t, eval_batches=0), "pass e.g. eval_batches=20"),
     (lambda t: search(t, trials=0), "pass e.g. trials=12"),
@@ -58,7 +59,8 @@ def test_a_storage_that_cannot_be_opened_is_one_line(tmp_path: Path) -> None:
 def test_a_zero_batch_size_is_refused_not_taken_for_the_default() -> None:
     from tunekit import doctor
 
-    for call in (lambda t: lr_find(t, batch_size=0), lambda t: doctor(t, batch_size=0)):
+    for call in (lambda t: lr_find(t, step=StepSettings(batch_size=0)),
+                 lambda t: doctor(t, step=StepSettings(batch_size=0))):
         with pytest.raises(UsageError, match=r"batch_size must be a positive integer, got 0: pass e.g. batch_size=32"):
             call(classification_task())
 
@@ -133,36 +135,40 @@ def test_check_number_bounds_and_what_it_returns() -> None:
 def test_entry_points_refuse_a_bool_or_an_infinite_number(bad: object) -> None:
     from tunekit import TrainConfig, doctor, probe
 
-    calls = [lambda t: lr_find(t, min_lr=bad), lambda t: lr_find(t, clip_grad_norm=bad), lambda t: TrainConfig(lr=bad),
-             lambda t: TrainConfig(min_lr_ratio=bad), lambda t: doctor(t, lr=bad),
-             lambda t: probe(t, lr=bad, lr_batch=32), lambda t: lr_find(t, refine_share=bad)]
+    calls = [lambda t: lr_find(t, sweep=Sweep(min_lr=bad)), lambda t: lr_find(t, step=StepSettings(clip_grad_norm=bad)),
+             lambda t: TrainConfig(lr=bad), lambda t: TrainConfig(min_lr_ratio=bad),
+             lambda t: doctor(t, run=PlannedRun(lr=bad)),
+             lambda t: probe(t, target=BatchTarget(lr=bad, lr_batch=32)), lambda t: lr_find(t, refine=Refine(share=bad))]
     for call in calls:
         with pytest.raises(UsageError, match=f"must be .*number.*, got {bad!r}"):
             call(classification_task())
 
 
 def test_old_keywords_still_work_with_one_deprecation_warning_each() -> None:
-    """lr_find(steps=), doctor(steps=), probe(max_batch=), train(max_steps=): the new names' meaning, said
-    the same way (an errors.deprecated shim, removed in tunekit 0.3.0), pointing at the caller's line."""
+    """lr_find(steps=), doctor(steps=), probe(max_batch=), train(max_steps=): 0.1.0's names, said the same way
+    (an errors.deprecated shim, removed in tunekit 0.3.0) once each, at the caller's line, naming today's form."""
     from tunekit import doctor, probe
 
     task = classification_task()
-    calls = {"lr_find(steps=)": lambda: lr_find(task, steps=10, refine=False, device="cpu", progress=False),
-             "doctor(steps=)": lambda: doctor(task, steps=0),
-             "probe(max_batch=)": lambda: probe(task, max_batch=0),
-             "train(max_steps=)": lambda: train(task, max_steps=0)}
-    for old, call in calls.items():
+    calls = {"lr_find(steps=)": (lambda: lr_find(task, steps=10, refine=Refine(enabled=False),
+                                                 step=StepSettings(device="cpu"), progress=False), "sweep=Sweep(sweep_steps=...)"),
+             "doctor(steps=)": (lambda: doctor(task, steps=0), "run=PlannedRun(run_steps=...)"),
+             "probe(max_batch=)": (lambda: probe(task, max_batch=0), "measure=Measurement(batch_limit=...)"),
+             "train(max_steps=)": (lambda: train(task, max_steps=0), "run_steps=")}
+    for old, (call, new_form) in calls.items():
         with pytest.deprecated_call(match=r"^\w+\(\w+=\) is deprecated since tunekit 0\.2\.0 and removed in tunekit 0\.3\.0: "
-                                          r"pass \w+=$") as got:
+                                          r"pass ") as got:
             try:
                 call()
             except UsageError as exc:  # the new name's check, on the old name's value
                 assert "run_steps" in str(exc) or "batch_limit" in str(exc) or "max_steps" in str(exc), exc
-        assert old.split("(")[0] in str(got[0].message) and got[0].filename == __file__
+        said = [str(w.message) for w in got]
+        assert len(said) == 1 and said[0].startswith(old) and said[0].endswith("pass " + new_form), said
+        assert got[0].filename == __file__
 
 
 def test_old_and_new_keyword_together_are_refused_in_one_line() -> None:
-    with pytest.raises(UsageError, match=r"lr_find\(\) got both steps= and sweep_steps=, its new name"):
+    with pytest.raises(UsageError, match=r"lr_find\(\) got both steps= and sweep_steps=: pass only sweep=Sweep\(sweep_steps=...\)"):
         lr_find(classification_task(), steps=20, sweep_steps=30)
     with pytest.raises(UsageError, match=r"train\(\) got both max_steps= and run_steps="):
         train(classification_task(), max_steps=20, run_steps=30)

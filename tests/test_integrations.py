@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 import tunekit
-from tunekit import Halving, ProbeSettings, RandomSampler
+from tunekit import Halving, Measurement, ProbeSettings, RandomSampler, Refine, StepSettings, Sweep
 from tunekit.errors import UsageError
 from tunekit.training.loop import evaluate
 
@@ -25,9 +25,9 @@ from .their_objects import (hf_task, hf_trainer, lightning_run, lightning_task, 
 
 pytestmark = pytest.mark.slow
 
-LR_FIND = dict(refine=False, sweep_steps=20, progress=False)
-PROBE = dict(trace_sizes=(2, 4), throughput_points=2, timing_steps=1, noise_repeats=4, calibrate_steps=False,
-             batch_limit=32, progress=False)
+LR_FIND = dict(sweep=Sweep(sweep_steps=20), refine=Refine(enabled=False), progress=False)
+PROBE = dict(measure=Measurement(trace_sizes=(2, 4), throughput_points=2, timing_steps=1, noise_repeats=4,
+                                 calibrate_steps=False, batch_limit=32), progress=False)
 SEARCH = dict(trials=6, pruner=Halving(evals=3), progress=False)
 
 
@@ -183,13 +183,14 @@ def test_the_trainers_recipe_is_read_and_what_cannot_be_honoured_is_said(tmp_pat
     groups = adapted.task.make_optimizer(adapted.task.make_model()).param_groups
     assert sorted(g["weight_decay"] for g in groups) == [0.0, 0.1]  # biases and norms do not decay, as in HF
     with pytest.warns(UserWarning, match="polynomial"):
-        tunekit.lr_find(trainer, **LR_FIND, precision="fp32")
+        tunekit.lr_find(trainer, **LR_FIND, step=StepSettings(precision="fp32"))
     # Warmup-stable-decay is a schedule of tunekit's: read, with its floor; a decay it sizes otherwise is said.
     wsd = adapt(hf_trainer("gpt2", tmp_path, lr_scheduler_type="warmup_stable_decay",
                            lr_scheduler_kwargs={"num_decay_steps": 50, "min_lr_ratio": 0.05}))
     assert (wsd.task.defaults["schedule"], wsd.task.defaults["min_lr_ratio"]) == ("wsd", 0.05)
     assert any("num_decay_steps" in n for n in wsd.notes)
-    r = tunekit.lr_find(wsd.task, sweep_steps=20, refine=False, run_steps=100, progress=False)
+    r = tunekit.lr_find(wsd.task, sweep=Sweep(sweep_steps=20), refine=Refine(enabled=False), run_steps=100,
+                        progress=False)
     assert "warmup + stable-then-decay run of 100 updates" in r.summary()
     from tunekit.integrations.hf import training_arguments
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from tunekit import LRFindResult, Task, UsageError, lr_find
+from tunekit import LRFindResult, Refine, StepSettings, Sweep, Task, UsageError, lr_find
 from tunekit.results.lr_find import ScoredOn
 from tunekit.training.schedule import sweep_lrs
 from tunekit.training.step import TrainStep
@@ -87,8 +87,9 @@ def test_model_optimizer_scaler_and_rng_are_restored_bitwise() -> None:
     random.seed(5)
     np.random.seed(5)
     before = _state(model, opt, scaler)
-    result = lr_find(model, data, nn.CrossEntropyLoss(), opt, batch_size=32, sweep_steps=30, precision="fp16",
-                     scaler=scaler, device="cpu")
+    result = lr_find(model, data, nn.CrossEntropyLoss(), opt,
+                     step=StepSettings(batch_size=32, precision="fp16", scaler=scaler, device="cpu"),
+                     sweep=Sweep(sweep_steps=30))
     assert len(result.losses) >= 10
     _assert_same(before, _state(model, opt, scaler))
 
@@ -105,7 +106,8 @@ def test_restored_after_an_exception_mid_test() -> None:
         return nn.functional.cross_entropy(m(batch[0]), batch[1])
 
     with pytest.raises(KeyboardInterrupt):
-        lr_find(model, data, optimizer=opt, compute_loss=compute, batch_size=32, sweep_steps=30, device="cpu")
+        lr_find(model, data, optimizer=opt, compute_loss=compute, step=StepSettings(batch_size=32, device="cpu"),
+                sweep=Sweep(sweep_steps=30))
     assert calls["n"] == 12
     _assert_same(before, _state(model, opt))
 
@@ -123,7 +125,8 @@ def test_training_after_lr_find_equals_training_without_it() -> None:
 
     m1, o1, data = _warm_model()
     m2, o2, _ = _warm_model()
-    lr_find(m1, data, nn.CrossEntropyLoss(), o1, batch_size=32, sweep_steps=25, device="cpu")
+    lr_find(m1, data, nn.CrossEntropyLoss(), o1, step=StepSettings(batch_size=32, device="cpu"),
+            sweep=Sweep(sweep_steps=25))
     for a, b in zip(train_some(m1, o1), train_some(m2, o2)):
         assert torch.equal(a, b)
 
@@ -136,11 +139,13 @@ def test_sweep_counts_updates_with_accumulation() -> None:
         return nn.functional.mse_loss(m(batch[0]), batch[1])
 
     task = Task(model=lambda: nn.Linear(8, 1), train_data=regression_data(256), compute_loss=compute, batch_size=8)
-    r = lr_find(task, min_lr=1e-5, max_lr=1e-3, sweep_steps=20, accumulation_steps=3, device="cpu", refine=False)
+    r = lr_find(task, sweep=Sweep(min_lr=1e-5, max_lr=1e-3, sweep_steps=20),
+                step=StepSettings(accumulation_steps=3, device="cpu"), refine=Refine(enabled=False))
     assert len(r.losses) == 20 and not r.diverged
     assert seen["micro"] == 60
     np.testing.assert_allclose(r.lrs, sweep_lrs(1e-5, 1e-3, 20))
-    lin = lr_find(task, min_lr=1e-5, max_lr=1e-3, sweep_steps=20, mode="linear", device="cpu")
+    lin = lr_find(task, sweep=Sweep(min_lr=1e-5, max_lr=1e-3, sweep_steps=20, mode="linear"),
+                  step=StepSettings(device="cpu"))
     np.testing.assert_allclose(lin.lrs, np.linspace(1e-5, 1e-3, 20))
 
 
@@ -149,14 +154,15 @@ def test_fp16_skipped_steps_do_not_advance_the_sweep() -> None:
         return 1e4 * nn.functional.mse_loss(m(batch[0]).float(), batch[1])
 
     task = Task(model=lambda: nn.Linear(8, 1), train_data=regression_data(256), compute_loss=compute, batch_size=16)
-    r = lr_find(task, min_lr=1e-9, max_lr=1e-7, sweep_steps=15, precision="fp16", device="cpu")
+    r = lr_find(task, sweep=Sweep(min_lr=1e-9, max_lr=1e-7, sweep_steps=15),
+                step=StepSettings(precision="fp16", device="cpu"))
     assert r.skipped_steps >= 1
     assert len(r.lrs) == 15
     np.testing.assert_allclose(r.lrs, sweep_lrs(1e-9, 1e-7, 15))
 
 
 def test_bf16_path() -> None:
-    r = lr_find(classification_task(), sweep_steps=30, precision="bf16", device="cpu")
+    r = lr_find(classification_task(), sweep=Sweep(sweep_steps=30), step=StepSettings(precision="bf16", device="cpu"))
     assert r.settings["precision"] == "bf16"
     assert len(r.losses) >= 10 and np.isfinite(r.losses[0])
 
@@ -164,7 +170,7 @@ def test_bf16_path() -> None:
 def test_divergence_stops_the_sweep() -> None:
     task = Task(model=lambda: nn.Linear(8, 1), train_data=regression_data(256), loss=nn.MSELoss(),
                 optimizer=lambda p: torch.optim.SGD(p, lr=0.1), batch_size=16)
-    r = lr_find(task, min_lr=1e-4, max_lr=1e4, sweep_steps=100, device="cpu")
+    r = lr_find(task, sweep=Sweep(min_lr=1e-4, max_lr=1e4, sweep_steps=100), step=StepSettings(device="cpu"))
     assert r.diverged and r.diverged_at_lr is not None
     assert len(r.losses) < 100
     assert r.suggestion is not None and r.suggestion < r.diverged_at_lr
@@ -183,7 +189,8 @@ def test_a_heavy_tailed_loss_is_noise_not_divergence() -> None:
     """Two spiky batches in three are not a blow-up: the sweep measures the loss's noise at its start and stops
     only on a rise well above it (on 0.1's rule it stopped at lr 3.7e-7 after 8 updates, "start the sweep lower",
     and on seed 2 was even confident in 1e-7); where nothing falls beyond the noise, the advice names the noise."""
-    results = {seed: lr_find(_heavy_tailed_task(seed), refine=False, device="cpu", progress=False) for seed in (1, 2)}
+    results = {seed: lr_find(_heavy_tailed_task(seed), refine=Refine(enabled=False), step=StepSettings(device="cpu"),
+                             progress=False) for seed in (1, 2)}
     for seed, r in results.items():
         assert r.diverged_at_lr is None or r.diverged_at_lr > 1e-2, (seed, r.diverged_at_lr, len(r.losses))
         assert r.noise is not None and r.noise > 10 and not r.confident
@@ -193,7 +200,8 @@ def test_a_heavy_tailed_loss_is_noise_not_divergence() -> None:
 
 
 def test_a_normal_sweep_measures_a_small_noise_and_still_stops_on_divergence() -> None:
-    r = lr_find(classification_task(), min_lr=1e-4, max_lr=1e3, refine=False, device="cpu", progress=False)
+    r = lr_find(classification_task(), sweep=Sweep(min_lr=1e-4, max_lr=1e3), refine=Refine(enabled=False),
+                step=StepSettings(device="cpu"), progress=False)
     assert r.noise is not None and 0 < r.noise < 0.1 * r.losses[0] and r.diverged
 
 
@@ -206,7 +214,8 @@ def test_the_time_said_is_the_whole_calls() -> None:
         return nn.Linear(8, 4)
 
     task = Task(model=slow_model, train_data=classification_data(64), loss=nn.CrossEntropyLoss(), batch_size=16)
-    r = lr_find(task, sweep_steps=10, refine=False, device="cpu", progress=False)
+    r = lr_find(task, sweep=Sweep(sweep_steps=10), refine=Refine(enabled=False), step=StepSettings(device="cpu"),
+                progress=False)
     assert r.seconds >= 0.4 and f"in {r.seconds:.1f}s" in r.summary()
 
 
@@ -214,14 +223,16 @@ def test_hf_style_dict_batches_without_a_loss() -> None:
     torch.manual_seed(0)
     model = HFStyleModel()
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    r = lr_find(model, dict_batches(16), sweep_steps=40, min_lr=1e-5, max_lr=10, device="cpu")
+    r = lr_find(model, dict_batches(16), sweep=Sweep(sweep_steps=40, min_lr=1e-5, max_lr=10),
+                step=StepSettings(device="cpu"))
     assert len(r.losses) >= 10
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
 
 
 def test_val_loss_mode_and_repeats() -> None:
     task = classification_task()
-    r = lr_find(task, sweep_steps=30, loss_on="val", device="cpu", repeats=3, refine=False)
+    r = lr_find(task, sweep=Sweep(sweep_steps=30, loss_on="val", repeats=3), step=StepSettings(device="cpu"),
+                refine=Refine(enabled=False))
     assert r.settings["loss_on"] == "val"
     assert len(r.repeats) == 3
     sugg = [rep["suggestions"]["tunekit"] for rep in r.repeats if rep["suggestions"]["tunekit"]]
@@ -230,13 +241,13 @@ def test_val_loss_mode_and_repeats() -> None:
 
 
 def test_same_seed_same_suggestion() -> None:
-    a = lr_find(classification_task(), sweep_steps=40, device="cpu", seed=1)
-    b = lr_find(classification_task(), sweep_steps=40, device="cpu", seed=1)
+    a = lr_find(classification_task(), sweep=Sweep(sweep_steps=40), step=StepSettings(device="cpu"), seed=1)
+    b = lr_find(classification_task(), sweep=Sweep(sweep_steps=40), step=StepSettings(device="cpu"), seed=1)
     assert a.losses == b.losses and a.suggestions == b.suggestions
 
 
 def test_json_round_trip_and_plot(tmp_path: Path) -> None:
-    r = lr_find(classification_task(), sweep_steps=30, device="cpu")
+    r = lr_find(classification_task(), sweep=Sweep(sweep_steps=30), step=StepSettings(device="cpu"))
     path = tmp_path / "r.json"
     r.to_json(path)
     back = LRFindResult.from_json(path)
@@ -251,18 +262,18 @@ def test_json_round_trip_and_plot(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "kwargs, pattern",
     [
-        ({"min_lr": 1.0, "max_lr": 0.1}, "min_lr 1 must be below max_lr 0.1"),
-        ({"min_lr": -1.0}, "min_lr must be a positive number, got -1"),
-        ({"sweep_steps": 5}, "sweep_steps must be an integer >= 10, got 5"),
-        ({"mode": "cubic"}, "mode 'cubic'"),
-        ({"repeats": 0}, "repeats must be a positive integer"),
-        ({"loss_on": "val", "val_data": None}, "needs validation data"),
+        ({"sweep": Sweep(min_lr=1.0, max_lr=0.1)}, "min_lr 1 must be below max_lr 0.1"),
+        ({"sweep": Sweep(min_lr=-1.0)}, "min_lr must be a positive number, got -1"),
+        ({"sweep": Sweep(sweep_steps=5)}, "sweep_steps must be an integer >= 10, got 5"),
+        ({"sweep": Sweep(mode="cubic")}, "mode 'cubic'"),
+        ({"sweep": Sweep(repeats=0)}, "repeats must be a positive integer"),
+        ({"sweep": Sweep(loss_on="val"), "val_data": None}, "needs validation data"),
     ],
 )
 def test_bad_arguments(kwargs: dict, pattern: str) -> None:
     task = Task(model=lambda: nn.Linear(8, 1), train_data=regression_data(64), loss=nn.MSELoss(), batch_size=8)
     with pytest.raises(UsageError, match=pattern):
-        lr_find(task, device="cpu", **kwargs)
+        lr_find(task, step=StepSettings(device="cpu"), **kwargs)
 
 
 @pytest.mark.slow  # a subprocess
@@ -310,7 +321,8 @@ def test_tensors_held_only_by_the_optimizer_and_loader_generators_are_restored()
     def compute(m: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         return nn.functional.cross_entropy(m(batch[0]) / temperature, batch[1])
 
-    lr_find(model, loader, optimizer=opt, compute_loss=compute, sweep_steps=20, device="cpu")
+    lr_find(model, loader, optimizer=opt, compute_loss=compute, sweep=Sweep(sweep_steps=20),
+            step=StepSettings(device="cpu"))
     assert temperature.item() == 1.0
     assert torch.equal(gen.get_state(), gen_state)
 
@@ -329,7 +341,9 @@ def test_scaler_is_usable_after_an_interrupted_step() -> None:
 
     opt.step = flaky_step  # type: ignore[method-assign]
     with pytest.raises(KeyboardInterrupt):
-        lr_find(model, data, nn.CrossEntropyLoss(), opt, batch_size=32, sweep_steps=20, precision="fp16", scaler=scaler, device="cpu")
+        lr_find(model, data, nn.CrossEntropyLoss(), opt,
+                step=StepSettings(batch_size=32, precision="fp16", scaler=scaler, device="cpu"),
+                sweep=Sweep(sweep_steps=20))
     opt.step = real_step  # type: ignore[method-assign]
     x, y = data.tensors
     opt.zero_grad()
@@ -392,20 +406,21 @@ def _spy_steps(monkeypatch: pytest.MonkeyPatch) -> list[dict]:
 def test_the_sweep_runs_trainings_step_settings_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
     seen = _spy_steps(monkeypatch)
     plain = classification_task()
-    r = lr_find(plain, sweep_steps=12, device="cpu")
+    r = lr_find(plain, sweep=Sweep(sweep_steps=12), step=StepSettings(device="cpu"))
     assert seen[-1]["clip_grad_norm"] == 1.0 and r.settings["clip_grad_norm"] == 1.0  # train's default
     assert seen[-1]["accumulation_steps"] == 1
     own = classification_task()
     own.defaults = {"clip_grad_norm": 0.25, "accumulation_steps": 2, "precision": "bf16"}
-    r = lr_find(own, sweep_steps=12, device="cpu")
+    r = lr_find(own, sweep=Sweep(sweep_steps=12), step=StepSettings(device="cpu"))
     assert seen[-1]["clip_grad_norm"] == 0.25 and seen[-1]["accumulation_steps"] == 2
     assert r.settings["precision"] == "bf16" and r.settings["accumulation_steps"] == 2
-    r = lr_find(own, sweep_steps=12, device="cpu", clip_grad_norm=None, accumulation_steps=1, precision="fp32")
+    r = lr_find(own, sweep=Sweep(sweep_steps=12),
+                step=StepSettings(device="cpu", clip_grad_norm=None, accumulation_steps=1, precision="fp32"))
     assert seen[-1]["clip_grad_norm"] is None and seen[-1]["accumulation_steps"] == 1
     assert r.settings["clip_grad_norm"] is None and r.settings["precision"] == "fp32"
     off = classification_task()
     off.defaults = {"clip_grad_norm": None}  # the task trains unclipped: so does its sweep
-    lr_find(off, sweep_steps=12, device="cpu")
+    lr_find(off, sweep=Sweep(sweep_steps=12), step=StepSettings(device="cpu"))
     assert seen[-1]["clip_grad_norm"] is None
 
 
@@ -415,14 +430,16 @@ def test_the_sweep_resolves_clipping_as_train_does() -> None:
     for defaults in ({}, {"clip_grad_norm": 0.5}, {"clip_grad_norm": None}):
         task = classification_task()
         task.defaults = defaults
-        r = lr_find(task, sweep_steps=12, device="cpu")
+        r = lr_find(task, sweep=Sweep(sweep_steps=12), step=StepSettings(device="cpu"))
         assert r.settings["clip_grad_norm"] == TrainConfig.for_task(task).clip_grad_norm
 
 
 def test_the_result_names_the_optimizer_family() -> None:
     task = classification_task()
-    assert lr_find(task, sweep_steps=12, device="cpu").settings["family"] == "adaptive"  # AdamW by default
-    sgd = lr_find(task, sweep_steps=12, device="cpu", optimizer=lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9))
+    found = lr_find(task, sweep=Sweep(sweep_steps=12), step=StepSettings(device="cpu"))
+    assert found.settings["family"] == "adaptive"  # AdamW by default
+    sgd = lr_find(task, sweep=Sweep(sweep_steps=12), step=StepSettings(device="cpu"),
+                  optimizer=lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9))
     assert sgd.settings["family"] == "sgd" and sgd.settings["optimizer"] == "SGD"
 
 
@@ -535,14 +552,14 @@ def test_an_untrusted_curve_is_refined_from_below_its_blowup() -> None:
 
 def test_refined_lr_find_is_the_best_of_its_short_runs() -> None:
     task = classification_task()
-    r = lr_find(task, device="cpu", refine_steps=20)
+    r = lr_find(task, step=StepSettings(device="cpu"), refine=Refine(steps=20))
     ref = r.refinement
     # Two runs per LR (refine_seeds=2), with other data orders.
     assert ref is not None and 3 <= len(ref["lrs"]) <= 7 and ref["samples"] == len(ref["lrs"]) * 2 * 20 * task.batch_size
     best = int(np.argmin(ref["scores"]))
     lo, hi = ref["lrs"][max(best - 1, 0)], ref["lrs"][min(best + 1, len(ref["lrs"]) - 1)]
     assert lo <= r.suggestion <= hi  # at the best run, or between it and a neighbour
-    plain = lr_find(task, device="cpu", refine=False)
+    plain = lr_find(task, step=StepSettings(device="cpu"), refine=Refine(enabled=False))
     assert plain.refinement is None and plain.suggestion == plain.suggestions["tunekit"] == ref["curve_suggestion"]
     assert r.samples == plain.samples + ref["samples"]
     again = LRFindResult.from_json(r.to_json())
@@ -580,16 +597,17 @@ def test_hold_out_splits_each_kind_of_data_and_the_short_runs_never_see_the_held
 def test_without_validation_data_the_result_says_what_scored_the_short_runs() -> None:
     data = regression_data(240)
     model = nn.Linear(8, 1)
-    common = dict(batch_size=16, refine_steps=10, progress=False)
-    found = lr_find(model, data, nn.MSELoss(), refine_seeds=1, **common)
+    common = dict(step=StepSettings(batch_size=16), progress=False)
+    found = lr_find(model, data, nn.MSELoss(), refine=Refine(steps=10, seeds=1), **common)
     assert found.settings["refine_scored_on"] == "the training data it trains on (no val_data given)"
-    held = lr_find(model, data, nn.MSELoss(), refine_seeds=2, hold_out_share=0.2, **common)
+    held = lr_find(model, data, nn.MSELoss(), refine=Refine(steps=10, seeds=2, hold_out_share=0.2), **common)
     assert held.settings["refine_scored_on"] == "48 held-out training samples (another slice for each of the 2 seeds)"
     assert "scored on 48 held-out training samples" in held.summary()
-    given = lr_find(model, data, nn.MSELoss(), val_data=regression_data(64, seed=5), refine_seeds=1, **common)
+    given = lr_find(model, data, nn.MSELoss(), val_data=regression_data(64, seed=5), refine=Refine(steps=10, seeds=1),
+                    **common)
     assert given.settings["refine_scored_on"] == "the validation data"
     with pytest.raises(UsageError, match=r"hold_out_share must be a number in \(0, 1\)"):
-        lr_find(model, data, nn.MSELoss(), hold_out_share=1.5, **common)
+        lr_find(model, data, nn.MSELoss(), refine=Refine(steps=10, hold_out_share=1.5), **common)
 
 
 # ------------------------------------------------------------------- the planned run and the refinement's cost
@@ -636,12 +654,14 @@ def test_the_refinement_buys_what_its_share_of_the_planned_run_allows() -> None:
 
 def test_lr_find_spends_at_most_its_share_of_the_planned_run_and_says_which_run_it_is_for() -> None:
     task = classification_task()  # no max_steps in its recipe: train's 200
-    curve = lr_find(task, device="cpu", sweep_steps=30)
+    curve = lr_find(task, step=StepSettings(device="cpu"), sweep=Sweep(sweep_steps=30))
     assert curve.refinement is None and curve.settings["run_steps"] == 200
     assert curve.settings["run_steps_from"] == "train's default" and "cannot buy" in curve.settings["not_refined"]
     assert "for a warmup + cosine run of 200 updates" in curve.summary() and "not refined" in curve.summary()
-    assert curve.samples == lr_find(task, device="cpu", sweep_steps=30, refine=False).samples  # the curve alone's cost
-    planned = lr_find(task, device="cpu", sweep_steps=30, run_steps=13000)  # 650 updates: 7 x (30 + 60) at most
+    assert curve.samples == lr_find(task, step=StepSettings(device="cpu"), sweep=Sweep(sweep_steps=30),
+                                    refine=Refine(enabled=False)).samples  # the curve alone's cost
+    planned = lr_find(task, step=StepSettings(device="cpu"), sweep=Sweep(sweep_steps=30),
+                      run_steps=13000)  # 650 updates: 7 x (30 + 60) at most
     ref = planned.refinement
     run_samples = 13000 * task.batch_size
     assert ref is not None and ref["run_steps"] == 13000 and ref["run_samples"] == run_samples
@@ -657,13 +677,14 @@ def test_lr_find_spends_at_most_its_share_of_the_planned_run_and_says_which_run_
     assert "cost:" in planned.summary() and f"of the planned run's {run_samples:,} samples" in planned.summary()
     n1, n2 = (len(st["lrs"]) for st in ref["stages"])
     assert f"[from {n1}+{n2} LRs x 1 short run of 30 and 60 updates" in planned.summary()  # carried: not their best
-    recipe = lr_find(dataclasses.replace(task, defaults={**task.defaults, "max_steps": 13000}), device="cpu", sweep_steps=30)
+    recipe = lr_find(dataclasses.replace(task, defaults={**task.defaults, "max_steps": 13000}),
+                     step=StepSettings(device="cpu"), sweep=Sweep(sweep_steps=30))
     assert recipe.settings["run_steps_from"] == "the task's recipe" and recipe.refinement["lrs"] == ref["lrs"]
     assert LRFindResult.from_json(planned.to_json()).refinement == ref
     with pytest.raises(UsageError, match="run_steps must be a positive integer, got 0"):
-        lr_find(task, device="cpu", run_steps=0)
+        lr_find(task, step=StepSettings(device="cpu"), run_steps=0)
     with pytest.raises(UsageError, match="refine_share must be a positive number"):
-        lr_find(task, device="cpu", refine_share=0)
+        lr_find(task, step=StepSettings(device="cpu"), refine=Refine(share=0))
 
 
 def test_a_model_in_hand_is_suggested_for_a_run_of_the_documented_default_length() -> None:
@@ -672,19 +693,22 @@ def test_a_model_in_hand_is_suggested_for_a_run_of_the_documented_default_length
     from tunekit.probes.short_runs import DEFAULT_RUN_STEPS
 
     data = regression_data(480)  # 30 batches of 16 an epoch
-    r = lr_find(nn.Linear(8, 1), data, nn.MSELoss(), batch_size=16, sweep_steps=20, progress=False)
+    r = lr_find(nn.Linear(8, 1), data, nn.MSELoss(), step=StepSettings(batch_size=16), sweep=Sweep(sweep_steps=20),
+                progress=False)
     assert r.settings["run_steps"] == RUN_EPOCHS_IN_HAND * 30 and "3 epochs of the data" in r.settings["run_steps_from"]
     assert "run of 90 updates (3 epochs of the data" in r.summary()
-    r = lr_find(nn.Linear(8, 1), data, nn.MSELoss(), batch_size=16, accumulation_steps=2, sweep_steps=20, progress=False)
+    r = lr_find(nn.Linear(8, 1), data, nn.MSELoss(), step=StepSettings(batch_size=16, accumulation_steps=2),
+                sweep=Sweep(sweep_steps=20), progress=False)
     assert r.settings["run_steps"] == 45  # 90 batches, 2 a update
     batches = [(torch.randn(16, 8), torch.randn(16, 1)) for _ in range(7)]  # a list of batches: 7 an epoch
-    assert lr_find(nn.Linear(8, 1), batches, nn.MSELoss(), sweep_steps=20, progress=False).settings["run_steps"] == 21
+    found = lr_find(nn.Linear(8, 1), batches, nn.MSELoss(), sweep=Sweep(sweep_steps=20), progress=False)
+    assert found.settings["run_steps"] == 21
     class Stream(torch.utils.data.IterableDataset):  # no length
         def __iter__(self):  # type: ignore[no-untyped-def]
             return iter(batches * 100)
 
     loader = torch.utils.data.DataLoader(Stream(), batch_size=None)
-    r = lr_find(nn.Linear(8, 1), loader, nn.MSELoss(), sweep_steps=20, progress=False)
+    r = lr_find(nn.Linear(8, 1), loader, nn.MSELoss(), sweep=Sweep(sweep_steps=20), progress=False)
     assert r.settings["run_steps"] == DEFAULT_RUN_STEPS and "no length" in r.settings["run_steps_from"]
     assert r.refinement is not None and r.refinement["samples"] <= 0.05 * DEFAULT_RUN_STEPS * 16
 
@@ -696,10 +720,11 @@ def test_the_result_names_the_planned_runs_schedule_and_never_offers_a_share_ove
 
     base = classification_task()
     task = dataclasses.replace(base, defaults={**base.defaults, "schedule": "linear", "warmup": 0.1})
-    r = lr_find(task, sweep_steps=30, refine=False, run_steps=200, progress=False)
+    r = lr_find(task, sweep=Sweep(sweep_steps=30), refine=Refine(enabled=False), run_steps=200, progress=False)
     assert "for a warmup + linear-decay run of 200 updates" in r.summary()
     flat = dataclasses.replace(base, defaults={**base.defaults, "schedule": "constant", "warmup": 0})
-    assert "for a constant-LR run of 200 updates" in lr_find(flat, sweep_steps=30, refine=False, run_steps=200,
+    assert "for a constant-LR run of 200 updates" in lr_find(flat, sweep=Sweep(sweep_steps=30),
+                                                             refine=Refine(enabled=False), run_steps=200,
                                                              progress=False).summary()
     short = short_runs_for(run_steps=50, share=0.05, runs=4)
     assert not short.refines and "x the planned run itself" in short.why and "refine_share=" not in short.why
@@ -752,7 +777,7 @@ def test_short_planned_runs_get_short_runs_within_one_range_test_and_none_withou
     bare = dataclasses.replace(task, val_data=None)
     r2 = lr_find(bare, run_steps=200, progress=False)
     assert r2.refinement is None and "no val_data" in r2.settings.not_refined and "hold_out_share" in r2.summary()
-    r3 = lr_find(bare, run_steps=200, hold_out_share=0.2, progress=False)
+    r3 = lr_find(bare, run_steps=200, refine=Refine(hold_out_share=0.2), progress=False)
     assert r3.refinement is not None and r3.refinement.scored_on is ScoredOn.HELD_OUT
     # Data that cannot be split (a stream of no length): held out of nothing, so no short runs either.
     data = classification_data(640).tensors
@@ -764,5 +789,5 @@ def test_short_planned_runs_get_short_runs_within_one_range_test_and_none_withou
 
     streamed = dataclasses.replace(bare, train_data=torch.utils.data.DataLoader(Stream(), batch_size=None),
                                    batch_size=None)
-    r4 = lr_find(streamed, run_steps=200, hold_out_share=0.2, progress=False)
+    r4 = lr_find(streamed, run_steps=200, refine=Refine(hold_out_share=0.2), progress=False)
     assert r4.refinement is None and "no val_data" in r4.settings.not_refined

@@ -7,7 +7,7 @@ from typing import Any
 import matplotlib
 import pytest
 
-from tunekit import Local, doctor, lr_find, probe, search, train
+from tunekit import Local, Measurement, StepSettings, Sweep, doctor, lr_find, probe, search, train
 
 from .tasks import classification_task, regression_task
 
@@ -22,12 +22,13 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     space = out / "space.toml"
     space.write_text('[lr]\ntype = "float"\nlog = true\nlow = 1e-3\nhigh = 1e-1\n')
     return {
-        "lr_find": lr_find(classification_task(), sweep_steps=20, device="cpu"),
-        "probe": probe(classification_task(), memory_budget="16GiB", device="cpu", throughput_points=2, noise_repeats=2),
+        "lr_find": lr_find(classification_task(), sweep=Sweep(sweep_steps=20), step=StepSettings(device="cpu")),
+        "probe": probe(classification_task(), memory_budget="16GiB", step=StepSettings(device="cpu"),
+                       measure=Measurement(throughput_points=2, noise_repeats=2)),
         "train": train(classification_task(), run_steps=5),
         "search": search(regression_task(), str(space), trials=2, out=out / "s", backend=Local(device="cpu"),
                          budget="10updates"),
-        "doctor": doctor(classification_task(), device="cpu"),
+        "doctor": doctor(classification_task(), step=StepSettings(device="cpu")),
     }
 
 

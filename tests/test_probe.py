@@ -12,7 +12,7 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 import tunekit
-from tunekit import Task, UsageError, probe
+from tunekit import BatchTarget, Measurement, StepSettings, Task, UsageError, probe
 from tunekit.inputs.data import BatchStream
 from tunekit.probes.memory_trace import Trace, fit_memory_model, static_bytes, trace_step
 from tunekit.probes.noise_scale import noise_scale
@@ -190,7 +190,8 @@ def test_an_end_to_end_probe_with_a_fake_out_of_memory_error(where: str, monkeyp
     before = copy.deepcopy(model.state_dict())
     rng = torch.get_rng_state()
     # A budget the step could fill (under 8x the traced peak at the whole data's batch), so the steps are measured.
-    kw = dict(memory_budget="4MiB", device="cpu", throughput_points=1, noise_repeats=0)
+    kw = dict(memory_budget="4MiB", step=StepSettings(device="cpu"),
+              measure=Measurement(throughput_points=1, noise_repeats=0))
     r1 = probe(model, data, nn.CrossEntropyLoss(), opt, **kw)
     assert [(t["batch"], t["ok"]) for t in r1.tried][:2] == [(4096, False), (3276, False)]
     # Then half, 1638, ran; measured below its prediction, the refit tries just under the OOM and stops there.
@@ -228,7 +229,8 @@ def test_other_errors_are_not_taken_for_oom() -> None:
     # The real step fails in the measuring child; it is run again here, so the error is the user's own.
     model = FailsAbove(16, "bug")
     with pytest.raises(RuntimeError, match="a bug") as info:
-        probe(model, small_task().train_data, nn.CrossEntropyLoss(), memory_budget="4MiB", device="cpu", noise_repeats=0)
+        probe(model, small_task().train_data, nn.CrossEntropyLoss(), memory_budget="4MiB",
+              step=StepSettings(device="cpu"), measure=Measurement(noise_repeats=0))
     assert any(entry.name == "forward" for entry in info.traceback)
 
 
@@ -261,7 +263,8 @@ def test_noise_scale_of_linear_regression_matches_closed_form() -> None:
 
     task = Task(model=model, train_data=TensorDataset(x, y), loss=nn.MSELoss(), batch_size=8,
                 optimizer=lambda p: torch.optim.SGD(p, lr=0.1))
-    r = probe(task, memory_budget="1GiB", device="cpu", throughput_points=1, noise_repeats=300, noise_warmup=0)
+    r = probe(task, memory_budget="1GiB", step=StepSettings(device="cpu"),
+              measure=Measurement(throughput_points=1, noise_repeats=300, noise_warmup=0))
     assert r.critical_batch == pytest.approx(expected, rel=0.25)
     lo, hi = r.critical_batch_range
     assert lo < r.critical_batch < hi
@@ -291,13 +294,13 @@ def test_bad_sizes(bad: str) -> None:
 def test_probe_refuses_fixed_batches_and_bad_arguments() -> None:
     batches = [(torch.randn(4, 8), torch.randint(0, 4, (4,)))] * 3
     with pytest.raises(UsageError, match="varies the batch size"):
-        probe(MLP(8, 16, 4), batches, nn.CrossEntropyLoss(), device="cpu")
+        probe(MLP(8, 16, 4), batches, nn.CrossEntropyLoss(), step=StepSettings(device="cpu"))
     with pytest.raises(UsageError, match="does not fit even at batch 1"):
-        probe(small_task(), memory_budget="1KiB", device="cpu")
+        probe(small_task(), memory_budget="1KiB", step=StepSettings(device="cpu"))
     with pytest.raises(UsageError, match="headroom"):
-        probe(small_task(), headroom=1.0, device="cpu")
+        probe(small_task(), measure=Measurement(headroom=1.0), step=StepSettings(device="cpu"))
     with pytest.raises(UsageError, match="lr_batch must be a positive integer, got 0"):
-        probe(small_task(), lr=1e-3, lr_batch=0, device="cpu")
+        probe(small_task(), target=BatchTarget(lr=1e-3, lr_batch=0), step=StepSettings(device="cpu"))
 
 
 def test_plain_tensor_attributes_are_traced_without_real_copies() -> None:
@@ -322,7 +325,8 @@ def _trace_model(model: nn.Module, b: int) -> "Trace":
 
 
 def test_probe_result_round_trip_and_plot(tmp_path: Path) -> None:
-    r = probe(small_task(512), memory_budget="256MiB", device="cpu", throughput_points=2, noise_repeats=4)
+    r = probe(small_task(512), memory_budget="256MiB", step=StepSettings(device="cpu"),
+              measure=Measurement(throughput_points=2, noise_repeats=4))
     assert r.max_batch == 512  # capped by the dataset
     # Every real update is counted (confirmation, throughput warm-up and timing, noise scale), no fake trace.
     assert r.updates >= r.real_steps + len(r.throughput) * 3 + 2 * 4
@@ -375,7 +379,7 @@ def test_cli_probe_usage_errors(args: list[str], needle: str, assert_usage_error
 @pytest.mark.gpu
 def test_cuda_probe_matches_max_memory_allocated() -> None:
     task = tunekit.load_task("shapes")
-    r = probe(task, device="cuda", memory_budget="2GiB", noise_repeats=0)
+    r = probe(task, step=StepSettings(device="cuda"), measure=Measurement(noise_repeats=0), memory_budget="2GiB")
     ok = [t for t in r.tried if t["ok"]]
     assert ok and ok[-1]["peak_bytes"] is not None
     assert r.predicted_peak(ok[-1]["batch"]) == pytest.approx(ok[-1]["peak_bytes"], rel=0.1)
@@ -460,8 +464,8 @@ def test_without_a_noise_scale_to_trust_the_plan_is_for_the_largest_batch_and_sa
     task = classification_task()
     model = task.make_model(0)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    r = probe(model, task.train_data, task.loss, opt, memory_budget="256MiB", device="cpu",
-              throughput_points=0, noise_repeats=4)
+    r = probe(model, task.train_data, task.loss, opt, memory_budget="256MiB", step=StepSettings(device="cpu"),
+              measure=Measurement(throughput_points=0, noise_repeats=4))
     assert r.splits and r.splits[0]["effective_batch"] == r.max_batch
     assert "the largest batch that fits: no noise scale to trust" in r.splits_reason
     assert "largest batch that fits" in r.table() and "nan samples/s" not in r.table()
@@ -473,8 +477,8 @@ def test_the_probe_says_when_its_answers_are_not_to_be_trusted() -> None:
 
     task = classification_task()
     model = task.make_model(0)
-    r = probe(model, task.train_data, nn.CrossEntropyLoss(), memory_budget="256MiB", device="cpu",
-              throughput_points=2, noise_repeats=4)
+    r = probe(model, task.train_data, nn.CrossEntropyLoss(), memory_budget="256MiB", step=StepSettings(device="cpu"),
+              measure=Measurement(throughput_points=2, noise_repeats=4))
     assert any("without training it first" in w for w in r.warnings) and "WARNING: the noise scale" in r.table()
     assert all("spread" in t for t in r.throughput)
     fine = _warnings([{"batch": 8, "samples_per_s": 1.0, "spread": 0.05}], None, 50)
@@ -486,8 +490,10 @@ def test_an_fp16_step_with_its_grad_scaler_is_traced() -> None:
     """The scaler's inf check reads a value that fake tensors cannot give: the trace steps without it,
     and fp16 holds half of fp32's activations."""
     task = small_task(512)
-    fp16 = probe(task, memory_budget="256MiB", device="cpu", precision="fp16", throughput_points=0, noise_repeats=0)
-    fp32 = probe(task, memory_budget="256MiB", device="cpu", precision="fp32", throughput_points=0, noise_repeats=0)
+    fp16 = probe(task, memory_budget="256MiB", step=StepSettings(device="cpu", precision="fp16"),
+                 measure=Measurement(throughput_points=0, noise_repeats=0))
+    fp32 = probe(task, memory_budget="256MiB", step=StepSettings(device="cpu", precision="fp32"),
+                 measure=Measurement(throughput_points=0, noise_repeats=0))
     assert fp16.precision == "fp16" and fp16.max_batch == fp32.max_batch == 512  # capped by the dataset
     assert fp16.memory_model().activations(256) < fp32.memory_model().activations(256)
 
@@ -539,7 +545,8 @@ def test_two_probes_in_one_process_agree_after_other_work() -> None:
     task = Task(model=CheckpointedMLP, train_data=TensorDataset(torch.randn(16384, 128, generator=g),
                                                                 torch.randint(0, 4, (16384,), generator=g)),
                 loss=nn.CrossEntropyLoss(), batch_size=64, name="ckpt")
-    kw = dict(memory_budget="48MiB", headroom=0.0, throughput_points=0, noise_repeats=0, progress=False)
+    kw = dict(memory_budget="48MiB", measure=Measurement(headroom=0.0, throughput_points=0, noise_repeats=0),
+              progress=False)
     first = probe(task, **kw)
     # What a notebook does between two probes: tensors of 0.2-16 MiB made and half dropped (glibc keeps
     # their chunks in its heap), and a short training run. Measured in this process, the second probe
@@ -556,7 +563,8 @@ def test_two_probes_in_one_process_agree_after_other_work() -> None:
 
 def test_steps_are_not_measured_where_the_budget_cannot_bind() -> None:
     # The whole data's batch is traced far under the budget: no measuring child, and the result says why.
-    r = probe(small_task(), memory_budget="1GiB", device="cpu", throughput_points=0, noise_repeats=0, progress=False)
+    r = probe(small_task(), memory_budget="1GiB", step=StepSettings(device="cpu"),
+              measure=Measurement(throughput_points=0, noise_repeats=0), progress=False)
     assert r.memory_measured.startswith("not measured: at batch 4096, the largest the data or batch_limit allows")
     assert r.max_batch == 4096 and r.real_steps == 1
 
@@ -580,8 +588,9 @@ class HoldsAHandle(MLP):
 
 
 def test_a_model_that_does_not_pickle_is_measured_in_process_and_said() -> None:
-    r = probe(HoldsAHandle(), small_task().train_data, nn.CrossEntropyLoss(), memory_budget="4MiB", device="cpu",
-              throughput_points=0, noise_repeats=0, progress=False)
+    r = probe(HoldsAHandle(), small_task().train_data, nn.CrossEntropyLoss(), memory_budget="4MiB",
+              step=StepSettings(device="cpu"), measure=Measurement(throughput_points=0, noise_repeats=0),
+              progress=False)
     assert r.memory_measured.startswith(MEASURED_IN_PROCESS) and "could not be copied to a child process" in r.memory_measured
     assert any(w.startswith("memory: ") and "after other work" in w for w in r.warnings)
     assert r.max_batch >= 1
@@ -603,8 +612,9 @@ def test_a_model_holding_a_lock_is_traced_measured_in_process_and_said() -> None
     model = HoldsALock()
     before = {k: v.clone() for k, v in model.state_dict().items()}
     lock = model.lock
-    r = probe(model, small_task().train_data, nn.CrossEntropyLoss(), memory_budget="4MiB", device="cpu",
-              throughput_points=2, timing_steps=1, noise_repeats=2, progress=False)
+    r = probe(model, small_task().train_data, nn.CrossEntropyLoss(), memory_budget="4MiB",
+              step=StepSettings(device="cpu"),
+              measure=Measurement(throughput_points=2, timing_steps=1, noise_repeats=2), progress=False)
     assert r.max_batch >= 1 and r.real_steps >= 1
     assert r.memory_measured.startswith(MEASURED_IN_PROCESS) and "cannot pickle '_thread.lock'" in r.memory_measured
     assert r.memory_warning is not None and "in this process" in r.memory_warning and r.memory_warning in r.table()
@@ -616,8 +626,9 @@ def test_a_model_too_big_to_copy_beside_itself_is_measured_in_process(monkeypatc
     from tunekit.probes import largest_batch
 
     monkeypatch.setattr(largest_batch, "cpu_available_bytes", lambda: 1024)  # a machine with 1 KiB free
-    r = probe(MLP(8, 16, 4), small_task().train_data, nn.CrossEntropyLoss(), memory_budget="4MiB", device="cpu",
-              throughput_points=0, noise_repeats=0, progress=False)
+    r = probe(MLP(8, 16, 4), small_task().train_data, nn.CrossEntropyLoss(), memory_budget="4MiB",
+              step=StepSettings(device="cpu"), measure=Measurement(throughput_points=0, noise_repeats=0),
+              progress=False)
     assert r.memory_measured.startswith(MEASURED_IN_PROCESS) and "would take over half the available RAM" in r.memory_measured
 
 
@@ -639,7 +650,9 @@ def test_a_cpu_probe_takes_a_runs_share_of_memory_and_never_plans_on_an_unbounde
 
     monkeypatch.setattr(batch_probe, "_noise", unbounded)
     task = regression_task()
-    r = probe(task, trace_sizes=(2, 4), throughput_points=2, timing_steps=1, noise_repeats=2, calibrate_steps=False,
+    r = probe(task,
+              measure=Measurement(trace_sizes=(2, 4), throughput_points=2, timing_steps=1, noise_repeats=2,
+                                  calibrate_steps=False),
               progress=False)
     assert "unbounded" in r.splits_reason and r.splits[0]["micro_batch"] * r.splits[0]["accumulation_steps"] == task.batch_size
 
@@ -720,8 +733,9 @@ def test_timings_taken_while_the_machine_is_busy_are_timed_again_and_else_not_ac
         return time_step
 
     task = dataclasses.replace(regression_task(), defaults={**regression_task().defaults, "max_steps": 1000})
-    kw = dict(memory_budget="1GiB", device="cpu", trace_sizes=(2, 4), throughput_points=3, timing_steps=3,
-              noise_repeats=0, calibrate_steps=False, progress=False)
+    kw = dict(memory_budget="1GiB", step=StepSettings(device="cpu"), progress=False,
+              measure=Measurement(trace_sizes=(2, 4), throughput_points=3, timing_steps=3, noise_repeats=0,
+                                  calibrate_steps=False))
     monkeypatch.setattr(throughput, "_time_step", scripted(23, {256}))
     r = probe(task, **kw)
     by = {t["batch"]: t for t in r.throughput}

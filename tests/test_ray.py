@@ -14,7 +14,8 @@ pytestmark = pytest.mark.slow  # Ray instances and Tune runs
 
 import torch  # noqa: E402
 
-from tunekit import Halving, NoPruning, ProbeSettings, RandomSampler, Ray, Study, UsageError, search  # noqa: E402
+from tunekit import (Halving, Measurement, NoPruning, ProbeSettings, RandomSampler, Ray, StepSettings, Study, Sweep,
+                    UsageError, search)
 from tunekit.integrations.task_spec import load_task  # noqa: E402
 from tunekit.training.loop import evaluate  # noqa: E402
 from tunekit.hpsearch.backends.ray.backend import (DONE_KEY, ERROR_KEY, Ledger, _recorder, _scheduler, _searcher,  # noqa: E402
@@ -297,8 +298,9 @@ def test_search_refuses_a_packing_the_probed_gpu_cannot_hold(tmp_path: Path) -> 
     from .tasks import classification_task
 
     task = classification_task()
-    lf = lr_find(task, sweep_steps=20, device="cpu")
-    pr = probe(task, memory_budget="256MiB", device="cpu", throughput_points=2, noise_repeats=4)
+    lf = lr_find(task, sweep=Sweep(sweep_steps=20), step=StepSettings(device="cpu"))
+    pr = probe(task, memory_budget="256MiB", step=StepSettings(device="cpu"),
+               measure=Measurement(throughput_points=2, noise_repeats=4))
     # A GPU that holds one trial of any batch, never two.
     on_gpu = dataclasses.replace(pr, device="cuda:0", usable_bytes=int(pr.predicted_peak(1) * 1.5))
     with pytest.raises(UsageError, match=r"gpus_per_trial=0.5 packs 2 trials on a GPU.*use gpus_per_trial=1 or more"):

@@ -9,8 +9,8 @@ import optuna
 import pytest
 import torch
 
-from tunekit import (TPE, Halving, Local, NoPruning, Objective, ProbeSettings, RandomSampler, SharedStudy, Study, UsageError,
-                     load_space, lr_find, probe, search)
+from tunekit import (Halving, Local, Measurement, NoPruning, Objective, ProbeSettings, RandomSampler, Refine,
+                    SharedStudy, StepSettings, Study, Sweep, TPE, UsageError, load_space, lr_find, probe, search)
 from tunekit.probes.range_test import LRFindResult
 from tunekit.hpsearch.seeded_space import batch_centre, batch_choices, distributions, lr_bounds_from_curve, reference_batch
 from tunekit.inputs.space import list_spaces
@@ -73,7 +73,8 @@ def test_lr_bounds_and_batch_choices_from_given_probe_results() -> None:
     assert -4.6 < np.log10(low) < -4.0
     assert -0.7 < np.log10(high) < 0.0
     assert lr_bounds_from_curve(lf, margin=2.0)[1] > high  # a margin wider than 25x widens it
-    pr = probe(classification_task(), memory_budget="256MiB", device="cpu", throughput_points=2, noise_repeats=4)
+    pr = probe(classification_task(), memory_budget="256MiB", step=StepSettings(device="cpu"),
+               measure=Measurement(throughput_points=2, noise_repeats=4))
     pr.critical_batch = 100.0
     assert batch_choices(load_space("from_scratch").entries["batch"], pr) == [32, 64, 128, 256]  # 512 > the 256 samples
 
@@ -101,10 +102,11 @@ def test_batch_centre_is_the_lr_batch_and_the_noise_scale_only_without_one() -> 
 
 def test_seed_trial_pairs_the_suggested_lr_with_its_own_batch(tmp_path: Path) -> None:
     task = classification_task()
-    lf = lr_find(task, sweep_steps=30, device="cpu")
+    lf = lr_find(task, sweep=Sweep(sweep_steps=30), step=StepSettings(device="cpu"))
     ref = reference_batch(lf)
     assert ref == task.batch_size == 32
-    pr = probe(task, memory_budget="256MiB", device="cpu", throughput_points=2, noise_repeats=4)
+    pr = probe(task, memory_budget="256MiB", step=StepSettings(device="cpu"),
+               measure=Measurement(throughput_points=2, noise_repeats=4))
     pr.critical_batch, pr.critical_batch_range = 100.0, (20.0, 200.0)  # 32 is plausible: the seed keeps it
     r = search(task, "from_scratch", trials=1, backend=Local(device="cpu"),
                probes=ProbeSettings(lr_find=lf, probe=pr), budget="100updates")
@@ -125,9 +127,10 @@ def test_seed_trial_pairs_the_suggested_lr_with_its_own_batch(tmp_path: Path) ->
 @pytest.mark.slow  # a search with the probes
 def test_seeded_search_enqueues_the_seed_first(tmp_path: Path) -> None:
     task = classification_task()
-    lf = lr_find(task, sweep_steps=30, device="cpu")
+    lf = lr_find(task, sweep=Sweep(sweep_steps=30), step=StepSettings(device="cpu"))
     lf.to_json(tmp_path / "lr_find.json")
-    pr = probe(task, memory_budget="256MiB", device="cpu", throughput_points=2, noise_repeats=4)
+    pr = probe(task, memory_budget="256MiB", step=StepSettings(device="cpu"),
+               measure=Measurement(throughput_points=2, noise_repeats=4))
     pr.to_json(tmp_path / "probe.json")
     r = search(task, "from_scratch", trials=4, out=tmp_path / "out", backend=Local(device="cpu"),
                probes=ProbeSettings(lr_find=tmp_path / "lr_find.json", probe=str(tmp_path / "probe.json")),
@@ -388,7 +391,7 @@ def test_rungs_wait_until_the_first_complete_trial_has_learned() -> None:
 
 
 def test_a_saved_range_test_of_another_task_is_refused(tmp_path: Path) -> None:
-    lf = lr_find(regression_task(), sweep_steps=20, device="cpu")
+    lf = lr_find(regression_task(), sweep=Sweep(sweep_steps=20), step=StepSettings(device="cpu"))
     lf.to_json(tmp_path / "lr_find.json")
     with pytest.raises(UsageError, match=r"the saved lr_find result is for task 'regression', this search runs task 'classification'"):
         search(classification_task(), "from_scratch", trials=1, backend=Local(device="cpu"),
@@ -828,7 +831,7 @@ def test_resume_after_a_kill_during_the_probes_goes_on_with_them(tmp_path: Path)
     restart loop always passes it) goes on, reusing them and counting their cost, instead of refusing."""
     task, out = classification_task(), tmp_path / "o"
     out.mkdir()
-    lf = lr_find(task, device="cpu", refine=False, progress=False)
+    lf = lr_find(task, step=StepSettings(device="cpu"), refine=Refine(enabled=False), progress=False)
     lf.save(out, "lr_find")  # what the killed run had saved before it died in the batch probe
     r = search(task, "from_scratch", trials=2, out=out, backend=Local(device="cpu"), study=Study(resume=True),
                probes=ProbeSettings(memory_budget="256MiB"), budget="20updates")
@@ -915,10 +918,11 @@ def test_the_search_says_where_its_lr_came_from(tmp_path: Path) -> None:
                backend=Local(device="cpu"), budget="10updates")
     assert "LR seeded from the search's own range test" in r.table() and "the curve alone" in r.table()
     # One LR across tools: the search's own range test is lr_find's for a run of one full trial.
-    alone = lr_find(regression_task(), device="cpu", run_steps=10)
+    alone = lr_find(regression_task(), step=StepSettings(device="cpu"), run_steps=10)
     assert r.lr_find["run_steps"] == 10 and r.lr_find["suggestion"] == alone.suggestion and not r.lr_find["refined"]
     assert "for a run of one trial (10 updates)" in r.table()
-    refined = lr_find(regression_task(), device="cpu", sweep_steps=40, refine_steps=20, refine_seeds=1)
+    refined = lr_find(regression_task(), step=StepSettings(device="cpu"), sweep=Sweep(sweep_steps=40),
+                      refine=Refine(steps=20, seeds=1))
     assert refined.refinement
     r2 = search(regression_task(),
                 str(write_space(tmp_path, SMALL.replace('[warmup]', 'seeded = "lr_find"\n\n[warmup]'))), trials=1,
@@ -1199,9 +1203,10 @@ def test_the_table_says_which_way_the_designs_batch_step_went(tmp_path: Path) ->
     import dataclasses
 
     far = classification_task()
-    lf = lr_find(far, sweep_steps=30, device="cpu")
+    lf = lr_find(far, sweep=Sweep(sweep_steps=30), step=StepSettings(device="cpu"))
     task = dataclasses.replace(far, defaults={"lr": lf.suggestion})  # the task's own LR near the suggestion
-    pr = probe(task, memory_budget="256MiB", device="cpu", throughput_points=2, noise_repeats=4)
+    pr = probe(task, memory_budget="256MiB", step=StepSettings(device="cpu"),
+               measure=Measurement(throughput_points=2, noise_repeats=4))
     flat, steep = [[8, 0.010], [64, 0.011]], [[8, 0.010], [64, 0.080]]
     for budget, times, doubled in (("2s", flat, True), ("2s", steep, False), ("1280samples", flat, False)):
         pr.throughput = [{"batch": b, "samples_per_s": b / t} for b, t in times]

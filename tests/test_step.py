@@ -5,7 +5,7 @@ import torch
 from torch import nn
 
 import tunekit
-from tunekit import Task, TrainStep, train
+from tunekit import Measurement, StepSettings, Sweep, Task, TrainStep, train
 from tunekit.training.step import make_scaler
 from tunekit.inputs.task import LossComputer
 
@@ -193,9 +193,10 @@ def test_results_print_one_short_line_and_a_table() -> None:
     r = train(task, lr=1e-2, run_steps=10, eval_every=5, device="cpu")
     assert repr(r).startswith("TrainResult(task='classification', lr=0.01, updates=10, final loss ") and len(repr(r)) < 120
     assert r.table().splitlines()[-1].startswith("final val loss ") and "after 10 updates (320 samples)" in r.table()
-    lf = lr_find(task, sweep_steps=20, device="cpu")
+    lf = lr_find(task, sweep=Sweep(sweep_steps=20), step=StepSettings(device="cpu"))
     assert repr(lf).startswith("LRFindResult(suggestion=") and len(repr(lf)) < 120
-    pr = probe(task, memory_budget="256MiB", device="cpu", throughput_points=2, noise_repeats=2)
+    pr = probe(task, memory_budget="256MiB", step=StepSettings(device="cpu"),
+               measure=Measurement(throughput_points=2, noise_repeats=2))
     assert repr(pr).startswith("ProbeResult(device='cpu', max_batch=") and len(repr(pr)) < 150
 
 

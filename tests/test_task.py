@@ -7,7 +7,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 import tunekit
-from tunekit import Task, TaskSpec, UsageError, load_task, train
+from tunekit import Measurement, Refine, StepSettings, Sweep, Task, TaskSpec, UsageError, load_task, train
 from tunekit.inputs.data import BatchStream
 
 from .tasks import MLP, PlainDictModel, classification_data, dict_batches, hf_task, regression_data
@@ -61,10 +61,13 @@ def test_task_objects_pass_through() -> None:
 
 # Every public entry point, at its cheapest, on a task in any form.
 ENTRY_POINTS = {
-    "lr_find": lambda t: tunekit.lr_find(t, sweep_steps=10, refine=False, device="cpu", progress=False),
-    "doctor": lambda t: tunekit.doctor(t, device="cpu", progress=False),
-    "probe": lambda t: tunekit.probe(t, device="cpu", memory_budget="64MiB", trace_sizes=(2, 4), throughput_points=1,
-                                     timing_steps=1, noise_repeats=0, calibrate_steps=False, batch_limit=8, progress=False),
+    "lr_find": lambda t: tunekit.lr_find(t, sweep=Sweep(sweep_steps=10), refine=Refine(enabled=False),
+                                         step=StepSettings(device="cpu"), progress=False),
+    "doctor": lambda t: tunekit.doctor(t, step=StepSettings(device="cpu"), progress=False),
+    "probe": lambda t: tunekit.probe(t, step=StepSettings(device="cpu"),
+                                     measure=Measurement(trace_sizes=(2, 4), throughput_points=1, timing_steps=1,
+                                                         noise_repeats=0, calibrate_steps=False, batch_limit=8),
+                                     memory_budget="64MiB", progress=False),
     "train": lambda t: tunekit.train(t, run_steps=2, device="cpu", progress=False),
 }
 

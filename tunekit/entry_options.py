@@ -65,7 +65,7 @@ class Sweep:
     min_lr: float = opt(1e-7, "first LR of the sweep (default 1e-7)", kind="positive", metavar="LR")
     max_lr: float = opt(10.0, "last LR of the sweep (default 10)", kind="positive", metavar="LR")
     sweep_steps: int = opt(SWEEP_STEPS, f"optimizer updates in the sweep, at least 10 (default {SWEEP_STEPS})",
-                           kind="int", metavar="N")
+                           kind="int", metavar="N", older="steps")
     mode: str = opt("exp", "LR spacing (default exp)", choices=("exp", "linear"))
     repeats: int = opt(1, "repeat with other seeds and data orders; report the spread (default 1)", kind="int",
                        metavar="N")
@@ -106,7 +106,7 @@ class Measurement:
 
     headroom: float = opt(0.15, "fraction of the memory budget kept free (default 0.15)", kind="float", metavar="F")
     batch_limit: Optional[int] = opt(None, "the largest batch to try (default: the dataset's size)", kind="int",
-                                     metavar="N")
+                                     metavar="N", older="max_batch")
     trace_sizes: tuple[int, ...] = opt((4, 8, 16), "batches traced on fake tensors for the memory model "
                                        "(default 4,8,16)", kind="sizes", metavar="B,B,...")
     throughput_points: int = opt(5, "batches timed up to the largest (default 5; 0: none)", kind="count",
@@ -154,7 +154,7 @@ class PlannedRun:
     warmup: Optional[Union[int, float]] = opt(None, "the warmup you intend: a fraction (0.05) or updates (20) "
                                               "(default: the task's)", kind="warmup", metavar="W")
     run_steps: Optional[int] = opt(None, "the updates of the run you intend, for the warmup check (default: the "
-                                   "task's)", kind="int", metavar="N")
+                                   "task's)", kind="int", metavar="N", older="steps")
 
 
 @dataclass(frozen=True)

@@ -8,22 +8,19 @@ The CLI prints it without a traceback and exits with status 2.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import inspect
 import math
 import numbers
 import os
 import warnings
-from collections.abc import Callable
-from typing import Any, Optional, TypeVar
+from typing import Any, Optional
 
 from tunekit.defaults import CLIP_GRAD_NORM
 
 __all__ = ["UsageError", "SetupError", "NoTrialSucceeded", "is_int_at_least", "check_int", "check_number",
-           "renamed_keywords", "Deprecated", "deprecated", "SHIMS", "DEPRECATED_IN", "REMOVED_IN", "CLIP_HINT", "shown",
+           "Deprecated", "deprecated", "SHIMS", "DEPRECATED_IN", "REMOVED_IN", "CLIP_HINT", "shown",
            "HintedWarning", "warn_at_caller"]
 
-F = TypeVar("F", bound=Callable[..., Any])
 
 #: The fix a bad ``clip_grad_norm`` is told, wherever it is checked.
 CLIP_HINT = f"None disables clipping: pass e.g. clip_grad_norm={CLIP_GRAD_NORM:g}"
@@ -185,23 +182,3 @@ def deprecated(old: str, new: str, *, since: str = DEPRECATED_IN, removed_in: st
     if shim not in SHIMS:
         SHIMS.append(shim)
     return shim
-
-
-def renamed_keywords(**new_of: str) -> Callable[[F], F]:
-    """A decorator: ``fn(old=...)`` still works as ``fn(new=...)``, with a DeprecationWarning (a :func:`deprecated`
-    shim, removed in tunekit :data:`REMOVED_IN`) at the caller's line (``@renamed_keywords(steps="sweep_steps")``);
-    both names at once are refused in one line."""
-    def wrap(fn: F) -> F:
-        shims = {old: deprecated(f"{fn.__name__}({old}=)", f"pass {new}=") for old, new in new_of.items()}
-
-        @functools.wraps(fn)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            for old, new in new_of.items():
-                if old in kwargs:
-                    if new in kwargs:
-                        raise UsageError(f"{fn.__name__}() got both {old}= and {new}=, its new name: pass only {new}=")
-                    shims[old].warn()
-                    kwargs[new] = kwargs.pop(old)
-            return fn(*args, **kwargs)
-        return wrapper  # type: ignore[return-value]
-    return wrap

@@ -24,17 +24,18 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def opt(default: Any, help: str, *, flag: Optional[str] = None, spec: Optional[str] = None, kind: str = "str",
         cli: bool = True, metavar: Optional[str] = None, choices: Optional[Sequence[str]] = None,
-        old: Optional[str] = None) -> Any:
+        old: Optional[str] = None, older: Optional[str] = None) -> Any:
     """A field with what the CLI and a shared study need to know of it.
 
     ``flag``: its CLI flag (default ``--field-name``); ``cli=False``: Python only (a dict, a function).
     ``spec``: its key in a shared study's spec, where it defines the study (workers must agree).
     ``kind``: how the CLI parses it: str, int, count (int >= 0), float, positive, seconds (>= 0), seed, bool,
     clip (a norm or "none"), warmup (a fraction or updates), sizes (``4,8,16``); ``choices``: its values.
-    ``old``: the entry point's flat keyword it replaces, where that is not its name (:func:`grouped_keywords`)."""
+    ``old``: the entry point's flat keyword it replaces, where that is not its name; ``older``: 0.1.0's name of
+    that keyword (``steps`` for ``sweep_steps``), kept the same way (:func:`grouped_keywords`)."""
     return field(default=default, metadata={"help": help, "flag": flag, "spec": spec, "kind": kind, "cli": cli,
                                             "metavar": metavar, "choices": tuple(choices) if choices else None,
-                                            "old": old})
+                                            "old": old, "older": older})
 
 
 def flag_of(f: dataclasses.Field[Any]) -> str:
@@ -61,8 +62,8 @@ def grouped_keywords(**groups: type) -> Callable[[F], F]:
     with a DeprecationWarning; a flat keyword given beside its group's object is refused in one line.
     A field whose ``old`` name is its group's (``refine=False``) takes a bool given for the group.
     The one place where an entry point's 0.1 keywords are kept."""
-    owner = {f.metadata.get("old") or f.name: (group, cls, f.name)
-             for group, cls in groups.items() for f in dataclasses.fields(cls)}
+    owner = {name: (group, cls, f.name) for group, cls in groups.items() for f in dataclasses.fields(cls)
+             for name in (f.metadata.get("old") or f.name, f.metadata.get("older")) if name}
 
     def wrap(fn: F) -> F:
         own = set(inspect.signature(fn).parameters)
@@ -77,6 +78,10 @@ def grouped_keywords(**groups: type) -> Callable[[F], F]:
                 group, cls, name = owner[old]
                 if old != group and group in kwargs and not (group in owner and isinstance(kwargs[group], bool)):
                     raise UsageError(f"{fn.__name__}() got both {old}= and {group}=: pass only {group}="
+                                     f"{cls.__name__}({name}=...)")
+                twin = next((k for k in given.get(group, {}) if owner[k][2] == name), None)
+                if twin is not None:  # 0.1.0's name and 0.2's flat one for the same field
+                    raise UsageError(f"{fn.__name__}() got both {twin}= and {old}=: pass only {group}="
                                      f"{cls.__name__}({name}=...)")
                 given.setdefault(group, {})[old] = kwargs.pop(old)
             for group, values in given.items():

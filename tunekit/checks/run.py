@@ -24,7 +24,7 @@ from tunekit.checks.nonfinite import check_data_finite, check_nonfinite, check_s
 from tunekit.checks.overfit import OverfitCurve, check_overfit, loss_floor, take_curve
 from tunekit.checks.recipe import QUICK, check_lr, check_memory, check_warmup
 from tunekit.defaults import CLIP_GRAD_NORM
-from tunekit.errors import UsageError, check_int, check_number, renamed_keywords
+from tunekit.errors import UsageError, check_int, check_number
 from tunekit.inputs.data import Batch, BatchStream, Data, rebatched_loader, batch_size_of, to_device
 from tunekit.inputs.task import ComputeLoss, LossFn, Task, loss_problem
 from tunekit.integrations.task_spec import takes_their_objects
@@ -212,7 +212,6 @@ def stage_recipe(run: _Run, batch: Batch, lr: Optional[float], warmup: Optional[
                                  run.batch_size, budget, source, sub.device, accumulation_steps)
 
 
-@renamed_keywords(steps="run_steps")
 @grouped_keywords(step=StepSettings, run=PlannedRun, checks=DoctorChecks)
 @takes_their_objects
 def doctor(

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from tunekit.bytesize import format_bytes
-from tunekit.errors import HintedWarning, UsageError, check_int, check_number, renamed_keywords, warn_at_caller
+from tunekit.errors import HintedWarning, UsageError, check_int, check_number, warn_at_caller
 from tunekit.inputs.data import BatchStream, Data, dataset_size
 from tunekit.entry_options import NOISE_REPEATS, BatchTarget, Measurement, StepSettings
 from tunekit.option_fields import grouped_keywords
@@ -103,7 +103,6 @@ def plan_batches(target: int, max_batch: int, throughput: list[dict[str, float]]
     return faster + [p for p in out if p not in faster]
 
 
-@renamed_keywords(max_batch="batch_limit")
 @grouped_keywords(step=StepSettings, measure=Measurement, target=BatchTarget)
 @takes_their_objects
 def probe(

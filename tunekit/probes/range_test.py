@@ -18,7 +18,7 @@ from torch import nn
 
 from tunekit.defaults import RUN_EPOCHS_IN_HAND, RUN_STEPS, SWEEP_STEPS
 from tunekit.entry_options import Refine, StepSettings, Sweep
-from tunekit.errors import CLIP_HINT, UsageError, check_int, check_number, renamed_keywords
+from tunekit.errors import CLIP_HINT, UsageError, check_int, check_number
 from tunekit.inputs.data import Data, batches_per_epoch
 from tunekit.inputs.task import ComputeLoss, LossFn, Task
 from tunekit.integrations.task_spec import takes_their_objects
@@ -57,7 +57,6 @@ def _check_args(min_lr: float, max_lr: float, sweep_steps: int, mode: str, repea
     check_number("diverge_threshold", diverge_threshold, above=1, hint="a multiple of the best loss: pass e.g. diverge_threshold=4")
 
 
-@renamed_keywords(steps="sweep_steps")
 @grouped_keywords(sweep=Sweep, refine=Refine, step=StepSettings)
 @takes_their_objects
 def lr_find(
