@@ -116,7 +116,7 @@ EXAMPLE = ROOT / "examples" / "hf_and_lightning.ipynb"
 # gain), shorter refine runs, fewer and shorter trials. Every call still runs and shows its result; what a larger
 # search would find is not what this test checks. Each text must be in the notebook once (else the test says so).
 CHEAPER = {"torch.set_num_threads(2)": "torch.set_num_threads(1)",
-           "refine_steps=30, refine_seeds=1": "refine_steps=10, refine_seeds=1",
+           "refine=Refine(steps=30, seeds=1)": "refine=Refine(steps=10, seeds=1)",
            'trials=4, budget="60updates"': 'trials=2, budget="20updates"',
            'trials=3, budget="60updates"': 'trials=2, budget="20updates"',
            '"from_scratch", trials=4,': '"from_scratch", trials=2,'}
