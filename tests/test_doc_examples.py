@@ -24,6 +24,7 @@ import contextlib
 import io
 import re
 import shlex
+import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -207,6 +208,8 @@ def test_the_readme_quotes_the_doctor_example() -> None:
 def test_a_quoted_output_is_what_its_command_prints(example: Example, tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "tests").symlink_to(ROOT / "tests")  # the command's paths, as from the repository's root
+    # the recorded runs the pages redraw (`tunekit report docs/examples/...`), copied: a report writes its plots
+    shutil.copytree(ROOT / "docs" / "examples", tmp_path / "docs" / "examples")
     monkeypatch.chdir(tmp_path)  # and its files (tunekit_runs/) written here
     example.evaluate()
 
