@@ -2,6 +2,8 @@ import copy
 import dataclasses
 import json
 import math
+import os
+import signal
 import warnings
 from pathlib import Path
 from typing import Any
@@ -559,6 +561,41 @@ def test_two_probes_in_one_process_agree_after_other_work() -> None:
     assert first.memory_measured == MEASURED_IN_CHILD
     assert second.predicted_peak(b) == pytest.approx(first.predicted_peak(b), rel=0.02)
     assert second.max_batch == pytest.approx(first.max_batch, rel=0.02)
+
+
+@pytest.mark.slow  # two probes, one of whose measuring children is killed
+@pytest.mark.parametrize("kills", [1, 2])
+def test_a_measuring_child_killed_mid_probe_is_replaced_and_the_answer_is_the_same(
+        kills: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernel's OOM killer, or anyone, SIGKILLs the child at its first step: a fresh one measures that
+    batch again (killed once: the answer of a probe left alone); killed again at that batch, it did not fit."""
+    g = torch.Generator().manual_seed(0)
+    task = Task(model=CheckpointedMLP, train_data=TensorDataset(torch.randn(16384, 128, generator=g),
+                                                                torch.randint(0, 4, (16384,), generator=g)),
+                loss=nn.CrossEntropyLoss(), batch_size=64, name="ckpt")
+    kw = dict(memory_budget="48MiB", measure=Measurement(headroom=0.0, throughput_points=0, noise_repeats=0),
+              progress=False)
+    alone = probe(task, **kw)
+    measure, calls, killed = clean_heap.CleanHeapSteps.measure, [], []
+
+    def killed_at_its_first_step(self: clean_heap.CleanHeapSteps, batches: list, warm_up: Any = None) -> Any:
+        calls.append(sum(len(b[0]) for b in batches))
+        if len(killed) < kills and calls[-1] == calls[0]:
+            os.kill(self._proc.pid, signal.SIGKILL)  # noqa: SLF001 - the test plays the OOM killer
+            self._proc.wait()  # noqa: SLF001
+            killed.append(calls[-1])
+        return measure(self, batches, warm_up)
+
+    monkeypatch.setattr(clean_heap.CleanHeapSteps, "measure", killed_at_its_first_step)
+    r = probe(task, **kw)
+    assert len(killed) == kills and r.memory_measured.startswith(MEASURED_IN_CHILD)
+    said = "once" if kills == 1 else "2 times"
+    assert f"the child was killed {said} (as the kernel's out-of-memory killer does) and replaced" in r.memory_measured
+    at_kill = next(t for t in r.tried if t["batch"] == killed[0])
+    if kills == 1:  # measured again in the fresh child: a reading, and the answer of a probe left alone
+        assert at_kill["peak_bytes"] is not None and r.max_batch == pytest.approx(alone.max_batch, rel=0.05)
+    else:  # killed at that batch twice: it did not fit, and the probe stepped below it
+        assert not at_kill["ok"] and at_kill["peak_bytes"] is None and 0 < r.max_batch < killed[0]
 
 
 def test_steps_are_not_measured_where_the_budget_cannot_bind() -> None:

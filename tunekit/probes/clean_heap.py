@@ -89,6 +89,11 @@ class CleanHeapSteps:
     """
 
     def __init__(self) -> None:
+        self.replaced = 0  # children that died (the kernel's OOM killer, a signal) and were started again
+        self._loaded: Optional[tuple[Any, StepSettings]] = None  # the objects a replacement is sent again
+        self._start()
+
+    def _start(self) -> None:
         to_child_r, self._to_child = os.pipe()
         self._from_child, from_child_w = os.pipe()
         env = dict(os.environ, MALLOC_MMAP_THRESHOLD_=str(PINNED_MMAP_THRESHOLD))
@@ -102,10 +107,16 @@ class CleanHeapSteps:
 
     def load(self, model: Any, optimizer: Any, compute: Any, settings: StepSettings) -> Optional[str]:
         """Send the objects; None when the child holds them, else why it cannot (they do not pickle)."""
+        self._loaded = ((model, optimizer, compute), settings)  # references: a replacement pickles them again
+        return self._send_loaded()
+
+    def _send_loaded(self) -> Optional[str]:
         import cloudpickle
 
+        assert self._loaded is not None
+        objects, settings = self._loaded
         try:
-            payload = cloudpickle.dumps((model, optimizer, compute))
+            payload = cloudpickle.dumps(objects)
         except Exception as exc:  # any object of the user's may refuse to pickle
             return f"the model, optimizer or loss could not be copied to a child process ({type(exc).__name__}: {exc})"
         self.warm = False  # a new model's first step initialises its kernels: warmed up again
@@ -113,6 +124,14 @@ class CleanHeapSteps:
         if reply[0] != "ok":
             return f"the child process could not load them ({reply[1].strip().splitlines()[-1]})"
         return None
+
+    def replace(self) -> Optional[str]:
+        """A fresh child in place of one that died, sent the objects the dead one held; None when it holds
+        them, else why it cannot."""
+        self.close()
+        self._start()
+        self.replaced += 1
+        return self._send_loaded() if self._loaded is not None else None
 
     def measure(self, batches: list[Any], warm_up: Optional[list[Any]] = None) -> Measured:
         """Peak resident bytes of one step on ``batches`` (its micro-batches) from the sent state.
@@ -131,6 +150,7 @@ class CleanHeapSteps:
 
     def unload(self) -> None:
         """Drop the objects the child holds (the probe is done with them)."""
+        self._loaded = None
         if self.alive():
             self._call(("unload",))
 

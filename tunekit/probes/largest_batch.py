@@ -199,6 +199,8 @@ def _confirmed(run: ProbeRun, mm: MemoryModel, traces: dict[int, Trace], room: R
     On the CPU the steps run in ``child`` (a copy of the objects, a clean heap) where it can take them."""
     real: dict[int, int] = {}  # peak above the level before the step, as real_step_peak measures it
     in_child, how = _measurement(run, child, calibrate_steps)
+    lost: list[str] = []  # why the child could not be replaced, where one died and its successor failed
+    replaced_before = child.replaced if child is not None else 0
 
     def in_process(batches: list[Any]) -> Optional[int]:
         step = run.make_step(run.sub.model, run.sub.optimizer)
@@ -209,13 +211,24 @@ def _confirmed(run: ProbeRun, mm: MemoryModel, traces: dict[int, Trace], room: R
 
     def in_the_child(batches: list[Any]) -> Optional[int]:
         assert child is not None
-        warm = None if child.warm else BatchStream(run.data, warm_up_batch, seed=run.seed).take(run.k)
-        try:
-            got = child.measure(batches, warm_up=warm)
-        except clean_heap.ChildOutOfMemory as exc:
-            raise torch.OutOfMemoryError(f"out of memory in the probe's measuring process: {exc}") from None
-        except clean_heap.ChildStepError:
-            return in_process(batches)  # the user's own error, raised here as theirs
+        if lost:
+            return in_process(batches)
+        for attempt in (1, 2):
+            warm = None if child.warm else BatchStream(run.data, warm_up_batch, seed=run.seed).take(run.k)
+            try:
+                got = child.measure(batches, warm_up=warm)
+                break
+            except clean_heap.ChildOutOfMemory as exc:
+                if child.alive() or attempt == 2:  # its own out-of-memory error, or killed twice at this batch
+                    raise torch.OutOfMemoryError(f"out of memory in the probe's measuring process: {exc}") from None
+                # Killed (the kernel's OOM killer, or a signal from outside): this batch again in a fresh
+                # child tells which; without one, the steps run here from now on.
+                why = child.replace()
+                if why is not None:
+                    lost.append(why)
+                    return in_process(batches)
+            except clean_heap.ChildStepError:
+                return in_process(batches)  # the user's own error, raised here as theirs
         run.counter["updates"] += 1 + (warm is not None)  # the child's steps are the probe's cost too
         run.counter["samples"] += got.samples
         return got.peak_bytes
@@ -247,4 +260,17 @@ def _confirmed(run: ProbeRun, mm: MemoryModel, traces: dict[int, Trace], room: R
                                                      free=free_memory)
     if confirmed < 1:
         raise UsageError(f"no batch size ran within the budget (tried {[t['batch'] for t in tried]}): raise memory_budget")
-    return confirmed, tried, model, how  # type: ignore[return-value]
+    return confirmed, tried, model, _replacements(how, child, replaced_before, lost)  # type: ignore[return-value]
+
+
+def _replacements(how: str, child: Optional[clean_heap.CleanHeapSteps], before: int, lost: list[str]) -> str:
+    """How the steps were measured, with the measuring children that died during this probe said."""
+    died = (child.replaced - before) if child is not None else 0
+    if not died:
+        return how
+    times = "once" if died == 1 else f"{died} times"
+    if lost:
+        return (f"{MEASURED_IN_PROCESS} after the measuring child was killed and a fresh one could not take the "
+                f"objects ({lost[0]}); {IN_PROCESS_CAVEAT}")
+    return (f"{how}; the child was killed {times} (as the kernel's out-of-memory killer does) and replaced, "
+            "the batch it died at measured again in the fresh one")
