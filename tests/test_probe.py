@@ -541,14 +541,19 @@ class CheckpointedMLP(nn.Module):
         return self.out(x)
 
 
-@pytest.mark.slow  # two probes and training between them
-def test_two_probes_in_one_process_agree_after_other_work() -> None:
+def _checkpointed_probe() -> tuple[Task, dict[str, Any]]:
+    """A task whose steps the measuring child measures (the budget binds), and the probe's settings for it."""
     g = torch.Generator().manual_seed(0)
     task = Task(model=CheckpointedMLP, train_data=TensorDataset(torch.randn(16384, 128, generator=g),
                                                                 torch.randint(0, 4, (16384,), generator=g)),
                 loss=nn.CrossEntropyLoss(), batch_size=64, name="ckpt")
-    kw = dict(memory_budget="48MiB", measure=Measurement(headroom=0.0, throughput_points=0, noise_repeats=0),
-              progress=False)
+    return task, dict(memory_budget="48MiB", measure=Measurement(headroom=0.0, throughput_points=0, noise_repeats=0),
+                      progress=False)
+
+
+@pytest.mark.slow  # two probes and training between them
+def test_two_probes_in_one_process_agree_after_other_work() -> None:
+    task, kw = _checkpointed_probe()
     first = probe(task, **kw)
     # What a notebook does between two probes: tensors of 0.2-16 MiB made and half dropped (glibc keeps
     # their chunks in its heap), and a short training run. Measured in this process, the second probe
@@ -569,12 +574,7 @@ def test_a_measuring_child_killed_mid_probe_is_replaced_and_the_answer_is_the_sa
         kills: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """The kernel's OOM killer, or anyone, SIGKILLs the child at its first step: a fresh one measures that
     batch again (killed once: the answer of a probe left alone); killed again at that batch, it did not fit."""
-    g = torch.Generator().manual_seed(0)
-    task = Task(model=CheckpointedMLP, train_data=TensorDataset(torch.randn(16384, 128, generator=g),
-                                                                torch.randint(0, 4, (16384,), generator=g)),
-                loss=nn.CrossEntropyLoss(), batch_size=64, name="ckpt")
-    kw = dict(memory_budget="48MiB", measure=Measurement(headroom=0.0, throughput_points=0, noise_repeats=0),
-              progress=False)
+    task, kw = _checkpointed_probe()
     alone = probe(task, **kw)
     measure, calls, killed = clean_heap.CleanHeapSteps.measure, [], []
 
