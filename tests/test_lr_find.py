@@ -368,7 +368,7 @@ def test_a_curve_without_a_finite_loss_says_so_in_its_plot() -> None:
     import matplotlib
 
     matplotlib.use("Agg")
-    from tunekit.probes.range_test import LRFindResult
+    from tunekit.results import LRFindResult
 
     r = LRFindResult(lrs=[1e-3], losses=[math.nan], smoothed=[], suggestions={}, default_rule="tunekit",
                      suggestion=None, confidence=0.0, confident=False, reasons=[], diverged=True,
@@ -458,7 +458,7 @@ def test_lr_find_and_a_searchs_lr_rule_read_one_family_table() -> None:
 
 def test_cli_lr_find_clip_flag(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from tunekit import cli
-    from tunekit.probes.range_test import TASK_DEFAULT
+    from tunekit.entry_options import TASK_DEFAULT
     import tunekit.probes.range_test as mod
 
     got: list[dict] = []

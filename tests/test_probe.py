@@ -19,7 +19,8 @@ from tunekit.inputs.data import BatchStream
 from tunekit.probes.memory_trace import Trace, fit_memory_model, static_bytes, trace_step
 from tunekit.probes.noise_scale import noise_scale
 from tunekit.probes import clean_heap
-from tunekit.probes.batch_probe import find_largest_batch, plan_batches
+from tunekit.probes.batch_probe import plan_batches
+from tunekit.probes.largest_batch import find_largest_batch
 from tunekit.probes.largest_batch import MEASURED_IN_CHILD, MEASURED_IN_PROCESS
 from tunekit.training.optimizers import rescale_lr
 from tunekit.bytesize import parse_bytes

@@ -11,7 +11,7 @@ import torch
 
 from tunekit import (Halving, Local, Measurement, NoPruning, Objective, ProbeSettings, RandomSampler, Refine,
                     SharedStudy, StepSettings, Study, Sweep, TPE, UsageError, load_space, lr_find, probe, search)
-from tunekit.probes.range_test import LRFindResult
+from tunekit.results import LRFindResult
 from tunekit.hpsearch.seeded_space import batch_centre, batch_choices, distributions, lr_bounds_from_curve, reference_batch
 from tunekit.inputs.space import list_spaces
 
@@ -307,7 +307,8 @@ def test_budget_units_parse_and_refuse() -> None:
 
 
 def test_plan_splits_from_memory_and_rescales_the_lr() -> None:
-    from tunekit.hpsearch.plan import Plan, initial_design, lr_rule_for, rescale_lr, split_batch, trial_config
+    from tunekit.hpsearch.plan import Plan, initial_design, lr_rule_for, split_batch, trial_config
+    from tunekit.training.optimizers import rescale_lr
 
     assert split_batch(256, 4096) == (256, 1)
     assert split_batch(256, 100) == (64, 4)  # the largest divisor that fits
@@ -548,7 +549,8 @@ def test_the_cli_has_a_flag_for_every_field_of_the_search_objects() -> None:
     import dataclasses
 
     from tunekit.cli import build_parser
-    from tunekit.hpsearch.options import CONCEPTS, flag_of
+    from tunekit.hpsearch.options import CONCEPTS
+    from tunekit.option_fields import flag_of
 
     parser = build_parser()
     search_cmd = next(a for a in parser._subparsers._group_actions if a.dest == "command").choices["search"]  # noqa: SLF001
@@ -1013,7 +1015,8 @@ def test_the_noise_scale_is_measured_only_without_a_range_test_batch(tmp_path: P
     from tunekit.hpsearch.resolve import prepare_inputs
     from tunekit.hpsearch.seeding import noise_repeats
     from tunekit.hpsearch.settings import SearchSettings
-    from tunekit.probes.batch_probe import NOISE_REPEATS, noise_cost
+    from tunekit.entry_options import NOISE_REPEATS
+    from tunekit.probes.batch_probe import noise_cost
     from tunekit.results.lr_find import LRFindSettings
 
     task = classification_task()
@@ -1067,7 +1070,7 @@ def test_l2_inside_an_adaptive_optimizer_is_searched_over_its_own_range(tmp_path
     (inside that range; below the decoupled range, that range widens to hold it)."""
     import dataclasses
 
-    from tunekit.hpsearch.plan import is_adaptive_l2
+    from tunekit.training.optimizers import is_adaptive_l2
 
     p = [torch.nn.Parameter(torch.zeros(2))]
     assert is_adaptive_l2(torch.optim.Adam(p)) and is_adaptive_l2(torch.optim.RMSprop(p))

@@ -23,15 +23,15 @@ from tunekit.checks.modes import check_modes
 from tunekit.checks.nonfinite import check_data_finite, check_nonfinite, check_scaler_skips
 from tunekit.checks.overfit import OverfitCurve, check_overfit, loss_floor, take_curve
 from tunekit.checks.recipe import QUICK, check_lr, check_memory, check_warmup
-from tunekit.defaults import CLIP_GRAD_NORM
+from tunekit.defaults import CLIP_GRAD_NORM, SWEEP_STEPS
 from tunekit.errors import UsageError, check_int, check_number
 from tunekit.inputs.data import Batch, BatchStream, Data, rebatched_loader, batch_size_of, to_device
 from tunekit.inputs.task import ComputeLoss, LossFn, Task, loss_problem
 from tunekit.integrations.task_spec import takes_their_objects
 from tunekit.option_fields import grouped_keywords
-from tunekit.probes.batch_probe import budget_bytes
+from tunekit.probes.probe_run import budget_bytes
 from tunekit.entry_options import DoctorChecks, PlannedRun, Refine, StepSettings, Sweep
-from tunekit.probes.range_test import SWEEP_STEPS, lr_find
+from tunekit.probes.range_test import lr_find
 from tunekit.probes.resolve import ProbeInputs, check_saved, resolve_inputs, step_settings
 from tunekit.progress import bar
 from tunekit.results import DoctorResult, Finding, LRFindResult

@@ -25,10 +25,10 @@ from typing import Any, Optional
 
 from tunekit.errors import UsageError
 from tunekit.results.step_time import update_seconds
-from tunekit.training.optimizers import LR_RULES, is_adaptive_l2, optimizer_family, rescale_lr
+from tunekit.training.optimizers import optimizer_family, rescale_lr
 
-__all__ = ["Plan", "TrialConfig", "split_batch", "lr_rule_for", "is_adaptive_l2", "rescale_lr", "updates_for", "largest_batch",
-           "trial_config", "effective_batch", "initial_design", "nearest_choice", "LR_RULES"]
+__all__ = ["Plan", "TrialConfig", "split_batch", "lr_rule_for", "updates_for", "largest_batch",
+           "trial_config", "effective_batch", "initial_design", "nearest_choice"]
 
 # Fewer updates than this and warmup plus decay are no schedule at all: batches
 # that leave a trial fewer updates are not offered.

@@ -18,7 +18,7 @@ from tunekit.defaults import SWEEP_STEPS
 from tunekit.errors import UsageError, warn_at_caller
 from tunekit.hpsearch.budget import BudgetWarning, price_budget
 from tunekit.hpsearch.keys import DESIGN_BATCH_KEY
-from tunekit.hpsearch.plan import (AROUND, LARGER, MIN_UPDATES, Plan, initial_design, is_adaptive_l2, lr_rule_for,
+from tunekit.hpsearch.plan import (AROUND, LARGER, MIN_UPDATES, Plan, initial_design, lr_rule_for,
                                    nearest_choice, split_batch, updates_for)
 from tunekit.hpsearch.resolve import SearchInputs
 from tunekit.hpsearch.seeded_space import batch_centre, reference_batch
@@ -26,10 +26,11 @@ from tunekit.hpsearch.settings import SearchSettings
 from tunekit.hpsearch.study import enqueue_design
 from tunekit.inputs.data import dataset_size
 from tunekit.inputs.space import SearchSpace
-from tunekit.probes.batch_probe import NOISE_REPEATS, probe
-from tunekit.entry_options import Measurement, Refine, StepSettings, Sweep
+from tunekit.entry_options import NOISE_REPEATS, Measurement, Refine, StepSettings, Sweep
+from tunekit.probes.batch_probe import probe
 from tunekit.probes.range_test import lr_find
 from tunekit.probes.resolve import check_saved
+from tunekit.training.optimizers import is_adaptive_l2
 from tunekit.results import LRFindResult, ProbeResult
 from tunekit.results.step_time import update_seconds
 
@@ -232,7 +233,7 @@ def make_plan(inputs: SearchInputs, probes: Probes, settings: SearchSettings) ->
 
 def adaptive_l2(inputs: SearchInputs, optimizer: Any) -> bool:
     """Whether the task's ``optimizer`` is adaptive and adds weight decay to the gradient (L2), where the
-    space's [weight_decay] has an ``adaptive_l2`` range for it (:func:`~tunekit.hpsearch.plan.is_adaptive_l2`)."""
+    space's [weight_decay] has an ``adaptive_l2`` range for it (:func:`~tunekit.training.optimizers.is_adaptive_l2`)."""
     entry = inputs.space.entries.get("weight_decay")
     return bool(entry is not None and entry.adaptive_l2 and is_adaptive_l2(optimizer))
 

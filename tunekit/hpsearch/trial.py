@@ -27,7 +27,7 @@ from tunekit.hpsearch.resilient import StorageUnreachable
 from tunekit.objective import Objective, objective_of
 from tunekit.training.memory import free_memory
 
-__all__ = ["Outcome", "TrialRun", "run_config", "run_trial", "keep_weights", "free_memory", "evaluation_reporter", "record", "conclude", "start_attrs", "outcome_of", "TrialFailed",
+__all__ = ["Outcome", "TrialRun", "run_config", "run_trial", "keep_weights", "evaluation_reporter", "record", "conclude", "start_attrs", "outcome_of", "TrialFailed",
            "INTERRUPTED"]
 
 INTERRUPTED = "interrupted; re-run on --resume"

@@ -33,7 +33,7 @@ from tunekit.entry_options import NOISE_REPEATS, BatchTarget, Measurement, StepS
 from tunekit.option_fields import grouped_keywords
 from tunekit.inputs.task import ComputeLoss, LossFn, Task
 from tunekit.integrations.task_spec import takes_their_objects
-from tunekit.probes.largest_batch import find_largest_batch, largest_batch, measurement_warnings
+from tunekit.probes.largest_batch import largest_batch, measurement_warnings
 from tunekit.probes.memory_trace import MemoryModel, Trace, fit_memory_model
 from tunekit.probes.noise_scale import noise_scale
 from tunekit.probes.probe_run import CountingStep, ProbeRun, Room, budget_bytes, trace_at
@@ -47,8 +47,7 @@ from tunekit.training.schedule import lr_schedule
 from tunekit.training.state import preserved, seed_everything_for
 from tunekit.training.step import Updates, make_scaler
 
-__all__ = ["probe", "ProbeResult", "plan_batches", "PROBE_LR_RULES", "find_largest_batch", "budget_bytes", "noise_cost",
-           "NOISE_REPEATS", "TASK_NOISE_WARMUP"]
+__all__ = ["probe", "plan_batches", "PROBE_LR_RULES", "noise_cost", "TASK_NOISE_WARMUP"]
 
 # The noise-scale stage: a fresh model of a Task first trains TASK_NOISE_WARMUP updates at a batch of
 # at most NOISE_WARMUP_BATCH; then NOISE_REPEATS gradients at a small batch (at most NOISE_SMALL_BATCH)

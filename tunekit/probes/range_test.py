@@ -26,7 +26,7 @@ from tunekit.option_fields import grouped_keywords
 from tunekit.probes.refine import (REFINE_RUNS, carry_to_run, refine_suggestion, schedule_of, short_runner,
                                    without_scoring_data)
 from tunekit.probes.short_runs import DEFAULT_RUN_STEPS, ShortRuns, short_runs_for
-from tunekit.probes.resolve import TASK_DEFAULT, resolve_inputs, step_settings
+from tunekit.probes.resolve import resolve_inputs, step_settings
 from tunekit.probes.sweep import LRSetup, curve_result, sweeps
 from tunekit.progress import bar
 from tunekit.results import LRFindResult
@@ -36,7 +36,7 @@ from tunekit.training.schedule import sweep_lrs
 from tunekit.training.state import preserved
 from tunekit.training.step import make_scaler
 
-__all__ = ["lr_find", "LRFindResult", "TASK_DEFAULT", "optimizer_family", "SWEEP_STEPS"]
+__all__ = ["lr_find"]
 
 
 def _check_args(min_lr: float, max_lr: float, sweep_steps: int, mode: str, repeats: int, diverge_threshold: float,

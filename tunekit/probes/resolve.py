@@ -22,7 +22,7 @@ from tunekit.entry_options import TASK_DEFAULT  # the sentinel lives where the o
 from tunekit.precision import Precision, check_precision
 from tunekit.inputs.task import UNNAMED, ComputeLoss, LossComputer, LossFn, Task, check_optimizer_holds, default_optimizer
 
-__all__ = ["ProbeInputs", "resolve_inputs", "check_saved", "step_settings", "TASK_DEFAULT"]
+__all__ = ["ProbeInputs", "resolve_inputs", "check_saved", "step_settings"]
 
 
 def step_settings(model: Any, clip_grad_norm: Any, accumulation_steps: int | None,

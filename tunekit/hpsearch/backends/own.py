@@ -23,8 +23,9 @@ from tunekit.hpsearch.keep import Keeper
 from tunekit.hpsearch.plan import Plan, TrialConfig
 from tunekit.hpsearch.resilient import StorageUnreachable
 from tunekit.hpsearch.settings import SearchSettings
-from tunekit.hpsearch.trial import Outcome, final_step, free_memory, keep_weights
+from tunekit.hpsearch.trial import Outcome, final_step, keep_weights
 from tunekit.objective import objective_of
+from tunekit.training.memory import free_memory
 
 __all__ = ["OwnLoop", "OwnTrial"]
 

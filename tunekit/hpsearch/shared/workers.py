@@ -284,7 +284,7 @@ def spec_probes(spec: StoredSpec) -> tuple[Any, Any]:
 
         lf = LRFindResult.from_json(json.dumps(spec.lr_find))
     if spec.probe is not None:
-        from tunekit.probes.batch_probe import ProbeResult
+        from tunekit.results import ProbeResult
 
         pr = ProbeResult.from_json(json.dumps(spec.probe))
     return lf, pr

@@ -36,9 +36,10 @@ from tunekit.hpsearch.keys import ATTEMPTS, REASON
 from tunekit.hpsearch.plan import Plan, TrialConfig, split_batch
 from tunekit.hpsearch.settings import SearchSettings
 from tunekit.hpsearch.study import finished_count, note_interrupted
-from tunekit.hpsearch.trial import (INTERRUPTED, Outcome, evaluation_reporter, final_step, free_memory, keep_weights,
+from tunekit.hpsearch.trial import (INTERRUPTED, Outcome, evaluation_reporter, final_step, keep_weights,
                                    outcome_of, record, run_config, start_attrs)
 from tunekit.objective import objective_of
+from tunekit.training.memory import free_memory
 
 __all__ = ["RayBackend", "run_ray", "check_packing", "fits", "largest_micro_batch"]
 
