@@ -20,7 +20,7 @@ from tunekit.hpsearch.shared.spec import StoredSpec
 from tunekit.hpsearch.shared.workers import worker_seed
 from tunekit.hpsearch.study import StoredPlan, check_resume, keep_plan, make_storage, read_plan
 from tunekit.hpsearch.shared.policy import ManyWorkers, OneProcess, policy_of
-from tunekit.hpsearch.worker_study import rungs_of
+from tunekit.hpsearch.rungs import halving
 
 from .tasks import SMALL, write_space
 
@@ -70,8 +70,11 @@ def test_an_older_stored_plan_reads_and_compares_only_what_it_holds() -> None:
 
 def test_the_rungs_a_study_began_with_stay_its_rungs() -> None:
     settings = SearchSettings(trials=9, pruner=Halving(rungs=1))
-    assert rungs_of(settings, 900, _stored()) == [1, 3]
-    assert rungs_of(settings, 900, None) != [1, 3]
+    def rungs(kept):  # type: ignore[no-untyped-def]
+        return halving(settings.pruner, settings.trials, 900, settings.prune, "minimize", kept)[0]
+
+    assert rungs(_stored().rungs) == [1, 3]
+    assert rungs(None) != [1, 3]
 
 
 def test_the_sampler_seed_of_a_worker_and_of_a_resumed_search(tmp_path: Path) -> None:
