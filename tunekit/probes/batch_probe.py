@@ -161,7 +161,8 @@ def probe(
                         throughput_points, noise_repeats)
         # 2. Real steps at the batch the model recommends, measured; the model is refitted until
         # one agrees with it. What kernels allocate out of the trace's sight is found here.
-        confirmed, tried, mm, measured_how = largest_batch(run, mm, traces, room, calibrate_steps, sizes[0])
+        settled, tried, mm, measured_how = largest_batch(run, mm, traces, room, calibrate_steps, sizes[0])
+        confirmed = settled.batch
         _stage_done(stages, "largest batch")
         # 3. Throughput up to the confirmed batch (none with throughput_points=0).
         throughput = measure_throughput(run, sizes, confirmed, throughput_points, timing_steps)
@@ -182,6 +183,7 @@ def probe(
         critical_batch_range=(noise["low"], noise["high"]) if critical is not None else None,
         splits=pairs, splits_reason=why, lr_scaling=lr_scaling, dataset_size=n_data, seconds=time.perf_counter() - start, settings=settings,
         updates=run.counter["updates"], samples=run.counter["samples"], memory_measured=measured_how,
+        predicted_peak_bytes=int(settled.peak_bytes), margin=settled.margin.fraction, margin_source=settled.margin.source,
         run_steps=sub.task.defaults.get("max_steps"), run_batch=sub.task.batch_size,
         warnings=_warnings(throughput, noise, noise_warmup) + measurement_warnings(measured_how))
 
