@@ -193,12 +193,10 @@ def largest_batch(run: ProbeRun, mm: MemoryModel, traces: dict[int, Trace], room
 
 
 def _confirmed(run: ProbeRun, mm: MemoryModel, traces: dict[int, Trace], room: Room, calibrate_steps: bool,
-               child: Optional[clean_heap.CleanHeapSteps],
-               warm_up_batch: int) -> tuple[Settled, list[dict[str, Any]], MemoryModel, str]:
+               child: Optional[clean_heap.CleanHeapSteps], warm_up_batch: int) -> tuple[Settled, list[dict[str, Any]], MemoryModel, str]:
     """The probe's search for the largest batch: real steps through the shared step at the batches
     the memory model recommends, each measured and traced, the model calibrated on them; then the
-    peak at the answer read again on another draw of the data, and the answer settled with the margin
-    their spread justifies (:mod:`.safety_margin`).
+    answer with the margin its peak's readings on two draws of the data justify (:func:`_settled`).
     Without ``calibrate_steps`` one step confirms the trace's prediction and nothing is refitted.
     On the CPU the steps run in ``child`` (a copy of the objects, a clean heap) where it can take them."""
     real: dict[int, int] = {}  # peak above the level before the step: the reading, or the trace where larger
@@ -263,39 +261,51 @@ def _confirmed(run: ProbeRun, mm: MemoryModel, traces: dict[int, Trace], room: R
             return mm
         return calibrate(fit_memory_model(traces, run.k), traces, {b: real[b] for b in measured})
 
-    # What two readings of one step with the same data may differ by: a few pages of resident memory on
-    # the CPU; max_memory_allocated counts single bytes.
-    resolution = 0 if run.dev.type == "cuda" else RESIDENT_PAGES
-    instrument = "max_memory_allocated" if run.dev.type == "cuda" else "resident memory"
+    resolution = _resolution(run.dev)
     with cuda_budget(run.dev, room.enforced):
         # The search keeps the resolution below the budget, so that fixed shapes need no step down after it.
         confirmed, tried, model = find_largest_batch(run_step, refit, room.usable - resolution, room.limit,
                                                      free=free_memory)
         if confirmed < 1:
             raise UsageError(f"no batch size ran within the budget (tried {[t['batch'] for t in tried]}): raise memory_budget")
-        peak = model.peak(confirmed)
-        if confirmed not in real:
-            why = ("not measured (calibrate_steps=False): the instrument's resolution" if not calibrate_steps
-                   else "the steps' peaks cannot be measured here: the instrument's resolution")
-            settled = settle(confirmed, model, None, unmeasured(peak, resolution, why), room.usable)
-        else:
-            second, oom = _attempt(lambda b: reading(b, 1), confirmed)
-            if oom:
-                free_memory()
-            tried.append({"batch": confirmed, "ok": not oom and second is not None
-                          and traces[confirmed].resident + second <= room.usable,
-                          "peak_bytes": None if second is None else traces[confirmed].resident + second,
-                          "predicted_bytes": peak, "draw": 1})
-            readings = [raw[confirmed]] + ([second] if second is not None else [])
-            worst = traces[confirmed].resident + max(real[confirmed], *readings)  # the trace, where larger
-            if oom:  # it fits one draw of the data, not another: a fifth below it, no margin measured
-                margin = unmeasured(peak, resolution, f"batch {confirmed} ran out of memory on another draw of the data")
-                below = max(1, int(confirmed * 0.8))
-                settled = Settled(below, model.peak(below), margin)
-            else:
-                margin = peak_margin([float(r) for r in readings], max(peak, worst), resolution, confirmed, instrument)
-                settled = settle(confirmed, model, worst, margin, room.usable)
+        first = (raw[confirmed], real[confirmed], traces[confirmed].resident) if confirmed in real else None
+        settled = _settled(run, room, model, tried, confirmed, first, lambda b: reading(b, 1), calibrate_steps)
     return settled, tried, model, _replacements(how, child, replaced_before, lost)  # type: ignore[return-value]
+
+
+def _resolution(dev: torch.device) -> int:
+    """What two readings of one step on the same data may differ by, in bytes: a few pages of resident memory
+    on the CPU; max_memory_allocated counts single bytes."""
+    return 0 if dev.type == "cuda" else RESIDENT_PAGES
+
+
+def _settled(run: ProbeRun, room: Room, model: MemoryModel, tried: list[dict[str, Any]], confirmed: int,
+             first: Optional[tuple[int, int, int]], read_again: Callable[[int], Optional[int]],
+             calibrate_steps: bool) -> Settled:
+    """The answer with its margin: the peak at ``confirmed`` read again on another draw of the data
+    (``read_again``, added to ``tried``), the margin from the two readings' spread, and the largest batch
+    at or below ``confirmed`` that keeps it (:mod:`.safety_margin`). ``first``: the search's (reading,
+    peak with the trace where larger, resident state) at ``confirmed``; None where it was not measured."""
+    resolution, peak = _resolution(run.dev), model.peak(confirmed)
+    if first is None:
+        why = ("not measured (calibrate_steps=False): the instrument's resolution" if not calibrate_steps
+               else "the steps' peaks cannot be measured here: the instrument's resolution")
+        return settle(confirmed, model, None, unmeasured(peak, resolution, why), room.usable)
+    raw, real, resident = first
+    second, oom = _attempt(read_again, confirmed)
+    if oom:
+        free_memory()
+    tried.append({"batch": confirmed, "ok": not oom and second is not None and resident + second <= room.usable,
+                  "peak_bytes": None if second is None else resident + second, "predicted_bytes": peak, "draw": 1})
+    if oom:  # it fits one draw of the data, not another: a fifth below it, no margin measured
+        below = max(1, int(confirmed * 0.8))
+        why = f"batch {confirmed} ran out of memory on another draw of the data; answered 80% of it"
+        return Settled(below, model.peak(below), unmeasured(peak, resolution, why))
+    readings = [float(raw)] + ([float(second)] if second is not None else [])
+    worst = resident + max(real, *readings)  # the trace, where larger
+    instrument = "max_memory_allocated" if run.dev.type == "cuda" else "resident memory"
+    margin = peak_margin(readings, max(peak, worst), resolution, confirmed, instrument)
+    return settle(confirmed, model, worst, margin, room.usable)
 
 
 def _replacements(how: str, child: Optional[clean_heap.CleanHeapSteps], before: int, lost: list[str]) -> str:
