@@ -261,7 +261,7 @@ def _confirmed(run: ProbeRun, mm: MemoryModel, traces: dict[int, Trace], room: R
             return mm
         return calibrate(fit_memory_model(traces, run.k), traces, {b: real[b] for b in measured})
 
-    resolution = _resolution(run.dev)
+    resolution = _resolution(run.dev, room.usable)
     with cuda_budget(run.dev, room.enforced):
         # The search keeps the resolution below the budget, so that fixed shapes need no step down after it.
         confirmed, tried, model = find_largest_batch(run_step, refit, room.usable - resolution, room.limit,
@@ -273,10 +273,12 @@ def _confirmed(run: ProbeRun, mm: MemoryModel, traces: dict[int, Trace], room: R
     return settled, tried, model, _replacements(how, child, replaced_before, lost)  # type: ignore[return-value]
 
 
-def _resolution(dev: torch.device) -> int:
+def _resolution(dev: torch.device, usable: float) -> int:
     """What two readings of one step on the same data may differ by, in bytes: a few pages of resident memory
-    on the CPU; max_memory_allocated counts single bytes."""
-    return 0 if dev.type == "cuda" else RESIDENT_PAGES
+    on the CPU (under a budget so small that they are a large share of it, at most an eighth of it: there the
+    steps are read below what resident memory resolves, and the trace decides); max_memory_allocated counts
+    single bytes."""
+    return 0 if dev.type == "cuda" else int(min(RESIDENT_PAGES, usable / 8))
 
 
 def _settled(run: ProbeRun, room: Room, model: MemoryModel, tried: list[dict[str, Any]], confirmed: int,
@@ -286,7 +288,7 @@ def _settled(run: ProbeRun, room: Room, model: MemoryModel, tried: list[dict[str
     (``read_again``, added to ``tried``), the margin from the two readings' spread, and the largest batch
     at or below ``confirmed`` that keeps it (:mod:`.safety_margin`). ``first``: the search's (reading,
     peak with the trace where larger, resident state) at ``confirmed``; None where it was not measured."""
-    resolution, peak = _resolution(run.dev), model.peak(confirmed)
+    resolution, peak = _resolution(run.dev, room.usable), model.peak(confirmed)
     if first is None:
         why = ("not measured (calibrate_steps=False): the instrument's resolution" if not calibrate_steps
                else "the steps' peaks cannot be measured here: the instrument's resolution")
