@@ -28,8 +28,8 @@ from typing import Any, Optional
 from tunekit.errors import NoTrialSucceeded, UsageError
 from tunekit.hpsearch.backends.base import Backend, Work, get_backend
 from tunekit.hpsearch.keep import Keeper, settle
-from tunekit.hpsearch.options import (BackendOptions, Halving, Local, ProbeSettings, Pruner, Sampler, SharedStudy, Study,
-                                      TPE)
+from tunekit.hpsearch.options import (BackendOptions, Confirm, Halving, Local, ProbeSettings, Pruner, Sampler,
+                                      SharedStudy, Study, TPE)
 from tunekit.hpsearch.plan import Plan, largest_batch, split_batch
 from tunekit.hpsearch.resolve import ResolvedSearch, resolve_search
 from tunekit.hpsearch.seeded_space import as_own, distributions
@@ -65,6 +65,7 @@ def search(
     backend: BackendOptions = Local(),
     study: Study | SharedStudy = Study(),
     probes: ProbeSettings = ProbeSettings(),
+    confirm: Confirm = Confirm(),
     out: str | Path | None = None,
     keep: str = "best",
     progress: Optional[bool] = None,
@@ -78,11 +79,12 @@ def search(
     ``"10min"`` of device time; default one run of the task's recipe). ``objective``: ``"loss"``,
     ``"accuracy"``, ``"perplexity"`` or ``Objective(name_or_fn, direction)``. ``seed`` seeds the trials and
     the probes. The sampler, pruner, backend, study and probes are objects (:mod:`tunekit.hpsearch.options`),
-    as Optuna takes a sampler and a pruner. ``keep``: whose trained weights are written (``"best"``,
+    as Optuna takes a sampler and a pruner. ``confirm=Confirm(top=3, seeds=2)`` runs the 3 best trials again at
+    2 fresh seeds each and answers with the best mean (off by default). ``keep``: whose trained weights are written (``"best"``,
     ``"all"``, ``"none"``). tunekit 0.1.0's flat keywords still work, with a DeprecationWarning, until 0.3.0.
     """
     settings = settings_of(task, trials=trials, budget=budget, objective=objective, seed=seed, sampler=sampler,
-                           pruner=pruner, backend=backend, study=study, probes=probes, out=out, keep=keep,
+                           pruner=pruner, backend=backend, study=study, probes=probes, confirm=confirm, out=out, keep=keep,
                            progress=progress, deprecated=deprecated)
     return search_with(task_of(task), space, settings)
 
