@@ -1,7 +1,7 @@
 """Confirmation runs queued in the study, once, when its search trials are done (:class:`~.options.Confirm`).
 
 Once the study holds ``trials`` finished trials of its own (confirmation runs not counted), its ``top``
-best complete ones are noted on the study (:data:`~tunekit.hpsearch.keys.CONFIRM_KEY`) and each is queued
+best complete ones (of distinct params) are noted on the study (:data:`~tunekit.hpsearch.keys.CONFIRM_KEY`) and each is queued
 ``seeds`` times with its params (:mod:`.confirm` says at which seeds). The study then holds as many
 trials more: a backend runs until :func:`goal` are finished. Queued trials are the study's, so a resume
 goes on with those still waiting, a killed one is re-run like any interrupted trial, and any worker of a
@@ -12,6 +12,7 @@ copies are surplus: :func:`~tunekit.hpsearch.study.excluded`).
 from __future__ import annotations
 
 # Imported where used, not at the top: optuna; importing this module does not pay for them.
+import json
 from typing import Any
 
 from tunekit.hpsearch.confirm import confirm_key
@@ -42,7 +43,12 @@ def queue_confirmations(study: Any, confirm: Confirm, trials: int) -> None:
         done = [t for t in study.get_trials(deepcopy=False) if t.state.name == "COMPLETE" and t.number not in skip
                 and confirm_key(t.user_attrs) is None and t.value is not None]
         sign = Objective.of_direction(study.direction).sign
-        chosen = [t.number for t in sorted(done, key=lambda t: (sign * t.value, t.number))[:confirm.top]]
+        chosen, tried = [], set()
+        for t in sorted(done, key=lambda t: (sign * t.value, t.number)):  # each configuration once (a categorical
+            params = json.dumps(t.params, sort_keys=True, default=str)  # space draws some twice, at the same seed)
+            if params not in tried and len(chosen) < confirm.top:
+                chosen.append(t.number)
+                tried.add(params)
         study.set_user_attr(CONFIRM_KEY, chosen)
     if not chosen:
         return

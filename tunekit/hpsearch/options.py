@@ -276,9 +276,9 @@ class Confirm:
     leave-one-family-out on the benchmark corpus, which has not been run for it yet."""
 
     top: int = opt(0, "after the search, run its N best complete trials again at fresh seeds and answer with the "
-                   "best mean (default 0: off)", spec="confirm_top", kind="count", metavar="N")
-    seeds: int = opt(2, "the fresh seeds each confirmed trial runs at (default 2)", spec="confirm_seeds", kind="int",
-                     metavar="K")
+                   "best mean (default 0: off)", flag="--confirm-top", spec="confirm_top", kind="count", metavar="N")
+    seeds: int = opt(2, "the fresh seeds each confirmed trial runs at (default 2)", flag="--confirm-seeds",
+                     spec="confirm_seeds", kind="int", metavar="K")
 
     def __post_init__(self) -> None:
         check_int("Confirm(top=...)", self.top, minimum=0, hint="the best trials to run again: pass e.g. top=3, or "

@@ -11,7 +11,8 @@
    seeded from the probes.
 5. The seed trial and a small design around it are enqueued; TPE samples the rest.
 6. The backend (:mod:`~tunekit.hpsearch.backends`) runs trials until the study holds
-   ``trials`` finished ones; successive halving on samples seen stops the weak ones.
+   ``trials`` finished ones; successive halving on samples seen stops the weak ones. With
+   ``confirm``, the best then run again at fresh seeds (:mod:`~tunekit.hpsearch.confirm_runs`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any, Optional
 
 from tunekit.errors import NoTrialSucceeded, UsageError
 from tunekit.hpsearch.backends.base import Backend, Work, get_backend
+from tunekit.hpsearch.confirm_runs import expected
 from tunekit.hpsearch.keep import Keeper, settle
 from tunekit.hpsearch.options import (BackendOptions, Confirm, Halving, Local, ProbeSettings, Pruner, Sampler,
                                       SharedStudy, Study, TPE)
@@ -308,7 +310,7 @@ def _no_end(state: str) -> None:
 def _run_trials(backend: Backend, work: Work) -> list[str]:
     """The backend runs the trials still missing, under one progress bar with the best value; the
     states of those that ended, in order."""
-    remaining = max(0, work.target - finished_count(work.study))
+    remaining = max(0, expected(work.study, work.target, work.settings.confirm) - finished_count(work.study))
     ended: list[str] = []
     if not remaining:
         return ended
