@@ -182,3 +182,48 @@ def test_the_cli_flags_reach_the_search_and_bad_ones_exit_2_in_one_line(tmp_path
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "--confirm-top" in bad.stderr
     bad = run_cli("search", "--confirm-seeds", "0", "--task", "tests.tasks:regression_task", cwd=tmp_path)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "seeds" in bad.stderr, bad.stderr
+
+
+@pytest.mark.slow  # three processes on a journal file, one killed during a confirmation run
+def test_a_shared_studys_confirmation_runs_survive_a_killed_worker(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+    import time
+
+    space, journal = write_space(tmp_path, FLOAT_LR), str(tmp_path / "study.log")
+    slow = ["--task", "tests.tasks:slow_regression_task", "--max-steps", "40", "--no-prune", "--device", "cpu", "--quiet"]
+    created = run_cli("study", "create", "--space", str(space), "--trials", "3", "--storage", journal, "--study", "j",
+                      "--sampler", "random", "--no-seed-trial", "--confirm-top", "1", "--confirm-seeds", "2",
+                      "--out", str(tmp_path / "c"), *slow)
+    assert created.returncode == 0, created.stderr[-2000:]
+    env = dict(os.environ, OMP_NUM_THREADS="1", MPLBACKEND="Agg", PYTHONPATH=str(ROOT))
+    procs = [subprocess.Popen([sys.executable, "-m", "tunekit", "worker", "--storage", journal, "--study", "j", "--quiet"],
+                              cwd=tmp_path, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              start_new_session=True) for _ in range(2)]
+    store, deadline, victim = make_storage(journal, None), time.time() + 300, None
+    while victim is None:  # a worker training a confirmation run
+        assert time.time() < deadline, "no confirmation run started"
+        running = [t for t in optuna.load_study(study_name="j", storage=store).trials if t.state.name == "RUNNING"
+                   and t.params and "tunekit_confirm_of" in t.user_attrs]
+        victim = next((p for p in procs for t in running if t.user_attrs.get("worker", {}).get("pid") == p.pid), None)
+        time.sleep(0.2)
+    os.killpg(victim.pid, signal.SIGKILL)
+    victim.wait()
+    survivor = next(p for p in procs if p is not victim)
+    _, err = survivor.communicate(timeout=300)
+    assert survivor.returncode == 0, err[-2000:]
+    study = optuna.load_study(study_name="j", storage=make_storage(journal, None))
+    skip = excluded(study)
+    usable = [t for t in study.trials if t.state.is_finished() and t.number not in skip]
+    keys = sorted((t.user_attrs["tunekit_confirm_of"], t.user_attrs["tunekit_repeat"]) for t in usable
+                  if "tunekit_confirm_of" in t.user_attrs)
+    assert len(usable) == 5 and len(keys) == 2 and {k[1] for k in keys} == {0, 1}, [(t.number, t.state.name) for t in
+                                                                                   study.trials]
+    stopped = [t for t in study.trials if t.number in skip and "tunekit_confirm_of" in t.user_attrs]
+    assert len(stopped) == 1  # the killed run, re-run once at its own seed
+    rerun = [t for t in usable if t.user_attrs.get("tunekit_retry_of") == stopped[0].number]
+    assert len(rerun) == 1 and rerun[0].user_attrs["tunekit_repeat"] == stopped[0].user_attrs["tunekit_repeat"]
+    assert rerun[0].user_attrs["config"]["seed"] == repeat_seed(0, rerun[0].user_attrs["tunekit_repeat"])
+    assert not [t for t in study.trials if t.state.name in ("RUNNING", "WAITING")]
+    refused = run_cli("worker", "--storage", journal, "--study", "j", "--confirm-top", "2", "--quiet", cwd=tmp_path)
+    assert refused.returncode == 2 and "created with --confirm-top = 1, this run has 2" in refused.stderr
