@@ -227,3 +227,47 @@ def test_a_shared_studys_confirmation_runs_survive_a_killed_worker(tmp_path: Pat
     assert not [t for t in study.trials if t.state.name in ("RUNNING", "WAITING")]
     refused = run_cli("worker", "--storage", journal, "--study", "j", "--confirm-top", "2", "--quiet", cwd=tmp_path)
     assert refused.returncode == 2 and "created with --confirm-top = 1, this run has 2" in refused.stderr
+
+
+@pytest.mark.slow  # a search SIGKILLed during a confirmation run, then resumed
+def test_a_search_killed_during_a_confirmation_run_resumes_it_once(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+    import time
+
+    space, out = write_space(tmp_path, FLOAT_LR), tmp_path / "run"
+    args = ["search", "--task", "tests.tasks:slow_regression_task", "--space", str(space), "--trials", "3",
+            "--max-steps", "30", "--no-prune", "--device", "cpu", "--sampler", "random", "--no-seed-trial",
+            "--confirm-top", "2", "--confirm-seeds", "1", "--out", str(out), "--quiet"]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen([sys.executable, "-m", "tunekit", *args], cwd=tmp_path, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    storage, name, deadline = f"sqlite:///{out / 'study.db'}", "tunekit-regression-space", time.time() + 300
+    while True:  # until a confirmation run trains
+        assert proc.poll() is None and time.time() < deadline, "the search ended before a confirmation run"
+        if (out / "study.db").exists():
+            try:
+                trials = optuna.load_study(study_name=name, storage=storage).trials
+            except KeyError:  # the study is not created yet
+                trials = []
+            if any(t.state.name == "RUNNING" and t.params and "tunekit_confirm_of" in t.user_attrs for t in trials):
+                break
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = {t.number: t.value for t in optuna.load_study(study_name=name, storage=storage).trials
+              if t.state.name == "COMPLETE"}
+    r = run_cli(*args, "--resume", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    study = optuna.load_study(study_name=name, storage=storage)
+    assert all(study.trials[n].value == v for n, v in before.items())  # nothing finished is run again
+    skip = excluded(study)
+    usable = [t for t in study.trials if t.state.is_finished() and t.number not in skip]
+    keys = sorted(t.user_attrs["tunekit_confirm_of"] for t in usable if "tunekit_confirm_of" in t.user_attrs)
+    assert len(usable) == 5 and len(keys) == 2 and len(set(keys)) == 2
+    killed = [t for t in study.trials if t.number in skip]
+    assert len(killed) == 1 and "tunekit_confirm_of" in killed[0].user_attrs
+    rerun = [t for t in usable if t.user_attrs.get("tunekit_retry_of") == killed[0].number]
+    assert len(rerun) == 1 and rerun[0].user_attrs["config"]["seed"] == 1000
+    assert not [t for t in study.trials if t.state.name in ("RUNNING", "WAITING")]
+    assert json.loads((out / "search.json").read_text())["confirmation"]["done"] is True
