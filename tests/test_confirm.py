@@ -10,6 +10,7 @@ from typing import Any
 
 import optuna
 import pytest
+import torch
 
 from tunekit import Confirm, Halving, Local, NoPruning, RandomSampler, Ray, Study, UsageError, search
 from tunekit.hpsearch import search_own
@@ -51,6 +52,8 @@ def test_the_mean_chooses_not_the_luckiest_single_run() -> None:
             Run(6, 1, 1.7, weights="w6")]
     c = choose(runs, Objective("loss"), (0, 1.0))
     assert c is not None and c.chosen == 1 and c.mean == pytest.approx(1.6) and c.overstated == pytest.approx(0.6)
+    partial = choose(runs[:2] + runs[4:], Objective("loss"), (0, 1.0), done=False)  # trial 0's repeats never ran
+    assert partial is not None and partial.chosen == 1 and not partial.done
     assert [(x.trial, x.runs, x.values) for x in c.configurations] == [(0, [0, 3, 4], [1.0, 3.0, 3.0]),
                                                                       (1, [1, 5, 6], [1.5, 1.6, 1.7])]
     assert c.kept == 5  # the chosen configuration's best run that has weights
@@ -76,7 +79,7 @@ def _lucky_loop(seen: dict[float, int], interrupt: dict[str, Any]) -> Any:
         repeat = (seed // 1000) - 1
         final = [1.0, 1.5, 5.0][origin] if seed == 0 else ([3.0, 1.6 + 0.1 * repeat, 5.0][origin])
         for u in range(every, steps + 1, every):
-            if trial.report(u, final if u == steps else (1.0 if seed == 0 else 100.0)):
+            if trial.report(u, final if u == steps else (1.0 if seed == 0 else 100.0), model=torch.nn.Linear(2, 1)):
                 return
     return run
 
@@ -86,7 +89,7 @@ def _own(tmp_path: Path, run: Any, **kw: Any) -> SearchResult:
     return search_own("tests.tasks:regression_task", str(space), run=run, trials=3, seed=0, budget="320samples",
                       sampler=RandomSampler(seed_trial=False), pruner=Halving(evals=4, reduction_factor=2, rungs=1),
                       backend=Local(device="cpu"), confirm=Confirm(top=2, seeds=2), out=tmp_path / "run",
-                      progress=False, keep="none", **kw)
+                      progress=False, **kw)
 
 
 def test_confirmation_runs_at_fresh_seeds_unpruned_counted_and_the_mean_chooses(tmp_path: Path) -> None:
@@ -105,6 +108,13 @@ def test_confirmation_runs_at_fresh_seeds_unpruned_counted_and_the_mean_chooses(
     table = r.table()
     assert "chosen by its mean: trial 1's configuration, loss 1.6000" in table and "overstated it by 0.6000" in table
     assert "(confirms 0, seed 1000)" in table
+    # The kept weights: a run of the chosen configuration (its better repeat: its original was not the best when it
+    # ended, so it kept none), the only file left.
+    kept = next(t["number"] for t in repeats if (t["confirm_of"], t["repeat"]) == (1, 0))
+    assert c.kept == kept and r.best_weights == str(tmp_path / "run" / "weights" / f"trial-{kept}.pt")
+    assert [p.name for p in (tmp_path / "run" / "weights").glob("*.pt")] == [f"trial-{kept}.pt"]
+    assert f"the chosen configuration's weights (trial {kept}'s run)" in r.summary()
+    assert r.weights_of()["config"]["seed"] == 1000
     again = SearchResult.from_json(tmp_path / "run" / "search.json")  # the report round-trips
     assert again.confirmation == c and again.best_value == r.best_value
     old = json.loads((tmp_path / "run" / "search.json").read_text())

@@ -90,7 +90,8 @@ def choose(runs: list[Run], objective: Objective, best_single: Any, done: bool =
         values = [float(r.value) for r in done_runs]  # type: ignore[arg-type]
         configs.append(ConfirmedConfig(of, [r.number for r in done_runs], values,
                                        statistics.fmean(values) if values else None, sum(r.diverged for r in rs)))
-    ranked = [c for c in configs if c.mean is not None]
+    # Those that ran again (a search stopped before a configuration's repeats leaves it its single value).
+    ranked = [c for c in configs if c.mean is not None and len(c.runs) > 1] or [c for c in configs if c.mean is not None]
     if not ranked:
         return None
     steady = [c for c in ranked if not c.diverged] or ranked
