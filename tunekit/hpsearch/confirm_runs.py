@@ -35,9 +35,11 @@ def queue_confirmations(study: Any, confirm: Confirm, trials: int) -> None:
     """Once the study's search holds ``trials`` finished trials: its ``confirm.top`` best complete ones, each
     queued ``confirm.seeds`` times (only the runs not in the study yet: a kill during the queueing, or a
     resume, queues the rest and never one twice)."""
+    if confirm.top <= 0:  # off here: runs another process queued still run (goal counts them), none is added
+        return
     chosen = study.user_attrs.get(CONFIRM_KEY)
     if chosen is None:
-        if confirm.top <= 0 or search_finished(study) < trials:
+        if search_finished(study) < trials:
             return
         skip = excluded(study)
         done = [t for t in study.get_trials(deepcopy=False) if t.state.name == "COMPLETE" and t.number not in skip

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Optional
 
 from tunekit.objective import Objective
 from tunekit.results.base import Record
@@ -75,7 +75,8 @@ class Confirmation(Record):
         return out
 
 
-def choose(runs: list[Run], objective: Objective, best_single: Any, done: bool = True) -> Optional[Confirmation]:
+def choose(runs: list[Run], objective: Objective, best_single: Optional[tuple[int, float]],
+           done: bool = True) -> Optional[Confirmation]:
     """The configuration with the best mean over its complete runs (a configuration with a diverged repeat only
     when all have one; ties: the lower trial number); None without a repeat among ``runs``. ``best_single``:
     the study's best complete trial, as (number, value)."""
