@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors
     from tunekit.training.step import StepOutput, TrainStep
     from tunekit.inputs.task import Task
     from tunekit.integrations.task_spec import TaskSpec, list_tasks, load_task
-    from tunekit.hpsearch.options import (TPE, Halving, Local, NoPruning, ProbeSettings, RandomSampler, Ray,
+    from tunekit.hpsearch.options import (TPE, Confirm, Halving, Local, NoPruning, ProbeSettings, RandomSampler, Ray,
                                           SharedStudy, Study)
     from tunekit.objective import Objective
     from tunekit.entry_options import BatchTarget, DoctorChecks, Measurement, PlannedRun, Refine, StepSettings, Sweep
@@ -50,7 +50,7 @@ _LAZY = {
     "TaskSpec": "tunekit.integrations.task_spec", "Objective": "tunekit.objective",
     # the search's objects, one per concept
     **{name: "tunekit.hpsearch.options" for name in ("TPE", "RandomSampler", "Halving", "NoPruning", "Local", "Ray",
-                                                     "Study", "SharedStudy", "ProbeSettings")},
+                                                     "Study", "SharedStudy", "ProbeSettings", "Confirm")},
     # lr_find's, probe's and doctor's objects
     **{name: "tunekit.entry_options" for name in ("Sweep", "Refine", "StepSettings", "Measurement", "BatchTarget",
                                                   "PlannedRun", "DoctorChecks")},

@@ -149,6 +149,7 @@ def _add_search_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-prune", action="store_true", help="run every trial to the end")
     add_options(p, "pruner")
     add_options(p, "probes")
+    add_options(p, "confirm")
     p.add_argument("--backend", choices=["local", "ray"], default="local", help="where trials run (default local)")
     add_options(p, "backend", skip=RAY_FLAGS)
     add_options(p.add_argument_group("ray backend (--backend ray)"), "backend", only=RAY_FLAGS)
@@ -178,6 +179,7 @@ def _add_worker_command(sub: Any) -> None:
     add_flags(p, "--max-steps", help="must agree with the study's budget")
     add_flags(p, "--seed", default=None, help="must agree with the study's")
     add_options(p, "sampler", only=("--sampler-seed",))
+    add_options(p, "confirm")  # must agree with the study's
     add_flags(p, "--keep")
     add_options(p, "backend", skip=RAY_FLAGS)
     add_options(p, "study", skip=("--resume",))  # --storage and --study: which study; the rest: this worker

@@ -115,7 +115,8 @@ def _resume_hint(out: Path) -> str:
 # API parameters whose flag is not their name with dashes.
 _FLAG_OF = {"max_steps": "--run-steps", "clip_grad_norm": "--clip", "lr_find_result": "--lr-find",
             "probe_result": "--probe", "config": "--set", "task_config": "--set", "overfit_floor": "--loss-floor",
-            "prune": "--no-prune", "join_timeout": "--timeout", "grace_period": "--heartbeat-grace"}
+            "prune": "--no-prune", "join_timeout": "--timeout", "grace_period": "--heartbeat-grace",
+            "top": "--confirm-top", "seeds": "--confirm-seeds"}
 _SUBJECT = re.compile(r"^([a-z][a-z0-9_]*)(?=[ :])")
 # (A value that is a call, objective=Objective('f1', ...), is Python's alone: left as it is.)
 _ASSIGNMENT = re.compile(r"(?<![\w./-])([a-z][a-z0-9_]*)=([^\s,;()]+)(?![\w(])")

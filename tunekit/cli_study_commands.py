@@ -76,7 +76,8 @@ def _search_args(args: argparse.Namespace, out: Path | None) -> dict[str, Any]:
                 seed=args.seed, sampler=_options(args, "sampler", args.sampler),
                 pruner=_options(args, "pruner", "none" if args.no_prune else "halving"),
                 study=_options(args, "study", "shared" if args.storage else "local"),
-                probes=_options(args, "probes", ""), out=out, progress=progress_of(args))
+                probes=_options(args, "probes", ""), confirm=_options(args, "confirm", ""), out=out,
+                progress=progress_of(args))
 
 
 def cmd_search(args: argparse.Namespace) -> int:
@@ -124,7 +125,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     result = join_study(_options(args, "study", "shared"), task=_task(args, default=None), out=out,
                         backend=_options(args, "backend", "local"), keep=args.keep, progress=progress_of(args),
                         trials=args.trials, budget=args.budget, max_steps=args.max_steps, seed=args.seed,
-                        sampler_seed=args.sampler_seed)
+                        sampler_seed=args.sampler_seed, confirm_top=args.confirm_top, confirm_seeds=args.confirm_seeds)
     mine = [t for t in result.trials if (t.get("worker") or {}).get("pid") == os.getpid()]
     print(f"worker done: ran {len(mine)} of the study's {len(result.trials)} trials; "
           f"tunekit report --storage {args.storage} --study {args.study} reports the whole study")

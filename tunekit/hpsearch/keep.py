@@ -31,8 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from tunekit.hpsearch.confirm import is_confirmation, runs_of
 from tunekit.hpsearch.keys import WEIGHTS
 from tunekit.objective import Objective
+from tunekit.results.confirmation import choose
 from tunekit.processes import alive
 
 __all__ = ["KEEP", "Keeper", "settle", "weights_folder"]
@@ -132,22 +134,32 @@ def weights_folder(keep: str, study_name: str, out: Optional[Path], trial_folder
 
 def settle(study: Any, keeper: Optional[Keeper]) -> None:
     """Under "best": every kept file but the study's best trial's removed, once the best's is in place;
-    and the temporary files of writes this host's dead processes left."""
+    and the temporary files of writes this host's dead processes left. Confirmation runs all write: once
+    they have ended, the file that stays is the chosen configuration's best run's (``Confirmation.kept``)."""
     if keeper is None or keeper.mode != "best":
         return
     # The best from the same read as the files: a better trial told in between is in neither, not removed.
-    done = study.get_trials(deepcopy=False, states=(_complete(),))
-    best = Objective.of_direction(keeper.direction).best(done)
+    trials = study.get_trials(deepcopy=False)
+    done = [t for t in trials if t.state == _complete()]
+    objective = Objective.of_direction(keeper.direction)
+    best = objective.best(done)
     if best is None:
         return
-    kept = best.user_attrs.get(WEIGHTS)
-    if not kept or not Path(kept).is_file():
-        return  # the best's file is not (yet) there: nothing goes before it is
-    for t in done:
-        other = t.user_attrs.get(WEIGHTS)
-        if other and t.number != best.number:
+    keep = {best.number}
+    runs = runs_of(trials)
+    if runs:  # confirmed: the chosen configuration's run, once every confirmation run has ended
+        if any(is_confirmation(t.user_attrs) and not t.state.is_finished() for t in trials):
+            keep |= {r.number for r in runs}  # which is chosen is not known yet: none of them goes
+        else:
+            chosen = choose(runs, objective, (best.number, best.value))
+            keep = {chosen.kept} if chosen is not None and chosen.kept is not None else keep
+    files = {t.number: t.user_attrs.get(WEIGHTS) for t in done}
+    if not all(files.get(n) and Path(files[n]).is_file() for n in keep):
+        return  # the kept file is not (yet) there: nothing goes before it is
+    for number, other in files.items():
+        if other and number not in keep:
             Path(other).unlink(missing_ok=True)
-    _clear_stale(Path(kept).parent)
+    _clear_stale(Path(str(files[next(iter(keep))])).parent)
 
 
 def _complete() -> Any:

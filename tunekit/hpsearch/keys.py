@@ -11,7 +11,7 @@ from __future__ import annotations
 __all__ = [
     "PLAN_KEY", "DISTS_KEY", "SPEC_KEY", "INTERRUPTED_KEY", "REQUEUED_KEY", "DESIGN_KEY", "DESIGN_BATCH_KEY",
     "WALL_SECONDS_KEY", "ARTIFACTS_KEY", "CREATOR_KEY", "WORKER_PREFIX", "STOPPED_PREFIX",
-    "ENQUEUED_KEY", "RETRY_OF", "REQUEUE_REASON", "SURPLUS", "FINAL_STEP",
+    "ENQUEUED_KEY", "RETRY_OF", "REQUEUE_REASON", "SURPLUS", "FINAL_STEP", "CONFIRM_KEY", "CONFIRM_OF", "REPEAT",
     "CONFIG", "TASK_CONFIG", "MICRO_BATCH", "ACCUMULATION_STEPS", "EFFECTIVE_BATCH", "LR_TRAINED",
     "PREDICTED_SECONDS", "CURVE", "SAMPLES", "UPDATES", "SECONDS", "VAL_LOSS", "INITIAL_LOSS", "ERROR", "REASON",
     "DIVERGED", "WORKER", "WEIGHTS", "ATTEMPTS",
@@ -30,6 +30,7 @@ WALL_SECONDS_KEY = "tunekit_seconds"  # a one-process study's wall seconds, over
 ARTIFACTS_KEY = "tunekit_artifacts"  # the study's artifact folder, so a report or dashboard finds it
 CREATOR_KEY = "tunekit_creator"  # a shared study's creator until its spec is stored: {host, pid, generation, alive}
 WORKER_PREFIX = "tunekit_worker:"  # + worker id: that worker's {host, pid, seed, threads, started}
+CONFIRM_KEY = "tunekit_confirmed"  # the numbers of the trials chosen to run again at fresh seeds (confirm.py), once
 STOPPED_PREFIX = "tunekit_stopped:"  # + a trial number: why its worker's trial was failed ("" once re-run)
 
 # --- on a trial: tunekit's bookkeeping --------------------------------------------------------
@@ -38,6 +39,8 @@ ENQUEUED_KEY = "tunekit_enqueued"  # a queued trial's params (a trial killed bef
 RETRY_OF = "tunekit_retry_of"  # on a re-run: the number of the trial it re-runs
 REQUEUE_REASON = "tunekit_reason"  # on a stopped worker's re-run: why the first run stopped
 SURPLUS = "tunekit_surplus"  # True on a trial that found the study's slots taken: it did not run
+CONFIRM_OF = "tunekit_confirm_of"  # on a confirmation run: the number of the trial whose params it runs again
+REPEAT = "tunekit_repeat"  # on a confirmation run: which of its fresh seeds (0, 1, ...) it runs at
 FINAL_STEP = "tunekit_final_step"  # the step of the final value among the intermediate ones (rungs skip it)
 
 # --- on a trial: what it ran and how it ended (read by reports, dashboards and the pruner) ------

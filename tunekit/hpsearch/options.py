@@ -21,6 +21,7 @@ from tunekit.hpsearch.budget import parse_duration
 from tunekit.hpsearch.resilient import STORAGE_RETRY
 
 __all__ = ["TPE", "RandomSampler", "Halving", "NoPruning", "Local", "Ray", "Study", "SharedStudy", "ProbeSettings",
+           "Confirm",
            "Sampler", "Pruner", "BackendOptions", "STORAGE_RETRY", "JOIN_TIMEOUT", "CONCEPTS", "SELECTED_BY", "flag_of",
            "dest_of", "cli_fields"]
 
@@ -261,6 +262,30 @@ class ProbeSettings:
         _optional_int(type(self).__name__, "lr_sweep_steps", self.lr_sweep_steps, 10, 100)
 
 
+# --- confirmation: the best trials run again at fresh seeds -------------------------------------------
+
+
+@dataclass(frozen=True)
+class Confirm:
+    """Once the study holds its trials, its ``top`` best complete trials each run again ``seeds`` times with
+    the same params at fresh seeds, never pruned; the configuration with the best mean over its runs is the
+    answer (a study's best single value is the luckiest of many noisy runs). The runs are the study's
+    trials: counted in its compute and its time limit.
+
+    Off by default (``top=0``) in this release: the default "on where the budget allows" is to be chosen
+    leave-one-family-out on the benchmark corpus, which has not been run for it yet."""
+
+    top: int = opt(0, "after the search, run its N best complete trials again at fresh seeds and answer with the "
+                   "best mean (default 0: off)", flag="--confirm-top", spec="confirm_top", kind="count", metavar="N")
+    seeds: int = opt(2, "the fresh seeds each confirmed trial runs at (default 2)", flag="--confirm-seeds",
+                     spec="confirm_seeds", kind="int", metavar="K")
+
+    def __post_init__(self) -> None:
+        check_int("Confirm(top=...)", self.top, minimum=0, hint="the best trials to run again: pass e.g. top=3, or "
+                  "top=0 for none")
+        check_int("Confirm(seeds=...)", self.seeds, minimum=1, hint="fresh seeds per confirmed trial: pass e.g. seeds=2")
+
+
 # Each concept: the CLI flag that picks its class, and its classes by that flag's value.
 CONCEPTS: dict[str, tuple[Optional[str], dict[str, type]]] = {
     "sampler": ("--sampler", {"tpe": TPE, "random": RandomSampler}),
@@ -268,8 +293,9 @@ CONCEPTS: dict[str, tuple[Optional[str], dict[str, type]]] = {
     "backend": ("--backend", {"local": Local, "ray": Ray}),
     "study": ("--storage", {"local": Study, "shared": SharedStudy}),
     "probes": (None, {"": ProbeSettings}),
+    "confirm": (None, {"": Confirm}),
 }
 # How a command line picks each class, said when a flag of another class is given.
 SELECTED_BY = {TPE: "--sampler tpe", RandomSampler: "--sampler random", Halving: "pruning (no --no-prune)",
                NoPruning: "--no-prune", Local: "--backend local", Ray: "--backend ray", Study: "no --storage",
-               SharedStudy: "--storage URL", ProbeSettings: ""}
+               SharedStudy: "--storage URL", ProbeSettings: "", Confirm: ""}

@@ -154,8 +154,8 @@ def effective_batch(plan: Plan, values: dict[str, Any]) -> int:
     return int(values.get("batch_size") or plan.task_batch) * int(values.get("accumulation_steps") or 1)
 
 
-def trial_config(plan: Plan, params: dict[str, Any]) -> TrialConfig:
-    """A trial's params (with the space's fixed entries) -> the run it trains."""
+def trial_config(plan: Plan, params: dict[str, Any], seed: Optional[int] = None) -> TrialConfig:
+    """A trial's params (with the space's fixed entries) -> the run it trains (at ``seed``, default the plan's)."""
     values = {**plan.fixed, **params}
     task_cfg = {k[5:]: v for k, v in values.items() if k.startswith("task.")}
     train_cfg = {k: v for k, v in values.items() if not k.startswith("task.") and k not in ("batch", "batch_size",
@@ -170,7 +170,8 @@ def trial_config(plan: Plan, params: dict[str, Any]) -> TrialConfig:
     if "lr" in train_cfg and plan.ref_batch:
         train_cfg["lr"] = rescale_lr(float(train_cfg["lr"]), plan.ref_batch, batch, plan.lr_rule)
     train_cfg.update(batch_size=micro, accumulation_steps=k, max_steps=updates,
-                     eval_every=max(1, updates // plan.evals), seed=plan.seed, device=plan.device,
+                     eval_every=max(1, updates // plan.evals), seed=plan.seed if seed is None else seed,
+                     device=plan.device,
                      eval_batch_size=plan.eval_batch_size, eval_batches=plan.eval_batches)
     return TrialConfig(train_cfg, task_cfg, eval_samples=plan.budget_samples // plan.evals, objective=plan.objective,
                        direction=plan.direction, predicted_seconds=per_update * updates if per_update else None)

@@ -11,7 +11,8 @@
    seeded from the probes.
 5. The seed trial and a small design around it are enqueued; TPE samples the rest.
 6. The backend (:mod:`~tunekit.hpsearch.backends`) runs trials until the study holds
-   ``trials`` finished ones; successive halving on samples seen stops the weak ones.
+   ``trials`` finished ones; successive halving on samples seen stops the weak ones. With
+   ``confirm``, the best then run again at fresh seeds (:mod:`~tunekit.hpsearch.confirm_runs`).
 """
 
 from __future__ import annotations
@@ -27,9 +28,10 @@ from typing import Any, Optional
 
 from tunekit.errors import NoTrialSucceeded, UsageError
 from tunekit.hpsearch.backends.base import Backend, Work, get_backend
+from tunekit.hpsearch.confirm_runs import expected
 from tunekit.hpsearch.keep import Keeper, settle
-from tunekit.hpsearch.options import (BackendOptions, Halving, Local, ProbeSettings, Pruner, Sampler, SharedStudy, Study,
-                                      TPE)
+from tunekit.hpsearch.options import (BackendOptions, Confirm, Halving, Local, ProbeSettings, Pruner, Sampler,
+                                      SharedStudy, Study, TPE)
 from tunekit.hpsearch.plan import Plan, largest_batch, split_batch
 from tunekit.hpsearch.resolve import ResolvedSearch, resolve_search
 from tunekit.hpsearch.seeded_space import as_own, distributions
@@ -65,6 +67,7 @@ def search(
     backend: BackendOptions = Local(),
     study: Study | SharedStudy = Study(),
     probes: ProbeSettings = ProbeSettings(),
+    confirm: Confirm = Confirm(),
     out: str | Path | None = None,
     keep: str = "best",
     progress: Optional[bool] = None,
@@ -78,11 +81,12 @@ def search(
     ``"10min"`` of device time; default one run of the task's recipe). ``objective``: ``"loss"``,
     ``"accuracy"``, ``"perplexity"`` or ``Objective(name_or_fn, direction)``. ``seed`` seeds the trials and
     the probes. The sampler, pruner, backend, study and probes are objects (:mod:`tunekit.hpsearch.options`),
-    as Optuna takes a sampler and a pruner. ``keep``: whose trained weights are written (``"best"``,
+    as Optuna takes a sampler and a pruner. ``confirm=Confirm(top=3, seeds=2)`` runs the 3 best trials again at
+    2 fresh seeds each and answers with the best mean (off by default). ``keep``: whose trained weights are written (``"best"``,
     ``"all"``, ``"none"``). tunekit 0.1.0's flat keywords still work, with a DeprecationWarning, until 0.3.0.
     """
     settings = settings_of(task, trials=trials, budget=budget, objective=objective, seed=seed, sampler=sampler,
-                           pruner=pruner, backend=backend, study=study, probes=probes, out=out, keep=keep,
+                           pruner=pruner, backend=backend, study=study, probes=probes, confirm=confirm, out=out, keep=keep,
                            progress=progress, deprecated=deprecated)
     return search_with(task_of(task), space, settings)
 
@@ -306,7 +310,7 @@ def _no_end(state: str) -> None:
 def _run_trials(backend: Backend, work: Work) -> list[str]:
     """The backend runs the trials still missing, under one progress bar with the best value; the
     states of those that ended, in order."""
-    remaining = max(0, work.target - finished_count(work.study))
+    remaining = max(0, expected(work.study, work.target, work.settings.confirm) - finished_count(work.study))
     ended: list[str] = []
     if not remaining:
         return ended

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from typing import Any, Optional
 
 from tunekit.errors import UsageError
-from tunekit.hpsearch.keys import FINAL_STEP, INITIAL_LOSS
+from tunekit.hpsearch.keys import CONFIRM_OF, FINAL_STEP, INITIAL_LOSS
 from tunekit.hpsearch.options import Halving, Pruner
 from tunekit.objective import Objective
 
@@ -116,9 +116,10 @@ class Rungs:
         It is judged at a rung once, at its first report at or after the rung: a trial that was past
         a rung before the rung existed (trials in flight while the first one completed, on Ray or
         in a shared study) is not judged there afterwards, and a trial at its last report, its
-        budget spent, is never stopped: pruning it would save nothing and throw its run away."""
+        budget spent, is never stopped: pruning it would save nothing and throw its run away. A confirmation
+        run is never stopped: it is judged at the full budget, beside the trial it runs again."""
         step = trial.last_step
-        if step is None:
+        if step is None or trial.user_attrs.get(CONFIRM_OF) is not None:
             return False
         if math.isnan(trial.intermediate_values[step]):
             return True

@@ -1,7 +1,8 @@
 """Every setting of a search, in one frozen object built once from the caller's arguments.
 
 :class:`SearchSettings` holds the study's own values (trials, budget, objective, seed) and one
-object per concept (:mod:`.options`: the sampler, the pruner, the backend, the study, the probes).
+object per concept (:mod:`.options`: the sampler, the pruner, the backend, the study, the probes, the
+confirmation of the best trials).
 A shared study's spec is made from the fields that define it (:meth:`SearchSettings.study_dict`),
 and a worker that joins is rebuilt from it (:meth:`SearchSettings.from_spec`).
 """
@@ -16,8 +17,8 @@ from typing import Any, Optional
 from tunekit.errors import UsageError, check_int, deprecated
 from tunekit.hpsearch.budget import parse_budget
 from tunekit.hpsearch.keep import KEEP
-from tunekit.hpsearch.options import (CONCEPTS, BackendOptions, Halving, Local, NoPruning, ProbeSettings, Pruner,
-                                      Sampler, SharedStudy, Study, TPE)
+from tunekit.hpsearch.options import (CONCEPTS, BackendOptions, Confirm, Halving, Local, NoPruning, ProbeSettings,
+                                      Pruner, Sampler, SharedStudy, Study, TPE)
 from tunekit.objective import Objective
 
 __all__ = ["SearchSettings", "SPEC_COMPARED", "from_keywords", "LEGACY"]
@@ -37,6 +38,7 @@ class SearchSettings:
     backend: BackendOptions = field(default_factory=Local)
     study: Study | SharedStudy = field(default_factory=Study)
     probes: ProbeSettings = field(default_factory=ProbeSettings)
+    confirm: Confirm = field(default_factory=Confirm)  # the best trials run again at fresh seeds (off by default)
     out: Optional[Path] = None
     keep: str = "best"  # which trials' trained weights are written (tunekit.hpsearch.keep)
     progress: Optional[bool] = None  # None: a bar where a person is watching (tunekit.progress)
@@ -70,7 +72,7 @@ class SearchSettings:
         halving = self.pruner if isinstance(self.pruner, Halving) else Halving(evals=self.pruner.evals)
         out = {"task_config": self.task_config, "trials": self.trials, "budget": self.budget, "seed": self.seed,
                "sampler": self.sampler.kind, "prune": self.prune}
-        for obj in (self.sampler, halving):
+        for obj in (self.sampler, halving, self.confirm):
             out.update({f.metadata["spec"]: getattr(obj, f.name) for f in dataclasses.fields(obj) if f.metadata.get("spec")})
         return out | {"objective": self.objective.name, "direction": self.objective.direction}
 
@@ -85,6 +87,7 @@ class SearchSettings:
         out: dict[str, Any] = {k: spec[k] for k in ("trials", "budget", "seed", "task_config") if k in spec}
         out["task_config"] = out.get("task_config") or None
         out["sampler"], out["pruner"] = sampler_cls(**fields_of(sampler_cls)), pruner_cls(**fields_of(pruner_cls))
+        out["confirm"] = Confirm(**fields_of(Confirm))
         if "objective" in spec:
             out["objective"] = Objective.of(spec["objective"], spec.get("direction"))
         return out
@@ -102,7 +105,8 @@ class SearchSettings:
         for name, kind, example in (("sampler", Sampler, "TPE()"), ("pruner", Pruner, "Halving() or NoPruning()"),
                                     ("backend", BackendOptions, "Local() or Ray()"),
                                     ("study", (Study, SharedStudy), "Study() or SharedStudy(storage=URL)"),
-                                    ("probes", ProbeSettings, "ProbeSettings(lr_find='lr_find.json')")):
+                                    ("probes", ProbeSettings, "ProbeSettings(lr_find='lr_find.json')"),
+                                    ("confirm", Confirm, "Confirm(top=3, seeds=2)")):
             if not isinstance(getattr(self, name), kind):
                 raise UsageError(f"{name} must be a tunekit object such as {example}, got {getattr(self, name)!r}: "
                                  f"pass e.g. {name}={example.split(' or ')[0]}")
@@ -118,7 +122,7 @@ class SearchSettings:
 # Compared as written when a worker joins; the others (budget, seed, evals, objective) through the
 # plan they resolve to (a budget of 2epochs and one of 4000samples may be the same budget).
 SPEC_COMPARED = ("task_config", "trials", "sampler", "prune",
-                 *(f.metadata["spec"] for cls in (Sampler, Halving) for f in dataclasses.fields(cls)
+                 *(f.metadata["spec"] for cls in (Sampler, Halving, Confirm) for f in dataclasses.fields(cls)
                    if f.metadata.get("spec") and f.name != "evals"))
 
 

@@ -21,6 +21,7 @@ from typing import Any, Optional
 
 from tunekit.errors import UsageError
 from tunekit.hpsearch import keys as K
+from tunekit.hpsearch.confirm import confirm_key, rerun_attrs
 from tunekit.hpsearch.keys import (DESIGN_BATCH_KEY, DESIGN_KEY, DISTS_KEY, ENQUEUED_KEY, ERROR, INTERRUPTED_KEY, PLAN_KEY, REASON,
                                    REQUEUED_KEY, RETRY_OF, STOPPED_PREFIX, SURPLUS)
 from tunekit.hpsearch.plan import Plan
@@ -249,11 +250,13 @@ def note_interrupted(study: Any, numbers: list[int]) -> None:
     study.set_user_attr(INTERRUPTED_KEY, sorted(done | set(numbers)))
 
 
-def enqueue(study: Any, params: dict[str, Any], retry_of: Optional[int] = None) -> None:
+def enqueue(study: Any, params: dict[str, Any], retry_of: Optional[int] = None,
+            extra: Optional[dict[str, Any]] = None) -> None:
     """Queue a trial with these params, noted on the trial as well: a trial killed between leaving the
     queue and taking its params (Optuna sets them as they are suggested) can still be re-run.
-    ``retry_of``: the trial it re-runs (the report says so beside that one)."""
-    attrs: dict[str, Any] = {ENQUEUED_KEY: params}
+    ``retry_of``: the trial it re-runs (the report says so beside that one); ``extra``: more attributes
+    (a confirmation run's)."""
+    attrs: dict[str, Any] = {ENQUEUED_KEY: params, **(extra or {})}
     if retry_of is not None:
         attrs[RETRY_OF] = retry_of
     study.enqueue_trial(params, user_attrs=attrs, skip_if_exists=False)
@@ -279,7 +282,7 @@ def requeue_interrupted(study: Any) -> None:
             requeued.add(t.number)
             params = t.params or t.user_attrs.get(ENQUEUED_KEY)  # killed before it took its queued params
             if params:  # else killed before the sampler drew any: there is nothing to re-run
-                enqueue(study, dict(params), retry_of=t.number)
+                enqueue(study, dict(params), retry_of=t.number, extra=rerun_attrs(t.user_attrs))
     study.set_user_attr(REQUEUED_KEY, sorted(requeued))
 
 
@@ -297,9 +300,18 @@ def stopped(study: Any) -> dict[int, str]:
 
 def excluded(study: Any) -> set[int]:
     """Trials that do not count toward the requested total: interrupted, stopped (re-run
-    once, the re-run counts) and surplus ones (they never ran)."""
-    out = _interrupted(study) | set(stopped(study))
-    return out | {t.number for t in study.get_trials(deepcopy=False) if t.user_attrs.get(SURPLUS)}
+    once, the re-run counts), surplus ones (they never ran), and a confirmation run queued twice (two
+    workers at once) beyond its first live copy."""
+    trials = study.get_trials(deepcopy=False)
+    out = _interrupted(study) | set(stopped(study)) | {t.number for t in trials if t.user_attrs.get(SURPLUS)}
+    seen: set[tuple[int, int]] = set()
+    for t in trials:  # in number order
+        key = confirm_key(t.user_attrs)
+        if key is not None and t.number not in out:
+            if key in seen:
+                out.add(t.number)
+            seen.add(key)
+    return out
 
 
 def device_seconds(study: Any) -> float:
@@ -347,6 +359,8 @@ def trial_dicts(study: Any) -> list[dict[str, Any]]:
             d["rerun_as"] = reruns[t.number]
         if RETRY_OF in ua:
             d["retry_of"] = ua[RETRY_OF]
+        if confirm_key(ua) is not None:  # a confirmation run: the trial it runs again, and at which repeat
+            d["confirm_of"], d["repeat"] = confirm_key(ua)
         if ua.get(K.WEIGHTS) and Path(ua[K.WEIGHTS]).is_file():
             d["weights"] = ua[K.WEIGHTS]  # its kept weights (a file removed since, as no longer the best, is not)
         for key, extra in ((K.WORKER, "worker"), (K.ATTEMPTS, "attempts")):

@@ -6,14 +6,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
+from tunekit.hpsearch.confirm import is_confirmation, runs_of
 from tunekit.hpsearch.keys import DESIGN_BATCH_KEY
 from tunekit.hpsearch.seeding import Probes
-from tunekit.hpsearch.study import safe_url, trial_dicts
+from tunekit.hpsearch.study import excluded, safe_url, trial_dicts
 from tunekit.hpsearch.worker_study import OpenedStudy, Prepared
 from tunekit.hpsearch.seeded_space import lr_bounds_from_curve, widened
 from tunekit.inputs.space import SearchSpace
 from tunekit.objective import Objective, objective_of
 from tunekit.results import SearchResult
+from tunekit.results.confirmation import Confirmation, choose
 
 __all__ = ["build_result", "best_trial"]
 
@@ -35,9 +37,15 @@ def build_result(prep: Prepared, opened: OpenedStudy, seconds: float) -> SearchR
     objective = objective_of(plan)
     trials = trial_dicts(study)
     best = objective.best(trials)
+    confirmation = _confirmation(study, objective, best)
+    weights = _kept(best)
+    if confirmation is not None:  # the answer is the configuration chosen by its mean; its kept run's weights
+        best = next(t for t in trials if t["number"] == confirmation.chosen)
+        weights = _kept(next((t for t in trials if t["number"] == confirmation.kept), None))
     result = SearchResult(
         study_name=study.study_name, storage=safe_url(prep.found.policy.storage_url(prep.found.store)),
-        space=sp.name, direction=objective.direction, objective=objective.name, best_value=best["value"] if best else None,
+        space=sp.name, direction=objective.direction, objective=objective.name,
+        best_value=confirmation.mean if confirmation is not None else best["value"] if best else None,
         best_params=best["params"] if best else {}, best_config=best["config"] if best else {}, trials=trials,
         seed_params=opened.seed_params,
         distributions={n: optuna.distributions.distribution_to_json(d) for n, d in prep.dists.items()},
@@ -46,9 +54,19 @@ def build_result(prep: Prepared, opened: OpenedStudy, seconds: float) -> SearchR
         device=probes.probe.device if probes.probe is not None else None, time_limit=settings.study.time_limit,
         lr_find=_lr_find_summary(probes.lr_find, sp, probes.own_lr_find),
         probe=_probe_summary(probes, study.user_attrs.get(DESIGN_BATCH_KEY)),
-        keep=settings.keep, best_weights=_kept(best), widened=widened(sp, prep.dists))
+        keep=settings.keep, best_weights=weights, widened=widened(sp, prep.dists), confirmation=confirmation)
     result.param_importances = result.importances()
     return result
+
+
+def _confirmation(study: Any, objective: Objective, best: Optional[dict[str, Any]]) -> Optional[Confirmation]:
+    """The confirmed configurations and the one chosen by its mean (None: the search confirmed none)."""
+    if best is None:
+        return None
+    skip = excluded(study)
+    trials = study.get_trials(deepcopy=False)
+    done = not any(is_confirmation(t.user_attrs) and not t.state.is_finished() and t.number not in skip for t in trials)
+    return choose(runs_of(trials, skip), objective, (best["number"], best["value"]), done)
 
 
 def _kept(best: Optional[dict[str, Any]]) -> Optional[str]:

@@ -21,6 +21,7 @@ from typing import Any, Optional
 
 from tunekit.errors import SetupError
 from tunekit.hpsearch import keys as K
+from tunekit.hpsearch.confirm import is_confirmation
 from tunekit.hpsearch.keep import Keeper
 from tunekit.hpsearch.plan import TrialConfig
 from tunekit.hpsearch.resilient import StorageUnreachable
@@ -114,11 +115,12 @@ def run_config(task: Any, cfg: TrialConfig, report: Callable[[int, dict[str, flo
 
 
 def keep_weights(keeper: Optional[Keeper], snapshot: dict[str, Any], outcome: Outcome, number: int, cfg: TrialConfig,
-                 study: Any = None) -> None:
-    """A complete trial's weights written where ``keeper`` says, when it keeps them (its path into the outcome)."""
+                 study: Any = None, always: bool = False) -> None:
+    """A complete trial's weights written where ``keeper`` says, when it keeps them (its path into the outcome).
+    ``always``: whatever the study's best (a confirmation run: its configuration may be chosen by its mean)."""
     if keeper is None or not snapshot or outcome.state != "COMPLETE" or outcome.value is None:
         return
-    if keeper.wants(outcome.value, study):
+    if keeper.wants(outcome.value, None if always else study):
         about = {"config": {k: v for k, v in cfg.train.items() if k != "device"}, "task_config": dict(cfg.task),
                  "objective": cfg.objective, "direction": cfg.direction}
         if "hyper_parameters" in snapshot:  # a LightningModule's: as the trial trained it, not as it was built
@@ -231,7 +233,8 @@ def _run(run: TrialRun, report: Callable[[int, dict[str, float]], None]) -> Outc
     except Exception as exc:  # the user's task or model raised: the trial fails, the search goes on
         return _stopped(Outcome("FAIL", error=f"{type(exc).__name__}: {exc}"), run)
     outcome = outcome_of(result, run.curve, time.perf_counter() - run.t0, final_step(cfg), objective_of(cfg))
-    keep_weights(run.keeper, run.trained, outcome, run.trial.number, cfg, run.trial.study)
+    keep_weights(run.keeper, run.trained, outcome, run.trial.number, cfg, run.trial.study,
+                 always=is_confirmation(run.trial.user_attrs))
     return outcome
 
 

@@ -21,6 +21,7 @@ from typing import Any, Optional
 from tunekit.errors import UsageError
 from tunekit.objective import objective_of
 from tunekit.results.base import Result, write_file
+from tunekit.results.confirmation import Confirmation
 from tunekit.results.search_plots import SearchPlots, trained_lr, trial_kind
 from tunekit.results.step_time import format_seconds
 
@@ -42,6 +43,8 @@ class SearchResult(SearchPlots, Result):
     storage: str
     space: str
     direction: str
+    # The answer's value: the best trial's, or with confirmation the chosen configuration's mean over its runs
+    # (the best single value is then confirmation.best_single).
     best_value: Optional[float]
     best_params: dict[str, Any]
     best_config: dict[str, Any]
@@ -71,6 +74,12 @@ class SearchResult(SearchPlots, Result):
     best_weights: Optional[str] = None  # the best trial's weights file, where it was kept
     # Ranges widened past the space's to hold the task's own value: name -> [low, high] as searched.
     widened: dict[str, list[float]] = field(default_factory=dict)
+    # The best trials run again at fresh seeds (Confirm): the configuration chosen by its mean, each confirmed
+    # one's values, how much the best single value overstated it. None: the search confirmed none.
+    confirmation: Optional[Confirmation] = None
+
+    def __post_init__(self) -> None:  # a dict (from search.json) becomes its record
+        self.confirmation = Confirmation.of(self.confirmation)
 
     def _amount(self, samples: float) -> str:
         """``samples`` in the budget's unit, as people write it: 19,040 samples, 1.5 epochs."""
@@ -122,9 +131,10 @@ class SearchResult(SearchPlots, Result):
         return self.compute / max(1.0, per_trial)
 
     def trial(self, number: Optional[int] = None) -> dict[str, Any]:
-        """Trial ``number``, or the best complete one."""
+        """Trial ``number``, or the best complete one (with confirmation, the chosen configuration's original trial)."""
         if number is None:
-            best = objective_of(self).best(self.trials)
+            chosen = self.confirmation.chosen if self.confirmation is not None else None
+            best = next((t for t in self.trials if t["number"] == chosen), None) or objective_of(self).best(self.trials)
             if best is None:
                 raise UsageError(f"study '{self.study_name}' has no complete trial to re-run: pass trial=N")
             return best
@@ -157,7 +167,7 @@ class SearchResult(SearchPlots, Result):
                        f"trial's are kept, under keep='best' or 'all'): re-run it to its end: {rerun}")
             elif self.keep == "none":
                 why = f"the search kept no weights (keep='none'): search again with keep='best', or re-run it: {rerun}"
-            elif number is None or number == (objective_of(self).best(self.trials) or {}).get("number"):
+            elif number is None or number == self.trial().get("number"):
                 gone = f" (no file at {path})" if path else ""
                 why = f"the best trial's weights are not on disk{gone}: re-run it exactly: {rerun}"
             elif self.keep == "all":
@@ -240,6 +250,8 @@ class SearchResult(SearchPlots, Result):
         for t in sorted(self.trials, key=lambda t: (t["value"] is None, sign * t["value"] if t["value"] is not None else 0)):
             val = "" if t["value"] is None else f"{t['value']:.4f}"
             note = " (diverged)" if t.get("diverged") else (f" ({t['error'][:40]})" if t.get("error") else "")
+            if t.get("confirm_of") is not None:  # a confirmation run: the trial it runs again, at its own seed
+                note += f" (confirms {t['confirm_of']}, seed {(t.get('config') or {}).get('seed')})"
             shown = {**t["params"], "lr": trained_lr(t)} if "lr" in t["params"] else t["params"]
             params = ", ".join(f"{k}={_fmt(v)}" for k, v in sorted(shown.items()))
             split = f"{t.get('micro_batch') or '-'}x{t.get('accumulation_steps') or '-'}"
@@ -253,8 +265,11 @@ class SearchResult(SearchPlots, Result):
         lines += self._batch_source()
         lines += [f"{name} searched over {lo:.3g}..{hi:.3g}: widened to hold the task's own value"
                   for name, (lo, hi) in sorted(self.widened.items())]
+        if self.confirmation is not None:
+            lines += self.confirmation.lines(self.objective)
         if self.best_value is not None:
-            lines.append(f"best {self.objective} {self.best_value:.4f}: "
+            mean = f" (the mean of trial {self.confirmation.chosen}'s runs)" if self.confirmation is not None else ""
+            lines.append(f"best {self.objective} {self.best_value:.4f}{mean}: "
                          + ", ".join(f"{k}={_fmt(v)}" for k, v in sorted(self.best_config.items())))
             lines += self._full_run()
         if self.best_theirs is not None:
@@ -276,7 +291,7 @@ class SearchResult(SearchPlots, Result):
 
     def _full_run(self) -> list[str]:
         """The recommended configuration's full run, as the probe's timed steps price it."""
-        best = objective_of(self).best(self.trials)
+        best = self.trial() if self.best_value is not None else None
         if best is None or best.get("predicted_seconds") is None:
             return []
         return [f"a full run of it: {best.get('updates')} updates at batch {best.get('micro_batch')}x"
@@ -331,8 +346,9 @@ class SearchResult(SearchPlots, Result):
             return ""
         if not Path(self.best_weights).is_file():
             return f"the best trial's weights were at {self.best_weights}: the file is gone"
-        return (f"the best trial's weights: {self.best_weights} (result.best_model(), or torch.load(path)"
-                "['state_dict'])")
+        kept = self.confirmation.kept if self.confirmation is not None else None
+        whose = "the best trial's weights" if kept is None else f"the chosen configuration's weights (trial {kept}'s run)"
+        return f"{whose}: {self.best_weights} (result.best_model(), or torch.load(path)['state_dict'])"
 
     def _save_more(self, out: Path) -> list[Path]:
         """The trials as trials.csv, beside search.json and search.png."""

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Optional, Protocol
 
+from tunekit.hpsearch.confirm import seed_of
+from tunekit.hpsearch.confirm_runs import goal, queue_confirmations
 from tunekit.hpsearch.keep import Keeper
 from tunekit.hpsearch.plan import Plan, TrialConfig, trial_config
 from tunekit.hpsearch.settings import SearchSettings
@@ -26,7 +28,8 @@ __all__ = ["Backend", "Work", "get_backend"]
 
 @dataclass(frozen=True)
 class Work:
-    """What a backend runs: ``study``'s trials until it holds ``target`` finished ones."""
+    """What a backend runs: ``study``'s trials until it holds ``target`` finished ones, and then the
+    confirmation runs of its best (:meth:`goal`)."""
 
     study: Any
     dists: dict[str, Any]
@@ -39,9 +42,15 @@ class Work:
     policy: StudyPolicy  # one process's study or a shared one: slots, reaping, counts (never asked which)
     keeper: Optional[Keeper] = None  # which trials' weights are kept, and where (None: none)
 
-    def config(self, params: dict[str, Any]) -> TrialConfig:
-        """The run of a trial with these params."""
-        return trial_config(self.plan, params)
+    def config(self, params: dict[str, Any], attrs: Optional[dict[str, Any]] = None) -> TrialConfig:
+        """The run of a trial with these params (``attrs``: its user attributes; a confirmation run's seed is its own)."""
+        return trial_config(self.plan, params, seed=seed_of(self.plan.seed, attrs))
+
+    def goal(self) -> int:
+        """The finished trials the study should hold now: ``target``, and the confirmation runs once queued
+        (they are queued here, once the ``target`` trials are done and the settings ask for them)."""
+        queue_confirmations(self.study, self.settings.confirm, self.target)
+        return goal(self.study, self.target)
 
     def out_of_time(self) -> bool:
         """Whether the study has spent its device-time limit: then no trial starts (those running finish)."""

@@ -68,7 +68,8 @@ def run_local(work: Work, run: Callable[..., Outcome] = run_trial, poll: float =
     keeps the trials' weights, and after each trial the files the study's best makes surplus go."""
     import optuna
 
-    study, policy, target = work.study, work.policy, work.target
+    study, policy = work.study, work.policy
+    target = work.target  # and the confirmation runs, once queued (work.goal)
     cache: dict[str, Any] = {}
     me = {"host": socket.gethostname(), "pid": os.getpid()}
     current: dict[str, int] = {}
@@ -91,6 +92,7 @@ def run_local(work: Work, run: Callable[..., Outcome] = run_trial, poll: float =
     with policy.reaping(study, work.store):
         while True:
             policy.reap(study, work.store)
+            target = work.goal()
             finished, running = policy.counts(study)
             if finished >= target or work.out_of_time():
                 return
@@ -112,7 +114,7 @@ def run_local(work: Work, run: Callable[..., Outcome] = run_trial, poll: float =
 def _run_trial(trial: Any, work: Work, cache: dict[str, Any], run: Callable[..., Outcome]) -> float:
     """One trial of ``work``: its params drawn, its run trained by ``run``, its outcome told to the study."""
     try:
-        cfg = work.config(sample_params(trial, work.dists))
+        cfg = work.config(sample_params(trial, work.dists), trial.user_attrs)
     except UsageError as exc:  # a config that cannot run (no micro-batch fits) fails as its own trial
         return conclude(trial, Outcome("FAIL", error=f"{type(exc).__name__}: {exc}"))
     for key, value in start_attrs(cfg).items():

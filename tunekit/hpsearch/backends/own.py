@@ -23,6 +23,7 @@ from tunekit.hpsearch.keep import Keeper
 from tunekit.hpsearch.plan import Plan, TrialConfig
 from tunekit.hpsearch.resilient import StorageUnreachable
 from tunekit.hpsearch.settings import SearchSettings
+from tunekit.hpsearch.confirm import is_confirmation
 from tunekit.hpsearch.trial import Outcome, final_step, keep_weights
 from tunekit.objective import objective_of
 from tunekit.training.memory import free_memory
@@ -150,6 +151,6 @@ class OwnLoop:
         finally:
             free_memory()
         outcome = own.outcome(time.perf_counter() - start)
-        keep_weights(keeper, own.trained, outcome, own.number, cfg, trial.study)
+        keep_weights(keeper, own.trained, outcome, own.number, cfg, trial.study, always=is_confirmation(trial.user_attrs))
         own.trained.clear()
         return outcome

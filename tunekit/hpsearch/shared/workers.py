@@ -33,6 +33,7 @@ from typing import Any, Optional
 from tunekit.errors import UsageError
 from tunekit.hpsearch.keys import (CREATOR_KEY, DESIGN_KEY, ENQUEUED_KEY, ERROR, PLAN_KEY, REASON, REQUEUE_REASON, RETRY_OF,
                                    SPEC_KEY, STOPPED_PREFIX, SURPLUS, WORKER, WORKER_PREFIX)
+from tunekit.hpsearch.confirm import rerun_attrs
 from tunekit.hpsearch.resilient import STORAGE_RETRY
 from tunekit.hpsearch.settings import SPEC_COMPARED
 from tunekit.hpsearch.shared.spec import StoredSpec
@@ -106,6 +107,8 @@ def claim(study: Any, number: int, target: int) -> bool:
     are told FAIL as surplus before they train. A live trial that later stops frees its slot.
     """
     skip = excluded(study)  # every other state is live: WAITING, RUNNING, COMPLETE, PRUNED, FAIL
+    if number in skip:  # a confirmation run another worker queued too: its first copy runs
+        return False
     return sum(1 for t in study.get_trials(deepcopy=False) if t.number < number and t.number not in skip) < target
 
 
@@ -323,8 +326,8 @@ def _queue_rerun(study: Any, trial: Any, reason: str) -> None:
         return
     params = dict(trial.params) or trial.user_attrs.get(ENQUEUED_KEY)
     if params:  # else it died before the sampler drew any: nothing to re-run
-        study.enqueue_trial(params, user_attrs={ENQUEUED_KEY: params, RETRY_OF: trial.number, REQUEUE_REASON: reason},
-                            skip_if_exists=False)
+        study.enqueue_trial(params, user_attrs={ENQUEUED_KEY: params, RETRY_OF: trial.number, REQUEUE_REASON: reason,
+                                                **rerun_attrs(trial.user_attrs)}, skip_if_exists=False)
 
 
 def on_stale_trial(study: Any, trial: Any) -> None:

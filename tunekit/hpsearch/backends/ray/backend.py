@@ -346,6 +346,9 @@ class RayBackend:
 
     def check(self, settings: SearchSettings) -> None:
         """Ray Tune is installed, and an address given answers: before the probes run."""
+        if settings.confirm.top:  # its searcher takes the sampler's trials, not confirmation runs queued late
+            raise UsageError(f"confirm=Confirm(top={settings.confirm.top}) runs on the local backend and in shared "
+                             "studies; Ray: not yet: pass backend=Local(), or confirm=Confirm(top=0)")
         if not ray_available():
             raise UsageError("backend=ray needs Ray Tune: pip install 'tunekit[ray]' (or 'ray[tune]')")
         if settings.backend.address:
