@@ -33,7 +33,7 @@ SERIAL_TESTS = {"test_resume_after_the_process_is_killed_at_random_points": "ray
                 "test_grpc_workers_ride_out_a_restart_of_tunekit_serve": "killed",
                 # tests/test_confirm.py: a worker, and a search, killed during a confirmation run
                 "test_a_shared_studys_confirmation_runs_survive_a_killed_worker": "killed",
-                "test_a_search_killed_during_a_confirmation_run_resumes_it_once": "killed",
+                "test_a_search_killed_during_a_confirmation_run_resumes_it_once": "ray",
                 "test_bench_quick_serial": "killed"}  # tests/test_bench_quick.py: benchmarks that start Ray, PostgreSQL, processes
 
 
