@@ -36,6 +36,8 @@ from tunekit.integrations.task_spec import takes_their_objects
 from tunekit.probes.largest_batch import largest_batch, measurement_warnings
 from tunekit.probes.memory_trace import MemoryModel, Trace, fit_memory_model
 from tunekit.probes.noise_scale import noise_scale
+from tunekit.probes.probe_cost import (CostCap, NOISE_MAX_ACCUM, NOISE_SMALL_BATCH, NOISE_WARMUP_BATCH, cost_cap,
+                                       plan_stages, stage_samples)
 from tunekit.probes.probe_run import CountingStep, ProbeRun, Room, budget_bytes, trace_at
 from tunekit.probes.resolve import resolve_inputs, step_settings
 from tunekit.probes.throughput import BUSY_RETRIES, NOISY_TIMINGS, knee_and_fastest, measure_throughput
@@ -49,13 +51,8 @@ from tunekit.training.step import Updates, make_scaler
 
 __all__ = ["probe", "plan_batches", "PROBE_LR_RULES", "noise_cost", "TASK_NOISE_WARMUP"]
 
-# The noise-scale stage: a fresh model of a Task first trains TASK_NOISE_WARMUP updates at a batch of
-# at most NOISE_WARMUP_BATCH; then NOISE_REPEATS gradients at a small batch (at most NOISE_SMALL_BATCH)
-# and as many at up to NOISE_MAX_ACCUM times it.
+# A fresh model of a Task trains TASK_NOISE_WARMUP updates before its noise scale is measured.
 TASK_NOISE_WARMUP = 50
-NOISE_WARMUP_BATCH = 32
-NOISE_SMALL_BATCH = 8
-NOISE_MAX_ACCUM = 16
 # The rules a probe's plan carries a given LR to its target batch by: linear (Goyal et al.) and square root (Hoffer et al.).
 PROBE_LR_RULES = ("linear", "sqrt")
 
@@ -139,16 +136,23 @@ def probe(
     _check_args(headroom, accumulation_steps, target_batch, lr, lr_batch, batch_limit)
     # A fresh model of a task trains a little first; a model in hand is measured as it is.
     noise_warmup = (TASK_NOISE_WARMUP if isinstance(model, Task) else 0) if noise_warmup is None else noise_warmup
+    cap = cost_cap(model, accumulation_steps, measure.cost_share)
     sub = resolve_inputs("probe", model, train_data, loss_fn, optimizer, compute_loss=compute_loss,
                           precision=precision, device=device, seed=seed)
-    room = Room.of(memory_budget, headroom, sub.device, limit=min(n_data := _dataset_size(sub.data), batch_limit or n_data))
+    n_data = _dataset_size(sub.data)
+    # The stages sized to the planned run (probe_cost): the largest batch tried, the timings, the noise scale.
+    plan = plan_stages(cap, measure, min(n_data, batch_limit or n_data), accumulation_steps, noise_warmup, target_batch)
+    throughput_points, timing_steps, noise_repeats = plan.throughput_points, plan.timing_steps, plan.noise_repeats
+    room = Room.of(memory_budget, headroom, sub.device, limit=plan.limit)
     scaler = make_scaler(sub.precision, sub.device)  # type: ignore[arg-type]
     settings = ProbeRunSettings(task=sub.task.name, device=str(sub.device), precision=sub.precision, seed=seed, headroom=headroom,
-                                memory_budget=memory_budget, accumulation_steps=accumulation_steps, clip_grad_norm=clip_grad_norm, batch_limit=batch_limit)
+                                memory_budget=memory_budget, accumulation_steps=accumulation_steps, clip_grad_norm=clip_grad_norm, batch_limit=batch_limit,
+                                noise_not_measured=plan.noise_skipped)
 
     # Stages 1-4 run on the user's objects, which come back as they were however the probe ends.
     start = time.perf_counter()
     with bar(4, "probe", "stage", progress) as stages, preserved(sub.model, sub.optimizer, scaler, sub.data) as snap:
+        stages.set_postfix_str(plan.line(cap), refresh=False)  # the cost ahead, said before the stages run
         seed_everything_for(seed, sub.device)
         sub.model.train()
         run = ProbeRun(sub, sub.data, sub.device, snap, scaler, seed, accumulation_steps, clip_grad_norm)
@@ -158,7 +162,7 @@ def probe(
         predicted = _predicted_largest(mm, room)
         _say_cost_ahead(sub.task, predicted, cost_ahead(predicted, sizes, throughput_points, timing_steps, accumulation_steps,
                                                          noise_repeats, noise_warmup, room.limit),
-                        throughput_points, noise_repeats)
+                        throughput_points, noise_repeats, cap)
         # 2. Real steps at the batch the model recommends, measured; the model is refitted until
         # one agrees with it. What kernels allocate out of the trace's sight is found here.
         confirmed, tried, mm, measured_how = largest_batch(run, mm, traces, room, calibrate_steps, sizes[0])
@@ -172,6 +176,8 @@ def probe(
     # 5. What it means for a run: the critical batch, a plan for the target batch, the LR rescaled to it.
     critical = noise["b_simple"] if noise and math.isfinite(noise["b_simple"]) else None
     effective, why = _target_of(target_batch, noise, critical, noise_warmup, noise_repeats, confirmed, sub.task.batch_size)
+    if plan.noise_skipped and target_batch is None:  # left out to keep the probe within its planned run: said so
+        why = f"the largest batch that fits: the noise scale was {plan.noise_skipped}"
     pairs, lr_scaling = _splits(effective, confirmed, throughput, mm, lr, lr_batch)
     knee, fastest = knee_and_fastest(throughput)
     return ProbeResult(
@@ -182,7 +188,8 @@ def probe(
         critical_batch_range=(noise["low"], noise["high"]) if critical is not None else None,
         splits=pairs, splits_reason=why, lr_scaling=lr_scaling, dataset_size=n_data, seconds=time.perf_counter() - start, settings=settings,
         updates=run.counter["updates"], samples=run.counter["samples"], memory_measured=measured_how,
-        run_steps=sub.task.defaults.get("max_steps"), run_batch=sub.task.batch_size,
+        run_steps=cap.run_steps if cap else sub.task.defaults.get("max_steps"), run_batch=sub.task.batch_size,
+        cost_plan=plan.line(cap), cost_notes=list(plan.notes),
         warnings=_warnings(throughput, noise, noise_warmup) + measurement_warnings(measured_how))
 
 
@@ -200,27 +207,22 @@ def cost_ahead(predicted: int, sizes: list[int], points_n: int, timing_steps: in
     the largest batch's steps (a warm-up and up to two measured), the throughput points (a warm-up and the
     timed rounds each; timing again on a busy machine replays drawn batches), the noise scale (its warm-up
     and its two accumulations)."""
-    largest = 3 * predicted * k
-    points = {max(1, int(round(x))) for x in np.geomspace(max(1, min(sizes[0], predicted)), predicted, points_n)} \
-        if points_n >= 1 else set()
-    throughput = sum(points) * k * (1 + max(3, timing_steps))  # (timing again replays drawn batches)
-    b_small = max(1, min(NOISE_SMALL_BATCH, predicted, limit // 64 or 1))
-    k_big = max(2, min(NOISE_MAX_ACCUM, limit // b_small))
-    noise = warmup * min(NOISE_WARMUP_BATCH, predicted) + repeats * b_small * (1 + k_big) if repeats >= 2 else 0
-    return int(largest + throughput + noise)
+    return sum(stage_samples(predicted, sizes[0], points_n, timing_steps, k, repeats, warmup, limit))
 
 
-def _say_cost_ahead(task: Task, predicted: int, ahead: int, points_n: int, repeats: int) -> None:
-    """Before the real steps: what they will cost (``ahead`` samples), said where it is more than the planned run,
-    with the arguments that spend less, and none that would not (a batch_limit at or above the largest batch it tries)."""
-    steps, batch = task.defaults.get("max_steps"), task.batch_size
+def _say_cost_ahead(task: Task, predicted: int, ahead: int, points_n: int, repeats: int,
+                    cap: Optional[CostCap] = None) -> None:
+    """Before the real steps: what they will cost (``ahead`` samples), said where it is more than the planned run
+    (settings given over the cap, or no cap), with the arguments that spend less, and none that would not (a
+    batch_limit at or above the largest batch it tries)."""
+    steps, batch = (cap.run_steps, cap.run_batch) if cap else (task.defaults.get("max_steps"), task.batch_size)
     if not steps or not batch:
         return
     planned = int(steps) * int(batch)
     if ahead <= planned:
         return
-    cap = 8 * int(batch)
-    hints = ((f"measure=Measurement(batch_limit={cap})",) if cap < predicted else ()) \
+    limit = 8 * int(task.batch_size or batch)
+    hints = ((f"measure=Measurement(batch_limit={limit})",) if limit < predicted else ()) \
         + (("measure=Measurement(throughput_points=2)",) if points_n > 2 else ()) \
         + (("measure=Measurement(noise_repeats=0)",) if repeats >= 2 else ())
     warn_at_caller(ProbeCostWarning(
