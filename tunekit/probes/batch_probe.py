@@ -36,7 +36,7 @@ from tunekit.integrations.task_spec import takes_their_objects
 from tunekit.probes.largest_batch import largest_batch, measurement_warnings
 from tunekit.probes.memory_trace import MemoryModel, Trace, fit_memory_model
 from tunekit.probes.noise_scale import noise_scale
-from tunekit.probes.probe_cost import (CostCap, NOISE_MAX_ACCUM, NOISE_SMALL_BATCH, NOISE_WARMUP_BATCH, cost_cap,
+from tunekit.probes.probe_cost import (CostCap, StagePlan, NOISE_MAX_ACCUM, NOISE_SMALL_BATCH, NOISE_WARMUP_BATCH, cost_cap,
                                        plan_stages, stage_samples)
 from tunekit.probes.probe_run import CountingStep, ProbeRun, Room, budget_bytes, trace_at
 from tunekit.probes.resolve import resolve_inputs, step_settings
@@ -120,34 +120,26 @@ def probe(
         target.target_batch: plan (micro-batch, accumulation) pairs for this effective batch (default: the critical
             batch, rounded to a power of two); ``lr`` found at effective batch ``lr_batch`` is rescaled to it
             by the linear and square-root rules.
-        measure.batch_limit: the largest batch tried (0.1.0's ``max_batch=``); ``ProbeResult.max_batch`` is the largest confirmed.
         measure.noise_warmup: updates before the noise scale is measured (default 50 for a Task's fresh model, 0 for a
             model in hand), at ``lr`` or the task's default LR; undone with everything else.
-        measure.calibrate_steps: measure the real steps that confirm the largest batch; 3% off, the model is refitted.
+        measure.cost_share: the probe's samples at most this share of the planned run's (default 1 under 1,000
+            updates, 0.1 beyond): the largest batch, the timings and the noise scale sized to it (:mod:`.probe_cost`).
     """
     step.refuse(("batch_size", "the probe finds it: pass measure=Measurement(batch_limit=N) for the largest it tries"),
                 ("scaler", "the probe steps with a GradScaler of its own"), caller="probe")
-    headroom, batch_limit, trace_sizes = measure.headroom, measure.batch_limit, measure.trace_sizes
-    throughput_points, timing_steps, calibrate_steps = measure.throughput_points, measure.timing_steps, measure.calibrate_steps
-    noise_repeats, noise_warmup, device = measure.noise_repeats, measure.noise_warmup, step.device
+    headroom, batch_limit, device = measure.headroom, measure.batch_limit, step.device
     target_batch, lr, lr_batch = target.target_batch, target.lr, target.lr_batch
     clip_grad_norm, accumulation_steps, precision = step_settings(model, step.clip_grad_norm, step.accumulation_steps,
                                                                   step.precision)
     _check_args(headroom, accumulation_steps, target_batch, lr, lr_batch, batch_limit)
-    # A fresh model of a task trains a little first; a model in hand is measured as it is.
-    noise_warmup = (TASK_NOISE_WARMUP if isinstance(model, Task) else 0) if noise_warmup is None else noise_warmup
-    cap = cost_cap(model, accumulation_steps, measure.cost_share)
     sub = resolve_inputs("probe", model, train_data, loss_fn, optimizer, compute_loss=compute_loss,
                           precision=precision, device=device, seed=seed)
-    n_data = _dataset_size(sub.data)
-    # The stages sized to the planned run (probe_cost): the largest batch tried, the timings, the noise scale.
-    plan = plan_stages(cap, measure, min(n_data, batch_limit or n_data), accumulation_steps, noise_warmup, target_batch)
-    throughput_points, timing_steps, noise_repeats = plan.throughput_points, plan.timing_steps, plan.noise_repeats
+    cap, plan, n_data = _sized(model, sub.data, measure, accumulation_steps, target_batch)  # sized to the planned run
+    throughput_points, timing_steps, noise_repeats, noise_warmup = (plan.throughput_points, plan.timing_steps,
+                                                                    plan.noise_repeats, plan.noise_warmup)
     room = Room.of(memory_budget, headroom, sub.device, limit=plan.limit)
     scaler = make_scaler(sub.precision, sub.device)  # type: ignore[arg-type]
-    settings = ProbeRunSettings(task=sub.task.name, device=str(sub.device), precision=sub.precision, seed=seed, headroom=headroom,
-                                memory_budget=memory_budget, accumulation_steps=accumulation_steps, clip_grad_norm=clip_grad_norm, batch_limit=batch_limit,
-                                noise_not_measured=plan.noise_skipped)
+    settings = _run_settings(sub, measure, seed, memory_budget, accumulation_steps, clip_grad_norm, plan)
 
     # Stages 1-4 run on the user's objects, which come back as they were however the probe ends.
     start = time.perf_counter()
@@ -156,7 +148,7 @@ def probe(
         seed_everything_for(seed, sub.device)
         sub.model.train()
         run = ProbeRun(sub, sub.data, sub.device, snap, scaler, seed, accumulation_steps, clip_grad_norm)
-        sizes = sorted({min(s, room.limit) for s in trace_sizes})
+        sizes = sorted({min(s, room.limit) for s in measure.trace_sizes})
         mm, traces = _memory_model(run, sizes)  # 1. The memory model, on fake tensors.
         _stage_done(stages, "memory model")
         predicted = _predicted_largest(mm, room)
@@ -165,19 +157,17 @@ def probe(
                         throughput_points, noise_repeats, cap)
         # 2. Real steps at the batch the model recommends, measured; the model is refitted until
         # one agrees with it. What kernels allocate out of the trace's sight is found here.
-        confirmed, tried, mm, measured_how = largest_batch(run, mm, traces, room, calibrate_steps, sizes[0])
+        confirmed, tried, mm, measured_how = largest_batch(run, mm, traces, room, measure.calibrate_steps, sizes[0])
         _stage_done(stages, "largest batch")
-        # 3. Throughput up to the confirmed batch (none with throughput_points=0).
-        throughput = measure_throughput(run, sizes, confirmed, throughput_points, timing_steps)
+        throughput = measure_throughput(run, sizes, confirmed, throughput_points, timing_steps)  # 3. Up to the largest.
         _stage_done(stages, "throughput")
         noise = _noise(run, confirmed, room.limit, noise_repeats, noise_warmup, lr)  # 4. Gradient noise scale.
         _stage_done(stages, "noise scale")
 
     # 5. What it means for a run: the critical batch, a plan for the target batch, the LR rescaled to it.
     critical = noise["b_simple"] if noise and math.isfinite(noise["b_simple"]) else None
-    effective, why = _target_of(target_batch, noise, critical, noise_warmup, noise_repeats, confirmed, sub.task.batch_size)
-    if plan.noise_skipped and target_batch is None:  # left out to keep the probe within its planned run: said so
-        why = f"the largest batch that fits: the noise scale was {plan.noise_skipped}"
+    effective, why = _target_of(target_batch, noise, critical, noise_warmup, noise_repeats, confirmed, sub.task.batch_size,
+                                plan.noise_skipped)
     pairs, lr_scaling = _splits(effective, confirmed, throughput, mm, lr, lr_batch)
     knee, fastest = knee_and_fastest(throughput)
     return ProbeResult(
@@ -191,6 +181,27 @@ def probe(
         run_steps=cap.run_steps if cap else sub.task.defaults.get("max_steps"), run_batch=sub.task.batch_size,
         cost_plan=plan.line(cap), cost_notes=list(plan.notes),
         warnings=_warnings(throughput, noise, noise_warmup) + measurement_warnings(measured_how))
+
+
+def _sized(model: Any, data: Data, measure: Measurement, k: int,
+           target_batch: Optional[int]) -> tuple[Optional[CostCap], StagePlan, int]:
+    """(the cap on the probe's cost, its stages sized to it, the dataset's size). A fresh model of a task trains
+    a little before its noise scale is measured; a model in hand is measured as it is."""
+    noise_warmup = measure.noise_warmup
+    noise_warmup = (TASK_NOISE_WARMUP if isinstance(model, Task) else 0) if noise_warmup is None else noise_warmup
+    n_data = _dataset_size(data)
+    cap = cost_cap(model, k, measure.cost_share)
+    limit = min(n_data, measure.batch_limit or n_data)
+    return cap, plan_stages(cap, measure, limit, k, noise_warmup, target_batch), n_data
+
+
+def _run_settings(sub: Any, measure: Measurement, seed: int, memory_budget: int | str | None, k: int,
+                  clip_grad_norm: Optional[float], plan: StagePlan) -> ProbeRunSettings:
+    """What the probe ran, as resolved, for its result."""
+    return ProbeRunSettings(task=sub.task.name, device=str(sub.device), precision=sub.precision, seed=seed,
+                            headroom=measure.headroom, memory_budget=memory_budget, accumulation_steps=k,
+                            clip_grad_norm=clip_grad_norm, batch_limit=measure.batch_limit,
+                            noise_not_measured=plan.noise_skipped)
 
 
 def _dataset_size(data: Data) -> int:
@@ -268,9 +279,12 @@ def _warnings(throughput: list[dict[str, float]], noise: Optional[dict[str, Any]
 
 
 def _target_of(given: Optional[int], noise: Optional[dict[str, Any]], critical: Optional[float], noise_warmup: int,
-               repeats: int, largest: int, own: Optional[int]) -> tuple[int, str]:
+               repeats: int, largest: int, own: Optional[int], skipped: Optional[str] = None) -> tuple[int, str]:
     """:func:`_target` from the noise scale as measured: a plan rests on the critical batch only where it was
-    measured on a trained model and its interval is bounded (0..inf says nothing of it)."""
+    measured on a trained model and its interval is bounded (0..inf says nothing of it). ``skipped``: why the
+    probe's plan left the noise scale out, said where the target falls to the largest batch."""
+    if skipped and given is None:
+        return largest, f"the largest batch that fits: the noise scale was {skipped}"
     bounded = critical is not None and noise is not None and noise["low"] > 0 and math.isfinite(noise["high"])
     unbounded = bool(noise_warmup) and critical is not None and not bounded
     return _target(given, critical if noise_warmup and bounded else None, largest, measured=repeats >= 2,
