@@ -68,3 +68,32 @@ def test_the_cap_is_the_tasks_run() -> None:
     assert cap is not None and (cap.run_steps, cap.run_batch, cap.share, cap.samples) == (1000, 32, 0.1, 3200)
     assert cost_cap(task, 1, 0) is None and cost_cap(object(), 1, None) is None  # no cap; no planned run known
     assert cost_cap(regression_task(), 1, None).run_steps == 200  # no max_steps: train's default
+
+
+def test_a_busy_point_is_not_timed_again_once_the_probe_has_spent_its_runs_seconds(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A scripted clock: a step costs 1 ms + 10 us a sample, so the 20-update run takes about 7 ms, spent before
+    the timings start; a point busy every other step is left out without being timed again, and said so.
+    Without the cap it is timed again (BUSY_RETRIES times), as before."""
+    from collections import Counter
+
+    from tunekit import StepSettings
+    from tunekit.probes import throughput
+
+    calls: Counter[int] = Counter()
+
+    def time_step(step: object) -> float:
+        b = int(step().samples)  # type: ignore[operator]
+        calls[b] += 1
+        return (1e-3 + 1e-5 * b) * (10 if b == 16 and calls[b] % 2 == 0 else 1)
+
+    monkeypatch.setattr(throughput, "_time_step", time_step)
+    measure = dict(trace_sizes=(2, 4), throughput_points=3, timing_steps=3, noise_repeats=0, calibrate_steps=False,
+                   batch_limit=16)
+    r = probe(_run(20), step=StepSettings(device="cpu"), measure=Measurement(**measure), progress=False)
+    busy = {t["batch"]: t for t in r.throughput}[16]
+    assert busy["busy"] and busy["remeasured"] == 0
+    assert "not timed again, as the probe had spent its planned run's seconds" in r.table()
+    calls.clear()
+    r = probe(_run(20), step=StepSettings(device="cpu"), measure=Measurement(**measure, cost_share=0), progress=False)
+    assert {t["batch"]: t for t in r.throughput}[16]["remeasured"] == throughput.BUSY_RETRIES

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from collections.abc import Callable
 from typing import Any, Optional
 
 import numpy as np
@@ -155,11 +156,11 @@ def probe(
         _say_cost_ahead(sub.task, predicted, cost_ahead(predicted, sizes, throughput_points, timing_steps, accumulation_steps,
                                                          noise_repeats, noise_warmup, room.limit),
                         throughput_points, noise_repeats, cap)
-        # 2. Real steps at the batch the model recommends, measured; the model is refitted until
-        # one agrees with it. What kernels allocate out of the trace's sight is found here.
+        # 2. Real steps at the batch the model recommends, measured, the model refitted until one agrees with it.
         confirmed, tried, mm, measured_how = largest_batch(run, mm, traces, room, measure.calibrate_steps, sizes[0])
         _stage_done(stages, "largest batch")
-        throughput = measure_throughput(run, sizes, confirmed, throughput_points, timing_steps)  # 3. Up to the largest.
+        throughput = measure_throughput(run, sizes, confirmed, throughput_points, timing_steps,  # 3. Up to the largest.
+                                        _seconds_left(cap, sub.task.batch_size, accumulation_steps, start))
         _stage_done(stages, "throughput")
         noise = _noise(run, confirmed, room.limit, noise_repeats, noise_warmup, lr)  # 4. Gradient noise scale.
         _stage_done(stages, "noise scale")
@@ -202,6 +203,19 @@ def _run_settings(sub: Any, measure: Measurement, seed: int, memory_budget: int 
                             headroom=measure.headroom, memory_budget=memory_budget, accumulation_steps=k,
                             clip_grad_norm=clip_grad_norm, batch_limit=measure.batch_limit,
                             noise_not_measured=plan.noise_skipped)
+
+
+def _seconds_left(cap: Optional[CostCap], micro: Optional[int], k: int,
+                  start: float) -> Optional[Callable[[dict[int, float]], float]]:
+    """What is left of the probe's share of the planned run's seconds, from the throughput's warm-up steps (the
+    run's at the timed batch nearest its own): timing again on a busy machine costs device time, not samples."""
+    if cap is None or not micro:
+        return None
+
+    def left(warm: dict[int, float]) -> float:
+        near = min(warm, key=lambda b: abs(math.log(b / micro)))
+        return cap.share * cap.run_samples * warm[near] / (near * k) - (time.perf_counter() - start)
+    return left
 
 
 def _dataset_size(data: Data) -> int:
@@ -266,7 +280,10 @@ def _warnings(throughput: list[dict[str, float]], noise: Optional[dict[str, Any]
         busy = [t["batch"] for t in noisy if t.get("busy")]
         if busy:
             left = "every timed batch" if len(busy) == len(throughput) else "batch " + ", ".join(map(str, busy))
-            said += (f"; timed again {BUSY_RETRIES} times and still spread, {left} is left out of the fastest batch, "
+            again = max(int(t.get("remeasured", BUSY_RETRIES)) for t in noisy if t.get("busy"))
+            timed = (f"timed again {again} times and still spread" if again else
+                     "not timed again, as the probe had spent its planned run's seconds")
+            said += (f"; {timed}, {left} is left out of the fastest batch, "
                      "the knee, the plan, the planned run's seconds and a search's device-time prices")
         else:  # a result saved before busy timings were timed again
             said += ", so the fastest batch and the knee may move between runs"
