@@ -13,6 +13,7 @@ machine's load falls on both; the ratios printed. The default cap: the planned r
 from __future__ import annotations
 
 import argparse
+import math
 import tempfile
 import time
 import warnings
@@ -56,7 +57,7 @@ def measure(name: str, make_probe_input: Callable[[], Any], train_run: Callable[
         _, run_s = _timed(train_run())
     run_samples = result.run_samples or 0
     return {"task": name, "run": f"{result.run_steps}x{(result.run_batch or 0) * result.accumulation_steps}",
-            "run_samples": run_samples, "run_s": run_s, "probe_samples": result.samples, "probe_s": probe_s,
+            "run_samples": run_samples, "run_s": run_s, "run_est_s": result.run_seconds, "probe_samples": result.samples, "probe_s": probe_s,
             "max_batch": result.max_batch, "noise": "yes" if result.noise else "no", "plan": result.cost_plan}
 
 
@@ -78,15 +79,21 @@ def hf_row() -> dict[str, Any]:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    lines = [f"{'task':<34} {'run':>9} {'run samples':>11} {'run s':>6} {'probe samples':>13} {'x run':>6} "
-             f"{'probe s':>7} {'x run':>6} {'max batch':>9} {'noise':>5}"]
+    lines = [f"{'task':<34} {'run':>9} {'run samples':>11} {'run s':>6} {'est s':>6} {'probe samples':>13} "
+             f"{'x run':>6} {'probe s':>7} {'x run':>6} {'x est':>6} {'max batch':>9} {'noise':>5}"]
     for r in rows:
+        est = r["run_est_s"]
         lines.append(f"{r['task']:<34} {r['run']:>9} {r['run_samples']:>11,} {r['run_s']:>6.1f} "
+                     f"{est if est is not None else math.nan:>6.1f} "
                      f"{r['probe_samples']:>13,} {r['probe_samples'] / max(r['run_samples'], 1):>6.2f} "
-                     f"{r['probe_s']:>7.1f} {r['probe_s'] / max(r['run_s'], 1e-9):>6.2f} {r['max_batch']:>9} "
-                     f"{r['noise']:>5}")
+                     f"{r['probe_s']:>7.1f} {r['probe_s'] / max(r['run_s'], 1e-9):>6.2f} "
+                     f"{r['probe_s'] / est if est else math.nan:>6.2f} {r['max_batch']:>9} {r['noise']:>5}")
     over = [r["task"] for r in rows if r["probe_samples"] > r["run_samples"]]
     lines.append(f"probes over their run's samples: {', '.join(over) if over else 'none'}")
+    slow = [r["task"] for r in rows if r["probe_s"] > r["run_s"]]
+    lines.append(f"probes over their run's seconds (as timed): {', '.join(slow) if slow else 'none'}")
+    lines.append("run s: the planned run timed (tunekit.train, or trainer.train()); est s: its seconds at the speed the "
+                 "probe measured at its batch (its steps alone, no evaluation)")
     return "\n".join(lines)
 
 
