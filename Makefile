@@ -9,7 +9,10 @@
 #              minutes of benchmark code, left out of make test
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
+# --no-compile: pip byte-compiles every module it installs (Ray's thousands among them), which took about
+# 40% of a fresh set-up here; Python compiles the few a run imports when it first imports them.
 PIP    := $(PY) -m pip
+PIPI   := $(PIP) install -q --no-compile
 STAMP  := $(VENV)/.installed
 DOCS_STAMP := $(VENV)/.docs-installed
 # Without a GPU, the CPU build of torch: on this project's machines pip finds it on
@@ -24,11 +27,11 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
 	if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
-	  $(PIP) install -q "torch>=2.3"; \
+	  $(PIPI) "torch>=2.3"; \
 	else \
-	  $(PIP) install -q "$(TORCH_CPU)" $(TORCH_INDEX); \
+	  $(PIPI) "$(TORCH_CPU)" $(TORCH_INDEX); \
 	fi
-	$(PIP) install -q -e ".[test,ray]"  # test: pytest, and pgserver + psycopg for the shared-study tests
+	$(PIPI) -e ".[test,ray]"  # test: pytest, and pgserver + psycopg for the shared-study tests
 	$(PY) -c "import torch, tunekit; print('tunekit', tunekit.__version__, '| torch', torch.__version__, '| cuda' if torch.cuda.is_available() else '| cpu')"
 	touch $(STAMP)
 
@@ -37,11 +40,11 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q -m "not serial and not bench and not bench_serial" -n auto --maxprocesses=4  # in parallel, on the machine's cores
-	$(PY) -m pytest -q -m "serial and not bench and not bench_serial"  # Ray clusters, timers, killed processes (tests/conftest.py): one at a time
+	$(PY) -m pytest -q -m "serial and not bench and not bench_serial" -n 2 --dist loadgroup  # Ray, timers, killed processes (tests/conftest.py): two lanes, one test at a time in each
 
 # The docs' extra (MkDocs, Material, mkdocstrings) on top of the package; the test extra is not needed.
 $(DOCS_STAMP): $(STAMP)
-	$(PIP) install -q -e ".[docs]"
+	$(PIPI) -e ".[docs]"
 	touch $(DOCS_STAMP)
 
 docs: $(DOCS_STAMP)
@@ -62,7 +65,7 @@ test-bench: $(STAMP)
 # Every benchmark the README quotes, each writing benchmarks/data/NAME_report.txt (hours on 2 cores;
 # the corpus's grids and finder runs are cached in benchmarks/data, a search's runs in benchmarks/.cache).
 bench: $(STAMP)
-	$(PIP) install -q -e ".[bench,hf,lightning]"
+	$(PIPI) -e ".[bench,hf,lightning]"
 	$(PY) -m benchmarks.step_overhead
 	$(PY) -m benchmarks.probe_accuracy
 	$(PY) -m benchmarks.keep_cost

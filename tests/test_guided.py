@@ -8,7 +8,7 @@ import optuna
 import pytest
 
 from tunekit.hpsearch.guided import BRACKET, LR_PRIOR_SD, GuidedSampler, bracket_step, incumbent, prior_share
-from tunekit.hpsearch.study import make_sampler
+from tunekit.hpsearch.seeding import make_sampler
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

@@ -306,7 +306,7 @@ def test_search_own_runs_each_trial_in_the_users_trainer_and_frees_it(tmp_path: 
 
 
 def test_search_own_keeps_the_best_weights_and_gives_back_each_trials_memory(tmp_path: Any) -> None:
-    """24 trials in the user's own Trainer, whose model carries a 64 MiB buffer: the process's memory as each
+    """12 trials in the user's own Trainer, whose model carries a 64 MiB buffer: the process's memory as each
     trial starts stays within 5% of its level after the first; the best trial's weights, loaded into the
     user's Trainer, evaluate to the best trial's value."""
     from transformers import Trainer
@@ -328,7 +328,7 @@ def test_search_own_keeps_the_best_weights_and_gives_back_each_trials_memory(tmp
         Trainer(model_init=heavy, args=args, train_dataset=base.train_dataset, eval_dataset=base.eval_dataset,
                 callbacks=[trial.hf_callback()]).train()
 
-    result = search_own(base, "from_scratch", run=run, trials=24, progress=False, out=tmp_path / "out",
+    result = search_own(base, "from_scratch", run=run, trials=12, progress=False, out=tmp_path / "out",
                         sampler=RandomSampler(design=0, seed_trial=False), pruner=Halving(evals=2), budget="4updates")
     assert max(rss[1:]) <= 1.05 * rss[1], [round(x / 2**20) for x in rss]
     assert len(list((tmp_path / "out" / "weights").glob("trial-*.pt"))) == 1

@@ -198,7 +198,7 @@ def _rss() -> int:
 
 @pytest.mark.slow  # a 24-trial search
 @pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="RSS read from /proc")
-def test_memory_returns_between_trials_of_a_24_trial_search(tmp_path: Path) -> None:
+def test_memory_returns_between_trials_of_a_12_trial_search(tmp_path: Path) -> None:
     at_start: list[int] = []  # RSS as each trial builds its model: what the trials before it left
 
     def make() -> nn.Module:
@@ -207,10 +207,11 @@ def test_memory_returns_between_trials_of_a_24_trial_search(tmp_path: Path) -> N
 
     task = Task(model=make, train_data=regression_data(128), val_data=regression_data(32, seed=1), loss=nn.MSELoss(),
                 batch_size=16, name="heavy")
-    search(task, str(write_space(tmp_path, SMALL)), trials=24, out=tmp_path / "out", progress=False,
+    # 12 trials: a trial's leak of what it built (a model, its optimizer state) shows from the second on.
+    search(task, str(write_space(tmp_path, SMALL)), trials=12, out=tmp_path / "out", progress=False,
            sampler=RandomSampler(design=0, seed_trial=False), pruner=Halving(evals=2), backend=Local(device="cpu"),
            budget="4updates")
-    trials = at_start[-24:]  # the probes' models came first
+    trials = at_start[-12:]  # the probes' models came first
     first = trials[1]  # after the first trial
     assert max(trials[1:]) <= 1.05 * first, [round(x / 2**20) for x in trials]
 

@@ -198,7 +198,11 @@ def test_an_end_to_end_probe_with_a_fake_out_of_memory_error(where: str, monkeyp
     r1 = probe(model, data, nn.CrossEntropyLoss(), opt, **kw)
     assert [(t["batch"], t["ok"]) for t in r1.tried][:2] == [(4096, False), (3276, False)]
     # Then half, 1638, ran; measured below its prediction, the refit tries just under the OOM and stops there.
-    assert r1.max_batch == max(t["batch"] for t in r1.tried if t["ok"]) == 1638 and r1.real_steps <= 4
+    # (Measured in this process, after whatever other tests did here, a reading may land over the budget less
+    # its resolution: the answer is then a step below half, never above it.)
+    largest_ok = max(t["batch"] for t in r1.tried if t["ok"])
+    assert r1.max_batch == largest_ok and r1.real_steps <= 5
+    assert largest_ok == 1638 if where == "child" else 0.8 * 1638 <= largest_ok <= 1638
     assert r1.memory_measured.startswith(MEASURED_IN_CHILD if where == "child" else MEASURED_IN_PROCESS)
     assert not model.training
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
@@ -804,3 +808,102 @@ def test_timings_taken_while_the_machine_is_busy_are_timed_again_and_else_not_ac
     monkeypatch.setattr(throughput, "_time_step", scripted(0, set()))
     quiet = probe(task, **kw)
     assert quiet.busy_batches == [] and (quiet.samples, quiet.updates) == (r.samples, r.updates)
+
+
+class Sequences(torch.utils.data.Dataset):
+    """Token sequences of 1-128 tokens: a batch's memory follows how many tokens its draw holds."""
+
+    def __init__(self, n: int = 4096, longest: int = 128) -> None:
+        g = torch.Generator().manual_seed(0)
+        self.lengths = torch.randint(1, longest + 1, (n,), generator=g).tolist()
+        self.labels = torch.randint(0, 4, (n,), generator=g)
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.full((self.lengths[i],), i % 50), self.labels[i]
+
+
+def packed(items: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, ...]:
+    """A batch's sequences end to end (no padding): (tokens, each token's sequence, lengths, labels)."""
+    tokens = torch.cat([t for t, _ in items])
+    seq = torch.cat([torch.full((len(t),), j) for j, (t, _) in enumerate(items)])
+    return tokens, seq, torch.tensor([float(len(t)) for t, _ in items]), torch.stack([y for _, y in items])
+
+
+class PooledTokens(nn.Module):
+    """Each token through a wide layer, then averaged per sequence: memory per token, not per sample."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb, self.hidden, self.out = nn.Embedding(50, 32), nn.Linear(32, 256), nn.Linear(256, 4)
+
+    def forward(self, tokens: torch.Tensor, seq: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.hidden(self.emb(tokens)))
+        return self.out(torch.zeros(lengths.shape[0], h.shape[1]).index_add(0, seq, h) / lengths[:, None])
+
+
+def test_a_peak_that_moves_with_the_data_gets_the_margin_its_readings_spread_by() -> None:
+    """Sequences of 1-128 tokens, packed: two draws of one batch hold a few percent more or fewer tokens. The
+    margin is twice the readings' spread, above the instrument's resolution, and the answer's peak with it is
+    within the budget; the worst reading at a batch at or above the answer too (the fixed 0.5% of before was not)."""
+    from tunekit.probes.largest_batch import RESIDENT_PAGES
+
+    torch.manual_seed(0)
+    model = PooledTokens()
+    r = probe(model, torch.utils.data.DataLoader(Sequences(), batch_size=16, collate_fn=packed), nn.CrossEntropyLoss(),
+              torch.optim.AdamW(model.parameters()), memory_budget="48MiB", step=StepSettings(device="cpu"),
+              measure=Measurement(headroom=0.0, throughput_points=0, noise_repeats=0), progress=False)
+    assert r.memory_measured == MEASURED_IN_CHILD
+    read_at = r.tried[-1]["batch"]
+    readings = [t["peak_bytes"] for t in r.tried if t["batch"] == read_at]
+    assert r.tried[-1]["draw"] == 1 and len(readings) == 2 and r.max_batch <= read_at
+    assert r.margin > 2 * RESIDENT_PAGES / r.predicted_peak_bytes and r.margin_source.startswith("2x the spread of 2 readings")
+    assert r.predicted_peak_bytes * (1 + r.margin) <= r.usable_bytes
+    assert max(readings) * r.max_batch / read_at * (1 + r.margin) <= r.usable_bytes
+
+
+def test_where_the_trace_is_larger_than_the_measurement_the_larger_is_the_peak(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A measurement far below the trace (a reading that missed pages): the step's peak is the trace's, so the
+    model is not refitted down to it and the answer stays where the trace puts it (before, the reading
+    replaced the trace and the answer went up to the whole dataset)."""
+    from tunekit.probes import largest_batch
+
+    monkeypatch.setattr(clean_heap, "available", lambda: "not here")  # measured in process, read below
+    monkeypatch.setattr(largest_batch, "real_step_peak", lambda step, dev: (step(), 1000)[1])
+    task, kw = _checkpointed_probe()
+    r = probe(task, **kw)
+    first = r.tried[0]
+    assert first["peak_bytes"] == pytest.approx(first["predicted_bytes"], rel=0.01)
+    assert r.max_batch <= r.predicted_max_batch < 16384
+    assert r.predicted_peak_bytes <= r.usable_bytes
+
+
+def test_the_margin_and_predicted_peak_are_saved_and_said() -> None:
+    r = probe(small_task(), memory_budget="4MiB", step=StepSettings(device="cpu"),
+              measure=Measurement(throughput_points=0, noise_repeats=0), progress=False)
+    assert r.predicted_peak_bytes and r.margin > 0 and r.margin_source
+    back = tunekit.ProbeResult.from_json(r.to_json())
+    assert (back.predicted_peak_bytes, back.margin, back.margin_source) == (r.predicted_peak_bytes, r.margin, r.margin_source)
+    assert f"margin {r.margin:.1%}: {r.margin_source}" in str(r.summary()).splitlines()[5]
+    old = {k: v for k, v in json.loads(r.to_json()).items() if k not in ("predicted_peak_bytes", "margin", "margin_source")}
+    loaded = tunekit.ProbeResult.from_json(json.dumps(old))  # a file saved before they were recorded
+    assert loaded.predicted_peak_bytes is None and loaded.margin == 0.0 and "margin" not in loaded.table()
+
+
+def test_the_margin_rule_and_the_step_down_it_takes() -> None:
+    from tunekit.probes.safety_margin import peak_margin, settle
+
+    spread = peak_margin([100.0, 90.0], 200.0, 4.0, 50, "resident memory")
+    assert spread.fraction == pytest.approx(0.1) and spread.source.startswith("2x the spread of 2 readings at batch 50")
+    same = peak_margin([100.0, 99.0], 200.0, 4.0, 50, "resident memory")  # 2x their spread is below 4 bytes
+    assert same.fraction == pytest.approx(0.02) and same.source.startswith("resident memory's resolution, 4 B")
+    assert peak_margin([100.0, 100.0], 200.0, 0.0, 50, "max_memory_allocated").fraction == 0.0
+    # The worst reading 5% over the model at batch 1000 and a 10% margin: below it, the model scaled by 1.05.
+    model = LinearMemory(100.0, 1.0)
+    settled = settle(1000, model, 1155.0, spread, 1200.0)
+    assert settled.batch == model.largest_batch(1200.0 / (1.05 * 1.1)) < 1000
+    assert settled.peak_bytes * 1.1 <= 1200.0
+    assert settle(1000, model, None, spread, 1210.0).batch == 1000  # 1100 x 1.1 fits
+    assert settle(1, model, 1155.0, spread, 10.0).batch == 1  # never below 1

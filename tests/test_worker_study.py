@@ -20,7 +20,7 @@ from tunekit.hpsearch.shared.spec import StoredSpec
 from tunekit.hpsearch.shared.workers import worker_seed
 from tunekit.hpsearch.study import StoredPlan, check_resume, keep_plan, make_storage, read_plan
 from tunekit.hpsearch.shared.policy import ManyWorkers, OneProcess, policy_of
-from tunekit.hpsearch.worker_study import rungs_of
+from tunekit.hpsearch.rungs import halving
 
 from .tasks import SMALL, write_space
 
@@ -70,8 +70,11 @@ def test_an_older_stored_plan_reads_and_compares_only_what_it_holds() -> None:
 
 def test_the_rungs_a_study_began_with_stay_its_rungs() -> None:
     settings = SearchSettings(trials=9, pruner=Halving(rungs=1))
-    assert rungs_of(settings, 900, _stored()) == [1, 3]
-    assert rungs_of(settings, 900, None) != [1, 3]
+    def rungs(kept):  # type: ignore[no-untyped-def]
+        return halving(settings.pruner, settings.trials, 900, settings.prune, "minimize", kept)[0]
+
+    assert rungs(_stored().rungs) == [1, 3]
+    assert rungs(None) != [1, 3]
 
 
 def test_the_sampler_seed_of_a_worker_and_of_a_resumed_search(tmp_path: Path) -> None:
@@ -169,3 +172,38 @@ def test_the_trial_path_takes_its_records_whole() -> None:
     assert count(local.run_local) <= 3 and count(local._run_trial) <= 4
     assert count(trial._run) <= 2 and count(summary.build_result) == 3
     assert list(inspect.signature(summary.build_result).parameters) == ["prep", "opened", "seconds"]
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_the_study_opens_through_each_module_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shared: bool) -> None:
+    """open_worker_study hands the study to each module once, in order (issue 53: it returned to its own
+    helpers four times and to study.py three): the design and sampler, the rungs, the study, the policy."""
+    import sys
+
+    from tunekit.hpsearch import run as run_module
+
+    calls: list[str] = []
+    # The typed records' methods and properties (a budget's samples, a spec with its seed) are not stages.
+    RECORDS = ("hpsearch/settings.py", "hpsearch/budget.py", "objective.py", "hpsearch/shared/spec.py")
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        caller = frame.f_back
+        if event == "call" and caller is not None and caller.f_code.co_name == "open_worker_study":
+            where = frame.f_code.co_filename.partition("/tunekit/")[2]
+            if where and where not in RECORDS and (not calls or calls[-1] != where):
+                calls.append(where)
+
+    opened = run_module.open_worker_study
+
+    def traced(*args: Any, **kw: Any) -> Any:
+        sys.setprofile(profile)
+        try:
+            return opened(*args, **kw)
+        finally:
+            sys.setprofile(None)
+
+    monkeypatch.setattr(run_module, "open_worker_study", traced)
+    study = SharedStudy(storage=str(tmp_path / "s.log"), name="o") if shared else Study()
+    search(TASK, str(write_space(tmp_path, SMALL)), trials=1, budget="10updates", pruner=NoPruning(), study=study,
+           backend=Local(device="cpu"), progress=False, out=tmp_path / "o")
+    assert calls == ["hpsearch/seeding.py", "hpsearch/rungs.py", "hpsearch/study.py", "hpsearch/shared/policy.py"]

@@ -266,10 +266,11 @@ def _open(settings: SearchSettings, policy: StudyPolicy, name: str) -> FoundStud
         check_report_of(out_dir, name)
     store = policy.open_storage(out_dir)
     spec, existing = policy.find(store, name, study_exists(store, name), out_dir, settings.objective.direction)
+    seed = policy.sampler_seed(settings.sampler_seed, store, name, existing)
     if not (existing or spec is not None):
-        return FoundStudy(store, name, False, None, {}, None, policy)
+        return FoundStudy(store, name, False, None, {}, None, policy, seed)
     stored = optuna.load_study(study_name=name, storage=store)
-    return FoundStudy(store, name, True, read_plan(stored), read_dists(stored), spec, policy)
+    return FoundStudy(store, name, True, read_plan(stored), read_dists(stored), spec, policy, seed)
 
 
 def _spec_probes(spec: StoredSpec, settings: SearchSettings) -> tuple[Any, Any]:

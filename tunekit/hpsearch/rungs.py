@@ -18,10 +18,12 @@ from __future__ import annotations
 
 # Imported where used, not at the top: optuna; importing this module does not pay for them.
 import math
+from collections.abc import Sequence
 from typing import Any, Optional
 
 from tunekit.errors import UsageError
 from tunekit.hpsearch.keys import FINAL_STEP, INITIAL_LOSS
+from tunekit.hpsearch.options import Halving, Pruner
 from tunekit.objective import Objective
 
 __all__ = ["ladder", "default_rungs", "make_pruner", "Rungs", "learning_point", "LEARNED"]
@@ -152,6 +154,18 @@ def _promotable(value: float, competing: list[float], rf: int) -> bool:
     k = max(0, len(competing) // rf - 1)
     cut = sorted(competing)[k]
     return value <= cut + TIE * abs(cut)
+
+
+def halving(pruner: Pruner, trials: int, budget_samples: int, prune: bool, direction: str,
+            kept: Optional[Sequence[int]] = None) -> tuple[list[int], Any]:
+    """The rungs, in evaluations, and the pruner over them: successive halving on samples seen, adaptive
+    unless the rungs were given. ``kept``: the rungs the study began with (a resume or a joining worker
+    keeps them), else this run's ladder; without pruning the study still keeps the ladder halving would use."""
+    h = pruner if isinstance(pruner, Halving) else Halving(evals=pruner.evals)
+    rungs = list(kept) if kept is not None else ladder(budget_samples, trials, h.reduction_factor, h.evals, h.rungs,
+                                                       h.first_rung)
+    return rungs, make_pruner(budget_samples // h.evals, h.evals, rungs, h.reduction_factor, prune,
+                              adaptive=h.rungs is None and h.first_rung is None, direction=direction)
 
 
 def make_pruner(unit: int, evals: int, ladder_evals: list[int], reduction_factor: int, prune: bool,

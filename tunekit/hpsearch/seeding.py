@@ -3,13 +3,15 @@
 - :func:`run_probes`: the LR range test and batch probe the space needs, run with the trials'
   own step settings, or their saved results (checked to be of this task);
 - :func:`make_plan`: what every trial shares (:class:`~tunekit.hpsearch.plan.Plan`);
-- :func:`enqueue_seed_and_design`: the seed trial (the probes' recommendation) and the
-  design around it.
+- :func:`opening`: the seed trial (the probes' recommendation), the design around it and the
+  sampler that goes on from them; pure: the study queues the design (:func:`~tunekit.hpsearch.study.open_study`).
 """
 
 from __future__ import annotations
 
+# Imported where used, not at the top: optuna; importing this module does not pay for it.
 import dataclasses
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -17,13 +19,11 @@ from typing import Any, Optional
 from tunekit.defaults import SWEEP_STEPS
 from tunekit.errors import UsageError, warn_at_caller
 from tunekit.hpsearch.budget import BudgetWarning, price_budget
-from tunekit.hpsearch.keys import DESIGN_BATCH_KEY
 from tunekit.hpsearch.plan import (AROUND, LARGER, MIN_UPDATES, Plan, initial_design, lr_rule_for,
                                    nearest_choice, split_batch, updates_for)
 from tunekit.hpsearch.resolve import SearchInputs
 from tunekit.hpsearch.seeded_space import batch_centre, reference_batch
 from tunekit.hpsearch.settings import SearchSettings
-from tunekit.hpsearch.study import enqueue_design
 from tunekit.inputs.data import dataset_size
 from tunekit.inputs.space import SearchSpace
 from tunekit.entry_options import NOISE_REPEATS, Measurement, Refine, StepSettings, Sweep
@@ -34,8 +34,8 @@ from tunekit.training.optimizers import is_adaptive_l2
 from tunekit.results import LRFindResult, ProbeResult
 from tunekit.results.step_time import update_seconds
 
-__all__ = ["Probes", "run_probes", "priced", "make_plan", "design_size",
-           "enqueue_seed_and_design", "probe_cap", "noise_repeats", "adaptive_l2", "larger_is_cheaper",
+__all__ = ["Probes", "run_probes", "priced", "make_plan", "design_size", "Opening", "opening", "make_sampler",
+           "guided_lr", "seed_and_design", "probe_cap", "noise_repeats", "adaptive_l2", "larger_is_cheaper",
            "twice_batch_share", "design_batch", "recipe", "own_settings", "EVAL_SAMPLES", "DESIGN_TRIALS"]
 
 # Validation reads at most this many samples (the first ones, in the set's own order).
@@ -306,9 +306,68 @@ def design_batch(probe: Any, dists: dict[str, Any], centre: Optional[float], dou
             "unsaturated": UNSATURATED, "doubled": doubled, "in_time": in_time}
 
 
-def enqueue_seed_and_design(study: Any, dists: dict[str, Any], probes: Probes, n: int, trials: int,
-                            task_recipe: dict[str, Any], in_time: bool) -> dict[str, Any]:
-    """The seed trial (the probes' recommendation) and the design around it, once per study.
+@dataclass
+class Opening:
+    """What a study starts with: the trials queued before the sampler's own (the seed trial first), and the
+    sampler that goes on from them."""
+
+    design: list[dict[str, Any]]  # queued once per study (empty: a joining worker's, or no seed trial asked)
+    seed_params: dict[str, Any]  # the seed trial's (the creator's, for a joining worker; {} without one)
+    batch_note: Optional[dict[str, Any]]  # the design's batch step, for the result (design_batch)
+    computed: bool  # whether this run made the design (else the study already holds it, or it has none)
+    sampler: Any
+
+
+def opening(settings: SearchSettings, inputs: SearchInputs, dists: dict[str, Any], probes: Probes, seed: int,
+            parallel: bool, joined: Optional[dict[str, Any]], task_recipe: Optional[dict[str, Any]]) -> Opening:
+    """The design and the sampler. ``joined``: a joining worker's seed params (the creator queued the design);
+    ``task_recipe``: the task's own settings where read already (else read here, where a design is made);
+    ``parallel``: other trials run while one does (the sampler then lies about them)."""
+    n_design = design_size(settings, inputs.space, probes)
+    startup = n_design or max(3, min(10, settings.trials // 3))
+    sampler = make_sampler(settings.sampler.kind, seed, startup, parallel,
+                           lr_param=guided_lr(settings, inputs.space, probes), horizon=settings.trials - startup)
+    if joined is not None or not (settings.sampler.seed_trial or n_design):
+        return Opening([], dict(joined or {}), None, False, sampler)
+    own = task_recipe if task_recipe is not None else recipe(inputs.task, inputs.cfg, settings.seed)
+    design, note = seed_and_design(dists, probes, n_design, settings.trials, own, in_time=inputs.budget.seconds is not None)
+    return Opening(design, design[0], note, True, sampler)
+
+
+def make_sampler(kind: str, seed: int, startup: int, parallel: bool, lr_param: Optional[str] = None,
+                 horizon: int = 0) -> Any:
+    """TPE (its random start-up replaced by ``startup`` enqueued design trials) or random search.
+    ``lr_param``: the seeded LR's name, drawn near the best trial for the ``horizon`` trials after the
+    design (:class:`~tunekit.hpsearch.guided.GuidedSampler`); None: TPE alone."""
+    import optuna
+
+    if kind == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    with warnings.catch_warnings():  # constant_liar is "experimental" in Optuna's words
+        warnings.simplefilter("ignore")
+        # With trials running in parallel, constant_liar keeps TPE from proposing
+        # the same point to every free worker.
+        tpe = optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup, constant_liar=parallel)
+    if lr_param is None or horizon <= 0:
+        return tpe
+    from tunekit.hpsearch.guided import GuidedSampler
+
+    return GuidedSampler(tpe, lr_param, design=startup, horizon=horizon, seed=seed)
+
+
+def guided_lr(settings: SearchSettings, sp: SearchSpace, probes: Probes) -> Optional[str]:
+    """The LR parameter the sampler draws near the best trial early: the one the range test seeded (its
+    suggestion trusted), under a TPE sampler that asks for it; None otherwise."""
+    lf = probes.lr_find
+    entry = sp.entries.get("lr")
+    if not getattr(settings.sampler, "guided", False) or entry is None or entry.seeded != "lr_find":
+        return None
+    return "lr" if lf is not None and lf.confident and lf.suggestion else None
+
+
+def seed_and_design(dists: dict[str, Any], probes: Probes, n: int, trials: int, task_recipe: dict[str, Any],
+                    in_time: bool) -> tuple[list[dict[str, Any]], Optional[dict[str, Any]]]:
+    """The seed trial (the probes' recommendation) and the design around it, with the design's batch step.
 
     A range test that saw no clear descent (``confident`` False) gives no LR to
     centre on: the design spreads over the LR range instead. The batch step follows the budget's
@@ -322,7 +381,4 @@ def enqueue_seed_and_design(study: Any, dists: dict[str, Any], probes: Probes, n
     doubled = in_time and centre is not None and larger_is_cheaper(pr, centre) and (
         nearest_choice(dists["batch"].choices, LARGER[1] * centre) > nearest_choice(dists["batch"].choices, centre))
     design = initial_design(dists, lr, centre, max(1, n), task_recipe, larger_batch=doubled)[:trials]
-    enqueue_design(study, design)
-    # Said in the result (the study keeps it, for every worker and a resume).
-    study.set_user_attr(DESIGN_BATCH_KEY, design_batch(pr, dists, centre, doubled, design, in_time))
-    return design[0]
+    return design, design_batch(pr, dists, centre, doubled, design, in_time)

@@ -21,13 +21,13 @@ from typing import Any, Optional
 
 from tunekit.errors import UsageError
 from tunekit.hpsearch import keys as K
-from tunekit.hpsearch.keys import (DESIGN_KEY, DISTS_KEY, ENQUEUED_KEY, ERROR, INTERRUPTED_KEY, PLAN_KEY, REASON,
+from tunekit.hpsearch.keys import (DESIGN_BATCH_KEY, DESIGN_KEY, DISTS_KEY, ENQUEUED_KEY, ERROR, INTERRUPTED_KEY, PLAN_KEY, REASON,
                                    REQUEUED_KEY, RETRY_OF, STOPPED_PREFIX, SURPLUS)
 from tunekit.hpsearch.plan import Plan
 from tunekit.hpsearch.resilient import STORAGE_RETRY, retrying_class, stale_reason
 from tunekit.hpsearch.trial import INTERRUPTED
 
-__all__ = ["make_storage", "study_exists", "make_sampler", "open_study", "check_resume", "mark_interrupted", "fail_trial",
+__all__ = ["make_storage", "study_exists", "open_study", "check_resume", "mark_interrupted", "fail_trial",
            "stale_reason",
            "requeue_interrupted", "safe_url", "check_report_of", "trial_dicts", "finished_count",
            "device_seconds", "enqueue", "enqueue_design", "excluded", "stopped", "StoredPlan", "read_plan", "read_dists",
@@ -201,32 +201,22 @@ def study_exists(store: Any, name: str) -> bool:
     return name in optuna.get_all_study_names(store)
 
 
-def make_sampler(kind: str, seed: int, startup: int, parallel: bool, lr_param: Optional[str] = None,
-                 horizon: int = 0) -> Any:
-    """TPE (its random start-up replaced by ``startup`` enqueued design trials) or random search.
-    ``lr_param``: the seeded LR's name, drawn near the best trial for the ``horizon`` trials after the
-    design (:class:`~tunekit.hpsearch.guided.GuidedSampler`); None: TPE alone."""
+def open_study(store: Any, name: str, sampler: Any, pruner: Any, direction: str, stored: StoredPlan,
+               dists: dict[str, Any], metric_name: str, design: list[dict[str, Any]],
+               design_note: Optional[dict[str, Any]] = None, noted: bool = False) -> Any:
+    """The study, created or loaded with this process's sampler and pruner; its plan kept (:func:`keep_plan`)
+    and its design queued (:func:`enqueue_design`), once per study. ``noted``: this run made the design,
+    whose batch step (``design_note``) the study keeps for the result."""
     import optuna
 
-    if kind == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
-    with warnings.catch_warnings():  # constant_liar is "experimental" in Optuna's words
-        warnings.simplefilter("ignore")
-        # With trials running in parallel, constant_liar keeps TPE from proposing
-        # the same point to every free worker.
-        tpe = optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup, constant_liar=parallel)
-    if lr_param is None or horizon <= 0:
-        return tpe
-    from tunekit.hpsearch.guided import GuidedSampler
-
-    return GuidedSampler(tpe, lr_param, design=startup, horizon=horizon, seed=seed)
-
-
-def open_study(store: Any, name: str, sampler: Any, pruner: Any, direction: str = "minimize") -> Any:
-    import optuna
-
-    return optuna.create_study(study_name=name, storage=store, sampler=sampler, pruner=pruner,
-                               direction=direction, load_if_exists=True)
+    study = optuna.create_study(study_name=name, storage=store, sampler=sampler, pruner=pruner,
+                                direction=direction, load_if_exists=True)
+    keep_plan(study, stored, dists, metric_name)
+    if design:
+        enqueue_design(study, design)
+    if noted:  # said in the result (the study keeps it, for every worker and a resume)
+        study.set_user_attr(DESIGN_BATCH_KEY, design_note)
+    return study
 
 
 def check_resume(stored: StoredPlan, plan: Plan, where: str) -> None:

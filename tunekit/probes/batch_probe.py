@@ -156,8 +156,9 @@ def probe(
         _say_cost_ahead(sub.task, predicted, cost_ahead(predicted, sizes, throughput_points, timing_steps, accumulation_steps,
                                                          noise_repeats, noise_warmup, room.limit),
                         throughput_points, noise_repeats, cap)
-        # 2. Real steps at the batch the model recommends, measured, the model refitted until one agrees with it.
-        confirmed, tried, mm, measured_how = largest_batch(run, mm, traces, room, measure.calibrate_steps, sizes[0])
+        # 2. Real steps at the batch the model recommends, measured, until one agrees with it; then the margin.
+        settled, tried, mm, measured_how = largest_batch(run, mm, traces, room, measure.calibrate_steps, sizes[0])
+        confirmed = settled.batch
         _stage_done(stages, "largest batch")
         throughput = measure_throughput(run, sizes, confirmed, throughput_points, timing_steps,  # 3. Up to the largest.
                                         _seconds_left(cap, sub.task.batch_size, accumulation_steps, start))
@@ -175,12 +176,12 @@ def probe(
         device=str(sub.device), precision=sub.precision, accumulation_steps=accumulation_steps, budget_bytes=room.budget,
         budget_source=room.source, headroom=headroom, usable_bytes=room.usable, memory=mm.to_dict(),
         predicted_max_batch=predicted, max_batch=confirmed, tried=tried, throughput=throughput, knee_batch=knee,
-        fastest_batch=fastest, critical_batch=critical, noise=noise,
+        fastest_batch=fastest, critical_batch=critical, noise=noise, margin=settled.margin.fraction, margin_source=settled.margin.source,
         critical_batch_range=(noise["low"], noise["high"]) if critical is not None else None,
         splits=pairs, splits_reason=why, lr_scaling=lr_scaling, dataset_size=n_data, seconds=time.perf_counter() - start, settings=settings,
         updates=run.counter["updates"], samples=run.counter["samples"], memory_measured=measured_how,
         run_steps=cap.run_steps if cap else sub.task.defaults.get("max_steps"), run_batch=sub.task.batch_size,
-        cost_plan=plan.line(cap), cost_notes=list(plan.notes),
+        predicted_peak_bytes=int(settled.peak_bytes), cost_plan=plan.line(cap), cost_notes=list(plan.notes),
         warnings=_warnings(throughput, noise, noise_warmup) + measurement_warnings(measured_how))
 
 

@@ -21,6 +21,7 @@ from tunekit.inputs.data import BatchStream
 from tunekit.probes import clean_heap
 from tunekit.probes.memory_trace import MemoryModel, Trace, calibrate, fit_memory_model, real_step_peak, static_bytes
 from tunekit.probes.probe_run import ProbeRun, Room, cpu_available_bytes, trace_at
+from tunekit.probes.safety_margin import Settled, peak_margin, settle, unmeasured
 from tunekit.results.probe import MEMORY_WARNING
 from tunekit.training.memory import free_memory, is_oom
 
@@ -123,10 +124,8 @@ def _measuring_child(dev: torch.device, calibrate_steps: bool) -> Iterator[Optio
         yield child
 
 
-# How far apart two readings of one step's peak resident memory may be (benchmarks/probe_accuracy.py),
-# relative and absolute: a measured peak within RESIDENT_PAGES of the traced one is the traced one (a
-# tiny step reads a few pages either way, and a refit on those would move the answer between calls).
-RESIDENT_NOISE = 0.005
+# What resident memory resolves: two readings of one step on the same data differ by a few pages (a tiny
+# step reads a few pages either way); the margin below the budget is never less.
 RESIDENT_PAGES = 1 << 20
 # Real steps are not measured where the whole data's batch is traced under 1/FAR_BELOW of the budget.
 FAR_BELOW = 8
@@ -180,25 +179,29 @@ def measurement_warnings(how: str) -> list[str]:
 
 
 def largest_batch(run: ProbeRun, mm: MemoryModel, traces: dict[int, Trace], room: Room, calibrate_steps: bool,
-                   warm_up_batch: int = 4) -> tuple[int, list[dict[str, Any]], MemoryModel, str]:
-    """The largest batch that fits, confirmed by real steps (:func:`_confirmed`); on the CPU measured in
-    the process's measuring child, unless the budget cannot bind. Returns the confirmed batch, the
-    tries, the memory model and how the steps were measured."""
+                   warm_up_batch: int = 4) -> tuple[Settled, list[dict[str, Any]], MemoryModel, str]:
+    """The largest batch that fits with its margin, confirmed by real steps (:func:`_confirmed`); on the CPU
+    measured in the process's measuring child, unless the budget cannot bind. Returns the settled batch (its
+    predicted peak and margin), the tries, the memory model and how the steps were measured."""
     far_below = _far_below(mm, room) if calibrate_steps and run.dev.type == "cpu" else None
     calibrate_steps = calibrate_steps and far_below is None
     with _measuring_child(run.dev, calibrate_steps) as child:
-        confirmed, tried, model, how = _confirmed(run, mm, traces, room, calibrate_steps, child, warm_up_batch)
-    return confirmed, tried, model, far_below or how
+        settled, tried, model, how = _confirmed(run, mm, traces, room, calibrate_steps, child, warm_up_batch)
+    if far_below is not None:  # the margin's words say why the peak was not read again
+        settled = Settled(settled.batch, settled.peak_bytes,
+                          unmeasured(settled.peak_bytes, 0.0, "none needed: the peak is far below the budget"))
+    return settled, tried, model, far_below or how
 
 
 def _confirmed(run: ProbeRun, mm: MemoryModel, traces: dict[int, Trace], room: Room, calibrate_steps: bool,
-               child: Optional[clean_heap.CleanHeapSteps],
-               warm_up_batch: int) -> tuple[int, list[dict[str, Any]], MemoryModel, str]:
+               child: Optional[clean_heap.CleanHeapSteps], warm_up_batch: int) -> tuple[Settled, list[dict[str, Any]], MemoryModel, str]:
     """The probe's search for the largest batch: real steps through the shared step at the batches
-    the memory model recommends, each measured and traced, the model calibrated on them.
+    the memory model recommends, each measured and traced, the model calibrated on them; then the
+    answer with the margin its peak's readings on two draws of the data justify (:func:`_settled`).
     Without ``calibrate_steps`` one step confirms the trace's prediction and nothing is refitted.
     On the CPU the steps run in ``child`` (a copy of the objects, a clean heap) where it can take them."""
-    real: dict[int, int] = {}  # peak above the level before the step, as real_step_peak measures it
+    real: dict[int, int] = {}  # peak above the level before the step: the reading, or the trace where larger
+    raw: dict[int, int] = {}  # the reading itself, as real_step_peak measures it
     in_child, how = _measurement(run, child, calibrate_steps)
     lost: list[str] = []  # why the child could not be replaced, where one died and its successor failed
     replaced_before = child.replaced if child is not None else 0
@@ -234,34 +237,76 @@ def _confirmed(run: ProbeRun, mm: MemoryModel, traces: dict[int, Trace], room: R
         run.counter["samples"] += got.samples
         return got.peak_bytes
 
+    def reading(b: int, draw: int) -> Optional[int]:
+        """One real step's peak above the resident state at ``b`` on the ``draw``-th draw of the data."""
+        batches = BatchStream(run.data, b, seed=run.seed + draw).take(run.k)
+        delta = in_the_child(batches) if in_child else in_process(batches)
+        del batches
+        return delta if calibrate_steps else None
+
     def run_step(b: int) -> Optional[float]:
         if b not in traces:
             traces[b] = trace_at(run, b)  # fake tensors: no memory, a fraction of a second
-        batches = BatchStream(run.data, b, seed=run.seed).take(run.k)
-        delta = in_the_child(batches) if in_child else in_process(batches)
-        del batches
-        if delta is None or not calibrate_steps:
+        delta = reading(b, 0)
+        if delta is None:
             return None
+        # Where the trace and the measurement disagree, the larger: a reading below the trace may have missed
+        # pages the next step touches. Within a few pages they agree (a refit on those would move the answer).
         traced = max(traces[b].peaks.values()) - traces[b].resident
-        if run.dev.type == "cpu" and abs(delta - traced) < RESIDENT_PAGES:
-            delta = traced
-        real[b] = delta
-        return traces[b].resident + delta
+        raw[b] = delta
+        real[b] = traced if run.dev.type == "cpu" and abs(delta - traced) < RESIDENT_PAGES else max(delta, traced)
+        return traces[b].resident + real[b]
 
     def refit(measured: dict[int, float]) -> MemoryModel:
         if not measured:
             return mm
         return calibrate(fit_memory_model(traces, run.k), traces, {b: real[b] for b in measured})
 
+    resolution = _resolution(run.dev)
     with cuda_budget(run.dev, room.enforced):
-        # Resident memory reads a few pages apart from one run of a step to the next (0.2% at 256 MiB):
-        # the confirmed batch keeps that far below the budget, so that it is never over it.
-        usable = room.usable if run.dev.type == "cuda" else int(room.usable * (1 - RESIDENT_NOISE))
-        confirmed, tried, model = find_largest_batch(run_step, refit, usable, room.limit,
+        # The search keeps the resolution below the budget, so that fixed shapes need no step down after it.
+        confirmed, tried, model = find_largest_batch(run_step, refit, room.usable - resolution, room.limit,
                                                      free=free_memory)
-    if confirmed < 1:
-        raise UsageError(f"no batch size ran within the budget (tried {[t['batch'] for t in tried]}): raise memory_budget")
-    return confirmed, tried, model, _replacements(how, child, replaced_before, lost)  # type: ignore[return-value]
+        if confirmed < 1:
+            raise UsageError(f"no batch size ran within the budget (tried {[t['batch'] for t in tried]}): raise memory_budget")
+        first = (raw[confirmed], real[confirmed], traces[confirmed].resident) if confirmed in real else None
+        settled = _settled(run, room, model, tried, confirmed, first, lambda b: reading(b, 1), calibrate_steps)
+    return settled, tried, model, _replacements(how, child, replaced_before, lost)  # type: ignore[return-value]
+
+
+def _resolution(dev: torch.device) -> int:
+    """What two readings of one step on the same data may differ by, in bytes: a few pages of resident memory
+    on the CPU; max_memory_allocated counts single bytes."""
+    return 0 if dev.type == "cuda" else RESIDENT_PAGES
+
+
+def _settled(run: ProbeRun, room: Room, model: MemoryModel, tried: list[dict[str, Any]], confirmed: int,
+             first: Optional[tuple[int, int, int]], read_again: Callable[[int], Optional[int]],
+             calibrate_steps: bool) -> Settled:
+    """The answer with its margin: the peak at ``confirmed`` read again on another draw of the data
+    (``read_again``, added to ``tried``), the margin from the two readings' spread, and the largest batch
+    at or below ``confirmed`` that keeps it (:mod:`.safety_margin`). ``first``: the search's (reading,
+    peak with the trace where larger, resident state) at ``confirmed``; None where it was not measured."""
+    resolution, peak = _resolution(run.dev), model.peak(confirmed)
+    if first is None:
+        why = ("not measured (calibrate_steps=False): the instrument's resolution" if not calibrate_steps
+               else "the steps' peaks cannot be measured here: the instrument's resolution")
+        return settle(confirmed, model, None, unmeasured(peak, resolution, why), room.usable)
+    raw, real, resident = first
+    second, oom = _attempt(read_again, confirmed)
+    if oom:
+        free_memory()
+    tried.append({"batch": confirmed, "ok": not oom and second is not None and resident + second <= room.usable,
+                  "peak_bytes": None if second is None else resident + second, "predicted_bytes": peak, "draw": 1})
+    if oom:  # it fits one draw of the data, not another: a fifth below it, no margin measured
+        below = max(1, int(confirmed * 0.8))
+        why = f"batch {confirmed} ran out of memory on another draw of the data; answered 80% of it"
+        return Settled(below, model.peak(below), unmeasured(peak, resolution, why))
+    readings = [float(raw)] + ([float(second)] if second is not None else [])
+    worst = resident + max(real, *readings)  # the trace, where larger
+    instrument = "max_memory_allocated" if run.dev.type == "cuda" else "resident memory"
+    margin = peak_margin(readings, max(peak, worst), resolution, confirmed, instrument)
+    return settle(confirmed, model, worst, margin, room.usable)
 
 
 def _replacements(how: str, child: Optional[clean_heap.CleanHeapSteps], before: int, lost: list[str]) -> str:

@@ -33,7 +33,8 @@ __all__ = ["CostCap", "StagePlan", "cost_cap", "plan_stages", "stage_samples", "
 
 # The noise scale may take at most this share of the cap; the largest batch and the throughput the rest.
 NOISE_SHARE = 0.5
-# The largest-batch search's real steps, at most, as a cost: a warm-up and up to two measured.
+# The largest-batch search's real steps at its largest batch, as a cost: up to two tries and the answer read again
+# on another draw of the data (the measuring child's warm-up step is at the smallest traced batch).
 LARGEST_STEPS = 3
 # The noise-scale stage: a fresh model first trains its warm-up updates at a batch of at most NOISE_WARMUP_BATCH;
 # then its repeats of gradients at a small batch (at most NOISE_SMALL_BATCH) and as many at up to
@@ -110,9 +111,9 @@ def throughput_points(low: int, top: int, n: int) -> list[int]:
 def stage_samples(top: int, low: int, points_n: int, timing_steps: int, k: int, repeats: int, warmup: int,
                   limit: int) -> tuple[int, int, int]:
     """(largest batch, throughput, noise scale): the samples each stage draws at most with batches up to
-    ``top``: the largest batch's steps, a warm-up and the timed rounds at each point (timing again on a busy
-    machine replays drawn batches), the noise scale's warm-up and its two accumulations."""
-    largest = LARGEST_STEPS * top * k
+    ``top``: the largest batch's steps and the child's warm-up, a warm-up and the timed rounds at each point
+    (timing again on a busy machine replays drawn batches), the noise scale's warm-up and its two accumulations."""
+    largest = (LARGEST_STEPS * top + min(low, top)) * k
     timed = sum(throughput_points(low, top, points_n)) * k * (1 + max(3, timing_steps))
     b_small = max(1, min(NOISE_SMALL_BATCH, top, limit // 64 or 1))
     k_big = max(2, min(NOISE_MAX_ACCUM, limit // b_small))

@@ -70,8 +70,10 @@ class ProbeResult(Result):
     usable_bytes: int
     memory: dict[str, Any]  # MemoryModel.to_dict()
     predicted_max_batch: int
-    max_batch: int  # confirmed by real steps
-    tried: list[dict[str, Any]]  # real confirmation steps: {"batch", "ok", "peak_bytes", "predicted_bytes"}
+    max_batch: int  # at or below a batch that ran and was measured, its peak with the margin within usable_bytes
+    # real confirmation steps: {"batch", "ok", "peak_bytes", "predicted_bytes"}; the reading on another draw of
+    # the data at the answer has "draw": 1
+    tried: list[dict[str, Any]]
     throughput: list[dict[str, Any]]  # {"batch", "samples_per_s", "spread", "remeasured", "busy"}
     knee_batch: Optional[int]
     fastest_batch: Optional[int]
@@ -90,6 +92,9 @@ class ProbeResult(Result):
     memory_measured: str = ""  # how the real steps' peak memory was measured
     run_steps: Optional[int] = None  # the planned run's updates (the task's max_steps), where the task states them
     run_batch: Optional[int] = None  # its micro-batch (the task's batch_size), with accumulation_steps
+    predicted_peak_bytes: Optional[int] = None  # at max_batch, with the resident state (None in older files)
+    margin: float = 0.0  # kept below usable_bytes, a fraction of that peak: the measured noise of the peak
+    margin_source: str = ""  # what the margin rests on: the readings' spread, or the instrument's resolution
     cost_plan: str = ""  # the cost ahead, said before the real steps: at most so many samples, against the planned run
     cost_notes: list[str] = field(default_factory=list)  # what the cap on the cost cut, or a given setting took over it
 
@@ -252,9 +257,12 @@ class ProbeResult(Result):
             f"budget {format_bytes(self.budget_bytes)} ({self.budget_source}), headroom {self.headroom:.0%} "
             f"-> usable {format_bytes(self.usable_bytes)}",
             f"largest batch that fits: {self.max_batch} (predicted {self.predicted_max_batch}, "
-            f"peak {format_bytes(mm.peak(max(self.max_batch, 1)))}; {self.real_steps} real step(s))"
+            f"peak {format_bytes(self.predicted_peak_bytes or mm.peak(max(self.max_batch, 1)))}; "
+            f"{self.real_steps} real step(s))"
             + (f"; capped by the dataset ({self.dataset_size} samples)" if self.dataset_size and self.max_batch >= self.dataset_size else ""),
         ]
+        if self.margin_source:
+            lines.append(f"  margin {self.margin:.1%}: {self.margin_source}")
         if self.throughput:
             lines += self._throughput_lines()
         if self.memory_measured and not any(self.memory_measured in w for w in self.warnings):

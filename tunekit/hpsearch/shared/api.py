@@ -107,7 +107,8 @@ def study_result(storage: str, study_name: str) -> Any:
                               sampler=TPE(seed=spec.sampler_seed))
     budget = Budget(**{k: v for k, v in stored.budget.items() if k != "samples"})
     probes = Probes(*spec_probes(spec), int(stored.probe_samples or 0), float(stored.probe_seconds or 0.0))
-    found = FoundStudy(store, study_name, True, stored, read_dists(study), spec, policy_of(settings.study))
+    found = FoundStudy(store, study_name, True, stored, read_dists(study), spec, policy_of(settings.study),
+                       spec.sampler_seed)
     prep = Prepared(settings, spec.task, spec.task, SearchInputs(space_of(spec), None, None, budget, stored.plan.task_batch), found, probes,
                     stored.plan, dists, spec)
     opened = OpenedStudy(study, dict(spec.seed_params), None, "", spec.sampler_seed, stored)

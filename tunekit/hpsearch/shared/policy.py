@@ -16,8 +16,9 @@ from typing import Any, Optional, Protocol
 
 from tunekit.errors import UsageError
 from tunekit.hpsearch.keep import weights_folder
-from tunekit.hpsearch.keys import ARTIFACTS_KEY, WALL_SECONDS_KEY
+from tunekit.hpsearch.keys import ARTIFACTS_KEY, SPEC_KEY, WALL_SECONDS_KEY
 from tunekit.hpsearch.options import SharedStudy, Study
+from tunekit.hpsearch.shared.server import attach
 from tunekit.hpsearch.shared.spec import StoredSpec
 from tunekit.hpsearch.shared.workers import (TAKEN_OVER, claim, claim_creation, counts, creator_gave_up,
                                              default_threads, end_creation, open_storage, reap_every, reap_stopped,
@@ -25,7 +26,7 @@ from tunekit.hpsearch.shared.workers import (TAKEN_OVER, claim, claim_creation, 
                                              worker_seed)
 from tunekit.hpsearch.study import finished_count, mark_interrupted, requeue_interrupted, stopped
 
-__all__ = ["StudyPolicy", "OneProcess", "ManyWorkers", "policy_of", "probed"]
+__all__ = ["StudyPolicy", "OneProcess", "ManyWorkers", "policy_of", "probed", "settle_in", "store_spec"]
 
 
 def probed(out_dir: Path) -> bool:
@@ -268,3 +269,23 @@ class ManyWorkers:
 def policy_of(options: Study | SharedStudy) -> StudyPolicy:
     """The policy of a search's study object, chosen once."""
     return ManyWorkers(options) if isinstance(options, SharedStudy) else OneProcess(options)
+
+
+def settle_in(policy: StudyPolicy, study: Any, store: Any, spec: Optional[StoredSpec], seed: int, resume: bool,
+              out_dir: Optional[Path]) -> Optional[int]:
+    """This process in the opened study, in this order: a resume's dead trials failed and the interrupted
+    queued again; the spec stored by the study's creator (``spec``: None for a joining worker), last, since
+    joining workers wait for it; this worker registered. Returns the torch threads before (None: unchanged)."""
+    if resume:
+        policy.resume(study, store)
+    if spec is not None and SPEC_KEY not in study.user_attrs:
+        store_spec(study, spec, policy.artifacts, out_dir)
+        policy.created(store, study.study_name)
+    return policy.become_worker(study, seed)
+
+
+def store_spec(study: Any, spec: StoredSpec, artifacts: Optional[str], out_dir: Optional[Path]) -> None:
+    """The study's spec (and, with an ``artifacts`` folder, the probes' files in ``out_dir`` attached to the study)."""
+    if artifacts is not None and out_dir is not None:
+        attach(study, artifacts, [Path(out_dir) / f"{n}.{x}" for n in ("lr_find", "probe") for x in ("json", "png")])
+    study.set_user_attr(SPEC_KEY, spec.to_stored())
