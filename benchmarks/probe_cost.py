@@ -57,7 +57,8 @@ def measure(name: str, make_probe_input: Callable[[], Any], train_run: Callable[
         _, run_s = _timed(train_run())
     run_samples = result.run_samples or 0
     return {"task": name, "run": f"{result.run_steps}x{(result.run_batch or 0) * result.accumulation_steps}",
-            "run_samples": run_samples, "run_s": run_s, "run_est_s": result.run_seconds, "probe_samples": result.samples, "probe_s": probe_s,
+            "run_samples": run_samples, "run_s": run_s, "run_est_s": result.run_seconds,
+            "probe_samples": result.samples, "probe_s": probe_s,
             "max_batch": result.max_batch, "noise": "yes" if result.noise else "no", "plan": result.cost_plan}
 
 

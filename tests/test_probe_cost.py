@@ -54,7 +54,8 @@ def test_a_setting_given_over_the_cap_is_obeyed_and_said() -> None:
 @pytest.mark.parametrize("k", [1, 4])
 @pytest.mark.parametrize("steps, batch", [(10, 8), (150, 16), (200, 64), (999, 32), (2000, 32), (50_000, 256)])
 def test_the_plan_keeps_within_the_cap_at_the_default_settings(steps: int, batch: int, k: int) -> None:
-    cap = CostCap(steps, batch * k, 1.0 if steps < 1000 else 0.1, int((1.0 if steps < 1000 else 0.1) * steps * batch * k))
+    share = 1.0 if steps < 1000 else 0.1
+    cap = CostCap(steps, batch * k, share, int(share * steps * batch * k))
     plan = plan_stages(cap, Measurement(), 100_000, k, 50, None)
     assert plan.ahead <= cap.samples and plan.limit <= cap.run_samples
     # A target batch given: the noise scale cannot change the plan, and is not measured, whatever the cap.

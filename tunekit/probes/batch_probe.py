@@ -37,8 +37,8 @@ from tunekit.integrations.task_spec import takes_their_objects
 from tunekit.probes.largest_batch import largest_batch, measurement_warnings
 from tunekit.probes.memory_trace import MemoryModel, Trace, fit_memory_model
 from tunekit.probes.noise_scale import noise_scale
-from tunekit.probes.probe_cost import (CostCap, StagePlan, NOISE_MAX_ACCUM, NOISE_SMALL_BATCH, NOISE_WARMUP_BATCH, cost_cap,
-                                       plan_stages, stage_samples)
+from tunekit.probes.probe_cost import (NOISE_MAX_ACCUM, NOISE_SMALL_BATCH, NOISE_WARMUP_BATCH, CostCap, StagePlan,
+                                       cost_cap, plan_stages, stage_samples)
 from tunekit.probes.probe_run import CountingStep, ProbeRun, Room, budget_bytes, trace_at
 from tunekit.probes.resolve import resolve_inputs, step_settings
 from tunekit.probes.throughput import BUSY_RETRIES, NOISY_TIMINGS, knee_and_fastest, measure_throughput

@@ -1,8 +1,8 @@
 """The probe's cost bounded by the run it plans for: what its stages may draw, decided before they run.
 
 A probe that costs more than the run it sizes is no help to it. By default its samples are held to the
-planned run's samples for runs under :data:`tunekit.defaults.PROBE_FULL_RUN_UPDATES` updates and to :data:`~tunekit.defaults.PROBE_LONG_RUN_SHARE`
-of them beyond (:class:`CostCap`). Within that cap (:func:`plan_stages`): the noise scale may take at most
+planned run's samples for runs under :data:`tunekit.defaults.PROBE_FULL_RUN_UPDATES` updates and to
+:data:`~tunekit.defaults.PROBE_LONG_RUN_SHARE` of them beyond (:class:`CostCap`). Within that cap (:func:`plan_stages`): the noise scale may take at most
 :data:`NOISE_SHARE` of it, or is not measured, and not where it cannot change the answer (a target batch
 given); the largest batch tried is the largest at which the largest-batch search and the throughput
 timings fit the rest. A :class:`~tunekit.entry_options.Measurement` setting given away from its default
@@ -136,7 +136,8 @@ def plan_stages(cap: Optional[CostCap], measure: Measurement, data_limit: int, k
     notes: list[str] = []
     skipped = None
     if target_batch is not None and repeats >= 2 and not _given(measure, "noise_repeats"):
-        repeats, skipped = 0, f"not measured: the plan is for the batch asked for ({target_batch}), which it cannot change"
+        repeats = 0
+        skipped = f"not measured: the plan is for the batch asked for ({target_batch}), which it cannot change"
     if cap is None:
         return StagePlan(data_limit, points_n, timing, repeats, warmup,
                          sum(stage_samples(data_limit, low, points_n, timing, k, repeats, warmup, data_limit)), (),
