@@ -121,8 +121,7 @@ def probe(
         target.target_batch: plan (micro-batch, accumulation) pairs for this effective batch (default: the critical
             batch, rounded to a power of two); ``lr`` found at effective batch ``lr_batch`` is rescaled to it
             by the linear and square-root rules.
-        measure.noise_warmup: updates before the noise scale is measured (default 50 for a Task's fresh model, 0 for a
-            model in hand), at ``lr`` or the task's default LR; undone with everything else.
+        measure.noise_warmup: updates before the noise scale (default 50 for a Task's fresh model, 0 for one in hand).
         measure.cost_share: the probe's samples at most this share of the planned run's (default 1 under 1,000
             updates, 0.1 beyond): the largest batch, the timings and the noise scale sized to it (:mod:`.probe_cost`).
     """
