@@ -10,7 +10,7 @@ import pytest
 
 from tunekit import Measurement, probe
 from tunekit.probes.batch_probe import ProbeCostWarning
-from tunekit.probes.probe_cost import CostCap, cost_cap, plan_stages
+from tunekit.probes.probe_cost import CostCap, cost_cap, plan_stages, stage_steps
 
 from .tasks import regression_task
 
@@ -51,6 +51,10 @@ def test_a_setting_given_over_the_cap_is_obeyed_and_said() -> None:
         assert probe(_run(20), measure=Measurement(cost_share=0, noise_repeats=0), progress=False).max_batch == 256
 
 
+def steps_of(cap: CostCap, k: int) -> int:
+    return cap.run_steps * k
+
+
 @pytest.mark.parametrize("k", [1, 4])
 @pytest.mark.parametrize("steps, batch", [(10, 8), (150, 16), (200, 64), (999, 32), (2000, 32), (50_000, 256)])
 def test_the_plan_keeps_within_the_cap_at_the_default_settings(steps: int, batch: int, k: int) -> None:
@@ -58,6 +62,9 @@ def test_the_plan_keeps_within_the_cap_at_the_default_settings(steps: int, batch
     cap = CostCap(steps, batch * k, share, int(share * steps * batch * k))
     plan = plan_stages(cap, Measurement(), 100_000, k, 50, None)
     assert plan.ahead <= cap.samples and plan.limit <= cap.run_samples
+    # In micro-steps too (what a small model's seconds follow): at most the run's, its share.
+    steps = stage_steps(plan.throughput_points, plan.timing_steps, k, plan.noise_repeats, plan.noise_warmup)
+    assert sum(steps) <= max(cap.share * steps_of(cap, k), stage_steps(0, 3, k, 0, 0)[0])
     # A target batch given: the noise scale cannot change the plan, and is not measured, whatever the cap.
     targeted = plan_stages(None, Measurement(), 100_000, k, 50, 256)
     assert targeted.noise_repeats == 0 and "the batch asked for (256)" in (targeted.noise_skipped or "")

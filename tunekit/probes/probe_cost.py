@@ -1,11 +1,12 @@
 """The probe's cost bounded by the run it plans for: what its stages may draw, decided before they run.
 
-A probe that costs more than the run it sizes is no help to it. By default its samples are held to the
+A probe that costs more than the run it sizes is no help to it. By default its samples (and its micro-steps,
+which a small model's seconds follow) are held to the
 planned run's samples for runs under :data:`tunekit.defaults.PROBE_FULL_RUN_UPDATES` updates and to
 :data:`~tunekit.defaults.PROBE_LONG_RUN_SHARE` of them beyond (:class:`CostCap`). Within that cap (:func:`plan_stages`): the noise scale may take at most
 :data:`NOISE_SHARE` of it, or is not measured, and not where it cannot change the answer (a target batch
-given); the largest batch tried is the largest at which the largest-batch search and the throughput
-timings fit the rest. A :class:`~tunekit.entry_options.Measurement` setting given away from its default
+given); the throughput is timed at fewer rounds and batches where its steps would not fit the rest; the
+largest batch tried is the largest at which the largest-batch search and the timings fit the rest. A :class:`~tunekit.entry_options.Measurement` setting given away from its default
 is obeyed as given, and said where it takes the probe over the cap.
 
 Samples stand for device time too: a step's seconds grow with its batch, so a probe that steps through
@@ -27,7 +28,7 @@ from tunekit.entry_options import Measurement
 from tunekit.errors import check_number
 from tunekit.inputs.task import Task
 
-__all__ = ["CostCap", "StagePlan", "cost_cap", "plan_stages", "stage_samples", "throughput_points",
+__all__ = ["CostCap", "StagePlan", "cost_cap", "plan_stages", "stage_samples", "stage_steps", "throughput_points",
            "NOISE_SHARE", "LARGEST_STEPS", "NOISE_WARMUP_BATCH",
            "NOISE_SMALL_BATCH", "NOISE_MAX_ACCUM"]
 
@@ -127,10 +128,20 @@ def _given(measure: Measurement, name: str) -> bool:
     return getattr(measure, name) != f.default
 
 
+def stage_steps(points_n: int, timing_steps: int, k: int, repeats: int, warmup: int) -> tuple[int, int, int]:
+    """(largest batch, throughput, noise scale): the micro-steps each stage runs at most. A small model's step
+    takes its overhead's seconds whatever its batch: steps bound the seconds where samples do not."""
+    largest = (LARGEST_STEPS + 1) * k
+    timed = points_n * (1 + max(3, timing_steps)) * k
+    noise = warmup * k + repeats * (1 + NOISE_MAX_ACCUM) if repeats >= 2 else 0
+    return largest, timed, noise
+
+
 def plan_stages(cap: Optional[CostCap], measure: Measurement, data_limit: int, k: int, warmup: int,
                 target_batch: Optional[int]) -> StagePlan:
-    """The stages sized to ``cap`` (see the module); without one, the settings as given up to ``data_limit``
-    (the data's size, or a given ``batch_limit``)."""
+    """The stages sized to ``cap`` (see the module), in samples and in micro-steps (the planned run's share of
+    its own); without one, the settings as given up to ``data_limit`` (the data's size, or a given
+    ``batch_limit``)."""
     low, points_n, timing, repeats = min(measure.trace_sizes), measure.throughput_points, measure.timing_steps, \
         measure.noise_repeats
     notes: list[str] = []
@@ -142,14 +153,19 @@ def plan_stages(cap: Optional[CostCap], measure: Measurement, data_limit: int, k
         return StagePlan(data_limit, points_n, timing, repeats, warmup,
                          sum(stage_samples(data_limit, low, points_n, timing, k, repeats, warmup, data_limit)), (),
                          skipped)
-    noise = stage_samples(data_limit, low, 0, timing, k, repeats, warmup, data_limit)[2]
-    if noise > NOISE_SHARE * cap.samples and not (_given(measure, "noise_repeats") or _given(measure, "noise_warmup")):
-        skipped = (f"not measured: it would draw {noise:,} samples, over the {int(NOISE_SHARE * cap.samples):,} "
-                   f"({NOISE_SHARE:.0%}) of the probe's cap it may take, {cap.text()}")
-        repeats, noise = 0, 0
-    elif noise > NOISE_SHARE * cap.samples:
-        notes.append(f"the noise scale as asked for draws up to {noise:,} samples, over the "
-                     f"{int(NOISE_SHARE * cap.samples):,} the cap gives it")
+    step_cap = max(1, int(cap.share * cap.run_steps * k))  # the run's micro-steps, its share
+    repeats, skipped, noise, noise_steps = _noise_within(cap, step_cap, measure, data_limit, k, repeats, warmup, skipped,
+                                                         notes)
+    steps_left = step_cap - stage_steps(0, timing, k, 0, 0)[0] - min(noise_steps, int(NOISE_SHARE * step_cap))
+    if stage_steps(points_n, timing, k, 0, 0)[1] > steps_left and not _given(measure, "timing_steps"):
+        timing = 3  # the fewest rounds timed, whatever timing_steps asks
+    while points_n > 2 and stage_steps(points_n, timing, k, 0, 0)[1] > steps_left and \
+            not _given(measure, "throughput_points"):
+        points_n -= 1
+    if points_n and stage_steps(points_n, timing, k, 0, 0)[1] > steps_left and not _given(measure, "throughput_points"):
+        notes.append(f"throughput not timed: two batches would take {stage_steps(2, timing, k, 0, 0)[1]} steps, over "
+                     f"the {max(steps_left, 0)} left of the planned run's {step_cap} ({cap.share:.0%})")
+        points_n = 0
     rest = cap.samples - min(noise, int(NOISE_SHARE * cap.samples))
     limit = data_limit
     if not _given(measure, "batch_limit"):
@@ -167,6 +183,26 @@ def plan_stages(cap: Optional[CostCap], measure: Measurement, data_limit: int, k
     if sum(parts) > cap.samples:
         notes.append(f"the settings given draw up to {sum(parts):,} samples, over the cap ({cap.samples:,})")
     return StagePlan(limit, points_n, timing, repeats, warmup, sum(parts), tuple(notes), skipped)
+
+
+def _noise_within(cap: CostCap, step_cap: int, measure: Measurement, data_limit: int, k: int, repeats: int,
+                  warmup: int, skipped: Optional[str], notes: list[str]) -> tuple[int, Optional[str], int, int]:
+    """The noise scale's repeats, why it is not measured, its samples and its micro-steps: left out where it would
+    take over NOISE_SHARE of the cap's samples or of the run's steps, unless its settings were given (then said
+    in ``notes`` where over)."""
+    samples = stage_samples(data_limit, min(measure.trace_sizes), 0, 3, k, repeats, warmup, data_limit)[2]
+    steps = stage_steps(0, 3, k, repeats, warmup)[2]
+    half_samples, half_steps = int(NOISE_SHARE * cap.samples), int(NOISE_SHARE * step_cap)
+    over = ([f"draw {samples:,} samples, over the {half_samples:,} ({NOISE_SHARE:.0%}) of the probe's cap it may take"]
+            if samples > half_samples else []) + \
+        ([f"run {steps:,} steps, over the {half_steps:,} ({NOISE_SHARE:.0%}) of the run's {step_cap:,} it may take"]
+         if steps > half_steps else [])
+    if not over:
+        return repeats, skipped, samples, steps
+    if _given(measure, "noise_repeats") or _given(measure, "noise_warmup"):
+        notes.append(f"the noise scale as asked for will {' and '.join(over)}")
+        return repeats, skipped, samples, steps
+    return 0, f"not measured: it would {' and '.join(over)}, {cap.text()}", 0, 0
 
 
 def _largest_within(samples: int, data_limit: int, low: int, points_n: int, timing: int, k: int) -> int:
