@@ -29,6 +29,8 @@ def test_a_short_runs_probe_draws_no_more_than_the_run_and_says_so_before_and_af
     assert r.run_samples == 320 and r.samples <= 320
     assert all(t["batch"] <= 256 for t in r.tried) and r.max_batch <= 320 // 3  # a step never over the run's samples
     assert r.noise is None and r.settings.noise_not_measured.startswith("not measured: it would draw 2,416 samples")
+    # No noise scale to move it: the plan is for the run's own batch, and says why.
+    assert r.splits[0]["effective_batch"] == 16 and r.splits_reason.startswith("the task's own batch: the noise scale")
     assert r.cost_plan.startswith("at most ") and "planned run's 320 (20 updates at batch 16" in r.cost_plan
     text = str(r)  # what the CLI prints: the cost planned, what the cap cut, and the cost spent against the run
     assert f"cost planned: {r.cost_plan}" in text and "cost: batches up to" in text

@@ -299,8 +299,10 @@ def _target_of(given: Optional[int], noise: Optional[dict[str, Any]], critical: 
                repeats: int, largest: int, own: Optional[int], skipped: Optional[str] = None) -> tuple[int, str]:
     """:func:`_target` from the noise scale as measured: a plan rests on the critical batch only where it was
     measured on a trained model and its interval is bounded (0..inf says nothing of it). ``skipped``: why the
-    probe's plan left the noise scale out, said where the target falls to the largest batch."""
-    if skipped and given is None:
+    probe's plan left the noise scale out: the target is then the task's own batch (``own``), and says why."""
+    if skipped and given is None:  # the run's own batch, which the probe had no measurement to move it from
+        if own:
+            return min(own, largest), f"the task's own batch: the noise scale was {skipped}"
         return largest, f"the largest batch that fits: the noise scale was {skipped}"
     bounded = critical is not None and noise is not None and noise["low"] > 0 and math.isfinite(noise["high"])
     unbounded = bool(noise_warmup) and critical is not None and not bounded
