@@ -248,11 +248,15 @@ def test_probe_summary_and_train_comparison(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(ProbeResult, "table", lambda self: "TABLE")
     probe = ProbeResult.__new__(ProbeResult)  # summary() reads table() and the costs
     probe.seconds, probe.samples, probe.updates, probe.accumulation_steps = 3.25, 2412, 15, 1
-    probe.run_steps, probe.run_batch, probe.throughput = None, None, []
+    probe.run_steps, probe.run_batch, probe.throughput, probe.cost_plan, probe.cost_notes = None, None, [], "", []
     assert probe.summary() == "TABLE\nthe probe took 3.2 s and 2,412 samples (15 updates)"
-    # With the planned run known and the steps timed, its cost beside the probe's: 300 updates of 32 at 800/s.
+    # With the planned run known and the steps timed, its cost beside the probe's: 300 updates of 32 at 800/s
+    # (12 s); and the cost it planned, said before its steps, first.
     probe.run_steps, probe.run_batch, probe.throughput = 300, 32, [{"batch": 32, "samples_per_s": 800.0}]
-    assert probe.summary().endswith("; the planned run (300 updates at batch 32): 9,600 samples, ~12 s at the speed measured")
+    probe.cost_plan = "at most 9,000 samples"
+    assert probe.summary() == ("TABLE\ncost planned: at most 9,000 samples\nthe probe took 3.2 s and 2,412 samples "
+                               "(15 updates): 0.25x the samples and 0.27x the seconds of the planned run (300 updates at "
+                               "batch 32): 9,600 samples, ~12 s at the speed measured")
     run = TrainResult(config={}, task="t", losses=[1.0] * 10)
     assert run.compared_with({"number": 3, "value": 1.0}) == "trial 3 of the search: loss 1.0; this run: 1.0 (the same)"
     assert run.compared_with({"number": 3, "value": 2.0}).endswith("(NOT the same)")

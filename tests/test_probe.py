@@ -333,7 +333,7 @@ def _trace_model(model: nn.Module, b: int) -> "Trace":
 
 def test_probe_result_round_trip_and_plot(tmp_path: Path) -> None:
     r = probe(small_task(512), memory_budget="256MiB", step=StepSettings(device="cpu"),
-              measure=Measurement(throughput_points=2, noise_repeats=4))
+              measure=Measurement(throughput_points=2, noise_repeats=4, cost_share=0))  # no cap on the cost
     assert r.max_batch == 512  # capped by the dataset
     # Every real update is counted (confirmation, throughput warm-up and timing, noise scale), no fake trace.
     assert r.updates >= r.real_steps + len(r.throughput) * 3 + 2 * 4
@@ -606,8 +606,9 @@ def test_a_measuring_child_killed_mid_probe_is_replaced_and_the_answer_is_the_sa
 def test_steps_are_not_measured_where_the_budget_cannot_bind() -> None:
     # The whole data's batch is traced far under the budget: no measuring child, and the result says why.
     r = probe(small_task(), memory_budget="1GiB", step=StepSettings(device="cpu"),
-              measure=Measurement(throughput_points=0, noise_repeats=0), progress=False)
-    assert r.memory_measured.startswith("not measured: at batch 4096, the largest the data or batch_limit allows")
+              measure=Measurement(throughput_points=0, noise_repeats=0, cost_share=0), progress=False)
+    assert r.memory_measured.startswith("not measured: at batch 4096, the largest the data, batch_limit or the "
+                                        "probe's cost cap allows")
     assert r.max_batch == 4096 and r.real_steps == 1
 
 
@@ -714,8 +715,13 @@ def test_a_probe_dearer_than_its_planned_run_says_so_before_its_real_steps() -> 
     ahead = int(re.search(r"up to ([\d,]+) samples", str(said[0].message)).group(1).replace(",", ""))
     assert r.samples <= ahead <= 2 * r.samples  # an upper bound, and not a loose one
     assert said[0].filename == __file__  # shown at the caller's line, not inside tunekit's decorators
-    assert ("pass measure=Measurement(batch_limit=128), measure=Measurement(throughput_points=2) or "
-            "measure=Measurement(noise_repeats=0) to spend less") in str(said[0].message)
+    # Its batches are held to what the 160-sample run leaves them: the settings given are what is over it.
+    assert ("pass measure=Measurement(throughput_points=2) or measure=Measurement(noise_repeats=0) to spend "
+            "less") in str(said[0].message)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ProbeCostWarning)  # the default probe keeps within the run: nothing to say
+        default = probe(task, progress=False)
+    assert default.samples <= 160 and max(t["batch"] for t in default.tried) <= 160
     long_run = dataclasses.replace(base, defaults={**base.defaults, "max_steps": 100_000})
     with warnings.catch_warnings():
         warnings.simplefilter("error", ProbeCostWarning)  # a probe cheaper than its run says nothing ahead
@@ -746,7 +752,7 @@ def test_the_cost_warning_never_suggests_what_was_passed_and_the_cli_says_it_in_
     for extra, hint in (([], "pass --batch-limit 128, --throughput-points 2 or --noise-repeats 0 to spend less"),
                         (["--batch-limit", "128"], "pass --throughput-points 2 or --noise-repeats 0 to spend less")):
         code, out, err = run_main("probe", "--task", str(tmp_path / "short.py") + ":short", "--quiet", "--device", "cpu",
-                                  "--out", str(tmp_path / "o"), *extra)
+                                  "--out", str(tmp_path / "o"), "--cost-share", "0", *extra)  # no cap: over the run
         assert code == 0, err
         lines = [line for line in err.splitlines() if line.strip()]
         assert len(lines) == 1 and lines[0].startswith("tunekit probe: warning: the probe will draw up to"), err
@@ -777,7 +783,7 @@ def test_timings_taken_while_the_machine_is_busy_are_timed_again_and_else_not_ac
     task = dataclasses.replace(regression_task(), defaults={**regression_task().defaults, "max_steps": 1000})
     kw = dict(memory_budget="1GiB", step=StepSettings(device="cpu"), progress=False,
               measure=Measurement(trace_sizes=(2, 4), throughput_points=3, timing_steps=3, noise_repeats=0,
-                                  calibrate_steps=False))
+                                  calibrate_steps=False, cost_share=0))
     monkeypatch.setattr(throughput, "_time_step", scripted(23, {256}))
     r = probe(task, **kw)
     by = {t["batch"]: t for t in r.throughput}

@@ -8,7 +8,7 @@ Every module imports these instead; ``tests/test_layout.py`` fails on a copy els
 
 from __future__ import annotations
 
-__all__ = ["LR", "RUN_STEPS", "RUN_EPOCHS_IN_HAND", "RUN_STEPS_IN_HAND", "SWEEP_STEPS", "DIVERGE_THRESHOLD", "REFINE_SHARE",
+__all__ = ["LR", "RUN_STEPS", "RUN_EPOCHS_IN_HAND", "RUN_STEPS_IN_HAND", "SWEEP_STEPS", "DIVERGE_THRESHOLD", "REFINE_SHARE", "PROBE_FULL_RUN_UPDATES", "PROBE_LONG_RUN_SHARE",
            "CLIP_GRAD_NORM", "WARMUP", "DECAYS", "SCHEDULE", "WSD_DECAY", "MIN_LR_RATIO", "ACCUMULATION_STEPS", "GOVERNED"]
 
 #: The peak LR of a run when nothing says otherwise (train's default).
@@ -29,6 +29,10 @@ SWEEP_STEPS = 100
 #: The range test stops where its loss exceeds this many times its best (and its start's noise): lr_find's and
 #: the CLI's.
 DIVERGE_THRESHOLD = 4.0
+#: The probe's cost, by default: at most the planned run's samples for runs under PROBE_FULL_RUN_UPDATES updates,
+#: PROBE_LONG_RUN_SHARE of them beyond (a probe dearer than the run it sizes is no help to it).
+PROBE_FULL_RUN_UPDATES = 1000
+PROBE_LONG_RUN_SHARE = 0.1
 #: Gradient clipping of the global norm (None disables it): train's, lr_find's, probe's and the doctor's.
 CLIP_GRAD_NORM = 1.0
 #: Warmup: a fraction of the run (a float in [0, 1)) or a number of updates.

@@ -114,7 +114,7 @@ def run_probes(inputs: SearchInputs, settings: SearchSettings, existing: bool, s
         # probe's dearest, in samples and in time.
         repeats, skipped = noise_repeats(inputs, found.lr_find)
         measure = Measurement(throughput_points=PRICE_POINTS, batch_limit=probe_cap(inputs, found.lr_find),
-                              noise_repeats=repeats)
+                              noise_repeats=repeats, cost_share=0)  # priced by the search's budget, not one run
         found.probe = probe(task, memory_budget=settings.probes.memory_budget, step=step, measure=measure, **common)
         if skipped:
             found.note_noise_not_measured(skipped)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from collections.abc import Callable
 from typing import Any, Optional
 
 import numpy as np
@@ -36,6 +37,8 @@ from tunekit.integrations.task_spec import takes_their_objects
 from tunekit.probes.largest_batch import largest_batch, measurement_warnings
 from tunekit.probes.memory_trace import MemoryModel, Trace, fit_memory_model
 from tunekit.probes.noise_scale import noise_scale
+from tunekit.probes.probe_cost import (NOISE_MAX_ACCUM, NOISE_SMALL_BATCH, NOISE_WARMUP_BATCH, CostCap, StagePlan,
+                                       cost_cap, plan_stages, stage_samples)
 from tunekit.probes.probe_run import CountingStep, ProbeRun, Room, budget_bytes, trace_at
 from tunekit.probes.resolve import resolve_inputs, step_settings
 from tunekit.probes.throughput import BUSY_RETRIES, NOISY_TIMINGS, knee_and_fastest, measure_throughput
@@ -49,13 +52,8 @@ from tunekit.training.step import Updates, make_scaler
 
 __all__ = ["probe", "plan_batches", "PROBE_LR_RULES", "noise_cost", "TASK_NOISE_WARMUP"]
 
-# The noise-scale stage: a fresh model of a Task first trains TASK_NOISE_WARMUP updates at a batch of
-# at most NOISE_WARMUP_BATCH; then NOISE_REPEATS gradients at a small batch (at most NOISE_SMALL_BATCH)
-# and as many at up to NOISE_MAX_ACCUM times it.
+# A fresh model of a Task trains TASK_NOISE_WARMUP updates before its noise scale is measured.
 TASK_NOISE_WARMUP = 50
-NOISE_WARMUP_BATCH = 32
-NOISE_SMALL_BATCH = 8
-NOISE_MAX_ACCUM = 16
 # The rules a probe's plan carries a given LR to its target batch by: linear (Goyal et al.) and square root (Hoffer et al.).
 PROBE_LR_RULES = ("linear", "sqrt")
 
@@ -123,55 +121,54 @@ def probe(
         target.target_batch: plan (micro-batch, accumulation) pairs for this effective batch (default: the critical
             batch, rounded to a power of two); ``lr`` found at effective batch ``lr_batch`` is rescaled to it
             by the linear and square-root rules.
-        measure.batch_limit: the largest batch tried (0.1.0's ``max_batch=``); ``ProbeResult.max_batch`` is the largest confirmed.
-        measure.noise_warmup: updates before the noise scale is measured (default 50 for a Task's fresh model, 0 for a
-            model in hand), at ``lr`` or the task's default LR; undone with everything else.
-        measure.calibrate_steps: measure the real steps that confirm the largest batch; 3% off, the model is refitted.
+        measure.noise_warmup: updates before the noise scale (default 50 for a Task's fresh model, 0 for one in hand).
+        measure.cost_share: the probe's samples at most this share of the planned run's (default 1 under 1,000
+            updates, 0.1 beyond): the largest batch, the timings and the noise scale sized to it (:mod:`.probe_cost`).
     """
     step.refuse(("batch_size", "the probe finds it: pass measure=Measurement(batch_limit=N) for the largest it tries"),
                 ("scaler", "the probe steps with a GradScaler of its own"), caller="probe")
-    headroom, batch_limit, trace_sizes = measure.headroom, measure.batch_limit, measure.trace_sizes
-    throughput_points, timing_steps, calibrate_steps = measure.throughput_points, measure.timing_steps, measure.calibrate_steps
-    noise_repeats, noise_warmup, device = measure.noise_repeats, measure.noise_warmup, step.device
+    headroom, batch_limit, device = measure.headroom, measure.batch_limit, step.device
     target_batch, lr, lr_batch = target.target_batch, target.lr, target.lr_batch
     clip_grad_norm, accumulation_steps, precision = step_settings(model, step.clip_grad_norm, step.accumulation_steps,
                                                                   step.precision)
     _check_args(headroom, accumulation_steps, target_batch, lr, lr_batch, batch_limit)
-    # A fresh model of a task trains a little first; a model in hand is measured as it is.
-    noise_warmup = (TASK_NOISE_WARMUP if isinstance(model, Task) else 0) if noise_warmup is None else noise_warmup
     sub = resolve_inputs("probe", model, train_data, loss_fn, optimizer, compute_loss=compute_loss,
                           precision=precision, device=device, seed=seed)
-    room = Room.of(memory_budget, headroom, sub.device, limit=min(n_data := _dataset_size(sub.data), batch_limit or n_data))
+    cap, plan, n_data = _sized(model, sub.data, measure, accumulation_steps, target_batch)  # sized to the planned run
+    throughput_points, timing_steps, noise_repeats, noise_warmup = (plan.throughput_points, plan.timing_steps,
+                                                                    plan.noise_repeats, plan.noise_warmup)
+    room = Room.of(memory_budget, headroom, sub.device, limit=plan.limit)
     scaler = make_scaler(sub.precision, sub.device)  # type: ignore[arg-type]
-    settings = ProbeRunSettings(task=sub.task.name, device=str(sub.device), precision=sub.precision, seed=seed, headroom=headroom,
-                                memory_budget=memory_budget, accumulation_steps=accumulation_steps, clip_grad_norm=clip_grad_norm, batch_limit=batch_limit)
+    settings = _run_settings(sub, measure, seed, memory_budget, accumulation_steps, clip_grad_norm, plan)
 
     # Stages 1-4 run on the user's objects, which come back as they were however the probe ends.
     start = time.perf_counter()
     with bar(4, "probe", "stage", progress) as stages, preserved(sub.model, sub.optimizer, scaler, sub.data) as snap:
+        stages.set_postfix_str(plan.line(cap), refresh=False)  # the cost ahead, said before the stages run
         seed_everything_for(seed, sub.device)
         sub.model.train()
         run = ProbeRun(sub, sub.data, sub.device, snap, scaler, seed, accumulation_steps, clip_grad_norm)
-        sizes = sorted({min(s, room.limit) for s in trace_sizes})
+        sizes = sorted({min(s, room.limit) for s in measure.trace_sizes})
         mm, traces = _memory_model(run, sizes)  # 1. The memory model, on fake tensors.
         _stage_done(stages, "memory model")
         predicted = _predicted_largest(mm, room)
         _say_cost_ahead(sub.task, predicted, cost_ahead(predicted, sizes, throughput_points, timing_steps, accumulation_steps,
                                                          noise_repeats, noise_warmup, room.limit),
-                        throughput_points, noise_repeats)
+                        throughput_points, noise_repeats, cap)
         # 2. Real steps at the batch the model recommends, measured, until one agrees with it; then the margin.
-        settled, tried, mm, measured_how = largest_batch(run, mm, traces, room, calibrate_steps, sizes[0])
+        settled, tried, mm, measured_how = largest_batch(run, mm, traces, room, measure.calibrate_steps, sizes[0])
         confirmed = settled.batch
         _stage_done(stages, "largest batch")
-        # 3. Throughput up to the confirmed batch (none with throughput_points=0).
-        throughput = measure_throughput(run, sizes, confirmed, throughput_points, timing_steps)
+        throughput = measure_throughput(run, sizes, confirmed, throughput_points, timing_steps,  # 3. Up to the largest.
+                                        _seconds_left(cap, sub.task.batch_size, accumulation_steps, start))
         _stage_done(stages, "throughput")
         noise = _noise(run, confirmed, room.limit, noise_repeats, noise_warmup, lr)  # 4. Gradient noise scale.
         _stage_done(stages, "noise scale")
 
     # 5. What it means for a run: the critical batch, a plan for the target batch, the LR rescaled to it.
     critical = noise["b_simple"] if noise and math.isfinite(noise["b_simple"]) else None
-    effective, why = _target_of(target_batch, noise, critical, noise_warmup, noise_repeats, confirmed, sub.task.batch_size)
+    effective, why = _target_of(target_batch, noise, critical, noise_warmup, noise_repeats, confirmed, sub.task.batch_size,
+                                plan.noise_skipped)
     pairs, lr_scaling = _splits(effective, confirmed, throughput, mm, lr, lr_batch)
     knee, fastest = knee_and_fastest(throughput)
     return ProbeResult(
@@ -182,8 +179,43 @@ def probe(
         critical_batch_range=(noise["low"], noise["high"]) if critical is not None else None,
         splits=pairs, splits_reason=why, lr_scaling=lr_scaling, dataset_size=n_data, seconds=time.perf_counter() - start, settings=settings,
         updates=run.counter["updates"], samples=run.counter["samples"], memory_measured=measured_how,
-        run_steps=sub.task.defaults.get("max_steps"), run_batch=sub.task.batch_size, predicted_peak_bytes=int(settled.peak_bytes),
+        run_steps=cap.run_steps if cap else sub.task.defaults.get("max_steps"), run_batch=sub.task.batch_size,
+        predicted_peak_bytes=int(settled.peak_bytes), cost_plan=plan.line(cap), cost_notes=list(plan.notes),
         warnings=_warnings(throughput, noise, noise_warmup) + measurement_warnings(measured_how))
+
+
+def _sized(model: Any, data: Data, measure: Measurement, k: int,
+           target_batch: Optional[int]) -> tuple[Optional[CostCap], StagePlan, int]:
+    """(the cap on the probe's cost, its stages sized to it, the dataset's size). A fresh model of a task trains
+    a little before its noise scale is measured; a model in hand is measured as it is."""
+    noise_warmup = measure.noise_warmup
+    noise_warmup = (TASK_NOISE_WARMUP if isinstance(model, Task) else 0) if noise_warmup is None else noise_warmup
+    n_data = _dataset_size(data)
+    cap = cost_cap(model, k, measure.cost_share)
+    limit = min(n_data, measure.batch_limit or n_data)
+    return cap, plan_stages(cap, measure, limit, k, noise_warmup, target_batch), n_data
+
+
+def _run_settings(sub: Any, measure: Measurement, seed: int, memory_budget: int | str | None, k: int,
+                  clip_grad_norm: Optional[float], plan: StagePlan) -> ProbeRunSettings:
+    """What the probe ran, as resolved, for its result."""
+    return ProbeRunSettings(task=sub.task.name, device=str(sub.device), precision=sub.precision, seed=seed,
+                            headroom=measure.headroom, memory_budget=memory_budget, accumulation_steps=k,
+                            clip_grad_norm=clip_grad_norm, batch_limit=measure.batch_limit,
+                            noise_not_measured=plan.noise_skipped)
+
+
+def _seconds_left(cap: Optional[CostCap], micro: Optional[int], k: int,
+                  start: float) -> Optional[Callable[[dict[int, float]], float]]:
+    """What is left of the probe's share of the planned run's seconds, from the throughput's warm-up steps (the
+    run's at the timed batch nearest its own): timing again on a busy machine costs device time, not samples."""
+    if cap is None or not micro:
+        return None
+
+    def left(warm: dict[int, float]) -> float:
+        near = min(warm, key=lambda b: abs(math.log(b / micro)))
+        return cap.share * cap.run_samples * warm[near] / (near * k) - (time.perf_counter() - start)
+    return left
 
 
 def _dataset_size(data: Data) -> int:
@@ -200,27 +232,22 @@ def cost_ahead(predicted: int, sizes: list[int], points_n: int, timing_steps: in
     the largest batch's steps (a warm-up and up to two measured), the throughput points (a warm-up and the
     timed rounds each; timing again on a busy machine replays drawn batches), the noise scale (its warm-up
     and its two accumulations)."""
-    largest = 3 * predicted * k
-    points = {max(1, int(round(x))) for x in np.geomspace(max(1, min(sizes[0], predicted)), predicted, points_n)} \
-        if points_n >= 1 else set()
-    throughput = sum(points) * k * (1 + max(3, timing_steps))  # (timing again replays drawn batches)
-    b_small = max(1, min(NOISE_SMALL_BATCH, predicted, limit // 64 or 1))
-    k_big = max(2, min(NOISE_MAX_ACCUM, limit // b_small))
-    noise = warmup * min(NOISE_WARMUP_BATCH, predicted) + repeats * b_small * (1 + k_big) if repeats >= 2 else 0
-    return int(largest + throughput + noise)
+    return sum(stage_samples(predicted, sizes[0], points_n, timing_steps, k, repeats, warmup, limit))
 
 
-def _say_cost_ahead(task: Task, predicted: int, ahead: int, points_n: int, repeats: int) -> None:
-    """Before the real steps: what they will cost (``ahead`` samples), said where it is more than the planned run,
-    with the arguments that spend less, and none that would not (a batch_limit at or above the largest batch it tries)."""
-    steps, batch = task.defaults.get("max_steps"), task.batch_size
+def _say_cost_ahead(task: Task, predicted: int, ahead: int, points_n: int, repeats: int,
+                    cap: Optional[CostCap] = None) -> None:
+    """Before the real steps: what they will cost (``ahead`` samples), said where it is more than the planned run
+    (settings given over the cap, or no cap), with the arguments that spend less, and none that would not (a
+    batch_limit at or above the largest batch it tries)."""
+    steps, batch = (cap.run_steps, cap.run_batch) if cap else (task.defaults.get("max_steps"), task.batch_size)
     if not steps or not batch:
         return
     planned = int(steps) * int(batch)
     if ahead <= planned:
         return
-    cap = 8 * int(batch)
-    hints = ((f"measure=Measurement(batch_limit={cap})",) if cap < predicted else ()) \
+    limit = 8 * int(task.batch_size or batch)
+    hints = ((f"measure=Measurement(batch_limit={limit})",) if limit < predicted else ()) \
         + (("measure=Measurement(throughput_points=2)",) if points_n > 2 else ()) \
         + (("measure=Measurement(noise_repeats=0)",) if repeats >= 2 else ())
     warn_at_caller(ProbeCostWarning(
@@ -253,7 +280,10 @@ def _warnings(throughput: list[dict[str, float]], noise: Optional[dict[str, Any]
         busy = [t["batch"] for t in noisy if t.get("busy")]
         if busy:
             left = "every timed batch" if len(busy) == len(throughput) else "batch " + ", ".join(map(str, busy))
-            said += (f"; timed again {BUSY_RETRIES} times and still spread, {left} is left out of the fastest batch, "
+            again = max(int(t.get("remeasured", BUSY_RETRIES)) for t in noisy if t.get("busy"))
+            timed = (f"timed again {again} times and still spread" if again else
+                     "not timed again, as the probe had spent its planned run's seconds")
+            said += (f"; {timed}, {left} is left out of the fastest batch, "
                      "the knee, the plan, the planned run's seconds and a search's device-time prices")
         else:  # a result saved before busy timings were timed again
             said += ", so the fastest batch and the knee may move between runs"
@@ -266,9 +296,14 @@ def _warnings(throughput: list[dict[str, float]], noise: Optional[dict[str, Any]
 
 
 def _target_of(given: Optional[int], noise: Optional[dict[str, Any]], critical: Optional[float], noise_warmup: int,
-               repeats: int, largest: int, own: Optional[int]) -> tuple[int, str]:
+               repeats: int, largest: int, own: Optional[int], skipped: Optional[str] = None) -> tuple[int, str]:
     """:func:`_target` from the noise scale as measured: a plan rests on the critical batch only where it was
-    measured on a trained model and its interval is bounded (0..inf says nothing of it)."""
+    measured on a trained model and its interval is bounded (0..inf says nothing of it). ``skipped``: why the
+    probe's plan left the noise scale out: the target is then the task's own batch (``own``), and says why."""
+    if skipped and given is None:  # the run's own batch, which the probe had no measurement to move it from
+        if own:
+            return min(own, largest), f"the task's own batch: the noise scale was {skipped}"
+        return largest, f"the largest batch that fits: the noise scale was {skipped}"
     bounded = critical is not None and noise is not None and noise["low"] > 0 and math.isfinite(noise["high"])
     unbounded = bool(noise_warmup) and critical is not None and not bounded
     return _target(given, critical if noise_warmup and bounded else None, largest, measured=repeats >= 2,

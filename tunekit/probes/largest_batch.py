@@ -137,13 +137,14 @@ IN_PROCESS_CAVEAT = "it may read higher after other work in this process"
 
 
 def _far_below(mm: MemoryModel, room: Room) -> Optional[str]:
-    """Why the real steps need no measuring, where the largest batch the data (or batch_limit) allows is
+    """Why the real steps need no measuring, where the largest batch the data (batch_limit, the cost cap) allows is
     traced at under 1/FAR_BELOW of the usable budget: what kernels allocate beyond the trace (up to
     4x it, an LSTM's workspace) cannot make it miss. None where the budget may bind."""
     peak = mm.peak(room.limit)
     if peak * FAR_BELOW > room.usable:
         return None
-    return (f"not measured: at batch {room.limit}, the largest the data or batch_limit allows, the traced peak "
+    return (f"not measured: at batch {room.limit}, the largest the data, batch_limit or the probe's cost cap allows, "
+            f"the traced peak "
             f"{format_bytes(peak)} is under 1/{FAR_BELOW} of the usable {format_bytes(room.usable)}")
 
 

@@ -4,6 +4,7 @@ interleaved rounds, and timed again where the machine was busy; the knee of the 
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -54,14 +55,16 @@ def _spread(ts: list[float]) -> float:
     return (q3 - q1) / statistics.median(ts)
 
 
-def measure_throughput(run: ProbeRun, sizes: list[int], confirmed: int, points_n: int, timing_steps: int) -> list[dict[str, Any]]:
+def measure_throughput(run: ProbeRun, sizes: list[int], confirmed: int, points_n: int, timing_steps: int,
+                       seconds_left: Optional[Callable[[dict[int, float]], float]] = None) -> list[dict[str, Any]]:
     """Samples per second at ``points_n`` micro-batches up to ``confirmed``: a warm-up step at each, then
     rounds that time one step at every point, the median per point. Interleaved, a change in the
     machine's load falls on every point alike, and the curve that prices a search keeps its shape.
     A point whose steps spread by more than NOISY_TIMINGS was timed on a busy machine: it is timed again
     (``remeasured``, up to BUSY_RETRIES times), and where it is still spread marked ``busy``: the knee, the
     plan and a search's prices leave it out. Timing again replays the batch the point last drew: it costs
-    device time, not samples, so the probe's samples are the same however busy the machine was."""
+    device time, not samples, so the probe's samples are the same however busy the machine was; it is not done
+    once ``seconds_left`` (of each point's warm-up step's seconds) have passed since the warm-up."""
     if points_n < 1:
         return []
     points = sorted({max(1, int(round(x))) for x in np.geomspace(max(1, min(sizes[0], confirmed)), confirmed, points_n)})
@@ -76,14 +79,16 @@ def measure_throughput(run: ProbeRun, sizes: list[int], confirmed: int, points_n
             drawn[pb] = stream.take(run.k)
             return step(drawn[pb])
         steps[pb], again[pb] = draw_and_step, (lambda step=step, pb=pb: step(drawn[pb]))
-    warm = sum(_time_step(steps[pb]) for pb in points)  # a warm-up step at each
+    warm_steps = {pb: _time_step(steps[pb]) for pb in points}  # a warm-up step at each
+    warm = sum(warm_steps.values())
+    deadline = time.perf_counter() + (seconds_left(warm_steps) if seconds_left is not None else math.inf)
     # Several rounds for the medians, but about two seconds per point at most.
     rounds = max(3, min(timing_steps, int(2.0 * len(points) / max(warm, 1e-6))))
     times = _timed_rounds(steps, points, rounds)
     remeasured, counted = dict.fromkeys(points, 0), dict(run.counter)
     for _ in range(BUSY_RETRIES):
         busy = [pb for pb in points if _spread(times[pb]) > NOISY_TIMINGS]
-        if not busy:
+        if not busy or time.perf_counter() > deadline:  # quiet, or the probe has spent its planned run's seconds
             break
         times.update(_timed_rounds(again, busy, rounds))
         for pb in busy:

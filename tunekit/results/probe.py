@@ -95,6 +95,8 @@ class ProbeResult(Result):
     predicted_peak_bytes: Optional[int] = None  # at max_batch, with the resident state (None in older files)
     margin: float = 0.0  # kept below usable_bytes, a fraction of that peak: the measured noise of the peak
     margin_source: str = ""  # what the margin rests on: the readings' spread, or the instrument's resolution
+    cost_plan: str = ""  # the cost ahead, said before the real steps: at most so many samples, against the planned run
+    cost_notes: list[str] = field(default_factory=list)  # what the cap on the cost cut, or a given setting took over it
 
     @property
     def plan(self) -> list[dict[str, Any]]:
@@ -145,16 +147,20 @@ class ProbeResult(Result):
         return self.run_steps * update_seconds(curve, self.run_batch, self.accumulation_steps)
 
     def cost(self) -> str:
-        """What the probe spent, in seconds and samples, beside what the planned run will."""
+        """What the probe spent, in seconds and samples, beside what the planned run will (and, where the probe
+        planned it, what it said it would spend at most, and what its cap cut)."""
         text = f"the probe took {format_seconds(self.seconds)} and {self.samples:,} samples ({self.updates} updates)"
         if self.run_samples is not None:
             run = f"{self.run_steps} updates at batch {self.run_batch * self.accumulation_steps}"
             secs = self.run_seconds
             busy = secs is None and bool(self.throughput)  # every timing taken while the machine was busy
-            text += (f"; the planned run ({run}): {self.run_samples:,} samples"
+            text += (f": {self.samples / self.run_samples:.2f}x the samples"
+                     + (f" and {self.seconds / secs:.2f}x the seconds" if secs else "")
+                     + f" of the planned run ({run}): {self.run_samples:,} samples"
                      + (f", ~{format_seconds(secs)} at the speed measured" if secs is not None else "")
                      + (", its seconds not predicted (the machine was busy)" if busy else ""))
-        return text
+        before = [f"cost planned: {self.cost_plan}"] if self.cost_plan else []
+        return "\n".join(before + [f"cost: {n}" for n in self.cost_notes] + [text])
 
     def memory_model(self) -> MemoryModel:
         m = self.memory
@@ -299,5 +305,8 @@ class ProbeResult(Result):
         return lines
 
     def summary(self) -> str:
-        """:meth:`table` and how long the probe took (what ``tunekit probe`` prints)."""
+        """:meth:`table` and what the probe cost, planned and spent (what ``tunekit probe`` prints)."""
         return f"{self.table()}\n{self.cost()}"
+
+    def __str__(self) -> str:  # print(result): what the CLI prints; repr stays short
+        return self.summary()

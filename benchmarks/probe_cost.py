@@ -1,0 +1,130 @@
+"""The probe's default cost against the run it plans for, on the corpus's tasks and a tiny Hugging Face Trainer.
+
+For each: ``tunekit.probe`` with its defaults (its samples and seconds), and the planned run itself
+timed with ``tunekit.train`` (or ``trainer.train()``), the two interleaved so that a change in the
+machine's load falls on both; the ratios printed. The default cap: the planned run's samples under
+1,000 updates, 10% of them beyond.
+
+    python -m benchmarks.probe_cost --quick          # 4 corpus tasks and the Trainer
+    python -m benchmarks.probe_cost                  # every corpus task and the Trainer
+    python -m benchmarks.probe_cost --tasks a,b      # these corpus tasks
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import tempfile
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+# One task of four families, a long run among them; none needs scikit-learn.
+QUICK = ("mlp_sgdm_ce", "cnn_bn_nesterov_ls", "tiny_lm", "long_adam")
+# The tiny Trainer: a 2-layer GPT-2 of width 32 on 16-token sequences, 150 updates at batch 16.
+HF_STEPS, HF_BATCH, HF_DATA = 150, 16, 4096
+
+
+def hf_trainer(out: str) -> Any:
+    """A tiny Trainer on the CPU (tests/their_objects.py's GPT-2) whose run is 150 updates at batch 16."""
+    from transformers import Trainer
+
+    from tests.their_objects import gpt2_model, hf_args, token_data
+
+    import torch
+
+    torch.manual_seed(0)
+    return Trainer(model=gpt2_model(), args=hf_args(out, per_device_train_batch_size=HF_BATCH, max_steps=HF_STEPS),
+                   train_dataset=token_data(HF_DATA, 1), eval_dataset=token_data(32, 2))
+
+
+def _timed(fn: Callable[[], Any]) -> tuple[Any, float]:
+    t0 = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t0
+
+
+def measure(name: str, make_probe_input: Callable[[], Any], train_run: Callable[[], Callable[[], Any]]) -> dict[str, Any]:
+    """The probe's default cost and the planned run's, measured one after the other (``train_run()`` builds the
+    run's objects and returns what runs it, which alone is timed)."""
+    import tunekit
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        probed = make_probe_input()  # built outside the clocks, as the run's objects are
+        result, probe_s = _timed(lambda: tunekit.probe(probed, progress=False))
+        _, run_s = _timed(train_run())
+    run_samples = result.run_samples or 0
+    return {"task": name, "run": f"{result.run_steps}x{(result.run_batch or 0) * result.accumulation_steps}",
+            "run_samples": run_samples, "run_s": run_s, "run_est_s": result.run_seconds,
+            "probe_samples": result.samples, "probe_s": probe_s,
+            "max_batch": result.max_batch, "noise": "yes" if result.noise else "no", "plan": result.cost_plan}
+
+
+def corpus_row(name: str) -> dict[str, Any]:
+    import tunekit
+    from benchmarks.corpus import build
+
+    def run() -> Callable[[], Any]:
+        task = build(name)
+        return lambda: tunekit.train(task, progress=False)
+
+    return measure(name, lambda: build(name), run)
+
+
+def hf_row() -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        return measure(f"hf_trainer_gpt2 ({HF_STEPS}x{HF_BATCH})", lambda: hf_trainer(tmp),
+                       lambda: hf_trainer(tmp).train)
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    lines = [f"{'task':<34} {'run':>9} {'run samples':>11} {'run s':>6} {'est s':>6} {'probe samples':>13} "
+             f"{'x run':>6} {'probe s':>7} {'x run':>6} {'x est':>6} {'max batch':>9} {'noise':>5}"]
+    for r in rows:
+        est = r["run_est_s"]
+        lines.append(f"{r['task']:<34} {r['run']:>9} {r['run_samples']:>11,} {r['run_s']:>6.1f} "
+                     f"{est if est is not None else math.nan:>6.1f} "
+                     f"{r['probe_samples']:>13,} {r['probe_samples'] / max(r['run_samples'], 1):>6.2f} "
+                     f"{r['probe_s']:>7.1f} {r['probe_s'] / max(r['run_s'], 1e-9):>6.2f} "
+                     f"{r['probe_s'] / est if est else math.nan:>6.2f} {r['max_batch']:>9} {r['noise']:>5}")
+    over = [r["task"] for r in rows if r["probe_samples"] > r["run_samples"]]
+    lines.append(f"probes over their run's samples: {', '.join(over) if over else 'none'}")
+    slow = [r["task"] for r in rows if r["probe_s"] > r["run_s"]]
+    lines.append(f"probes over their run's seconds (as timed): {', '.join(slow) if slow else 'none'}")
+    lines.append("run s: the planned run timed (tunekit.train, or trainer.train()); est s: its seconds at the speed the "
+                 "probe measured at its batch (its steps alone, no evaluation)")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    from benchmarks._common import recorded
+    from benchmarks.corpus import CORPUS, pick
+    from benchmarks.harness import report
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help=f"the corpus tasks {', '.join(QUICK)} and the Trainer")
+    ap.add_argument("--tasks", help="comma-separated corpus tasks (default: all, or the quick ones)")
+    ap.add_argument("--no-hf", action="store_true", help="leave out the Hugging Face Trainer")
+    args = ap.parse_args()
+    names = pick(args.tasks) if args.tasks else list(QUICK if args.quick else CORPUS)
+    with recorded() as out:
+        rows = []
+        for name in names:
+            try:
+                rows.append(corpus_row(name))
+            except ImportError as exc:  # a corpus task whose data needs a package this environment lacks
+                print(f"{name:<34} not run: {exc}", flush=True)
+                continue
+            print(table(rows[-1:]).splitlines()[1], flush=True)
+        if not args.no_hf:
+            rows.append(hf_row())
+            print(table(rows[-1:]).splitlines()[1], flush=True)
+        print()
+        print(table(rows))
+    report.write("probe_cost", "The probe's default cost against its planned run", out.text(), quick=args.quick)
+
+
+if __name__ == "__main__":
+    main()
