@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import dataclasses
 import math
 import tempfile
 import warnings
