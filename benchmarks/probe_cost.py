@@ -27,16 +27,34 @@ HF_STEPS, HF_BATCH, HF_DATA = 150, 16, 4096
 
 
 def hf_trainer(out: str) -> Any:
-    """A tiny Trainer on the CPU (tests/their_objects.py's GPT-2) whose run is 150 updates at batch 16."""
-    from transformers import Trainer
-
-    from tests.their_objects import gpt2_model, hf_args, token_data
-
+    """A tiny Trainer on the CPU whose run is 150 updates at batch 16: a 2-layer GPT-2 of width 32 over a
+    48-token vocabulary, on 16-token sequences with a pattern to learn (every second token follows the one
+    before it), as the tests' Trainer (tests/their_objects.py) is built; built here, since no benchmark
+    imports the test suite."""
     import torch
+    from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+    from transformers.utils import logging
+
+    logging.set_verbosity_error()
+    vocab, seq = 48, 16
+
+    def tokens(n: int, seed: int) -> list[dict[str, torch.Tensor]]:
+        g = torch.Generator().manual_seed(seed)
+        out = []
+        for _ in range(n):
+            ids = torch.randint(0, vocab, (seq,), generator=g)
+            ids[1::2] = (ids[0::2] + 1) % vocab
+            out.append({"input_ids": ids, "labels": ids.clone()})
+        return out
 
     torch.manual_seed(0)
-    return Trainer(model=gpt2_model(), args=hf_args(out, per_device_train_batch_size=HF_BATCH, max_steps=HF_STEPS),
-                   train_dataset=token_data(HF_DATA, 1), eval_dataset=token_data(32, 2))
+    model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=vocab, n_positions=seq,
+                                       bos_token_id=0, eos_token_id=0, use_cache=False))
+    args = TrainingArguments(output_dir=out, per_device_train_batch_size=HF_BATCH, per_device_eval_batch_size=16,
+                             learning_rate=2e-3, warmup_steps=2, lr_scheduler_type="cosine", max_grad_norm=0.5,
+                             max_steps=HF_STEPS, report_to=[], use_cpu=True, save_strategy="no", disable_tqdm=True,
+                             log_level="error", logging_strategy="no")
+    return Trainer(model=model, args=args, train_dataset=tokens(HF_DATA, 1), eval_dataset=tokens(32, 2))
 
 
 def _timed(fn: Callable[[], Any]) -> tuple[Any, float]:
