@@ -19,7 +19,7 @@ from tunekit.inputs.data import BatchStream
 from tunekit.probes.memory_trace import Trace, fit_memory_model, static_bytes, trace_step
 from tunekit.probes.noise_scale import noise_scale
 from tunekit.probes import clean_heap
-from tunekit.probes.batch_probe import plan_batches
+from tunekit.probes.batch_probe import split_target
 from tunekit.probes.largest_batch import find_largest_batch
 from tunekit.probes.largest_batch import MEASURED_IN_CHILD, MEASURED_IN_PROCESS
 from tunekit.training.optimizers import rescale_lr
@@ -277,13 +277,13 @@ def test_noise_scale_of_linear_regression_matches_closed_form() -> None:
     assert lo < r.critical_batch < hi
 
 
-def test_plan_and_lr_scaling() -> None:
+def test_splits_and_lr_scaling() -> None:
     model = linear_stack()
     mm = fit_memory_model({b: _trace(model, b) for b in (4, 16)})
     tp = [{"batch": 8, "samples_per_s": 100.0}, {"batch": 32, "samples_per_s": 400.0}, {"batch": 64, "samples_per_s": 420.0}]
-    plan = plan_batches(128, 64, tp, mm)
-    assert [(p["micro_batch"], p["accumulation_steps"]) for p in plan][:2] == [(64, 2), (32, 4)]
-    assert all(p["micro_batch"] * p["accumulation_steps"] == 128 and p["micro_batch"] <= 64 for p in plan)
+    splits = split_target(128, 64, tp, mm)
+    assert [(p["micro_batch"], p["accumulation_steps"]) for p in splits][:2] == [(64, 2), (32, 4)]
+    assert all(p["micro_batch"] * p["accumulation_steps"] == 128 and p["micro_batch"] <= 64 for p in splits)
     assert (rescale_lr(1e-3, 64, 256, "linear"), rescale_lr(1e-3, 64, 256, "sqrt")) == pytest.approx((4e-3, 2e-3))
 
 
@@ -441,18 +441,18 @@ def test_resident_peak_counts_touched_pages_not_allocations() -> None:
     assert allocator_peak(lambda: torch.empty(n)) == pytest.approx(64 * 2**20, rel=0.01)
 
 
-def test_plan_batches_never_invents_a_speed() -> None:
+def test_split_target_never_invents_a_speed() -> None:
     """Micro-batches outside the timed range get no speed (nan) and come after the timed ones."""
     import math
 
     mm = fit_memory_model({b: _trace(linear_stack(), b) for b in (4, 16)})
     timed = [{"batch": 8, "samples_per_s": 100.0}, {"batch": 32, "samples_per_s": 400.0}]
-    plan = plan_batches(64, 64, timed, mm)
-    by_micro = {p["micro_batch"]: p["samples_per_s"] for p in plan}
+    splits = split_target(64, 64, timed, mm)
+    by_micro = {p["micro_batch"]: p["samples_per_s"] for p in splits}
     assert by_micro[8] == pytest.approx(100.0) and by_micro[32] == pytest.approx(400.0) and 100.0 < by_micro[16] < 400.0
     assert math.isnan(by_micro[4]) and math.isnan(by_micro[64]) and math.isnan(by_micro[1])
     # The fewest accumulation steps first: an untimed pair is not shown slower, and none is shown faster.
-    assert [p["micro_batch"] for p in plan][:3] == [64, 32, 16]
+    assert [p["micro_batch"] for p in splits][:3] == [64, 32, 16]
 
 
 def test_a_plan_takes_accumulation_only_for_a_speed_beyond_the_timings_noise() -> None:
@@ -460,9 +460,9 @@ def test_a_plan_takes_accumulation_only_for_a_speed_beyond_the_timings_noise() -
     with more accumulation steps goes first only when it is faster by more than the spread."""
     mm = fit_memory_model({b: _trace(linear_stack(), b) for b in (4, 16)})
     noisy = [{"batch": 32, "samples_per_s": 500.0, "spread": 7.5}, {"batch": 128, "samples_per_s": 420.0, "spread": 0.3}]
-    assert [(p["micro_batch"], p["accumulation_steps"]) for p in plan_batches(128, 128, noisy, mm)][0] == (128, 1)
+    assert [(p["micro_batch"], p["accumulation_steps"]) for p in split_target(128, 128, noisy, mm)][0] == (128, 1)
     steady = [{"batch": 32, "samples_per_s": 900.0, "spread": 0.02}, {"batch": 128, "samples_per_s": 420.0, "spread": 0.03}]
-    assert [(p["micro_batch"], p["accumulation_steps"]) for p in plan_batches(128, 128, steady, mm)][0] == (32, 4)
+    assert [(p["micro_batch"], p["accumulation_steps"]) for p in split_target(128, 128, steady, mm)][0] == (32, 4)
 
 
 def test_without_a_noise_scale_to_trust_the_plan_is_for_the_largest_batch_and_says_why() -> None:

@@ -50,7 +50,7 @@ from tunekit.training.schedule import lr_schedule
 from tunekit.training.state import preserved, seed_everything_for
 from tunekit.training.step import Updates, make_scaler
 
-__all__ = ["probe", "plan_batches", "PROBE_LR_RULES", "noise_cost", "TASK_NOISE_WARMUP"]
+__all__ = ["probe", "split_target", "PROBE_LR_RULES", "noise_cost", "TASK_NOISE_WARMUP"]
 
 # A fresh model of a Task trains TASK_NOISE_WARMUP updates before its noise scale is measured.
 TASK_NOISE_WARMUP = 50
@@ -66,7 +66,7 @@ def noise_cost(warmup: int = TASK_NOISE_WARMUP, repeats: int = NOISE_REPEATS) ->
             warmup * NOISE_WARMUP_BATCH + repeats * NOISE_SMALL_BATCH * (1 + NOISE_MAX_ACCUM))
 
 
-def plan_batches(target: int, max_batch: int, throughput: list[dict[str, float]], model: MemoryModel) -> list[dict[str, Any]]:
+def split_target(target: int, max_batch: int, throughput: list[dict[str, float]], model: MemoryModel) -> list[dict[str, Any]]:
     """(micro-batch, accumulation) pairs whose product is ``target`` and that fit, best first.
 
     The fewest accumulation steps (the largest micro-batch that fits) come first, unless another
@@ -331,7 +331,7 @@ def _target(given: Optional[int], critical: Optional[float], largest: int, measu
 def _splits(target: int, confirmed: int, throughput: list[dict[str, float]], mm: MemoryModel, lr: Optional[float],
             lr_batch: Optional[int]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The (micro-batch, accumulation) splits of the target batch, and an LR found at ``lr_batch`` rescaled to it."""
-    splits = plan_batches(target, confirmed, throughput, mm) if target else []
+    splits = split_target(target, confirmed, throughput, mm) if target else []
     lr_scaling: dict[str, Any] = {}
     if lr is not None and lr_batch is not None and target:
         for rule in PROBE_LR_RULES:
