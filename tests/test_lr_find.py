@@ -746,6 +746,7 @@ def test_a_result_saved_by_tunekit_0_1_loads_into_the_typed_records() -> None:
     assert [type(s) for s in r.refinement.stages] == [RefineStage, RefineStage] and r.refinement.lrs == r.refinement.stages[-1].lrs
     assert r.refinement["best_lr"] == r.refinement.best_lr and r.refinement.get("updates") == r.refinement.updates
     assert r.level is Confidence.HIGH and r.suggestion == pytest.approx(0.007973144731150907)
+    assert r.settings.refine_reason == "5% of a 8,000-update run"  # saved as refine_plan until 0.2.0
     assert "from 4+4 LRs x 1 short run of 19 and 38 updates scored on the validation data" in r.summary()
     assert LRFindResult.from_json(r.to_json()) == r and LRFindResult.load(path) == r
 

@@ -126,7 +126,7 @@ def lr_find(
                          loss_on=loss_on, short=short)
     _say_family(settings)
     settings.run_steps, settings.run_steps_from, settings.refine_share = run_steps, run_from, refine_share
-    settings.refine_plan, settings.run_schedule = short.why if short is not None else None, _schedule_words(model)
+    settings.refine_reason, settings.run_schedule = short.why if short is not None else None, _schedule_words(model)
 
     result = _test_and_refine(setup, settings, sweep_lrs(min_lr, max_lr, sweep_steps, mode), repeats,
                               val_batches if loss_on == "val" else None, short, hold_out_share, progress)

@@ -51,7 +51,8 @@ class LRFindSettings(Record):
     """What one ``lr_find`` ran, as resolved (the task's recipe and the device filled in), and the run
     its suggestion is for. Every field may be None in a result built by hand or saved by an older tunekit."""
 
-    _renamed: ClassVar[dict[str, str]] = {"steps": "sweep_steps", "from": "adapted_from"}  # 0.1.0's keys
+    _renamed: ClassVar[dict[str, str]] = {"steps": "sweep_steps", "from": "adapted_from",  # 0.1.0's keys
+                                          "refine_plan": "refine_reason"}  # 0.2.0's
 
     task: Optional[str] = None
     optimizer: Optional[str] = None
@@ -74,7 +75,7 @@ class LRFindSettings(Record):
     refine_lengths: Optional[list[int]] = None
     refine_seeds: Optional[int] = None
     refine_share: Optional[float] = None
-    refine_plan: Optional[str] = None  # why the short runs are as long as they are, in words
+    refine_reason: Optional[str] = None  # why the short runs are as long as they are, in words
     refine_scored_on: Optional[str] = None  # what scored them, in words (Refinement.scored_on: which kind)
     not_refined: Optional[str] = None  # why there were no short runs
     run_steps: Optional[int] = None  # the planned run's updates: the suggestion is for it
@@ -377,5 +378,5 @@ class LRFindResult(Result):
             return []
         line = f"cost: {100 * self.samples / run_samples:.1f}% of the planned run's {run_samples:,} samples"
         if ref is not None and ref.share is not None:
-            line += f" (the short runs {100 * ref.share:.1f}%: {self.settings.refine_plan})"
+            line += f" (the short runs {100 * ref.share:.1f}%: {self.settings.refine_reason})"
         return [line]
