@@ -233,6 +233,12 @@ def cheapest(seeds: int) -> list[str]:
 SPLIT = ("final", "start", "curve")  # the answers part 2 reports under each condition
 
 
+def _median(rows: dict[str, dict[str, dict[str, float]]], names: list[str], cond: str, answer: str) -> float:
+    """The median over ``names`` of the spread of ``answer`` under ``cond`` (nan where none has it)."""
+    v = [rows[n][cond][answer] for n in names if cond in rows[n]]
+    return float(np.nanmedian(v)) if v else math.nan
+
+
 def split_table(names: list[str], seeds: int, rerun: bool, root: Path) -> tuple[str, dict[str, dict[str, float]]]:
     """Part 2: per task, the spread under each condition (and the cached all-varied runs), with medians."""
     rows: dict[str, dict[str, dict[str, float]]] = {}
@@ -272,6 +278,18 @@ def split_table(names: list[str], seeds: int, rerun: bool, root: Path) -> tuple[
             for c in conds}
     for label, v in (("median over tasks", med), ("mean over tasks", mean)):
         lines.append(f"{label:<38}" + "".join(f"{' / '.join(_fmt(v[c][a]) for a in SPLIT):>{w}}" for c in conds))
+    fams: dict[str, list[str]] = {}
+    for name in rows:
+        fams.setdefault(CORPUS[name].family, []).append(name)
+    cheap = [n for n in cheapest(seeds) if n in rows]
+    if len(fams) < len(rows):  # more than one task in a family: the families' medians, and the cheapest's
+        lines += ["", "Per family (median over its tasks):"]
+        for label, names in [*((f"{fam} ({len(ns)})", ns) for fam, ns in fams.items()),
+                             ("the cheapest of each family", cheap)]:
+            lines.append(f"{label:<38}" + "".join(
+                f"{' / '.join(_fmt(_median(rows, names, c, a)) for a in SPLIT):>{w}}" for c in conds))
+        fam_final = {c: max(_median(rows, names, c, "final") for names in fams.values()) for c in CONDITIONS}
+        lines.append(f"{'worst family (final)':<38}" + "".join(f"{_fmt(fam_final[c]):>{w}}" for c in CONDITIONS))
     lines.append(f"{'cost (samples) x both':<38}" + "".join(f"{np.median(cost[c]):>{w}.2f}" for c in CONDITIONS))
     for c in CONDITIONS:
         med[c]["cost"] = float(np.median(cost[c]))
