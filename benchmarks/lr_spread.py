@@ -9,10 +9,12 @@ Spread: log10(max / min) of the answers over the finder seeds (``corpus_lr.sprea
    confident), of each peer rule, and of raw landmarks of each curve: the LR at the smoothed loss's
    minimum at the default bandwidth (5% of the sweep's span), at 2x and 4x it, at the minimum of an
    exponential moving average (beta 0.9 and 0.98), and the blow-up.
-2. New runs on the cheapest task of each family, splitting what the seed moves: ``order`` (lr_find's seed
-   varied: the sweep's and the short runs' batch order and dropout; the model built from seed 0),
-   ``init`` (lr_find's seed 0; the model built from the varied seed), ``both`` (both varied: today's
-   call, rerun on this commit). The pair (0, 0) is shared by the three.
+2. New runs on the cheapest task of each family (every task with ``--all``), splitting what the seed
+   moves: ``order`` (lr_find's seed varied: the sweep's and the short runs' batch order and dropout; the
+   model built from seed 0), ``init`` (lr_find's seed 0; the model built from the varied seed), ``both`` (both varied: today's
+   call, rerun on this commit). The pair (0, 0) is shared by the three. Then two ways to spend about twice
+   the sweep, both varied: ``2 sweeps`` (``Sweep(repeats=2)``: each rule's median over two sweeps) and
+   ``2x sweep`` (``Sweep(sweep_steps=200)``). The report in benchmarks/data was run with ``--all``.
 
     python -m benchmarks.lr_spread [--tasks a,b | --all] [--seeds 5] [--rerun] [--quick]
 
@@ -46,6 +48,8 @@ CONDITIONS = ("order", "init", "both", "2 sweeps", "2x sweep")
 QUICK_TASK = "mlp_huber_sgdm"  # synthetic: no scikit-learn needed
 # The answers read from one finder run, in the tables' order: what tunekit returns, then the curve's own.
 ANSWERS = ("final", "curve", "start", *PEERS, "min", "min 2h", "min 4h", "ema .9", "ema .98", "blowup")
+
+Spreads = dict[str, dict[str, float]]  # condition (or median, worst family) -> answer -> spread in decades
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,7 +127,7 @@ def _fmt(v: float) -> str:
     return "   -" if math.isnan(v) else f"{v:4.2f}"
 
 
-def cached_table(seeds: int) -> tuple[str, dict[str, dict[str, float]]]:
+def cached_table(seeds: int) -> tuple[str, Spreads]:
     """Part 1: the spread of every answer on the cached finds, per family (median / worst task) and overall."""
     by_task = {n: spreads(fs) for n in CORPUS if (fs := cached(n, seeds)) is not None}
     fams: dict[str, list[str]] = {}
@@ -239,7 +243,7 @@ def _median(rows: dict[str, dict[str, dict[str, float]]], names: list[str], cond
     return float(np.nanmedian(v)) if v else math.nan
 
 
-def split_table(names: list[str], seeds: int, rerun: bool, root: Path) -> tuple[str, dict[str, dict[str, float]]]:
+def split_table(names: list[str], seeds: int, rerun: bool, root: Path) -> tuple[str, Spreads, dict[str, Spreads]]:
     """Part 2: per task, the spread under each condition (and the cached all-varied runs), with medians."""
     rows: dict[str, dict[str, dict[str, float]]] = {}
     cost: dict[str, list[float]] = {c: [] for c in CONDITIONS}
@@ -288,8 +292,10 @@ def split_table(names: list[str], seeds: int, rerun: bool, root: Path) -> tuple[
                              ("the cheapest of each family", cheap)]:
             lines.append(f"{label:<38}" + "".join(
                 f"{' / '.join(_fmt(_median(rows, names, c, a)) for a in SPLIT):>{w}}" for c in conds))
-        fam_final = {c: max(_median(rows, names, c, "final") for names in fams.values()) for c in CONDITIONS}
-        lines.append(f"{'worst family (final)':<38}" + "".join(f"{_fmt(fam_final[c]):>{w}}" for c in CONDITIONS))
+    by_fam = {fam: {c: {a: _median(rows, ns, c, a) for a in SPLIT} for c in conds} for fam, ns in fams.items()}
+    for c in CONDITIONS:
+        med[c]["worst family"] = max(f[c]["final"] for f in by_fam.values())
+    lines.append(f"{'worst family (final)':<38}" + "".join(f"{_fmt(med[c]['worst family']):>{w}}" for c in CONDITIONS))
     lines.append(f"{'cost (samples) x both':<38}" + "".join(f"{np.median(cost[c]):>{w}.2f}" for c in CONDITIONS))
     for c in CONDITIONS:
         med[c]["cost"] = float(np.median(cost[c]))
@@ -300,29 +306,43 @@ def split_table(names: list[str], seeds: int, rerun: bool, root: Path) -> tuple[
               "benchmarks/data/corpus_lr_finds (older commits). cost: median of lr_find's samples over 'both''s.",
               f"The rerun 'both' reproduced {same} of {compared} cached suggestions (to 1e-6 decades); part 1's start, "
               f"read back from the curve, matched the recorded one on {start_ok} of {starts} refined runs."]
-    return "\n".join(lines), med
+    return "\n".join(lines), med, by_fam
 
 
-def findings(part1: dict[str, dict[str, float]], part2: dict[str, dict[str, float]], n: int) -> str:
+def _leads(a: float, b: float, names: tuple[str, str]) -> str:
+    """Which of two spreads is the larger, or neither (within 0.05 decades)."""
+    return "neither leads" if abs(a - b) < 0.05 else f"{names[0] if a > b else names[1]} leads"
+
+
+def _change(before: float, after: float) -> str:
+    return "barely change" if abs(after - before) < 0.05 else "narrow" if after < before else "widen"
+
+
+def findings(part1: Spreads, part2: Spreads, fams: dict[str, Spreads], n: int) -> str:
     """The plain findings, their figures from the tables."""
     m = part1["median"]
     order, init, both, two, longer = (part2[c] for c in CONDITIONS)
-    src = max(("batch order", order["final"]), ("model init", init["final"]), key=lambda t: t[1])
-    best = min(("two sweeps", two), ("a sweep twice as long", longer), key=lambda t: t[1]["final"])
+    by_init = [f for f, v in fams.items() if v["init"]["final"] > v["order"]["final"] + 0.1]
+    by_order = [f for f, v in fams.items() if v["order"]["final"] > v["init"]["final"] + 0.1]
     return "\n".join([
         "Findings (medians over tasks, decades; suggestions, not decisions):",
         f"- Cached corpus: the curve's answer spreads {m['curve']:.2f} over seeds, where the short runs start "
-        f"{m['start']:.2f}, the final answer {m['final']:.2f} (worst family {part1['worst family']['final']:.2f}); peers "
-        "on the same sweeps: " + ", ".join(f"{p} {m[p]:.2f}" for p in PEERS) + ".",
-        f"- The curve's noise: its minimum spreads {m['min']:.2f} at the default smoothing but {m['min 2h']:.2f} at 2x "
-        f"and {m['min 4h']:.2f} at 4x (a wider kernel drags the minimum off a sharp valley); the blow-up "
-        f"{m['blowup']:.2f}.",
-        f"- Split on {n} tasks (final / start / curve): order alone {order['final']:.2f} / {order['start']:.2f} / "
-        f"{order['curve']:.2f}, init alone {init['final']:.2f} / {init['start']:.2f} / {init['curve']:.2f}, both "
-        f"{both['final']:.2f} / {both['start']:.2f} / {both['curve']:.2f}: {src[0]} moves the final answer more.",
-        f"- At about 2x the sweep: two sweeps {two['final']:.2f} / {two['start']:.2f} / {two['curve']:.2f} "
-        f"(cost x{two['cost']:.2f}), a sweep twice as long {longer['final']:.2f} / {longer['start']:.2f} / "
-        f"{longer['curve']:.2f} (cost x{longer['cost']:.2f}): {best[0]} narrows the final answer more here.",
+        f"{m['start']:.2f}, the final answer {m['final']:.2f} (worst family {part1['worst family']['final']:.2f}): the "
+        f"short runs {_change(m['curve'], m['final'])} the spread. Peers on the same sweeps: " + ", ".join(f"{p} {m[p]:.2f}" for p in PEERS)
+        + f". The curve's minimum spreads {m['min']:.2f}; smoothed 2x/4x wider {m['min 2h']:.2f}/{m['min 4h']:.2f} "
+        "(a wider kernel drags the minimum off a sharp valley: more smoothing of one curve is no cure).",
+        f"- Split on {n} tasks (final / start): order alone {order['final']:.2f} / {order['start']:.2f}, init alone "
+        f"{init['final']:.2f} / {init['start']:.2f}, both {both['final']:.2f} / {both['start']:.2f} (worst family "
+        f"{both['worst family']:.2f}): {_leads(order['final'], init['final'], ('order', 'init'))} overall"
+        + ("; the two add up." if both["final"] > max(order["final"], init["final"]) + 0.05 else "."),
+        f"- By family: init leads in {', '.join(by_init) or 'none'}; order in {', '.join(by_order) or 'none'} (the short "
+        "runs all train from the one initial model). From where they start to their answer, the short runs "
+        + "; ".join(f"{_change(part2[c]['start'], part2[c]['final'])} the spread under {c} ({part2[c]['start']:.2f} to "
+                    f"{part2[c]['final']:.2f})" for c in ("order", "init", "both")) + ".",
+        f"- At about 2x: two sweeps {two['final']:.2f} (worst family {two['worst family']:.2f}, samples x{two['cost']:.2f}), "
+        f"a sweep twice as long {longer['final']:.2f} (worst family {longer['worst family']:.2f}, x{longer['cost']:.2f}), "
+        "against the issue's 0.2 / 0.35 / 2x. Worth trying next: the longer sweep (the curve's points twice as dense), "
+        "or short runs from two inits where a Task can build a second model (not measured here).",
     ])
 
 
@@ -342,9 +362,9 @@ def main() -> None:
         names = list(CORPUS) if args.all else pick(args.tasks) if args.tasks else cheapest(args.seeds)
         seeds, root = args.seeds, RUNS
     part1, med1 = cached_table(5 if args.quick else seeds)
-    part2, med2 = split_table(names, seeds, args.rerun, root)
+    part2, med2, fams = split_table(names, seeds, args.rerun, root)
     report.write("lr_spread", "Where the LR finder's seed-to-seed spread comes from",
-                 "\n\n".join([part1, part2, findings(med1, med2, len(names))]), quick=args.quick)
+                 "\n\n".join([part1, part2, findings(med1, med2, fams, len(names))]), quick=args.quick)
 
 
 if __name__ == "__main__":
