@@ -80,6 +80,7 @@ bench: $(STAMP)
 	$(PY) -m benchmarks.corpus_refine
 	$(PY) -m benchmarks.lr_carry
 	$(PY) -m benchmarks.corpus_lr
+	$(PY) -m benchmarks.lr_spread
 	$(PY) -m benchmarks.corpus_search
 
 # Each benchmark's smoke run (seconds each): the same code on the smallest setting, its report to a
@@ -99,6 +100,7 @@ bench-quick: $(STAMP)
 	$(PY) -m benchmarks.corpus_refine --quick
 	$(PY) -m benchmarks.lr_carry --quick
 	$(PY) -m benchmarks.corpus_lr --quick
+	$(PY) -m benchmarks.lr_spread --quick
 	$(PY) -m benchmarks.corpus_search --quick
 
 clean:
