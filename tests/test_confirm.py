@@ -12,7 +12,7 @@ import optuna
 import pytest
 import torch
 
-from tunekit import Confirm, Halving, Local, NoPruning, RandomSampler, Ray, Study, UsageError, search
+from tunekit import Confirm, Halving, Local, RandomSampler, Ray, Study, UsageError, search
 from tunekit.hpsearch import search_own
 from tunekit.hpsearch.confirm import repeat_seed
 from tunekit.hpsearch.confirm_runs import goal, queue_confirmations

@@ -13,7 +13,7 @@ from tunekit import search
 from tunekit.errors import UsageError
 from tunekit.hpsearch import create_study, join_study
 from tunekit.hpsearch.keys import ENQUEUED_KEY, PLAN_KEY, SPEC_KEY
-from tunekit.hpsearch.options import TPE, Halving, Local, NoPruning, SharedStudy, Study
+from tunekit.hpsearch.options import Halving, Local, NoPruning, SharedStudy, Study
 from tunekit.hpsearch.plan import Plan
 from tunekit.hpsearch.settings import SearchSettings
 from tunekit.hpsearch.shared.spec import StoredSpec
