@@ -859,7 +859,7 @@ def test_a_peak_that_moves_with_the_data_gets_the_margin_its_readings_spread_by(
     read_at = r.tried[-1]["batch"]
     readings = [t["peak_bytes"] for t in r.tried if t["batch"] == read_at]
     assert r.tried[-1]["draw"] == 1 and len(readings) == 2 and r.max_batch <= read_at
-    assert r.margin > 2 * RESIDENT_PAGES / r.predicted_peak_bytes and r.margin_source.startswith("2x the spread of 2 readings")
+    assert r.margin > RESIDENT_PAGES / r.predicted_peak_bytes and r.margin_source.startswith("2x the spread of 2 readings")
     assert r.predicted_peak_bytes * (1 + r.margin) <= r.usable_bytes
     assert max(readings) * r.max_batch / read_at * (1 + r.margin) <= r.usable_bytes
 
