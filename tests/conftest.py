@@ -16,9 +16,8 @@ torch.set_num_threads(1)
 
 # Tests that must have the machine to themselves (`make test` runs them after the others, one at a
 # time): Ray clusters sized to its cores, workers judged by heartbeats and timers, processes killed at
-# random points of a run, servers restarted under their clients. (Two lanes of them at once, Ray beside
-# the killed processes, took 469 s against 360 s for one: Ray's starts and trials take both cores.) The
-# rest run in parallel: a shared study's workers, servers and dashboards included, when nothing is timed or killed.
+# random points of a run, servers restarted under their clients. The rest run in parallel: a shared
+# study's workers, servers and dashboards included, when nothing is timed or killed.
 SERIAL_FILES = ("test_ray.py", "test_ray_cluster.py")
 SERIAL_TESTS = ("test_resume_after_the_process_is_killed_at_random_points",
                 # tests/test_shared.py: a worker killed, a heartbeat's grace period, a server restarted, and
