@@ -41,7 +41,7 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q -m "not serial and not bench and not bench_serial" -n auto --maxprocesses=4  # in parallel, on the machine's cores
-	$(PY) -m pytest -q -m "serial and not bench and not bench_serial"  # Ray clusters, timers, killed processes (tests/conftest.py): one at a time
+	$(PY) -m pytest -q -m "serial and not bench and not bench_serial" -n 2 --dist loadgroup  # Ray, timers, killed processes (tests/conftest.py): two lanes, one test at a time in each
 
 # The docs' extra (MkDocs, Material, mkdocstrings) on top of the package; the test extra is not needed.
 $(DOCS_STAMP): $(STAMP)

@@ -14,30 +14,35 @@ import torch
 torch.set_num_threads(1)
 
 
-# Tests that must have the machine to themselves (`make test` runs them after the others, one at a
-# time): Ray clusters sized to its cores, workers judged by heartbeats and timers, processes killed at
-# random points of a run, servers restarted under their clients. The rest run in parallel: a shared
-# study's workers, servers and dashboards included, when nothing is timed or killed.
-SERIAL_FILES = ("test_ray.py", "test_ray_cluster.py")
-SERIAL_TESTS = ("test_resume_after_the_process_is_killed_at_random_points",
+# Tests that must not share the machine with the parallel phase (`make test` runs them after the others):
+# Ray clusters sized to its cores, workers judged by heartbeats and timers, processes killed at random
+# points of a run, servers restarted under their clients. They run in two lanes, one test at a time in
+# each (pytest-xdist's loadgroup): Ray in the test process and the killed processes; mostly they wait
+# (a process starting, a kill, a grace period), so the lanes overlap those waits (275 s against 404 s
+# for one lane on a clean clone, 2026-12-06). The rest run in parallel: a shared study's workers, servers
+# and dashboards included, when nothing is timed or killed.
+SERIAL_FILES = {"test_ray.py": "ray", "test_ray_cluster.py": "killed"}
+SERIAL_TESTS = {"test_resume_after_the_process_is_killed_at_random_points": "ray",
                 # tests/test_shared.py: a worker killed, a heartbeat's grace period, a server restarted, and
                 # three workers racing for seven trials (that each gets some is a race the machine's load could lose)
-                "test_three_workers_started_together_on_a_fresh_database_finish_exactly_n",
-                "test_a_killed_worker_costs_one_trial_and_the_survivors_ride_out_a_database_restart",
-                "test_journal_workers_recover_a_killed_worker",
-                "test_a_stale_heartbeat_fails_the_trial_with_its_workers_name_and_queues_one_rerun",
-                "test_a_creator_killed_while_probing_is_taken_over_by_the_next_study_create",
-                "test_grpc_workers_ride_out_a_restart_of_tunekit_serve",
+                "test_three_workers_started_together_on_a_fresh_database_finish_exactly_n": "killed",
+                "test_a_killed_worker_costs_one_trial_and_the_survivors_ride_out_a_database_restart": "killed",
+                "test_journal_workers_recover_a_killed_worker": "killed",
+                "test_a_stale_heartbeat_fails_the_trial_with_its_workers_name_and_queues_one_rerun": "killed",
+                "test_a_creator_killed_while_probing_is_taken_over_by_the_next_study_create": "killed",
+                "test_grpc_workers_ride_out_a_restart_of_tunekit_serve": "killed",
                 # tests/test_confirm.py: a worker, and a search, killed during a confirmation run
-                "test_a_shared_studys_confirmation_runs_survive_a_killed_worker",
-                "test_a_search_killed_during_a_confirmation_run_resumes_it_once",
-                "test_bench_quick_serial")  # tests/test_bench_quick.py: benchmarks that start Ray, PostgreSQL, processes
+                "test_a_shared_studys_confirmation_runs_survive_a_killed_worker": "killed",
+                "test_a_search_killed_during_a_confirmation_run_resumes_it_once": "ray",
+                "test_bench_quick_serial": "killed"}  # tests/test_bench_quick.py: benchmarks that start Ray, PostgreSQL, processes
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if item.path.name in SERIAL_FILES or getattr(item, "originalname", "") in SERIAL_TESTS:
+        lane = SERIAL_FILES.get(item.path.name) or SERIAL_TESTS.get(getattr(item, "originalname", ""))
+        if lane is not None:
             item.add_marker(pytest.mark.serial)
+            item.add_marker(pytest.mark.xdist_group(lane))  # one test at a time in each lane (--dist loadgroup)
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")
