@@ -199,10 +199,14 @@ def _rss() -> int:
 @pytest.mark.slow  # a 24-trial search
 @pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="RSS read from /proc")
 def test_memory_returns_between_trials_of_a_12_trial_search(tmp_path: Path) -> None:
+    import gc
+
     at_start: list[int] = []  # RSS as each trial builds its model: what the trials before it left
+    frozen: list[int] = []  # objects set aside as it does: the collection after a trial walks only what it made
 
     def make() -> nn.Module:
         at_start.append(_rss())
+        frozen.append(gc.get_freeze_count())
         return Heavy()
 
     task = Task(model=make, train_data=regression_data(128), val_data=regression_data(32, seed=1), loss=nn.MSELoss(),
@@ -214,6 +218,46 @@ def test_memory_returns_between_trials_of_a_12_trial_search(tmp_path: Path) -> N
     trials = at_start[-12:]  # the probes' models came first
     first = trials[1]  # after the first trial
     assert max(trials[1:]) <= 1.05 * first, [round(x / 2**20) for x in trials]
+    assert min(frozen[-12:]) > 0 and gc.get_freeze_count() == 0
+
+
+def test_a_trials_collection_walks_what_the_trial_made_and_the_rest_is_handed_back() -> None:
+    """Inside ``collecting_young`` what existed before is frozen (a collection does not walk it), a cycle
+    made inside is collected by ``free_memory``, and at the end the freeze is undone: a cycle made
+    before the block is collected afterwards. Someone else's freeze is left as it was."""
+    import gc
+    import weakref
+
+    from tunekit.training.memory import collecting_young, free_memory
+
+    class Node:
+        pass
+
+    def cycle() -> weakref.ref:
+        a, b = Node(), Node()
+        a.other, b.other = b, a
+        return weakref.ref(a)
+
+    gc.collect()
+    assert gc.get_freeze_count() == 0
+    before = cycle()
+    with collecting_young():
+        assert gc.get_freeze_count() > 0
+        inside = cycle()
+        free_memory()
+        assert inside() is None  # made inside: collected inside
+        assert before() is not None  # made before: set aside for the while
+    assert gc.get_freeze_count() == 0
+    gc.collect()
+    assert before() is None
+    gc.freeze()  # frozen by someone else: the block changes nothing
+    try:
+        frozen = gc.get_freeze_count()
+        with collecting_young():
+            assert gc.get_freeze_count() == frozen
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
 
 
 @pytest.mark.slow  # a search and its report

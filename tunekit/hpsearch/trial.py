@@ -26,7 +26,7 @@ from tunekit.hpsearch.keep import Keeper
 from tunekit.hpsearch.plan import TrialConfig
 from tunekit.hpsearch.resilient import StorageUnreachable
 from tunekit.objective import Objective, objective_of
-from tunekit.training.memory import free_memory
+from tunekit.training.memory import collecting_young, free_memory
 
 __all__ = ["Outcome", "TrialRun", "run_config", "run_trial", "keep_weights", "evaluation_reporter", "record", "conclude", "start_attrs", "outcome_of", "TrialFailed",
            "INTERRUPTED"]
@@ -208,11 +208,12 @@ def run_trial(task: Any, trial: Any, cfg: TrialConfig, *, prune: bool, cache: Op
         if prune and trial.should_prune():
             raise optuna.TrialPruned(f"pruned at {cfg.reported(step)} samples with {objective_of(cfg).label} {value:.4f}")
 
-    try:
-        return _run(run, report)
-    finally:
-        run.trained.clear()
-        free_memory()  # after the handlers: an exception's frames no longer hold the trial's model
+    with collecting_young():  # the collection after the trial walks what the trial made, not the whole process
+        try:
+            return _run(run, report)
+        finally:
+            run.trained.clear()
+            free_memory()  # after the handlers: an exception's frames no longer hold the trial's model
 
 
 def _run(run: TrialRun, report: Callable[[int, dict[str, float]], None]) -> Outcome:

@@ -45,6 +45,7 @@ from tunekit.probes.throughput import BUSY_RETRIES, NOISY_TIMINGS, knee_and_fast
 from tunekit.progress import bar
 from tunekit.results import ProbeResult
 from tunekit.results.probe import ProbeRunSettings
+from tunekit.training.memory import collecting_young
 from tunekit.training.optimizers import rescale_lr
 from tunekit.training.schedule import lr_schedule
 from tunekit.training.state import preserved, seed_everything_for
@@ -143,7 +144,8 @@ def probe(
 
     # Stages 1-4 run on the user's objects, which come back as they were however the probe ends.
     start = time.perf_counter()
-    with bar(4, "probe", "stage", progress) as stages, preserved(sub.model, sub.optimizer, scaler, sub.data) as snap:
+    with bar(4, "probe", "stage", progress) as stages, preserved(sub.model, sub.optimizer, scaler, sub.data) as snap, \
+            collecting_young():  # the collections before each measured step walk what the probe made
         stages.set_postfix_str(plan.line(cap), refresh=False)  # the cost ahead, said before the stages run
         seed_everything_for(seed, sub.device)
         sub.model.train()

@@ -26,7 +26,7 @@ from tunekit.hpsearch.settings import SearchSettings
 from tunekit.hpsearch.confirm import is_confirmation
 from tunekit.hpsearch.trial import Outcome, final_step, keep_weights
 from tunekit.objective import objective_of
-from tunekit.training.memory import free_memory
+from tunekit.training.memory import collecting_young, free_memory
 
 __all__ = ["OwnLoop", "OwnTrial"]
 
@@ -140,16 +140,17 @@ class OwnLoop:
         """One trial through the user's function; an error of theirs fails the trial, and the search goes on."""
         own = OwnTrial(trial, cfg, prune, keeps=keeper is not None)
         start = time.perf_counter()
-        try:
-            self.user_run(own)
-        except (SetupError, StorageUnreachable, KeyboardInterrupt):
-            raise
-        except Exception as exc:
-            outcome = own.outcome(time.perf_counter() - start)
-            outcome.state, outcome.error = "FAIL", f"{type(exc).__name__}: {exc}"
-            return outcome
-        finally:
-            free_memory()
+        with collecting_young():  # the collection after their loop walks what it made, not the process
+            try:
+                self.user_run(own)
+            except (SetupError, StorageUnreachable, KeyboardInterrupt):
+                raise
+            except Exception as exc:
+                outcome = own.outcome(time.perf_counter() - start)
+                outcome.state, outcome.error = "FAIL", f"{type(exc).__name__}: {exc}"
+                return outcome
+            finally:
+                free_memory()
         outcome = own.outcome(time.perf_counter() - start)
         keep_weights(keeper, own.trained, outcome, own.number, cfg, trial.study, always=is_confirmation(trial.user_attrs))
         own.trained.clear()

@@ -39,7 +39,7 @@ from tunekit.hpsearch.study import finished_count, note_interrupted
 from tunekit.hpsearch.trial import (INTERRUPTED, Outcome, evaluation_reporter, final_step, keep_weights,
                                    outcome_of, record, run_config, start_attrs)
 from tunekit.objective import objective_of
-from tunekit.training.memory import free_memory
+from tunekit.training.memory import collecting_young, free_memory
 
 __all__ = ["RayBackend", "run_ray", "check_packing", "fits", "largest_micro_batch"]
 
@@ -86,6 +86,11 @@ _TASK_CACHE: dict[str, Any] = {}
 
 def trainable(config: dict[str, Any], task: Any = None) -> None:
     """One trial: train through the shared step, report each evaluation (in samples seen) to Tune."""
+    with collecting_young():  # the collection after the trial walks what the trial made, not the worker
+        _trial(config, task)
+
+
+def _trial(config: dict[str, Any], task: Any) -> None:
     import ray
     import torch
     from ray import tune
