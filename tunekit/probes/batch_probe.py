@@ -142,10 +142,9 @@ def probe(
     scaler = make_scaler(sub.precision, sub.device)  # type: ignore[arg-type]
     settings = _run_settings(sub, measure, seed, memory_budget, accumulation_steps, clip_grad_norm, plan)
 
-    # Stages 1-4 run on the user's objects, which come back as they were however the probe ends.
+    # Stages 1-4 run on the user's objects, back as they were however the probe ends; collections walk what it made.
     start = time.perf_counter()
-    with bar(4, "probe", "stage", progress) as stages, preserved(sub.model, sub.optimizer, scaler, sub.data) as snap, \
-            collecting_young():  # the collections before each measured step walk what the probe made
+    with bar(4, "probe", "stage", progress) as stages, preserved(sub.model, sub.optimizer, scaler, sub.data) as snap, collecting_young():
         stages.set_postfix_str(plan.line(cap), refresh=False)  # the cost ahead, said before the stages run
         seed_everything_for(seed, sub.device)
         sub.model.train()
