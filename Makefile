@@ -42,9 +42,15 @@ $(STAMP): pyproject.toml Makefile
 run: $(STAMP)
 	$(VENV)/bin/tunekit lr-find
 
+# Two runs side by side: the serial lanes (Ray, timers, killed processes: tests/conftest.py), one test at a
+# time in each, mostly waiting on processes; and the rest in parallel on the machine's cores. The lanes'
+# output follows the other run's; make test fails if either does.
 test: $(STAMP)
-	$(PY) -m pytest -q -m "not serial and not bench and not bench_serial" -n auto --maxprocesses=4  # in parallel, on the machine's cores
-	$(PY) -m pytest -q -m "serial and not bench and not bench_serial" -n 2 --dist loadgroup  # Ray, timers, killed processes (tests/conftest.py): two lanes, one test at a time in each
+	@lanes=$$(mktemp); \
+	$(PY) -m pytest -q -m "serial and not bench and not bench_serial" -n 2 --dist loadgroup > $$lanes 2>&1 & pid=$$!; \
+	$(PY) -m pytest -q -m "not serial and not bench and not bench_serial" -n auto --maxprocesses=4; rest=$$?; \
+	wait $$pid; serial=$$?; echo "--- the serial lanes, run beside it:"; cat $$lanes; rm -f $$lanes; \
+	exit $$(( rest || serial ))
 
 # The docs' extra (MkDocs, Material, mkdocstrings) on top of the package; the test extra is not needed.
 $(DOCS_STAMP): $(STAMP)

@@ -33,13 +33,12 @@ import torch
 torch.set_num_threads(1)
 
 
-# Tests that must not share the machine with the parallel phase (`make test` runs them after the others):
-# Ray clusters sized to its cores, workers judged by heartbeats and timers, processes killed at random
-# points of a run, servers restarted under their clients. They run in two lanes, one test at a time in
-# each (pytest-xdist's loadgroup): Ray in the test process and the killed processes; mostly they wait
-# (a process starting, a kill, a grace period), so the lanes overlap those waits (275 s against 404 s
-# for one lane on a clean clone, 2026-12-06). The rest run in parallel: a shared study's workers, servers
-# and dashboards included, when nothing is timed or killed.
+# Tests that run one at a time in a lane of their own (`make test` runs the two lanes beside the rest):
+# Ray clusters sized to the machine's cores, workers judged by heartbeats and timers, processes killed at
+# random points of a run, servers restarted under their clients. Two lanes (pytest-xdist's loadgroup): Ray
+# in the test process, and the killed processes and real clusters; mostly they wait (a process starting,
+# a kill, a grace period), so the rest runs on the cores meanwhile. The rest run in parallel: a shared
+# study's workers, servers and dashboards included, when nothing is timed or killed.
 SERIAL_FILES = {"test_ray.py": "ray", "test_ray_cluster.py": "killed"}
 SERIAL_TESTS = {"test_resume_after_the_process_is_killed_at_random_points": "ray",
                 # tests/test_shared.py: a worker killed, a heartbeat's grace period, a server restarted, and
