@@ -26,7 +26,7 @@ from tunekit.hpsearch.keys import CONFIRM_OF, FINAL_STEP, INITIAL_LOSS
 from tunekit.hpsearch.options import Halving, Pruner
 from tunekit.objective import Objective
 
-__all__ = ["ladder", "default_rungs", "make_pruner", "Rungs", "learning_point", "LEARNED"]
+__all__ = ["ladder", "default_rungs", "make_pruner", "branch_plan", "Rungs", "learning_point", "LEARNED"]
 
 # The share of its drop a trial has covered where it has "started to learn".
 LEARNED = 0.5
@@ -167,6 +167,17 @@ def halving(pruner: Pruner, trials: int, budget_samples: int, prune: bool, direc
                                                        h.first_rung)
     return rungs, make_pruner(budget_samples // h.evals, h.evals, rungs, h.reduction_factor, prune,
                               adaptive=h.rungs is None and h.first_rung is None, direction=direction)
+
+
+def branch_plan(pruner: Pruner, trials: int, budget_samples: int, prune: bool) -> tuple[Optional[float], list[int]]:
+    """(the cooldown share, the evaluations a trial branches at) where rungs compare cooldown values, else
+    (None, []). A trial branches at every rung of the fixed ladder (the adaptive rungs are among them; where
+    the adaptive rule falls back to a rung off the ladder, every trial reports its raw value there, so a rung
+    still compares like with like), whatever the study holds when it runs: the value is the same on every backend."""
+    if not prune or not isinstance(pruner, Halving) or pruner.rung_value != "cooldown":
+        return None, []
+    return float(pruner.rung_cooldown), ladder(budget_samples, trials, pruner.reduction_factor, pruner.evals,
+                                               pruner.rungs, pruner.first_rung)
 
 
 def make_pruner(unit: int, evals: int, ladder_evals: list[int], reduction_factor: int, prune: bool,
