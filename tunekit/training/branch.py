@@ -20,8 +20,11 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from tunekit.errors import check_number
+from tunekit.inputs.data import BatchStream
+from tunekit.training.state import preserved
+from tunekit.training.step import Updates
 
-__all__ = ["Cooldown", "BranchResult", "cooldown_lrs", "run_cooldown", "PREFIX"]
+__all__ = ["Cooldown", "BranchResult", "cooldown_lrs", "run_cooldown", "branch_seed", "PREFIX"]
 
 # The prefix of a branch's metrics among an evaluation's (``cooldown_loss`` beside ``loss``).
 PREFIX = "cooldown_"
@@ -66,10 +69,6 @@ def run_cooldown(step: Any, data: Any, batch_size: Optional[int], seed: int, lr:
                  measure: Callable[[], dict[str, float]]) -> BranchResult:
     """Train ``updates`` cooldown updates from ``lr`` through ``step``, ``measure()`` the model, then put back
     everything the branch touched. A branch that diverges measures ``inf`` (a loss no trial is kept for)."""
-    from tunekit.inputs.data import BatchStream
-    from tunekit.training.state import preserved
-    from tunekit.training.step import Updates
-
     with preserved(step.model, step.optimizer, step.scaler, data=data):
         loop = Updates(step, BatchStream(data, batch_size, seed=seed), cooldown_lrs(lr, updates))
         done = samples = 0

@@ -207,14 +207,11 @@ def train(
     """Train a fresh model of ``task`` (any form :func:`~tunekit.load_task` takes: a Task, ``"shapes"``, a
     spec, their objects) through the shared step; return its curve.
 
-    ``config`` may be a :class:`TrainConfig` or a dict of its fields; keyword overrides win over both. Divergence (a non-finite loss) ends the run and is
-    reported in the result, not raised. ``callback(step, metrics)`` runs after
-    each evaluation; returning True stops the run (``stopped_early``), and an
-    exception it raises (e.g. ``optuna.TrialPruned``) propagates. ``on_trained(model)`` gets the trained
-    model after the final evaluation of a run that went to its end (a search keeps its weights there).
-    ``cooldown``: at the evaluations after the updates in ``cooldown.at``, a cooldown branch
-    (:mod:`tunekit.training.branch`) is measured too and its metrics join the evaluation's under
-    ``cooldown_`` (its cost as ``cooldown_updates`` and ``cooldown_samples``); the run itself is unchanged.
+    ``config`` may be a :class:`TrainConfig` or a dict of its fields; keyword overrides win over both. Divergence
+    (a non-finite loss) ends the run and is reported in the result, not raised. ``callback(step, metrics)`` runs
+    after each evaluation; returning True stops the run (``stopped_early``), and an exception it raises (e.g.
+    ``optuna.TrialPruned``) propagates. ``on_trained(model)`` gets the trained model after the final evaluation of
+    a run that went to its end (a search keeps its weights there). ``cooldown``: :mod:`~tunekit.training.branch`.
 
     The global RNGs and the training DataLoader's generators are left as they were: the run draws from its
     own seed, and two runs of one Task with the same config are the same run. ``run_steps=`` (also a key
