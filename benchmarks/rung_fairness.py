@@ -171,7 +171,7 @@ def score_task(data: dict[str, Any]) -> dict[str, dict[str, float]]:
     best = int(np.argmin(final))
     out: dict[str, dict[str, float]] = {}
     for cand in CANDIDATES:
-        rhos, cuts = [], []
+        rhos, cuts, at3 = [], [], []
         for s in seeds:
             for rung in map(str, RUNGS):
                 v = np.array([by[k, s]["rungs"].get(rung, {}).get(cand, math.inf) for k in ks], dtype=float)
@@ -180,7 +180,10 @@ def score_task(data: dict[str, Any]) -> dict[str, dict[str, float]]:
                     rhos.append(float(np.corrcoef(_rank(v), _rank(final))[0, 1]))
                 cut = sorted(v)[max(0, len(v) // KEEP - 1)]
                 cuts.append(float(v[best] > cut + TIE * abs(cut)))
-        out[cand] = {"rho": float(np.mean(rhos)) if rhos else math.nan, "cut": float(np.mean(cuts))}
+                if rung == str(RUNGS[-1]):
+                    at3.append(cuts[-1])
+        out[cand] = {"rho": float(np.mean(rhos)) if rhos else math.nan, "cut": float(np.mean(cuts)),
+                     "cut_last": float(np.mean(at3))}
     share = [r["rungs"][rung][f"cool{f}_updates"] / r["updates"] for r in runs for rung in r["rungs"] for f in FRACTIONS]
     out["_share"] = {f"cool{f}": float(np.mean([r["rungs"][g][f"cool{f}_updates"] / r["updates"] for r in runs
                                                 for g in r["rungs"]])) for f in FRACTIONS} if share else {}
@@ -193,9 +196,9 @@ def body(datas: list[dict[str, Any]]) -> str:
              f"{len(OFFSETS)} LRs (grid points {OFFSETS[0]:+d}..{OFFSETS[-1]:+d} thirds of a decade around the grid's "
              f"best) x seeds; rho: Spearman of the rung value against the configuration's mean final loss (mean over "
              "seeds and rungs); cut: share of seeds x rungs where the configuration best in expectation is cut by "
-             f"keep-top-1/{KEEP} (1% tie). All figures in this table are in-sample (measured, nothing fitted).", ""]
-    head = f"{'task':26s} {'family':13s} {'best k':>6s} " + " ".join(f"{c:>15s}" for c in CANDIDATES)
-    lines += [head, " " * 48 + " ".join(f"{'rho   cut':>15s}" for _ in CANDIDATES)]
+             f"keep-top-1/{KEEP} (1% tie); cut@{RUNGS[-1]}: at the default ladder's one rung alone. All figures in this table are in-sample (measured, nothing fitted).", ""]
+    head = f"{'task':26s} {'family':13s} {'best k':>6s} " + " ".join(f"{c:>20s}" for c in CANDIDATES)
+    lines += [head, " " * 48 + " ".join(f"{'rho   cut cut@' + str(RUNGS[-1]):>20s}" for _ in CANDIDATES)]
     scores: dict[str, dict[str, float]] = {c: {} for c in CANDIDATES}
     family_of: dict[str, str] = {}
     shares: dict[str, list[float]] = {}
@@ -210,7 +213,7 @@ def body(datas: list[dict[str, Any]]) -> str:
         best_off = ks.index(min(ks, key=lambda k: np.mean([grid.capped(r["final"], d["untrained"]) for r in d["runs"]
                                                            if r["k"] == k]))) + ks[0] - d["grid_best_k"]
         lines.append(f"{d['task']:26s} {d['family']:13s} {best_off:+6d} " +
-                     " ".join(f"{s[c]['rho']:+.2f} {s[c]['cut']:5.2f}".rjust(15) for c in CANDIDATES))
+                     " ".join(f"{s[c]['rho']:+.2f} {s[c]['cut']:5.2f} {s[c]['cut_last']:5.2f}".rjust(20) for c in CANDIDATES))
     lines += ["", "best k: where the best mean final loss fell, in grid points from the grid's best (this run's seeds).",
               "Cooldown updates per branch as a share of the trial's updates (mean over rungs): " +
               ", ".join(f"{f} {np.mean(v):.3f}" for f, v in shares.items()) +

@@ -69,7 +69,7 @@ def _search(tmp_path: Path, name: str, **halving: object) -> tunekit.SearchResul
 
 @pytest.mark.slow  # a search
 def test_the_pruner_reads_the_branch_value_and_the_branch_is_paid_for(tmp_path: Path) -> None:
-    r = _search(tmp_path, "a")
+    r = _search(tmp_path, "a", rung_cooldown=0.1)
     study = optuna.load_study(study_name=None, storage=f"sqlite:///{tmp_path / 'a' / 'study.db'}")
     rung = 2 * 10 * 16  # 9 trials at rf 3: one rung, at evaluation 2 of 4 (update 20, 16 a batch)
     assert any(t["state"] == "PRUNED" for t in r.trials)

@@ -53,7 +53,7 @@ ACCUMULATION_STEPS = 1
 #: a short cooldown branch, tunekit.training.branch), and that branch's length as a share of the updates so far.
 RUNG_VALUE = "raw"
 RUNG_VALUES: tuple[str, ...] = ("raw", "cooldown")
-RUNG_COOLDOWN = 0.1
+RUNG_COOLDOWN = 0.2
 
 #: Parameter (or field) names -> the default value they take from here. tests/test_layout.py refuses
 #: a keyword or dataclass default that writes one of these values as a literal outside this module.
