@@ -12,6 +12,10 @@ start rather than where they end (short-horizon bias, Wu et al. 2018). So by
 default the first rung waits for the first completed trial's evidence: the
 first evaluation at which that trial's validation loss had covered half of its
 drop from its initial loss to its final one. Later rungs follow by factors of rf.
+
+What a trial reports at a rung of the fixed ladder is its value there, or with ``Halving(rung_value=
+"cooldown")`` its value after a short cooldown branch (:func:`branch_plan`, :mod:`tunekit.training.branch`):
+a raw value lags for a high LR whose decay is still ahead, a cooled-down one does not.
 """
 
 from __future__ import annotations
