@@ -17,7 +17,7 @@ The candidate is chosen leave-one-family-out (:mod:`benchmarks.harness.lofo`) on
 cut rate + (1 - rho) / 4. Runs are cached in benchmarks/data/rung_fairness/<task>.json.
 
     python -m benchmarks.rung_fairness            # the tasks below, then the report
-    python -m benchmarks.rung_fairness --quick    # two cheap tasks, 2 seeds, 4 LRs, in a temporary folder
+    python -m benchmarks.rung_fairness --quick    # two cheap tasks (two families), 2 seeds, 4 LRs, in a temporary folder
     python -m benchmarks.rung_fairness --report   # the report from the cached runs
 """
 
@@ -236,7 +236,7 @@ def main() -> None:
     ap.add_argument("--report", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    names = ["long_adam", "digits_mlp_sgdm"] if args.quick else pick(args.tasks)
+    names = ["digits_mlp_sgdm", "photo_pixels_huber_sgdm"] if args.quick else pick(args.tasks)
     root = Path(tempfile.mkdtemp()) if args.quick else ROOT
     offsets, seeds = ((-1, 0, 1, 2), 2) if args.quick else (OFFSETS, SEEDS)
     datas = []

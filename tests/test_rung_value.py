@@ -56,7 +56,7 @@ def test_a_cooldown_branch_leaves_the_run_bit_identical() -> None:
 def test_without_putting_back_the_run_would_change(monkeypatch: pytest.MonkeyPatch) -> None:
     """The test above can fail: a branch that does not restore what it touched changes the run after it."""
     plain, _, _ = _final_weights(None)
-    monkeypatch.setattr("tunekit.training.state.preserved", lambda *a, **k: contextlib.nullcontext())
+    monkeypatch.setattr("tunekit.training.branch.preserved", lambda *a, **k: contextlib.nullcontext())
     branched, _, _ = _final_weights(Cooldown(0.2, frozenset({10})))
     assert not all(torch.equal(plain[k], branched[k]) for k in plain)
 

@@ -11,11 +11,8 @@ before trials have started to learn ranks them by noise, or by how fast they
 start rather than where they end (short-horizon bias, Wu et al. 2018). So by
 default the first rung waits for the first completed trial's evidence: the
 first evaluation at which that trial's validation loss had covered half of its
-drop from its initial loss to its final one. Later rungs follow by factors of rf.
-
-What a trial reports at a rung of the fixed ladder is its value there, or with ``Halving(rung_value=
-"cooldown")`` its value after a short cooldown branch (:func:`branch_plan`, :mod:`tunekit.training.branch`):
-a raw value lags for a high LR whose decay is still ahead, a cooled-down one does not.
+drop from its initial loss to its final one. Later rungs follow by factors of rf. With
+``Halving(rung_value="cooldown")`` a trial reports a cooldown branch's value at the ladder's rungs (:func:`branch_plan`).
 """
 
 from __future__ import annotations
