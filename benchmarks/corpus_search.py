@@ -45,6 +45,7 @@ import torch
 from benchmarks import search_efficiency as se
 from benchmarks.corpus import CORPUS, pick
 from benchmarks.harness import costs, grid, lr_free, report, retrain
+from tunekit import Halving
 
 #: One task a family: the cheapest real-data task of each that is not in the search's own benchmark.
 SEARCH_TASKS = ("digits_mlp_sgdm", "digits_cnn_bn_nesterov", "lstm_torchsrc_adam", "photo_pixels_huber_sgdm",
@@ -57,7 +58,9 @@ ARMS = SEARCHES + FREE
 # range test's short runs before it (ProbeSettings(lr_refine=True); the default until 2026-12-05).
 VARIANTS: dict[str, dict[str, Any]] = {"tunekit_refined": {"lr_refine": True},
                                        # the range test's sweep a third of one trial's updates (30 to 100)
-                                       "tunekit_sweep_third": {"lr_sweep_share": 1 / 3}}
+                                       "tunekit_sweep_third": {"lr_sweep_share": 1 / 3},
+                                       # rungs comparing a cooldown branch's value (issue 50 item 2)
+                                       "tunekit_cooldown": {"pruner": Halving(rung_value="cooldown")}}
 CACHE = Path(__file__).resolve().parent / ".cache" / "corpus_search"
 # --timing: the searches again, one process, each (task, seed)'s arms back to back, for device seconds.
 TIMING_CACHE = Path(__file__).resolve().parent / ".cache" / "corpus_search_timing"

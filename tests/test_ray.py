@@ -14,7 +14,7 @@ pytestmark = pytest.mark.slow  # Ray instances and Tune runs
 
 import torch  # noqa: E402
 
-from tunekit import (Halving, Measurement, NoPruning, ProbeSettings, RandomSampler, Ray, StepSettings, Study, Sweep,
+from tunekit import (Halving, Local, Measurement, NoPruning, ProbeSettings, RandomSampler, Ray, StepSettings, Study, Sweep,
                     UsageError, search)
 from tunekit.integrations.task_spec import load_task  # noqa: E402
 from tunekit.training.loop import evaluate  # noqa: E402
@@ -445,3 +445,17 @@ def test_a_task_object_from_a_module_on_sys_path_runs_on_ray(tmp_path: Path) -> 
     done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=300,
                           env={**__import__("os").environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0 and done.stdout.strip().splitlines()[-1] == "[('COMPLETE', None)]", done.stderr[-3000:]
+
+
+def test_the_rung_value_is_the_same_on_ray_as_in_this_process(local_ray, tmp_path: Path) -> None:
+    """A cooldown rung's value is the trial's own (its config and seed), whichever backend runs it."""
+    space = write_space(tmp_path, WIDE)
+    runs = [search("tests.tasks:regression_task", str(space), trials=3, seed=1, out=tmp_path / name,
+                   pruner=Halving(evals=4, rungs=1, rung_value="cooldown"), backend=backend, budget="20updates")
+            for name, backend in (("local", Local(device="cpu")), ("ray", Ray(device="cpu", max_concurrent=1)))]
+    first = [r.trials[0] for r in runs]  # the seed trial: the same params on both
+    assert first[0]["params"] == first[1]["params"]
+    assert first[0]["rung_values"] and first[0]["branch_samples"] == first[1]["branch_samples"] > 0
+    assert [p[0] for p in first[0]["rung_values"]] == [p[0] for p in first[1]["rung_values"]] == [2 * 5 * 16]
+    assert [p[1] for p in first[0]["rung_values"]] == pytest.approx([p[1] for p in first[1]["rung_values"]], rel=1e-6)
+    assert first[0]["samples"] == first[1]["samples"]

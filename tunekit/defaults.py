@@ -49,10 +49,17 @@ MIN_LR_RATIO = 0.1
 #: Micro-batches per optimizer update.
 ACCUMULATION_STEPS = 1
 
+#: What a rung of successive halving compares: "raw" (the evaluation's value) or "cooldown" (the value after
+#: a short cooldown branch, tunekit.training.branch), and that branch's length as a share of the updates so far.
+RUNG_VALUE = "raw"
+RUNG_VALUES: tuple[str, ...] = ("raw", "cooldown")
+RUNG_COOLDOWN = 0.2
+
 #: Parameter (or field) names -> the default value they take from here. tests/test_layout.py refuses
 #: a keyword or dataclass default that writes one of these values as a literal outside this module.
 GOVERNED: dict[str, object] = {
     "clip_grad_norm": CLIP_GRAD_NORM, "warmup": WARMUP, "schedule": SCHEDULE, "decay": SCHEDULE,
     "min_lr_ratio": MIN_LR_RATIO, "run_steps": RUN_STEPS, "max_steps": RUN_STEPS, "sweep_steps": SWEEP_STEPS,
     "refine_share": REFINE_SHARE, "diverge_threshold": DIVERGE_THRESHOLD,
+    "rung_value": RUNG_VALUE, "rung_cooldown": RUNG_COOLDOWN,
 }

@@ -14,7 +14,7 @@ __all__ = [
     "ENQUEUED_KEY", "RETRY_OF", "REQUEUE_REASON", "SURPLUS", "FINAL_STEP", "CONFIRM_KEY", "CONFIRM_OF", "REPEAT",
     "CONFIG", "TASK_CONFIG", "MICRO_BATCH", "ACCUMULATION_STEPS", "EFFECTIVE_BATCH", "LR_TRAINED",
     "PREDICTED_SECONDS", "CURVE", "SAMPLES", "UPDATES", "SECONDS", "VAL_LOSS", "INITIAL_LOSS", "ERROR", "REASON",
-    "DIVERGED", "WORKER", "WEIGHTS", "ATTEMPTS",
+    "DIVERGED", "WORKER", "WEIGHTS", "ATTEMPTS", "RUNG_VALUES", "BRANCH_SAMPLES",
 ]
 
 # --- on the study -------------------------------------------------------------------------
@@ -52,7 +52,9 @@ ACCUMULATION_STEPS = "accumulation_steps"  # micro-batches per update
 EFFECTIVE_BATCH = "effective_batch"  # samples per update
 LR_TRAINED = "lr_trained"  # the learning rate as trained (the lr param is at the range test's batch)
 PREDICTED_SECONDS = "predicted_seconds"  # device seconds its updates were predicted to take
-CURVE = "curve"  # [[samples, value], ...]: its evaluations
+CURVE = "curve"  # [[samples, value], ...]: its evaluations (their own values, whatever a rung compared)
+RUNG_VALUES = "rung_values"  # [[samples, value], ...]: a cooldown branch's value at each rung, what the pruner compared
+BRANCH_SAMPLES = "branch_samples"  # of its samples, those its cooldown branches trained on
 SAMPLES = "samples"  # samples it trained on
 UPDATES = "updates"  # optimizer updates it made
 SECONDS = "seconds"  # device seconds it took

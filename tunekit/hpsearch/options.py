@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from collections.abc import Iterator
 from typing import Any, ClassVar, Optional
 
+from tunekit.defaults import RUNG_COOLDOWN, RUNG_VALUE, RUNG_VALUES
 from tunekit.errors import UsageError, check_int, check_number
 from tunekit.option_fields import dest_of, flag_of, opt
 from tunekit.hpsearch.budget import parse_duration
@@ -118,9 +119,19 @@ class Halving(Pruner):
                                spec="rungs", kind="count", metavar="N")
     first_rung: Optional[float] = opt(None, "the first rung as a fraction of the budget (instead of --rungs)",
                                       spec="first_rung", kind="float", metavar="F")
+    rung_value: str = opt(RUNG_VALUE, "what a rung compares: raw (the evaluation's value) or cooldown (the value "
+                          f"after a short LR cooldown branch, fair to high LRs) (default {RUNG_VALUE})",
+                          spec="rung_value", choices=RUNG_VALUES, metavar="V")
+    rung_cooldown: float = opt(RUNG_COOLDOWN, "the cooldown branch's updates as a share of the updates so far "
+                               f"(default {RUNG_COOLDOWN})", spec="rung_cooldown", kind="positive", metavar="F")
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.rung_value not in RUNG_VALUES:
+            raise UsageError(f"Halving(rung_value=...) must be one of {', '.join(RUNG_VALUES)}, got {self.rung_value!r}: "
+                             "pass e.g. rung_value='cooldown'")
+        check_number("Halving(rung_cooldown=...)", self.rung_cooldown, positive=True, maximum=1,
+                     hint="a share of the updates so far: pass e.g. rung_cooldown=0.1")
         check_int("Halving(reduction_factor=...)", self.reduction_factor, minimum=2, hint="pass e.g. reduction_factor=3")
         _optional_int("Halving", "rungs", self.rungs, 0, 2)
         if self.first_rung is not None and (isinstance(self.first_rung, bool) or not isinstance(self.first_rung, (int, float))

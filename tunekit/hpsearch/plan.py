@@ -54,6 +54,8 @@ class Plan:
     direction: str = "minimize"
     budget_seconds: Optional[float] = None  # a budget in device time: each trial's, whatever its batch
     step_times: list[list[float]] = field(default_factory=list)  # [micro-batch, seconds] (results.step_time)
+    rung_cooldown: Optional[float] = None  # rungs compare a cooldown branch's value: its share of the updates so far
+    branch_evals: list[int] = field(default_factory=list)  # the evaluations (1-based) a trial branches at
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -78,6 +80,17 @@ class TrialConfig:
     objective: str = "loss"
     direction: str = "minimize"
     predicted_seconds: Optional[float] = None  # its updates priced by the probe's timed steps
+    rung_cooldown: Optional[float] = None  # a cooldown branch's share of the updates so far (None: no branch)
+    branch_evals: tuple[int, ...] = ()  # the evaluations (1-based) it branches at: the rungs'
+
+    def cooldown(self) -> Any:
+        """The :class:`~tunekit.training.branch.Cooldown` that ``train`` runs at its rungs, or None."""
+        if self.rung_cooldown is None or not self.branch_evals:
+            return None
+        from tunekit.training.branch import Cooldown
+
+        every = int(self.train["eval_every"])
+        return Cooldown(float(self.rung_cooldown), frozenset(k * every for k in self.branch_evals))
 
     def reported(self, step: int) -> int:
         """The samples the evaluation after update ``step`` is reported at."""
@@ -174,7 +187,8 @@ def trial_config(plan: Plan, params: dict[str, Any], seed: Optional[int] = None)
                      device=plan.device,
                      eval_batch_size=plan.eval_batch_size, eval_batches=plan.eval_batches)
     return TrialConfig(train_cfg, task_cfg, eval_samples=plan.budget_samples // plan.evals, objective=plan.objective,
-                       direction=plan.direction, predicted_seconds=per_update * updates if per_update else None)
+                       direction=plan.direction, predicted_seconds=per_update * updates if per_update else None,
+                       rung_cooldown=plan.rung_cooldown, branch_evals=tuple(plan.branch_evals))
 
 
 def _mid(dist: Any) -> Any:

@@ -204,6 +204,9 @@ def _prepare(resolved: ResolvedSearch, backend: Backend, policy: StudyPolicy) ->
             probes.samples = int(_or(found.old_plan.probe_samples, probes.samples))
             probes.seconds = float(_or(found.old_plan.probe_seconds, probes.seconds))
         plan = make_plan(inputs, probes, settings)
+        if found.old_plan is not None:  # a study's trials branch where its first run's did (an older study's: nowhere)
+            plan = dataclasses.replace(plan, rung_cooldown=found.old_plan.plan.rung_cooldown,
+                                       branch_evals=list(found.old_plan.plan.branch_evals))
         task_recipe = None
         if found.old_dists:  # the space a study started with stays its space
             dists = {n: optuna.distributions.json_to_distribution(d) for n, d in found.old_dists.items()}

@@ -11,7 +11,8 @@ before trials have started to learn ranks them by noise, or by how fast they
 start rather than where they end (short-horizon bias, Wu et al. 2018). So by
 default the first rung waits for the first completed trial's evidence: the
 first evaluation at which that trial's validation loss had covered half of its
-drop from its initial loss to its final one. Later rungs follow by factors of rf.
+drop from its initial loss to its final one. Later rungs follow by factors of rf. With
+``Halving(rung_value="cooldown")`` a trial reports a cooldown branch's value at the ladder's rungs (:func:`branch_plan`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from tunekit.hpsearch.keys import CONFIRM_OF, FINAL_STEP, INITIAL_LOSS
 from tunekit.hpsearch.options import Halving, Pruner
 from tunekit.objective import Objective
 
-__all__ = ["ladder", "default_rungs", "make_pruner", "Rungs", "learning_point", "LEARNED"]
+__all__ = ["ladder", "default_rungs", "make_pruner", "branch_plan", "Rungs", "learning_point", "LEARNED"]
 
 # The share of its drop a trial has covered where it has "started to learn".
 LEARNED = 0.5
@@ -167,6 +168,17 @@ def halving(pruner: Pruner, trials: int, budget_samples: int, prune: bool, direc
                                                        h.first_rung)
     return rungs, make_pruner(budget_samples // h.evals, h.evals, rungs, h.reduction_factor, prune,
                               adaptive=h.rungs is None and h.first_rung is None, direction=direction)
+
+
+def branch_plan(pruner: Pruner, trials: int, budget_samples: int, prune: bool) -> tuple[Optional[float], list[int]]:
+    """(the cooldown share, the evaluations a trial branches at) where rungs compare cooldown values, else
+    (None, []). A trial branches at every rung of the fixed ladder (the adaptive rungs are among them; where
+    the adaptive rule falls back to a rung off the ladder, every trial reports its raw value there, so a rung
+    still compares like with like), whatever the study holds when it runs: the value is the same on every backend."""
+    if not prune or not isinstance(pruner, Halving) or pruner.rung_value != "cooldown":
+        return None, []
+    return float(pruner.rung_cooldown), ladder(budget_samples, trials, pruner.reduction_factor, pruner.evals,
+                                               pruner.rungs, pruner.first_rung)
 
 
 def make_pruner(unit: int, evals: int, ladder_evals: list[int], reduction_factor: int, prune: bool,

@@ -22,6 +22,7 @@ from tunekit.hpsearch.budget import BudgetWarning, price_budget
 from tunekit.hpsearch.plan import (AROUND, LARGER, MIN_UPDATES, Plan, initial_design, lr_rule_for,
                                    nearest_choice, split_batch, updates_for)
 from tunekit.hpsearch.resolve import SearchInputs
+from tunekit.hpsearch.rungs import branch_plan
 from tunekit.hpsearch.seeded_space import batch_centre, reference_batch
 from tunekit.hpsearch.settings import SearchSettings
 from tunekit.inputs.data import dataset_size
@@ -223,12 +224,14 @@ def make_plan(inputs: SearchInputs, probes: Probes, settings: SearchSettings) ->
     eval_bs = int(task.batch_size or cfg.batch_size or 1)
     n_val = dataset_size(task.val_data)
     eval_batches = None if n_val is None or n_val <= EVAL_SAMPLES else max(1, EVAL_SAMPLES // eval_bs)
+    cooldown, branch_evals = branch_plan(settings.pruner, settings.trials, inputs.budget.samples, settings.prune)
     return Plan(budget_samples=inputs.budget.samples, seed=settings.seed, task_batch=inputs.task_batch,
                 max_micro=int(probes.probe.max_batch) if probes.probe is not None else 1 << 30,
                 ref_batch=ref, lr_rule=rule, evals=settings.pruner.evals, device=settings.backend.device, eval_batch_size=eval_bs,
                 eval_batches=eval_batches, fixed=sp.fixed(), objective=settings.objective.name,
                 direction=settings.objective.direction, budget_seconds=inputs.budget.seconds,
-                step_times=probes.probe.step_times if probes.probe is not None else [])
+                step_times=probes.probe.step_times if probes.probe is not None else [],
+                rung_cooldown=cooldown, branch_evals=branch_evals)
 
 
 def adaptive_l2(inputs: SearchInputs, optimizer: Any) -> bool:

@@ -363,7 +363,8 @@ def trial_dicts(study: Any) -> list[dict[str, Any]]:
             d["confirm_of"], d["repeat"] = confirm_key(ua)
         if ua.get(K.WEIGHTS) and Path(ua[K.WEIGHTS]).is_file():
             d["weights"] = ua[K.WEIGHTS]  # its kept weights (a file removed since, as no longer the best, is not)
-        for key, extra in ((K.WORKER, "worker"), (K.ATTEMPTS, "attempts")):
+        for key, extra in ((K.WORKER, "worker"), (K.ATTEMPTS, "attempts"), (K.RUNG_VALUES, "rung_values"),
+                           (K.BRANCH_SAMPLES, "branch_samples")):
             if key in ua:
                 d[extra] = ua[key]
         out.append(d)

@@ -28,7 +28,7 @@ from tunekit.hpsearch.resilient import StorageUnreachable
 from tunekit.objective import Objective, objective_of
 from tunekit.training.memory import collecting_young, free_memory
 
-__all__ = ["Outcome", "TrialRun", "run_config", "run_trial", "keep_weights", "evaluation_reporter", "record", "conclude", "start_attrs", "outcome_of", "TrialFailed",
+__all__ = ["Outcome", "RungBranches", "TrialRun", "run_config", "run_trial", "keep_weights", "evaluation_reporter", "record", "conclude", "start_attrs", "outcome_of", "TrialFailed",
            "INTERRUPTED"]
 
 INTERRUPTED = "interrupted; re-run on --resume"
@@ -52,10 +52,14 @@ class Outcome:
     reason: Optional[str] = None  # why a PRUNED trial stopped (a FAIL's reason is its error)
     val_loss: Optional[float] = None  # the last evaluation's validation loss, whatever the objective
     weights: Optional[str] = None  # the path of its kept weights (tunekit.hpsearch.keep)
+    rung_values: list[list[float]] = field(default_factory=list)  # [samples, cooldown value] at each branch
+    branch_samples: int = 0  # of ``samples``, those its cooldown branches trained on
 
     def attrs(self) -> dict[str, Any]:
         out: dict[str, Any] = {K.CURVE: self.curve, K.SAMPLES: self.samples, K.UPDATES: self.updates,
                                K.SECONDS: self.seconds}
+        if self.rung_values:
+            out[K.RUNG_VALUES], out[K.BRANCH_SAMPLES] = self.rung_values, self.branch_samples
         if self.val_loss is not None:
             out[K.VAL_LOSS] = self.val_loss
         if self.initial_loss is not None and math.isfinite(self.initial_loss):
@@ -111,7 +115,7 @@ def run_config(task: Any, cfg: TrialConfig, report: Callable[[int, dict[str, flo
                 cache[key] = run_task
     on_trained = (lambda model: trained.update(Keeper.snapshot(model))) if trained is not None else None
     # The search's own bar counts trials.
-    return train(run_task, cfg.train, callback=report, progress=False, on_trained=on_trained)
+    return train(run_task, cfg.train, callback=report, progress=False, on_trained=on_trained, cooldown=cfg.cooldown())
 
 
 def keep_weights(keeper: Optional[Keeper], snapshot: dict[str, Any], outcome: Outcome, number: int, cfg: TrialConfig,
@@ -137,13 +141,14 @@ def keep_weights(keeper: Optional[Keeper], snapshot: dict[str, Any], outcome: Ou
 
 
 def outcome_of(result: Any, curve: list[list[float]], seconds: float, final_step: Optional[int] = None,
-               objective: Objective = Objective()) -> Outcome:
-    """The outcome of a training run that went to its end (or diverged), valued by ``objective``."""
+               objective: Objective = Objective(), branches: Optional[RungBranches] = None) -> Outcome:
+    """The outcome of a training run that went to its end (or diverged), valued by ``objective``; its
+    cooldown branches' samples and updates (``branches``) counted in its own."""
     val_loss = float(result.evals[-1]["loss"]) if result.evals else None
     if result.diverged:
-        return Outcome("FAIL", curve=curve, samples=int(result.samples), updates=int(result.updates),
-                       seconds=seconds, error=f"diverged at update {result.diverged_at}", diverged=True,
-                       val_loss=val_loss)
+        return (branches or RungBranches()).charge(
+            Outcome("FAIL", curve=curve, samples=int(result.samples), updates=int(result.updates), seconds=seconds,
+                    error=f"diverged at update {result.diverged_at}", diverged=True, val_loss=val_loss))
     # Where the trial started, in the objective's units, for the rungs' learning point: the first
     # training loss (its exp for perplexity); other objectives have no value before the first
     # evaluation, and their rungs are the fixed ladder.
@@ -151,21 +156,57 @@ def outcome_of(result: Any, curve: list[list[float]], seconds: float, final_step
     if first is not None and objective.name == "perplexity":
         first = math.exp(min(first, 700.0))
     value = float(result.final_loss) if objective.name == "loss" else objective.value(result.evals[-1])
-    return Outcome("COMPLETE", value, curve, int(result.samples), int(result.updates), seconds,
-                   initial_loss=first, final_step=final_step, val_loss=val_loss)
+    return (branches or RungBranches()).charge(
+        Outcome("COMPLETE", value, curve, int(result.samples), int(result.updates), seconds, initial_loss=first,
+                final_step=final_step, val_loss=val_loss))
 
 
-def evaluation_reporter(cfg: TrialConfig, curve: list[list[float]], last: dict[str, float]) -> Callable[[int, dict[str, float]], float]:
-    """``value(step, metrics)``: an evaluation's objective value, its point appended to ``curve`` (samples
-    seen, value) and its metrics kept in ``last`` (for the validation loss of a trial stopped early)."""
+@dataclass
+class RungBranches:
+    """A trial's cooldown branches at its rungs (:mod:`tunekit.training.branch`): [samples seen, the branch's
+    objective value] at each, what the pruner compared there, and what they cost beyond the run."""
+
+    values: list[list[float]] = field(default_factory=list)
+    updates: int = 0
+    samples: int = 0
+
+    def charge(self, outcome: Outcome) -> Outcome:
+        """``outcome`` with the branches' values, and their samples and updates counted in its own."""
+        outcome.rung_values, outcome.branch_samples = list(self.values), self.samples
+        outcome.samples += self.samples
+        outcome.updates += self.updates
+        return outcome
+
+
+def evaluation_reporter(cfg: TrialConfig, curve: list[list[float]], last: dict[str, float],
+                        branches: Optional[RungBranches] = None) -> Callable[[int, dict[str, float]], float]:
+    """``value(step, metrics)``: the value the pruner compares at an evaluation. The evaluation's objective
+    value goes to ``curve`` (samples seen, value) and its metrics to ``last`` (for the validation loss of a
+    trial stopped early); where a cooldown branch ran, its value is the one returned, kept in ``branches``
+    with its cost (a branch with no finite value leaves the evaluation's own)."""
+    from tunekit.training.branch import PREFIX
+
     objective = objective_of(cfg)
 
     def value(step: int, metrics: dict[str, float]) -> float:
+        own = {k: v for k, v in metrics.items() if not k.startswith(PREFIX)}
         last.clear()
-        last.update(metrics)
-        v = objective.value(metrics)
+        last.update(own)
+        v = objective.value(own)
         curve.append([step * cfg.effective_batch, v])
-        return v
+        if PREFIX + "loss" not in metrics:
+            return v
+        branch = {k.removeprefix(PREFIX): x for k, x in metrics.items() if k.startswith(PREFIX)}
+        try:
+            b = float(objective.value(branch))
+        except (KeyError, TypeError, ValueError):  # a diverged branch measured its loss alone
+            b = math.nan
+        if branches is not None:
+            branches.updates += int(branch["updates"])
+            branches.samples += int(branch["samples"])
+            if math.isfinite(b):
+                branches.values.append([step * cfg.effective_batch, b])
+        return b if math.isfinite(b) else v
 
     return value
 
@@ -182,6 +223,7 @@ class TrialRun:
     curve: list[list[float]] = field(default_factory=list)  # [samples seen, value] at each evaluation
     last: dict[str, float] = field(default_factory=dict)  # the last evaluation's metrics
     trained: dict[str, Any] = field(default_factory=dict)  # the model's weights at the end, where they are kept
+    branches: RungBranches = field(default_factory=lambda: RungBranches())  # its cooldown branches at rungs
     t0: float = field(default_factory=time.perf_counter)
 
 
@@ -196,7 +238,7 @@ def run_trial(task: Any, trial: Any, cfg: TrialConfig, *, prune: bool, cache: Op
     import optuna
 
     run = TrialRun(task, trial, cfg, keeper, cache)
-    value_of = evaluation_reporter(cfg, run.curve, run.last)
+    value_of = evaluation_reporter(cfg, run.curve, run.last, run.branches)
     steps = int(cfg.train["max_steps"])
 
     def report(step: int, metrics: dict[str, float]) -> None:
@@ -233,7 +275,8 @@ def _run(run: TrialRun, report: Callable[[int, dict[str, float]], None]) -> Outc
         raise
     except Exception as exc:  # the user's task or model raised: the trial fails, the search goes on
         return _stopped(Outcome("FAIL", error=f"{type(exc).__name__}: {exc}"), run)
-    outcome = outcome_of(result, run.curve, time.perf_counter() - run.t0, final_step(cfg), objective_of(cfg))
+    outcome = outcome_of(result, run.curve, time.perf_counter() - run.t0, final_step(cfg), objective_of(cfg),
+                         run.branches)
     keep_weights(run.keeper, run.trained, outcome, run.trial.number, cfg, run.trial.study,
                  always=is_confirmation(run.trial.user_attrs))
     return outcome
@@ -245,7 +288,7 @@ def _stopped(outcome: Outcome, run: TrialRun) -> Outcome:
     outcome.curve, outcome.samples, outcome.updates = run.curve, seen, seen // run.cfg.effective_batch
     outcome.seconds = time.perf_counter() - run.t0
     outcome.val_loss = float(run.last["loss"]) if "loss" in run.last else None
-    return outcome
+    return run.branches.charge(outcome)
 
 
 def final_step(cfg: TrialConfig) -> int:

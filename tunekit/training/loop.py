@@ -16,6 +16,7 @@ from tunekit.defaults import ACCUMULATION_STEPS, CLIP_GRAD_NORM, LR, MIN_LR_RATI
 from tunekit.errors import CLIP_HINT, UsageError, check_int, check_number, deprecated
 from tunekit.progress import bar
 from tunekit.results import TrainResult
+from tunekit.training.branch import Cooldown, branch_seed, run_cooldown
 from tunekit.training.schedule import DECAYS, Warmup, lr_schedule, warmup_steps
 from tunekit.training.state import preserved, seed_everything_for
 from tunekit.training.step import StepOutput, TrainStep, Updates, autocast_context, resolve_device
@@ -200,16 +201,17 @@ def train(
     callback: EvalCallback | None = None,
     progress: Optional[bool] = None,
     on_trained: Callable[[nn.Module], None] | None = None,
+    cooldown: Optional[Cooldown] = None,
     **overrides: Any,
 ) -> TrainResult:
     """Train a fresh model of ``task`` (any form :func:`~tunekit.load_task` takes: a Task, ``"shapes"``, a
     spec, their objects) through the shared step; return its curve.
 
-    ``config`` may be a :class:`TrainConfig` or a dict of its fields; keyword overrides win over both. Divergence (a non-finite loss) ends the run and is
-    reported in the result, not raised. ``callback(step, metrics)`` runs after
-    each evaluation; returning True stops the run (``stopped_early``), and an
-    exception it raises (e.g. ``optuna.TrialPruned``) propagates. ``on_trained(model)`` gets the trained
-    model after the final evaluation of a run that went to its end (a search keeps its weights there).
+    ``config`` may be a :class:`TrainConfig` or a dict of its fields; keyword overrides win over both. Divergence
+    (a non-finite loss) ends the run and is reported in the result, not raised. ``callback(step, metrics)`` runs
+    after each evaluation; returning True stops the run (``stopped_early``), and an exception it raises (e.g.
+    ``optuna.TrialPruned``) propagates. ``on_trained(model)`` gets the trained model after the final evaluation of
+    a run that went to its end (a search keeps its weights there). ``cooldown``: :mod:`~tunekit.training.branch`.
 
     The global RNGs and the training DataLoader's generators are left as they were: the run draws from its
     own seed, and two runs of one Task with the same config are the same run. ``run_steps=`` (also a key
@@ -233,7 +235,7 @@ def train(
         step = _fresh_step(task, cfg, device, precision)
         batches = BatchStream(task.train_data, cfg.batch_size, seed=cfg.seed)
         lrs = lr_schedule(cfg.max_steps, cfg.lr, cfg.warmup, cfg.schedule, cfg.min_lr_ratio).tolist()  # type: ignore[arg-type]
-        run_eval = _evaluator(task, cfg, step, result, callback)
+        run_eval = _evaluator(task, cfg, step, result, callback, cooldown, lrs)
 
         # The updates, evaluated every ``eval_every``, until the schedule ends, the loss diverges or
         # the callback says stop.
@@ -281,17 +283,25 @@ def _fresh_step(task: Task, cfg: TrainConfig, device: torch.device, precision: P
 
 
 def _evaluator(task: Task, cfg: TrainConfig, step: TrainStep, result: TrainResult,
-               callback: EvalCallback | None) -> Callable[[int], bool]:
-    """``run_eval(update)``: the validation metrics into ``result.evals``, then the callback; True to stop."""
+               callback: EvalCallback | None, cooldown: Optional[Cooldown] = None,
+               lrs: Optional[list[float]] = None) -> Callable[[int], bool]:
+    """``run_eval(update)``: the validation metrics (and a cooldown branch's, where ``cooldown`` says) into
+    ``result.evals``, then the callback; True to stop."""
 
-    def run_eval(at: int) -> bool:
-        if task.val_data is None:
-            return False
-        metrics = evaluate(
+    def measure() -> dict[str, float]:
+        return evaluate(
             step.model, task.val_data, step.compute, device=step.device, precision=step.precision,
             batch_size=cfg.eval_batch_size or task.batch_size or cfg.batch_size, max_batches=cfg.eval_batches,
             metrics=task.metrics,
         )
+
+    def run_eval(at: int) -> bool:
+        if task.val_data is None:
+            return False
+        metrics = measure()
+        if cooldown is not None and lrs and at in cooldown.at:
+            metrics.update(run_cooldown(step, task.train_data, cfg.batch_size, branch_seed(cfg.seed, at), lrs[at - 1],
+                                        cooldown.updates(at), measure).prefixed())
         result.evals.append({"step": at, **metrics})
         return bool(callback(at, metrics)) if callback is not None else False
 

@@ -36,7 +36,7 @@ from tunekit.hpsearch.keys import ATTEMPTS, REASON
 from tunekit.hpsearch.plan import Plan, TrialConfig, split_batch
 from tunekit.hpsearch.settings import SearchSettings
 from tunekit.hpsearch.study import finished_count, note_interrupted
-from tunekit.hpsearch.trial import (INTERRUPTED, Outcome, evaluation_reporter, final_step, keep_weights,
+from tunekit.hpsearch.trial import (INTERRUPTED, Outcome, RungBranches, evaluation_reporter, final_step, keep_weights,
                                    outcome_of, record, run_config, start_attrs)
 from tunekit.objective import objective_of
 from tunekit.training.memory import collecting_young, free_memory
@@ -106,21 +106,24 @@ def _trial(config: dict[str, Any], task: Any) -> None:
         # them; without a GPU, never take one on our own.
         train_cfg["device"] = "cuda" if gpu_ids and torch.cuda.is_available() else "cpu"
     cfg = TrialConfig(train_cfg, config.get("task_cfg") or {}, int(config.get("eval_samples") or 0),
-                      config.get("objective", "loss"), config.get("direction", "minimize"))
+                      config.get("objective", "loss"), config.get("direction", "minimize"),
+                      rung_cooldown=config.get("rung_cooldown"), branch_evals=tuple(config.get("branch_evals") or ()))
     worker = {"node": ray.util.get_node_ip_address(), "cluster": ray.get_runtime_context().gcs_address,
               "pid": os.getpid(), "gpu_ids": gpu_ids, "device": train_cfg["device"], "started": time.time()}
     curve: list[list[float]] = []
     last: dict[str, float] = {}
-    value_of = evaluation_reporter(cfg, curve, last)
+    branches = RungBranches()
+    value_of = evaluation_reporter(cfg, curve, last, branches)
     label = objective_of(cfg).label
     t0 = time.perf_counter()
 
     def report(step: int, metrics: dict[str, float]) -> None:
         value = value_of(step, metrics)
         if step < int(train_cfg["max_steps"]):  # the last evaluation ends the trial, below
-            tune.report({"value": _finite(value, cfg.direction), "samples": cfg.reported(step), "seen": curve[-1][0],
-                         "updates": step, "val_loss": last.get("loss"), "label": label, "curve": curve,
-                         "worker": worker})
+            tune.report({"value": _finite(value, cfg.direction), "samples": cfg.reported(step),
+                         "seen": curve[-1][0] + branches.samples, "updates": step + branches.updates,
+                         "val_loss": last.get("loss"), "label": label, "curve": curve, "worker": worker,
+                         "rung_values": branches.values, "branch_samples": branches.samples})
 
     keeper = Keeper(**config["keep"]) if config.get("keep") else None
     weights: dict[str, Any] = {}  # the trained model's state_dict (Keeper.snapshot), where weights are kept
@@ -139,7 +142,7 @@ def _trial(config: dict[str, Any], task: Any) -> None:
         # send the text as a last report, then fail (Ray retries up to --max-failures).
         _report({ERROR_KEY: f"{type(exc).__name__}: {exc}"[:2000], "curve": curve, "worker": worker})
         raise
-    outcome = outcome_of(result, curve, time.perf_counter() - t0, final_step(cfg), objective_of(cfg))
+    outcome = outcome_of(result, curve, time.perf_counter() - t0, final_step(cfg), objective_of(cfg), branches)
     # Written in the run's storage; the driver, which holds the study, removes those the best makes surplus.
     keep_weights(keeper, weights, outcome, int(config["number"]), cfg)
     weights.clear()
@@ -148,7 +151,8 @@ def _trial(config: dict[str, Any], task: Any) -> None:
     tune.report({DONE_KEY: outcome.state, "value": outcome.value, "samples": outcome.samples,
                  "updates": outcome.updates, "seconds": outcome.seconds, "error": outcome.error,
                  "diverged": outcome.diverged, "curve": curve, "worker": worker, "initial_loss": outcome.initial_loss,
-                 "final_step": outcome.final_step, "val_loss": outcome.val_loss, "weights": outcome.weights})
+                 "final_step": outcome.final_step, "val_loss": outcome.val_loss, "weights": outcome.weights,
+                 "rung_values": outcome.rung_values, "branch_samples": outcome.branch_samples})
 
 
 def _finite(value: float, direction: str = "minimize") -> float:
@@ -240,7 +244,8 @@ def _searcher(study: Any, dists: dict[str, Any], make_config: Callable[[dict[str
             for key, value in start_attrs(cfg).items():
                 trial.set_user_attr(key, value)
             return {"number": trial.number, "train": cfg.train, "task_cfg": cfg.task, "eval_samples": cfg.eval_samples,
-                    "objective": cfg.objective, "direction": cfg.direction}
+                    "objective": cfg.objective, "direction": cfg.direction, "rung_cooldown": cfg.rung_cooldown,
+                    "branch_evals": list(cfg.branch_evals)}
 
         def on_trial_complete(self, trial_id: str, result: Optional[dict[str, Any]] = None, error: bool = False) -> None:
             pass  # the recorder tells the study, with the error text Ray gives only to callbacks
@@ -330,7 +335,8 @@ def _outcome(last: dict[str, Any]) -> Outcome:
                    float(last.get("seconds") or last.get("time_total_s") or 0.0),
                    last.get("error") or last.get(ERROR_KEY), bool(last.get("diverged")), last.get("worker"),
                    last.get("initial_loss"), last.get("final_step"), reason, last.get("val_loss"),
-                   last.get("weights") if state == "COMPLETE" else None)
+                   last.get("weights") if state == "COMPLETE" else None,
+                   [list(p) for p in last.get("rung_values") or []], int(last.get("branch_samples") or 0))
 
 
 def _error_text(trial: Any) -> str:
