@@ -22,7 +22,7 @@ DATA = ROOT / "benchmarks" / "data"
 # Quick runs that need nothing beyond their own process (and its threads).
 # (probe_accuracy's children measure their own resident memory, which other processes do not move.)
 QUICK = ["doctor_zoo", "step_overhead", "their_tuners", "search_efficiency", "lr_batch", "corpus_lr", "corpus_search",
-         "probe_accuracy", "keep_cost", "corpus_refine", "lr_carry", "lr_spread", "rung_fairness"]
+         "probe_accuracy", "keep_cost", "corpus_refine", "lr_carry", "lr_spread", "rung_fairness", "lr_interval"]
 # Quick runs that start a Ray instance, a PostgreSQL server and several worker processes. They would
 # need the machine to themselves (tests/conftest.py marks them serial) and add a minute to CI's serial
 # phase, whose Ray and shared-study tests (tests/test_ray*.py, tests/test_shared.py) already run the

@@ -27,6 +27,7 @@ __all__ = [
     "minimum_div10",
     "minimum",
     "bottom",
+    "bottom_range",
     "leave_bottom",
     "geometric_steepest_min",
     "blowup",
@@ -38,6 +39,7 @@ __all__ = [
     "bracket_minimum",
     "ANCHORS",
     "divided",
+    "divisor",
     "DEFAULT_SPEC",
     "tunekit_rule",
     "RULES",
@@ -165,14 +167,13 @@ def _crossing(x: np.ndarray, y: np.ndarray, level: float) -> float:
     return float(x[j - 1] + t * (x[j] - x[j - 1]))
 
 
-def bottom(c: Curve, level: float = 0.1) -> float | None:
-    """The geometric middle of the curve's bottom: the LRs where the smoothed loss is
-    within ``level`` of its descent (start to minimum) above the minimum.
+def bottom_range(c: Curve, level: float = 0.1) -> tuple[float, float] | None:
+    """The curve's bottom: the (low, high) LRs where the smoothed loss is within ``level`` of its
+    descent (start to minimum) above the minimum. None where the curve does not descend.
 
-    The two ends of the bottom are level crossings on the curve's flanks, where
-    the loss moves fast against LR, so they hold still from one range test to the
-    next where the minimum itself (a flat argmin) wanders. A curve still falling
-    at its end has no right flank: its last LR closes the bottom.
+    Its two ends are level crossings on the curve's flanks, where the loss moves fast against LR,
+    so they hold still from one range test to the next where the minimum itself (a flat argmin)
+    wanders. A curve still falling at its end has no right flank: its last LR closes the bottom.
     """
     end = _descent_end(c)
     if end < 1 or len(c.smooth) < 3:
@@ -183,7 +184,13 @@ def bottom(c: Curve, level: float = 0.1) -> float | None:
     cut = low + level * (start - low)
     left = _crossing(c.x[: end + 1], c.smooth[: end + 1], cut)
     right = _crossing(c.x[end:], c.smooth[end:], cut) if c.smooth[end:].max() >= cut else float(c.x[-1])
-    return float(10 ** ((left + right) / 2))
+    return float(10 ** left), float(10 ** right)
+
+
+def bottom(c: Curve, level: float = 0.1) -> float | None:
+    """The geometric middle of the curve's bottom (:func:`bottom_range`)."""
+    got = bottom_range(c, level)
+    return None if got is None else float(math.sqrt(got[0] * got[1]))
 
 
 def valley(c: Curve) -> float | None:
@@ -332,14 +339,19 @@ def divided(anchor: str, k: float | dict[str, float]) -> Callable[[Curve], float
         lr = point(c)
         if lr is None:
             return None
-        if isinstance(k, dict):
-            div = k.get(c.family or "", float(np.exp(np.mean(np.log(list(k.values()))))))
-        else:
-            div = k
-        return float(lr / div)
+        return float(lr / divisor(c.family, k))
 
     rule.__name__ = f"{anchor}/{k}"
     return rule
+
+
+def divisor(family: str | None, k: float | dict[str, float] | None = None) -> float:
+    """What :func:`divided` divides by for an optimizer ``family``: ``k`` (by default the shipped rule's,
+    ``DEFAULT_SPEC``), or its entry for the family (a family it does not name: the geometric mean of those it does)."""
+    k = DEFAULT_SPEC[1] if k is None else k
+    if isinstance(k, dict):
+        return float(k.get(family or "", float(np.exp(np.mean(np.log(list(k.values())))))))
+    return float(k)
 
 
 def tunekit_rule(c: Curve) -> float | None:
