@@ -252,6 +252,8 @@ def test_json_round_trip_and_plot(tmp_path: Path) -> None:
     r.to_json(path)
     back = LRFindResult.from_json(path)
     assert back.suggestions == r.suggestions and back.lrs == r.lrs
+    assert r.interval is not None and back.interval == r.interval and isinstance(back.interval, tuple)
+    assert r.interval[0] < r.suggestion < r.interval[1]  # type: ignore[operator]
     ax = back.plot()
     assert ax.get_xscale() == "log"
     assert back.suggestion is not None  # this task's curve descends clearly
@@ -287,6 +289,8 @@ def test_cli_lr_find_writes_files(tmp_path: Path) -> None:
     n = len(data["refinement"]["lrs"])
     assert f"suggested peak LR: {data['suggestion']:.3g}  [best of {n} LRs x 2 short runs of 20 updates" in r.stdout
     assert f"{'refined':<10} {format(data['suggestion'], '.3g'):>10}  <- suggested" in r.stdout
+    low, high = data["interval"]
+    assert f"likely best peak LR: {data['suggestion']:.2g} ({low:.2g}-{high:.2g})  [held" in r.stdout
     for rule in ("tunekit", "steepest", "valley", "min/10"):
         assert rule in r.stdout
     data = json.loads((tmp_path / "lr_find.json").read_text())
@@ -749,6 +753,24 @@ def test_a_result_saved_by_tunekit_0_1_loads_into_the_typed_records() -> None:
     assert r.settings.refine_reason == "5% of a 8,000-update run"  # saved as refine_plan until 0.2.0
     assert "from 4+4 LRs x 1 short run of 19 and 38 updates scored on the validation data" in r.summary()
     assert LRFindResult.from_json(r.to_json()) == r and LRFindResult.load(path) == r
+    assert r.interval is None and "likely best peak LR" not in r.summary()  # saved before the interval
+
+
+def test_the_summary_gives_the_interval_with_its_coverage() -> None:
+    """``likely best peak LR: S (LOW-HIGH)``, half a decade either side, said with the coverage measured on the
+    corpus; the CLI prints the summary."""
+    from tunekit.defaults import INTERVAL_COVERAGE, INTERVAL_COVERAGE_CURVE
+
+    r = LRFindResult.from_json(Path(__file__).parent / "data" / "lr_find_v3.json")
+    r.interval = (0.0025, 0.025)
+    line = next(x for x in r.summary().splitlines() if x.startswith("likely best peak LR"))
+    assert line.startswith("likely best peak LR: 0.008 (0.0025-0.025)  [held the planned run's best LR for "
+                           f"{100 * INTERVAL_COVERAGE:.0f}% of the task corpus's runs")
+    back = LRFindResult.from_json(r.to_json())
+    assert back.interval == (0.0025, 0.025) and back == r
+    r.settings.refine = False  # the curve's number alone: its own, lower coverage
+    assert f"for {100 * INTERVAL_COVERAGE_CURVE:.0f}% of the task corpus's runs without short runs" in r.summary()
+    assert any(t.get_text() == "likely best: 0.0025-0.025" for t in back.plot().get_legend().get_texts())
 
 
 def test_doubts_are_an_enum_beside_the_reasons() -> None:

@@ -3,7 +3,8 @@ import math
 import numpy as np
 import pytest
 
-from tunekit.probes.lr_rules import RULES, assess, minimum_div10, prepare, smooth_loglinear, steepest, valley
+from tunekit.probes.lr_rules import (RULES, assess, interval, minimum_div10, prepare, smooth_loglinear, steepest,
+                                    tunekit_rule, valley)
 
 LRS = np.logspace(-6, 1, 120)
 X = np.log10(LRS)
@@ -197,3 +198,21 @@ def test_minimum_is_not_the_fit_sloping_off_a_late_spike() -> None:
         lr = rule(c)
         assert lr is not None and lr < 0.1, rule  # not at the end of the sweep (10)
     assert abs(math.log10(RULES["tunekit"](c) * 2) - (-2)) < 0.3
+
+
+def test_the_interval_spans_a_clean_valley_and_a_flat_curve_gets_none() -> None:
+    """A clean valley: the interval holds the suggestion and the valley's floor (the bowl's flat bottom lies
+    between its descent at 1e-3 and its blow-up at 1e-1), one decade wide. A flat, noisy
+    curve: no interval, though a rule still reads a number off it; nor a non-finite or missing suggestion."""
+    c = prepare(LRS, bowl_curve())
+    s = tunekit_rule(c)
+    got = interval(s)
+    assert s is not None and got is not None and got[0] < s < got[1]
+    assert math.log10(got[1] / got[0]) == pytest.approx(1.0)
+    floor = float(LRS[int(np.argmin(c.smooth))])
+    assert got[0] <= floor <= got[1] * 10 ** 0.5  # the minimum, or the shipped rule's half of it, inside
+    flat = prepare(LRS, 1.0 + 0.001 * np.random.default_rng(0).standard_normal(len(LRS)))
+    assert tunekit_rule(flat) is not None  # the curve alone still reads a number off the noise
+    assert interval(tunekit_rule(flat), curve=flat) is None
+    assert interval(s, curve=c) == got  # a curve that descends keeps its interval
+    assert interval(None) is None and interval(math.nan) is None and interval(0.0) is None

@@ -8,7 +8,7 @@ Every module imports these instead; ``tests/test_layout.py`` fails on a copy els
 
 from __future__ import annotations
 
-__all__ = ["LR", "RUN_STEPS", "RUN_EPOCHS_IN_HAND", "RUN_STEPS_IN_HAND", "SWEEP_STEPS", "DIVERGE_THRESHOLD", "REFINE_SHARE", "PROBE_FULL_RUN_UPDATES", "PROBE_LONG_RUN_SHARE",
+__all__ = ["LR", "RUN_STEPS", "RUN_EPOCHS_IN_HAND", "RUN_STEPS_IN_HAND", "SWEEP_STEPS", "INTERVAL_DECADES", "INTERVAL_COVERAGE", "INTERVAL_COVERAGE_CURVE", "DIVERGE_THRESHOLD", "REFINE_SHARE", "PROBE_FULL_RUN_UPDATES", "PROBE_LONG_RUN_SHARE",
            "CLIP_GRAD_NORM", "WARMUP", "DECAYS", "SCHEDULE", "WSD_DECAY", "MIN_LR_RATIO", "ACCUMULATION_STEPS", "GOVERNED"]
 
 #: The peak LR of a run when nothing says otherwise (train's default).
@@ -26,6 +26,12 @@ REFINE_SHARE = 0.05
 #: The range test's sweep, in updates: the curve (hence the rule's suggestion) depends on how fast the LR
 #: rises; the doctor runs this same sweep, so that its number is lr_find's curve suggestion.
 SWEEP_STEPS = 100
+#: lr_find's interval (``LRFindResult.interval``): this many decades either side of its suggestion; the share of
+#: the task corpus's runs whose planned run's best LR it held, each family left out of the choice, said beside
+#: it; and (in-sample) around the curve's suggestion alone, refine=False (benchmarks/data/lr_interval_report.txt).
+INTERVAL_DECADES = 0.5
+INTERVAL_COVERAGE = 0.74
+INTERVAL_COVERAGE_CURVE = 0.58
 #: The range test stops where its loss exceeds this many times its best (and its start's noise): lr_find's and
 #: the CLI's.
 DIVERGE_THRESHOLD = 4.0

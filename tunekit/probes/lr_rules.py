@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tunekit.defaults import INTERVAL_DECADES
 from tunekit.errors import UsageError
 
 __all__ = [
@@ -40,6 +41,9 @@ __all__ = [
     "ANCHORS",
     "divided",
     "divisor",
+    "interval",
+    "descent",
+    "FLAT",
     "DEFAULT_SPEC",
     "tunekit_rule",
     "RULES",
@@ -367,6 +371,34 @@ DEFAULT_SPEC: tuple[str, float | dict[str, float]] = ("min", {"sgd": 1.0, "adapt
 _DEFAULT = divided(*DEFAULT_SPEC)
 
 
+#: A curve whose smoothed loss falls by less than this share of its start shows no descent: no interval. The
+#: task corpus's curves all fell by more (the least by 1.1%), so the interval's measured coverage holds.
+FLAT = 0.01
+
+
+def descent(c: Curve) -> float:
+    """How far the smoothed loss falls, from its start (the median of its first 5%) to its minimum, as a share
+    of its start (0 under three points)."""
+    n = len(c.smooth)
+    if n < 3:
+        return 0.0
+    start = float(np.median(c.smooth[: max(1, n // 20)]))
+    return (start - float(c.smooth[_descent_end(c)])) / max(abs(start), 1e-12)
+
+
+def interval(suggestion: float | None, decades: float = INTERVAL_DECADES,
+             curve: Curve | None = None) -> tuple[float, float] | None:
+    """Where the planned run's best peak LR likely lies: ``decades`` either side of ``suggestion``. None
+    without one, or where the ``curve`` it came from falls by under ``FLAT`` (a flat curve's number is noise).
+    Why a plain band: on the task corpus no range read off the curve's shape held the best more often at
+    the same width (benchmarks/data/lr_interval_report.txt)."""
+    if suggestion is None or not (suggestion > 0 and math.isfinite(suggestion)):
+        return None
+    if curve is not None and descent(curve) < FLAT:
+        return None
+    return float(suggestion / 10 ** decades), float(suggestion * 10 ** decades)
+
+
 RULES = {
     "tunekit": tunekit_rule,
     "steepest": steepest,
@@ -402,8 +434,7 @@ def assess(c: Curve, min_drop: float = 0.05, batch_noise: float | None = None) -
     end = _descent_end(c)
     start = float(np.median(c.smooth[: max(1, n // 20)]))
     drop = start - float(c.smooth[end])
-    scale = max(abs(start), 1e-12)
-    rel_drop = drop / scale
+    rel_drop = descent(c)
     # Noise of the raw curve around the smoothing, over the descent only: past
     # the minimum the blow-up is signal, not noise.
     noise = float(np.std((c.losses - c.smooth)[: end + 1])) or 1e-12

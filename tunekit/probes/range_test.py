@@ -26,6 +26,7 @@ from tunekit.option_fields import grouped_keywords
 from tunekit.probes.refine import (REFINE_RUNS, carry_to_run, refine_suggestion, schedule_of, short_runner,
                                    without_scoring_data)
 from tunekit.probes.short_runs import DEFAULT_RUN_STEPS, ShortRuns, short_runs_for
+from tunekit.probes.lr_rules import interval, prepare
 from tunekit.probes.resolve import resolve_inputs, step_settings
 from tunekit.probes.sweep import LRSetup, curve_result, sweeps
 from tunekit.progress import bar
@@ -130,6 +131,7 @@ def lr_find(
 
     result = _test_and_refine(setup, settings, sweep_lrs(min_lr, max_lr, sweep_steps, mode), repeats,
                               val_batches if loss_on == "val" else None, short, hold_out_share, progress)
+    result.interval = interval(result.suggestion, curve=prepare(result.lrs, result.losses, family=settings.family))
     result.seconds = time.perf_counter() - start
     return result
 
