@@ -290,7 +290,7 @@ def test_cli_lr_find_writes_files(tmp_path: Path) -> None:
     assert f"suggested peak LR: {data['suggestion']:.3g}  [best of {n} LRs x 2 short runs of 20 updates" in r.stdout
     assert f"{'refined':<10} {format(data['suggestion'], '.3g'):>10}  <- suggested" in r.stdout
     low, high = data["interval"]
-    assert f"likely best peak LR: {data['suggestion']:.2g} ({low:.2g}-{high:.2g})  [held" in r.stdout
+    assert f"likely best peak LR: {data['suggestion']:.3g} ({low:.2g}-{high:.2g})  [held" in r.stdout
     for rule in ("tunekit", "steepest", "valley", "min/10"):
         assert rule in r.stdout
     data = json.loads((tmp_path / "lr_find.json").read_text())
@@ -764,7 +764,7 @@ def test_the_summary_gives_the_interval_with_its_coverage() -> None:
     r = LRFindResult.from_json(Path(__file__).parent / "data" / "lr_find_v3.json")
     r.interval = (0.0025, 0.025)
     line = next(x for x in r.summary().splitlines() if x.startswith("likely best peak LR"))
-    assert line.startswith("likely best peak LR: 0.008 (0.0025-0.025)  [held the planned run's best LR for "
+    assert line.startswith("likely best peak LR: 0.00797 (0.0025-0.025)  [held the planned run's best LR for "
                            f"{100 * INTERVAL_COVERAGE:.0f}% of the task corpus's runs")
     back = LRFindResult.from_json(r.to_json())
     assert back.interval == (0.0025, 0.025) and back == r

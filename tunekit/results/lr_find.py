@@ -348,7 +348,7 @@ class LRFindResult(Result):
         curve = self.settings.refine is False  # the curve's number alone: a wider miss than the short runs'
         held = (f"{100 * INTERVAL_COVERAGE_CURVE:.0f}% of the task corpus's runs without short runs, in-sample"
                 if curve else f"{100 * INTERVAL_COVERAGE:.0f}% of the task corpus's runs, each family held out")
-        return f"likely best peak LR: {self.suggestion:.2g} ({low:.2g}-{high:.2g})  [held the planned run's best LR for {held}]"
+        return f"likely best peak LR: {self.suggestion:.3g} ({low:.2g}-{high:.2g})  [held the planned run's best LR for {held}]"
 
     def _lengths(self) -> list[Optional[int]]:
         """The short runs' length at each stage (one, or H and 2H)."""
