@@ -248,6 +248,7 @@ def task_retrains(cache: Path, name: str, runs: dict[str, list[dict[str, Any]]],
             rows = {a: (retrained(cache, name, {a: rs})[a], [confirm_choice.whole(r) for r in rs])}
         for key, (meds, chs) in rows.items():
             t.outcomes[key] = confirm_choice.outcome(meds, chs, t.target.value, fte)
+            t.old_outcomes[key] = confirm_choice.outcome(meds, chs, 1.02 * t.target.l_star, fte)
             t.retrained[key] = retrain_report.median_or_inf(meds)
             t.own_best[key] = costs.median([math.inf if c is None else float(c.trial["value"]) for c in chs])
     return t
@@ -256,15 +257,14 @@ def task_retrains(cache: Path, name: str, runs: dict[str, list[dict[str, Any]]],
 def retrain_text(tasks: list[retrain_report.TaskRetrains], full: bool = True) -> str:
     """The report's body: the headline (confirmation chosen leave-one-family-out), then (``full``) the targets,
     every setting, the old peers' figures (labelled) and a block a task."""
-    family_of = {t.name: t.family for t in tasks}
-    by_setting = {st.name: {t.name: t.outcomes[retrain_report.SETTING_PREFIX + st.name] for t in tasks
-                            if retrain_report.SETTING_PREFIX + st.name in t.outcomes} for st in confirm_choice.SETTINGS}
-    held = confirm_choice.held_out(by_setting, family_of)
-    everywhere = confirm_choice.chosen_everywhere(by_setting, family_of)
+    family_of, outs = {t.name: t.family for t in tasks}, retrain_report.by_setting(tasks)
+    held = confirm_choice.held_out(outs, family_of)
+    everywhere = confirm_choice.chosen_everywhere(outs, family_of)
     if not full:
         return retrain_report.headline(tasks, held, everywhere)
     parts = [retrain_report.headline(tasks, held, everywhere), retrain_report.targets_table(tasks),
-             retrain_report.settings_table(tasks), retrain_report.old_peers(), *map(retrain_report.block, tasks)]
+             retrain_report.settings_table(tasks), retrain_report.settings_table(tasks, old=True),
+             retrain_report.old_peers(), *map(retrain_report.block, tasks)]
     return "\n\n".join(p for p in parts if p)
 
 
