@@ -79,6 +79,9 @@ class SearchResult(SearchPlots, Result):
     # The best trials run again at fresh seeds (Confirm): the configuration chosen by its mean, each confirmed
     # one's values, how much the best single value overstated it. None: the search confirmed none.
     confirmation: Optional[Confirmation] = None
+    # Where confirmation was asked for and not all its runs ran (the time limit reached, the search stopped):
+    # how many did, and what the answer is then (results.confirmation.shortfall). None: all ran, or none asked.
+    confirm_note: Optional[str] = None
 
     def __post_init__(self) -> None:  # a dict (from search.json) becomes its record
         self.confirmation = Confirmation.of(self.confirmation)
@@ -274,6 +277,8 @@ class SearchResult(SearchPlots, Result):
                   for name, (lo, hi) in sorted(self.widened.items())]
         if self.confirmation is not None:
             lines += self.confirmation.lines(self.objective)
+        if self.confirm_note:
+            lines.append(self.confirm_note)
         if self.best_value is not None:
             mean = f" (the mean of trial {self.confirmation.chosen}'s runs)" if self.confirmation is not None else ""
             lines.append(f"best {self.objective} {self.best_value:.4f}{mean}: "
