@@ -61,7 +61,7 @@ def headline(tasks: list[TaskRetrains], held: dict[str, HeldOutChoice], everywhe
              f"{'reached':>8}{'FTE':>7}{'updates':>8}{'dev s':>7}"]
     tot = {"off": [0, 0], "held": [0, 0]}
     for t in tasks:
-        o, h = t.outcomes.get(off), held.get(t.family)
+        o, h = t.outcomes.get(off, t.outcomes.get("tunekit")), held.get(t.family)  # the plain arm where no confirm arm ran
         if o is None:
             continue
         tot["off"][0] += o.reached
