@@ -270,7 +270,8 @@ def retrain_text(tasks: list[retrain_report.TaskRetrains], full: bool = True) ->
     everywhere = confirm_choice.chosen_everywhere(outs, family_of)
     if not full:
         return retrain_report.headline(tasks, held, everywhere)
-    parts = [retrain_report.headline(tasks, held, everywhere), retrain_report.targets_table(tasks),
+    parts = [retrain_report.headline(tasks, held, everywhere), retrain_report.peers_table(tasks),
+             retrain_report.targets_table(tasks),
              retrain_report.settings_table(tasks), retrain_report.settings_table(tasks, old=True),
              retrain_report.old_peers(), *map(retrain_report.block, tasks)]
     return "\n\n".join(p for p in parts if p)

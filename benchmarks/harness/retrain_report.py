@@ -77,6 +77,21 @@ def headline(tasks: list[TaskRetrains], held: dict[str, HeldOutChoice], everywhe
     return "\n".join(lines)
 
 
+def peers_table(tasks: list[TaskRetrains]) -> str:
+    """The other arms run here (peers, LR-free runs), against the same target: reached k/n and FTE; empty where none ran."""
+    arms = list(dict.fromkeys(a for t in tasks for a in t.outcomes if not a.startswith(SETTING_PREFIX)))
+    if not arms:
+        return ""
+    lines = ["The other arms run here, against the same target and by the same rule (reached k/n, FTE to it; their "
+             "studies' seeds are the same, their count may be smaller):",
+             f"{'family':<13}" + "".join(f"{a:>18}" for a in arms)]
+    for t in tasks:
+        cells_ = [f"{f'{o.reached}/{o.n}':>9}{fmt(o.cost['samples']):>9}" if (o := t.outcomes.get(a)) else f"{'-':>18}"
+                  for a in arms]
+        lines.append(f"{t.family:<13}" + "".join(cells_))
+    return "\n".join(lines)
+
+
 def targets_table(tasks: list[TaskRetrains]) -> str:
     lines = ["Targets: L* the median final loss over the 10 seeds at the grid's best LR, L_untrained the untrained "
              "model's median loss over the same seeds, margin = 2% of (L_untrained - L*); noisy: one run's seed "
