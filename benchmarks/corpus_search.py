@@ -9,14 +9,21 @@ by the search seed s (every trial trains with seed s):
   ``benchmarks/search_efficiency.py``, over its wide space, trials through ``tunekit.train``;
 - ``schedulefree`` and ``prodigy``: one run of 1 FTE at their defaults (``benchmarks/harness/lr_free.py``).
 
-Targets (``benchmarks/harness/costs.py``): ``expected`` = 1.02 x the median final loss, over 10 seeds, at
-the best of the ground-truth grid's best LR and its two neighbours (``grid.window``, in
-benchmarks/data/corpus_search_grid/; the grid itself, ``python -m benchmarks.corpus_grid``, has 2 seeds,
-too few where one run's loss varies by 15-30% from seed to seed), and ``best known`` = 1.01 x the best
-final loss any arm found, frozen in benchmarks/data/corpus_search_targets.json the first time it is
-computed. Reported per family: FTE (samples), updates and device seconds to each target (medians over
-seeds; probes, pruned and failed trials included; a study that misses counts as inf), reached k/n,
-anytime best loss after 2/4/8/16 FTE.
+Targets (``benchmarks/harness/costs.py``): ``expected`` = L* + 2% x (L_untrained - L*), L* the median final loss
+over 10 seeds at the best of the ground-truth grid's best LR and its two neighbours (``grid.window``, in
+benchmarks/data/corpus_search_grid/; the grid itself, ``python -m benchmarks.corpus_grid``, has 2 seeds, too few
+where one run's loss varies by 15-30% from seed to seed), L_untrained the untrained model's median validation loss
+at the same seeds; and ``best known`` = 1.01 x the best final loss any arm found, frozen in
+benchmarks/data/corpus_search_targets.json the first time it is computed.
+
+The headline (``--report``, and all of ``--retrain``'s report): each study's answer trained again at 5 fresh
+seeds, reached where its median there is at or below the expected target; its cost, the study's whole spend,
+in the budget's currency (FTE of samples) with updates and device seconds beside it
+(``benchmarks/harness/retrain_report.py``). The ``tunekit_confirm`` arm runs ``Confirm(top=3, seeds=2)``; every
+smaller setting is read from its studies and the default chosen leave-one-family-out
+(``benchmarks/harness/confirm_choice.py``). Below the headline, per family: FTE (samples), updates and device
+seconds to each target by the studies' own best values (medians over seeds; probes, pruned and failed trials
+included; a study that misses counts as inf), reached k/n, anytime best loss after 2/4/8/16 FTE.
 
 The search's constants come from benchmarks/search_tasks.py's four tasks (none used here) and the LR
 corpus's leave-one-family-out fits; one change, the space holding the task's own weight decay
@@ -26,7 +33,8 @@ corpus's leave-one-family-out fits; one change, the space holding the task's own
     python -m benchmarks.corpus_search --report      # the tables from the cached runs
     python -m benchmarks.corpus_search --quick       # one tiny synthetic task, one seed, 4 trials, in a temporary folder
     python -m benchmarks.corpus_search --seeds 5 --timing   # device seconds: the searches again, alone on the machine
-    python -m benchmarks.corpus_search --seeds 5 --retrain  # each study's best trial trained again at 5 fresh seeds
+    python -m benchmarks.corpus_search --seeds 5 --retrain  # each study's answer trained again at 5 fresh seeds
+    python -m benchmarks.corpus_search --seeds 5 --retrain --arms tunekit_confirm  # the confirmation settings
 """
 
 from __future__ import annotations
@@ -35,16 +43,18 @@ import argparse
 import json
 import math
 import os
+import statistics
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 import torch
 
+import tunekit
 from benchmarks import search_efficiency as se
 from benchmarks.corpus import CORPUS, pick
-from benchmarks.harness import costs, grid, lr_free, report, retrain
+from benchmarks.harness import confirm_choice, costs, grid, lr_free, report, retrain, retrain_report
 from tunekit import Halving
 
 #: One task a family: the cheapest real-data task of each that is not in the search's own benchmark.
@@ -60,7 +70,11 @@ VARIANTS: dict[str, dict[str, Any]] = {"tunekit_refined": {"lr_refine": True},
                                        # the range test's sweep a third of one trial's updates (30 to 100)
                                        "tunekit_sweep_third": {"lr_sweep_share": 1 / 3},
                                        # rungs comparing a cooldown branch's value (issue 50 item 2)
-                                       "tunekit_cooldown": {"pruner": Halving(rung_value="cooldown")}}
+                                       "tunekit_cooldown": {"pruner": Halving(rung_value="cooldown")},
+                                       # confirmation at its most: every smaller setting is read from it
+                                       # (benchmarks/harness/confirm_choice.py)
+                                       "tunekit_confirm": {"confirm": tunekit.Confirm(*confirm_choice.MOST)}}
+CONFIRM_ARM = "tunekit_confirm"
 CACHE = Path(__file__).resolve().parent / ".cache" / "corpus_search"
 # --timing: the searches again, one process, each (task, seed)'s arms back to back, for device seconds.
 TIMING_CACHE = Path(__file__).resolve().parent / ".cache" / "corpus_search_timing"
@@ -130,7 +144,8 @@ def family_block(name: str, runs: dict[str, list[dict[str, Any]]], truth: grid.T
     (a report of a partial cache uses a provisional one, and says so)."""
     e, fte = CORPUS[name], fte_of(name)
     found = min(costs.best_value(r) for rs in runs.values() for r in rs)
-    expected = costs.EXPECTED_MARGIN * anchor.best
+    goal = costs.Target.of(anchor.at_best, anchor.untrained_at)
+    expected = goal.value
     stored = json.loads(TARGETS.read_text()).get(name) if TARGETS.exists() else None
     if stored is not None:
         best_known, how = float(stored), "frozen"
@@ -143,8 +158,8 @@ def family_block(name: str, runs: dict[str, list[dict[str, Any]]], truth: grid.T
              f"grid: best lr {truth.best_lr:.3g}, L* {truth.best:.4f} (mean of 2 seeds); around it, {len(anchor.at_best)} "
              f"seeds: best lr {anchor.best_lr:.3g}, median {anchor.best:.4f} (quartiles "
              f"{np.percentile(anchor.at_best, 25):.4f}-{np.percentile(anchor.at_best, 75):.4f})",
-             f"targets: expected {expected:.4f} (1.02 x that median; 1.02 x the 2-seed L* would be "
-             f"{costs.EXPECTED_MARGIN * truth.best:.4f}), best known {best_known:.4f} "
+             f"targets: expected {expected:.4f} (that median + 2% x (L_untrained {goal.untrained:.4f} - it); the old "
+             f"1.02 x that median would be {1.02 * goal.l_star:.4f}), best known {best_known:.4f} "
              f"(1.01 x {best_known / costs.BEST_KNOWN_MARGIN:.4f}, {how})"]
     summary: dict[str, Any] = {"family": e.family}
     for label, target in (("expected", expected), ("best known", best_known)):
@@ -206,55 +221,63 @@ def overview(summaries: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-CONFIRMED = "tunekit+confirm"  # tunekit's best few trials confirmed at extra seeds (retrain.confirmed): not a search option yet
-
-
-def retrained(cache: Path, name: str, runs: dict[str, list[dict[str, Any]]]) -> tuple[dict[str, list[float | None]], float]:
-    """Each study's best trial trained again at :data:`retrain.SEEDS`: arm -> its studies' medians; with
-    tunekit's, :data:`CONFIRMED`'s, and the median FTE its confirming runs cost."""
+def retrained(cache: Path, name: str, runs: dict[str, list[dict[str, Any]]]) -> dict[str, list[Optional[float]]]:
+    """Each study's best trial trained again at :data:`retrain.SEEDS`: arm -> its studies' medians (None where
+    nothing completed)."""
     e, fte = CORPUS[name], fte_of(name)
-    out = {a: [retrain.retrained(cache, a, name, int(r["seed"]), e.make, r, fte, e.run_steps, e.batch) for r in rs]
-           for a, rs in runs.items() if rs}
-    confirm = [retrain.confirmed(cache, "tunekit", name, int(r["seed"]), e.make, r, fte, e.run_steps, e.batch)
-               for r in runs.get("tunekit", [])]
-    if confirm:
-        out[CONFIRMED] = [m for m, _ in confirm]
-    return out, costs.median([c / fte for _, c in confirm]) if confirm else math.nan
+    return {a: [retrain.retrained(cache, a, name, int(r["seed"]), e.make, r, fte, e.run_steps, e.batch) for r in rs]
+            for a, rs in runs.items() if rs}
 
 
-def retrain_block(name: str, retrains: tuple[dict[str, list[float | None]], float], runs: dict[str, list[dict[str, Any]]],
-                  target: float) -> tuple[str, dict[str, Any]]:
-    """The chosen configurations in expectation against the expected target, arm by arm."""
-    e, (medians, extra) = CORPUS[name], retrains
-    lines = [f"## {e.family}: {name}: expected target {target:.4f}",
-             f"  {'':<16}{'retrained':>10}{'reaches':>9}{'own best':>10}   (medians over studies; retrained: the median "
-             f"over seeds {retrain.SEEDS[0]}-{retrain.SEEDS[-1]} of the best trial's run trained again)"]
-    summary: dict[str, Any] = {"family": e.family}
-    for a, ms in medians.items():
-        vals = [math.inf if m is None else m for m in ms]
-        med = costs.median(vals)
-        own = costs.median([costs.best_value(r) for r in runs[a]]) if a in runs else math.nan
-        hits = sum(v <= target for v in vals)
-        summary[a] = (med, hits, len(vals))
-        lines.append(f"  {a:<16}{fmt(med, '.4f'):>10}{f'{hits}/{len(vals)}':>9}{fmt(own, '.4f'):>10}")
-    if CONFIRMED in medians:
-        lines.append(f"  ({CONFIRMED}: of tunekit's {retrain.CONFIRM_TOP} best trials, the one with the least mean of its "
-                     f"value and its runs at seeds {retrain.CONFIRM_SEEDS}; those runs cost {fmt(extra)} FTE more)")
-    return "\n".join(lines), summary
+def settings_retrained(cache: Path, name: str, run: dict[str, Any]) -> dict[str, tuple[Optional[float], Optional[confirm_choice.Choice]]]:
+    """Each confirmation setting's answer in ``run`` (a :data:`CONFIRM_ARM` study) trained again at
+    :data:`retrain.SEEDS`: setting -> (the median, None where nothing completed; its choice)."""
+    e, fte, built = CORPUS[name], fte_of(name), []
+    out = {}
+    for st in confirm_choice.SETTINGS:
+        ch = confirm_choice.choice(run, st)
+        med = None if ch is None else statistics.median(
+            retrain.losses(cache, CONFIRM_ARM, name, int(run["seed"]), e.make, ch.trial, fte, e.run_steps, e.batch,
+                           retrain.SEEDS, built))
+        out[st.name] = (med, ch)
+    return out
 
 
-def retrain_overview(summaries: dict[str, dict[str, Any]], arms: list[str]) -> str:
-    """A row a family: each arm's retrained median and how many of its studies' configurations reach the target."""
-    shown = [b for a in arms for b in ((a, CONFIRMED) if a == "tunekit" else (a,)) if any(b in s for s in summaries.values())]
-    lines = ["Each study's best trial trained again at fresh seeds (the configuration a user would train): median "
-             "final loss over studies, and studies whose configuration reaches the expected target in expectation "
-             f"(its median over the seeds at or below it); {CONFIRMED}: tunekit's best {retrain.CONFIRM_TOP} trials "
-             f"confirmed at {len(retrain.CONFIRM_SEEDS)} more seeds each, the best mean chosen",
-             f"{'family':<13}" + "".join(f"{a:>20}" for a in shown)]
-    for s in summaries.values():
-        cells = [f"{s[a][0]:.4f} {s[a][1]}/{s[a][2]}" if a in s else "-" for a in shown]
-        lines.append(f"{s['family']:<13}" + "".join(f"{c:>20}" for c in cells))
-    return "\n".join(lines)
+def task_retrains(cache: Path, name: str, runs: dict[str, list[dict[str, Any]]], anchor: grid.Truth) -> retrain_report.TaskRetrains:
+    """Every arm's studies on ``name`` trained again, against the expected target; the confirmation arm as one
+    row per setting."""
+    fte = fte_of(name)
+    t = retrain_report.TaskRetrains(name, CORPUS[name].family, costs.Target.of(anchor.at_best, anchor.untrained_at))
+    for a, rs in runs.items():
+        if not rs:
+            continue
+        if a == CONFIRM_ARM:
+            per = [settings_retrained(cache, name, r) for r in rs]
+            rows = {retrain_report.SETTING_PREFIX + st.name: ([p[st.name][0] for p in per], [p[st.name][1] for p in per])
+                    for st in confirm_choice.SETTINGS}
+        else:
+            rows = {a: (retrained(cache, name, {a: rs})[a], [confirm_choice.whole(r) for r in rs])}
+        for key, (meds, chs) in rows.items():
+            t.outcomes[key] = confirm_choice.outcome(meds, chs, t.target.value, fte)
+            t.old_outcomes[key] = confirm_choice.outcome(meds, chs, 1.02 * t.target.l_star, fte)
+            t.retrained[key] = retrain_report.median_or_inf(meds)
+            t.own_best[key] = costs.median([math.inf if c is None else float(c.trial["value"]) for c in chs])
+    return t
+
+
+def retrain_text(tasks: list[retrain_report.TaskRetrains], full: bool = True) -> str:
+    """The report's body: the headline (confirmation chosen leave-one-family-out), then (``full``) the targets,
+    every setting, the old peers' figures (labelled) and a block a task."""
+    family_of, outs = {t.name: t.family for t in tasks}, retrain_report.by_setting(tasks)
+    held = confirm_choice.held_out(outs, family_of)
+    everywhere = confirm_choice.chosen_everywhere(outs, family_of)
+    if not full:
+        return retrain_report.headline(tasks, held, everywhere)
+    parts = [retrain_report.headline(tasks, held, everywhere), retrain_report.peers_table(tasks),
+             retrain_report.targets_table(tasks),
+             retrain_report.settings_table(tasks), retrain_report.settings_table(tasks, old=True),
+             retrain_report.old_peers(), *map(retrain_report.block, tasks)]
+    return "\n\n".join(p for p in parts if p)
 
 
 def timing_lines(cache: Path, names: list[str], arms: list[str], seeds: int, trials: int) -> str:
@@ -319,10 +342,12 @@ def main() -> None:
                 # Timing: which arm runs first rotates, so no arm always meets the machine's state first.
                 for arm in (arms[j % len(arms):] + arms[:j % len(arms)]) if args.timing else arms:
                     run = cached(cache, arm, name, seed, trials)
-                    if args.retrain:
+                    if args.retrain and arm == CONFIRM_ARM:
+                        settings_retrained(retrain_cache, name, run)
+                    elif args.retrain:
                         retrained(retrain_cache, name, {arm: [run]})
         if args.report or n == 1:
-            blocks, summaries = [], {}
+            blocks, summaries, tasks = [], {}, []
             for name in names:
                 runs = {a: [json.loads(p.read_text()) for s in range(seeds)
                             if (p := cache / name / f"{a}_seed{s}_trials{1 if a in FREE else trials}.json").exists()]
@@ -333,23 +358,24 @@ def main() -> None:
                 anchor = grid.window(name, 2 if args.quick else TARGET_SEEDS, window_root, base_root=grid_root, quiet=True)
                 # Frozen once every arm has run the same seeds (a task may have fewer seeds than asked).
                 complete = not args.quick and len({len(rs) for rs in runs.values()}) == 1
-                if args.retrain:
-                    block, summaries[name] = retrain_block(name, retrained(retrain_cache, name, runs), runs,
-                                                           costs.EXPECTED_MARGIN * anchor.best)
-                else:
+                tasks.append(task_retrains(retrain_cache, name, runs, anchor))
+                if not args.retrain:
                     block, summaries[name] = family_block(name, runs, truth, anchor, complete)
-                blocks.append(block)
-            if not blocks:
+                    blocks.append(block)
+            if not tasks:
                 raise SystemExit("no cached run for these tasks: nothing to report (run without --report first)")
             timed = (timing_lines(cache, names, arms, seeds, trials) if args.timing else
                      "device seconds: as each run measured them, with whatever else ran beside it; alone on the "
                      "machine: benchmarks/data/corpus_search_timing_report.txt (--timing)\n"
                      "each study's best trial trained again at fresh seeds (what its configuration is worth in "
                      "expectation): benchmarks/data/corpus_search_retrain_report.txt (--retrain)")
-            head = [retrain_overview(summaries, arms)] if args.retrain else [overview(summaries), timed]
-            body = "\n\n".join([*head, *blocks])
+            if args.retrain:
+                body = retrain_text(tasks)
+            else:  # the headline stays the answers trained again; the studies' own best values follow
+                body = "\n\n".join([retrain_text(tasks, full=False), "The studies' own best values (the least of many noisy runs: not the "
+                                      "headline):\n" + overview(summaries), timed, *blocks])
             what = (" (device seconds: one process, each study's arms back to back)" if args.timing else
-                    " (each study's best trial trained again)" if args.retrain else "")
+                    " (each study's answer trained again)" if args.retrain else "")
             report.write("corpus_search_retrain" if args.retrain else "corpus_search_timing" if args.timing else "corpus_search",
                          f"The search on the corpus, one task a family ({seeds} seeds, {trials} trials){what}",
                          body, quick=args.quick)

@@ -348,7 +348,10 @@ def run_tunekit(task: tunekit.Task, budget: int, seed: int, n_trials: int, **kw:
                "samples": int(t.get("samples") or 0), "updates": int(t.get("updates") or 0),
                "seconds": float(t.get("seconds") or 0.0), "predicted_seconds": t.get("predicted_seconds"),
                "batch": int(t.get("effective_batch") or 0), "finished": t.get("finished"), "params": t.get("params", {}),
-               "config": t.get("config")}  # the run it trained, as tunekit.train takes it (harness/retrain.py)
+               "config": t.get("config"),  # the run it trained, as tunekit.train takes it (harness/retrain.py)
+               "diverged": bool(t.get("diverged")),
+               # a confirmation run (Confirm): the trial it runs again, and which of its fresh seeds
+               **({"confirm_of": t["confirm_of"], "repeat": t.get("repeat")} if t.get("confirm_of") is not None else {})}
               for t in ran]
     # The probes' updates: the batch probe counts its own; the range test runs one update a point.
     probe_updates = int((r.probe or {}).get("updates") or 0) + int((r.lr_find or {}).get("updates") or 0)

@@ -10,7 +10,7 @@ import pytest
 
 from benchmarks.corpus import CORPUS, FAMILIES, families
 from benchmarks.corpus_lr import lightning_rule
-from benchmarks.harness import costs, grid, lofo, retrain
+from benchmarks.harness import confirm_choice, costs, grid, lofo, retrain
 
 
 def test_lofo_never_scores_a_rule_on_the_family_it_was_chosen_on() -> None:
@@ -132,6 +132,66 @@ def test_confirming_the_best_trials_chooses_by_their_mean_not_one_lucky_value(tm
     again = [tunekit.train(task, cfg(good), seed=s, device="cpu", progress=False).final_loss for s in retrain.SEEDS]
     assert median == pytest.approx(float(np.median(again)))  # the good configuration, chosen by its mean
     assert cost == 2 * 2 * 100  # two trials confirmed, two seeds each
+
+
+def _confirm_study() -> dict:
+    """A study with Confirm(3, 2): search trials 0-4 (best first: 1, 3, 0), then each of the three run again twice.
+    Trial 1 was lucky (its repeats are poor), trial 3 is steady, trial 0 good at its first repeat only."""
+    search = [(0, 0.30), (1, 0.10), (2, 0.90), (3, 0.20), (4, 0.50)]
+    repeats = [(5, 1, 0, 0.60), (6, 1, 1, 0.60), (7, 3, 0, 0.21), (8, 3, 1, 0.22), (9, 0, 0, 0.15), (10, 0, 1, 0.90)]
+    row = {"state": "COMPLETE", "samples": 100, "updates": 10, "seconds": 1.0}
+    return {"probe_samples": 50, "probe_updates": 5, "probe_seconds": 0.5,
+            "trials": [{**row, "number": n, "value": v} for n, v in search]
+            + [{**row, "number": n, "value": v, "confirm_of": of, "repeat": r} for n, of, r, v in repeats]}
+
+
+@pytest.mark.parametrize("top, seeds, chosen, runs", [
+    (0, 0, 1, 0),  # off: the least single value, the lucky one; none of the confirmation runs paid for
+    (1, 1, 1, 1),  # only the best confirmed: it is the answer whatever its repeat says
+    (1, 2, 1, 2),
+    (2, 1, 3, 2),  # trials 1 and 3 at their first repeat: 3's mean 0.205 beats 1's 0.35
+    (2, 2, 3, 4),
+    (3, 1, 3, 3),  # trial 0's lucky first repeat gives it (0.30 + 0.15) / 2 = 0.225: still 3's 0.205
+    (3, 2, 3, 6),
+])
+def test_each_confirmation_setting_is_read_from_the_largest_studys_subset(top, seeds, chosen, runs) -> None:
+    """top=k confirms the k best search trials, seeds=m their first m repeats; the rule is tunekit's own."""
+    ch = confirm_choice.choice(_confirm_study(), confirm_choice.Setting(top, seeds))
+    assert ch is not None and ch.trial["number"] == chosen and ch.confirm_runs == runs
+    assert ch.cost["samples"] == 50 + 5 * 100 + runs * 100  # probes, the search, this setting's runs alone
+    assert ch.cost["updates"] == 5 + 5 * 10 + runs * 10
+
+
+def test_a_repeat_seed_does_not_depend_on_how_many_trials_are_confirmed() -> None:
+    """What makes one Confirm(3, 2) study hold every smaller setting: a repeat's seed is the study's and the repeat's."""
+    from tunekit.hpsearch.confirm import repeat_seed
+
+    assert [repeat_seed(4, r) for r in (0, 1)] == [1004, 2004]
+    assert not {repeat_seed(s, r) for s in range(10) for r in range(2)} & set(retrain.SEEDS)
+
+
+def test_the_expected_target_is_a_share_of_the_learnable_loss_and_says_when_one_run_is_noisier() -> None:
+    t = costs.Target.of((0.9, 1.0, 1.0, 1.1, 1.2), (3.0, 3.0, 3.1))
+    assert t.l_star == 1.0 and t.untrained == 3.0
+    assert t.margin == pytest.approx(0.04) and t.value == pytest.approx(1.04)
+    assert t.seed_iqr == pytest.approx(0.1) and t.noisy  # the quartiles 1.0 and 1.1 span more than the margin
+    assert not costs.Target.of((1.0, 1.0, 1.01, 1.0), (3.0,)).noisy
+
+
+def test_the_held_out_confirmation_setting_is_chosen_without_the_family_it_is_scored_on() -> None:
+    def o(reached: int, fte: float) -> confirm_choice.Outcome:
+        return confirm_choice.Outcome(reached, 5, {"samples": fte, "updates": 0, "seconds": 0},
+                                      {"samples": fte, "updates": 0, "seconds": 0})
+
+    family_of = {"x": "X", "y": "Y", "z": "Z"}
+    outcomes = {"off": {"x": o(5, 10), "y": o(2, 10), "z": o(2, 10)},
+                "top3x2": {"x": o(0, 16), "y": o(4, 16), "z": o(4, 16)},
+                "top1x1": {"x": o(0, 11), "y": o(4, 11), "z": o(4, 11)}}  # as good as top3x2 elsewhere, cheaper
+    held = confirm_choice.held_out(outcomes, family_of)
+    # Without X, confirming reaches 8 of 10 against off's 4: the cheaper of the two ties, scored on X: 0/5.
+    assert held["X"].setting == "top1x1" and held["X"].outcome.reached == 0  # the honest, bad figure
+    assert held["Y"].setting == held["Z"].setting == "off"  # with X: off 7, confirming 4
+    assert confirm_choice.chosen_everywhere(outcomes, family_of) == "off"  # 9 against 8
 
 
 def test_no_benchmark_imports_the_test_suite() -> None:

@@ -21,7 +21,7 @@ from tunekit.hpsearch.shared.workers import claim
 from tunekit.hpsearch.study import excluded, make_storage
 from tunekit.objective import Objective
 from tunekit.results import SearchResult
-from tunekit.results.confirmation import Run, choose
+from tunekit.results.confirmation import Run, choose, shortfall
 
 from .tasks import ROOT, run_cli, write_space
 
@@ -120,6 +120,23 @@ def test_confirmation_runs_at_fresh_seeds_unpruned_counted_and_the_mean_chooses(
     old = json.loads((tmp_path / "run" / "search.json").read_text())
     old.pop("confirmation")  # a search.json of an earlier tunekit still loads
     assert SearchResult.from_json(json.dumps(old)).confirmation is None
+
+
+def test_what_a_time_limit_left_of_the_confirmation_runs_is_said() -> None:
+    assert shortfall(0, 2, None, 0, True) is None and shortfall(2, 2, 2, 4, True) is None  # none asked; all ran
+    assert shortfall(3, 2, None, 0, True) == ("confirmation (top=3, seeds=2): none of its 6 runs ran (the study's time "
+                                              "limit was reached first): the answer is the best single trial, unconfirmed")
+    assert shortfall(3, 2, 2, 1, False) == ("confirmation (top=3, seeds=2): 1 of its 4 runs ran (the search stopped "
+                                            "first): the answer is chosen among the configurations that ran again")
+
+
+def test_a_search_whose_time_limit_left_no_confirmation_run_says_so(tmp_path: Path) -> None:
+    """The runs are the study's trials, paid from its time limit: where it is spent, the answer is the best single
+    trial, and the result says none of the confirmation runs ran and why."""
+    r = _own(tmp_path, _lucky_loop({}, {}), study=Study(time_limit="0.001s"))
+    assert r.confirmation is None and not any(t.get("confirm_of") is not None for t in r.trials)
+    assert r.confirm_note is not None and "none of its 4 runs ran (the study's time limit was reached first)" in r.table()
+    assert SearchResult.from_json(tmp_path / "run" / "search.json").confirm_note == r.confirm_note
 
 
 def test_a_resume_goes_on_with_the_confirmation_runs_and_queues_none_twice(tmp_path: Path) -> None:

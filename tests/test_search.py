@@ -912,6 +912,30 @@ def test_compute_in_full_trials_is_what_a_complete_trial_drew() -> None:
     assert "for a run of one trial (1 update)" in table
 
 
+@pytest.mark.parametrize("budget, lead, beside", [
+    ({"amount": 100.0, "unit": "samples", "per_sample": 1.0, "samples": 100},
+     "compute 300 samples (100 in probes, 3.00 full trials)", "beside it 15 optimizer updates, 3 s of device time"),
+    ({"amount": 10.0, "unit": "updates", "per_sample": 0.1, "samples": 100},
+     "compute 30 updates (10 in probes, 3.00 full trials)",
+     "beside it 300 samples, 15 optimizer updates, 3 s of device time"),
+    ({"amount": 1.5, "unit": "seconds", "per_sample": 0.015, "samples": 100},
+     "compute 3 s of device time (1 s in probes, 2.00 full trials)", "beside it 300 samples, 15 optimizer updates"),
+])
+def test_the_compute_line_leads_with_the_budgets_currency_and_shows_the_others_beside(budget, lead, beside) -> None:
+    """Under a budget in samples (or updates, tokens, epochs) compute leads in that unit; under device time in
+    device seconds; the other currencies follow, never first (issue 50, item 3)."""
+    from tunekit.results import SearchResult
+
+    row = {"number": 0, "state": "COMPLETE", "value": 0.5, "params": {}, "config": {}, "samples": 100, "updates": 5,
+           "seconds": 1.0}
+    r = SearchResult(study_name="s", storage="x", space="sp", direction="minimize", best_value=0.5, best_params={},
+                     best_config={}, trials=[row, {**row, "number": 1}], seed_params={}, distributions={},
+                     probe_samples=100, probe_seconds=1.0, budget=budget, probe={"updates": 3},
+                     lr_find={"updates": 2})
+    line = next(ln for ln in r.table().splitlines() if ln.startswith("trials: "))
+    assert f"; {lead}; {beside}; " in line, line
+
+
 def test_the_search_says_where_its_lr_came_from(tmp_path: Path) -> None:
     """The search's own range test is the curve alone: the report says so next to its number, and a
     saved refined lr_find result seeds it instead (one LR across tools)."""

@@ -53,9 +53,10 @@ def curve(grid: dict[str, Any], stat: Callable[[Any], Any] = np.mean) -> tuple[n
     return ks, ks / PER_DECADE, mean
 
 
-def untrained_loss(task: tunekit.Task) -> float:
+def untrained_loss(task: tunekit.Task, seed: int = 0) -> float:
+    """The validation loss of the model as ``tunekit.train`` at ``seed`` builds it, before any update."""
     cfg = TrainConfig.for_task(task)
-    return float(tunekit.evaluate(task.make_model(0), task.val_data, task.loss_computer(), device=torch.device("cpu"),
+    return float(tunekit.evaluate(task.make_model(seed), task.val_data, task.loss_computer(), device=torch.device("cpu"),
                                   batch_size=cfg.eval_batch_size or task.batch_size, max_batches=cfg.eval_batches)["loss"])
 
 
@@ -128,6 +129,7 @@ class Truth:
     interior: bool
     seed_sd: float  # the seeds' sd at the best LR, as a share of L*
     at_best: tuple[float, ...] = ()  # the seeds' capped final losses at the best LR
+    untrained_at: tuple[float, ...] = ()  # the untrained model's loss at each seed (a window's; see :func:`window`)
 
     @classmethod
     def of(cls, grid: dict[str, Any], stat: Callable[[Any], Any] = np.mean) -> Truth:
@@ -139,7 +141,7 @@ class Truth:
                    (float(mean[-1]) - best) / max(untrained - best, 1e-12),
                    any(r["diverged"] for r in grid["runs"] if r["k"] == ks[-1]), 0 < i < len(mean) - 1,
                    float(np.std(at_best, ddof=1)) / best if len(at_best) > 1 and best > 0 else math.nan,
-                   tuple(at_best))
+                   tuple(at_best), tuple(grid.get("untrained_losses", ())))
 
     def loss_at(self, lr: float | None) -> float:
         """The seed-mean curve interpolated over log LR; the edge's value beyond the grid; untrained for none."""
@@ -205,7 +207,8 @@ def window(name: str, seeds: int, root: Path, base_root: Path = GRIDS, quiet: bo
     Why: where one run's final loss varies by tens of percent from seed to seed (a small validation
     set), the 2-seed grid's L* is itself a draw, and a target 2% above it is a lottery. L* here is the
     seeds' median, what a run at that LR typically ends at: on a bimodal task (a few seeds stuck on
-    one hard example) the mean is the outliers'."""
+    one hard example) the mean is the outliers'. The untrained model's loss at each of those seeds is
+    kept too (``untrained_losses``): the expected target is a share of the learnable loss between them."""
     from benchmarks.corpus import entry
     from benchmarks.harness.report import command, commit
 
@@ -235,6 +238,9 @@ def window(name: str, seeds: int, root: Path, base_root: Path = GRIDS, quiet: bo
             hi += 1
         else:
             break
+    if len(grid.get("untrained_losses", ())) < seeds:  # the learnable loss's top, at the same seeds as L*
+        grid["untrained_losses"] = [untrained_loss(task, s) for s in range(seeds)]
+        t = Truth.of(grid, np.median)
     grid["runs"].sort(key=lambda r: (r["k"], r["seed"]))
     save()
     if not quiet:

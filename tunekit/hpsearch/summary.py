@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from tunekit.hpsearch.confirm import is_confirmation, runs_of
-from tunekit.hpsearch.keys import DESIGN_BATCH_KEY
+from tunekit.hpsearch.keys import CONFIRM_KEY, DESIGN_BATCH_KEY
 from tunekit.hpsearch.seeding import Probes
 from tunekit.hpsearch.study import excluded, safe_url, trial_dicts
 from tunekit.hpsearch.worker_study import OpenedStudy, Prepared
@@ -15,7 +15,7 @@ from tunekit.hpsearch.seeded_space import lr_bounds_from_curve, widened
 from tunekit.inputs.space import SearchSpace
 from tunekit.objective import Objective, objective_of
 from tunekit.results import SearchResult
-from tunekit.results.confirmation import Confirmation, choose
+from tunekit.results.confirmation import Confirmation, choose, shortfall
 
 __all__ = ["build_result", "best_trial"]
 
@@ -38,6 +38,7 @@ def build_result(prep: Prepared, opened: OpenedStudy, seconds: float) -> SearchR
     trials = trial_dicts(study)
     best = objective.best(trials)
     confirmation = _confirmation(study, objective, best)
+    note = _shortfall(study, settings, probes.seconds + sum(float(t.get("seconds") or 0.0) for t in trials))
     weights = _kept(best)
     if confirmation is not None:  # the answer is the configuration chosen by its mean; its kept run's weights
         best = next(t for t in trials if t["number"] == confirmation.chosen)
@@ -54,7 +55,8 @@ def build_result(prep: Prepared, opened: OpenedStudy, seconds: float) -> SearchR
         device=probes.probe.device if probes.probe is not None else None, time_limit=settings.study.time_limit,
         lr_find=_lr_find_summary(probes.lr_find, sp, probes.own_lr_find),
         probe=_probe_summary(probes, study.user_attrs.get(DESIGN_BATCH_KEY)),
-        keep=settings.keep, best_weights=weights, widened=widened(sp, prep.dists), confirmation=confirmation)
+        keep=settings.keep, best_weights=weights, widened=widened(sp, prep.dists), confirmation=confirmation,
+        confirm_note=note if best is not None else None)
     result.param_importances = result.importances()
     return result
 
@@ -67,6 +69,20 @@ def _confirmation(study: Any, objective: Objective, best: Optional[dict[str, Any
     trials = study.get_trials(deepcopy=False)
     done = not any(is_confirmation(t.user_attrs) and not t.state.is_finished() and t.number not in skip for t in trials)
     return choose(runs_of(trials, skip), objective, (best["number"], best["value"]), done)
+
+
+def _shortfall(study: Any, settings: Any, device_seconds: float) -> Optional[str]:
+    """What the result says where fewer confirmation runs ran than asked (None: all ran, or none was asked)."""
+    confirm = settings.confirm
+    if confirm.top <= 0:
+        return None
+    skip = excluded(study)
+    chosen = study.user_attrs.get(CONFIRM_KEY)
+    ran = sum(1 for t in study.get_trials(deepcopy=False)
+              if is_confirmation(t.user_attrs) and t.state.is_finished() and t.number not in skip)
+    limit = settings.study.time_limit
+    return shortfall(confirm.top, confirm.seeds, None if chosen is None else len(chosen), ran,
+                     limit is not None and device_seconds >= limit)
 
 
 def _kept(best: Optional[dict[str, Any]]) -> Optional[str]:

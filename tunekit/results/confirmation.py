@@ -15,7 +15,7 @@ from typing import Optional
 from tunekit.objective import Objective
 from tunekit.results.base import Record
 
-__all__ = ["Run", "ConfirmedConfig", "Confirmation", "choose"]
+__all__ = ["Run", "ConfirmedConfig", "Confirmation", "choose", "shortfall"]
 
 
 @dataclass(frozen=True)
@@ -104,3 +104,21 @@ def choose(runs: list[Run], objective: Objective, best_single: Optional[tuple[in
     return Confirmation(chosen.trial, chosen.mean, float(value), int(number),
                         max(0.0, objective.sign * (chosen.mean - float(value))), configs, done,
                         keep.number if keep is not None else None)
+
+
+def shortfall(top: int, seeds: int, confirmed: Optional[int], ran: int, limit_reached: bool) -> Optional[str]:
+    """What a result says where confirmation was asked for and fewer of its runs ran than asked (None: all
+    ran, or none was asked). ``confirmed``: the trials chosen to run again (None: the search stopped before
+    choosing them); ``ran``: the confirmation runs that finished; ``limit_reached``: the study's time limit
+    stopped it (the runs are the study's trials, paid from its time limit like any)."""
+    if top <= 0:
+        return None
+    asked = (top if confirmed is None else confirmed) * seeds
+    if ran >= asked:
+        return None
+    why = "the study's time limit was reached first" if limit_reached else "the search stopped first"
+    if ran == 0:
+        return (f"confirmation (top={top}, seeds={seeds}): none of its {asked} runs ran ({why}): the answer is the "
+                "best single trial, unconfirmed")
+    return (f"confirmation (top={top}, seeds={seeds}): {ran} of its {asked} runs ran ({why}): the answer is chosen "
+            "among the configurations that ran again")

@@ -1,9 +1,11 @@
 """``SearchResult``: a finished (or interrupted) search and its table (its plots: :mod:`.search_plots`).
 
 Imports no training code: loading or redrawing a result is quick.
-Compute is counted in training samples drawn (pruned trials' and the probes'
-included) and shown in the budget's unit, and in device seconds: each trial's measured
-time beside the time the probe's timed steps predicted for its updates.
+Compute is counted in the budget's currency first (training samples drawn, shown in the budget's unit:
+samples, tokens, epochs or updates; device seconds under a budget in device time), pruned trials' and
+the probes' included, with the other two (samples, optimizer updates, device seconds) beside it: the
+search spends and plans in the budget's currency alone. Device seconds are each trial's measured time,
+beside the time the probe's timed steps predicted for its updates.
 """
 
 from __future__ import annotations
@@ -77,6 +79,9 @@ class SearchResult(SearchPlots, Result):
     # The best trials run again at fresh seeds (Confirm): the configuration chosen by its mean, each confirmed
     # one's values, how much the best single value overstated it. None: the search confirmed none.
     confirmation: Optional[Confirmation] = None
+    # Where confirmation was asked for and not all its runs ran (the time limit reached, the search stopped):
+    # how many did, and what the answer is then (results.confirmation.shortfall). None: all ran, or none asked.
+    confirm_note: Optional[str] = None
 
     def __post_init__(self) -> None:  # a dict (from search.json) becomes its record
         self.confirmation = Confirmation.of(self.confirmation)
@@ -95,6 +100,12 @@ class SearchResult(SearchPlots, Result):
     def compute(self) -> int:
         """Training samples drawn: every trial's, plus the probes'."""
         return self.probe_samples + sum(int(t.get("samples") or 0) for t in self.trials)
+
+    @property
+    def updates(self) -> int:
+        """Optimizer updates made: every trial's, plus the probes' (the batch probe's and the range test's)."""
+        probes = int((self.probe or {}).get("updates") or 0) + int((self.lr_find or {}).get("updates") or 0)
+        return probes + sum(int(t.get("updates") or 0) for t in self.trials)
 
     @property
     def device_seconds(self) -> float:
@@ -258,8 +269,7 @@ class SearchResult(SearchPlots, Result):
             lines.append(f"{t['number']:>5} {t['state']:>9} {val:>9} {split:>11} {t.get('updates') or 0:>7} "
                          f"{_device_cell(t):>13}  {params}{note}")
         lines.append("trials: " + ", ".join(f"{v} {k.lower()}" for k, v in sorted(counts.items()))
-                     + f"; compute {self._amount(self.compute)} {self.unit} ({self._amount(self.probe_samples)} in probes, "
-                     + f"{self._full_trials():.2f} full trials), {self.seconds:.1f} s")
+                     + f"; {self._compute_line()}; {self.seconds:.1f} s wall")
         lines.append(self._device_line())
         lines += self._lr_source()
         lines += self._batch_source()
@@ -267,6 +277,8 @@ class SearchResult(SearchPlots, Result):
                   for name, (lo, hi) in sorted(self.widened.items())]
         if self.confirmation is not None:
             lines += self.confirmation.lines(self.objective)
+        if self.confirm_note:
+            lines.append(self.confirm_note)
         if self.best_value is not None:
             mean = f" (the mean of trial {self.confirmation.chosen}'s runs)" if self.confirmation is not None else ""
             lines.append(f"best {self.objective} {self.best_value:.4f}{mean}: "
@@ -276,6 +288,17 @@ class SearchResult(SearchPlots, Result):
             lines.append(f"in your {self.theirs_kind}'s terms: "
                          + (", ".join(f"{k}={_fmt(v)}" for k, v in sorted(self.best_theirs.items())) or "as it is"))
         return "\n".join(lines)
+
+    def _compute_line(self) -> str:
+        """What the search spent, led by the budget's currency (the one it plans and spends in), the other two
+        beside it: samples (where the budget is not in them), optimizer updates, device time."""
+        full = f"{self._full_trials():.2f} full trials"
+        if self._timed:
+            return (f"compute {_secs(self.device_seconds)} of device time ({_secs(self.probe_seconds)} in probes, {full}); "
+                    f"beside it {self.compute:,} samples, {self.updates:,} optimizer updates")
+        samples = f"{self.compute:,} samples, " if self.unit != "samples" else ""
+        return (f"compute {self._amount(self.compute)} {self.unit} ({self._amount(self.probe_samples)} in probes, {full}); "
+                f"beside it {samples}{self.updates:,} optimizer updates, {_secs(self.device_seconds)} of device time")
 
     def _device_line(self) -> str:
         """Device time: measured in the trials and the probes, beside what the timed steps predicted."""
