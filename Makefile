@@ -47,7 +47,7 @@ run: $(STAMP)
 # output follows the other run's; make test fails if either does.
 test: $(STAMP)
 	@lanes=$$(mktemp); \
-	$(PY) -m pytest -q -m "serial and not bench and not bench_serial" -n 2 --dist loadgroup > $$lanes 2>&1 & pid=$$!; \
+	$(PY) -m pytest -q -m "serial and not bench and not bench_serial" -n 3 --dist loadgroup --durations=12 > $$lanes 2>&1 & pid=$$!; \
 	$(PY) -m pytest -q -m "not serial and not bench and not bench_serial" -n auto --maxprocesses=4; rest=$$?; \
 	wait $$pid; serial=$$?; echo "--- the serial lanes, run beside it:"; cat $$lanes; rm -f $$lanes; \
 	exit $$(( rest || serial ))

@@ -33,14 +33,19 @@ import torch
 torch.set_num_threads(1)
 
 
-# Tests that run one at a time in a lane of their own (`make test` runs the two lanes beside the rest):
-# Ray clusters sized to the machine's cores, workers judged by heartbeats and timers, processes killed at
-# random points of a run, servers restarted under their clients. Two lanes (pytest-xdist's loadgroup): Ray
-# in the test process, and the killed processes and real clusters; mostly they wait (a process starting,
-# a kill, a grace period), so the rest runs on the cores meanwhile. The rest run in parallel: a shared
-# study's workers, servers and dashboards included, when nothing is timed or killed.
-SERIAL_FILES = {"test_ray.py": "ray", "test_ray_cluster.py": "killed"}
-SERIAL_TESTS = {"test_resume_after_the_process_is_killed_at_random_points": "ray",
+# Tests that run one at a time in a lane of their own (`make test` runs the lanes beside the rest): Ray
+# clusters sized to the machine's cores, workers judged by heartbeats and timers, processes killed at
+# random points of a run, servers restarted under their clients. Three lanes (pytest-xdist's loadgroup):
+# Ray in the test process; real clusters and Rays of their own (subprocesses); killed processes. Mostly
+# they wait (a process starting, a kill, a grace period), so the rest runs on the cores meanwhile; the
+# lanes are balanced by their durations on a clean clone. The rest run in parallel: a shared study's
+# workers, servers and dashboards included, when nothing is timed or killed. A test named here takes
+# its lane over its file's.
+SERIAL_FILES = {"test_ray.py": "ray", "test_ray_cluster.py": "cluster"}
+SERIAL_TESTS = {"test_resume_after_the_process_is_killed_at_random_points": "killed",
+                # tests/test_ray.py: a search in a subprocess, with a Ray of its own
+                "test_a_task_object_from_a_module_on_sys_path_runs_on_ray": "cluster",
+                "test_a_relative_task_file_from_another_folder_runs_on_ray_and_all_failed_exits_1_without_tracebacks": "cluster",
                 # tests/test_shared.py: a worker killed, a heartbeat's grace period, a server restarted, and
                 # three workers racing for seven trials (that each gets some is a race the machine's load could lose)
                 "test_three_workers_started_together_on_a_fresh_database_finish_exactly_n": "killed",
@@ -57,7 +62,7 @@ SERIAL_TESTS = {"test_resume_after_the_process_is_killed_at_random_points": "ray
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        lane = SERIAL_FILES.get(item.path.name) or SERIAL_TESTS.get(getattr(item, "originalname", ""))
+        lane = SERIAL_TESTS.get(getattr(item, "originalname", "")) or SERIAL_FILES.get(item.path.name)
         if lane is not None:
             item.add_marker(pytest.mark.serial)
             item.add_marker(pytest.mark.xdist_group(lane))  # one test at a time in each lane (--dist loadgroup)
