@@ -43,12 +43,13 @@ run: $(STAMP)
 	$(VENV)/bin/tunekit lr-find
 
 # Two runs side by side: the serial lanes (Ray, timers, killed processes: tests/conftest.py), one test at a
-# time in each, mostly waiting on processes; and the rest in parallel on the machine's cores. The lanes'
+# time in each, mostly waiting on processes; and the rest in parallel on the machine's cores, at a lower
+# priority (nice): the lanes are the longer path, and the rest fills the time they wait. The lanes'
 # output follows the other run's; make test fails if either does.
 test: $(STAMP)
 	@lanes=$$(mktemp); \
 	$(PY) -m pytest -q -m "serial and not bench and not bench_serial" -n 3 --dist loadgroup --durations=12 > $$lanes 2>&1 & pid=$$!; \
-	$(PY) -m pytest -q -m "not serial and not bench and not bench_serial" -n auto --maxprocesses=4; rest=$$?; \
+	nice -n 15 $(PY) -m pytest -q -m "not serial and not bench and not bench_serial" -n auto --maxprocesses=4; rest=$$?; \
 	wait $$pid; serial=$$?; echo "--- the serial lanes, run beside it:"; cat $$lanes; rm -f $$lanes; \
 	exit $$(( rest || serial ))
 
