@@ -49,7 +49,7 @@ run: $(STAMP)
 test: $(STAMP)
 	@lanes=$$(mktemp); \
 	$(PY) -m pytest -q -m "serial and not bench and not bench_serial" -n 3 --dist loadgroup --durations=12 > $$lanes 2>&1 & pid=$$!; \
-	nice -n 15 $(PY) -m pytest -q -m "not serial and not bench and not bench_serial" -n auto --maxprocesses=4; rest=$$?; \
+	nice -n 10 $(PY) -m pytest -q -m "not serial and not bench and not bench_serial" -n auto --maxprocesses=4; rest=$$?; \
 	wait $$pid; serial=$$?; echo "--- the serial lanes, run beside it:"; cat $$lanes; rm -f $$lanes; \
 	exit $$(( rest || serial ))
 

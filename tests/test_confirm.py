@@ -195,20 +195,20 @@ def test_queued_once_and_a_second_workers_copies_are_surplus() -> None:
     assert [claim(study, n, 8) for n in (waiting[0].number, dupes[0])] == [True, False]
 
 
-def test_the_cli_flags_reach_the_search_and_bad_ones_exit_2_in_one_line(tmp_path: Path) -> None:
+def test_the_cli_flags_reach_the_search_and_bad_ones_exit_2_in_one_line(tmp_path: Path, run_main,  # type: ignore[no-untyped-def]
+                                                                         assert_usage_error) -> None:
     space = write_space(tmp_path, FLOAT_LR)
-    r = run_cli("search", "--task", "tests.tasks:regression_task", "--space", str(space), "--trials", "2",
-                "--budget", "320samples", "--no-prune", "--device", "cpu", "--sampler", "random", "--no-seed-trial",
-                "--confirm-top", "1", "--confirm-seeds", "1", "--out", str(tmp_path / "run"), "--quiet", cwd=tmp_path)
-    assert r.returncode == 0, r.stderr[-2000:]
+    code, said, err = run_main("search", "--task", "tests.tasks:regression_task", "--space", str(space), "--trials", "2",
+                               "--budget", "320samples", "--no-prune", "--device", "cpu", "--sampler", "random",
+                               "--no-seed-trial", "--confirm-top", "1", "--confirm-seeds", "1", "--out",
+                               str(tmp_path / "run"), "--quiet")
+    assert code == 0, err[-2000:]
     saved = json.loads((tmp_path / "run" / "search.json").read_text())
     assert [t["config"]["seed"] for t in saved["trials"] if t.get("confirm_of") is not None] == [1000]
     assert saved["confirmation"]["configurations"][0]["runs"][0] == saved["confirmation"]["chosen"]
-    assert "chosen by its mean" in r.stdout
-    bad = run_cli("search", "--confirm-top", "-1", cwd=tmp_path)
-    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "--confirm-top" in bad.stderr
-    bad = run_cli("search", "--confirm-seeds", "0", "--task", "tests.tasks:regression_task", cwd=tmp_path)
-    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "seeds" in bad.stderr, bad.stderr
+    assert "chosen by its mean" in said
+    assert_usage_error(["search", "--confirm-top", "-1"], "--confirm-top")
+    assert_usage_error(["search", "--confirm-seeds", "0", "--task", "tests.tasks:regression_task"], "seeds")
 
 
 @pytest.mark.slow  # three processes on a journal file, one killed during a confirmation run
