@@ -3,6 +3,7 @@ import os
 import secrets
 import shutil
 import tempfile
+from typing import Any
 
 
 def _session_temp() -> None:
@@ -60,6 +61,7 @@ SERIAL_TESTS = {"test_resume_after_the_process_is_killed_at_random_points": "kil
                 "test_bench_quick_serial": "killed"}  # tests/test_bench_quick.py: benchmarks that start Ray, PostgreSQL, processes
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook, which reads the lanes from these marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         lane = SERIAL_TESTS.get(getattr(item, "originalname", "")) or SERIAL_FILES.get(item.path.name)
@@ -72,6 +74,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
+    """Under --dist loadgroup, pytest-xdist names each lane's test ``test@lane`` and schedules by it; where it
+    did not, the lanes' tests would run at random beside each other and pass or fail by chance: stopped."""
+    if node.config.getoption("dist") != "loadgroup":
+        return
+    lost = [i for i in ids if "@" not in i and (i.split("::")[0].rsplit("/", 1)[-1] in SERIAL_FILES
+                                               or i.split("::")[-1].split("[")[0] in SERIAL_TESTS)]
+    if lost:
+        pytest.exit(f"{len(lost)} tests lost their lane (first: {lost[0]}): pytest {pytest.__version__} with this "
+                    "pytest-xdist does not group --dist loadgroup (pytest-dev/pytest-xdist#1386); install "
+                    "pytest<9.2 (pip install -e '.[test]')", returncode=4)
 
 
 @pytest.fixture(scope="session")
