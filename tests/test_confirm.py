@@ -12,7 +12,7 @@ import optuna
 import pytest
 import torch
 
-from tunekit import Confirm, Halving, Local, RandomSampler, Ray, Study, UsageError, search
+from tunekit import Confirm, Halving, Local, RandomSampler, Study, UsageError, search
 from tunekit.hpsearch import search_own
 from tunekit.hpsearch.confirm import repeat_seed
 from tunekit.hpsearch.confirm_runs import goal, queue_confirmations
@@ -38,11 +38,8 @@ def test_bad_confirm_values_are_one_line_naming_the_value_and_the_fix(kw: dict[s
     assert needle in str(exc.value) and "pass e.g." in str(exc.value) and "\n" not in str(exc.value)
 
 
-def test_confirm_is_off_by_default_and_refused_on_ray_in_one_line() -> None:
+def test_confirm_is_off_by_default() -> None:
     assert Confirm() == Confirm(top=0, seeds=2)
-    with pytest.raises(UsageError, match=r"confirm=Confirm\(top=3\) runs on the local backend and in shared studies; "
-                                         "Ray: not yet"):
-        search("tests.tasks:regression_task", trials=2, backend=Ray(), confirm=Confirm(top=3))
 
 
 def test_the_mean_chooses_not_the_luckiest_single_run() -> None:

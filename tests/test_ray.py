@@ -241,8 +241,8 @@ def test_a_trial_tune_gives_up_on_within_its_retries_runs_again_as_the_same_optu
     ledger = Ledger(n_trials=2, max_failures=2)
     ended: list[str] = []
     searcher = _searcher(study, {"lr": optuna.distributions.FloatDistribution(1e-4, 1, log=True)},
-                         lambda params: TrialConfig({"lr": params["lr"], "batch_size": 8, "accumulation_steps": 1,
-                                                     "max_steps": 10}, {}), ledger)
+                         lambda params, attrs: TrialConfig({"lr": params["lr"], "batch_size": 8, "accumulation_steps": 1,
+                                                            "max_steps": 10}, {}), ledger)
     rec = _recorder(study, ledger, ended.append)
     first, second = searcher.suggest("a"), searcher.suggest("b")
     assert [first["number"], second["number"]] == [0, 1] and searcher.suggest("c") is None  # both still run
@@ -275,7 +275,7 @@ def test_a_config_that_cannot_run_fails_as_its_own_trial() -> None:
     ledger = Ledger(n_trials=1)
     book = ledger.book
 
-    def make_config(params):
+    def make_config(params, attrs):
         raise UsageError("effective batch 4096 has no micro-batch that fits (largest 512)")
 
     searcher = _searcher(study, {"lr": optuna.distributions.FloatDistribution(1e-4, 1, log=True)}, make_config, ledger)
@@ -459,3 +459,25 @@ def test_the_rung_value_is_the_same_on_ray_as_in_this_process(local_ray, tmp_pat
     assert [p[0] for p in first[0]["rung_values"]] == [p[0] for p in first[1]["rung_values"]] == [2 * 5 * 16]
     assert [p[1] for p in first[0]["rung_values"]] == pytest.approx([p[1] for p in first[1]["rung_values"]], rel=1e-6)
     assert first[0]["samples"] == first[1]["samples"]
+
+
+def test_confirmation_runs_on_ray_as_on_the_local_backend(local_ray, tmp_path: Path) -> None:
+    """The best trials run again once the search's are done (a second Tuner): at the same fresh seeds, never
+    pruned, counted, and one trial at a time the same runs, values and answer as the local backend's."""
+    from tunekit import Confirm
+
+    from .tasks import fingerprint
+
+    space = write_space(tmp_path, WIDE)
+    runs = {name: search("tests.tasks:regression_task", str(space), trials=4, seed=2, out=tmp_path / name,
+                         pruner=Halving(evals=4), confirm=Confirm(top=2, seeds=1), budget="20updates",
+                         backend=backend)
+            for name, backend in (("local", Local(device="cpu")), ("ray", Ray(device="cpu", max_concurrent=1)))}
+    r = runs["ray"]
+    repeats = [t for t in r.trials if t.get("confirm_of") is not None]
+    assert len(r.trials) == 6 and r.compute == sum(t["samples"] for t in r.trials)
+    assert sorted(t["config"]["seed"] for t in repeats) == [1002, 1002] and {t["state"] for t in repeats} == {"COMPLETE"}
+    assert all(t["params"] == r.trials[t["confirm_of"]]["params"] for t in repeats)
+    assert r.confirmation is not None and r.confirmation.done
+    assert fingerprint(r) == fingerprint(runs["local"])
+    assert (r.confirmation.chosen, r.best_value) == (runs["local"].confirmation.chosen, runs["local"].best_value)

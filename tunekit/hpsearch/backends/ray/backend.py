@@ -212,7 +212,7 @@ def _tune_failures(trial: Any) -> int:
     return int(getattr(trial, "num_failures", 0) or 0)
 
 
-def _searcher(study: Any, dists: dict[str, Any], make_config: Callable[[dict[str, Any]], TrialConfig],
+def _searcher(study: Any, dists: dict[str, Any], make_config: Callable[[dict[str, Any], dict[str, Any]], TrialConfig],
               ledger: Ledger, out_of_time: Callable[[], bool] = lambda: False) -> Any:
     from ray.tune.search import Searcher
 
@@ -237,7 +237,7 @@ def _searcher(study: Any, dists: dict[str, Any], make_config: Callable[[dict[str
         @staticmethod
         def _config(trial: Any) -> dict[str, Any]:
             try:
-                cfg = make_config(dict(trial.params))
+                cfg = make_config(dict(trial.params), trial.user_attrs)  # a confirmation run's seed is its own
             except UsageError as exc:
                 # A config that cannot run (no micro-batch fits) fails as its own trial.
                 return {"number": trial.number, "config_error": f"{type(exc).__name__}: {exc}"}
@@ -357,9 +357,6 @@ class RayBackend:
 
     def check(self, settings: SearchSettings) -> None:
         """Ray Tune is installed, and an address given answers: before the probes run."""
-        if settings.confirm.top:  # its searcher takes the sampler's trials, not confirmation runs queued late
-            raise UsageError(f"confirm=Confirm(top={settings.confirm.top}) runs on the local backend and in shared "
-                             "studies; Ray: not yet: pass backend=Local(), or confirm=Confirm(top=0)")
         if not ray_available():
             raise UsageError("backend=ray needs Ray Tune: pip install 'tunekit[ray]' (or 'ray[tune]')")
         if settings.backend.address:
@@ -375,9 +372,16 @@ class RayBackend:
                       f"micro-batch {micro}, by the probe's memory model")
 
     def run(self, work: Work) -> None:
-        n_trials = max(0, work.target - finished_count(work.study))
-        if n_trials:
+        """The search's trials in one Tuner, then, once they are done, the confirmation runs they queue in
+        another (:meth:`Work.goal` queues them; the searcher takes queued trials first)."""
+        while not work.out_of_time():
+            finished = finished_count(work.study)
+            n_trials = work.goal() - finished
+            if n_trials <= 0:
+                return
             run_ray(work, n_trials)
+            if finished_count(work.study) == finished:  # nothing ended (every trial stopped early): no loop
+                return
 
 
 def largest_micro_batch(plan: Plan, dists: dict[str, Any]) -> int:
