@@ -310,17 +310,6 @@ def test_search_refuses_a_packing_the_probed_gpu_cannot_hold(tmp_path: Path) -> 
     assert [t for s in optuna.get_all_study_summaries(storage) for t in optuna.load_study(study_name=s.study_name, storage=storage).trials] == []  # refused before any trial
 
 
-def test_same_seed_same_search_on_ray_one_trial_at_a_time(local_ray, tmp_path: Path) -> None:
-    """One trial at a time, Ray gives the same trials twice. (With several in flight, the order in which
-    trials finish decides what TPE and the pruner see, so only the seed trial and design stay the same.)"""
-    from .tasks import fingerprint
-
-    runs = [search("tests.tasks:regression_task", str(write_space(tmp_path, WIDE)), trials=5, seed=2,
-                   out=tmp_path / f"r{i}", backend=Ray(device="cpu", max_concurrent=1), budget="20updates") for i in range(2)]
-    assert fingerprint(runs[0]) == fingerprint(runs[1])
-    assert len(runs[0].trials) == 5
-
-
 def test_ray_search_for_accuracy_keeps_the_most_accurate_trial(local_ray, tmp_path: Path) -> None:
     """The objective on Ray: trials report it, Optuna's study maximises it, the recorder keeps each
     trial's validation loss beside it, and a pruned trial keeps the updates it ran."""
@@ -461,9 +450,11 @@ def test_the_rung_value_is_the_same_on_ray_as_in_this_process(local_ray, tmp_pat
     assert first[0]["samples"] == first[1]["samples"]
 
 
-def test_confirmation_runs_on_ray_as_on_the_local_backend(local_ray, tmp_path: Path) -> None:
-    """The best trials run again once the search's are done (a second Tuner): at the same fresh seeds, never
-    pruned, counted, and one trial at a time the same runs, values and answer as the local backend's."""
+def test_one_trial_at_a_time_ray_runs_the_local_backends_trials_confirmation_runs_included(local_ray, tmp_path: Path) -> None:
+    """Same seed, same trials: one trial at a time, Ray gives the local backend's trials, values and answer. (With
+    several in flight, the order in which trials finish decides what TPE and the pruner see, so only the seed trial
+    and design stay the same.) The best trials run again once the search's are done (a second Tuner): at the same
+    fresh seeds, never pruned, counted."""
     from tunekit import Confirm
 
     from .tasks import fingerprint
