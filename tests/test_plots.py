@@ -204,3 +204,34 @@ def test_best_so_far_top_axis_marks_each_step_at_its_own_device_seconds() -> Non
     forward, inverse = r.seconds_at_samples()
     assert np.allclose(inverse(forward(np.array(by_samples))), by_samples)
     plt.close("all")
+
+
+def test_with_confirmation_the_plots_show_the_chosen_configuration_not_the_luckiest_run() -> None:
+    """Trial 0 was lucky once (1.0, then 3.0); trial 1's configuration was chosen by its mean (1.5, 1.6, 1.7): its
+    three runs are the bold curves, trial 0 is one curve among the others, and the best-so-far plot marks the
+    chosen mean the luckiest run overstated."""
+    import matplotlib.pyplot as plt
+
+    from tunekit.results.confirmation import Confirmation, ConfirmedConfig
+    from tunekit.results.search import SearchResult
+
+    def trial(n: int, value: float, of: Any = None) -> dict[str, Any]:
+        return dict(number=n, state="COMPLETE", value=value, params={"lr": 1e-3 * (1 + (n if of is None else of))},
+                    config={}, samples=100, curve=[[50, 9.0], [100, value]], seconds=1.0, finished=n, confirm_of=of)
+
+    trials = [trial(0, 1.0), trial(1, 1.5), trial(2, 1.6, of=1), trial(3, 1.7, of=1), trial(4, 3.0, of=0)]
+    c = Confirmation(chosen=1, mean=1.6, best_single=1.0, best_single_trial=0, overstated=0.6,
+                     configurations=[ConfirmedConfig(0, [0, 4], [1.0, 3.0], 2.0), ConfirmedConfig(1, [1, 2, 3], [1.5, 1.6, 1.7], 1.6)])
+    r = SearchResult(study_name="s", storage="in-memory", space="x", direction="minimize", best_value=1.6,
+                     best_params=trials[1]["params"], best_config={}, trials=trials, seed_params={}, distributions={},
+                     param_importances={}, confirmation=c)
+    curves = r.plot_curves()
+    bold = [line for line in curves.lines if line.get_linewidth() == 2.2]
+    assert sorted(float(line.get_ydata()[-1]) for line in bold) == [1.5, 1.6, 1.7]  # the chosen one's runs, not 1.0
+    assert "chosen by its mean (trial 1, 3 runs)" in curves.get_legend_handles_labels()[1]
+    best = r.plot_best()
+    (mean,) = [line for line in best.lines if line.get_label() == "chosen by its mean (trial 1)"]
+    assert list(mean.get_ydata()) == [1.6, 1.6]
+    plain = SearchResult(**{**r.to_dict(), "confirmation": None})  # without confirmation: the best trial, bold
+    assert [float(line.get_ydata()[-1]) for line in plain.plot_curves().lines if line.get_linewidth() == 2.2] == [1.0]
+    plt.close("all")

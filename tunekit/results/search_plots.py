@@ -27,6 +27,7 @@ class SearchPlots:
     best_value: Optional[float]
     probe_samples: int
     probe_seconds: float
+    confirmation: Any  # Optional[Confirmation]
 
     unit: str
     device_seconds: float
@@ -49,6 +50,9 @@ class SearchPlots:
         if start:
             ax.axvline(start, color="0.6", ls=":", label="probes' cost")
         ax.step(xs, ys, where="post", color="C3", label="best so far")
+        c = self.confirmation
+        if c is not None:  # the answer's value, the mean over its runs: what the best single value overstated
+            ax.axhline(c.mean, color="C3", ls="--", lw=1.0, label=f"chosen by its mean (trial {c.chosen})")
         ax.set_xlabel("device seconds spent" if by == "seconds" else f"{self.unit} spent")
         ax.set_ylabel(f"best {objective_of(self).label}")
         ax.legend(fontsize="small")
@@ -104,11 +108,22 @@ class SearchPlots:
                 ys.append(sign * best)
         return spent[0], xs, ys
 
-    def plot_curves(self, ax: Any = None) -> Any:
-        """Validation curves of every trial against its samples; pruned ones faded, the best one bold,
-        diverged or failed ones red, interrupted ones dashed orange (as far as they ran)."""
-        ax = new_axes(ax)
+    def _answer_runs(self) -> tuple[list[int], str]:
+        """The trials the answer stands on, and their label: the best trial, or with confirmation every run of
+        the configuration its mean chose (the luckiest single run is then one curve among the others)."""
+        c = self.confirmation
+        if c is not None:
+            runs = next((x.runs for x in c.configurations if x.trial == c.chosen), [c.chosen])
+            return list(runs), f"chosen by its mean (trial {c.chosen}, {len(runs)} runs)"
         best = objective_of(self).best(self.trials)
+        return ([best["number"]], f"best (trial {best['number']})") if best is not None else ([], "")
+
+    def plot_curves(self, ax: Any = None) -> Any:
+        """Validation curves of every trial against its samples; pruned ones faded, the answer's bold (the best
+        trial, or with confirmation each run of the chosen configuration), diverged or failed ones red,
+        interrupted ones dashed orange (as far as they ran)."""
+        ax = new_axes(ax)
+        answer, label = self._answer_runs()
         shown: set[str] = set()
         for t in self.trials:
             curve = t.get("curve") or []
@@ -117,8 +132,9 @@ class SearchPlots:
             xs = [self.in_unit(s) for s, _ in curve]
             ys = [v for _, v in curve]
             kind = trial_kind(t)
-            if t is best:
-                ax.plot(xs, ys, "o-", color="C3", lw=2.2, ms=3, label=f"best (trial {t['number']})", zorder=3)
+            if t["number"] in answer:
+                first = t["number"] == answer[0]
+                ax.plot(xs, ys, "o-", color="C3", lw=2.2, ms=3, label=label if first else None, zorder=3)
                 continue
             shown.add(kind)
             ax.plot(xs, ys, **_CURVE_STYLES[kind])
