@@ -47,6 +47,8 @@ SERIAL_TESTS = {"test_resume_after_the_process_is_killed_at_random_points": "kil
                 # tests/test_ray.py: a search in a subprocess, with a Ray of its own
                 "test_a_task_object_from_a_module_on_sys_path_runs_on_ray": "cluster",
                 "test_a_relative_task_file_from_another_folder_runs_on_ray_and_all_failed_exits_1_without_tracebacks": "cluster",
+                # tests/test_ray_cluster.py: a cluster of the test process's own (cluster_utils), in the shorter lane
+                "test_a_node_that_dies_mid_search_costs_retries_not_trials": "killed",
                 # tests/test_shared.py: a worker killed, a heartbeat's grace period, a server restarted, and
                 # three workers racing for seven trials (that each gets some is a race the machine's load could lose)
                 "test_three_workers_started_together_on_a_fresh_database_finish_exactly_n": "killed",
