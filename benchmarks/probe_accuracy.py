@@ -178,7 +178,8 @@ def true_largest(spec: str, precision: str, device: str, budget: int, total: Any
 def _probe(name: str, precision: str, budget_text: str, device: str) -> dict[str, Any]:
     t0 = time.perf_counter()
     r = tunekit.probe(tunekit.load_task(spec_of(name)), memory_budget=budget_text,
-                      measure=Measurement(headroom=0.0, throughput_points=0, noise_repeats=0),
+                      measure=Measurement(headroom=0.0, throughput_points=0, noise_repeats=0,
+                                          cost_share=0),  # the largest batch that fits, not the planned run's
                       step=StepSettings(precision=precision, device=device), progress=False)
     return {"result": json.loads(r.to_json()), "wall": time.perf_counter() - t0}
 
@@ -347,7 +348,8 @@ def main() -> None:
         cases, kw, arms = [("deep_ckpt", "fp32", "64MiB")], {"divisors": (1,), "max_runs": 1, "resolved_above": 0}, {"after work": "0"}
     with recorded() as out:
         print(f"device: {device}; truth: VmHWM delta of one step in a fresh subprocess, MALLOC_MMAP_THRESHOLD_=65536, "
-              "after a warm-up step, heap trimmed before the step; headroom 0; 1 thread a process\n")
+              "after a warm-up step, heap trimmed before the step; headroom 0; no cost cap (cost_share=0: the largest batch "
+              "memory allows, not the planned run's); 1 thread a process\n")
         t0 = time.perf_counter()
         keys = [f"{n}:{p}:{b}" for n, p, b in cases]
         probes: dict[str, dict[str, Any]] = {k: {} if args.quick else {"fresh": probe_fresh(*k.split(":"), device)}
