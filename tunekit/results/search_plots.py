@@ -9,11 +9,14 @@ from __future__ import annotations
 # Imported where used, not at the top: matplotlib, numpy; importing this module does not pay for them.
 import math
 from collections.abc import Callable
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from tunekit.errors import UsageError
 from tunekit.objective import objective_of
 from tunekit.plotting import new_axes, new_figure
+
+if TYPE_CHECKING:
+    from tunekit.results.confirmation import Confirmation
 
 __all__ = ["SearchPlots", "trial_kind", "trained_lr"]
 
@@ -27,7 +30,7 @@ class SearchPlots:
     best_value: Optional[float]
     probe_samples: int
     probe_seconds: float
-    confirmation: Any  # Optional[Confirmation]
+    confirmation: Optional[Confirmation]
 
     unit: str
     device_seconds: float
