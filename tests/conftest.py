@@ -143,6 +143,19 @@ def _tree(root) -> dict[str, int]:  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
+def steady_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The probe's timed steps read a scripted clock: 1 ms + 20 us a sample, never busy. A test of what a
+    budget in device time buys needs prices, and a live probe on a loaded CI machine can find every timing
+    spread (rightly refused: tests/test_probe.py); the steps still run, only their seconds are scripted."""
+    from tunekit.probes import throughput
+
+    def time_step(step: Any) -> float:
+        return 1e-3 + 2e-5 * int(step().samples)
+
+    monkeypatch.setattr(throughput, "_time_step", time_step)
+
+
+@pytest.fixture
 def run_main(capsys: pytest.CaptureFixture[str], tmp_path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
     """``run_main(*args, cwd=None) -> (code, out, err)``: ``tunekit ARGS`` in this process, in ``cwd``
     (the test's tmp_path unless told, where a default tunekit_runs/ lands). argparse's exits are caught

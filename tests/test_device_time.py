@@ -77,7 +77,8 @@ def _timed(tmp_path: Path, name: str, trials: int = 3, **kw: object):
 
 
 @pytest.mark.slow  # two searches
-def test_a_search_in_device_time_from_a_stored_probe_is_the_same_twice_and_reports_its_seconds(tmp_path: Path) -> None:
+def test_a_search_in_device_time_from_a_stored_probe_is_the_same_twice_and_reports_its_seconds(
+        tmp_path: Path, steady_clock: None) -> None:
     first = _timed(tmp_path, "first", budget="0.5s", pruner=NoPruning())
     stored = ProbeSettings(probe=tmp_path / "first" / "probe.json")
     runs = [_timed(tmp_path, f"again{i}", budget="0.5s", pruner=NoPruning(), probes=stored) for i in range(2)]
@@ -114,7 +115,7 @@ def _stopped_at_the_limit(r, limit: float, asked: int) -> None:
 
 
 @pytest.mark.slow  # a search
-def test_a_study_wide_device_time_limit_starts_no_trial_after_it(tmp_path: Path) -> None:
+def test_a_study_wide_device_time_limit_starts_no_trial_after_it(tmp_path: Path, steady_clock: None) -> None:
     _timed(tmp_path, "first", budget="0.3s", pruner=NoPruning())
     r = _timed(tmp_path, "limited", budget="0.3s", pruner=NoPruning(),
                probes=ProbeSettings(probe=tmp_path / "first" / "probe.json"), study=Study(time_limit="1s"), trials=8)

@@ -363,7 +363,7 @@ def test_a_task_that_cannot_train_stops_a_ray_search_in_one_line(local_ray, tmp_
     assert all(t.user_attrs.get("attempts", 1) == 1 for t in study.trials)  # no retry: it would fail the same way
 
 
-def test_a_budget_in_device_time_and_a_time_limit_on_ray(local_ray, tmp_path: Path) -> None:
+def test_a_budget_in_device_time_and_a_time_limit_on_ray(local_ray, tmp_path: Path, steady_clock: None) -> None:
     """--budget 1s prices each trial's updates by the probe's timed steps on Ray as locally, and a
     study-wide device-time limit starts no trial after it."""
     from tunekit.results.step_time import update_seconds
