@@ -29,6 +29,8 @@ what RSS resolves: it is listed, not scored. The true largest batch is searched 
 measurement (brackets of 0.3%).
 
     python -m benchmarks.probe_accuracy [MODEL ...]   # every case, or only these models' (deep_ckpt, ...)
+    python -m benchmarks.probe_accuracy --their-objects  # a Trainer and a LightningModule, probed as held; the truth
+                                                      # their own loop's step (training_step, their optimizer)
     python -m benchmarks.probe_accuracy --quick       # the checkpointed MLP at fp32 only, after work, at its
                                                       # recommended batch, one search step: a smoke run
 
@@ -70,6 +72,9 @@ MODELS = [("corpus_digits_head_cnn_adam", "256MiB"), ("corpus_digits_ft_cnn_sgdm
           ("corpus_photo_patches_cnn_adam", "256MiB"), ("corpus_gpt_docs_adamw", "512MiB"),
           ("corpus_lstm_torchsrc_adam", "256MiB"), ("deep_ckpt", "256MiB")]
 CASES = [(name, precision, budget) for name, budget in MODELS for precision in ("fp32", "bf16")]
+# Users' objects (--their-objects): probed as held (a Trainer, a LightningModule), the truth their own training step's.
+# At fp32 only: their precision is theirs to set (TrainingArguments(bf16=True), L.Trainer(precision=...)).
+THEIRS = [("hf_gpt2_trainer", "fp32", "256MiB"), ("lightning_mlp", "fp32", "256MiB")]
 TARGET = 0.05
 # A step that raises VmHWM by less than this is not measured: the warm-up step leaves kernel
 # scratchpads and heap chunks resident that a small step reuses (the bf16 CNN reads 0 at batch 240).
@@ -128,8 +133,67 @@ def measure(spec: str, batch: int, precision: str, device: str, trim: bool = Tru
     return {"measured": _hwm() - before}
 
 
-def measured(spec: str, batch: int, precision: str, device: str, trim: bool = True, alloc: bool = False) -> int:
+def _their_step(obj: Any, batch: int) -> Any:
+    """One training step as the user's own loop runs it, on the first ``batch`` samples: a Trainer's collator,
+    ``compute_loss``, backward and the optimizer it creates; a LightningModule's ``training_step``, backward and
+    the optimizer its ``configure_optimizers`` returns. (A Trainer's ``training_step`` reads state its ``train()``
+    loop sets, with no public API to set it; ``compute_loss`` and backward are that step on one device.)"""
+    if hasattr(obj, "compute_loss") and hasattr(obj, "create_optimizer"):  # a Hugging Face Trainer
+        inputs = obj.data_collator([obj.train_dataset[i] for i in range(batch)])
+        obj.model.train()
+        opt = obj.create_optimizer()
+
+        def hf_step() -> None:
+            obj.compute_loss(obj.model, inputs).backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        return hf_step
+    from torch.utils.data import DataLoader
+
+    data = next(iter(DataLoader(obj.train_dataloader().dataset, batch_size=batch)))
+    opt = obj.configure_optimizers()
+    obj.train()
+
+    def lightning_step() -> None:
+        obj.training_step(data, 0).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return lightning_step
+
+
+def measure_theirs(name: str, batch: int, trim: bool = True) -> dict:
+    """Run in the subprocess: one step of the user's own loop (:func:`_their_step`), its peak memory above what was
+    resident before it, after a warm-up step of another instance of the same object."""
+    import warnings
+
+    from benchmarks import probe_models
+
+    warnings.simplefilter("ignore")  # a LightningModule's self.log() without its Trainer
+    torch.set_num_threads(1)
+    make = getattr(probe_models, f"{name}_task")
+    twin = make()
+    _their_step(twin, batch)()  # kernels, thread pools and allocator caches are not the step's memory
+    del twin
+    gc.collect()
+    step = _their_step(make(), batch)
+    if trim:
+        import ctypes
+
+        ctypes.CDLL(None).malloc_trim(0)
+    before = _rss()
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    step()
+    return {"measured": _hwm() - before}
+
+
+def measured(spec: str, batch: int, precision: str, device: str, trim: bool = True, alloc: bool = False,
+             theirs: bool = False) -> int:
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    if theirs:
+        out = subprocess.run([sys.executable, __file__, "--their-child", spec.rpartition(":")[2][:-len("_task")],
+                              str(batch), str(int(trim))], capture_output=True, text=True, env=env, check=True)
+        return int(json.loads(out.stdout.strip().splitlines()[-1])["measured"])
     out = subprocess.run([sys.executable, __file__, "--child", spec, str(batch), precision, device, str(int(trim)),
                           str(int(alloc))],
                          capture_output=True, text=True, env=env, check=True)
@@ -177,7 +241,10 @@ def true_largest(spec: str, precision: str, device: str, budget: int, total: Any
 
 def _probe(name: str, precision: str, budget_text: str, device: str) -> dict[str, Any]:
     t0 = time.perf_counter()
-    r = tunekit.probe(tunekit.load_task(spec_of(name)), memory_budget=budget_text,
+    from benchmarks import probe_models
+
+    held = getattr(probe_models, f"{name}_task")()  # as users hold it: a Task, a Trainer, a LightningModule
+    r = tunekit.probe(held, memory_budget=budget_text,
                       measure=Measurement(headroom=0.0, throughput_points=0, noise_repeats=0,
                                           cost_share=0),  # the largest batch that fits, not the planned run's
                       step=StepSettings(precision=precision, device=device), progress=False)
@@ -229,9 +296,11 @@ ARMS = ("fresh", "after work", "in process")
 
 
 def run_case(name: str, precision: str, budget_text: str, device: str, probes: dict[str, dict[str, Any]],
-             divisors: tuple[int, ...] = (4, 2, 1), max_runs: int = 8, resolved_above: int = RESOLVED_ABOVE) -> dict[str, Any]:
+             divisors: tuple[int, ...] = (4, 2, 1), max_runs: int = 8, resolved_above: int = RESOLVED_ABOVE,
+             theirs: bool = False) -> dict[str, Any]:
     """Each arm's predictions at the fresh call's recommended batch over ``divisors``, against the truth,
-    and each arm's largest batch against the true largest (searched in at most ``max_runs`` measurements)."""
+    and each arm's largest batch against the true largest (searched in at most ``max_runs`` measurements).
+    ``theirs``: the truth is the user's own training step (:func:`measure_theirs`)."""
     spec = spec_of(name)
     task = tunekit.load_task(spec)
     budget = parse_bytes(budget_text)
@@ -241,7 +310,7 @@ def run_case(name: str, precision: str, budget_text: str, device: str, probes: d
 
     def meas(b: int) -> int:
         if b not in cache:
-            cache[b] = measured(spec, b, precision, device)
+            cache[b] = measured(spec, b, precision, device, theirs=theirs)
         return cache[b]
 
     ref = results[next(iter(results))]  # the fresh call's, where it ran
@@ -253,7 +322,8 @@ def run_case(name: str, precision: str, budget_text: str, device: str, probes: d
         m = meas(b)
         ratios = {arm: (r.predicted_peak(b) - res) / m for arm, r in results.items()}
         ratios["naive"] = (naive_peak(ref.memory_model(), b) - res) / m
-        slack = measured(spec, b, precision, device, trim=False) if device == "cpu" and m < resolved_above else m
+        slack = (measured(spec, b, precision, device, trim=False, theirs=theirs) if device == "cpu" and m < resolved_above
+                 else m)
         if m < MIN_MEASURABLE or abs(slack / m - 1) > TARGET:
             unresolved.append({"batch": b, "measured": m, "untrimmed": slack, **ratios})
             print(f"{name:<30} {precision:>5} {b:>7} {m / 2**20:>9.1f}MiB   (untrimmed {slack / 2**20:.1f}MiB: "
@@ -261,7 +331,7 @@ def run_case(name: str, precision: str, budget_text: str, device: str, probes: d
             continue
         rows.append({"batch": b, "measured": m, **ratios})
         print(f"{name:<30} {precision:>5} {b:>7} {m / 2**20:>9.1f}MiB " + " ".join(
-            f"{ratios.get(arm, math.nan):>10.3f}" for arm in (*ARMS, "naive")), flush=True)
+            f"{ratios.get(arm, math.nan):>10.3f}" for arm in (*results, "naive")), flush=True)
     limit = ref.dataset_size or rec
     true, runs = true_largest(spec, precision, device, budget, lambda b: meas(b) + resident(task, model, b),
                               rec, max(1, rec // 2), limit, max_runs)
@@ -307,9 +377,8 @@ def summary(cases: list[dict[str, Any]], second: dict[str, Any]) -> None:
               f"({r2.predicted_peak(b) / p1 - 1:+.3%})")
     steps = [c["real_steps"][arms[0]] for c in cases]
     print(f"real steps to calibrate and confirm ({arms[0]}): median {statistics.median(steps)}, max {max(steps)}; "
-          f"probe wall time (fresh): median {statistics.median(c['wall'].get('fresh', math.nan) for c in cases):.1f}s, "
-          f"after work: median {statistics.median(c['wall'].get('after work', math.nan) for c in cases):.1f}s, "
-          f"in process: median {statistics.median(c['wall'].get('in process', math.nan) for c in cases):.1f}s")
+          "probe wall time: " + ", ".join(f"{a}: median {statistics.median(c['wall'][a] for c in cases):.1f}s"
+                                          for a in arms))
     print(f"measured as: {cases[0]['measured_how']}")
 
 
@@ -317,6 +386,9 @@ def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         print(json.dumps(measure(sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6] == "1",
                                  sys.argv[7] == "1")))
+        return
+    if len(sys.argv) > 1 and sys.argv[1] == "--their-child":
+        print(json.dumps(measure_theirs(sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1")))
         return
     if len(sys.argv) > 1 and sys.argv[1] == "--probe":
         torch.set_num_threads(1)
@@ -333,21 +405,28 @@ def main() -> None:
                     help="the checkpointed MLP at fp32 under 64 MiB only, after lighter work (no fresh call, no second "
                     "call), at its recommended "
                     "batch, one search step for the true largest: a smoke run")
+    ap.add_argument("--their-objects", action="store_true",
+                    help="users' objects instead (a Hugging Face Trainer, a LightningModule), probed as held, the truth "
+                    "their own training step's; written to benchmarks/data/probe_accuracy_objects_report.txt")
     args = ap.parse_args()
     only = set(args.models)
-    known = {n for n, _, _ in CASES}
+    known = {n for n, _, _ in CASES + THEIRS}
     if only - known:
         print(f"unknown model(s) {', '.join(sorted(only - known))}: choose from {', '.join(sorted(known))}", file=sys.stderr)
         raise SystemExit(2)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     torch.set_num_threads(1)
-    cases = [c for c in CASES if not only or c[0] in only]
-    kw: dict[str, Any] = {}
-    arms = {"after work": "0", "in process": "1"}
+    cases = [c for c in (THEIRS if args.their_objects else CASES) if not only or c[0] in only]
+    kw: dict[str, Any] = {"theirs": True} if args.their_objects else {}
+    arms = {"after work": "0"} if args.their_objects else {"after work": "0", "in process": "1"}
     if args.quick:
-        cases, kw, arms = [("deep_ckpt", "fp32", "64MiB")], {"divisors": (1,), "max_runs": 1, "resolved_above": 0}, {"after work": "0"}
+        cases = [("lightning_mlp" if args.their_objects else "deep_ckpt", "fp32", "64MiB")]
+        kw, arms = {**kw, "divisors": (1,), "max_runs": 1, "resolved_above": 0}, {"after work": "0"}
     with recorded() as out:
-        print(f"device: {device}; truth: VmHWM delta of one step in a fresh subprocess, MALLOC_MMAP_THRESHOLD_=65536, "
+        print(f"device: {device}; truth: VmHWM delta of one step "
+              + ("of the user's own loop (a Trainer's collator, compute_loss, backward and the optimizer it creates; a "
+                 "LightningModule's training_step, backward and configure_optimizers' optimizer) " if args.their_objects else "")
+              + "in a fresh subprocess, MALLOC_MMAP_THRESHOLD_=65536, "
               "after a warm-up step, heap trimmed before the step; headroom 0; no cost cap (cost_share=0: the largest batch "
               "memory allows, not the planned run's); 1 thread a process\n")
         t0 = time.perf_counter()
@@ -361,7 +440,7 @@ def main() -> None:
                 probes[k][arm] = got["results"][k]
             if got["second"] is not None:
                 second[arm] = got["second"]
-        print(f"{'model':<30} {'prec':>5} {'batch':>7} {'truth':>12} " + " ".join(f"{a:>10}" for a in (*ARMS, "naive"))
+        print(f"{'model':<30} {'prec':>5} {'batch':>7} {'truth':>12} " + " ".join(f"{a:>10}" for a in (*next(iter(probes.values())), "naive"))
               + "   (predicted / true peak above the resident state)")
         done = []
         for (n, p, b), k in zip(cases, keys):
@@ -371,8 +450,10 @@ def main() -> None:
             done.append(c)
         summary(done, second)
         print(f"benchmark wall time {time.perf_counter() - t0:.0f}s")
-    report.write("probe_accuracy", "The probe's memory predictions and largest batch against measured steps, "
-                 "in fresh processes and after other work", out.text(), quick=args.quick)
+    title = ("The probe on users' objects (a Hugging Face Trainer, a LightningModule) against their own training steps"
+             if args.their_objects else "The probe's memory predictions and largest batch against measured steps, "
+             "in fresh processes and after other work")
+    report.write("probe_accuracy_objects" if args.their_objects else "probe_accuracy", title, out.text(), quick=args.quick)
 
 
 if __name__ == "__main__":

@@ -178,3 +178,60 @@ def __getattr__(attr: str) -> Any:
         make.__name__ = attr
         return make
     raise AttributeError(attr)
+
+
+# Users' objects, probed as users hold them (tunekit.probe(trainer), tunekit.probe(module)); the truth for them is
+# measured with their own training step (benchmarks/probe_accuracy.py --their-objects).
+THEIR_SAMPLES = 24576
+
+
+def hf_gpt2_trainer_task(config: dict | None = None) -> Any:
+    """A Hugging Face Trainer of a 2-layer GPT-2 (width 64, 64-token sequences, a 96-token vocabulary), AdamW and
+    a cosine schedule as TrainingArguments give them, on dict samples with labels."""
+    import tempfile
+
+    from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+    from transformers.utils import logging
+
+    logging.set_verbosity_error()
+    ids = torch.randint(0, 96, (THEIR_SAMPLES, 64), generator=_gen())
+    data = [{"input_ids": row, "labels": row} for row in ids]
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=96, n_positions=64, bos_token_id=0,
+                                       eos_token_id=0, use_cache=False))
+    args = TrainingArguments(output_dir=tempfile.mkdtemp(prefix="tk-bench-hf-"), per_device_train_batch_size=16,
+                             learning_rate=1e-3, warmup_steps=10, lr_scheduler_type="cosine", max_steps=200,
+                             report_to=[], use_cpu=True, save_strategy="no", disable_tqdm=True, log_level="error",
+                             logging_strategy="no")
+    return Trainer(model=model, args=args, train_dataset=data)
+
+
+def lightning_mlp_task(config: dict | None = None) -> Any:
+    """A LightningModule: the wide MLP of :func:`mlp_task` with its own ``training_step`` (which logs),
+    ``configure_optimizers`` (AdamW) and ``train_dataloader``."""
+    import lightning as L
+
+    g = _gen()
+    x = torch.randn(THEIR_SAMPLES, 784, generator=g)
+    y = torch.randint(0, 10, (THEIR_SAMPLES,), generator=g)
+
+    class WideMLP(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),
+                                     nn.Linear(1024, 10))
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            inputs, labels = batch
+            loss = F.cross_entropy(self.net(inputs), labels)
+            self.log("train_loss", loss)
+            return loss
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.AdamW(self.parameters(), lr=1e-3)
+
+        def train_dataloader(self) -> DataLoader:
+            return DataLoader(TensorDataset(x, y), batch_size=64, shuffle=True)
+
+    torch.manual_seed(0)
+    return WideMLP()
