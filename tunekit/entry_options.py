@@ -111,7 +111,8 @@ class Measurement:
                                        "(default 4,8,16)", kind="sizes", metavar="B,B,...")
     throughput_points: int = opt(5, "batches timed up to the largest (default 5; 0: none)", kind="count",
                                  metavar="N")
-    timing_steps: int = opt(5, "timed steps per batch (default 5; at least 3 rounds are timed)", kind="int", metavar="N")
+    timing_steps: int = opt(5, "consecutive timed steps per batch (default 5; at least 3, fewer where a batch's "
+                            "steps would take over 2 s)", kind="int", metavar="N")
     noise_repeats: int = opt(NOISE_REPEATS, f"gradients at each of the noise scale's two batches (default "
                              f"{NOISE_REPEATS}; under 2: not measured)", kind="count", metavar="N")
     noise_warmup: Optional[int] = opt(None, "updates before the noise scale is measured (default 50 for a task's fresh "

@@ -1,5 +1,6 @@
-"""The probe's throughput: samples per second at a few micro-batches up to the largest, timed in
-interleaved rounds, and timed again where the machine was busy; the knee of the curve.
+"""The probe's throughput: samples per second at a few micro-batches up to the largest, each timed in a
+block of consecutive steps as a run takes them, and timed again where the machine was busy; the knee of
+the curve.
 """
 
 from __future__ import annotations
@@ -57,14 +58,17 @@ def _spread(ts: list[float]) -> float:
 
 def measure_throughput(run: ProbeRun, sizes: list[int], confirmed: int, points_n: int, timing_steps: int,
                        seconds_left: Optional[Callable[[dict[int, float]], float]] = None) -> list[dict[str, Any]]:
-    """Samples per second at ``points_n`` micro-batches up to ``confirmed``: a warm-up step at each, then
-    rounds that time one step at every point, the median per point. Interleaved, a change in the
-    machine's load falls on every point alike, and the curve that prices a search keeps its shape.
+    """Samples per second at ``points_n`` micro-batches up to ``confirmed``: at each in turn, a warm-up step,
+    then a block of timed steps, the median per point. A run steps at one batch, and on a CPU the first step
+    after another batch size's is slower (1.3-1.9x at an LSTM's or a small GPT's smaller batches: the
+    allocator's memory for the other shapes): no timed step follows another batch's. Each point times
+    ``timing_steps`` steps, or fewer where its warm-up says they would take over two seconds, 3 at least.
     A point whose steps spread by more than NOISY_TIMINGS was timed on a busy machine: it is timed again
     (``remeasured``, up to BUSY_RETRIES times), and where it is still spread marked ``busy``: the knee, the
-    plan and a search's prices leave it out. Timing again replays the batch the point last drew: it costs
-    device time, not samples, so the probe's samples are the same however busy the machine was; it is not done
-    once ``seconds_left`` (of each point's warm-up step's seconds) have passed since the warm-up."""
+    plan and a search's prices leave it out. Timing again replays the batch the point last drew, after an
+    untimed replay that settles it: it costs device time, not samples, so the probe's samples are the same
+    however busy the machine was; it is not done once the probe is past ``seconds_left`` (read off each
+    point's warm-up step's seconds)."""
     if points_n < 1:
         return []
     points = sorted({max(1, int(round(x))) for x in np.geomspace(max(1, min(sizes[0], confirmed)), confirmed, points_n)})
@@ -79,18 +83,18 @@ def measure_throughput(run: ProbeRun, sizes: list[int], confirmed: int, points_n
             drawn[pb] = stream.take(run.k)
             return step(drawn[pb])
         steps[pb], again[pb] = draw_and_step, (lambda step=step, pb=pb: step(drawn[pb]))
-    warm_steps = {pb: _time_step(steps[pb]) for pb in points}  # a warm-up step at each
-    warm = sum(warm_steps.values())
+    warm_steps: dict[int, float] = {}
+    times: dict[int, list[float]] = {}
+    for pb in points:  # a block at each point: its warm-up step settles it
+        warm_steps[pb] = _time_step(steps[pb])
+        times[pb] = [_time_step(steps[pb]) for _ in range(max(3, min(timing_steps, int(2.0 / max(warm_steps[pb], 1e-6)))))]
     deadline = time.perf_counter() + (seconds_left(warm_steps) if seconds_left is not None else math.inf)
-    # Several rounds for the medians, but about two seconds per point at most.
-    rounds = max(3, min(timing_steps, int(2.0 * len(points) / max(warm, 1e-6))))
-    times = _timed_rounds(steps, points, rounds)
     remeasured, counted = dict.fromkeys(points, 0), dict(run.counter)
     for _ in range(BUSY_RETRIES):
         busy = [pb for pb in points if _spread(times[pb]) > NOISY_TIMINGS]
         if not busy or time.perf_counter() > deadline:  # quiet, or the probe has spent its planned run's seconds
             break
-        times.update(_timed_rounds(again, busy, rounds))
+        times.update(_timed_blocks(again, busy, {pb: len(times[pb]) for pb in busy}))
         for pb in busy:
             remeasured[pb] += 1
     run.counter.update(counted)  # the replays drew no new samples
@@ -99,10 +103,10 @@ def measure_throughput(run: ProbeRun, sizes: list[int], confirmed: int, points_n
              "remeasured": remeasured[pb], "busy": _spread(ts) > NOISY_TIMINGS} for pb, ts in times.items()]
 
 
-def _timed_rounds(steps: dict[int, Callable[[], Any]], points: list[int], rounds: int) -> dict[int, list[float]]:
-    """``rounds`` rounds that time one step at each of ``points``, interleaved."""
-    times: dict[int, list[float]] = {pb: [] for pb in points}
-    for _ in range(rounds):
-        for pb in points:
-            times[pb].append(_time_step(steps[pb]))
+def _timed_blocks(replay: dict[int, Callable[[], Any]], points: list[int], rounds: dict[int, int]) -> dict[int, list[float]]:
+    """At each of ``points`` in turn, an untimed replay that settles it, then ``rounds[pb]`` timed replays."""
+    times: dict[int, list[float]] = {}
+    for pb in points:
+        replay[pb]()
+        times[pb] = [_time_step(replay[pb]) for _ in range(rounds[pb])]
     return times

@@ -1,7 +1,7 @@
 """What one optimizer update costs on the user's device, read off the probe's timed steps: pure functions.
 
-The probe times the shared step at a few micro-batches (medians of interleaved repeats, on the
-user's device and precision). A step's time is read off those points: linearly between them
+The probe times the shared step at a few micro-batches (medians of consecutive steps, as a run
+takes them, on the user's device and precision). A step's time is read off those points: linearly between them
 (a step costs a fixed part plus a part per sample; on a GPU the fixed part rules up to the
 batch that saturates it), never faster for a larger batch (timing noise is not a discount).
 Below the smallest timed batch a step costs no more than there, and no less per sample; above
