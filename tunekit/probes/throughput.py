@@ -87,7 +87,8 @@ def measure_throughput(run: ProbeRun, sizes: list[int], confirmed: int, points_n
     times: dict[int, list[float]] = {}
     for pb in points:  # a block at each point: its warm-up step settles it
         warm_steps[pb] = _time_step(steps[pb])
-        times[pb] = [_time_step(steps[pb]) for _ in range(max(3, min(timing_steps, int(2.0 / max(warm_steps[pb], 1e-6)))))]
+        n = max(3, min(timing_steps, int(2.0 / max(warm_steps[pb], 1e-6))))  # about two seconds a point at most
+        times[pb] = [_time_step(steps[pb]) for _ in range(n)]
     deadline = time.perf_counter() + (seconds_left(warm_steps) if seconds_left is not None else math.inf)
     remeasured, counted = dict.fromkeys(points, 0), dict(run.counter)
     for _ in range(BUSY_RETRIES):
@@ -103,7 +104,8 @@ def measure_throughput(run: ProbeRun, sizes: list[int], confirmed: int, points_n
              "remeasured": remeasured[pb], "busy": _spread(ts) > NOISY_TIMINGS} for pb, ts in times.items()]
 
 
-def _timed_blocks(replay: dict[int, Callable[[], Any]], points: list[int], rounds: dict[int, int]) -> dict[int, list[float]]:
+def _timed_blocks(replay: dict[int, Callable[[], Any]], points: list[int],
+                  rounds: dict[int, int]) -> dict[int, list[float]]:
     """At each of ``points`` in turn, an untimed replay that settles it, then ``rounds[pb]`` timed replays."""
     times: dict[int, list[float]] = {}
     for pb in points:
