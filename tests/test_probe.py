@@ -768,6 +768,32 @@ def test_the_cost_warning_never_suggests_what_was_passed_and_the_cli_says_it_in_
         assert "a larger --memory-budget for more" in out and "memory_budget" not in out
 
 
+def test_each_batch_is_timed_as_a_run_takes_its_steps_never_right_after_another_batch_size(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A scripted clock (no timed test): a step costs 1 ms + 10 us a sample, twice that right after a step at
+    another batch size (as a CPU's allocator makes it, 1.3-1.9x measured). The timed steps read the steady cost;
+    only the warm-up steps pay the change. Interleaved rounds read every point at twice its cost."""
+    from tunekit.probes import throughput
+
+    last: list[int] = []
+
+    def time_step(step: Any) -> float:
+        b = int(step().samples)
+        changed = bool(last) and last[-1] != b
+        last.append(b)
+        return (1e-3 + 1e-5 * b) * (2 if changed else 1)
+
+    monkeypatch.setattr(throughput, "_time_step", time_step)
+    task = dataclasses.replace(regression_task(), defaults={**regression_task().defaults, "max_steps": 1000})
+    r = probe(task, memory_budget="1GiB", step=StepSettings(device="cpu"), progress=False,
+              measure=Measurement(trace_sizes=(2, 4), throughput_points=3, timing_steps=3, noise_repeats=0,
+                                  calibrate_steps=False, cost_share=0))
+    assert [t["batch"] for t in r.throughput] == [2, 23, 256]
+    for t in r.throughput:
+        assert t["samples_per_s"] == pytest.approx(t["batch"] / (1e-3 + 1e-5 * t["batch"])) and not t["busy"]
+    assert r.step_times == [[b, pytest.approx(1e-3 + 1e-5 * b)] for b in (2, 23, 256)]  # what prices a search
+
+
 def test_timings_taken_while_the_machine_is_busy_are_timed_again_and_else_not_acted_on(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A scripted clock (no timed test): each step costs 1 ms + 10 us a sample, except where the script makes
