@@ -30,7 +30,7 @@ measurement (brackets of 0.3%).
 
     python -m benchmarks.probe_accuracy [MODEL ...]   # every case, or only these models' (deep_ckpt, ...)
     python -m benchmarks.probe_accuracy --their-objects  # a Trainer and a LightningModule, probed as held; the truth
-                                                      # their own loop's step (training_step, their optimizer)
+                                                      # their own loop's step (their loss, backward, their optimizer)
     python -m benchmarks.probe_accuracy --quick       # the checkpointed MLP at fp32 only, after work, at its
                                                       # recommended batch, one search step: a smoke run
 
@@ -122,6 +122,11 @@ def measure(spec: str, batch: int, precision: str, device: str, trim: bool = Tru
         return {"measured": torch.cuda.max_memory_allocated(dev) - before}
     if alloc:
         return {"measured": allocator_peak(lambda: step(batches))}
+    return {"measured": _resident_peak(lambda: step(batches), trim)}
+
+
+def _resident_peak(step: Any, trim: bool) -> int:
+    """The peak resident memory ``step()`` adds above what was resident before it (VmHWM, reset first)."""
     if trim:
         import ctypes
 
@@ -129,8 +134,8 @@ def measure(spec: str, batch: int, precision: str, device: str, trim: bool = Tru
     before = _rss()
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # reset VmHWM to the current RSS
-    step(batches)
-    return {"measured": _hwm() - before}
+    step()
+    return _hwm() - before
 
 
 def _their_step(obj: Any, batch: int) -> Any:
@@ -175,28 +180,17 @@ def measure_theirs(name: str, batch: int, trim: bool = True) -> dict:
     _their_step(twin, batch)()  # kernels, thread pools and allocator caches are not the step's memory
     del twin
     gc.collect()
-    step = _their_step(make(), batch)
-    if trim:
-        import ctypes
-
-        ctypes.CDLL(None).malloc_trim(0)
-    before = _rss()
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
-    step()
-    return {"measured": _hwm() - before}
+    return {"measured": _resident_peak(_their_step(make(), batch), trim)}
 
 
 def measured(spec: str, batch: int, precision: str, device: str, trim: bool = True, alloc: bool = False,
              theirs: bool = False) -> int:
+    """One step's measured peak, in a fresh subprocess: the shared step on the task ``spec`` names, or
+    (``theirs``) the user's own loop's step on the object its function returns."""
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-    if theirs:
-        out = subprocess.run([sys.executable, __file__, "--their-child", spec.rpartition(":")[2][:-len("_task")],
-                              str(batch), str(int(trim))], capture_output=True, text=True, env=env, check=True)
-        return int(json.loads(out.stdout.strip().splitlines()[-1])["measured"])
-    out = subprocess.run([sys.executable, __file__, "--child", spec, str(batch), precision, device, str(int(trim)),
-                          str(int(alloc))],
-                         capture_output=True, text=True, env=env, check=True)
+    args = (["--their-child", spec.rpartition(":")[2].removesuffix("_task"), str(batch), str(int(trim))] if theirs
+            else ["--child", spec, str(batch), precision, device, str(int(trim)), str(int(alloc))])
+    out = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, env=env, check=True)
     return int(json.loads(out.stdout.strip().splitlines()[-1])["measured"])
 
 
