@@ -610,13 +610,22 @@ def test_a_measuring_child_killed_mid_probe_is_replaced_and_the_answer_is_the_sa
         assert not at_kill["ok"] and at_kill["peak_bytes"] is None and 0 < r.max_batch < killed[0]
 
 
-def test_steps_are_not_measured_where_the_budget_cannot_bind() -> None:
+def test_steps_are_not_measured_where_the_budget_cannot_bind(monkeypatch: pytest.MonkeyPatch) -> None:
     # The whole data's batch is traced far under the budget: no measuring child, and the result says why.
+    # Its one real step only shows the batch runs: neither read nor traced again (a tiny run's probe paid
+    # both for nothing: a fifth of its seconds).
+    import tunekit.probes.largest_batch as lb
+    traced: list[int] = []
+    read: list[object] = []
+    trace_at, real_step_peak = lb.trace_at, lb.real_step_peak
+    monkeypatch.setattr(lb, "trace_at", lambda run, b: traced.append(b) or trace_at(run, b))
+    monkeypatch.setattr(lb, "real_step_peak", lambda *a: read.append(a) or real_step_peak(*a))
     r = probe(small_task(), memory_budget="1GiB", step=StepSettings(device="cpu"),
               measure=Measurement(throughput_points=0, noise_repeats=0, cost_share=0), progress=False)
     assert r.memory_measured.startswith("not measured: at batch 4096, the largest the data, batch_limit or the "
                                         "probe's cost cap allows")
-    assert r.max_batch == 4096 and r.real_steps == 1
+    assert r.max_batch == 4096 and r.real_steps == 1 and r.samples == 4096
+    assert traced == [] and read == []
 
 
 class Unpicklable:

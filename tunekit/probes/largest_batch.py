@@ -245,6 +245,13 @@ def _confirmed(run: ProbeRun, mm: MemoryModel, traces: dict[int, Trace], room: R
         return delta if calibrate_steps else None
 
     def run_step(b: int) -> Optional[float]:
+        if not calibrate_steps:  # the step only shows the batch runs: no reading, so no trace to weigh it against
+            batches = BatchStream(run.data, b, seed=run.seed).take(run.k)
+            try:
+                run.make_step(run.sub.model, run.sub.optimizer)(batches)
+            finally:
+                run.reset()
+            return None
         if b not in traces:
             traces[b] = trace_at(run, b)  # fake tensors: no memory, a fraction of a second
         delta = reading(b, 0)
