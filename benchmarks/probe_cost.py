@@ -8,6 +8,12 @@ machine's load falls on both; the ratios printed. The default cap: the planned r
     python -m benchmarks.probe_cost --quick          # 4 corpus tasks and the Trainer
     python -m benchmarks.probe_cost                  # every corpus task and the Trainer
     python -m benchmarks.probe_cost --tasks a,b      # these corpus tasks
+    python -m benchmarks.probe_cost --shares 1,0.8,0.6,0.5   # the short runs' cap, chosen leave-one-family-out
+
+``--shares``: each short-run task's probe at each ``cost_share``, interleaved with its run, and the default
+share for runs under 1,000 updates chosen leave-one-family-out: for each family, the largest share whose probe
+took at most the run's seconds (median of the repeats) on every task of the other families, scored on the family
+left out.
 """
 
 from __future__ import annotations
@@ -152,6 +158,75 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def share_row(name: str, shares: list[float]) -> dict[str, Any]:
+    """One short-run task's probe at each of ``shares`` and its run, REPEATS times each, interleaved (the
+    shares in turn, reversed on every other repeat, a run before and after), after a first call of each."""
+    import tunekit
+    from benchmarks.corpus import build
+    from tunekit import Measurement
+
+    def probe_at(share: float) -> tuple[Any, float]:
+        task = build(name)
+        return _timed(lambda: tunekit.probe(task, measure=Measurement(cost_share=share), progress=False))
+
+    def run_once() -> float:
+        task = build(name)
+        return _timed(lambda: tunekit.train(task, progress=False))[1]
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        probe_at(shares[0])
+        run_once()
+        seconds: dict[float, list[float]] = {s: [] for s in shares}
+        results: dict[float, Any] = {}
+        run_s: list[float] = []
+        for i in range(REPEATS):
+            run_s.append(run_once())
+            for share in (shares if i % 2 == 0 else shares[::-1]):
+                results[share], t = probe_at(share)
+                seconds[share].append(t)
+            run_s.append(run_once())
+    run = statistics.median(run_s)
+    return {"task": name, "run_s": run, "run_samples": results[shares[0]].run_samples,
+            "ratio": {s: statistics.median(seconds[s]) / run for s in shares},
+            "samples": {s: results[s].samples for s in shares}, "max_batch": {s: results[s].max_batch for s in shares}}
+
+
+def share_tables(rows: list[dict[str, Any]], shares: list[float]) -> str:
+    """Per task, the probe's seconds over the run's at each share; then the share chosen for each family on the
+    others (the largest with every task at most 1x) and its figures on the family left out."""
+    from benchmarks.corpus import CORPUS
+
+    fam = {r["task"]: CORPUS[r["task"]].family for r in rows}
+    head = f"{'task':<26} {'family':<12} {'run s':>6} " + " ".join(f"{f'x{s:g}':>6}" for s in shares)
+    lines = ["probe seconds / run seconds, at each cost_share", head]
+    for r in rows:
+        lines.append(f"{r['task']:<26} {fam[r['task']]:<12} {r['run_s']:>6.2f} "
+                     + " ".join(f"{r['ratio'][s]:>6.2f}" for s in shares))
+    lines += ["", "largest batch answered (where the cap, not memory or the data, binds, it falls with the share)",
+              f"{'task':<26} " + " ".join(f"{f's={s:g}':>7}" for s in shares)]
+    for r in rows:
+        lines.append(f"{r['task']:<26} " + " ".join(f"{r['max_batch'][s]:>7}" for s in shares))
+    lines += ["", "held out: the share chosen on the other families (the largest with every task's probe at most "
+              "its run's seconds), scored on the family left out",
+              f"{'family':<12} {'share':>5} {'worst x run':>11} {'over 1x':>7}  samples x run"]
+    chosen = []
+    for f in dict.fromkeys(fam.values()):
+        train = [r for r in rows if fam[r["task"]] != f]
+        test = [r for r in rows if fam[r["task"]] == f]
+        ok = [s for s in shares if all(r["ratio"][s] <= 1.0 for r in train)]
+        share = max(ok) if ok else min(shares)
+        chosen.append(share)
+        worst = max(r["ratio"][share] for r in test)
+        over = sum(r["ratio"][share] > 1.0 for r in test)
+        samp = [r["samples"][share] / r["run_samples"] for r in test]
+        lines.append(f"{f:<12} {share:>5g} {worst:>11.2f} {over:>3} of {len(test)}  {min(samp):.2f}-{max(samp):.2f}")
+    every = [s for s in shares if all(r["ratio"][s] <= 1.0 for r in rows)]
+    lines.append(f"on every family (in-sample): {max(every) if every else 'none'} ; held-out choices: "
+                 f"{', '.join(f'{s:g}' for s in chosen)}")
+    return "\n".join(lines)
+
+
 def main() -> None:
     from benchmarks._common import recorded
     from benchmarks.corpus import CORPUS, pick
@@ -161,8 +236,29 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help=f"the corpus tasks {', '.join(QUICK)} and the Trainer")
     ap.add_argument("--tasks", help="comma-separated corpus tasks (default: all, or the quick ones)")
     ap.add_argument("--no-hf", action="store_true", help="leave out the Hugging Face Trainer")
+    ap.add_argument("--shares", help="comma-separated cost_share values: the short runs' default chosen "
+                    "leave-one-family-out (runs under 1,000 updates only)")
     args = ap.parse_args()
     names = pick(args.tasks) if args.tasks else list(QUICK if args.quick else CORPUS)
+    if args.shares:
+        shares = sorted({float(x) for x in args.shares.split(",")}, reverse=True)
+        short = [n for n in names if CORPUS[n].run_steps < PROBE_FULL_RUN_UPDATES]
+        with recorded() as out:
+            rows = []
+            for name in short:
+                try:
+                    rows.append(share_row(name, shares))
+                except ImportError as exc:
+                    print(f"{name:<34} not run: {exc}", flush=True)
+                    continue
+                r = rows[-1]
+                print(f"{name:<26} run {r['run_s']:.2f} s  " + " ".join(f"{s:g}:{r['ratio'][s]:.2f}" for s in shares),
+                      flush=True)
+            print()
+            print(share_tables(rows, shares))
+        report.write("probe_cost_share", "The short runs' default cost share, chosen leave-one-family-out", out.text(),
+                     quick=args.quick)
+        return
     with recorded() as out:
         rows = []
         for name in names:
