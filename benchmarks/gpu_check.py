@@ -11,6 +11,9 @@ fails, and 0 with one SKIP line where there is no CUDA device.
    real step, at 3 batch sizes, within 5%.
 4. A fractional-GPU packing that the real GPU's memory cannot hold is refused.
 5. Ray trials on 2 logical slices of one GPU: each trial trains on CUDA.
+6. The probe's promises (issue 52) under a 512 MiB budget the GPU enforces: the largest batch never over the
+   true largest (max_memory_allocated of one real step, searched), within 10% of it; its predicted peak within
+   3%; and its default cost at most the planned run's samples and seconds.
 
     python -m benchmarks.gpu_check
 """
@@ -115,6 +118,38 @@ def check_ray_slices() -> str:
     return _verdict(ok, f"trials on {devices}, GPU ids {gpus}, states {[t['state'] for t in r.trials]}")
 
 
+def check_probe_promises(device: str = "cuda") -> str:
+    """benchmarks.probe_accuracy's cases on this device (its truth: max_memory_allocated of one real step in a
+    fresh process), and benchmarks.probe_cost's promise on one corpus task."""
+    import time
+
+    from benchmarks import probe_accuracy as pa
+    from benchmarks.corpus import build
+
+    figures, ok = [], True
+    for name in ("gpt", "mlp"):
+        key = (name, "fp32", "512MiB")
+        case = pa.run_case(*key, device, {"fresh": pa.probe_fresh(*key, device)}, divisors=(1,), max_runs=6)
+        got, true = case["largest"]["fresh"], case["true"]
+        errors = [abs(r["fresh"] - 1) for r in case["rows"]]
+        ok &= 0 < got <= true and got >= 0.9 * true and all(e <= 0.03 for e in errors)
+        figures.append(f"{name}: largest {got} (true {true}), peak error "
+                       f"{', '.join(f'{e:.1%}' for e in errors) or 'not measured'}")
+    probe_s, run_s = [], []
+    for _ in range(3):  # interleaved: probe, run
+        t0 = time.perf_counter()
+        r = tunekit.probe(build("gpt_docs_adamw"), step=StepSettings(device=device), progress=False)
+        probe_s.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        tunekit.train(build("gpt_docs_adamw"), device=device, progress=False)
+        run_s.append(time.perf_counter() - t0)
+    ps, rs = sorted(probe_s)[1], sorted(run_s)[1]
+    ok &= r.samples <= (r.run_samples or 0) and ps <= rs
+    figures.append(f"gpt_docs_adamw: probe {r.samples:,} samples, {ps:.2f} s against the run's {r.run_samples:,}, "
+                   f"{rs:.2f} s (medians of 3, interleaved)")
+    return _verdict(ok, "; ".join(figures))
+
+
 def _verdict(ok: bool, figures: str) -> str:
     return f"{'PASS' if ok else 'FAIL'}  {figures}"
 
@@ -125,6 +160,7 @@ CHECKS: dict[str, Callable[[], str]] = {
     "memory model against max_memory_allocated": check_memory_model,
     "packing refused against real GPU memory": check_packing_refused,
     "Ray trials on 2 slices of one GPU": check_ray_slices,
+    "the probe never over the budget, cheaper than its run": check_probe_promises,
 }
 
 
