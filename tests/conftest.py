@@ -144,15 +144,21 @@ def _tree(root) -> dict[str, int]:  # type: ignore[no-untyped-def]
 
 @pytest.fixture
 def steady_clock(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The probe's timed steps read a scripted clock: 1 ms + 20 us a sample, never busy. A test of what a
-    budget in device time buys needs prices, and a live probe on a loaded CI machine can find every timing
-    spread (rightly refused: tests/test_probe.py); the steps still run, only their seconds are scripted."""
+    """The probe's timed steps read a scripted clock: 1 ms + 20 us a sample, never busy; its timed evaluation
+    passes 0.2 ms a batch + 5 us a sample. A test of what a budget in device time buys needs prices, and a live
+    probe on a loaded CI machine can find every timing spread (rightly refused: tests/test_probe.py); the steps
+    and passes still run, only their seconds are scripted."""
     from tunekit.probes import throughput
 
     def time_step(step: Any) -> float:
         return 1e-3 + 2e-5 * int(step().samples)
 
+    def time_pass(one_pass: Any, batches: int, batch: int) -> float:
+        one_pass()
+        return batches * (2e-4 + 5e-6 * batch)
+
     monkeypatch.setattr(throughput, "_time_step", time_step)
+    monkeypatch.setattr(throughput, "_time_pass", time_pass)
 
 
 @pytest.fixture

@@ -64,6 +64,25 @@ def test_a_trial_in_device_time_runs_what_fits_and_a_batch_below_saturation_buys
     big = largest_batch(plan)
     assert trial_config(plan, {"batch": big}).train["max_steps"] >= MIN_UPDATES
     assert trial_config(plan, {"batch": 2 * big}).train["max_steps"] < MIN_UPDATES
+    # Its evaluations are paid first: 420 updates and 4 evaluations of 0.2 s (every 105th update, and at the end)
+    # fill 5 s; 421 would take a fifth (every 105th: 105, 210, 315, 420, and the end).
+    evaluated = Plan(budget_samples=32 * 500, seed=0, task_batch=32, max_micro=64, evals=4, budget_seconds=5.0,
+                     step_times=GPU_LIKE, eval_seconds=0.2)
+    cfg = trial_config(evaluated, {"batch": 32})
+    assert cfg.train["max_steps"] == 420 and cfg.predicted_seconds == pytest.approx(420 * 0.010 + 4 * 0.2)
+    # The budget's samples at the task's batch: what is left after one evaluation more than that, at most.
+    assert price_budget(Budget(5.0, "seconds", 0.0), 0.010, 32, evaluated.steps_seconds()).samples == 400 * 32
+    assert trial_config(evaluated, {"batch": largest_batch(evaluated)}).train["max_steps"] >= MIN_UPDATES
+    with pytest.raises(UsageError, match=r"evaluations take about 5s of it.*at least 5.2s"):
+        price_budget(Budget(5.0, "seconds", 0.0), 0.010, 32, 0.0)
+    # Rung branches too: each an evaluation, and updates a fifth of those so far (at evaluations 1 and 2 of 4).
+    branched = Plan(budget_samples=32 * 500, seed=0, task_batch=32, max_micro=64, evals=4, budget_seconds=5.0,
+                    step_times=GPU_LIKE, eval_seconds=0.2, rung_cooldown=0.2, branch_evals=[1, 2])
+    cfg = trial_config(branched, {"batch": 32})
+    # 316 updates: evaluations after 79, 158, 237 and at the end, branches of 16 and 32 updates at the first two
+    # (each evaluated): 4.84 s; 317 would add an evaluation at 316 (5.05 s).
+    assert cfg.train["max_steps"] == 316
+    assert cfg.predicted_seconds == pytest.approx(316 * 0.010 + (16 + 32) * 0.010 + (4 + 2) * 0.2)
     # A budget in samples keeps its samples, and its trials are priced all the same.
     samples_plan = Plan(budget_samples=3200, seed=0, task_batch=32, max_micro=64, step_times=GPU_LIKE)
     cfg = trial_config(samples_plan, {"batch": 8})
@@ -85,10 +104,17 @@ def test_a_search_in_device_time_from_a_stored_probe_is_the_same_twice_and_repor
     assert fingerprint(runs[0]) == fingerprint(runs[1])
     assert [t["predicted_seconds"] for t in runs[0].trials] == [t["predicted_seconds"] for t in runs[1].trials]
     plan = runs[0].plan
-    for t in runs[0].trials:  # each trial ran what its batch buys in 0.5 s at the stored prices
+    # One evaluation: the validation set (128 samples) at the task's batch of 32, 4 batches at the scripted
+    # 0.2 ms + 5 us a sample each, timed by the probe and stored with it.
+    timed = ProbeResult.load(tmp_path / "first" / "probe.json").eval_time
+    assert timed is not None and timed["batch"] == 32 and timed["batches"] == 4
+    assert plan["eval_seconds"] == pytest.approx(4 * (2e-4 + 5e-6 * 32))
+    for t in runs[0].trials:  # each trial ran what its batch buys in 0.5 s at the stored prices, evaluations paid first
         assert t["predicted_seconds"] <= 0.5 and t["seconds"] > 0
         per = update_seconds(plan["step_times"], t["micro_batch"], t["accumulation_steps"])
-        assert t["updates"] == int(0.5 / per) and t["predicted_seconds"] == pytest.approx(t["updates"] * per)
+        assert t["updates"] == int((0.5 - 9 * plan["eval_seconds"]) / per)
+        evals = len(range(max(1, t["updates"] // 8), t["updates"], max(1, t["updates"] // 8))) + 1
+        assert t["predicted_seconds"] == pytest.approx(t["updates"] * per + evals * plan["eval_seconds"])
     assert first.budget["unit"] == "seconds" and first.device == "cpu" and first.probe_seconds > 0
     # search.json, trials.csv and the table carry the seconds beside the samples.
     saved = json.loads((tmp_path / "again0" / "search.json").read_text())

@@ -379,8 +379,10 @@ def test_cli_probe(tmp_path: Path) -> None:
                 "--quiet")
     assert r.returncode == 0, r.stderr
     assert "largest batch that fits" in r.stdout and "headroom 15%" in r.stdout
+    assert "evaluation: a validation batch of 32 takes" in r.stdout  # what prices a search's evaluations
     data = json.loads((tmp_path / "probe.json").read_text())
     assert data["max_batch"] >= 1 and data["throughput"]
+    assert data["eval_time"]["batch"] == 32 and data["eval_time"]["batches"] == 4 and data["eval_time"]["seconds"] > 0
     assert (tmp_path / "probe.png").stat().st_size > 1000
 
 

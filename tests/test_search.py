@@ -1288,12 +1288,16 @@ def test_a_device_time_budget_is_not_priced_on_timings_taken_while_the_machine_w
     quiet = {"batch": 8, "samples_per_s": 800.0, "spread": 0.05, "remeasured": 0, "busy": False}
     busy = {"batch": 32, "samples_per_s": 100.0, "spread": 3.0, "remeasured": 2, "busy": True}
     assert step_curve([quiet, busy]) == [[8, 0.01]]  # the busy point prices nothing
-    inputs = prepare_inputs(classification_task(), "from_scratch", SearchSettings(budget="60s"))
-    ok = SimpleNamespace(probe=SimpleNamespace(step_times=step_curve([quiet, busy]), busy_batches=[32], max_batch=32))
-    assert priced(inputs, ok).budget.priced
-    all_busy = SimpleNamespace(probe=SimpleNamespace(step_times=step_curve([busy]), busy_batches=[32], max_batch=32))
+    settings = SearchSettings(budget="60s")
+    inputs = prepare_inputs(classification_task(), "from_scratch", settings)
+    untimed = lambda batch, batches: None  # noqa: E731  (its evaluation was timed busy: not priced)
+    ok = SimpleNamespace(probe=SimpleNamespace(step_times=step_curve([quiet, busy]), busy_batches=[32], max_batch=32,
+                                               eval_seconds=untimed))
+    assert priced(inputs, ok, settings).budget.priced
+    all_busy = SimpleNamespace(probe=SimpleNamespace(step_times=step_curve([busy]), busy_batches=[32], max_batch=32,
+                                                     eval_seconds=untimed))
     with pytest.raises(UsageError, match="every step the probe timed ran while the machine was busy"):
-        priced(inputs, all_busy)
+        priced(inputs, all_busy, settings)
     # The search's table says which timings its predictions left out.
     from tunekit.results import SearchResult
 

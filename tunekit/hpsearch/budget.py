@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from tunekit.hpsearch.plan import MIN_UPDATES
 from tunekit.errors import HintedWarning, UsageError
 
 __all__ = ["Budget", "BudgetWarning", "parse_budget", "parse_duration", "resolve_budget", "price_budget", "UNITS"]
@@ -144,12 +145,21 @@ def resolve_budget(spec: Any, *, task_batch: int, default_updates: int, dataset_
     return Budget(amount, unit, float(tokens_per_sample))
 
 
-def price_budget(budget: Budget, seconds_per_update: Optional[float], task_batch: int) -> Budget:
+def price_budget(budget: Budget, seconds_per_update: Optional[float], task_batch: int,
+                 steps_seconds: Optional[float] = None) -> Budget:
     """A budget in device time with its price per sample at the task's effective batch ``task_batch``,
-    from the seconds one update takes there; other budgets as they are."""
+    from the seconds one update takes there and ``steps_seconds``, what a trial's updates may spend of it
+    (default all: :func:`~tunekit.hpsearch.plan.steps_seconds` takes its evaluations off): a full trial's
+    samples are what its updates buy; other budgets as they are."""
     if budget.unit != "seconds":
         return budget
     if not seconds_per_update or not (seconds_per_update > 0 and math.isfinite(seconds_per_update)):
         raise UsageError(f"budget {budget.amount:g}s is device time, and the probe timed no step to price it: "
                          "give the budget in samples, or a probe result that has throughput points")
-    return Budget(budget.amount, "seconds", seconds_per_update / task_batch)
+    steps = budget.amount if steps_seconds is None else steps_seconds
+    if steps < seconds_per_update:
+        off = budget.amount - steps
+        raise UsageError(f"budget {budget.amount:g}s is device time, and a trial's evaluations take about {off:.3g}s "
+                         f"of it (the probe's timed validation batch), leaving no update: give a budget of at least "
+                         f"{off + MIN_UPDATES * seconds_per_update:.3g}s, or fewer evaluations (Halving(evals=...))")
+    return Budget(budget.amount, "seconds", budget.amount / (steps / seconds_per_update * task_batch))

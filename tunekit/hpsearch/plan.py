@@ -10,8 +10,9 @@ run on every machine and every time:
   model, never from timings, which vary with the machine's load;
 - the trial runs ``budget // batch`` updates, its warmup and decay spanning them (with a
   budget in device time, as many updates as the probe's timed steps say fit in it);
-- its device time is predicted from those timed steps (stored with the study's probe, so
-  the prices are the same on every run of it);
+- its device time is predicted from those timed steps and the probe's timed validation batch
+  (its evaluations: with a budget in device time, they are paid out of it before the updates are);
+  stored with the study's probe, so the prices are the same on every run of it;
 - the sampled LR is the LR at the range test's batch, rescaled to the trial's
   effective batch by the rule of the optimizer's family.
 """
@@ -27,7 +28,8 @@ from tunekit.errors import UsageError
 from tunekit.results.step_time import update_seconds
 from tunekit.training.optimizers import optimizer_family, rescale_lr
 
-__all__ = ["Plan", "TrialConfig", "split_batch", "lr_rule_for", "updates_for", "largest_batch",
+__all__ = ["Plan", "TrialConfig", "split_batch", "lr_rule_for", "updates_for", "largest_batch", "evaluations",
+           "off_steps_seconds", "steps_seconds",
            "trial_config", "effective_batch", "initial_design", "nearest_choice"]
 
 # Fewer updates than this and warmup plus decay are no schedule at all: batches
@@ -56,9 +58,16 @@ class Plan:
     step_times: list[list[float]] = field(default_factory=list)  # [micro-batch, seconds] (results.step_time)
     rung_cooldown: Optional[float] = None  # rungs compare a cooldown branch's value: its share of the updates so far
     branch_evals: list[int] = field(default_factory=list)  # the evaluations (1-based) a trial branches at
+    eval_seconds: Optional[float] = None  # one evaluation's predicted seconds (None: not timed, not priced)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def steps_seconds(self) -> Optional[float]:
+        """With a budget in device time, what a trial's updates may spend of it (:func:`steps_seconds`)."""
+        if self.budget_seconds is None:
+            return None
+        return steps_seconds(self.budget_seconds, self.evals, self.eval_seconds, self.rung_cooldown, self.branch_evals)
 
     def update_seconds(self, micro: int, accumulation: int) -> Optional[float]:
         """Predicted seconds of one update at (``micro``, ``accumulation``); None without timed steps."""
@@ -141,14 +150,57 @@ def updates_for(budget_samples: int, batch: int, budget_seconds: Optional[float]
     return max(2, budget_samples // batch)
 
 
+def evaluations(updates: int, evals: int) -> int:
+    """How many evaluations a run of ``updates`` updates evaluated ``evals`` times takes: one every
+    ``updates // evals`` updates before its end, and one at its end (:func:`tunekit.train`)."""
+    every = max(1, updates // evals)
+    return (updates - 1) // every + 1
+
+
+def off_steps_seconds(plan: Plan, updates: int, per_update: float) -> float:
+    """A trial's device seconds spent off its training steps: its evaluations (the plan's ``eval_seconds``
+    each) and, where rungs compare cooldown branches, each branch's updates and evaluation."""
+    every = max(1, updates // plan.evals)
+    seconds = evaluations(updates, plan.evals) * (plan.eval_seconds or 0.0)
+    if plan.rung_cooldown is not None:
+        for k in plan.branch_evals:
+            if k * every < updates:
+                seconds += (plan.eval_seconds or 0.0) + max(1, round(plan.rung_cooldown * k * every)) * per_update
+    return seconds
+
+
+def steps_seconds(budget_seconds: float, evals: int, eval_seconds: Optional[float], rung_cooldown: Optional[float],
+                  branch_evals: list[int]) -> float:
+    """Of a trial's budget in device time, what its updates may spend: the rest after its evaluations
+    (``evals``, and one at its end) and its rung branches (each an evaluation, and updates a
+    ``rung_cooldown`` share of the updates so far, so of the steps' seconds whatever the batch)."""
+    branches = branch_evals if rung_cooldown is not None else []
+    fixed = (evals + 1 + len(branches)) * (eval_seconds or 0.0)
+    return (budget_seconds - fixed) / (1.0 + (rung_cooldown or 0.0) * sum(branches) / evals)
+
+
+def _fitting_updates(plan: Plan, per_update: float, least: int) -> int:
+    """The most updates whose steps, evaluations and branches fit the budget in device time: ``least`` pays for
+    one evaluation more than a run may take (a run whose updates ``evals`` divides takes ``evals``, others one
+    more, :func:`evaluations`); up to one evaluation's worth more may fit."""
+    assert plan.budget_seconds is not None
+    most = int(steps_seconds(plan.budget_seconds, plan.evals - 1, plan.eval_seconds, plan.rung_cooldown,
+                             plan.branch_evals) / per_update)
+    for u in range(most, least, -1):
+        if u * per_update + off_steps_seconds(plan, u, per_update) <= plan.budget_seconds:
+            return u
+    return least
+
+
 def largest_batch(plan: Plan) -> int:
     """The largest effective batch that leaves a trial ``MIN_UPDATES`` updates of its budget."""
     if plan.budget_seconds is None or not plan.step_times:
         return max(1, plan.budget_samples // MIN_UPDATES)
+    left = plan.steps_seconds()  # what the updates may spend
 
     def fits(b: int) -> bool:  # split as evenly as the largest micro-batch allows (a cap, not a plan)
         micro = min(b, plan.max_micro)
-        return plan.budget_seconds / plan.update_seconds(micro, -(-b // micro)) >= MIN_UPDATES  # type: ignore[operator]
+        return left / plan.update_seconds(micro, -(-b // micro)) >= MIN_UPDATES  # type: ignore[operator,operand]
 
     if not fits(1):
         return 1
@@ -179,7 +231,10 @@ def trial_config(plan: Plan, params: dict[str, Any], seed: Optional[int] = None)
     else:
         micro, k = int(values.get("batch_size") or plan.task_batch), int(values.get("accumulation_steps") or 1)
     per_update = plan.update_seconds(micro, k)
-    updates = updates_for(plan.budget_samples, batch, plan.budget_seconds, per_update)
+    # A budget in device time pays for the trial's evaluations (and rung branches) first, the updates with the rest.
+    updates = updates_for(plan.budget_samples, batch, plan.steps_seconds(), per_update)
+    if plan.budget_seconds is not None and per_update and plan.eval_seconds:
+        updates = _fitting_updates(plan, per_update, updates)
     if "lr" in train_cfg and plan.ref_batch:
         train_cfg["lr"] = rescale_lr(float(train_cfg["lr"]), plan.ref_batch, batch, plan.lr_rule)
     train_cfg.update(batch_size=micro, accumulation_steps=k, max_steps=updates,
@@ -187,7 +242,9 @@ def trial_config(plan: Plan, params: dict[str, Any], seed: Optional[int] = None)
                      device=plan.device,
                      eval_batch_size=plan.eval_batch_size, eval_batches=plan.eval_batches)
     return TrialConfig(train_cfg, task_cfg, eval_samples=plan.budget_samples // plan.evals, objective=plan.objective,
-                       direction=plan.direction, predicted_seconds=per_update * updates if per_update else None,
+                       direction=plan.direction,
+                       predicted_seconds=per_update * updates + off_steps_seconds(plan, updates, per_update)
+                       if per_update else None,
                        rung_cooldown=plan.rung_cooldown, branch_evals=tuple(plan.branch_evals))
 
 

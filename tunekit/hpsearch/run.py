@@ -199,7 +199,7 @@ def _prepare(resolved: ResolvedSearch, backend: Backend, policy: StudyPolicy) ->
     # The probes (or their saved results), the plan every trial shares, the seeded space.
     with _creating(found):
         probes = run_probes(inputs, settings, found.existing or settings.study.resume, saved)
-        inputs = priced(inputs, probes)  # a budget in device time, by the probe's timed steps
+        inputs = priced(inputs, probes, settings)  # a budget in device time, by the probe's timed steps
         if found.old_plan is not None:  # the study's probes' cost, as its first run counted it
             probes.samples = int(_or(found.old_plan.probe_samples, probes.samples))
             probes.seconds = float(_or(found.old_plan.probe_seconds, probes.seconds))

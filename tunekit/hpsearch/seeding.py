@@ -19,7 +19,7 @@ from typing import Any, Optional
 from tunekit.defaults import SWEEP_STEPS
 from tunekit.errors import UsageError, warn_at_caller
 from tunekit.hpsearch.budget import BudgetWarning, price_budget
-from tunekit.hpsearch.plan import (AROUND, LARGER, MIN_UPDATES, Plan, initial_design, lr_rule_for,
+from tunekit.hpsearch.plan import (AROUND, LARGER, MIN_UPDATES, Plan, initial_design, lr_rule_for, steps_seconds,
                                    nearest_choice, split_batch, updates_for)
 from tunekit.hpsearch.resolve import SearchInputs
 from tunekit.hpsearch.rungs import branch_plan
@@ -181,8 +181,28 @@ def probe_cap(inputs: SearchInputs, lr_find: Any) -> Optional[int]:
     return min(known) if known else None
 
 
-def priced(inputs: SearchInputs, probes: Probes) -> SearchInputs:
-    """The inputs with a budget in device time priced by the probe's timed steps at the task's own batch."""
+def evaluation(inputs: SearchInputs) -> tuple[int, Optional[int], Optional[int]]:
+    """How every trial evaluates: (its eval batch, the batches it stops at (None: all), the batches one
+    evaluation reads (None: the validation data's size is not known))."""
+    eval_bs = int(inputs.task.batch_size or inputs.cfg.batch_size or 1)
+    n_val = dataset_size(inputs.task.val_data) if inputs.task.val_data is not None else 0
+    eval_batches = None if n_val is None or n_val <= EVAL_SAMPLES else max(1, EVAL_SAMPLES // eval_bs)
+    read = eval_batches if eval_batches is not None else (None if n_val is None else -(-n_val // eval_bs))
+    return eval_bs, eval_batches, read
+
+
+def eval_seconds(inputs: SearchInputs, probes: Probes) -> Optional[float]:
+    """One trial evaluation's predicted seconds, from the probe's timed validation batch (None where it
+    timed none: an older probe, or a busy machine; the evaluations are then not priced)."""
+    eval_bs, _, read = evaluation(inputs)
+    if probes.probe is None or read is None:
+        return None
+    return probes.probe.eval_seconds(eval_bs, read) if read else 0.0
+
+
+def priced(inputs: SearchInputs, probes: Probes, settings: SearchSettings) -> SearchInputs:
+    """The inputs with a budget in device time priced by the probe's timed steps at the task's own batch,
+    the trials' evaluations (and rung branches) paid first."""
     if inputs.budget.priced:
         return inputs
     task_batch = inputs.task_batch
@@ -192,7 +212,10 @@ def priced(inputs: SearchInputs, probes: Probes) -> SearchInputs:
                          "machine was busy (timed again, still spread): run the search when it is quieter, or give the "
                          "budget in samples")
     per_update = update_seconds(curve, *split_batch(task_batch, int(probes.probe.max_batch))) if curve else None
-    return dataclasses.replace(inputs, budget=price_budget(inputs.budget, per_update, task_batch))
+    cooldown, branch_evals = branch_plan(settings.pruner, settings.trials, 0, settings.prune)  # (the ladder is in evaluations)
+    steps = None if inputs.budget.seconds is None else steps_seconds(
+        inputs.budget.seconds, settings.pruner.evals, eval_seconds(inputs, probes), cooldown, branch_evals)
+    return dataclasses.replace(inputs, budget=price_budget(inputs.budget, per_update, task_batch, steps))
 
 
 def _save(result: Any, out_dir: Optional[Path], name: str) -> None:
@@ -212,7 +235,7 @@ def _load_result(value: Any, kind: str) -> Any:
 def make_plan(inputs: SearchInputs, probes: Probes, settings: SearchSettings) -> Plan:
     """What every trial shares: the budget, the LR's reference batch and rule, the largest
     micro-batch, the seed, the validation set."""
-    sp, task, cfg = inputs.space, inputs.task, inputs.cfg
+    sp, task = inputs.space, inputs.task
     lr_entry = sp.entries.get("lr")
     ref = reference_batch(probes.lr_find) if lr_entry is not None and lr_entry.seeded == "lr_find" else None
     rule = "none"
@@ -221,9 +244,7 @@ def make_plan(inputs: SearchInputs, probes: Probes, settings: SearchSettings) ->
         if rule == "auto":
             same = "updates" if inputs.budget.seconds is not None else "samples"  # what each batch's trial gets
             rule = lr_rule_for(task.make_optimizer(task.make_model(settings.seed)), same)
-    eval_bs = int(task.batch_size or cfg.batch_size or 1)
-    n_val = dataset_size(task.val_data)
-    eval_batches = None if n_val is None or n_val <= EVAL_SAMPLES else max(1, EVAL_SAMPLES // eval_bs)
+    eval_bs, eval_batches, _ = evaluation(inputs)
     cooldown, branch_evals = branch_plan(settings.pruner, settings.trials, inputs.budget.samples, settings.prune)
     return Plan(budget_samples=inputs.budget.samples, seed=settings.seed, task_batch=inputs.task_batch,
                 max_micro=int(probes.probe.max_batch) if probes.probe is not None else 1 << 30,
@@ -231,7 +252,7 @@ def make_plan(inputs: SearchInputs, probes: Probes, settings: SearchSettings) ->
                 eval_batches=eval_batches, fixed=sp.fixed(), objective=settings.objective.name,
                 direction=settings.objective.direction, budget_seconds=inputs.budget.seconds,
                 step_times=probes.probe.step_times if probes.probe is not None else [],
-                rung_cooldown=cooldown, branch_evals=branch_evals)
+                rung_cooldown=cooldown, branch_evals=branch_evals, eval_seconds=eval_seconds(inputs, probes))
 
 
 def adaptive_l2(inputs: SearchInputs, optimizer: Any) -> bool:

@@ -41,7 +41,7 @@ from tunekit.probes.probe_cost import (NOISE_MAX_ACCUM, NOISE_SMALL_BATCH, NOISE
                                        cost_cap, plan_stages, stage_samples)
 from tunekit.probes.probe_run import CountingStep, ProbeRun, Room, budget_bytes, trace_at
 from tunekit.probes.resolve import resolve_inputs, step_settings
-from tunekit.probes.throughput import BUSY_RETRIES, NOISY_TIMINGS, knee_and_fastest, measure_throughput
+from tunekit.probes.throughput import BUSY_RETRIES, NOISY_TIMINGS, knee_and_fastest, measure_eval, measure_throughput
 from tunekit.progress import bar
 from tunekit.results import ProbeResult
 from tunekit.results.probe import ProbeRunSettings
@@ -162,6 +162,9 @@ def probe(
         _stage_done(stages, "largest batch")
         throughput = measure_throughput(run, sizes, confirmed, throughput_points, timing_steps,  # 3. Up to the largest.
                                         _seconds_left(cap, sub.task.batch_size, accumulation_steps, start))
+        # A search in device time prices its trials' evaluations with this (not a stage of its own: a few batches).
+        eval_time = measure_eval(run, sub.task.val_data, int(sub.task.batch_size or min(32, confirmed))) \
+            if throughput_points else None
         _stage_done(stages, "throughput")
         noise = _noise(run, confirmed, room.limit, noise_repeats, noise_warmup, lr)  # 4. Gradient noise scale.
         _stage_done(stages, "noise scale")
@@ -175,7 +178,8 @@ def probe(
     return ProbeResult(
         device=str(sub.device), precision=sub.precision, accumulation_steps=accumulation_steps, budget_bytes=room.budget,
         budget_source=room.source, headroom=headroom, usable_bytes=room.usable, memory=mm.to_dict(),
-        predicted_max_batch=predicted, max_batch=confirmed, tried=tried, throughput=throughput, knee_batch=knee,
+        predicted_max_batch=predicted, max_batch=confirmed, tried=tried, throughput=throughput, eval_time=eval_time,
+        knee_batch=knee,
         fastest_batch=fastest, critical_batch=critical, noise=noise, margin=settled.margin.fraction, margin_source=settled.margin.source,
         critical_batch_range=(noise["low"], noise["high"]) if critical is not None else None,
         splits=pairs, splits_reason=why, lr_scaling=lr_scaling, dataset_size=n_data, seconds=time.perf_counter() - start, settings=settings,

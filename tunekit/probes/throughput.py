@@ -1,6 +1,7 @@
 """The probe's throughput: samples per second at a few micro-batches up to the largest, each timed in a
 block of consecutive steps as a run takes them, and timed again where the machine was busy; the knee of
-the curve.
+the curve. And what an evaluation batch costs (:func:`measure_eval`): a search in device time prices a
+trial's evaluations with it.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import numpy as np
 from tunekit.inputs.data import BatchStream
 from tunekit.probes.probe_run import ProbeRun
 
-__all__ = ["measure_throughput", "knee_and_fastest", "NOISY_TIMINGS", "BUSY_RETRIES"]
+__all__ = ["measure_throughput", "measure_eval", "knee_and_fastest", "NOISY_TIMINGS", "BUSY_RETRIES", "EVAL_TIMED_BATCHES"]
 
 
 def knee_and_fastest(throughput: list[dict[str, float]]) -> tuple[Optional[int], Optional[int]]:
@@ -44,6 +45,14 @@ def _time_step(step: Callable[[], Any]) -> float:
     the seam a test replaces with a scripted one."""
     t0 = time.perf_counter()
     step()
+    return time.perf_counter() - t0
+
+
+def _time_pass(one_pass: Callable[[], Any], batches: int, batch: int) -> float:
+    """Seconds one evaluation pass over ``batches`` batches of up to ``batch`` samples takes: the clock the
+    evaluation's timing reads, and the seam a test replaces with a scripted one."""
+    t0 = time.perf_counter()
+    one_pass()
     return time.perf_counter() - t0
 
 
@@ -112,3 +121,39 @@ def _timed_blocks(replay: dict[int, Callable[[], Any]], points: list[int],
         replay[pb]()
         times[pb] = [_time_step(replay[pb]) for _ in range(rounds[pb])]
     return times
+
+
+# An evaluation is timed over this many validation batches (fewer where the data has fewer), three times.
+EVAL_TIMED_BATCHES = 4
+
+
+def measure_eval(run: ProbeRun, val_data: Any, batch: int) -> Optional[dict[str, Any]]:
+    """Seconds of one validation batch at ``batch``, as a run's evaluations take them (the shared
+    ``evaluate``: forward only, in eval mode, the loader included; the task's own ``metrics`` left out):
+    after an untimed pass, three timed passes over up to EVAL_TIMED_BATCHES batches, the median over the
+    batches. Timed again, as the throughput's points are, where the passes spread by more than
+    NOISY_TIMINGS; still spread, it is marked ``busy`` and prices nothing. None without validation data.
+    A forward sample costs 0.1-0.6 of a training sample across the corpus: no ratio stands in for it."""
+    from tunekit.inputs.data import dataset_size, iterate_once
+    from tunekit.training.loop import evaluate
+
+    if val_data is None:
+        return None
+    n = dataset_size(val_data)
+    batches = EVAL_TIMED_BATCHES if n is None else max(1, min(EVAL_TIMED_BATCHES, -(-n // batch)))
+    passed = sum(1 for _ in iterate_once(val_data, batch, batches)) if n is None else batches
+    if passed < 1:
+        return None
+
+    def one_pass() -> None:
+        evaluate(run.sub.model, val_data, run.sub.compute, device=run.dev, precision=run.sub.precision,
+                 batch_size=batch, max_batches=passed)
+
+    one_pass()  # the untimed pass: the loader's workers and the kernels' first-use costs
+    times = [_time_pass(one_pass, passed, batch) for _ in range(3)]
+    remeasured = 0
+    while _spread(times) > NOISY_TIMINGS and remeasured < BUSY_RETRIES:
+        times = [_time_pass(one_pass, passed, batch) for _ in range(3)]
+        remeasured += 1
+    return {"batch": batch, "batches": passed, "seconds": statistics.median(times) / passed,
+            "spread": _spread(times), "remeasured": remeasured, "busy": _spread(times) > NOISY_TIMINGS}

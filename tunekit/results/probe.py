@@ -97,6 +97,9 @@ class ProbeResult(Result):
     margin_source: str = ""  # what the margin rests on: the readings' spread, or the instrument's resolution
     cost_plan: str = ""  # the cost ahead, said before the real steps: at most so many samples, against the planned run
     cost_notes: list[str] = field(default_factory=list)  # what the cap on the cost cut, or a given setting took over it
+    # one validation batch timed as a run's evaluations take it: {"batch", "batches", "seconds" (a batch's), "spread",
+    # "remeasured", "busy"}; None without validation data or timings (and in older files)
+    eval_time: Optional[dict[str, Any]] = None
 
     @property
     def plan(self) -> list[dict[str, Any]]:
@@ -115,6 +118,15 @@ class ProbeResult(Result):
         """[micro-batch, seconds per micro-step] from the timed steps ([] without them): what prices a
         search's trials (:mod:`tunekit.results.step_time`)."""
         return step_curve(self.throughput)
+
+    def eval_seconds(self, batch: int, batches: int) -> Optional[float]:
+        """Predicted seconds of an evaluation of ``batches`` validation batches of ``batch`` samples, from the
+        timed one (per sample where the batch differs); None where none was timed, or it was timed busy."""
+        t = self.eval_time
+        if not t or t.get("busy") or not t.get("seconds"):
+            return None
+        per_batch = float(t["seconds"]) * (1.0 if batch == int(t["batch"]) else batch / int(t["batch"]))
+        return batches * per_batch
 
     @property
     def memory_warning(self) -> Optional[str]:
@@ -302,6 +314,11 @@ class ProbeResult(Result):
         else:
             quiet = " (of the timings taken while the machine was quiet)" if self.busy_batches else ""
             lines.append(f"fastest batch {self.fastest_batch}; knee (within 5% of the best) {self.knee_batch}{quiet}")
+        t = self.eval_time
+        if t:
+            busy = "  busy: left out (still spread after timing it again)" if t.get("busy") else ""
+            lines.append(f"evaluation: a validation batch of {t['batch']} takes {format_seconds(float(t['seconds']))} "
+                         f"(forward only; {t['batches']} batches timed){busy}")
         return lines
 
     def summary(self) -> str:

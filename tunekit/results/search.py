@@ -5,7 +5,8 @@ Compute is counted in the budget's currency first (training samples drawn, shown
 samples, tokens, epochs or updates; device seconds under a budget in device time), pruned trials' and
 the probes' included, with the other two (samples, optimizer updates, device seconds) beside it: the
 search spends and plans in the budget's currency alone. Device seconds are each trial's measured time,
-beside the time the probe's timed steps predicted for its updates.
+beside the time the probe's timed steps predicted for its updates (and its evaluations, where the probe timed a
+validation batch).
 """
 
 from __future__ import annotations
@@ -304,7 +305,7 @@ class SearchResult(SearchPlots, Result):
         """Device time: measured in the trials and the probes, beside what the timed steps predicted."""
         predicted = self.predicted_seconds
         trials = self.device_seconds - self.probe_seconds
-        said = f" (their updates predicted {_secs(predicted)})" if predicted is not None else ""
+        said = f" ({self._priced_what} predicted {_secs(predicted)})" if predicted is not None else ""
         limit = ""
         if self.time_limit is not None:
             limit = (f"; limit {_secs(self.time_limit)}"
@@ -319,7 +320,17 @@ class SearchResult(SearchPlots, Result):
             return []
         return [f"a full run of it: {best.get('updates')} updates at batch {best.get('micro_batch')}x"
                 f"{best.get('accumulation_steps')}, predicted {_secs(float(best['predicted_seconds']))} of device time "
-                f"for its updates (measured {_secs(float(best.get('seconds') or 0.0))} with its evaluations)"]
+                f"for its {self._priced_what.removeprefix('their ')} (measured {_secs(float(best.get('seconds') or 0.0))}"
+                + ("" if self._evals_priced else " with its evaluations") + ")"]
+
+    @property
+    def _evals_priced(self) -> bool:
+        """Whether the predicted seconds price the trials' evaluations (the probe timed a validation batch)."""
+        return self.plan.get("eval_seconds") is not None
+
+    @property
+    def _priced_what(self) -> str:
+        return "their updates and evaluations" if self._evals_priced else "their updates"
 
     def _lr_source(self) -> list[str]:
         """Where the LR range came from, said next to its number: the search's own range test is
@@ -406,7 +417,7 @@ def _secs(seconds: Optional[float]) -> str:
 
 
 def _device_cell(trial: dict[str, Any]) -> str:
-    """A trial's device seconds as measured / as predicted for its updates."""
+    """A trial's device seconds as measured / as predicted (its updates, and its evaluations where priced)."""
     measured, predicted = trial.get("seconds"), trial.get("predicted_seconds")
     m = "-" if measured is None else f"{float(measured):.1f}"
     return m if predicted is None else f"{m}/{float(predicted) * _ran(trial):.1f}"
