@@ -925,8 +925,8 @@ def test_where_the_trace_is_larger_than_the_measurement_the_larger_is_the_peak(m
 
 
 def test_the_margin_and_predicted_peak_are_saved_and_said() -> None:
-    r = probe(small_task(), memory_budget="4MiB", step=StepSettings(device="cpu"),
-              measure=Measurement(throughput_points=0, noise_repeats=0), progress=False)
+    r = probe(small_task(), memory_budget="4MiB", step=StepSettings(device="cpu"),  # no cost cap: the budget binds
+              measure=Measurement(throughput_points=0, noise_repeats=0, cost_share=0), progress=False)
     assert r.predicted_peak_bytes and r.margin > 0 and r.margin_source
     back = tunekit.ProbeResult.from_json(r.to_json())
     assert (back.predicted_peak_bytes, back.margin, back.margin_source) == (r.predicted_peak_bytes, r.margin, r.margin_source)

@@ -8,7 +8,7 @@ Every module imports these instead; ``tests/test_layout.py`` fails on a copy els
 
 from __future__ import annotations
 
-__all__ = ["LR", "RUN_STEPS", "RUN_EPOCHS_IN_HAND", "RUN_STEPS_IN_HAND", "SWEEP_STEPS", "INTERVAL_DECADES", "INTERVAL_COVERAGE", "INTERVAL_COVERAGE_CURVE", "DIVERGE_THRESHOLD", "REFINE_SHARE", "PROBE_FULL_RUN_UPDATES", "PROBE_LONG_RUN_SHARE",
+__all__ = ["LR", "RUN_STEPS", "RUN_EPOCHS_IN_HAND", "RUN_STEPS_IN_HAND", "SWEEP_STEPS", "INTERVAL_DECADES", "INTERVAL_COVERAGE", "INTERVAL_COVERAGE_CURVE", "DIVERGE_THRESHOLD", "REFINE_SHARE", "PROBE_FULL_RUN_UPDATES", "PROBE_SHORT_RUN_SHARE", "PROBE_LONG_RUN_SHARE",
            "CLIP_GRAD_NORM", "WARMUP", "DECAYS", "SCHEDULE", "WSD_DECAY", "MIN_LR_RATIO", "ACCUMULATION_STEPS", "GOVERNED"]
 
 #: The peak LR of a run when nothing says otherwise (train's default).
@@ -35,9 +35,14 @@ INTERVAL_COVERAGE_CURVE = 0.58
 #: The range test stops where its loss exceeds this many times its best (and its start's noise): lr_find's and
 #: the CLI's.
 DIVERGE_THRESHOLD = 4.0
-#: The probe's cost, by default: at most the planned run's samples for runs under PROBE_FULL_RUN_UPDATES updates,
-#: PROBE_LONG_RUN_SHARE of them beyond (a probe dearer than the run it sizes is no help to it).
+#: The probe's cost, by default: at most PROBE_SHORT_RUN_SHARE of the planned run's samples for runs under
+#: PROBE_FULL_RUN_UPDATES updates, PROBE_LONG_RUN_SHARE of them beyond (a probe dearer than the run it sizes is no
+#: help to it). The promise is the run's samples AND seconds; a large batch's step costs more a sample than the
+#: run's (an LSTM's at 558: 1.6x its step at 32), so the samples' share is the largest that kept every other
+#: family's probes within their runs' seconds, leave-one-family-out (benchmarks.probe_cost --shares: 0.8 on
+#: every fold, held-out worst 0.91x).
 PROBE_FULL_RUN_UPDATES = 1000
+PROBE_SHORT_RUN_SHARE = 0.8
 PROBE_LONG_RUN_SHARE = 0.1
 #: Gradient clipping of the global norm (None disables it): train's, lr_find's, probe's and the doctor's.
 CLIP_GRAD_NORM = 1.0

@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
-from tunekit.defaults import DIVERGE_THRESHOLD, PROBE_FULL_RUN_UPDATES, PROBE_LONG_RUN_SHARE, REFINE_SHARE, SWEEP_STEPS
+from tunekit.defaults import (DIVERGE_THRESHOLD, PROBE_FULL_RUN_UPDATES, PROBE_LONG_RUN_SHARE, PROBE_SHORT_RUN_SHARE,
+                              REFINE_SHARE, SWEEP_STEPS)
 from tunekit.errors import UsageError, check_int, is_int_at_least, shown
 from tunekit.option_fields import opt
 from tunekit.precision import PRECISIONS
@@ -121,7 +122,7 @@ class Measurement:
                                 "model where they disagree (default; --no-calibrate-steps: the trace alone)",
                                 kind="bool")
     cost_share: Optional[float] = opt(None, "the probe's samples at most this share of the planned run's (default: "
-                                      f"1 for runs under {PROBE_FULL_RUN_UPDATES:,} updates, {PROBE_LONG_RUN_SHARE:g} "
+                                      f"{PROBE_SHORT_RUN_SHARE:g} for runs under {PROBE_FULL_RUN_UPDATES:,} updates, {PROBE_LONG_RUN_SHARE:g} "
                                       "beyond; 0: no cap); settings given away from their defaults are obeyed",
                                       kind="float", metavar="F")
 

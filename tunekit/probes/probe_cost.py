@@ -1,7 +1,7 @@
 """The probe's cost bounded by the run it plans for: what its stages may draw, decided before they run.
 
 A probe that costs more than the run it sizes is no help to it. By default its samples (and its micro-steps,
-which a small model's seconds follow) are held to the
+which a small model's seconds follow) are held to :data:`~tunekit.defaults.PROBE_SHORT_RUN_SHARE` of the
 planned run's samples for runs under :data:`tunekit.defaults.PROBE_FULL_RUN_UPDATES` updates and to
 :data:`~tunekit.defaults.PROBE_LONG_RUN_SHARE` of them beyond (:class:`CostCap`). Within that cap (:func:`plan_stages`): the noise scale may take at most
 :data:`NOISE_SHARE` of it, or is not measured, and not where it cannot change the answer (a target batch
@@ -10,7 +10,8 @@ largest batch tried is the largest at which the largest-batch search and the tim
 is obeyed as given, and said where it takes the probe over the cap.
 
 Samples stand for device time too: a step's seconds grow with its batch, so a probe that steps through
-no more samples than the run takes about as long, less the fixed costs (the trace, the measuring child).
+fewer samples than the run takes less time, less the fixed costs (the trace, the measuring child); the
+short runs' share leaves room for a large batch's dearer samples.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import numpy as np
 
 from tunekit.defaults import PROBE_FULL_RUN_UPDATES as FULL_RUN_UPDATES
 from tunekit.defaults import PROBE_LONG_RUN_SHARE as LONG_RUN_SHARE
+from tunekit.defaults import PROBE_SHORT_RUN_SHARE as SHORT_RUN_SHARE
 from tunekit.defaults import RUN_STEPS
 from tunekit.entry_options import Measurement
 from tunekit.errors import check_number
@@ -98,7 +100,7 @@ def cost_cap(model: Any, accumulation_steps: int, share: Optional[float]) -> Opt
     steps = int(model.defaults.get("max_steps") or RUN_STEPS)
     batch = int(model.batch_size) * accumulation_steps
     if share is None:
-        share = 1.0 if steps < FULL_RUN_UPDATES else LONG_RUN_SHARE
+        share = SHORT_RUN_SHARE if steps < FULL_RUN_UPDATES else LONG_RUN_SHARE
     return CostCap(steps, batch, share, max(1, int(share * steps * batch)))
 
 
