@@ -344,6 +344,11 @@ def test_plan_splits_from_memory_and_rescales_the_lr() -> None:
     seeded = initial_design(dists, 0.05, 64, 2, recipe={"weight_decay": 5e-4, "schedule": "linear"})
     assert seeded[0]["weight_decay"] == 1e-3 and seeded[0]["schedule"] == "linear"
     assert initial_design(dists, 0.05, 64, 1)[0]["weight_decay"] == pytest.approx(1e-2)  # no recipe: the middle
+    # With the range test's interval, the bracketing points are its ends (issue 51), not a third and 3x.
+    bracketed = initial_design(dists, 0.02, 64, 3, interval=(0.005, 0.05))
+    assert [d["lr"] for d in bracketed] == pytest.approx([0.02, 0.005, 0.05])
+    assert [d["lr"] for d in initial_design(dists, 0.02, 64, 3, interval=(0.03, 0.05))] == pytest.approx(
+        [0.02, 0.02 / 3, 0.06])  # an interval that does not hold the suggestion is not used
     # A suggestion more than 10x from the task's own LR: the last point tries the task's LR.
     far = initial_design(dists, 0.05, 64, 5, recipe={"lr": 0.002})
     assert [d["lr"] for d in far] == pytest.approx([0.05, 0.05 / 3, 0.1, 0.05, 0.002]) and far[-1]["batch"] == 64

@@ -299,7 +299,8 @@ def _inside(dist: Any, value: Any) -> Any:
 
 
 def initial_design(dists: dict[str, Any], lr: Optional[float], batch: Optional[float], n: int,
-                   recipe: Optional[dict[str, Any]] = None, larger_batch: bool = False) -> list[dict[str, Any]]:
+                   recipe: Optional[dict[str, Any]] = None, larger_batch: bool = False,
+                   interval: Optional[tuple[float, float]] = None) -> list[dict[str, Any]]:
     """Up to ``n`` params: the seed trial, then steps around the range test's ``lr``.
 
     The seed trial is ``lr`` itself (see ``AROUND``) at ``batch`` and, elsewhere, the task's own
@@ -308,10 +309,14 @@ def initial_design(dists: dict[str, Any], lr: Optional[float], batch: Optional[f
     updates), or the space's middle where the recipe says nothing. With ``lr`` None,
     the design centres on the recipe's LR, wider; without that either, it spreads over the
     space's log range. ``larger_batch``: the last point tries twice the batch (``LARGER``),
-    not a quarter. Duplicates are dropped.
+    not a quarter. ``interval``: the range test's (low, high) for the best peak LR, around ``lr``
+    (:attr:`~tunekit.results.LRFindResult.interval`): the two points that bracket the suggestion's
+    error are its ends, not a third and three times it. Duplicates are dropped.
     """
     recipe = recipe or {}
     steps = (*AROUND[:-1], LARGER) if larger_batch else AROUND
+    if lr is not None and interval is not None and interval[0] < lr < interval[1]:
+        steps = (steps[0], (interval[0] / lr, 1.0), (interval[1] / lr, 1.0), *steps[3:])
     own = float(recipe["lr"]) if recipe.get("lr") else None
     if lr is None and own:
         lr, steps = own, WIDE
