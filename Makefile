@@ -79,6 +79,9 @@ bench: $(STAMP)
 	$(PIPI) -e ".[bench,hf,lightning]"
 	$(PY) -m benchmarks.step_overhead
 	$(PY) -m benchmarks.probe_accuracy
+	$(PY) -m benchmarks.probe_cost --shares 1,0.9,0.8,0.7,0.6,0.5
+	$(PY) -m benchmarks.probe_cost
+	$(PY) -m benchmarks.device_time_pricing
 	$(PY) -m benchmarks.keep_cost
 	$(PY) -m benchmarks.search_efficiency
 	$(PY) -m benchmarks.lr_batch --loto
