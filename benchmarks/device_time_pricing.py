@@ -2,13 +2,14 @@
 priced (the probe's timed validation batch, paid out of the budget first) or not (its updates alone, as
 before).
 
-For each corpus task: the budget is one default run's measured seconds (``tunekit.train``, its evaluations
+For one corpus task a family (``--all``: every task; a trial costs one planned run, 9 per task): the budget is one default run's measured seconds (``tunekit.train``, its evaluations
 included); one search's probes (range test and probe) are stored and both arms run from them, 4 trials each,
 no pruning, the arms' order alternating task by task. Per trial: its measured device seconds over its
 budget (what a user pays for what they asked) and over its predicted seconds.
 
-    python -m benchmarks.device_time_pricing                 # every corpus task
-    python -m benchmarks.device_time_pricing --tasks a,b     # these
+    python -m benchmarks.device_time_pricing                 # one task a family
+    python -m benchmarks.device_time_pricing --all           # every corpus task
+    python -m benchmarks.device_time_pricing --tasks a,b     # these (a quick run: the report to a temporary folder)
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ from pathlib import Path
 from typing import Any
 
 TRIALS = 4
+# One task of each family, in the corpus's order of families.
+ONE_A_FAMILY = ("mlp_sgdm_ce", "digits_cnn_adamw", "tiny_lm", "photo_pixels_mse_adam", "digits_small_cnn_adamw",
+                "long_adam", "digits_head_cnn_adam", "hf_digits_cls", "const_digits_cnn_sgdm")
 ARMS = ("unpriced", "priced")
 
 
@@ -96,9 +100,10 @@ def main() -> None:
     from benchmarks.harness import report
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--tasks", help="comma-separated corpus tasks (default: all)")
+    ap.add_argument("--tasks", help="comma-separated corpus tasks (default: one a family)")
+    ap.add_argument("--all", action="store_true", help="every corpus task")
     args = ap.parse_args()
-    names = pick(args.tasks) if args.tasks else list(CORPUS)
+    names = pick(args.tasks) if args.tasks else list(CORPUS) if args.all else list(ONE_A_FAMILY)
     with recorded() as out:
         rows = []
         for i, name in enumerate(names):
