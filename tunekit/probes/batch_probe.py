@@ -123,7 +123,7 @@ def probe(
             batch, rounded to a power of two); ``lr`` found at effective batch ``lr_batch`` is rescaled to it
             by the linear and square-root rules.
         measure.noise_warmup: updates before the noise scale (default 50 for a Task's fresh model, 0 for one in hand).
-        measure.cost_share: the probe's samples at most this share of the planned run's (default 0.8 under 1,000
+        measure.cost_share: the probe's samples at most this share of the planned run's (default 0.7 under 1,000
             updates, 0.1 beyond: its seconds within the run's): the largest batch, the timings and the noise scale
             sized to it (:mod:`.probe_cost`).
     """
