@@ -10,9 +10,8 @@ run on every machine and every time:
   model, never from timings, which vary with the machine's load;
 - the trial runs ``budget // batch`` updates, its warmup and decay spanning them (with a
   budget in device time, as many updates as the probe's timed steps say fit in it);
-- its device time is predicted from those timed steps and the probe's timed validation batch
-  (its evaluations: with a budget in device time, they are paid out of it before the updates are);
-  stored with the study's probe, so the prices are the same on every run of it;
+- its device time is predicted from those timed steps and timed validation batch (stored with
+  the study's probe: the same prices on every run of it), its evaluations paid first;
 - the sampled LR is the LR at the range test's batch, rescaled to the trial's
   effective batch by the rule of the optimizer's family.
 """

@@ -124,8 +124,7 @@ def probe(
             by the linear and square-root rules.
         measure.noise_warmup: updates before the noise scale (default 50 for a Task's fresh model, 0 for one in hand).
         measure.cost_share: the probe's samples at most this share of the planned run's (default 0.7 under 1,000
-            updates, 0.1 beyond: its seconds within the run's): the largest batch, the timings and the noise scale
-            sized to it (:mod:`.probe_cost`).
+            updates, 0.1 beyond): the largest batch, the timings and the noise scale sized to it (:mod:`.probe_cost`).
     """
     step.refuse(("batch_size", "the probe finds it: pass measure=Measurement(batch_limit=N) for the largest it tries"),
                 ("scaler", "the probe steps with a GradScaler of its own"), caller="probe")
@@ -137,8 +136,7 @@ def probe(
     sub = resolve_inputs("probe", model, train_data, loss_fn, optimizer, compute_loss=compute_loss,
                           precision=precision, device=device, seed=seed)
     cap, plan, n_data = _sized(model, sub.data, measure, accumulation_steps, target_batch)  # sized to the planned run
-    throughput_points, timing_steps, noise_repeats, noise_warmup = (plan.throughput_points, plan.timing_steps,
-                                                                    plan.noise_repeats, plan.noise_warmup)
+    throughput_points, timing_steps, noise_repeats, noise_warmup = plan.throughput_points, plan.timing_steps, plan.noise_repeats, plan.noise_warmup
     room = Room.of(memory_budget, headroom, sub.device, limit=plan.limit)
     scaler = make_scaler(sub.precision, sub.device)  # type: ignore[arg-type]
     settings = _run_settings(sub, measure, seed, memory_budget, accumulation_steps, clip_grad_norm, plan)
@@ -163,9 +161,7 @@ def probe(
         _stage_done(stages, "largest batch")
         throughput = measure_throughput(run, sizes, confirmed, throughput_points, timing_steps,  # 3. Up to the largest.
                                         _seconds_left(cap, sub.task.batch_size, accumulation_steps, start))
-        # A search in device time prices its trials' evaluations with this (not a stage of its own: a few batches).
-        eval_time = measure_eval(run, sub.task.val_data, int(sub.task.batch_size or min(32, confirmed))) \
-            if throughput_points else None
+        eval_time = _eval_time(run, confirmed) if throughput_points else None  # prices a search's evaluations
         _stage_done(stages, "throughput")
         noise = _noise(run, confirmed, room.limit, noise_repeats, noise_warmup, lr)  # 4. Gradient noise scale.
         _stage_done(stages, "noise scale")
@@ -179,9 +175,8 @@ def probe(
     return ProbeResult(
         device=str(sub.device), precision=sub.precision, accumulation_steps=accumulation_steps, budget_bytes=room.budget,
         budget_source=room.source, headroom=headroom, usable_bytes=room.usable, memory=mm.to_dict(),
-        predicted_max_batch=predicted, max_batch=confirmed, tried=tried, throughput=throughput, eval_time=eval_time,
-        knee_batch=knee,
-        fastest_batch=fastest, critical_batch=critical, noise=noise, margin=settled.margin.fraction, margin_source=settled.margin.source,
+        predicted_max_batch=predicted, max_batch=confirmed, tried=tried, throughput=throughput, knee_batch=knee,
+        eval_time=eval_time, fastest_batch=fastest, critical_batch=critical, noise=noise, margin=settled.margin.fraction, margin_source=settled.margin.source,
         critical_batch_range=(noise["low"], noise["high"]) if critical is not None else None,
         splits=pairs, splits_reason=why, lr_scaling=lr_scaling, dataset_size=n_data, seconds=time.perf_counter() - start, settings=settings,
         updates=run.counter["updates"], samples=run.counter["samples"], memory_measured=measured_how,
@@ -416,6 +411,13 @@ def _warm_up(run: ProbeRun, updates: int, lr: float, batch: int) -> None:
     stream = BatchStream(run.data, batch, seed=run.seed + 2)
     for _ in Updates(run.make_step(run.sub.model, run.sub.optimizer), stream, lrs):
         pass
+
+
+def _eval_time(run: ProbeRun, confirmed: int) -> Optional[dict[str, Any]]:
+    """One validation batch timed at the run's batch (at most 32, or the largest, without one): a search in device
+    time prices its trials' evaluations with it. Not a stage of its own: a few batches, forward only."""
+    task = run.sub.task
+    return measure_eval(run, task.val_data, int(task.batch_size or min(32, confirmed)))
 
 
 def _stage_done(stages: Any, name: str) -> None:

@@ -195,11 +195,10 @@ def largest_batch(run: ProbeRun, mm: MemoryModel, traces: dict[int, Trace], room
 
 def _confirmed(run: ProbeRun, mm: MemoryModel, traces: dict[int, Trace], room: Room, calibrate_steps: bool,
                child: Optional[clean_heap.CleanHeapSteps], warm_up_batch: int) -> tuple[Settled, list[dict[str, Any]], MemoryModel, str]:
-    """The probe's search for the largest batch: real steps through the shared step at the batches
-    the memory model recommends, each measured and traced, the model calibrated on them; then the
-    answer with the margin its peak's readings on two draws of the data justify (:func:`_settled`).
-    Without ``calibrate_steps`` one step confirms the trace's prediction and nothing is refitted.
-    On the CPU the steps run in ``child`` (a copy of the objects, a clean heap) where it can take them."""
+    """The probe's search for the largest batch: real steps through the shared step at the batches the memory
+    model recommends, each measured and traced, the model calibrated on them; then the answer with the margin its
+    peak's readings on two draws of the data justify (:func:`_settled`). Without ``calibrate_steps`` one unmeasured
+    step shows the batch runs. On the CPU the steps run in ``child`` (a clean heap) where it can take them."""
     real: dict[int, int] = {}  # peak above the level before the step: the reading, or the trace where larger
     raw: dict[int, int] = {}  # the reading itself, as real_step_peak measures it
     in_child, how = _measurement(run, child, calibrate_steps)
@@ -246,12 +245,7 @@ def _confirmed(run: ProbeRun, mm: MemoryModel, traces: dict[int, Trace], room: R
 
     def run_step(b: int) -> Optional[float]:
         if not calibrate_steps:  # the step only shows the batch runs: no reading, so no trace to weigh it against
-            batches = BatchStream(run.data, b, seed=run.seed).take(run.k)
-            try:
-                run.make_step(run.sub.model, run.sub.optimizer)(batches)
-            finally:
-                run.reset()
-            return None
+            return _plain_step(run, b)
         if b not in traces:
             traces[b] = trace_at(run, b)  # fake tensors: no memory, a fraction of a second
         delta = reading(b, 0)
@@ -279,6 +273,15 @@ def _confirmed(run: ProbeRun, mm: MemoryModel, traces: dict[int, Trace], room: R
         first = (raw[confirmed], real[confirmed], traces[confirmed].resident) if confirmed in real else None
         settled = _settled(run, room, model, tried, confirmed, first, lambda b: reading(b, 1), calibrate_steps)
     return settled, tried, model, _replacements(how, child, replaced_before, lost)  # type: ignore[return-value]
+
+
+def _plain_step(run: ProbeRun, b: int) -> None:
+    """One real step at ``b`` that only shows the batch runs: not measured, the model put back after it."""
+    batches = BatchStream(run.data, b, seed=run.seed).take(run.k)
+    try:
+        run.make_step(run.sub.model, run.sub.optimizer)(batches)
+    finally:
+        run.reset()
 
 
 def _resolution(dev: torch.device, usable: float) -> int:

@@ -14,8 +14,9 @@ from typing import Any, Optional
 
 import numpy as np
 
-from tunekit.inputs.data import BatchStream
+from tunekit.inputs.data import BatchStream, dataset_size, iterate_once
 from tunekit.probes.probe_run import ProbeRun
+from tunekit.training.loop import evaluate
 
 __all__ = ["measure_throughput", "measure_eval", "knee_and_fastest", "NOISY_TIMINGS", "BUSY_RETRIES", "EVAL_TIMED_BATCHES"]
 
@@ -134,9 +135,6 @@ def measure_eval(run: ProbeRun, val_data: Any, batch: int) -> Optional[dict[str,
     batches. Timed again, as the throughput's points are, where the passes spread by more than
     NOISY_TIMINGS; still spread, it is marked ``busy`` and prices nothing. None without validation data.
     A forward sample costs 0.1-0.6 of a training sample across the corpus: no ratio stands in for it."""
-    from tunekit.inputs.data import dataset_size, iterate_once
-    from tunekit.training.loop import evaluate
-
     if val_data is None:
         return None
     n = dataset_size(val_data)
