@@ -92,7 +92,7 @@ EPILOG_WORKER = """examples:
 
 
 def _add_lr_find_command(sub: Any) -> None:
-    p = add_command(sub, "lr-find", cmd_lr_find, "LR range test: suggest a peak LR for a warmup + cosine run", EPILOG_LR_FIND,
+    p = add_command(sub, "lr-find", cmd_lr_find, "LR range test: suggest a peak LR for the run you plan", EPILOG_LR_FIND,
                  "Sweep the LR up over N optimizer updates of the shared step and suggest a peak LR. "
                  "Writes DIR/lr_find.json and DIR/lr_find.png.")
     # Generated from the objects' fields (tunekit.entry_options): the step defaults to the task's recipe, as in train.
@@ -103,6 +103,8 @@ def _add_lr_find_command(sub: Any) -> None:
     p.add_argument("--run-steps", type=int, metavar="N", help="updates of the run you plan: the suggestion is "
                    "for it, and the short runs' cost is sized from it (default: the task's recipe, else "
                    f"{defaults.RUN_STEPS})")
+    p.add_argument("--schedule", choices=list(defaults.DECAYS), help="decay after warmup of the run you plan: the "
+                   f"short runs train on it (default: the task's recipe, else {defaults.SCHEDULE})")
     add_run_args(p, "lr_find.json and lr_find.png", device=False)
 
 

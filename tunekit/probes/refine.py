@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -53,10 +53,11 @@ def without_scoring_data(short: ShortRuns) -> ShortRuns:
                                "hold_out_share=0.2, to check it with short runs)")
 
 
-def schedule_of(model: Any) -> tuple[Any, str, float]:
-    """(warmup, decay, min_lr_ratio) of the runs the suggestion is for: the task's, else train's defaults."""
+def schedule_of(model: Any, decay: Optional[str] = None) -> tuple[Any, str, float]:
+    """(warmup, decay, min_lr_ratio) of the runs the suggestion is for: the task's, else train's defaults; ``decay``
+    where the user named the planned run's (``lr_find(schedule=...)``)."""
     defaults = model.defaults if isinstance(model, Task) else {}
-    return (defaults.get("warmup", WARMUP), defaults.get("schedule", SCHEDULE),
+    return (defaults.get("warmup", WARMUP), decay or defaults.get("schedule", SCHEDULE),
             defaults.get("min_lr_ratio", MIN_LR_RATIO))
 
 
@@ -88,7 +89,7 @@ def short_runner(setup: LRSetup, initial: Any, refine_steps: int, seeds: int, st
     data = splits[setup.seed][0]
     per = batch_size or batch_size_of(BatchStream(data, batch_size, seed=setup.seed).take(1)[0]) or 1
     eval_batches = max(1, min(REFINE_EVAL_SAMPLES, refine_steps * setup.accumulation_steps * per // 4) // per)
-    schedule = schedule_of(setup.model)
+    schedule = schedule_of(setup.model, setup.schedule)
 
     def one(lr: float, s: int) -> tuple[float, int]:
         initial.restore()  # every run starts where the user's objects were

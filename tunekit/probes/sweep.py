@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 import torch
@@ -46,6 +46,7 @@ class LRSetup:
     seed: int
     threshold: float  # diverge_threshold
     noise: float = 0.0  # the loss's noise at the first sweep's start (lr_rules.start_noise): no short run stops on it
+    schedule: Optional[str] = None  # the planned run's decay, where given (else the Task's recipe, else train's)
 
     def make_step(self) -> TrainStep:
         """A step over the user's objects, as training runs it, the model in train mode."""
