@@ -738,8 +738,8 @@ def test_the_result_names_the_planned_runs_schedule_and_never_offers_a_share_ove
 
 def test_the_schedule_named_for_the_planned_run_is_the_one_its_short_runs_train_on(monkeypatch: pytest.MonkeyPatch,
                                                                                        run_main) -> None:
-    """lr_find(schedule=...) (issue 51): the short runs decay as the planned run will, whatever the task's recipe,
-    and the result says which run it is for; a schedule it does not know is one line naming it."""
+    """Refine(schedule=...), --schedule (issue 51): the short runs decay as the planned run will, whatever the task's
+    recipe, and the result says which run it is for; a schedule it does not know is one line naming it."""
     import tunekit.probes.refine as refine
 
     decays: list[str] = []
@@ -747,15 +747,15 @@ def test_the_schedule_named_for_the_planned_run_is_the_one_its_short_runs_train_
     monkeypatch.setattr(refine, "lr_schedule", lambda steps, lr, warmup, decay, *a: decays.append(decay) or
                         real(steps, lr, warmup, decay, *a))
     task = classification_task()  # its recipe names no schedule: cosine, train's default
-    r = lr_find(task, sweep=Sweep(sweep_steps=30), refine=Refine(steps=12, seeds=1), run_steps=200,
-                schedule="constant", progress=False)
+    r = lr_find(task, sweep=Sweep(sweep_steps=30), refine=Refine(steps=12, seeds=1, schedule="constant"), run_steps=200,
+                progress=False)
     assert decays and set(decays) == {"constant"}
     assert "constant-LR run of 200 updates" in r.summary() and r.settings.run_schedule.endswith("constant-LR")
     decays.clear()
     lr_find(task, sweep=Sweep(sweep_steps=30), refine=Refine(steps=12, seeds=1), run_steps=200, progress=False)
     assert set(decays) == {"cosine"}
     with pytest.raises(UsageError, match="schedule 'step' is unknown: pass one of cosine, linear, constant, wsd"):
-        lr_find(task, schedule="step", progress=False)
+        Refine(schedule="step")
     code, _, err = run_main("lr-find", "--task", "tests.tasks:classification_task", "--schedule", "step", "--quiet")
     assert code == 2 and "invalid choice: 'step'" in err
 

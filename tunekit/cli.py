@@ -103,8 +103,6 @@ def _add_lr_find_command(sub: Any) -> None:
     p.add_argument("--run-steps", type=int, metavar="N", help="updates of the run you plan: the suggestion is "
                    "for it, and the short runs' cost is sized from it (default: the task's recipe, else "
                    f"{defaults.RUN_STEPS})")
-    p.add_argument("--schedule", choices=list(defaults.DECAYS), help="decay after warmup of the run you plan: the "
-                   f"short runs train on it (default: the task's recipe, else {defaults.SCHEDULE})")
     add_run_args(p, "lr_find.json and lr_find.png", device=False)
 
 

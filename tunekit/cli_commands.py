@@ -49,7 +49,7 @@ def cmd_lr_find(args: argparse.Namespace) -> int:
     sweep, refine, step = object_of(args, Sweep), object_of(args, Refine), object_of(args, StepSettings)
     out = out_dir(args.out)
     result = lr_find(load_task_of(args), sweep=sweep, refine=refine, step=step, run_steps=args.run_steps,
-                     schedule=args.schedule, seed=args.seed, progress=progress_of(args))
+                     seed=args.seed, progress=progress_of(args))
     return show(result, out, in_cli_terms(result.summary(), args.usage()))  # its advice as this command's flags
 
 

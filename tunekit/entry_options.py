@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, Union
 
 from tunekit.defaults import (DIVERGE_THRESHOLD, PROBE_FULL_RUN_UPDATES, PROBE_LONG_RUN_SHARE, PROBE_SHORT_RUN_SHARE,
-                              REFINE_SHARE, SWEEP_STEPS)
+                              REFINE_SHARE, SCHEDULE, SWEEP_STEPS, DECAYS)
 from tunekit.errors import UsageError, check_int, is_int_at_least, shown
 from tunekit.option_fields import opt
 from tunekit.precision import PRECISIONS
@@ -99,6 +99,14 @@ class Refine:
     hold_out_share: Optional[float] = opt(None, "without validation data, score each short run on this share of the "
                                           "training data held out of it (default: on the samples it trained on)",
                                           kind="positive", metavar="F")
+    schedule: Optional[str] = opt(None, "decay after warmup of the run you plan: the short runs train on it, the "
+                                  f"suggestion is for it (default: the task's recipe, else {SCHEDULE})",
+                                  choices=DECAYS, metavar="DECAY")
+
+    def __post_init__(self) -> None:
+        if self.schedule is not None and self.schedule not in DECAYS:
+            raise UsageError(f"schedule {self.schedule!r} is unknown: pass one of {', '.join(DECAYS)} (the planned "
+                             "run's decay), e.g. Refine(schedule='constant')")
 
 
 @dataclass(frozen=True)

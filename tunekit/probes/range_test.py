@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from tunekit.defaults import DECAYS, RUN_EPOCHS_IN_HAND, RUN_STEPS, SWEEP_STEPS
+from tunekit.defaults import RUN_EPOCHS_IN_HAND, RUN_STEPS, SWEEP_STEPS
 from tunekit.entry_options import Refine, StepSettings, Sweep
 from tunekit.errors import CLIP_HINT, UsageError, check_int, check_number
 from tunekit.inputs.data import Data, batches_per_epoch
@@ -64,9 +64,9 @@ def lr_find(
     model: nn.Module | Task, train_data: Data | None = None, loss_fn: LossFn | None = None, optimizer: Any = None,
     *, compute_loss: ComputeLoss | None = None, val_data: Data | None = None,
     sweep: Sweep = Sweep(), refine: Refine = Refine(), step: StepSettings = StepSettings(),
-    run_steps: int | None = None, schedule: str | None = None, seed: int = 0, progress: bool | None = None,
+    run_steps: int | None = None, seed: int = 0, progress: bool | None = None,
 ) -> LRFindResult:
-    """Run an LR range test and suggest a peak LR for a run of ``run_steps`` updates on its ``schedule``.
+    """Run an LR range test and suggest a peak LR for a run of ``run_steps`` updates on its schedule.
 
     The LR rises over ``sweep_steps`` optimizer updates of the step training runs (its clipping,
     accumulation and precision: the task's recipe, else :mod:`tunekit.defaults`); then, with ``refine``,
@@ -91,8 +91,8 @@ def lr_find(
         sweep.loss_on, sweep.val_batches: with ``"val"``, each point is the loss on the first ``val_batches`` batches of ``val_data``.
         run_steps: the planned run's updates (default: a Task's ``defaults["max_steps"]``, else ``train``'s;
             a model in hand :data:`tunekit.defaults.RUN_EPOCHS_IN_HAND` epochs of its data, said in the result).
-        schedule: the planned run's decay after its warmup, one of :data:`tunekit.defaults.DECAYS` (default: a
-            Task's ``defaults["schedule"]``, as a Trainer's ``lr_scheduler_type`` sets it, else cosine): the short
+        refine.schedule: the planned run's decay after its warmup, one of :data:`tunekit.defaults.DECAYS` (default:
+            a Task's ``defaults["schedule"]``, as a Trainer's ``lr_scheduler_type`` sets it, else cosine): the short
             runs train on it, so the suggestion is for it (a constant LR's best peak is lower than a decay's).
         refine: short runs of the planned schedule at half decades around the curve's suggestion,
             up to 7 LRs, until a worse run lies on each side of the best (its parabola's vertex): at two lengths,
@@ -114,8 +114,7 @@ def lr_find(
                                                                   step.precision)
     _check_args(min_lr, max_lr, sweep_steps, mode, repeats, diverge_threshold, batch_size, accumulation_steps, clip_grad_norm)
     _check_refine(run_steps, refine_share, refine_steps, refine_seeds, hold_out_share)
-    if schedule is not None and schedule not in DECAYS:
-        raise UsageError(f"schedule {schedule!r} is unknown: pass one of {', '.join(DECAYS)} (the planned run's decay)")
+    schedule = refine.schedule
     # What is tested: a Task's fresh model, or the user's objects (put back as they were at the end).
     sub = resolve_inputs("lr_find", model, train_data, loss_fn, optimizer, compute_loss=compute_loss,
                           val_data=val_data, batch_size=batch_size, precision=precision, device=device, seed=seed)
