@@ -15,6 +15,7 @@ budget (what a user pays for what they asked) and over its predicted seconds.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import tempfile
 import time
@@ -29,20 +30,13 @@ ONE_A_FAMILY = ("mlp_sgdm_ce", "digits_cnn_adamw", "tiny_lm", "photo_pixels_mse_
 ARMS = ("unpriced", "priced")
 
 
-def _search(name: str, budget: float, out: Path, stored: Any, priced: bool) -> list[dict[str, Any]]:
+def _search(name: str, budget: float, out: Path, stored: Any) -> list[dict[str, Any]]:
     import tunekit
     from benchmarks.corpus import build
-    from tunekit import Local, NoPruning, ProbeSettings
-    from tunekit.results import ProbeResult
+    from tunekit import Local, NoPruning
 
-    original = ProbeResult.eval_seconds
-    if not priced:  # the probe's timed validation batch ignored: the trials' updates priced alone, as before
-        ProbeResult.eval_seconds = lambda self, batch, batches: None  # type: ignore[method-assign]
-    try:
-        r = tunekit.search(build(name), trials=TRIALS, budget=f"{budget:.4f}s", seed=1, pruner=NoPruning(),
-                           out=out, progress=False, backend=Local(device="cpu"), probes=stored)
-    finally:
-        ProbeResult.eval_seconds = original  # type: ignore[method-assign]
+    r = tunekit.search(build(name), trials=TRIALS, budget=f"{budget:.4f}s", seed=1, pruner=NoPruning(),
+                       out=out, progress=False, backend=Local(device="cpu"), probes=stored)
     return [{"seconds": float(t["seconds"]), "predicted": float(t["predicted_seconds"]), "budget": budget,
              "updates": int(t["updates"])} for t in r.trials if t.get("seconds") and t.get("predicted_seconds")]
 
@@ -60,11 +54,15 @@ def row(name: str, i: int) -> dict[str, Any]:
         budget = time.perf_counter() - t0
         seeded = tunekit.search(build(name), trials=1, budget=f"{budget:.4f}s", seed=1, pruner=NoPruning(),
                                 out=Path(tmp) / "seed", progress=False, backend=Local(device="cpu"))
-        stored = ProbeSettings(lr_find=Path(tmp) / "seed" / "lr_find.json", probe=Path(tmp) / "seed" / "probe.json")
-        eval_time = tunekit.ProbeResult.load(Path(tmp) / "seed" / "probe.json").eval_time
-        out: dict[str, Any] = {"task": name, "budget": budget, "eval": eval_time, "plan": seeded.plan}
+        probed = tunekit.ProbeResult.load(Path(tmp) / "seed" / "probe.json")
+        # The unpriced arm: the same probe without its timed validation batch, as a probe saved before it was timed
+        # (its trials' updates priced alone).
+        stored = {arm: ProbeSettings(lr_find=Path(tmp) / "seed" / "lr_find.json",
+                                     probe=probed if arm == "priced" else dataclasses.replace(probed, eval_time=None))
+                  for arm in ARMS}
+        out: dict[str, Any] = {"task": name, "budget": budget, "eval": probed.eval_time, "plan": seeded.plan}
         for arm in (ARMS if i % 2 == 0 else ARMS[::-1]):
-            out[arm] = _search(name, budget, Path(tmp) / arm, stored, arm == "priced")
+            out[arm] = _search(name, budget, Path(tmp) / arm, stored[arm])
     return out
 
 

@@ -161,5 +161,6 @@ def price_budget(budget: Budget, seconds_per_update: Optional[float], task_batch
         off = budget.amount - steps
         raise UsageError(f"budget {budget.amount:g}s is device time, and a trial's evaluations take about {off:.3g}s "
                          f"of it (the probe's timed validation batch), leaving no update: give a budget of at least "
-                         f"{off + MIN_UPDATES * seconds_per_update:.3g}s, or fewer evaluations (Halving(evals=...))")
+                         f"{off + MIN_UPDATES * seconds_per_update:.3g}s, or fewer evaluations a trial (the pruner's "
+                         "evals): pass e.g. evals=4")
     return Budget(budget.amount, "seconds", budget.amount / (steps / seconds_per_update * task_batch))

@@ -136,7 +136,8 @@ def probe(
     sub = resolve_inputs("probe", model, train_data, loss_fn, optimizer, compute_loss=compute_loss,
                           precision=precision, device=device, seed=seed)
     cap, plan, n_data = _sized(model, sub.data, measure, accumulation_steps, target_batch)  # sized to the planned run
-    throughput_points, timing_steps, noise_repeats, noise_warmup = plan.throughput_points, plan.timing_steps, plan.noise_repeats, plan.noise_warmup
+    throughput_points, timing_steps, noise_repeats, noise_warmup = (plan.throughput_points, plan.timing_steps,
+                                                                    plan.noise_repeats, plan.noise_warmup)
     room = Room.of(memory_budget, headroom, sub.device, limit=plan.limit)
     scaler = make_scaler(sub.precision, sub.device)  # type: ignore[arg-type]
     settings = _run_settings(sub, measure, seed, memory_budget, accumulation_steps, clip_grad_norm, plan)
@@ -159,9 +160,8 @@ def probe(
         settled, tried, mm, measured_how = largest_batch(run, mm, traces, room, measure.calibrate_steps, sizes[0])
         confirmed = settled.batch
         _stage_done(stages, "largest batch")
-        throughput = measure_throughput(run, sizes, confirmed, throughput_points, timing_steps,  # 3. Up to the largest.
-                                        _seconds_left(cap, sub.task.batch_size, accumulation_steps, start))
-        eval_time = _eval_time(run, confirmed) if throughput_points else None  # prices a search's evaluations
+        throughput, eval_time = _timings(run, sizes, confirmed, throughput_points, timing_steps,  # 3. Up to the largest.
+                                         _seconds_left(cap, sub.task.batch_size, accumulation_steps, start))
         _stage_done(stages, "throughput")
         noise = _noise(run, confirmed, room.limit, noise_repeats, noise_warmup, lr)  # 4. Gradient noise scale.
         _stage_done(stages, "noise scale")
@@ -176,12 +176,12 @@ def probe(
         device=str(sub.device), precision=sub.precision, accumulation_steps=accumulation_steps, budget_bytes=room.budget,
         budget_source=room.source, headroom=headroom, usable_bytes=room.usable, memory=mm.to_dict(),
         predicted_max_batch=predicted, max_batch=confirmed, tried=tried, throughput=throughput, knee_batch=knee,
-        eval_time=eval_time, fastest_batch=fastest, critical_batch=critical, noise=noise, margin=settled.margin.fraction, margin_source=settled.margin.source,
+        fastest_batch=fastest, critical_batch=critical, noise=noise, margin=settled.margin.fraction, margin_source=settled.margin.source,
         critical_batch_range=(noise["low"], noise["high"]) if critical is not None else None,
         splits=pairs, splits_reason=why, lr_scaling=lr_scaling, dataset_size=n_data, seconds=time.perf_counter() - start, settings=settings,
         updates=run.counter["updates"], samples=run.counter["samples"], memory_measured=measured_how,
         run_steps=cap.run_steps if cap else sub.task.defaults.get("max_steps"), run_batch=sub.task.batch_size,
-        predicted_peak_bytes=int(settled.peak_bytes), cost_plan=plan.line(cap), cost_notes=list(plan.notes),
+        predicted_peak_bytes=int(settled.peak_bytes), cost_plan=plan.line(cap), cost_notes=list(plan.notes), eval_time=eval_time,
         warnings=_warnings(throughput, noise, noise_warmup) + measurement_warnings(measured_how))
 
 
@@ -413,11 +413,15 @@ def _warm_up(run: ProbeRun, updates: int, lr: float, batch: int) -> None:
         pass
 
 
-def _eval_time(run: ProbeRun, confirmed: int) -> Optional[dict[str, Any]]:
-    """One validation batch timed at the run's batch (at most 32, or the largest, without one): a search in device
-    time prices its trials' evaluations with it. Not a stage of its own: a few batches, forward only."""
+def _timings(run: ProbeRun, sizes: list[int], confirmed: int, points: int, timing_steps: int,
+             seconds_left: Optional[Callable[[dict[int, float]], float]]) -> tuple[list[dict[str, Any]], Optional[dict[str, Any]]]:
+    """The throughput's points up to ``confirmed``, and, where they are timed, one validation batch at the run's batch
+    (32 at most without one, or the largest): a search in device time prices its trials' evaluations with it."""
+    if not points:
+        return [], None
     task = run.sub.task
-    return measure_eval(run, task.val_data, int(task.batch_size or min(32, confirmed)))
+    return (measure_throughput(run, sizes, confirmed, points, timing_steps, seconds_left),
+            measure_eval(run, task.val_data, int(task.batch_size or min(32, confirmed))))
 
 
 def _stage_done(stages: Any, name: str) -> None:

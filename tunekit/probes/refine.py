@@ -55,7 +55,7 @@ def without_scoring_data(short: ShortRuns) -> ShortRuns:
 
 def schedule_of(model: Any, decay: Optional[str] = None) -> tuple[Any, str, float]:
     """(warmup, decay, min_lr_ratio) of the runs the suggestion is for: the task's, else train's defaults; ``decay``
-    where the user named the planned run's (``lr_find(schedule=...)``)."""
+    where the user named the planned run's (``Refine(schedule=...)``)."""
     defaults = model.defaults if isinstance(model, Task) else {}
     return (defaults.get("warmup", WARMUP), decay or defaults.get("schedule", SCHEDULE),
             defaults.get("min_lr_ratio", MIN_LR_RATIO))
