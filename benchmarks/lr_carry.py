@@ -2,7 +2,7 @@
 
 Reads the short-run records of ``benchmarks/corpus_refine.py`` (the range test, then short runs at
 half decades around its suggestion, at several lengths H) and replays the refinement as lr_find
-would run it under a budget of one range test's updates (at most ``BUDGET // H`` short runs: the
+would run it under its budget of short runs (at most ``BUDGET // H`` of them: the
 first three, the bracket's extensions, then the polish, in lr_find's order). A rule is the short
 runs' length H and how their best carries to the planned run: a shift in decades, a weight on the
 curve's suggestion, and a cap below the sweep's blow-up. For each family the rule with the lowest
@@ -37,10 +37,11 @@ import numpy as np
 from benchmarks.corpus import CORPUS
 from benchmarks.corpus_refine import QUICK_LENGTHS, QUICK_TASKS, load, record_task
 from benchmarks.harness import grid, lofo, report
-from tunekit.defaults import REFINE_SHARE, SWEEP_STEPS
+from tunekit.defaults import REFINE_SHARE
+from tunekit.probes.short_runs import SHORT_RUNS, SHORT_STEPS
 from tunekit.probes import lr_rules
 
-BUDGET = SWEEP_STEPS  # one range test's updates: what the refinement may spend at least
+BUDGET = SHORT_RUNS * SHORT_STEPS  # what lr_find's one-length refinement may spend at least
 STEP = 0.5  # the short runs' lattice, decades (tunekit.probes.refine.REFINE_OFFSETS)
 SHIFTS = tuple(np.round(np.arange(-1.0, 0.51, 0.125), 3))
 WEIGHTS = (1.0, 0.75, 0.5)
@@ -60,7 +61,7 @@ class Replay:
 
 def budget_of(run_steps: int) -> int:
     """What lr_find's refinement may spend on a planned run too short for two lengths, as
-    tunekit.probes.short_runs.short_runs_for sizes it: its share of the run, at least one range test."""
+    tunekit.probes.short_runs.short_runs_for sizes it: its share of the run, at least BUDGET updates."""
     return max(int(REFINE_SHARE * run_steps), min(BUDGET, run_steps))
 
 
@@ -248,7 +249,7 @@ def main() -> None:
     fam = {n: CORPUS[n].family for n in recs}
     held = lofo.select(regret, fam)
     lines = [f"Leave-one-family-out (chosen on: {args.select} regret over the other families' tasks); "
-             f"the short runs may spend max(5% of the run, {BUDGET}) updates (one range test)",
+             f"the short runs may spend max(5% of the run, {BUDGET}) updates",
              f"{'held-out family':<14}{'n':>3}  {'rule chosen on the others':<48}{'mean':>8}{'worst':>8}"
              f"{'spread':>8}{'cost':>7}{'diverged':>9}   the curve's rule (before): mean / worst"]
     fam_means, fam_worst = [], []
@@ -315,7 +316,7 @@ def oracle(recs: dict[str, list[dict[str, Any]]]) -> None:
 
     lines = ["In-sample bounds (fitted on the grids they are scored on: no rule chosen out of sample can beat them).",
              "Mean regret per family at the planned run; the short runs as lr_find runs them under its budget "
-             "(max(5% of the run, one range test)).",
+             f"(max(5% of the run, {BUDGET} updates)).",
              f"{'bound':<52}" + "".join(f"{f[:11]:>12}" for f in families) + f"{'mean':>8}{'w/o small':>10}"
              f"{'spread':>8}"]
 

@@ -618,18 +618,20 @@ def test_without_validation_data_the_result_says_what_scored_the_short_runs() ->
 
 
 def test_the_refinement_buys_what_its_share_of_the_planned_run_allows() -> None:
-    from tunekit.probes.short_runs import (MOST_CARRIED, SHORT_CAP, SHORT_SHIFT, SHORT_STEPS, TWO_LENGTHS_FROM,
-                                           TWO_SEEDS_FROM, from_short_runs, from_two_lengths, short_runs_for)
+    from tunekit.probes.short_runs import (MOST_CARRIED, SHORT_CAP, SHORT_RUNS, SHORT_SHIFT, SHORT_STEPS,
+                                           TWO_LENGTHS_FROM, TWO_SEEDS_FROM, from_short_runs, from_two_lengths,
+                                           short_runs_for)
 
-    # 5% of 200 updates (10) buys no useful run; one range test's updates (100) buy three of SHORT_STEPS.
+    # 5% of 200 updates (10) buys no useful run; the calibrated refinement buys SHORT_RUNS of SHORT_STEPS.
     short = short_runs_for(200, 0.05, runs=7)
-    assert short.calibrated and short.lengths == (SHORT_STEPS,) and short.runs == 100 // SHORT_STEPS
-    assert short.budget == 100 and short.most_updates <= 100 and "one range test" in short.why
-    none = short_runs_for(200, 0.05, runs=7, sweep_steps=30)  # a 30-update sweep buys no run of SHORT_STEPS
-    assert not none.refines and none.budget == 10 and "curve's suggestion alone" in none.why
+    assert short.calibrated and short.lengths == (SHORT_STEPS,) and short.runs == SHORT_RUNS == 5
+    assert short.budget == SHORT_RUNS * SHORT_STEPS == short.most_updates and "up to 5 short runs" in short.why
+    cut = short_runs_for(4 * SHORT_STEPS, 0.05, runs=7)  # never more updates than the planned run's own
+    assert cut.runs == 4 and cut.most_updates <= 4 * SHORT_STEPS
+    none = short_runs_for(3 * SHORT_STEPS - 1, 0.05, runs=7)  # the run's own updates buy two short runs
+    assert not none.refines and "curve's suggestion alone" in none.why
     assert not short_runs_for(2 * SHORT_STEPS - 1, 0.05, runs=7).refines  # no short run half the planned run
     assert not short_runs_for(200, 0.05, runs=2).refines  # fewer than three runs bracket nothing
-    assert short_runs_for(200, 0.05, runs=7, sweep_steps=1000).most_updates <= 200  # never more than the run
     almost = short_runs_for(7 * 3 * TWO_LENGTHS_FROM * 20 - 20, 0.05, runs=7)  # a run's worth short of two lengths
     assert almost.calibrated and almost.runs == 7 and almost.most_updates <= almost.budget
     two = short_runs_for(7 * 3 * TWO_LENGTHS_FROM * 20, 0.05, runs=7)  # exactly the shortest useful runs
@@ -657,12 +659,16 @@ def test_the_refinement_buys_what_its_share_of_the_planned_run_allows() -> None:
 
 
 def test_lr_find_spends_at_most_its_share_of_the_planned_run_and_says_which_run_it_is_for() -> None:
+    from tunekit.probes.short_runs import SHORT_RUNS, SHORT_STEPS
+
     task = classification_task()  # no max_steps in its recipe: train's 200
-    curve = lr_find(task, step=StepSettings(device="cpu"), sweep=Sweep(sweep_steps=30))
-    assert curve.refinement is None and curve.settings["run_steps"] == 200
-    assert curve.settings["run_steps_from"] == "train's default" and "cannot buy" in curve.settings["not_refined"]
-    assert "for a warmup + cosine run of 200 updates" in curve.summary() and "not refined" in curve.summary()
-    assert curve.samples == lr_find(task, step=StepSettings(device="cpu"), sweep=Sweep(sweep_steps=30),
+    default = lr_find(task, step=StepSettings(device="cpu"), sweep=Sweep(sweep_steps=30))
+    assert default.settings["run_steps"] == 200 and default.settings["run_steps_from"] == "train's default"
+    assert "for a warmup + cosine run of 200 updates" in default.summary()
+    assert 3 * SHORT_STEPS <= default.refinement["updates"] <= SHORT_RUNS * SHORT_STEPS  # 5% buys none: 3 to 5 runs
+    curve = lr_find(task, step=StepSettings(device="cpu"), sweep=Sweep(sweep_steps=30), run_steps=90)  # 2 runs at most
+    assert curve.refinement is None and "cannot buy" in curve.settings["not_refined"] and "not refined" in curve.summary()
+    assert curve.samples == lr_find(task, step=StepSettings(device="cpu"), sweep=Sweep(sweep_steps=30), run_steps=90,
                                     refine=Refine(enabled=False)).samples  # the curve alone's cost
     planned = lr_find(task, step=StepSettings(device="cpu"), sweep=Sweep(sweep_steps=30),
                       run_steps=13000)  # 650 updates: 7 x (30 + 60) at most
@@ -732,7 +738,7 @@ def test_the_result_names_the_planned_runs_schedule_and_never_offers_a_share_ove
                                                              progress=False).summary()
     short = short_runs_for(run_steps=50, share=0.05, runs=4)
     assert not short.refines and "x the planned run itself" in short.why and "refine_share=" not in short.why
-    longer = short_runs_for(run_steps=2000, share=0.01, runs=4, sweep_steps=30)
+    longer = short_runs_for(run_steps=2000, share=0.01, runs=2)  # two LRs bracket nothing
     assert not longer.refines and "refine_share=0." in longer.why
 
 
@@ -810,20 +816,24 @@ def test_doubts_are_an_enum_beside_the_reasons() -> None:
     assert r.doubts == [Doubt.AT_EDGE] and not r.confident
 
 
-def test_short_planned_runs_get_short_runs_within_one_range_test_and_none_without_data_to_score_them() -> None:
-    """A 200-update run: 5% buys nothing, one range test's updates buy up to three short runs (scored on the
-    validation data) whose best is carried; without val_data the curve stands alone and the result says why,
-    unless a held-out share is asked for."""
-    from tunekit.probes.short_runs import SHORT_STEPS
+def test_short_planned_runs_get_up_to_five_short_runs_and_two_sweeps_without_data_to_score_them() -> None:
+    """A 200-update run: 5% buys nothing, so up to SHORT_RUNS short runs (scored on the validation data) whose
+    best is carried; without val_data the curve stands alone, from two sweeps (what the runs would have cost),
+    and the result says why, unless a held-out share is asked for."""
+    from tunekit.probes.short_runs import SHORT_RUNS, SHORT_STEPS
 
     task = classification_task()
     r = lr_find(task, run_steps=200, progress=False)
     ref = r.refinement
-    assert ref is not None and ref.at_steps == SHORT_STEPS and len(ref.stages[0].lrs) <= 100 // SHORT_STEPS
-    assert ref.updates <= 100 and r.suggestion is not None and r.suggestion != ref.curve_suggestion
+    assert ref is not None and ref.at_steps == SHORT_STEPS and 3 <= len(ref.stages[0].lrs) <= SHORT_RUNS
+    assert ref.updates <= SHORT_RUNS * SHORT_STEPS and r.suggestion is not None and r.suggestion != ref.curve_suggestion
+    assert r.settings.repeats == 1 and len(r.repeats) <= 1  # short runs check the curve: one sweep
     bare = dataclasses.replace(task, val_data=None)
     r2 = lr_find(bare, run_steps=200, progress=False)
     assert r2.refinement is None and "no val_data" in r2.settings.not_refined and "hold_out_share" in r2.summary()
+    assert r2.settings.repeats == 2 and len(r2.repeats) == 2  # the median of two sweeps of other data orders
+    one = lr_find(bare, run_steps=200, sweep=Sweep(repeats=1), progress=False)  # the user's count is kept
+    assert one.settings.repeats == 1 and one.lrs == r2.repeats[0]["lrs"] and 1.9 < r2.samples / one.samples < 2.1
     r3 = lr_find(bare, run_steps=200, refine=Refine(hold_out_share=0.2), progress=False)
     assert r3.refinement is not None and r3.refinement.scored_on is ScoredOn.HELD_OUT
     # Data that cannot be split (a stream of no length): held out of nothing, so no short runs either.

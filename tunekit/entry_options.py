@@ -68,8 +68,8 @@ class Sweep:
     sweep_steps: int = opt(SWEEP_STEPS, f"optimizer updates in the sweep, at least 10 (default {SWEEP_STEPS})",
                            kind="int", metavar="N", older="steps")
     mode: str = opt("exp", "LR spacing (default exp)", choices=("exp", "linear"))
-    repeats: int = opt(1, "repeat with other seeds and data orders; report the spread (default 1)", kind="int",
-                       metavar="N")
+    repeats: Optional[int] = opt(None, "sweeps with other data orders, their median taken and their spread reported "
+                                 "(default 1; 2 where no short runs can check the curve)", kind="int", metavar="N")
     diverge_threshold: float = opt(DIVERGE_THRESHOLD, "stop where the loss is X times its best and far above its "
                                    f"start's noise (default {DIVERGE_THRESHOLD:g})", kind="float", metavar="X")
     loss_on: str = opt("train", "each point's loss: the batch trained on, or the first --val-batches batches of the "
@@ -87,8 +87,8 @@ class Refine:
 
     enabled: bool = opt(True, "the short runs that check the curve's suggestion (default; --no-refine: the curve "
                         "alone)", flag="--refine", kind="bool", old="refine")
-    share: float = opt(REFINE_SHARE, "the short runs' cost as a share of the planned run's updates, or one sweep's "
-                       f"updates where that share buys no useful run (default {REFINE_SHARE:g})",
+    share: float = opt(REFINE_SHARE, "the short runs' cost as a share of the planned run's updates, or up to five "
+                       f"33-update runs where that share buys no useful run (default {REFINE_SHARE:g})",
                        flag="--refine-share", kind="positive", metavar="F", old="refine_share")
     steps: Optional[int] = opt(None, "updates of each short run of the planned schedule, whatever it costs "
                                "(default: what the budget buys)", flag="--refine-steps", kind="int", metavar="N",

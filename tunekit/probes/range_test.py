@@ -40,7 +40,7 @@ from tunekit.training.step import make_scaler
 __all__ = ["lr_find"]
 
 
-def _check_args(min_lr: float, max_lr: float, sweep_steps: int, mode: str, repeats: int, diverge_threshold: float,
+def _check_args(min_lr: float, max_lr: float, sweep_steps: int, mode: str, repeats: int | None, diverge_threshold: float,
                 batch_size: int | None, accumulation_steps: int, clip_grad_norm: float | None) -> None:
     if batch_size is not None:
         check_int("batch_size", batch_size, hint="pass e.g. batch_size=32")
@@ -54,7 +54,8 @@ def _check_args(min_lr: float, max_lr: float, sweep_steps: int, mode: str, repea
     check_int("sweep_steps", sweep_steps, 10, hint=f"the curve needs points: pass e.g. sweep_steps={SWEEP_STEPS}")
     if mode not in ("exp", "linear"):
         raise UsageError(f"mode {mode!r} is unknown: use exp (the default) or linear")
-    check_int("repeats", repeats, hint="pass e.g. repeats=3")
+    if repeats is not None:
+        check_int("repeats", repeats, hint="pass e.g. repeats=3")
     check_number("diverge_threshold", diverge_threshold, above=1, hint="a multiple of the best loss: pass e.g. diverge_threshold=4")
 
 
@@ -71,7 +72,7 @@ def lr_find(
     The LR rises over ``sweep_steps`` optimizer updates of the step training runs (its clipping,
     accumulation and precision: the task's recipe, else :mod:`tunekit.defaults`); then, with ``refine``,
     short real runs around the curve's suggestion check it, costing at most ``Refine.share`` of the
-    planned run, or one range test's updates where that share buys no useful run (the curve alone can
+    planned run, or five runs of 33 updates where that share buys no useful run (the curve alone can
     be far off: benchmarks/data/constants_history.md). A model in hand, its
     optimizer, the scaler and the RNG states are restored bitwise when the test ends, also on an
     exception or Ctrl-C. ``samples`` counts every training sample drawn.
@@ -97,8 +98,8 @@ def lr_find(
         refine: short runs of the planned schedule at half decades around the curve's suggestion,
             up to 7 LRs, until a worse run lies on each side of the best (its parabola's vertex): at two lengths,
             H and 2H, where the share buys H >= 15 updates, carried by how the best moved
-            (:func:`~tunekit.probes.short_runs.from_two_lengths`); else 33-update runs within one range
-            test's updates, carried as calibrated on the corpus (:func:`~tunekit.probes.short_runs.from_short_runs`;
+            (:func:`~tunekit.probes.short_runs.from_two_lengths`); else up to five 33-update runs, carried as
+            calibrated on the corpus (:func:`~tunekit.probes.short_runs.from_short_runs`;
             none without ``val_data`` or ``hold_out_share``); else the curve alone, and the result says why.
         refine.steps, refine.seeds: one length and seeds per LR instead, whatever it costs.
         refine.hold_out_share: without ``val_data``, score each run on this share of the training data held out of it
@@ -120,10 +121,7 @@ def lr_find(
                           val_data=val_data, batch_size=batch_size, precision=precision, device=device, seed=seed)
     _check_loss_on(loss_on, sub.val_data)
     run_steps, run_from = planned_run(model, run_steps, sub.data, sub.batch_size, accumulation_steps)
-    short = (short_runs_for(run_steps, refine_share, REFINE_RUNS, refine_steps, refine_seeds, sweep_steps)
-            if refine.enabled else None)
-    if short is not None and short.calibrated and sub.val_data is None and not hold_out_share:
-        short = without_scoring_data(short)
+    short, repeats = _short_runs_and_sweeps(refine, run_steps, sub.val_data is not None, repeats)
     setup = LRSetup(model, sub.model, sub.optimizer, sub.compute, sub.data, sub.val_data, sub.device, sub.precision,
                    sub.batch_size, accumulation_steps, clip_grad_norm,
                    scaler if scaler is not None else make_scaler(sub.precision, sub.device), seed, diverge_threshold,
@@ -139,6 +137,19 @@ def lr_find(
     result.interval = interval(result.suggestion, curve=prepare(result.lrs, result.losses, family=settings.family))
     result.seconds = time.perf_counter() - start
     return result
+
+
+def _short_runs_and_sweeps(refine: Refine, run_steps: int, scored: bool, repeats: int | None) -> tuple[ShortRuns | None, int]:
+    """(the short runs the planned run buys, if any; how many sweeps): one sweep unless the caller says, two where
+    the short runs have no data to be scored on (``scored``: validation data; or a held-out share)."""
+    short = (short_runs_for(run_steps, refine.share, REFINE_RUNS, refine.steps, refine.seeds)
+             if refine.enabled else None)
+    if short is not None and short.calibrated and not scored and not refine.hold_out_share:
+        short = without_scoring_data(short)
+        # What the short runs would have cost buys a second sweep: the median of two halves the curve's
+        # seed-to-seed spread on the corpus's small-data family (benchmarks/data/lr_spread_report.txt).
+        repeats = 2 if repeats is None else repeats
+    return short, 1 if repeats is None else repeats
 
 
 def _test_and_refine(setup: LRSetup, settings: LRFindSettings, lrs: np.ndarray, repeats: int, val_batches: int | None,

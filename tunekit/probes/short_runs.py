@@ -5,7 +5,7 @@ optimizer updates) and the share of that run they may cost; their best LRs at tw
 are carried to the planned length by how the best moved between them.
 
 The two lengths' constants were chosen leaving one task out; a planned run too short for two lengths
-gets short runs of one length, bought with one range test's updates, whose carry is chosen
+gets up to ``SHORT_RUNS`` short runs of one length, whose carry is chosen
 leave-one-family-out on the corpus (``benchmarks/lr_carry.py``). The measurements behind the
 constants: ``benchmarks/data/constants_history.md``.
 """
@@ -16,10 +16,10 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-from tunekit.defaults import REFINE_SHARE, RUN_STEPS_IN_HAND, SWEEP_STEPS
+from tunekit.defaults import REFINE_SHARE, RUN_STEPS_IN_HAND
 
 __all__ = ["ShortRuns", "short_runs_for", "from_two_lengths", "from_short_runs", "DEFAULT_RUN_STEPS", "REFINE_SHARE",
-           "TWO_LENGTHS_FROM", "SATURATION", "MOST_CARRIED", "SHORT_STEPS", "SHORT_SHIFT", "SHORT_CAP"]
+           "TWO_LENGTHS_FROM", "SATURATION", "MOST_CARRIED", "SHORT_STEPS", "SHORT_RUNS", "SHORT_SHIFT", "SHORT_CAP"]
 
 # A model in hand whose data has no length, and no run_steps given: a run of this many updates
 # (tunekit.defaults; data with a length: RUN_EPOCHS_IN_HAND epochs of it).
@@ -36,11 +36,13 @@ SATURATION = 1.0
 # How far from the longer runs' best the limit may be put, in decades: two noisy bests can say anything
 # (half a decade had the lowest held-out regret of the four tried).
 MOST_CARRIED = 0.5
-# A planned run too short for two lengths may spend one range test's updates more (SWEEP_STEPS): short runs
-# of SHORT_STEPS updates (3 or more of them), their best moved SHORT_SHIFT decades, never above the sweep's
+# A planned run too short for two lengths may spend up to SHORT_RUNS short runs of SHORT_STEPS updates more
+# (3 or more of them: the bracket, one run past its better end, the polish; with the bracket's three alone, a
+# best at its edge jumped half a decade from seed to seed), their best moved SHORT_SHIFT decades, never above the sweep's
 # blow-up / 10**SHORT_CAP. The carry with the lowest mean of min(regret, 1) over the corpus
 # (benchmarks/lr_carry.py; each family's figure from the carry chosen without it in its report).
 SHORT_STEPS = 33
+SHORT_RUNS = 5
 SHORT_SHIFT = -0.125
 SHORT_CAP = 0.5
 
@@ -54,7 +56,7 @@ class ShortRuns:
     steps: int
     seeds: int
     runs: int
-    budget: int  # updates the refinement may spend: share x run_steps (or one range test's, calibrated)
+    budget: int  # updates the refinement may spend: share x run_steps (or SHORT_RUNS x SHORT_STEPS, calibrated)
     why: str
     long_steps: int = 0
     calibrated: bool = False  # one length, carried by from_short_runs
@@ -74,11 +76,11 @@ class ShortRuns:
 
 
 def short_runs_for(run_steps: int, share: float, runs: int, steps: Optional[int] = None,
-                   seeds: Optional[int] = None, sweep_steps: int = SWEEP_STEPS) -> ShortRuns:
+                   seeds: Optional[int] = None) -> ShortRuns:
     """The short runs ``share`` of a ``run_steps``-update run buys for a refinement of at most ``runs`` LRs
     per length: runs at two lengths, H and 2H, as long as the budget allows (never longer than the run
-    itself); when H would be under ``TWO_LENGTHS_FROM``, runs of ``SHORT_STEPS`` updates bought with
-    the larger of the share and one range test (``sweep_steps``), carried by :func:`from_short_runs`;
+    itself); when H would be under ``TWO_LENGTHS_FROM``, up to ``SHORT_RUNS`` runs of ``SHORT_STEPS`` updates
+    (more where the share buys more), carried by :func:`from_short_runs`;
     a second seed per LR from ``TWO_SEEDS_FROM`` updates. ``steps`` / ``seeds``, when given, are the
     caller's, taken as they are (one length, whatever it costs, not carried)."""
     budget = int(share * run_steps)
@@ -89,12 +91,12 @@ def short_runs_for(run_steps: int, share: float, runs: int, steps: Optional[int]
     how = f"{_pct(share)} of a {run_steps:,}-update run"
     if length >= TWO_LENGTHS_FROM:
         return ShortRuns(length, pick, runs, budget, how, long_steps=2 * length)
-    spend = max(budget, min(sweep_steps, run_steps))  # one range test's updates, never more than the run's
+    spend = max(budget, min(SHORT_RUNS * SHORT_STEPS, run_steps))  # never more than the run's own updates
     n = min(runs, spend // SHORT_STEPS)
     if n >= 3 and run_steps >= 2 * SHORT_STEPS:
         return ShortRuns(SHORT_STEPS, 1, n, spend,
                          f"{how} cannot buy runs at two lengths: up to {n} short runs of {SHORT_STEPS} updates "
-                         f"({spend:,} updates, {'one range test' if spend > budget else how}), their best carried "
+                         f"({spend:,} updates{'' if spend > budget else ', ' + how}), their best carried "
                          "to the planned run as calibrated on the benchmarks' corpus", calibrated=True)
     least = math.ceil(100 * 3 * runs * TWO_LENGTHS_FROM / run_steps) / 100
     # A share over 1 would spend more than the planned run itself on choosing its LR: not worth offering.
