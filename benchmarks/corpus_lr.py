@@ -131,6 +131,11 @@ class TaskScore:
     def regret(self, rule: str) -> float:
         return float(np.mean([self.truth.regret(lr) for lr in self.picks[rule]]))
 
+    def normalised(self, rule: str) -> float:
+        """The mean over seeds of (L(lr) - L*) / (L_untrained - L*): the share of the learnable loss the LR loses."""
+        t = self.truth
+        return float(np.mean([(t.loss_at(lr) - t.best) / max(t.untrained - t.best, 1e-12) for lr in self.picks[rule]]))
+
 
 def score_task(name: str, runs: list[dict[str, Any]], truth: grid.Truth, root: Path = grid.GRIDS) -> TaskScore:
     e = CORPUS[name]
@@ -208,6 +213,30 @@ def family_table(scores: dict[str, TaskScore]) -> str:
     return "\n".join(lines)
 
 
+def normalised_table(scores: dict[str, TaskScore]) -> str:
+    """Per family, each rule's mean normalised regret (its worst task beside), the lowest marked; the spread over all
+    tasks and the cost beside the shipped rule's: what the LR issue's done-when reads."""
+    fams: dict[str, list[TaskScore]] = {}
+    for ts in scores.values():
+        fams.setdefault(CORPUS[ts.name].family, []).append(ts)
+    rules = ("tunekit", *PEERS)
+    head = f"{'family':<13}" + "".join(f"{r + ' mean/worst':>22}" for r in rules) + "  lowest"
+    lines = ["Normalised regret (L(lr) - L*) / (L_untrained - L*), per family (mean over tasks of the mean over seeds; "
+             "worst task); the grid's L* and untrained loss:", head, "-" * len(head)]
+    lowest = 0
+    for fam, tss in fams.items():
+        cells = {r: [ts.normalised(r) for ts in tss] for r in rules}
+        best = min(rules, key=lambda r: float(np.mean(cells[r])))
+        lowest += best == "tunekit"
+        lines.append(f"{fam:<13}" + "".join(f"{100 * np.mean(v):13.2f}% /{100 * max(v):5.1f}%" for v in cells.values())
+                     + f"  {best}")
+    spreads = [spread(ts.picks["tunekit"]) for ts in scores.values()]
+    lines += ["-" * len(head), f"tunekit's mean is the lowest of the {len(rules)} rules on {lowest} of {len(fams)} "
+              f"families; its spread over the seeds: median {np.nanmedian(spreads):.2f} decades over "
+              f"{len(spreads)} tasks, worst family {max(np.nanmedian([spread(t.picks['tunekit']) for t in v]) for v in fams.values()):.2f}"]
+    return "\n".join(lines)
+
+
 def task_table(scores: dict[str, TaskScore]) -> str:
     inside = in_sample()
     head = (f"{'task':<25}{'family':<13}{'run':>5}{'best lr':>9}{'tunekit (median)':>17}{'x best':>7}{'regret':>8}"
@@ -255,7 +284,7 @@ def main() -> None:
         print(f"  {name}: regret {100 * scores[name].regret('tunekit'):.1f}%", flush=True)
     if not scores:
         raise SystemExit("no task has a grid yet: run python -m benchmarks.corpus_grid first")
-    body = "\n\n".join([family_table(scores), lofo_table(scores, runs), task_table(scores)])
+    body = "\n\n".join([family_table(scores), normalised_table(scores), lofo_table(scores, runs), task_table(scores)])
     if args.in_hand:
         told = [f"{n}: {int(np.median([r['run_steps'] for r in runs[n]])):,} updates assumed, "
                 f"{CORPUS[n].run_steps:,} planned" for n in scores]

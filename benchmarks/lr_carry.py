@@ -6,12 +6,14 @@ would run it under its budget of short runs (at most ``BUDGET // H`` of them: th
 first three, the bracket's extensions, then the polish, in lr_find's order). A rule is the short
 runs' length H and how their best carries to the planned run: a shift in decades, a weight on the
 curve's suggestion, and a cap below the sweep's blow-up. For each family the rule with the lowest
-mean of min(regret, 1) over the other families' tasks is chosen (capped: a task whose best loss is
-near zero, as on small data, would otherwise choose for all), and scored on the family left out. The
-constants lr_find ships (tunekit/probes/short_runs.py: SHORT_*) are the rule chosen on every family;
-the figures to quote are the held-out ones.
+mean normalised regret (L - L*) / (L_untrained - L*) over the other families' tasks is chosen (a raw
+regret (L - L*) / L* lets a task whose best loss is near zero, as on small data, choose for all), and
+scored on the family left out. The
+constants lr_find ships (tunekit/probes/short_runs.py: SHORT_*) were the rule chosen on every family when
+they were set (what moved them since, and what did not: benchmarks/data/constants_history.md); the figures
+to quote are the held-out ones.
 
-    python -m benchmarks.lr_carry [--select capped|mean] [--kind one|two|both] [--no-val curve|train|DIR]
+    python -m benchmarks.lr_carry [--select normalised|capped|mean] [--kind one|two|both] [--no-val curve|train|DIR]
     python -m benchmarks.lr_carry --oracle     # what no carry of these measurements can beat (in-sample bounds)
     python -m benchmarks.lr_carry --quick      # two synthetic tasks' records and grids, made in a temporary folder
 
@@ -19,7 +21,7 @@ Tasks whose finder has no validation data (the small-data family) get the curve'
 gives it them (``--no-val train``: short runs scored on the training data; ``--no-val DIR``: the records of
 ``benchmarks/corpus_refine.py --hold-out S --out DIR``).
 
-Regret is the grid's (benchmarks/harness/grid.py): (L(lr) - L*) / L*, at the planned run.
+Regret is the grid's (benchmarks/harness/grid.py), at the planned run: normalised, and raw ((L(lr) - L*) / L*) beside it.
 """
 
 from __future__ import annotations
@@ -183,8 +185,9 @@ class TwoLengths:
 def main() -> None:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.lr_carry", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--select", choices=("mean", "capped"), default="capped",
-                    help="what the rule is chosen on: the mean regret, or the mean of min(regret, 1)")
+    ap.add_argument("--select", choices=("normalised", "mean", "capped"), default="normalised",
+                    help="what the rule is chosen on: the mean normalised regret (L - L*) / (L_untrained - L*), the "
+                         "mean regret (L - L*) / L*, or the mean of min(regret, 1)")
     ap.add_argument("--kind", choices=("one", "two", "both"), default="both")
     ap.add_argument("--caps", default="", help="caps to try besides the safety rule's, e.g. none,0.25")
     ap.add_argument("--oracle", action="store_true",
@@ -243,19 +246,20 @@ def main() -> None:
     for name, per in answers.items():
         regret[name] = {}
         for n, out in per.items():
-            regs = [truths[n].regret(lr) for lr, _ in out]
+            regs = [normalised(truths[n], lr) if args.select == "normalised" else truths[n].regret(lr) for lr, _ in out]
             if regs:
-                regret[name][n] = float(np.mean(regs)) if args.select == "mean" else float(np.mean(np.minimum(regs, 1.0)))
+                regret[name][n] = float(np.mean(np.minimum(regs, 1.0) if args.select == "capped" else regs))
     fam = {n: CORPUS[n].family for n in recs}
     held = lofo.select(regret, fam)
     lines = [f"Leave-one-family-out (chosen on: {args.select} regret over the other families' tasks); "
              f"the short runs may spend max(5% of the run, {BUDGET}) updates",
-             f"{'held-out family':<14}{'n':>3}  {'rule chosen on the others':<48}{'mean':>8}{'worst':>8}"
+             f"{'held-out family':<14}{'n':>3}  {'rule chosen on the others':<48}{'norm':>7}{'mean':>8}{'worst':>8}"
              f"{'spread':>8}{'cost':>7}{'diverged':>9}   the curve's rule (before): mean / worst"]
-    fam_means, fam_worst = [], []
+    fam_means, fam_worst, fam_norms = [], [], []
     for f, h in held.items():
         got = {t: answers[h.rule][t] for t in h.scores}
         regs = [float(np.mean([truths[t].regret(lr) for lr, _ in got[t]])) for t in got]
+        norms = [float(np.mean([normalised(truths[t], lr) for lr, _ in got[t]])) for t in got]
         spreads = [_spread([lr for lr, _ in got[t]]) for t in got]
         cost = [np.median([(by[t][(0, lengths[0])]["sweep_updates"] + u) / CORPUS[t].run_steps for _, u in got[t]])
                 for t in got]
@@ -264,11 +268,15 @@ def main() -> None:
                 for t in got]
         fam_means.append(np.mean(regs))
         fam_worst.append(max(regs))
-        lines.append(f"{f:<14}{len(regs):>3}  {h.rule:<48}{100 * np.mean(regs):7.1f}%{100 * max(regs):7.1f}%"
+        fam_norms.append(np.mean(norms))
+        lines.append(f"{f:<14}{len(regs):>3}  {h.rule:<48}{100 * np.mean(norms):6.2f}%{100 * np.mean(regs):7.1f}%{100 * max(regs):7.1f}%"
                      f"{np.nanmedian(spreads):8.2f}{100 * np.median(cost):6.0f}%{div:>9}   "
                      f"{100 * np.mean(ship):.1f}% / {100 * max(ship):.1f}%")
-    lines.append(f"over families: held-out mean {100 * np.mean(fam_means):.1f}%, worst family "
+    lines.append(f"over families: held-out normalised {100 * np.mean(fam_norms):.2f}% (worst family "
+                 f"{100 * max(fam_norms):.2f}%); raw mean {100 * np.mean(fam_means):.1f}%, worst family "
                  f"{100 * max(fam_means):.1f}%, worst task {100 * max(fam_worst):.1f}%")
+    lines.append("norm: the mean normalised regret (L - L*) / (L_untrained - L*), the share of the learnable loss lost; "
+                 "mean, worst: the raw regret (L - L*) / L*")
     allfit = min(regret, key=lambda r: float(np.mean(list(regret[r].values()))))
     lines.append(f"the rule chosen on every family (in-sample): {allfit}")
     print("\n".join(lines))
@@ -364,6 +372,11 @@ def oracle(recs: dict[str, list[dict[str, Any]]]) -> None:
               "suggestion;",
               "'mean of the bests' spends three lengths' runs, about 2.6x what lr_find may spend: a bound for more data."]
     report.write("lr_carry_oracle", "What no carry of the short runs can beat: in-sample bounds", "\n".join(lines))
+
+
+def normalised(truth: grid.Truth, lr: float | None) -> float:
+    """(L(lr) - L*) / (L_untrained - L*): the share of the learnable loss an LR loses (the LR issue's metric)."""
+    return (truth.loss_at(lr) - truth.best) / max(truth.untrained - truth.best, 1e-12)
 
 
 def _spread(lrs: list[float | None]) -> float:

@@ -73,7 +73,7 @@ class Pair:
 def band(c: float, below: float = 1.0, above: float = 1.0) -> Callable[[Pair], Interval]:
     """``below * c`` decades under the suggestion to ``above * c`` over it."""
     def rule(p: Pair) -> Interval:
-        if below == above:  # the shipped rule's own function
+        if below == above:  # the shipped function, as a confident finder run gets it
             return rules.interval(p.suggestion, c, p.curve)
         s = p.suggestion
         return None if s is None else (s / 10 ** (below * c), s * 10 ** (above * c))
@@ -81,9 +81,9 @@ def band(c: float, below: float = 1.0, above: float = 1.0) -> Callable[[Pair], I
 
 
 def band_doubt(c: float) -> Callable[[Pair], Interval]:
-    """c decades either side of the suggestion; 2c where the finder was not confident."""
+    """c decades either side of the suggestion; 2c where the finder was not confident (the shipped function)."""
     def rule(p: Pair) -> Interval:
-        return band(c if p.confident else 2 * c)(p)
+        return rules.interval(p.suggestion, c, p.curve, confident=p.confident)
     return rule
 
 
@@ -267,9 +267,11 @@ def task_table(ps: list[Pair], rule: Callable[[Pair], Interval]) -> str:
 def curve_only(ps: list[Pair], rule: str) -> str:
     """The shipped band around the curve's own suggestion (what ``refine=False`` returns), on the same pairs."""
     c = float(rule.rsplit(" ", 1)[1])
-    got = [rules.interval(p.suggestions.get("tunekit"), c, p.curve) for p in ps]
+    doubt = rule.startswith("band doubt")  # the final result's confidence stands in for the curve's own
+    got = [rules.interval(p.suggestions.get("tunekit"), c, p.curve, confident=p.confident or not doubt) for p in ps]
     s = score(got, ps)
-    return (f"The same band around the curve's suggestion alone (lr_find(refine=False); in-sample): coverage "
+    return (f"The same band around the curve's suggestion alone (lr_find(refine=False); in-sample; the final result's "
+            f"confidence standing in for the curve's own): coverage "
             f"{100 * np.mean([covers(iv, p.best_lr) for iv, p in zip(got, ps)]):.0f}% pooled, worst family "
             f"{100 * s.worst:.0f}% ({min(s.coverage, key=lambda f: s.coverage[f])})")
 

@@ -39,7 +39,6 @@ from benchmarks._common import recorded  # noqa: E402
 from benchmarks.harness import report  # noqa: E402
 
 import tunekit  # noqa: E402
-from tunekit import Sweep  # noqa: E402
 from tunekit.integrations import training_arguments  # noqa: E402
 
 GRID = np.logspace(-4, 0, 9)
@@ -149,8 +148,7 @@ def _lightning_finders(task: dict[str, Any], seed: int, root: str) -> dict[str, 
     module = task["module"]()
     before = copy.deepcopy(module.state_dict())
     finder = Tuner(_trainer(task["steps"], root)).lr_find(module, datamodule=task["data"](),
-                                                          sweep=Sweep(min_lr=1e-6, max_lr=1.0),
-                                                          update_attr=False)
+                                                          min_lr=1e-6, max_lr=1.0, update_attr=False)
     same = all(torch.equal(before[k], v) for k, v in module.state_dict().items())
     out["lightning Tuner.lr_find"] = (float(finder.suggestion() or math.nan), 100, same)
     L.seed_everything(seed, verbose=False)

@@ -197,6 +197,8 @@ def test_a_heavy_tailed_loss_is_noise_not_divergence() -> None:
         assert not any("start the sweep lower" in reason for reason in r.reasons), r.reasons
     assert results[1].suggestion is None
     assert any("batch-to-batch noise" in reason and "batch_size" in reason for reason in results[1].reasons)
+    low, high = results[2].interval  # a number the finder doubts: its interval a decade either side, not half
+    assert results[2].suggestion is not None and np.log10(high / low) == pytest.approx(2.0)
 
 
 def test_a_normal_sweep_measures_a_small_noise_and_still_stops_on_divergence() -> None:

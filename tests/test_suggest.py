@@ -203,7 +203,8 @@ def test_minimum_is_not_the_fit_sloping_off_a_late_spike() -> None:
 def test_the_interval_spans_a_clean_valley_and_a_flat_curve_gets_none() -> None:
     """A clean valley: the interval holds the suggestion and the valley's floor (the bowl's flat bottom lies
     between its descent at 1e-3 and its blow-up at 1e-1), one decade wide. A flat, noisy
-    curve: no interval, though a rule still reads a number off it; nor a non-finite or missing suggestion."""
+    curve: no interval, though a rule still reads a number off it; nor a non-finite or missing suggestion. A finder
+    that is not confident gets one twice as wide."""
     c = prepare(LRS, bowl_curve())
     s = tunekit_rule(c)
     got = interval(s)
@@ -215,4 +216,7 @@ def test_the_interval_spans_a_clean_valley_and_a_flat_curve_gets_none() -> None:
     assert tunekit_rule(flat) is not None  # the curve alone still reads a number off the noise
     assert interval(tunekit_rule(flat), curve=flat) is None
     assert interval(s, curve=c) == got  # a curve that descends keeps its interval
+    wide = interval(s, curve=c, confident=False)  # a finder in doubt: a decade either side, the same centre
+    assert wide is not None and math.log10(wide[1] / wide[0]) == pytest.approx(2.0)
+    assert math.sqrt(wide[0] * wide[1]) == pytest.approx(s)
     assert interval(None) is None and interval(math.nan) is None and interval(0.0) is None

@@ -387,16 +387,17 @@ def descent(c: Curve) -> float:
 
 
 def interval(suggestion: float | None, decades: float = INTERVAL_DECADES,
-             curve: Curve | None = None) -> tuple[float, float] | None:
-    """Where the planned run's best peak LR likely lies: ``decades`` either side of ``suggestion``. None
-    without one, or where the ``curve`` it came from falls by under ``FLAT`` (a flat curve's number is noise).
-    Why a plain band: on the task corpus no range read off the curve's shape held the best more often at
-    the same width (benchmarks/data/lr_interval_report.txt)."""
+             curve: Curve | None = None, confident: bool = True) -> tuple[float, float] | None:
+    """Where the planned run's best peak LR likely lies: ``decades`` either side of ``suggestion``, twice that
+    where the finder is not ``confident``. None without one, or where the ``curve`` it came from falls by under
+    ``FLAT`` (a flat curve's number is noise). Why a band: on the task corpus no range read off the curve's shape
+    held the best more often at the same width (benchmarks/data/lr_interval_report.txt)."""
     if suggestion is None or not (suggestion > 0 and math.isfinite(suggestion)):
         return None
     if curve is not None and descent(curve) < FLAT:
         return None
-    return float(suggestion / 10 ** decades), float(suggestion * 10 ** decades)
+    width = decades if confident else 2 * decades
+    return float(suggestion / 10 ** width), float(suggestion * 10 ** width)
 
 
 RULES = {

@@ -134,7 +134,8 @@ def lr_find(
 
     result = _test_and_refine(setup, settings, sweep_lrs(min_lr, max_lr, sweep_steps, mode), repeats,
                               val_batches if loss_on == "val" else None, short, hold_out_share, progress)
-    result.interval = interval(result.suggestion, curve=prepare(result.lrs, result.losses, family=settings.family))
+    result.interval = interval(result.suggestion, curve=prepare(result.lrs, result.losses, family=settings.family),
+                               confident=result.confident)
     result.seconds = time.perf_counter() - start
     return result
 
@@ -146,8 +147,9 @@ def _short_runs_and_sweeps(refine: Refine, run_steps: int, scored: bool, repeats
              if refine.enabled else None)
     if short is not None and short.calibrated and not scored and not refine.hold_out_share:
         short = without_scoring_data(short)
-        # What the short runs would have cost buys a second sweep: the median of two halves the curve's
-        # seed-to-seed spread on the corpus's small-data family (benchmarks/data/lr_spread_report.txt).
+        # What the short runs would have cost buys a second sweep: the median of two cut the suggestion's
+        # seed-to-seed spread on the corpus's small-data family from 0.28 to 0.18 decades
+        # (benchmarks/data/constants_history.md).
         repeats = 2 if repeats is None else repeats
     return short, 1 if repeats is None else repeats
 

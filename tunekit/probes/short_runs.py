@@ -38,9 +38,9 @@ SATURATION = 1.0
 MOST_CARRIED = 0.5
 # A planned run too short for two lengths may spend up to SHORT_RUNS short runs of SHORT_STEPS updates more
 # (3 or more of them: the bracket, one run past its better end, the polish; with the bracket's three alone, a
-# best at its edge jumped half a decade from seed to seed), their best moved SHORT_SHIFT decades, never above the sweep's
-# blow-up / 10**SHORT_CAP. The carry with the lowest mean of min(regret, 1) over the corpus
-# (benchmarks/lr_carry.py; each family's figure from the carry chosen without it in its report).
+# best at its edge jumped half a decade from seed to seed), their best moved SHORT_SHIFT decades, never above the
+# sweep's blow-up / 10**SHORT_CAP: the carry chosen on the corpus (benchmarks/lr_carry.py, held out family by
+# family; why the shift stayed when five runs came: benchmarks/data/constants_history.md).
 SHORT_STEPS = 33
 SHORT_RUNS = 5
 SHORT_SHIFT = -0.125
