@@ -210,7 +210,7 @@ def main() -> None:
                 for n, rs in recs.items()}
     recs = {n: r for n, r in recs.items() if r and grid.load(n, root=grid_root) is not None}
     if args.oracle:
-        oracle(recs)
+        oracle(recs, args.select == "normalised")
         return
     grids = {n: grid.load(n, root=grid_root) for n in recs}
     truths = {n: grid.Truth.of(grids[n]) for n in recs}
@@ -297,7 +297,7 @@ def quick_inputs() -> tuple[dict[str, list[dict[str, Any]]], Path]:
 ORACLE_SHIFTS = tuple(np.round(np.arange(-1.5, 1.5001, 0.0625), 4))
 
 
-def oracle(recs: dict[str, list[dict[str, Any]]]) -> None:
+def oracle(recs: dict[str, list[dict[str, Any]]], norm: bool = True) -> None:
     """Lower bounds no carry of these measurements can beat, each fitted in-sample on the grid it is scored on.
 
     - per task: the short runs' best (as lr_find reads it under its budget; the curve's suggestion where
@@ -306,8 +306,13 @@ def oracle(recs: dict[str, list[dict[str, Any]]]) -> None:
       own ideal correction would give);
     - the grid against itself: each grid seed's own best LR, scored on the seed-mean curve.
     What is left under the per-task bound is the seed-to-seed variation of the measurements themselves.
+    ``norm``: in normalised regret (else the raw regret).
     """
     truths = {n: grid.Truth.of(grid.load(n)) for n in recs}
+
+    def metric(n: str, lr: float) -> float:
+        return normalised(truths[n], lr) if norm else truths[n].regret(lr)
+
     fam = {n: CORPUS[n].family for n in recs}
     families = list(dict.fromkeys(fam.values()))
 
@@ -320,10 +325,11 @@ def oracle(recs: dict[str, list[dict[str, Any]]]) -> None:
         return math.log10(r["curve"]) if b is None else b
 
     def reg(n: str, xs: list[float], s: float) -> float:
-        return float(np.mean([truths[n].regret(10 ** (x + s)) for x in xs]))
+        return float(np.mean([metric(n, 10 ** (x + s)) for x in xs]))
 
     lines = ["In-sample bounds (fitted on the grids they are scored on: no rule chosen out of sample can beat them).",
-             "Mean regret per family at the planned run; the short runs as lr_find runs them under its budget "
+             f"Mean {'normalised' if norm else 'raw'} regret per family at the planned run; the short runs as lr_find "
+             "runs them under its budget "
              f"(max(5% of the run, {BUDGET} updates)).",
              f"{'bound':<52}" + "".join(f"{f[:11]:>12}" for f in families) + f"{'mean':>8}{'w/o small':>10}"
              f"{'spread':>8}"]
@@ -331,8 +337,8 @@ def oracle(recs: dict[str, list[dict[str, Any]]]) -> None:
     def row(label: str, per_family: dict[str, float], spread: float) -> None:
         fm = [per_family[f] for f in families]
         rest = [per_family[f] for f in families if f != "small-data"]
-        lines.append(f"{label:<52}" + "".join(f"{100 * v:11.1f}%" for v in fm) + f"{100 * np.mean(fm):7.1f}%"
-                     f"{100 * np.mean(rest):9.1f}%{spread:8.2f}")
+        lines.append(f"{label:<52}" + "".join(f"{100 * v:11.2f}%" for v in fm) + f"{100 * np.mean(fm):7.2f}%"
+                     f"{100 * np.mean(rest):9.2f}%{spread:8.2f}")
 
     lengths = sorted({r["steps"] for rs in recs.values() for r in rs})
     for h in lengths + ["all"]:
@@ -361,8 +367,7 @@ def oracle(recs: dict[str, list[dict[str, Any]]]) -> None:
         for sd in sorted({r["seed"] for r in g["runs"]}):
             mine = [r for r in g["runs"] if r["seed"] == sd and not r["diverged"]]
             if mine:
-                regs.append(truths[n].regret(min(mine, key=lambda r: grid.capped(r["final_loss"],
-                                                                                  g["untrained_loss"]))["lr"]))
+                regs.append(metric(n, min(mine, key=lambda r: grid.capped(r["final_loss"], g["untrained_loss"]))["lr"]))
         self_reg[n] = float(np.mean(regs)) if regs else math.nan
     row("the grid: one seed's own best LR", {f: float(np.nanmean([self_reg[n] for n in recs if fam[n] == f]))
                                              for f in families}, math.nan)
