@@ -8,10 +8,9 @@ runs' length H and how their best carries to the planned run: a shift in decades
 curve's suggestion, and a cap below the sweep's blow-up. For each family the rule with the lowest
 mean normalised regret (L - L*) / (L_untrained - L*) over the other families' tasks is chosen (a raw
 regret (L - L*) / L* lets a task whose best loss is near zero, as on small data, choose for all), and
-scored on the family left out. The
-constants lr_find ships (tunekit/probes/short_runs.py: SHORT_*) were the rule chosen on every family when
-they were set (what moved them since, and what did not: benchmarks/data/constants_history.md); the figures
-to quote are the held-out ones.
+scored on the family left out. The constants lr_find ships (tunekit/probes/short_runs.py: SHORT_*) were
+the rule chosen on every family when they were set (what moved them since, and what did not:
+benchmarks/data/constants_history.md); the figures to quote are the held-out ones.
 
     python -m benchmarks.lr_carry [--select normalised|capped|mean] [--kind one|two|both] [--no-val curve|train|DIR]
     python -m benchmarks.lr_carry --oracle     # what no carry of these measurements can beat (in-sample bounds)
@@ -246,7 +245,7 @@ def main() -> None:
     for name, per in answers.items():
         regret[name] = {}
         for n, out in per.items():
-            regs = [normalised(truths[n], lr) if args.select == "normalised" else truths[n].regret(lr) for lr, _ in out]
+            regs = [truths[n].normalised(lr) if args.select == "normalised" else truths[n].regret(lr) for lr, _ in out]
             if regs:
                 regret[name][n] = float(np.mean(np.minimum(regs, 1.0) if args.select == "capped" else regs))
     fam = {n: CORPUS[n].family for n in recs}
@@ -259,7 +258,7 @@ def main() -> None:
     for f, h in held.items():
         got = {t: answers[h.rule][t] for t in h.scores}
         regs = [float(np.mean([truths[t].regret(lr) for lr, _ in got[t]])) for t in got]
-        norms = [float(np.mean([normalised(truths[t], lr) for lr, _ in got[t]])) for t in got]
+        norms = [float(np.mean([truths[t].normalised(lr) for lr, _ in got[t]])) for t in got]
         spreads = [_spread([lr for lr, _ in got[t]]) for t in got]
         cost = [np.median([(by[t][(0, lengths[0])]["sweep_updates"] + u) / CORPUS[t].run_steps for _, u in got[t]])
                 for t in got]
@@ -311,7 +310,7 @@ def oracle(recs: dict[str, list[dict[str, Any]]], norm: bool = True) -> None:
     truths = {n: grid.Truth.of(grid.load(n)) for n in recs}
 
     def metric(n: str, lr: float) -> float:
-        return normalised(truths[n], lr) if norm else truths[n].regret(lr)
+        return truths[n].normalised(lr) if norm else truths[n].regret(lr)
 
     fam = {n: CORPUS[n].family for n in recs}
     families = list(dict.fromkeys(fam.values()))
@@ -377,11 +376,6 @@ def oracle(recs: dict[str, list[dict[str, Any]]], norm: bool = True) -> None:
               "suggestion;",
               "'mean of the bests' spends three lengths' runs, about 2.6x what lr_find may spend: a bound for more data."]
     report.write("lr_carry_oracle", "What no carry of the short runs can beat: in-sample bounds", "\n".join(lines))
-
-
-def normalised(truth: grid.Truth, lr: float | None) -> float:
-    """(L(lr) - L*) / (L_untrained - L*): the share of the learnable loss an LR loses (the LR issue's metric)."""
-    return (truth.loss_at(lr) - truth.best) / max(truth.untrained - truth.best, 1e-12)
 
 
 def _spread(lrs: list[float | None]) -> float:

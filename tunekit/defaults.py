@@ -20,8 +20,8 @@ RUN_STEPS = 200
 #: of no known length (an iterable) is taken as RUN_STEPS_IN_HAND updates.
 RUN_EPOCHS_IN_HAND = 3
 RUN_STEPS_IN_HAND = 10_000
-#: lr_find's short runs may cost this share of the planned run's updates (the sweep aside), or up to five
-#: runs of 33 updates where the share buys no useful run (tunekit.probes.short_runs.SHORT_RUNS).
+#: lr_find's short runs may cost this share of the planned run's updates (the sweep aside), or up to SHORT_RUNS
+#: runs of SHORT_STEPS updates where the share buys no useful run (tunekit.probes.short_runs).
 REFINE_SHARE = 0.05
 #: The range test's sweep, in updates: the curve (hence the rule's suggestion) depends on how fast the LR
 #: rises; the doctor runs this same sweep, so that its number is lr_find's curve suggestion.

@@ -87,8 +87,8 @@ class Refine:
 
     enabled: bool = opt(True, "the short runs that check the curve's suggestion (default; --no-refine: the curve "
                         "alone)", flag="--refine", kind="bool", old="refine")
-    share: float = opt(REFINE_SHARE, "the short runs' cost as a share of the planned run's updates, or up to five "
-                       f"33-update runs where that share buys no useful run (default {REFINE_SHARE:g})",
+    share: float = opt(REFINE_SHARE, "the short runs' cost as a share of the planned run's updates, or a few short "
+                       f"runs where that share buys no useful run (default {REFINE_SHARE:g})",
                        flag="--refine-share", kind="positive", metavar="F", old="refine_share")
     steps: Optional[int] = opt(None, "updates of each short run of the planned schedule, whatever it costs "
                                "(default: what the budget buys)", flag="--refine-steps", kind="int", metavar="N",

@@ -153,6 +153,10 @@ class Truth:
         """(L(lr) - L*) / L*: the share of the best final loss that this LR loses."""
         return (self.loss_at(lr) - self.best) / self.best
 
+    def normalised(self, lr: float | None) -> float:
+        """(L(lr) - L*) / (L_untrained - L*): the share of the learnable loss that this LR loses."""
+        return (self.loss_at(lr) - self.best) / max(self.untrained - self.best, 1e-12)
+
 
 def path_of(name: str, steps: int | None = None, root: Path = GRIDS) -> Path:
     return root / (f"{name}.json" if steps is None else f"{name}@{steps}.json")

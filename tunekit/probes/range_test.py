@@ -72,7 +72,7 @@ def lr_find(
     The LR rises over ``sweep_steps`` optimizer updates of the step training runs (its clipping,
     accumulation and precision: the task's recipe, else :mod:`tunekit.defaults`); then, with ``refine``,
     short real runs around the curve's suggestion check it, costing at most ``Refine.share`` of the
-    planned run, or five runs of 33 updates where that share buys no useful run (the curve alone can
+    planned run, or up to ``SHORT_RUNS`` short runs where that share buys no useful run (the curve alone can
     be far off: benchmarks/data/constants_history.md). A model in hand, its
     optimizer, the scaler and the RNG states are restored bitwise when the test ends, also on an
     exception or Ctrl-C. ``samples`` counts every training sample drawn.
@@ -98,8 +98,9 @@ def lr_find(
         refine: short runs of the planned schedule at half decades around the curve's suggestion,
             up to 7 LRs, until a worse run lies on each side of the best (its parabola's vertex): at two lengths,
             H and 2H, where the share buys H >= 15 updates, carried by how the best moved
-            (:func:`~tunekit.probes.short_runs.from_two_lengths`); else up to five 33-update runs, carried as
-            calibrated on the corpus (:func:`~tunekit.probes.short_runs.from_short_runs`;
+            (:func:`~tunekit.probes.short_runs.from_two_lengths`); else up to ``SHORT_RUNS`` runs of
+            ``SHORT_STEPS`` updates, carried as calibrated on the corpus
+            (:func:`~tunekit.probes.short_runs.from_short_runs`;
             none without ``val_data`` or ``hold_out_share``); else the curve alone, and the result says why.
         refine.steps, refine.seeds: one length and seeds per LR instead, whatever it costs.
         refine.hold_out_share: without ``val_data``, score each run on this share of the training data held out of it
