@@ -1,19 +1,24 @@
 """Run the corpus's ground-truth LR grids (benchmarks/harness/grid.py says how), one task after another.
 
-    python -m benchmarks.corpus_grid [--tasks a,b] [--shard I/N] [--seeds 2] [--lengths]
+    python -m benchmarks.corpus_grid [--tasks a,b] [--shard I/N] [--seeds 2] [--lengths] [--window 10]
 
 ``--shard I/N`` runs every N-th task from the I-th (one process a core: ``--shard 0/2`` and ``1/2``);
-``--lengths`` also grids the long-horizon tasks at a quarter of their planned run.
+``--lengths`` also grids the long-horizon tasks at a quarter of their planned run; ``--window S`` then runs
+the grid's best LR and its neighbours at S seeds (benchmarks/data/corpus_search_grid: the best LR the
+LR interval is judged by, and the search's targets).
 """
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import torch
 
 from benchmarks.corpus import CORPUS, pick
 from benchmarks.harness import grid
+
+WINDOWS = Path(__file__).resolve().parent / "data" / "corpus_search_grid"
 
 
 def main() -> None:
@@ -22,6 +27,7 @@ def main() -> None:
     ap.add_argument("--shard", default="0/1")
     ap.add_argument("--seeds", type=int, default=2)
     ap.add_argument("--lengths", action="store_true")
+    ap.add_argument("--window", type=int, default=0, help="seeds for the best LR and its neighbours (0: none)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     names = pick(args.tasks) if args.tasks else list(CORPUS)
@@ -30,6 +36,8 @@ def main() -> None:
         grid.ensure(name, args.seeds)
         if args.lengths and CORPUS[name].family == "long-horizon":
             grid.ensure(name, args.seeds, steps=CORPUS[name].run_steps // 4)
+        if args.window:
+            grid.window(name, args.window, WINDOWS)
 
 
 if __name__ == "__main__":

@@ -90,7 +90,15 @@ def find_once(name: str, seed: int, in_hand: bool = False) -> dict[str, Any]:
             "lightning": lightning_rule(r.lrs, losses), "lrs": list(r.lrs), "losses": losses,
             "family": r.settings.family, "samples": int(r.samples), "sweep_updates": len(r.lrs),
             "refine_updates": int(ref.updates or 0) if ref else 0, "refined": ref is not None, "confident": bool(r.confident),
-            "seconds": round(r.seconds, 3), "not_refined": r.settings.not_refined, "run_steps": r.settings.run_steps}
+            "seconds": round(r.seconds, 3), "not_refined": r.settings.not_refined, "run_steps": r.settings.run_steps,
+            # The short runs (their best before the carry, whether the blow-up capped it): what an interval may use.
+            "short_lrs": list(ref.last.lrs) if ref else [], "short_scores": _finite(ref.last.scores) if ref else [],
+            "short_best": ref.best_lr if ref else None, "capped": bool(ref.capped) if ref else False,
+            "interval": list(r.interval) if r.interval else None}
+
+
+def _finite(xs: list[float]) -> list[float | None]:
+    return [x if x is not None and math.isfinite(x) else None for x in xs]
 
 
 def finds(name: str, seeds: int, refind: bool, root: Path = FINDS, in_hand: bool = False) -> list[dict[str, Any]]:
