@@ -39,7 +39,7 @@ from benchmarks.corpus import CORPUS
 from benchmarks.corpus_refine import QUICK_LENGTHS, QUICK_TASKS, load, record_task
 from benchmarks.harness import grid, lofo, report
 from tunekit.defaults import REFINE_SHARE
-from tunekit.probes.short_runs import SHORT_RUNS, SHORT_STEPS
+from tunekit.probes.short_runs import SHORT_LIFT, SHORT_LIFT_FROM, SHORT_RUNS, SHORT_STEPS
 from tunekit.probes import lr_rules
 
 BUDGET = SHORT_RUNS * SHORT_STEPS  # what lr_find's one-length refinement may spend at least
@@ -116,11 +116,15 @@ class Rule:
     weight: float
     cap: float | None
     per_length: float = 0.0  # decades per decade of the planned run's length over the short runs'
+    # (from, rate): the cap rises ``rate`` decades per decade the short runs' best lies over ``from`` decades
+    # above the blow-up; None: it does not
+    lift: tuple[float, float] | None = None
 
     @property
     def name(self) -> str:
         cap = "none" if self.cap is None else f"{self.cap:g}"
-        return f"H={self.steps} shift={self.shift:+.3f} w={self.weight:g} cap={cap} p={self.per_length:g}"
+        lift = f" lift={self.lift[1]:g}@{self.lift[0]:g}" if self.lift else ""
+        return f"H={self.steps} shift={self.shift:+.3f} w={self.weight:g} cap={cap}{lift} p={self.per_length:g}"
 
     def answer(self, rec: dict[str, Any], rp: Replay, up: float | None, run_steps: int) -> float | None:
         curve = rec["curve"]
@@ -132,7 +136,8 @@ class Rule:
         if x is None:
             return None
         if self.cap is not None and up is not None and rp.best is not None:  # lr_find caps the carry, not the curve
-            x = min(x, math.log10(up) - self.cap)
+            over = rp.best - math.log10(up) - self.lift[0] if self.lift else 0.0
+            x = min(x, math.log10(up) - self.cap + (self.lift[1] * over if self.lift and over > 0 else 0.0))
         return float(10 ** x)
 
 
@@ -189,6 +194,9 @@ def main() -> None:
                          "mean regret (L - L*) / L*, or the mean of min(regret, 1)")
     ap.add_argument("--kind", choices=("one", "two", "both"), default="both")
     ap.add_argument("--caps", default="", help="caps to try besides the safety rule's, e.g. none,0.25")
+    ap.add_argument("--lifts", default="", help="besides none and the shipped SHORT_LIFT_FROM:SHORT_LIFT, how many "
+                    "decades the cap rises per decade the short runs' best lies above the blow-up, from how far "
+                    "above it, e.g. 0:1.5,0.25:3")
     ap.add_argument("--oracle", action="store_true",
                     help="the in-sample bounds: each task's (or family's) best shift of the short runs' best, and "
                          "the grid's own seed-to-seed regret; writes lr_carry_oracle_report.txt")
@@ -219,7 +227,9 @@ def main() -> None:
     # answers[rule][task] = [(lr, refinement updates) per seed]
     answers: dict[str, dict[str, list[tuple[float | None, int]]]] = {}
     if args.kind in ("one", "both"):
-        for rule in (Rule(*x) for x in itertools.product(lengths, SHIFTS, WEIGHTS, caps, PER_LENGTH)):
+        lifts = tuple(dict.fromkeys((None, (SHORT_LIFT_FROM, SHORT_LIFT),
+                                     *(tuple(map(float, v.split(":"))) for v in args.lifts.split(",") if v))))
+        for rule in (Rule(*x) for x in itertools.product(lengths, SHIFTS, WEIGHTS, caps, PER_LENGTH, lifts)):
             answers[rule.name] = {}
             for n in recs:
                 out = []

@@ -620,9 +620,9 @@ def test_without_validation_data_the_result_says_what_scored_the_short_runs() ->
 
 
 def test_the_refinement_buys_what_its_share_of_the_planned_run_allows() -> None:
-    from tunekit.probes.short_runs import (MOST_CARRIED, SHORT_CAP, SHORT_RUNS, SHORT_SHIFT, SHORT_STEPS,
-                                           TWO_LENGTHS_FROM, TWO_SEEDS_FROM, from_short_runs, from_two_lengths,
-                                           short_runs_for)
+    from tunekit.probes.short_runs import (MOST_CARRIED, SHORT_CAP, SHORT_LIFT, SHORT_LIFT_FROM, SHORT_RUNS,
+                                           SHORT_SHIFT, SHORT_STEPS, TWO_LENGTHS_FROM, TWO_SEEDS_FROM, from_short_runs,
+                                           from_two_lengths, short_runs_for)
 
     # 5% of 200 updates (10) buys no useful run; the calibrated refinement buys SHORT_RUNS of SHORT_STEPS.
     short = short_runs_for(200, 0.05, runs=7)
@@ -658,6 +658,13 @@ def test_the_refinement_buys_what_its_share_of_the_planned_run_allows() -> None:
     assert from_short_runs(1e-2, None) == pytest.approx(1e-2 * 10 ** SHORT_SHIFT)
     assert from_short_runs(1e-2, 1e-2) == pytest.approx(1e-2 / 10 ** SHORT_CAP)
     assert from_short_runs(1e-2, 1.0) == pytest.approx(1e-2 * 10 ** SHORT_SHIFT)
+    # A best over SHORT_LIFT_FROM decades above the blow-up raises the cap SHORT_LIFT decades a decade beyond
+    # (they trained past it), continuously:
+    at = 1e-2 / 10 ** SHORT_LIFT_FROM
+    assert from_short_runs(1e-2, at) == pytest.approx(at / 10 ** SHORT_CAP)
+    assert from_short_runs(1e-2, at / 10 ** 0.1) == pytest.approx(at / 10 ** (0.1 + SHORT_CAP - SHORT_LIFT * 0.1))
+    assert from_short_runs(1e-2, at * 0.999) == pytest.approx(from_short_runs(1e-2, at), rel=0.01)
+    assert from_short_runs(1e-2, 1e-4) == pytest.approx(1e-2 * 10 ** SHORT_SHIFT)  # far above it: no cap
 
 
 def test_lr_find_spends_at_most_its_share_of_the_planned_run_and_says_which_run_it_is_for() -> None:

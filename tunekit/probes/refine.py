@@ -18,7 +18,7 @@ from tunekit.defaults import MIN_LR_RATIO, SCHEDULE, WARMUP
 from tunekit.inputs.data import BatchStream, Data, batch_size_of, dataset_size, hold_out
 from tunekit.inputs.task import Task
 from tunekit.probes.lr_rules import blowup, bracket_minimum, bracket_next, bracket_polish, prepare
-from tunekit.probes.short_runs import SHORT_CAP, SHORT_SHIFT, ShortRuns, from_short_runs, from_two_lengths
+from tunekit.probes.short_runs import SHORT_CAP, SHORT_LIFT_FROM, SHORT_SHIFT, ShortRuns, from_short_runs, from_two_lengths
 from tunekit.probes.sweep import LRSetup, blown_up
 from tunekit.results import LRFindResult
 from tunekit.results.lr_find import Doubt, Refinement, RefineStage, ScoredOn
@@ -215,9 +215,13 @@ def carry_to_run(result: LRFindResult, short: ShortRuns, run_steps: int, per_upd
         result.suggestion = from_short_runs(ref.best_lr, up)
         ref.carried = f"{10 ** SHORT_SHIFT:.2g}x their best, as calibrated on the benchmarks' corpus"
         ref.capped = result.suggestion < ref.best_lr * 10 ** SHORT_SHIFT * (1 - 1e-9)
+        past = bool(up) and ref.best_lr > up * 10 ** SHORT_LIFT_FROM  # trained best past the blow-up: the sweep's
         if ref.capped:
-            ref.carried = (f"capped at the sweep's blow-up ({up:.3g}) / {10 ** SHORT_CAP:.2g}: where the curve and the "
+            ref.carried = (f"capped at the sweep's blow-up ({up:.3g}) / {10 ** SHORT_CAP:.2g}"
+                           f"{', raised as far as their best lay above it' if past else ''}: where the curve and the "
                            "short runs disagree, the suggestion leans below")
+        elif past:
+            ref.carried += f"; not capped by the sweep's blow-up ({up:.3g}): their best lay far above it"
         if not ref.bracketed:
             ref.carried += f"; their best at an edge of the {len(ref.stages[0].lrs)} LRs the budget bought"
 

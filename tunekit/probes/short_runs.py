@@ -19,7 +19,8 @@ from typing import Optional
 from tunekit.defaults import REFINE_SHARE, RUN_STEPS_IN_HAND
 
 __all__ = ["ShortRuns", "short_runs_for", "from_two_lengths", "from_short_runs", "DEFAULT_RUN_STEPS", "REFINE_SHARE",
-           "TWO_LENGTHS_FROM", "SATURATION", "MOST_CARRIED", "SHORT_STEPS", "SHORT_RUNS", "SHORT_SHIFT", "SHORT_CAP"]
+           "TWO_LENGTHS_FROM", "SATURATION", "MOST_CARRIED", "SHORT_STEPS", "SHORT_RUNS", "SHORT_SHIFT", "SHORT_CAP",
+           "SHORT_LIFT", "SHORT_LIFT_FROM"]
 
 # A model in hand whose data has no length, and no run_steps given: a run of this many updates
 # (tunekit.defaults; data with a length: RUN_EPOCHS_IN_HAND epochs of it).
@@ -45,6 +46,13 @@ SHORT_STEPS = 33
 SHORT_RUNS = 5
 SHORT_SHIFT = -0.125
 SHORT_CAP = 0.5
+# Where the short runs' best lies over SHORT_LIFT_FROM decades above the blow-up, the cap rises SHORT_LIFT
+# decades per decade beyond: those runs trained best where the rising sweep came apart, so the blow-up was the
+# sweep's, not the run's (a long SGD run: the capped suggestion was 20-30x low). It starts beyond the short runs'
+# lattice noise and rises continuously, so a best near the blow-up does not flip the suggestion from seed to
+# seed (chosen in benchmarks/lr_carry.py; benchmarks/data/constants_history.md).
+SHORT_LIFT_FROM = 0.25
+SHORT_LIFT = 2.0
 
 
 @dataclass(frozen=True)
@@ -125,9 +133,13 @@ def from_two_lengths(lr_short: float, lr_long: float, steps: int, run_steps: int
 def from_short_runs(best: float, blowup: Optional[float]) -> float:
     """The peak LR for the planned run from the best of ``SHORT_STEPS``-update runs: ``SHORT_SHIFT`` decades
     from it (short runs favour LRs that learn fast), and never above the sweep's ``blowup`` / 10**SHORT_CAP:
-    where the two disagree, the suggestion leans below."""
+    where the two disagree, the suggestion leans below. A best over ``SHORT_LIFT_FROM`` decades above the blow-up
+    raises the cap ``SHORT_LIFT`` decades per decade beyond: the short runs trained past it, so it was the sweep's."""
     lr = best * 10 ** SHORT_SHIFT
-    return float(min(lr, blowup / 10 ** SHORT_CAP) if blowup else lr)
+    if not blowup:
+        return float(lr)
+    over = max(1.0, best / (blowup * 10 ** SHORT_LIFT_FROM))
+    return float(min(lr, blowup / 10 ** SHORT_CAP * over ** SHORT_LIFT))
 
 
 def _pct(share: float) -> str:
