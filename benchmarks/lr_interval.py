@@ -5,24 +5,27 @@ sweep's curve and final suggestion) and the planned run's LR grids. Each candida
 run into an interval (low, high) with one constant:
 
 - ``band``: c decades either side of the suggestion; ``band up`` / ``band down``: c decades on one side,
-  c/2 on the other; ``band doubt``: c decades, 2c where the finder was not confident;
+  c/2 on the other; ``band doubt``: c decades, 2c where the finder was not confident; ``band checked``: 2c
+  also where no short runs checked the suggestion; ``band carried``: ``band checked``, its top raised to c
+  decades over the short runs' carried best where the sweep's blow-up capped the suggestion below it;
 - ``bottom``: the LRs where the smoothed curve is within a fraction f of its descent (start to minimum)
   above its minimum, divided as the suggestion rule divides the minimum, stretched to hold the suggestion;
 - ``rules``: the range the rules' suggestions span (the final one with the curve's tunekit, steepest,
   min/10), widened by c decades each side.
 
 The truth: the best LR of the planned run. Where the 10-seed grid around the best exists
-(benchmarks/data/corpus_search_grid, 9 tasks), its best by the seeds' median; elsewhere (29 tasks) the
-2-seed grid's best by the seeds' mean. Both grids have 3 LRs a decade, so the best is known to its grid
-cell, a sixth of a decade either side: a (task, finder seed) pair counts as the share of that cell inside
-its interval (``covers``: the chance it holds the best, were the best anywhere in its cell; a family's
-coverage is the mean over its pairs). The strict figure, the best grid LR itself inside, is reported
+(benchmarks/data/corpus_search_grid; ``python -m benchmarks.corpus_grid --window 10``), its best by the
+seeds' median; elsewhere the 2-seed grid's best by the seeds' mean. Both grids have 3 LRs a decade, so the
+best is known to its grid cell, a sixth of a decade either side: a (task, finder seed) pair counts as the
+share of that cell inside its interval (``covers``: the chance it holds the best, were the best anywhere in
+its cell; a family's coverage is the mean over its pairs). The strict figure, the best grid LR itself inside, is reported
 beside it. A run with no interval (no suggestion) is a miss.
 
 Choice: for each family, among every (rule, constant) whose median width over the other 8 families' pairs
 is at most 1 decade (the issue's bound), the narrowest that covers >= 80% of the pairs in each of them;
-where none does (so far none), the best worst-family coverage. Its coverage and median width on the family left out
-are that family's held-out figures. What ships is the same choice made on all 9 families (in-sample).
+where none does, the one covering that in the most of them, then the best worst-family coverage. Its coverage
+and median width on the family left out are that family's held-out figures. What ships is the same choice made
+on all 9 families (in-sample).
 
     python -m benchmarks.lr_interval [--quick]
 """
@@ -43,6 +46,7 @@ from benchmarks.corpus import CORPUS
 from benchmarks.corpus_lr import FINDS
 from benchmarks.harness import grid, report
 from tunekit.probes import lr_rules as rules
+from tunekit.probes.short_runs import SHORT_SHIFT
 
 SEARCH_GRIDS = Path(__file__).resolve().parent / "data" / "corpus_search_grid"
 CELL = 1 / (2 * grid.PER_DECADE)  # half a grid step, in decades: how well a grid knows its best LR
@@ -68,6 +72,9 @@ class Pair:
     confident: bool
     suggestions: dict[str, Optional[float]]
     curve: rules.Curve
+    checked: bool = False  # short runs checked the suggestion (a refinement with a best)
+    capped: bool = False  # the sweep's blow-up held it below their carried best
+    short_best: Optional[float] = None  # their best, before the carry
 
 
 def band(c: float, below: float = 1.0, above: float = 1.0) -> Callable[[Pair], Interval]:
@@ -84,6 +91,22 @@ def band_doubt(c: float) -> Callable[[Pair], Interval]:
     """c decades either side of the suggestion; 2c where the finder was not confident (the shipped function)."""
     def rule(p: Pair) -> Interval:
         return rules.interval(p.suggestion, c, p.curve, confident=p.confident)
+    return rule
+
+
+def band_checked(c: float) -> Callable[[Pair], Interval]:
+    """c decades either side of the suggestion; 2c where the finder was not confident or no short runs checked it."""
+    def rule(p: Pair) -> Interval:
+        return rules.interval(p.suggestion, c, p.curve, confident=p.confident and p.checked)
+    return rule
+
+
+def band_carried(c: float) -> Callable[[Pair], Interval]:
+    """``band checked``, its top raised to c decades over the short runs' carried best where the blow-up capped
+    it (the shipped function)."""
+    def rule(p: Pair) -> Interval:
+        reach = p.short_best * 10 ** SHORT_SHIFT if p.capped and p.short_best else None
+        return rules.interval(p.suggestion, c, p.curve, confident=p.confident and p.checked, reach=reach)
     return rule
 
 
@@ -116,6 +139,8 @@ def candidates() -> dict[str, Callable[[Pair], Interval]]:
         out[f"band up {c:g}"] = band(c, 0.5, 1.0)
         out[f"band down {c:g}"] = band(c, 1.0, 0.5)
         out[f"band doubt {c:g}"] = band_doubt(c)
+        out[f"band checked {c:g}"] = band_checked(c)
+        out[f"band carried {c:g}"] = band_carried(c)
     for f in LEVELS:
         out[f"bottom {f:g}"] = bottom(f)
     for c in BANDS[:20]:
@@ -157,7 +182,8 @@ def pairs(names: list[str]) -> list[Pair]:
             losses = [math.nan if v is None else v for v in r["losses"]]
             curve = rules.prepare(r["lrs"], losses, family=r["family"])
             out.append(Pair(name, CORPUS[name].family, r["seed"], best, ten, r["suggestion"], bool(r["confident"]),
-                            r["suggestions"], curve))
+                            r["suggestions"], curve, r.get("short_best") is not None, bool(r.get("capped")),
+                            r.get("short_best")))
     return out
 
 
@@ -172,6 +198,11 @@ class Score:
     @property
     def worst(self) -> float:
         return min(self.coverage.values())
+
+    @property
+    def short(self) -> int:
+        """Families covered under COVER."""
+        return sum(v < COVER for v in self.coverage.values())
 
     @property
     def median_width(self) -> float:
@@ -190,8 +221,8 @@ def score(intervals: list[Interval], ps: list[Pair]) -> Score:
 def choose(table: dict[str, list[Interval]], ps: list[Pair], keep: Callable[[Pair], bool],
            max_width: float = MAX_WIDTH) -> str:
     """Among the rules whose median width over the kept pairs is at most ``max_width`` decades: the narrowest
-    covering >= COVER of the kept pairs in every family; where none does, the best worst-family coverage
-    (ties: the narrower, then the first listed)."""
+    covering >= COVER of the kept pairs in every family; where none does, the one covering that in the most
+    families, then the best worst-family coverage (ties: the narrower, then the first listed)."""
     idx = [i for i, p in enumerate(ps) if keep(p)]
     sub = [ps[i] for i in idx]
     scored = {name: score([ivs[i] for i in idx], sub) for name, ivs in table.items()}
@@ -199,7 +230,7 @@ def choose(table: dict[str, list[Interval]], ps: list[Pair], keep: Callable[[Pai
     ok = [n for n in within if scored[n].worst >= COVER]
     if ok:
         return min(ok, key=lambda n: (scored[n].median_width, -scored[n].worst))
-    return min(within, key=lambda n: (-scored[n].worst, scored[n].median_width))
+    return min(within, key=lambda n: (scored[n].short, -scored[n].worst, scored[n].median_width))
 
 
 def held_out_table(table: dict[str, list[Interval]], ps: list[Pair]) -> tuple[str, str]:
@@ -268,7 +299,9 @@ def curve_only(ps: list[Pair], rule: str) -> str:
     """The shipped band around the curve's own suggestion (what ``refine=False`` returns), on the same pairs."""
     c = float(rule.rsplit(" ", 1)[1])
     doubt = rule.startswith("band doubt")  # the final result's confidence stands in for the curve's own
-    got = [rules.interval(p.suggestions.get("tunekit"), c, p.curve, confident=p.confident or not doubt) for p in ps]
+    unchecked = rule.startswith(("band checked", "band carried"))  # no short runs checked it: twice the width
+    got = [rules.interval(p.suggestions.get("tunekit"), c, p.curve,
+                          confident=not unchecked and (p.confident or not doubt)) for p in ps]
     s = score(got, ps)
     return (f"The same band around the curve's suggestion alone (lr_find(refine=False); in-sample; the final result's "
             f"confidence standing in for the curve's own): coverage "

@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch import nn
 
+from tunekit.defaults import INTERVAL_DECADES
 from tunekit import LRFindResult, Refine, StepSettings, Sweep, Task, UsageError, lr_find
 from tunekit.results.lr_find import ScoredOn
 from tunekit.training.schedule import sweep_lrs
@@ -197,8 +198,8 @@ def test_a_heavy_tailed_loss_is_noise_not_divergence() -> None:
         assert not any("start the sweep lower" in reason for reason in r.reasons), r.reasons
     assert results[1].suggestion is None
     assert any("batch-to-batch noise" in reason and "batch_size" in reason for reason in results[1].reasons)
-    low, high = results[2].interval  # a number the finder doubts: its interval a decade either side, not half
-    assert results[2].suggestion is not None and np.log10(high / low) == pytest.approx(2.0)
+    low, high = results[2].interval  # a number the finder doubts: its interval twice as wide
+    assert results[2].suggestion is not None and np.log10(high / low) == pytest.approx(4 * INTERVAL_DECADES)
 
 
 def test_a_normal_sweep_measures_a_small_noise_and_still_stops_on_divergence() -> None:
@@ -796,8 +797,8 @@ def test_a_result_saved_by_tunekit_0_1_loads_into_the_typed_records() -> None:
 
 
 def test_the_summary_gives_the_interval_with_its_coverage() -> None:
-    """``likely best peak LR: S (LOW-HIGH)``, half a decade either side, said with the coverage measured on the
-    corpus; the CLI prints the summary."""
+    """``likely best peak LR: S (LOW-HIGH)``, said with the coverage measured on the corpus (its own, lower, where
+    no short runs checked the curve's number); the CLI prints the summary."""
     from tunekit.defaults import INTERVAL_COVERAGE, INTERVAL_COVERAGE_CURVE
 
     r = LRFindResult.from_json(Path(__file__).parent / "data" / "lr_find_v3.json")
@@ -807,7 +808,8 @@ def test_the_summary_gives_the_interval_with_its_coverage() -> None:
                            f"{100 * INTERVAL_COVERAGE:.0f}% of the task corpus's runs")
     back = LRFindResult.from_json(r.to_json())
     assert back.interval == (0.0025, 0.025) and back == r
-    r.settings.refine = False  # the curve's number alone: its own, lower coverage
+    assert r.checked
+    r.refinement = None  # the curve's number alone: its own coverage
     assert f"for {100 * INTERVAL_COVERAGE_CURVE:.0f}% of the task corpus's runs without short runs" in r.summary()
     assert any(t.get_text() == "likely best: 0.0025-0.025" for t in back.plot().get_legend().get_texts())
 

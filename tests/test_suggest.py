@@ -3,6 +3,7 @@ import math
 import numpy as np
 import pytest
 
+from tunekit.defaults import INTERVAL_DECADES
 from tunekit.probes.lr_rules import (RULES, assess, interval, minimum_div10, prepare, smooth_loglinear, steepest,
                                     tunekit_rule, valley)
 
@@ -202,21 +203,25 @@ def test_minimum_is_not_the_fit_sloping_off_a_late_spike() -> None:
 
 def test_the_interval_spans_a_clean_valley_and_a_flat_curve_gets_none() -> None:
     """A clean valley: the interval holds the suggestion and the valley's floor (the bowl's flat bottom lies
-    between its descent at 1e-3 and its blow-up at 1e-1), one decade wide. A flat, noisy
+    between its descent at 1e-3 and its blow-up at 1e-1), INTERVAL_DECADES either side. A flat, noisy
     curve: no interval, though a rule still reads a number off it; nor a non-finite or missing suggestion. A finder
-    that is not confident gets one twice as wide."""
+    that is not confident gets one twice as wide; one whose short runs' best the blow-up capped, a top that holds it."""
     c = prepare(LRS, bowl_curve())
     s = tunekit_rule(c)
     got = interval(s)
     assert s is not None and got is not None and got[0] < s < got[1]
-    assert math.log10(got[1] / got[0]) == pytest.approx(1.0)
+    assert math.log10(got[1] / got[0]) == pytest.approx(2 * INTERVAL_DECADES)
     floor = float(LRS[int(np.argmin(c.smooth))])
     assert got[0] <= floor <= got[1] * 10 ** 0.5  # the minimum, or the shipped rule's half of it, inside
     flat = prepare(LRS, 1.0 + 0.001 * np.random.default_rng(0).standard_normal(len(LRS)))
     assert tunekit_rule(flat) is not None  # the curve alone still reads a number off the noise
     assert interval(tunekit_rule(flat), curve=flat) is None
     assert interval(s, curve=c) == got  # a curve that descends keeps its interval
-    wide = interval(s, curve=c, confident=False)  # a finder in doubt: a decade either side, the same centre
-    assert wide is not None and math.log10(wide[1] / wide[0]) == pytest.approx(2.0)
+    wide = interval(s, curve=c, confident=False)  # a finder in doubt: twice as wide, the same centre
+    assert wide is not None and math.log10(wide[1] / wide[0]) == pytest.approx(4 * INTERVAL_DECADES)
     assert math.sqrt(wide[0] * wide[1]) == pytest.approx(s)
+    # Capped below the short runs' carried best: the top reaches INTERVAL_DECADES past it, the bottom stays.
+    raised = interval(s, curve=c, reach=s * 10)
+    assert raised == pytest.approx((got[0], s * 10 ** (1 + INTERVAL_DECADES)))
+    assert interval(s, curve=c, reach=s / 10) == got  # a carried best below the suggestion changes nothing
     assert interval(None) is None and interval(math.nan) is None and interval(0.0) is None

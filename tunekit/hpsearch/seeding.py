@@ -404,7 +404,10 @@ def seed_and_design(dists: dict[str, Any], probes: Probes, n: int, trials: int, 
     # Twice the batch where it is cheaper and the space offers a larger batch than the centre's.
     doubled = in_time and centre is not None and larger_is_cheaper(pr, centre) and (
         nearest_choice(dists["batch"].choices, LARGER[1] * centre) > nearest_choice(dists["batch"].choices, centre))
-    interval = tuple(lf.interval) if lr is not None and lf is not None and lf.interval else None
+    # The interval's ends bracket the suggestion where short runs checked it; the curve's number alone (the
+    # search's own range test) has an interval twice as wide, whose ends are too far for full-length trials:
+    # the design's fixed factors instead (plan.AROUND).
+    interval = tuple(lf.interval) if lr is not None and lf is not None and lf.interval and lf.checked else None
     design = initial_design(dists, lr, centre, max(1, n), task_recipe, larger_batch=doubled,
                             interval=interval)[:trials]  # type: ignore[arg-type]
     return design, design_batch(pr, dists, centre, doubled, design, in_time)

@@ -387,9 +387,12 @@ def descent(c: Curve) -> float:
 
 
 def interval(suggestion: float | None, decades: float = INTERVAL_DECADES,
-             curve: Curve | None = None, confident: bool = True) -> tuple[float, float] | None:
+             curve: Curve | None = None, confident: bool = True,
+             reach: float | None = None) -> tuple[float, float] | None:
     """Where the planned run's best peak LR likely lies: ``decades`` either side of ``suggestion``, twice that
-    where the finder is not ``confident``. None without one, or where the ``curve`` it came from falls by under
+    where the finder is not ``confident`` (pass False, too, where no short runs checked the curve's number),
+    the top at least ``decades`` above ``reach`` (the short runs' carried best, where the sweep's blow-up capped
+    the suggestion below it). None without a suggestion, or where the ``curve`` it came from falls by under
     ``FLAT`` (a flat curve's number is noise). Why a band: on the task corpus no range read off the curve's shape
     held the best more often at the same width (benchmarks/data/lr_interval_report.txt)."""
     if suggestion is None or not (suggestion > 0 and math.isfinite(suggestion)):
@@ -397,7 +400,10 @@ def interval(suggestion: float | None, decades: float = INTERVAL_DECADES,
     if curve is not None and descent(curve) < FLAT:
         return None
     width = decades if confident else 2 * decades
-    return float(suggestion / 10 ** width), float(suggestion * 10 ** width)
+    top = suggestion * 10 ** width
+    if reach is not None and math.isfinite(reach):
+        top = max(top, reach * 10 ** decades)
+    return float(suggestion / 10 ** width), float(top)
 
 
 RULES = {

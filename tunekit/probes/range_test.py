@@ -25,7 +25,7 @@ from tunekit.integrations.task_spec import takes_their_objects
 from tunekit.option_fields import grouped_keywords
 from tunekit.probes.refine import (REFINE_RUNS, carry_to_run, refine_suggestion, schedule_of, short_runner,
                                    without_scoring_data)
-from tunekit.probes.short_runs import DEFAULT_RUN_STEPS, ShortRuns, short_runs_for
+from tunekit.probes.short_runs import DEFAULT_RUN_STEPS, SHORT_SHIFT, ShortRuns, short_runs_for
 from tunekit.probes.lr_rules import interval, prepare
 from tunekit.probes.resolve import resolve_inputs, step_settings
 from tunekit.probes.sweep import LRSetup, curve_result, sweeps
@@ -135,8 +135,10 @@ def lr_find(
 
     result = _test_and_refine(setup, settings, sweep_lrs(min_lr, max_lr, sweep_steps, mode), repeats,
                               val_batches if loss_on == "val" else None, short, hold_out_share, progress)
+    ref = result.refinement
     result.interval = interval(result.suggestion, curve=prepare(result.lrs, result.losses, family=settings.family),
-                               confident=result.confident)
+                               confident=result.confident and result.checked,
+                               reach=ref.best_lr * 10 ** SHORT_SHIFT if ref is not None and ref.capped else None)
     result.seconds = time.perf_counter() - start
     return result
 

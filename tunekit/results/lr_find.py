@@ -161,8 +161,8 @@ class LRFindResult(Result):
     ``repeats > 1``), or, refined, the best of the short runs around it
     (``refinement``); ``lr_range`` is the curve's spread over the repeats;
     ``doubts`` say why it is not to be trusted blindly, ``reasons`` in words. ``interval`` (low, high) is
-    where the planned run's best peak LR likely lies: half a decade either side of the suggestion, which held
-    that best for about 3 runs in 4 on the task corpus (docs/concepts/lr-finder.md); None without a suggestion.
+    where the planned run's best peak LR likely lies (:func:`tunekit.probes.lr_rules.interval`; how often it
+    held that best on the task corpus: docs/concepts/lr-finder.md); None without a suggestion.
     """
 
     _tuple_fields = ('lr_range', 'interval')
@@ -209,6 +209,12 @@ class LRFindResult(Result):
             ref = self.refinement
             data["refinement"].update(lrs=list(ref.lrs), scores=list(ref.scores), best_lr=ref.best_lr)
         return data
+
+    @property
+    def checked(self) -> bool:
+        """Whether short runs checked the curve's number (a refinement with a best): unchecked, the interval is
+        twice as wide."""
+        return self.refinement is not None and self.refinement.best_lr is not None
 
     @property
     def level(self) -> Confidence:
@@ -345,9 +351,8 @@ class LRFindResult(Result):
     def _interval_line(self) -> str:
         """``likely best peak LR: S (LOW-HIGH)``, with how often such an interval held the best on the corpus."""
         low, high = self.interval or (math.nan, math.nan)
-        curve = self.settings.refine is False  # the curve's number alone: a wider miss than the short runs'
-        held = (f"{100 * INTERVAL_COVERAGE_CURVE:.0f}% of the task corpus's runs without short runs, in-sample"
-                if curve else f"{100 * INTERVAL_COVERAGE:.0f}% of the task corpus's runs, each family held out")
+        held = (f"{100 * INTERVAL_COVERAGE:.0f}% of the task corpus's runs, each family held out" if self.checked
+                else f"{100 * INTERVAL_COVERAGE_CURVE:.0f}% of the task corpus's runs without short runs, in-sample")
         return f"likely best peak LR: {self.suggestion:.3g} ({low:.2g}-{high:.2g})  [held the planned run's best LR for {held}]"
 
     def _lengths(self) -> list[Optional[int]]:
