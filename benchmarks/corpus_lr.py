@@ -94,6 +94,7 @@ def find_once(name: str, seed: int, in_hand: bool = False) -> dict[str, Any]:
             # The short runs (their best before the carry, whether the blow-up capped it): what an interval may use.
             "short_lrs": list(ref.last.lrs) if ref else [], "short_scores": _finite(ref.last.scores) if ref else [],
             "short_best": ref.best_lr if ref else None, "capped": bool(ref.capped) if ref else False,
+            "passes": r.settings.run_passes,
             "interval": list(r.interval) if r.interval else None}
 
 
@@ -182,6 +183,34 @@ def lofo_table(scores: dict[str, TaskScore], runs: dict[str, list[dict[str, Any]
                      f"{100 * np.mean(ship):.1f}% / {100 * max(ship):.1f}%")
     means = [h.mean for h in held.values()]
     lines.append(f"over families: held-out mean {100 * np.mean(means):.1f}%, worst family {100 * max(means):.1f}%")
+    return "\n".join(lines)
+
+
+PASSES = (0.0, 0.1, 0.2, 0.3, 0.5)
+
+
+def passes_table(scores: dict[str, TaskScore], runs: dict[str, list[dict[str, Any]]]) -> str:
+    """The curve's own suggestion carried to the planned run's passes over its data (divided by passes**k), k
+    chosen leave-one-family-out on the normalised regret: what lr_find gives where no short runs check it
+    (tunekit.probes.short_runs.CURVE_PASSES)."""
+    norm: dict[str, dict[str, float]] = {f"k={k:g}": {} for k in PASSES}
+    for name, ts in scores.items():
+        for k in PASSES:
+            lrs = [r["suggestions"].get("tunekit") for r in runs[name]]
+            passes = [max(1.0, r.get("passes") or 1.0) for r in runs[name]]
+            norm[f"k={k:g}"][name] = float(np.mean([ts.truth.normalised(lr / p ** k if lr else None)
+                                                    for lr, p in zip(lrs, passes)]))
+    held = lofo.select(norm, {n: CORPUS[n].family for n in scores})
+    lines = ["The curve's suggestion alone, divided by the planned run's passes over its data to the power k (k chosen "
+             "on the other families;", "normalised regret, mean over tasks; lr_find does this where no short runs "
+             "check the curve: CURVE_PASSES):",
+             f"{'held-out family':<16}{'chosen':>8}{'held out':>10}{'k=0':>8}   passes (median over tasks)"]
+    for fam, h in held.items():
+        flat = np.mean([norm["k=0"][t] for t in h.scores])
+        passes = np.median([np.median([r.get("passes") or 0 for r in runs[t]]) for t in h.scores])
+        lines.append(f"{fam:<16}{h.rule:>8}{100 * h.mean:9.2f}%{100 * flat:7.2f}%   {passes:.1f}")
+    lines.append(f"over families: held out {100 * np.mean([h.mean for h in held.values()]):.2f}%, k=0 "
+                 f"{100 * np.mean([np.mean([norm['k=0'][t] for t in h.scores]) for h in held.values()]):.2f}%")
     return "\n".join(lines)
 
 
@@ -292,7 +321,8 @@ def main() -> None:
         print(f"  {name}: regret {100 * scores[name].regret('tunekit'):.1f}%", flush=True)
     if not scores:
         raise SystemExit("no task has a grid yet: run python -m benchmarks.corpus_grid first")
-    body = "\n\n".join([family_table(scores), normalised_table(scores), lofo_table(scores, runs), task_table(scores)])
+    body = "\n\n".join([family_table(scores), normalised_table(scores), lofo_table(scores, runs),
+                         passes_table(scores, runs), task_table(scores)])
     if args.in_hand:
         told = [f"{n}: {int(np.median([r['run_steps'] for r in runs[n]])):,} updates assumed, "
                 f"{CORPUS[n].run_steps:,} planned" for n in scores]

@@ -617,6 +617,31 @@ def test_without_validation_data_the_result_says_what_scored_the_short_runs() ->
         lr_find(model, data, nn.MSELoss(), refine=Refine(steps=10, hold_out_share=1.5), **common)
 
 
+def test_the_curve_alone_is_carried_to_the_planned_runs_passes_over_its_data() -> None:
+    """Where no short runs check it, the curve's number is the answer for the planned run: divided by its passes
+    over the data to the CURVE_PASSES power (many passes favour a lower LR), said in the summary; a run of one
+    pass or less, and refine=False (the curve's number as asked), keep it as it is."""
+    from tunekit.probes.short_runs import CURVE_PASSES
+
+    data = regression_data(240)
+    common = dict(step=StepSettings(batch_size=16), progress=False, seed=0)
+
+    def model() -> nn.Module:
+        torch.manual_seed(0)
+        return nn.Linear(8, 1)
+
+    curve = lr_find(model(), data, nn.MSELoss(), run_steps=300, refine=Refine(enabled=False), sweep=Sweep(repeats=2),
+                    **common)
+    many = lr_find(model(), data, nn.MSELoss(), run_steps=300, **common)  # no val_data: two sweeps
+    assert many.settings.run_passes == pytest.approx(300 * 16 / 240) and not many.checked
+    assert curve.suggestion is not None and curve.suggestion == pytest.approx(many.suggestions["tunekit"])
+    assert many.suggestion == pytest.approx(curve.suggestion / 20 ** CURVE_PASSES)
+    assert f"the curve's {curve.suggestion:.3g} divided by {20 ** CURVE_PASSES:.2g} for a run of 20.0 passes" in \
+        many.summary()
+    one = lr_find(model(), data, nn.MSELoss(), run_steps=12, **common)  # 0.8 passes
+    assert one.suggestion == pytest.approx(one.suggestions["tunekit"]) and "passes over" not in one.summary()
+
+
 # ------------------------------------------------------------------- the planned run and the refinement's cost
 
 

@@ -31,7 +31,7 @@ SWEEP_STEPS = 100
 #: run's best LR it held, each family left out of the choice, said beside it; and (in-sample) around the curve's
 #: suggestion alone, refine=False (benchmarks/data/lr_interval_report.txt).
 INTERVAL_DECADES = 0.45
-INTERVAL_COVERAGE = 0.85
+INTERVAL_COVERAGE = 0.86
 INTERVAL_COVERAGE_CURVE = 0.88
 #: The range test stops where its loss exceeds this many times its best (and its start's noise): lr_find's and
 #: the CLI's.

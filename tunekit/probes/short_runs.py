@@ -20,7 +20,7 @@ from tunekit.defaults import REFINE_SHARE, RUN_STEPS_IN_HAND
 
 __all__ = ["ShortRuns", "short_runs_for", "from_two_lengths", "from_short_runs", "DEFAULT_RUN_STEPS", "REFINE_SHARE",
            "TWO_LENGTHS_FROM", "SATURATION", "MOST_CARRIED", "SHORT_STEPS", "SHORT_RUNS", "SHORT_SHIFT", "SHORT_CAP",
-           "SHORT_LIFT", "SHORT_LIFT_FROM"]
+           "SHORT_LIFT", "SHORT_LIFT_FROM", "CURVE_PASSES", "from_curve"]
 
 # A model in hand whose data has no length, and no run_steps given: a run of this many updates
 # (tunekit.defaults; data with a length: RUN_EPOCHS_IN_HAND epochs of it).
@@ -53,6 +53,10 @@ SHORT_CAP = 0.5
 # seed (chosen in benchmarks/lr_carry.py; benchmarks/data/constants_history.md).
 SHORT_LIFT_FROM = 0.25
 SHORT_LIFT = 2.0
+# Where no short runs check the curve's number, it is carried to a planned run of P passes over its data by
+# dividing it by P**CURVE_PASSES: many passes favour a lower LR than a sweep over a few batches sees (chosen
+# leave-one-family-out on the corpus's curve suggestions: 0.2 on 7 of 9 families; benchmarks/corpus_lr.py).
+CURVE_PASSES = 0.2
 
 
 @dataclass(frozen=True)
@@ -140,6 +144,14 @@ def from_short_runs(best: float, blowup: Optional[float]) -> float:
         return float(lr)
     over = max(1.0, best / (blowup * 10 ** SHORT_LIFT_FROM))
     return float(min(lr, blowup / 10 ** SHORT_CAP * over ** SHORT_LIFT))
+
+
+def from_curve(suggestion: float, passes: Optional[float]) -> float:
+    """The curve's suggestion carried to a planned run of ``passes`` passes over its data (None, or one pass or
+    less: as it is): divided by ``passes ** CURVE_PASSES``."""
+    if not passes or passes <= 1:
+        return float(suggestion)
+    return float(suggestion / passes ** CURVE_PASSES)
 
 
 def _pct(share: float) -> str:

@@ -83,6 +83,7 @@ class LRFindSettings(Record):
     run_steps_from: Optional[str] = None
     run_schedule: Optional[str] = None
     run_samples: Optional[int] = None
+    run_passes: Optional[float] = None  # the planned run's passes over its training data (None: no known length)
     adapted_from: Optional[dict[str, Any]] = None  # a Trainer's or Lightning's objects: their kind and notes
     extra: dict[str, Any] = field(default_factory=dict)  # keys this version does not know, kept as saved
 
