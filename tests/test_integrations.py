@@ -410,12 +410,17 @@ def test_advice_comes_in_the_objects_own_terms(tmp_path: Any) -> None:
 @pytest.mark.parametrize("family", ["gpt2", "lightning"])
 def test_the_doctor_and_lr_find_give_one_lr_for_one_object(family: str, tmp_path: Any) -> None:
     """The doctor's quick range test is lr_find's own sweep (its steps, clipping and rule): where lr_find does not
-    refine (a run too short to pay for short runs), the two say the same LR."""
+    refine (a run too short to pay for short runs), the two read the same LR off the curve, which lr_find then
+    carries to its planned run's passes over the data."""
+    from tunekit.probes.short_runs import from_curve
+
     obj, _ = their(family, tmp_path)
     checked = tunekit.doctor(obj, progress=False)
     quick = next(f for f in checked.items() if "suggestion" in f.evidence)
     found = tunekit.lr_find(their(family, tmp_path)[0], progress=False)
-    assert found.refinement is None and quick.evidence["suggestion"] == pytest.approx(found.suggestion, rel=1e-9)
+    assert found.refinement is None and quick.evidence["suggestion"] == pytest.approx(found.suggestions["tunekit"],
+                                                                                       rel=1e-9)
+    assert found.suggestion == pytest.approx(from_curve(found.suggestions["tunekit"], found.settings.run_passes))
 
 
 def test_the_doctor_tells_a_trainer_the_lr_lr_find_gives_as_its_learning_rate(tmp_path: Any) -> None:

@@ -18,7 +18,8 @@ from tunekit.defaults import MIN_LR_RATIO, SCHEDULE, WARMUP
 from tunekit.inputs.data import BatchStream, Data, batch_size_of, dataset_size, hold_out
 from tunekit.inputs.task import Task
 from tunekit.probes.lr_rules import blowup, bracket_minimum, bracket_next, bracket_polish, prepare
-from tunekit.probes.short_runs import SHORT_CAP, SHORT_LIFT_FROM, SHORT_SHIFT, ShortRuns, from_short_runs, from_two_lengths
+from tunekit.probes.short_runs import (SHORT_CAP, SHORT_LIFT_FROM, SHORT_SHIFT, ShortRuns, from_short_runs,
+                                       from_two_lengths)
 from tunekit.probes.sweep import LRSetup, blown_up
 from tunekit.results import LRFindResult
 from tunekit.results.lr_find import Doubt, Refinement, RefineStage, ScoredOn
