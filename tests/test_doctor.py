@@ -399,7 +399,7 @@ def test_the_lr_line_claims_no_range_test_it_did_not_run_and_speaks_the_api() ->
     assert "--lr-find lr_find.json" in in_cli_terms(ok.message, usage)
     assert "--lr ..." in in_cli_terms(none.message, usage) and "--lr-find lr_find.json" in in_cli_terms(none.message, usage)
     (far,) = check_lr(1.0, 3e-3, True, lr_finds=lambda: 1e-3)  # lr_find's answer, not the curve's
-    assert far.fix.startswith("try lr=0.001 (lr_find's suggestion, its short runs moving the curve's 0.003)")
+    assert far.fix.startswith("try lr=0.001 (lr_find's suggestion, moved from the curve's 0.003 for your run)")
     assert far.evidence["lr_find"] == 1e-3
 
 

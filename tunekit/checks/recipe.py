@@ -70,13 +70,13 @@ def check_lr(lr: Optional[float], suggestion: Optional[float], confident: bool, 
 
 def _try(suggestion: float, lr_finds: Optional[Callable[[], Optional[float]]], evidence: dict[str, Any]) -> str:
     """The fix of an LR far off: the LR lr_find gives (recorded as ``lr_find``), never the curve's own where
-    lr_find's short runs move it."""
+    lr_find moves it (its short runs, or the carry to the planned run's passes over its data)."""
     if lr_finds is None:
         return f"try lr={suggestion:.2g}"
     answer = evidence["lr_find"] = lr_finds()
     if answer is None:
         return "lr_find gives no suggestion to try either: its reasons say why"
-    moved = "" if math.isclose(answer, suggestion, rel_tol=0.1) else f", its short runs moving the curve's {suggestion:.2g}"
+    moved = "" if math.isclose(answer, suggestion, rel_tol=0.1) else f", moved from the curve's {suggestion:.2g} for your run"
     return f"try lr={answer:.2g} (lr_find's suggestion{moved})"
 
 
