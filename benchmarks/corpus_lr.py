@@ -195,9 +195,9 @@ def passes_table(scores: dict[str, TaskScore], runs: dict[str, list[dict[str, An
     (tunekit.probes.short_runs.CURVE_PASSES)."""
     norm: dict[str, dict[str, float]] = {f"k={k:g}": {} for k in PASSES}
     for name, ts in scores.items():
+        lrs = [r["suggestions"].get("tunekit") for r in runs[name]]
+        passes = [max(1.0, r.get("passes") or 1.0) for r in runs[name]]
         for k in PASSES:
-            lrs = [r["suggestions"].get("tunekit") for r in runs[name]]
-            passes = [max(1.0, r.get("passes") or 1.0) for r in runs[name]]
             norm[f"k={k:g}"][name] = float(np.mean([ts.truth.normalised(lr / p ** k if lr else None)
                                                     for lr, p in zip(lrs, passes)]))
     held = lofo.select(norm, {n: CORPUS[n].family for n in scores})

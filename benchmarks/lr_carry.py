@@ -5,7 +5,8 @@ half decades around its suggestion, at several lengths H) and replays the refine
 would run it under its budget of short runs (at most ``BUDGET // H`` of them: the
 first three, the bracket's extensions, then the polish, in lr_find's order). A rule is the short
 runs' length H and how their best carries to the planned run: a shift in decades, a weight on the
-curve's suggestion, and a cap below the sweep's blow-up. For each family the rule with the lowest
+curve's suggestion, and a cap below the sweep's blow-up (raised where the short runs' best lies above it:
+``lift``). For each family the rule with the lowest
 mean normalised regret (L - L*) / (L_untrained - L*) over the other families' tasks is chosen (a raw
 regret (L - L*) / L* lets a task whose best loss is near zero, as on small data, choose for all), and
 scored on the family left out. The constants lr_find ships (tunekit/probes/short_runs.py: SHORT_*) were
@@ -136,8 +137,8 @@ class Rule:
         if x is None:
             return None
         if self.cap is not None and up is not None and rp.best is not None:  # lr_find caps the carry, not the curve
-            over = rp.best - math.log10(up) - self.lift[0] if self.lift else 0.0
-            x = min(x, math.log10(up) - self.cap + (self.lift[1] * over if self.lift and over > 0 else 0.0))
+            rise = self.lift[1] * max(0.0, rp.best - math.log10(up) - self.lift[0]) if self.lift else 0.0
+            x = min(x, math.log10(up) - self.cap + rise)
         return float(10 ** x)
 
 

@@ -18,8 +18,8 @@ The truth: the best LR of the planned run. Where the 10-seed grid around the bes
 seeds' median; elsewhere the 2-seed grid's best by the seeds' mean. Both grids have 3 LRs a decade, so the
 best is known to its grid cell, a sixth of a decade either side: a (task, finder seed) pair counts as the
 share of that cell inside its interval (``covers``: the chance it holds the best, were the best anywhere in
-its cell; a family's coverage is the mean over its pairs). The strict figure, the best grid LR itself inside, is reported
-beside it. A run with no interval (no suggestion) is a miss.
+its cell; a family's coverage is the mean over its pairs). The strict figure, the best grid LR itself inside,
+is reported beside it. A run with no interval (no suggestion) is a miss.
 
 Choice: for each family, among every (rule, constant) whose median width over the other 8 families' pairs
 is at most 1 decade (the issue's bound), the narrowest that covers >= 80% of the pairs in each of them;
