@@ -638,8 +638,11 @@ def test_the_curve_alone_is_carried_to_the_planned_runs_passes_over_its_data() -
     assert many.suggestion == pytest.approx(curve.suggestion / 20 ** CURVE_PASSES)
     assert f"the curve's {curve.suggestion:.3g} divided by {20 ** CURVE_PASSES:.2g} for a run of 20.0 passes" in \
         many.summary()
+    assert f"carried    {many.suggestion:>10.3g}  <- suggested: the curve's, for 20.0 passes" in many.table()
+    assert "<- the curve's rule" in many.table() and "carried to 20.0 passes" in many.summary()
     one = lr_find(model(), data, nn.MSELoss(), run_steps=12, **common)  # 0.8 passes
     assert one.suggestion == pytest.approx(one.suggestions["tunekit"]) and "passes over" not in one.summary()
+    assert "<- default" in one.table() and "carried" not in one.table()
 
 
 # ------------------------------------------------------------------- the planned run and the refinement's cost

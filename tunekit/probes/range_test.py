@@ -23,9 +23,9 @@ from tunekit.inputs.data import Data, batches_per_epoch, dataset_size
 from tunekit.inputs.task import ComputeLoss, LossFn, Task
 from tunekit.integrations.task_spec import takes_their_objects
 from tunekit.option_fields import grouped_keywords
-from tunekit.probes.refine import (REFINE_RUNS, carry_to_run, refine_suggestion, schedule_of, short_runner,
-                                   without_scoring_data)
-from tunekit.probes.short_runs import DEFAULT_RUN_STEPS, SHORT_SHIFT, ShortRuns, from_curve, short_runs_for
+from tunekit.probes.refine import (REFINE_RUNS, carry_curve_to_run, carry_to_run, refine_suggestion, schedule_of,
+                                   short_runner, without_scoring_data)
+from tunekit.probes.short_runs import DEFAULT_RUN_STEPS, SHORT_SHIFT, ShortRuns, short_runs_for
 from tunekit.probes.lr_rules import interval, prepare
 from tunekit.probes.resolve import resolve_inputs, step_settings
 from tunekit.probes.sweep import LRSetup, curve_result, sweeps
@@ -185,13 +185,8 @@ def _test_and_refine(setup: LRSetup, settings: LRFindSettings, lrs: np.ndarray, 
     result.settings.run_samples = int(round(_samples_per_update(setup, runs) * int(settings.run_steps or 0)))
     size = dataset_size(setup.data)
     result.settings.run_passes = result.settings.run_samples / size if size else None
-    if short is not None and not short.refines and result.suggestion is not None:
-        # The curve's number is the answer for the planned run: carried to its passes over the data.
-        curve, result.suggestion = result.suggestion, from_curve(result.suggestion, result.settings.run_passes)
-        if result.suggestion != curve:
-            result.settings.not_refined = (f"{result.settings.not_refined}; the curve's {curve:.3g} divided by "
-                                           f"{curve / result.suggestion:.2g} for a run of "
-                                           f"{result.settings.run_passes:.1f} passes over its data")
+    if short is not None and not short.refines:  # the curve's number is the answer for the planned run
+        carry_curve_to_run(result)
     return result
 
 

@@ -18,8 +18,8 @@ from tunekit.defaults import MIN_LR_RATIO, SCHEDULE, WARMUP
 from tunekit.inputs.data import BatchStream, Data, batch_size_of, dataset_size, hold_out
 from tunekit.inputs.task import Task
 from tunekit.probes.lr_rules import blowup, bracket_minimum, bracket_next, bracket_polish, prepare
-from tunekit.probes.short_runs import (SHORT_CAP, SHORT_LIFT_FROM, SHORT_SHIFT, ShortRuns, from_short_runs,
-                                       from_two_lengths)
+from tunekit.probes.short_runs import (SHORT_CAP, SHORT_LIFT_FROM, SHORT_SHIFT, ShortRuns, from_curve,
+                                       from_short_runs, from_two_lengths)
 from tunekit.probes.sweep import LRSetup, blown_up
 from tunekit.results import LRFindResult
 from tunekit.results.lr_find import Doubt, Refinement, RefineStage, ScoredOn
@@ -27,7 +27,7 @@ from tunekit.training.schedule import lr_schedule
 from tunekit.training.state import seed_everything_for
 from tunekit.training.step import TrainStep, Updates
 
-__all__ = ["short_runner", "refine_suggestion", "carry_to_run", "refine_start", "without_scoring_data", "schedule_of",
+__all__ = ["short_runner", "refine_suggestion", "carry_to_run", "carry_curve_to_run", "refine_start", "without_scoring_data", "schedule_of",
            "REFINE_RUNS", "REFINE_OFFSETS", "REFINE_EXTENSIONS", "REFINE_EVAL_SAMPLES"]
 
 
@@ -225,6 +225,18 @@ def carry_to_run(result: LRFindResult, short: ShortRuns, run_steps: int, per_upd
             ref.carried += f"; not capped by the sweep's blow-up ({up:.3g}): their best lay far above it"
         if not ref.bracketed:
             ref.carried += f"; their best at an edge of the {len(ref.stages[0].lrs)} LRs the budget bought"
+
+
+def carry_curve_to_run(result: LRFindResult) -> None:
+    """The curve's number, where no short runs checked it, carried to the planned run's passes over its data
+    (:func:`~tunekit.probes.short_runs.from_curve`); why there were no short runs then says by how much."""
+    curve, passes = result.suggestion, result.settings.run_passes
+    if curve is None:
+        return
+    result.suggestion = from_curve(curve, passes)
+    if result.suggestion != curve:
+        result.settings.not_refined = (f"{result.settings.not_refined}; the curve's {curve:.3g} divided by "
+                                       f"{curve / result.suggestion:.2g} for a run of {passes:.1f} passes over its data")
 
 
 def refine_start(result: LRFindResult) -> float | None:

@@ -312,15 +312,27 @@ class LRFindResult(Result):
 
     def table(self) -> str:
         """The suggestions as a short text table."""
-        ref = self.refinement
+        ref, carried = self.refinement, self._carried_passes()
         lines = [f"{'rule':<10} {'peak LR':>10}"]
         for name, lr in self.suggestions.items():
-            mark = ("  <- the curve's rule" if ref is not None else "  <- default") if name == self.default_rule else ""
+            moved = ref is not None or carried is not None
+            mark = ("  <- the curve's rule" if moved else "  <- default") if name == self.default_rule else ""
             lines.append(f"{name:<10} {'-' if lr is None else f'{lr:.3g}':>10}{mark}")
         if ref is not None:
             got = "-" if self.suggestion is None else f"{self.suggestion:.3g}"
             lines.append(f"{'refined':<10} {got:>10}  <- suggested: {self._refined_how()} around {ref.start:.3g}")
+        elif carried is not None:
+            lines.append(f"{'carried':<10} {self.suggestion:>10.3g}  <- suggested: the curve's, for {carried:.1f} "
+                         "passes over the data")
         return "\n".join(lines)
+
+    def _carried_passes(self) -> Optional[float]:
+        """The planned run's passes over its data where the curve's number alone was carried to them
+        (:func:`tunekit.probes.short_runs.from_curve`), else None."""
+        curve = self.suggestions.get(self.default_rule)
+        if self.refinement is not None or self.suggestion is None or curve is None or not self.settings.run_passes:
+            return None
+        return None if math.isclose(self.suggestion, curve, rel_tol=1e-9) else self.settings.run_passes
 
     def summary(self) -> str:
         """:meth:`table`, then the suggestion, how far to trust it and what it cost (what ``tunekit lr-find`` prints)."""
@@ -333,8 +345,10 @@ class LRFindResult(Result):
             spread = ""
             if self.lr_range is not None:
                 spread = f" (range over {repeats} repeats: {self.lr_range[0]:.3g} .. {self.lr_range[1]:.3g})"
+            carried = self._carried_passes()
             how = (self._refined_how() + (f" scored on {s.refine_scored_on}" if s.refine_scored_on else "")
-                   if ref is not None else f"{self.default_rule} rule")
+                   if ref is not None else f"{self.default_rule} rule" + (
+                       f", carried to {carried:.1f} passes over the data" if carried is not None else ""))
             lines.append(f"suggested peak LR: {self.suggestion:.3g}{spread}  [{how}, confidence {self.confidence:.2f}]")
             if self.interval is not None:
                 lines.append(self._interval_line())
