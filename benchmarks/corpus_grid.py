@@ -18,7 +18,7 @@ import torch
 from benchmarks.corpus import CORPUS, pick
 from benchmarks.harness import grid
 
-WINDOWS = Path(__file__).resolve().parent / "data" / "corpus_search_grid"
+WINDOWS = grid.WINDOWS
 
 
 def main() -> None:

@@ -3,7 +3,8 @@
 For every corpus task: ``tunekit.lr_find(task, run_steps=<the planned run>, seed=s)`` for five finder
 seeds, called as a user calls it (a small-data task without its validation set). Each answer is scored by
 the task's ground-truth grid (``python -m benchmarks.corpus_grid``): regret = (L(lr) - L*) / L*, L
-interpolated over log LR on the grid's seed-mean curve. Beside it, on the same sweeps, the rules users
+interpolated over log LR on the seeds' median curve, 10 seeds at the LRs where the best may lie
+(``--window 10``; L* their median at the best), 2 elsewhere (``grid.truth``). Beside it, on the same sweeps, the rules users
 have: fastai's valley, the steepest slope (torch-lr-finder), the minimum over 10, and Lightning's
 ``suggestion()`` (the steepest gradient of its smoothed loss, skipping 10 points at the start and 1 at
 the end). Spread: log10(max / min) of the five seeds' answers. Cost: the samples lr_find drew, as a
@@ -316,6 +317,8 @@ def main() -> None:
             print(f"{name}: no grid yet (python -m benchmarks.corpus_grid --tasks {name}): left out", flush=True)
             continue
         truth = grid.ensure(name, 1 if args.quick else 2, root=grid_root, quiet=True)
+        if not args.quick:  # 10 seeds where the best may lie (L*: their median at the best), 2 elsewhere
+            truth = grid.truth(name, grid_root)
         runs[name] = finds(name, seeds, args.refind, finds_root, args.in_hand)
         scores[name] = score_task(name, runs[name], truth, grid_root)
         print(f"  {name}: regret {100 * scores[name].regret('tunekit'):.1f}%", flush=True)

@@ -21,7 +21,8 @@ Tasks whose finder has no validation data (the small-data family) get the curve'
 gives it them (``--no-val train``: short runs scored on the training data; ``--no-val DIR``: the records of
 ``benchmarks/corpus_refine.py --hold-out S --out DIR``).
 
-Regret is the grid's (benchmarks/harness/grid.py), at the planned run: normalised, and raw ((L(lr) - L*) / L*) beside it.
+Regret is the grid's (benchmarks/harness/grid.py), at the planned run, on the seeds' median curve: 10 seeds
+where the best may lie (the window, ``grid.truth``), 2 elsewhere; normalised, and raw ((L(lr) - L*) / L*) beside it.
 """
 
 from __future__ import annotations
@@ -221,7 +222,7 @@ def main() -> None:
         oracle(recs, args.select == "normalised")
         return
     grids = {n: grid.load(n, root=grid_root) for n in recs}
-    truths = {n: grid.Truth.of(grids[n]) for n in recs}
+    truths = {n: grid.truth(n, grid_root) if grid_root == grid.GRIDS else grid.Truth.of(grids[n]) for n in recs}
     lengths = sorted({r["steps"] for rs in recs.values() for r in rs})
     by = {n: {(r["seed"], r["steps"]): r for r in rs} for n, rs in recs.items()}
     seeds = {n: sorted({r["seed"] for r in rs}) for n, rs in recs.items()}
@@ -318,7 +319,7 @@ def oracle(recs: dict[str, list[dict[str, Any]]], norm: bool = True) -> None:
     What is left under the per-task bound is the seed-to-seed variation of the measurements themselves.
     ``norm``: in normalised regret (else the raw regret).
     """
-    truths = {n: grid.Truth.of(grid.load(n)) for n in recs}
+    truths = {n: grid.truth(n) for n in recs}
 
     def metric(n: str, lr: float) -> float:
         return truths[n].normalised(lr) if norm else truths[n].regret(lr)

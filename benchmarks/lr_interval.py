@@ -36,7 +36,7 @@ import argparse
 import json
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
@@ -75,6 +75,14 @@ class Pair:
     checked: bool = False  # short runs checked the suggestion (a refinement with a best)
     capped: bool = False  # the sweep's blow-up held it below their carried best
     short_best: Optional[float] = None  # their best, before the carry
+    odds: tuple[tuple[float, float], ...] = ()  # (grid LR, the chance it is the best: grid.best_odds)
+
+    def holds(self, iv: Interval, cell: float = CELL) -> float:
+        """The chance ``iv`` holds the best LR: each grid LR's share of the bootstrap's draws times the share
+        of its cell inside (:func:`covers`); the median's best alone where there are no odds."""
+        if not self.odds:
+            return covers(iv, self.best_lr, cell)
+        return sum(w * covers(iv, lr, cell) for lr, w in self.odds)
 
 
 def band(c: float, below: float = 1.0, above: float = 1.0) -> Callable[[Pair], Interval]:
@@ -163,37 +171,43 @@ def width(iv: Interval) -> float:
     return math.nan if iv is None else float(math.log10(iv[1] / iv[0]))
 
 
-def best_lr(name: str) -> tuple[float, bool]:
-    """The planned run's best LR: the 10-seed grid's (seeds' median) where it exists, else the 2-seed grid's."""
+def best_lr(name: str) -> tuple[float, bool, tuple[tuple[float, float], ...]]:
+    """The planned run's best LR: the 10-seed grid's (seeds' median) where it exists, with each of its LRs'
+    chance of being the best (``grid.best_odds``); else the 2-seed grid's (mean), no odds."""
     path = SEARCH_GRIDS / f"{name}.json"
     if path.exists():
-        return grid.Truth.of(json.loads(path.read_text()), np.median).best_lr, True
+        g = json.loads(path.read_text())
+        odds = tuple((grid.lr_of(k), w) for k, w in grid.best_odds(g).items() if w > 0)
+        return grid.Truth.of(g, np.median).best_lr, True, odds
     g = grid.load(name)
     if g is None:
         raise SystemExit(f"no grid for {name}: python -m benchmarks.corpus_grid --tasks {name}")
-    return grid.Truth.of(g).best_lr, False
+    return grid.Truth.of(g).best_lr, False, ()
 
 
 def pairs(names: list[str]) -> list[Pair]:
     out = []
     for name in names:
-        best, ten = best_lr(name)
+        best, ten, odds = best_lr(name)
         for r in json.loads((FINDS / f"{name}.json").read_text())["runs"]:
             losses = [math.nan if v is None else v for v in r["losses"]]
             curve = rules.prepare(r["lrs"], losses, family=r["family"])
             out.append(Pair(name, CORPUS[name].family, r["seed"], best, ten, r["suggestion"], bool(r["confident"]),
                             r["suggestions"], curve, r.get("short_best") is not None, bool(r.get("capped")),
-                            r.get("short_best")))
+                            r.get("short_best"), odds))
     return out
 
 
 @dataclass(frozen=True)
 class Score:
-    """A rule's figures on a set of pairs: coverage per family (at the grid's resolution, and strict), widths."""
+    """A rule's figures on a set of pairs, per family: coverage (:meth:`Pair.holds`), strict (the best's grid
+    LRs themselves inside, by their odds), at the median's best (the cell of the 10 seeds' median best alone);
+    widths."""
 
     coverage: dict[str, float]
     strict: dict[str, float]
     widths: list[float]
+    point: dict[str, float] = field(default_factory=dict)
 
     @property
     def worst(self) -> float:
@@ -211,11 +225,11 @@ class Score:
 
 
 def score(intervals: list[Interval], ps: list[Pair]) -> Score:
-    fams: dict[str, list[tuple[bool, bool]]] = {}
+    fams: dict[str, list[tuple[float, float, float]]] = {}
     for iv, p in zip(intervals, ps):
-        fams.setdefault(p.family, []).append((covers(iv, p.best_lr), covers(iv, p.best_lr, 0.0)))
-    return Score({f: float(np.mean([a for a, _ in v])) for f, v in fams.items()},
-                 {f: float(np.mean([b for _, b in v])) for f, v in fams.items()}, [width(iv) for iv in intervals])
+        fams.setdefault(p.family, []).append((p.holds(iv), p.holds(iv, 0.0), covers(iv, p.best_lr)))
+    mean = lambda i: {f: float(np.mean([t[i] for t in v])) for f, v in fams.items()}  # noqa: E731
+    return Score(mean(0), mean(1), [width(iv) for iv in intervals], mean(2))
 
 
 def choose(table: dict[str, list[Interval]], ps: list[Pair], keep: Callable[[Pair], bool],
@@ -237,9 +251,11 @@ def held_out_table(table: dict[str, list[Interval]], ps: list[Pair]) -> tuple[st
     """Per family: the rule chosen on the others and its held-out figures; then all 9 (what ships)."""
     fams = list(dict.fromkeys(p.family for p in ps))
     head = (f"{'held-out family':<16}{'n':>4}{'chosen on the other families':>30}{'coverage':>10}{'strict':>8}"
-            f"{'median width':>14}")
-    lines = ["Held out: each family's rule chosen on the other families (coverage: the mean share of the best LR's grid "
-             "cell inside; strict: the best grid LR itself inside; width in decades)", head, "-" * len(head)]
+            f"{'median width':>14}{'median best':>13}")
+    lines = ["Held out: each family's rule chosen on the other families (coverage: the chance it holds the best LR, "
+             "each grid LR weighted by its bootstrap odds of being the best, each counting the share of its cell "
+             "inside; strict: those grid LRs themselves inside; width in decades; median best: the share of the cell "
+             "of the 10 seeds' median best alone, the figure before odds)", head, "-" * len(head)]
     pooled: list[tuple[Interval, Pair]] = []
     for fam in fams:
         rule = choose(table, ps, lambda p, fam=fam: p.family != fam) if len(fams) > 1 else next(iter(table))
@@ -247,17 +263,19 @@ def held_out_table(table: dict[str, list[Interval]], ps: list[Pair]) -> tuple[st
         s = score([table[rule][i] for i in idx], [ps[i] for i in idx])
         pooled += [(table[rule][i], ps[i]) for i in idx]
         lines.append(f"{fam:<16}{len(idx):>4}{rule:>30}{100 * s.coverage[fam]:9.0f}%{100 * s.strict[fam]:7.0f}%"
-                     f"{s.median_width:14.2f}")
+                     f"{s.median_width:14.2f}{100 * s.point[fam]:12.0f}%")
     lines.append("-" * len(head))
-    cov = np.mean([covers(iv, p.best_lr) for iv, p in pooled])
-    strict = np.mean([covers(iv, p.best_lr, 0.0) for iv, p in pooled])
+    cov = np.mean([p.holds(iv) for iv, p in pooled])
+    strict = np.mean([p.holds(iv, 0.0) for iv, p in pooled])
+    point = np.mean([covers(iv, p.best_lr) for iv, p in pooled])
     w = np.nanmedian([width(iv) for iv, _ in pooled])
-    lines.append(f"{'overall':<16}{len(pooled):>4}{'(held out, pooled)':>30}{100 * cov:9.0f}%{100 * strict:7.0f}%{w:14.2f}")
+    lines.append(f"{'overall':<16}{len(pooled):>4}{'(held out, pooled)':>30}{100 * cov:9.0f}%{100 * strict:7.0f}%"
+                 f"{w:14.2f}{100 * point:12.0f}%")
     shipped = choose(table, ps, lambda p: True)
     s = score(table[shipped], ps)
     ship = [f"In-sample, chosen on all {len(fams)} families (what ships): {shipped}; median width {s.median_width:.2f} "
-            "decades", f"{'family':<16}{'coverage':>10}{'strict':>8}"]
-    ship += [f"{f:<16}{100 * s.coverage[f]:9.0f}%{100 * s.strict[f]:7.0f}%" for f in fams]
+            "decades", f"{'family':<16}{'coverage':>10}{'strict':>8}{'median best':>13}"]
+    ship += [f"{f:<16}{100 * s.coverage[f]:9.0f}%{100 * s.strict[f]:7.0f}%{100 * s.point[f]:12.0f}%" for f in fams]
     return "\n".join(lines), "\n".join(ship)
 
 
@@ -288,7 +306,7 @@ def task_table(ps: list[Pair], rule: Callable[[Pair], Interval]) -> str:
              "log10(best / suggestion) per seed", f"{'task':<25}{'family':<14}{'best lr':>9}{'':>4}{'covered':>9}  offsets"]
     for name in dict.fromkeys(p.task for p in ps):
         sub = [p for p in ps if p.task == name]
-        hit = sum(covers(rule(p), p.best_lr) for p in sub)  # a share of the cell for each seed
+        hit = sum(p.holds(rule(p)) for p in sub)  # a chance for each seed
         off = " ".join("   -" if p.suggestion is None else f"{math.log10(p.best_lr / p.suggestion):+5.2f}" for p in sub)
         lines.append(f"{name:<25}{sub[0].family:<14}{sub[0].best_lr:9.3g}{'10' if sub[0].ten_seeds else '':>4}"
                      f"{hit:>6.1f}/{len(sub)}  {off}")
@@ -305,7 +323,7 @@ def curve_only(ps: list[Pair], rule: str) -> str:
     s = score(got, ps)
     return (f"The same band around the curve's suggestion alone (lr_find(refine=False); in-sample; the final result's "
             f"confidence standing in for the curve's own): coverage "
-            f"{100 * np.mean([covers(iv, p.best_lr) for iv, p in zip(got, ps)]):.0f}% pooled, worst family "
+            f"{100 * np.mean([p.holds(iv) for iv, p in zip(got, ps)]):.0f}% pooled, worst family "
             f"{100 * s.worst:.0f}% ({min(s.coverage, key=lambda f: s.coverage[f])})")
 
 

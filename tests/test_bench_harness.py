@@ -65,6 +65,32 @@ def test_grid_truth_interpolates_over_log_lr_and_caps_divergence() -> None:
     assert t.top_diverged and t.interior
 
 
+def _runs(by_k: dict[int, list[float]]) -> list[dict]:
+    return [{"k": k, "seed": s, "final_loss": v, "diverged": False} for k, vals in by_k.items() for s, v in enumerate(vals)]
+
+
+def test_the_best_lrs_odds_split_between_neighbours_the_seeds_cannot_tell_apart() -> None:
+    rng = np.random.default_rng(0)
+    noise = rng.normal(0, 0.01, 10)  # one draw a seed, shared by every LR (the same init and batch order)
+    clear = {"runs": _runs({-3: list(1.0 + noise), 0: list(0.5 + noise), 3: list(0.9 + noise)}), "seeds": 10,
+             "untrained_loss": 2.0}
+    assert grid.best_odds(clear) == {-3: 0.0, 0: 1.0, 3: 0.0}
+    tied = {"runs": _runs({-3: list(0.5 + rng.normal(0, 0.01, 10)), 0: list(0.5 + rng.normal(0, 0.01, 10)),
+                           3: list(0.9 + noise)}), "seeds": 10, "untrained_loss": 2.0}
+    odds = grid.best_odds(tied)
+    assert 0.1 < odds[-3] < 0.9 and odds[-3] + odds[0] == pytest.approx(1.0) and odds[3] == 0.0
+    assert grid.best_odds(tied) == odds  # the same draws every time
+
+
+def test_a_merged_truth_takes_the_windows_ten_seeds_where_it_has_them_and_the_grid_elsewhere() -> None:
+    base = {"runs": _runs({-6: [2.0, 2.2], -3: [0.9, 0.7], 0: [1.0, 1.0], 3: [1.5, 1.7]}), "seeds": 2, "untrained_loss": 3.0}
+    window = {"runs": _runs({-3: [1.2] * 9 + [0.1], 0: [1.0] * 10}), "seeds": 10, "untrained_losses": [3.0] * 10}
+    t = grid.Truth.of(grid.merged(base, window), np.median)
+    assert t.best_lr == pytest.approx(1.0) and t.best == pytest.approx(1.0)  # the 2-seed 0.8 at k=-3 was a draw
+    assert len(t.at_best) == 10 and t.loss_at(0.1) == pytest.approx(1.2) and t.loss_at(1e-2) == pytest.approx(2.1)
+    assert grid.merged(base, None) is base
+
+
 def test_lightning_rule_is_the_steepest_point_of_its_smoothed_curve() -> None:
     lrs = list(np.logspace(-5, 0, 60))
     losses = [2.0] * 20 + list(np.linspace(2.0, 0.5, 20)) + [0.5] * 20

@@ -29,7 +29,10 @@ from tunekit import TrainConfig
 PER_DECADE = 3
 DEGRADED = 0.2  # the top LR has degraded when its loss exceeds L* + DEGRADED * (untrained - L*)
 MAX_EXTEND = 2  # decades each way beyond the starting range
+ODDS_DRAWS = 4000  # bootstrap draws for :func:`best_odds`
+PLAUSIBLE = 0.05  # a window grows at an end whose LR is the best in at least this share of the draws
 GRIDS = Path(__file__).resolve().parent.parent / "data" / "corpus_grid"
+WINDOWS = GRIDS.with_name("corpus_search_grid")  # :func:`window`'s, 10 seeds around the best
 
 
 def lr_of(k: int) -> float:
@@ -42,15 +45,42 @@ def capped(loss: float | None, untrained: float) -> float:
 
 def curve(grid: dict[str, Any], stat: Callable[[Any], Any] = np.mean) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(k values, log10 LRs, the mean, or ``stat``, of the seeds' capped final losses) over the LRs that
-    have all their seeds."""
+    have all their seeds (``grid["seeds"]``, or a merged grid's ``seeds_at`` for that LR: :func:`merged`)."""
     untrained = grid["untrained_loss"]
     by_k: dict[int, list[float]] = {}
     for run in grid["runs"]:
         by_k.setdefault(run["k"], []).append(capped(run["final_loss"], untrained))
-    seeds = grid["seeds"]
-    ks = np.array(sorted(k for k, v in by_k.items() if len(v) >= seeds), dtype=int)
-    mean = np.array([stat(by_k[k][:seeds]) for k in ks])
+    n = seeds_at(grid)
+    ks = np.array(sorted(k for k, v in by_k.items() if len(v) >= n(k)), dtype=int)
+    mean = np.array([stat(by_k[k][:n(k)]) for k in ks])
     return ks, ks / PER_DECADE, mean
+
+
+def seeds_at(grid: dict[str, Any]) -> Callable[[int], int]:
+    """How many seeds the grid holds at LR k: its ``seeds``, or a merged grid's count there."""
+    at = {int(k): v for k, v in grid.get("seeds_at", {}).items()}
+    return lambda k: at.get(int(k), grid["seeds"])
+
+
+def merged(base: dict[str, Any], window: dict[str, Any] | None) -> dict[str, Any]:
+    """The grid with the window's LRs replaced by its many seeds (the window's runs include the grid's seeds
+    there): one curve over the grid's whole range, 10 seeds where the best may lie, for :meth:`Truth.of` with
+    the seeds' median (the issue's L*: the median of 10 seeds at the best LR)."""
+    if window is None:
+        return base
+    n = window["seeds"]
+    full = {k for k in {r["k"] for r in window["runs"]} if sum(r["k"] == k for r in window["runs"]) >= n}
+    runs = [r for r in base["runs"] if r["k"] not in full] + [r for r in window["runs"] if r["k"] in full]
+    return dict(base, runs=sorted(runs, key=lambda r: (r["k"], r["seed"])), seeds_at={k: n for k in full},
+                untrained_losses=window.get("untrained_losses", []))
+
+
+def truth(name: str, root: Path = GRIDS, windows: Path = WINDOWS) -> Truth:
+    """The planned run's truth: its grid merged with its 10-seed window where one exists, by the seeds' median."""
+    base = load(name, root=root)
+    if base is None:
+        raise SystemExit(f"no grid for {name}: python -m benchmarks.corpus_grid --tasks {name}")
+    return Truth.of(merged(base, load(name, root=windows)), np.median)
 
 
 def untrained_loss(task: tunekit.Task, seed: int = 0) -> float:
@@ -114,6 +144,22 @@ def _run_point(grid: dict[str, Any], task: tunekit.Task, k: int, seeds: int, don
     return new
 
 
+def best_odds(grid: dict[str, Any], draws: int = ODDS_DRAWS, seed: int = 0) -> dict[int, float]:
+    """{k: the share of bootstrap draws in which LR k is the best}: the seeds resampled with replacement, the
+    same draw at every LR (a seed is one init and batch order at each), the best by the draws' median.
+
+    Why: where neighbouring LRs end within their seeds' noise of each other, "the best LR" is not one grid
+    point; ten seeds say how likely each is. Deterministic (``seed``)."""
+    ks = curve(grid, np.median)[0]
+    untrained, n = grid["untrained_loss"], grid["seeds"]
+    by_k = {int(k): sorted((r for r in grid["runs"] if r["k"] == k), key=lambda r: r["seed"])[:n] for k in ks}
+    m = np.array([[capped(r["final_loss"], untrained) for r in by_k[int(k)]] for k in ks])
+    pick = np.random.default_rng(seed).integers(0, n, size=(draws, n))
+    best = np.argmin(np.median(m[:, pick], axis=2), axis=0)
+    share = np.bincount(best, minlength=len(ks)) / draws
+    return {int(k): float(v) for k, v in zip(ks, share)}
+
+
 @dataclass(frozen=True)
 class Truth:
     """What a grid says: the seed-mean curve over log LR, its best LR and loss, the untrained loss."""
@@ -136,7 +182,7 @@ class Truth:
         ks, log_lrs, mean = curve(grid, stat)
         i = int(np.argmin(mean))
         best, untrained = float(mean[i]), grid["untrained_loss"]
-        at_best = [capped(r["final_loss"], untrained) for r in grid["runs"] if r["k"] == ks[i]][:grid["seeds"]]
+        at_best = [capped(r["final_loss"], untrained) for r in grid["runs"] if r["k"] == ks[i]][:seeds_at(grid)(ks[i])]
         return cls(log_lrs, mean, int(ks[i]), lr_of(int(ks[i])), best, untrained,
                    (float(mean[-1]) - best) / max(untrained - best, 1e-12),
                    any(r["diverged"] for r in grid["runs"] if r["k"] == ks[-1]), 0 < i < len(mean) - 1,
@@ -206,7 +252,8 @@ def _saver(path: Path, grid: dict[str, Any]) -> Callable[[], None]:
 
 def window(name: str, seeds: int, root: Path, base_root: Path = GRIDS, quiet: bool = False) -> Truth:
     """The planned run's LRs around the grid's best (its best and both neighbours) at ``seeds`` seeds,
-    growing a point at an end while the best seed-mean sits there (up to the grid's own range).
+    growing a point at an end while that end is the best (the seeds' median) in at least ``PLAUSIBLE`` of
+    :func:`best_odds`'s draws, up to the grid's own range: the best is then not known to lie inside.
 
     Why: where one run's final loss varies by tens of percent from seed to seed (a small validation
     set), the 2-seed grid's L* is itself a draw, and a target 2% above it is a lottery. L* here is the
@@ -235,13 +282,16 @@ def window(name: str, seeds: int, root: Path, base_root: Path = GRIDS, quiet: bo
     while True:
         for k in range(lo, hi + 1):
             new += _run_point(grid, task, k, seeds, done, save)
-        t = Truth.of(grid, np.median)
-        if t.best_k == lo and lo > ks[0]:
+        have = curve(grid)[0]  # what an earlier run grew counts too
+        lo, hi = int(have[0]), int(have[-1])
+        odds = best_odds(grid)
+        if odds.get(lo, 0.0) >= PLAUSIBLE and lo > ks[0]:
             lo -= 1
-        elif t.best_k == hi and hi < ks[-1]:
+        elif odds.get(hi, 0.0) >= PLAUSIBLE and hi < ks[-1]:
             hi += 1
         else:
             break
+    t = Truth.of(grid, np.median)
     if len(grid.get("untrained_losses", ())) < seeds:  # the learnable loss's top, at the same seeds as L*
         grid["untrained_losses"] = [untrained_loss(task, s) for s in range(seeds)]
         t = Truth.of(grid, np.median)
