@@ -250,10 +250,12 @@ def _saver(path: Path, grid: dict[str, Any]) -> Callable[[], None]:
     return save
 
 
-def window(name: str, seeds: int, root: Path, base_root: Path = GRIDS, quiet: bool = False) -> Truth:
+def window(name: str, seeds: int, root: Path, base_root: Path = GRIDS, quiet: bool = False,
+           whole: bool = False) -> Truth:
     """The planned run's LRs around the grid's best (its best and both neighbours) at ``seeds`` seeds,
     growing a point at an end while that end is the best (the seeds' median) in at least ``PLAUSIBLE`` of
     :func:`best_odds`'s draws, up to the grid's own range: the best is then not known to lie inside.
+    ``whole``: every LR of the grid (the noisy families, where a rule's answer far from the best is scored too).
 
     Why: where one run's final loss varies by tens of percent from seed to seed (a small validation
     set), the 2-seed grid's L* is itself a draw, and a target 2% above it is a lottery. L* here is the
@@ -278,7 +280,7 @@ def window(name: str, seeds: int, root: Path, base_root: Path = GRIDS, quiet: bo
     grid["seeds"] = seeds
     done = {(r["k"], r["seed"]) for r in grid.setdefault("runs", [])}
     task, save, new = entry(name).make(), _saver(path, grid), 0
-    lo, hi = max(best_k - 1, int(ks[0])), min(best_k + 1, int(ks[-1]))
+    lo, hi = (int(ks[0]), int(ks[-1])) if whole else (max(best_k - 1, int(ks[0])), min(best_k + 1, int(ks[-1])))
     while True:
         for k in range(lo, hi + 1):
             new += _run_point(grid, task, k, seeds, done, save)
