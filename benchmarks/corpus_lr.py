@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
 import math
 import os
@@ -39,6 +40,7 @@ from benchmarks.corpus import CORPUS, entry, pick
 from benchmarks.harness import grid, lofo, report
 from tunekit import StepSettings
 from tunekit.probes import lr_rules as suggest
+from tunekit.probes import short_runs
 
 FINDS = Path(__file__).resolve().parent / "data" / "corpus_lr_finds"
 PEERS = ("valley", "steepest", "min/10", "lightning")
@@ -95,7 +97,7 @@ def find_once(name: str, seed: int, in_hand: bool = False) -> dict[str, Any]:
             # The short runs (their best before the carry, whether the blow-up capped it): what an interval may use.
             "short_lrs": list(ref.last.lrs) if ref else [], "short_scores": _finite(ref.last.scores) if ref else [],
             "short_best": ref.best_lr if ref else None, "capped": bool(ref.capped) if ref else False,
-            "passes": r.settings.run_passes,
+            "passes": r.settings.run_passes, "passes_divisor": ref.passes_divisor if ref else 1.0,
             "interval": list(r.interval) if r.interval else None}
 
 
@@ -215,6 +217,44 @@ def passes_table(scores: dict[str, TaskScore], runs: dict[str, list[dict[str, An
     return "\n".join(lines)
 
 
+SHORT_FROM = (1.0, 2.0, 4.0, 8.0)  # passes where the short runs' carry starts to divide
+SHORT_RATES = (0.0, 0.25, 0.5, 0.75, 1.0)
+
+
+def short_passes_table(scores: dict[str, TaskScore], runs: dict[str, list[dict[str, Any]]]) -> str:
+    """The short runs' carried number divided by (passes / from) ** rate for a planned run of more passes over its
+    data than ``from`` (at most 10**SHORT_PASSES_MOST), (from, rate) chosen leave-one-family-out on the normalised
+    regret: tunekit.probes.short_runs.SHORT_PASSES_FROM, SHORT_PASSES. Finds without short runs keep their number."""
+    norm: dict[str, dict[str, float]] = {}
+    for start, rate in itertools.product(SHORT_FROM, SHORT_RATES):
+        if rate == 0 and start != SHORT_FROM[0]:
+            continue
+        key = "none" if rate == 0 else f"{start:g}:{rate:g}"
+        norm[key] = {}
+        for name, ts in scores.items():
+            lrs = []
+            for r in runs[name]:
+                lr = r["suggestion"]
+                if lr and r.get("short_best") is not None:  # before lr_find's own division, then this rule's
+                    lr = lr * r.get("passes_divisor", 1.0) / short_runs.passes_divisor(r.get("passes"), start, rate)
+                lrs.append(lr)
+            norm[key][name] = float(np.mean([ts.truth.normalised(lr) for lr in lrs]))
+    held = lofo.select(norm, {n: CORPUS[n].family for n in scores})
+    shipped = f"{short_runs.SHORT_PASSES_FROM:g}:{short_runs.SHORT_PASSES:g}"
+    lines = ["The short runs' carried number divided by (passes / from) ** rate beyond `from` passes over the data "
+             f"(at most {10 ** short_runs.SHORT_PASSES_MOST:.2g}x), from:rate chosen on the other families;",
+             f"normalised regret, mean over tasks; lr_find ships {shipped} (SHORT_PASSES_FROM, SHORT_PASSES):",
+             f"{'held-out family':<16}{'chosen':>8}{'held out':>10}{'none':>8}{shipped:>8}"]
+    for fam, h in held.items():
+        none = np.mean([norm["none"][t] for t in h.scores])
+        ship = np.mean([norm[shipped][t] for t in h.scores]) if shipped in norm else math.nan
+        lines.append(f"{fam:<16}{h.rule:>8}{100 * h.mean:9.2f}%{100 * none:7.2f}%{100 * ship:7.2f}%")
+    mean = lambda key: 100 * np.mean([np.mean([norm[key][t] for t in h.scores]) for h in held.values()])  # noqa: E731
+    lines.append(f"over families: held out {100 * np.mean([h.mean for h in held.values()]):.2f}%, none {mean('none'):.2f}%"
+                 + (f", {shipped} in-sample {mean(shipped):.2f}%" if shipped in norm else ""))
+    return "\n".join(lines)
+
+
 def family_table(scores: dict[str, TaskScore]) -> str:
     fams: dict[str, list[TaskScore]] = {}
     for ts in scores.values():
@@ -325,7 +365,7 @@ def main() -> None:
     if not scores:
         raise SystemExit("no task has a grid yet: run python -m benchmarks.corpus_grid first")
     body = "\n\n".join([family_table(scores), normalised_table(scores), lofo_table(scores, runs),
-                         passes_table(scores, runs), task_table(scores)])
+                         passes_table(scores, runs), short_passes_table(scores, runs), task_table(scores)])
     if args.in_hand:
         told = [f"{n}: {int(np.median([r['run_steps'] for r in runs[n]])):,} updates assumed, "
                 f"{CORPUS[n].run_steps:,} planned" for n in scores]

@@ -6,7 +6,7 @@ would run it under its budget of short runs (at most ``BUDGET // H`` of them: th
 first three, the bracket's extensions, then the polish, in lr_find's order). A rule is the short
 runs' length H and how their best carries to the planned run: a shift in decades, a weight on the
 curve's suggestion, and a cap below the sweep's blow-up (raised where the short runs' best lies above it:
-``lift``). For each family the rule with the lowest
+``lift``), then a division for the planned run's passes over its data (``passes``). For each family the rule with the lowest
 mean normalised regret (L - L*) / (L_untrained - L*) over the other families' tasks is chosen (a raw
 regret (L - L*) / L* lets a task whose best loss is near zero, as on small data, choose for all), and
 scored on the family left out. The constants lr_find ships (tunekit/probes/short_runs.py: SHORT_*) were
@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import math
 import tempfile
 from dataclasses import dataclass
@@ -41,7 +42,8 @@ from benchmarks.corpus import CORPUS
 from benchmarks.corpus_refine import QUICK_LENGTHS, QUICK_TASKS, load, record_task
 from benchmarks.harness import grid, lofo, report
 from tunekit.defaults import REFINE_SHARE
-from tunekit.probes.short_runs import SHORT_LIFT, SHORT_LIFT_FROM, SHORT_RUNS, SHORT_STEPS
+from tunekit.probes.short_runs import (SHORT_CAP, SHORT_LIFT, SHORT_LIFT_FROM, SHORT_PASSES, SHORT_PASSES_FROM,
+                                       SHORT_RUNS, SHORT_SHIFT, SHORT_STEPS, passes_divisor)
 from tunekit.probes import lr_rules
 
 BUDGET = SHORT_RUNS * SHORT_STEPS  # what lr_find's one-length refinement may spend at least
@@ -52,6 +54,7 @@ WEIGHTS = (1.0, 0.75, 0.5)
 # refinement already starts when the curve is unsure); --caps tries others.
 CAPS: tuple[float | None, ...] = (0.5,)
 PER_LENGTH = (0.0, -0.25, -0.5)
+FINDS = Path(__file__).resolve().parent / "data" / "corpus_lr_finds"  # corpus_lr's: each task's passes over its data
 
 
 @dataclass(frozen=True)
@@ -121,14 +124,19 @@ class Rule:
     # (from, rate): the cap rises ``rate`` decades per decade the short runs' best lies over ``from`` decades
     # above the blow-up; None: it does not
     lift: tuple[float, float] | None = None
+    # (from, rate): then divided by (passes / from) ** rate for a run of more passes over its data (lr_find's
+    # passes_divisor, at most its 10**SHORT_PASSES_MOST); None: not
+    passes: tuple[float, float] | None = None
 
     @property
     def name(self) -> str:
         cap = "none" if self.cap is None else f"{self.cap:g}"
         lift = f" lift={self.lift[1]:g}@{self.lift[0]:g}" if self.lift else ""
-        return f"H={self.steps} shift={self.shift:+.3f} w={self.weight:g} cap={cap}{lift} p={self.per_length:g}"
+        passes = f" passes={self.passes[1]:g}@{self.passes[0]:g}" if self.passes else ""
+        return f"H={self.steps} shift={self.shift:+.3f} w={self.weight:g} cap={cap}{lift}{passes} p={self.per_length:g}"
 
-    def answer(self, rec: dict[str, Any], rp: Replay, up: float | None, run_steps: int) -> float | None:
+    def answer(self, rec: dict[str, Any], rp: Replay, up: float | None, run_steps: int,
+               passes: float | None = None) -> float | None:
         curve = rec["curve"]
         if rp.best is None:
             x = math.log10(curve) if curve else None
@@ -140,7 +148,16 @@ class Rule:
         if self.cap is not None and up is not None and rp.best is not None:  # lr_find caps the carry, not the curve
             rise = self.lift[1] * max(0.0, rp.best - math.log10(up) - self.lift[0]) if self.lift else 0.0
             x = min(x, math.log10(up) - self.cap + rise)
+        if self.passes and rp.best is not None:  # lr_find divides the carried number, after the cap
+            x -= math.log10(passes_divisor(passes, *self.passes))
         return float(10 ** x)
+
+
+def run_passes(name: str) -> float | None:
+    """The planned run's passes over its data, as lr_find computed them in corpus_lr's finds (None without)."""
+    path = FINDS / f"{name}.json"
+    runs = json.loads(path.read_text())["runs"] if path.exists() else []
+    return runs[0].get("passes") if runs else None
 
 
 def blowup_of(rec: dict[str, Any], sweep_steps: int = 100) -> float | None:
@@ -231,7 +248,9 @@ def main() -> None:
     if args.kind in ("one", "both"):
         lifts = tuple(dict.fromkeys((None, (SHORT_LIFT_FROM, SHORT_LIFT),
                                      *(tuple(map(float, v.split(":"))) for v in args.lifts.split(",") if v))))
-        for rule in (Rule(*x) for x in itertools.product(lengths, SHIFTS, WEIGHTS, caps, PER_LENGTH, lifts)):
+        carries = (None, (SHORT_PASSES_FROM, SHORT_PASSES))
+        passes = {n: None if args.quick else run_passes(n) for n in recs}
+        for rule in (Rule(*x) for x in itertools.product(lengths, SHIFTS, WEIGHTS, caps, PER_LENGTH, lifts, carries)):
             answers[rule.name] = {}
             for n in recs:
                 out = []
@@ -241,7 +260,7 @@ def main() -> None:
                         continue
                     rp = replay(r, budget_of(CORPUS[n].run_steps))
                     out.append((rule.answer(r, rp, blowup_of(r) if rule.cap is not None else None,
-                                            CORPUS[n].run_steps), rp.runs * rule.steps))
+                                            CORPUS[n].run_steps, passes[n]), rp.runs * rule.steps))
                 answers[rule.name][n] = out
     if args.kind in ("two", "both"):
         for a, b in itertools.combinations(lengths, 2):
@@ -290,6 +309,12 @@ def main() -> None:
                  "mean, worst: the raw regret (L - L*) / L*")
     allfit = min(regret, key=lambda r: float(np.mean(list(regret[r].values()))))
     lines.append(f"the rule chosen on every family (in-sample): {allfit}")
+    shipped = Rule(SHORT_STEPS, SHORT_SHIFT, 1.0, SHORT_CAP, 0.0, (SHORT_LIFT_FROM, SHORT_LIFT),
+                   (SHORT_PASSES_FROM, SHORT_PASSES)).name
+    if shipped in regret:  # what lr_find runs, on the same replay (in-sample: its constants were chosen here)
+        by_fam = {f: np.mean([regret[shipped][t] for t in held[f].scores]) for f in held}
+        lines.append(f"the rule lr_find ships, {shipped} (in-sample): " + ", ".join(
+            f"{f} {100 * v:.2f}%" for f, v in by_fam.items()) + f"; over families {100 * np.mean(list(by_fam.values())):.2f}%")
     print("\n".join(lines))
     report.write("lr_carry", "The carry from short runs to the planned run, leave-one-family-out", "\n".join(lines),
                  quick=args.quick)

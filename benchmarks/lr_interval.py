@@ -8,6 +8,7 @@ run into an interval (low, high) with one constant:
   c/2 on the other; ``band doubt``: c decades, 2c where the finder was not confident; ``band checked``: 2c
   also where no short runs checked the suggestion; ``band carried``: ``band checked``, its top raised to c
   decades over the short runs' carried best where the sweep's blow-up capped the suggestion below it;
+  ``band passes``: ``band carried``, that best divided for the run's passes as the suggestion is;
 - ``bottom``: the LRs where the smoothed curve is within a fraction f of its descent (start to minimum)
   above its minimum, divided as the suggestion rule divides the minimum, stretched to hold the suggestion;
 - ``rules``: the range the rules' suggestions span (the final one with the curve's tunekit, steepest,
@@ -76,6 +77,7 @@ class Pair:
     capped: bool = False  # the sweep's blow-up held it below their carried best
     short_best: Optional[float] = None  # their best, before the carry
     odds: tuple[tuple[float, float], ...] = ()  # (grid LR, the chance it is the best: grid.best_odds)
+    passes_divisor: float = 1.0  # what lr_find divided the short runs' carried number by for the run's passes
 
     def holds(self, iv: Interval, cell: float = CELL) -> float:
         """The chance ``iv`` holds the best LR: each grid LR's share of the bootstrap's draws times the share
@@ -118,6 +120,14 @@ def band_carried(c: float) -> Callable[[Pair], Interval]:
     return rule
 
 
+def band_carried_passes(c: float) -> Callable[[Pair], Interval]:
+    """``band carried``, the short runs' carried best it reaches to divided for the run's passes as the suggestion is."""
+    def rule(p: Pair) -> Interval:
+        reach = p.short_best * 10 ** SHORT_SHIFT / p.passes_divisor if p.capped and p.short_best else None
+        return rules.interval(p.suggestion, c, p.curve, confident=p.confident and p.checked, reach=reach)
+    return rule
+
+
 def bottom(f: float) -> Callable[[Pair], Interval]:
     """The curve's bottom at level f, divided as the shipped rule divides the minimum, holding the suggestion."""
     def rule(p: Pair) -> Interval:
@@ -149,6 +159,7 @@ def candidates() -> dict[str, Callable[[Pair], Interval]]:
         out[f"band doubt {c:g}"] = band_doubt(c)
         out[f"band checked {c:g}"] = band_checked(c)
         out[f"band carried {c:g}"] = band_carried(c)
+        out[f"band passes {c:g}"] = band_carried_passes(c)
     for f in LEVELS:
         out[f"bottom {f:g}"] = bottom(f)
     for c in BANDS[:20]:
@@ -194,7 +205,7 @@ def pairs(names: list[str]) -> list[Pair]:
             curve = rules.prepare(r["lrs"], losses, family=r["family"])
             out.append(Pair(name, CORPUS[name].family, r["seed"], best, ten, r["suggestion"], bool(r["confident"]),
                             r["suggestions"], curve, r.get("short_best") is not None, bool(r.get("capped")),
-                            r.get("short_best"), odds))
+                            r.get("short_best"), odds, r.get("passes_divisor", 1.0)))
     return out
 
 
@@ -317,7 +328,7 @@ def curve_only(ps: list[Pair], rule: str) -> str:
     """The shipped band around the curve's own suggestion (what ``refine=False`` returns), on the same pairs."""
     c = float(rule.rsplit(" ", 1)[1])
     doubt = rule.startswith("band doubt")  # the final result's confidence stands in for the curve's own
-    unchecked = rule.startswith(("band checked", "band carried"))  # no short runs checked it: twice the width
+    unchecked = rule.startswith(("band checked", "band carried", "band passes"))  # no short runs checked it: twice the width
     got = [rules.interval(p.suggestions.get("tunekit"), c, p.curve,
                           confident=not unchecked and (p.confident or not doubt)) for p in ps]
     s = score(got, ps)

@@ -645,6 +645,30 @@ def test_the_curve_alone_is_carried_to_the_planned_runs_passes_over_its_data() -
     assert "<- default" in one.table() and "carried" not in one.table()
 
 
+def test_the_short_runs_number_is_divided_for_a_run_of_many_passes_over_its_data() -> None:
+    """Checked by short runs, a planned run of over SHORT_PASSES_FROM passes gets their carried number divided by
+    passes_divisor (at most 10**SHORT_PASSES_MOST), recorded on the refinement and said where the carry is."""
+    from tunekit.probes.lr_rules import blowup, prepare
+    from tunekit.probes.short_runs import (SHORT_PASSES, SHORT_PASSES_FROM, SHORT_PASSES_MOST, from_short_runs,
+                                           passes_divisor)
+
+    assert passes_divisor(None) == passes_divisor(SHORT_PASSES_FROM) == 1.0
+    assert passes_divisor(4 * SHORT_PASSES_FROM) == pytest.approx(4 ** SHORT_PASSES)
+    assert passes_divisor(10 ** 4) == pytest.approx(10 ** SHORT_PASSES_MOST)  # no further than the corpus measured
+    common = dict(step=StepSettings(batch_size=16), progress=False, seed=0, val_data=regression_data(64, seed=5))
+    torch.manual_seed(0)
+    found = lr_find(nn.Linear(8, 1), regression_data(240), nn.MSELoss(), run_steps=300, **common)  # 20 passes
+    ref = found.refinement
+    assert ref is not None and ref.best_lr is not None and found.suggestion is not None
+    assert ref.passes_divisor == pytest.approx(passes_divisor(20.0)) and ref.passes_divisor > 1
+    up = blowup(prepare(found.lrs, found.losses)) or found.diverged_at_lr
+    assert found.suggestion * ref.passes_divisor == pytest.approx(from_short_runs(ref.best_lr, up))
+    assert f"divided by {ref.passes_divisor:.2g} for 20.0 passes over the data" in found.summary()
+    torch.manual_seed(0)
+    few = lr_find(nn.Linear(8, 1), regression_data(2400), nn.MSELoss(), run_steps=300, **common)  # 2 passes
+    assert few.refinement is not None and few.refinement.passes_divisor == 1.0 and "passes over" not in few.summary()
+
+
 # ------------------------------------------------------------------- the planned run and the refinement's cost
 
 

@@ -136,9 +136,9 @@ def lr_find(
     result = _test_and_refine(setup, settings, sweep_lrs(min_lr, max_lr, sweep_steps, mode), repeats,
                               val_batches if loss_on == "val" else None, short, hold_out_share, progress)
     ref = result.refinement
+    reach = ref.best_lr * 10 ** SHORT_SHIFT / ref.passes_divisor if ref is not None and ref.capped else None
     result.interval = interval(result.suggestion, curve=prepare(result.lrs, result.losses, family=settings.family),
-                               confident=result.confident and result.checked,
-                               reach=ref.best_lr * 10 ** SHORT_SHIFT if ref is not None and ref.capped else None)
+                               confident=result.confident and result.checked, reach=reach)
     result.seconds = time.perf_counter() - start
     return result
 
@@ -168,6 +168,9 @@ def _test_and_refine(setup: LRSetup, settings: LRFindSettings, lrs: np.ndarray, 
         runs = sweeps(setup, initial, lrs, repeats, val_batches, steps_bar)
         setup.noise = runs[0]["noise"]
         result = curve_result(runs, settings, 0.0)
+        result.settings.run_samples = int(round(_samples_per_update(setup, runs) * int(settings.run_steps or 0)))
+        size = dataset_size(setup.data)
+        result.settings.run_passes = result.settings.run_samples / size if size else None
         # Then short real runs around the curve's suggestion: the curve alone can be off by 25x.
         if short is not None and short.refines:
             short_run, scored_on = short_runner(setup, initial, short.steps, short.seeds, steps_bar, hold_out_share)
@@ -179,12 +182,10 @@ def _test_and_refine(setup: LRSetup, settings: LRFindSettings, lrs: np.ndarray, 
             longer_run = (short_runner(setup, initial, short.long_steps, short.seeds, steps_bar, hold_out_share)[0]
                           if short.long_steps else None)
             refine_suggestion(result, short_run, longer_run, scored_on[0], most=short.runs, calibrated=short.calibrated)
-            carry_to_run(result, short, int(settings.run_steps or 0), _samples_per_update(setup, runs))
+            carry_to_run(result, short, int(settings.run_steps or 0), _samples_per_update(setup, runs),
+                         result.settings.run_passes)
         elif short is not None:
             result.settings.not_refined = short.why
-    result.settings.run_samples = int(round(_samples_per_update(setup, runs) * int(settings.run_steps or 0)))
-    size = dataset_size(setup.data)
-    result.settings.run_passes = result.settings.run_samples / size if size else None
     if short is not None and not short.refines:  # the curve's number is the answer for the planned run
         carry_curve_to_run(result)
     return result

@@ -19,7 +19,7 @@ from tunekit.inputs.data import BatchStream, Data, batch_size_of, dataset_size, 
 from tunekit.inputs.task import Task
 from tunekit.probes.lr_rules import blowup, bracket_minimum, bracket_next, bracket_polish, prepare
 from tunekit.probes.short_runs import (SHORT_CAP, SHORT_LIFT_FROM, SHORT_SHIFT, ShortRuns, from_curve,
-                                       from_short_runs, from_two_lengths)
+                                       from_short_runs, from_two_lengths, passes_divisor)
 from tunekit.probes.sweep import LRSetup, blown_up
 from tunekit.results import LRFindResult
 from tunekit.results.lr_find import Doubt, Refinement, RefineStage, ScoredOn
@@ -198,8 +198,10 @@ def refine_suggestion(result: LRFindResult, short_run: Callable[[float], tuple[f
                      "lie beyond it (widen the sweep)")
 
 
-def carry_to_run(result: LRFindResult, short: ShortRuns, run_steps: int, per_update: float) -> None:
-    """The two lengths' bests carried to the planned run's length (one length's best is kept as it is);
+def carry_to_run(result: LRFindResult, short: ShortRuns, run_steps: int, per_update: float,
+                 passes: Optional[float] = None) -> None:
+    """The two lengths' bests carried to the planned run's length (one length's best by the corpus's carry, then
+    divided for the run's ``passes`` over its data: :func:`~tunekit.probes.short_runs.passes_divisor`);
     the refinement records the lengths and its cost (updates, samples, share) beside the planned run's."""
     ref = result.refinement
     if ref is None:
@@ -223,6 +225,10 @@ def carry_to_run(result: LRFindResult, short: ShortRuns, run_steps: int, per_upd
                            "short runs disagree, the suggestion leans below")
         elif past:
             ref.carried += f"; not capped by the sweep's blow-up ({up:.3g}): their best lay far above it"
+        ref.passes_divisor = passes_divisor(passes)
+        if ref.passes_divisor > 1:
+            result.suggestion /= ref.passes_divisor
+            ref.carried += f"; divided by {ref.passes_divisor:.2g} for {passes:.1f} passes over the data"
         if not ref.bracketed:
             ref.carried += f"; their best at an edge of the {len(ref.stages[0].lrs)} LRs the budget bought"
 

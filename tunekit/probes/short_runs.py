@@ -20,7 +20,8 @@ from tunekit.defaults import REFINE_SHARE, RUN_STEPS_IN_HAND
 
 __all__ = ["ShortRuns", "short_runs_for", "from_two_lengths", "from_short_runs", "DEFAULT_RUN_STEPS", "REFINE_SHARE",
            "TWO_LENGTHS_FROM", "SATURATION", "MOST_CARRIED", "SHORT_STEPS", "SHORT_RUNS", "SHORT_SHIFT", "SHORT_CAP",
-           "SHORT_LIFT", "SHORT_LIFT_FROM", "CURVE_PASSES", "from_curve"]
+           "SHORT_LIFT", "SHORT_LIFT_FROM", "CURVE_PASSES", "from_curve", "SHORT_PASSES_FROM", "SHORT_PASSES",
+           "SHORT_PASSES_MOST", "passes_divisor"]
 
 # A model in hand whose data has no length, and no run_steps given: a run of this many updates
 # (tunekit.defaults; data with a length: RUN_EPOCHS_IN_HAND epochs of it).
@@ -57,6 +58,14 @@ SHORT_LIFT = 2.0
 # dividing it by P**CURVE_PASSES: many passes favour a lower LR than a sweep over a few batches sees (chosen
 # leave-one-family-out on the corpus's curve suggestions: 0.2 on 7 of 9 families; benchmarks/corpus_lr.py).
 CURVE_PASSES = 0.2
+# Where short runs did check it, their carried number is divided by (P / SHORT_PASSES_FROM) ** SHORT_PASSES for a
+# planned run of P > SHORT_PASSES_FROM passes over its data: 33-update runs see a pass or two, and a run that goes
+# over small data many times trains best lower (the MLPs on small tables: 4-6x high at 10-12 passes). Never by more
+# than 10**SHORT_PASSES_MOST, the most the corpus measured (12 passes): beyond it the rule is unmeasured (chosen
+# leave-one-family-out, 7 of 9 families; benchmarks/corpus_lr.py's short-run passes table).
+SHORT_PASSES_FROM = 2.0
+SHORT_PASSES = 0.5
+SHORT_PASSES_MOST = 0.4
 
 
 @dataclass(frozen=True)
@@ -144,6 +153,15 @@ def from_short_runs(best: float, blowup: Optional[float]) -> float:
         return float(lr)
     over = max(1.0, best / (blowup * 10 ** SHORT_LIFT_FROM))
     return float(min(lr, blowup / 10 ** SHORT_CAP * over ** SHORT_LIFT))
+
+
+def passes_divisor(passes: Optional[float], start: float = SHORT_PASSES_FROM, rate: float = SHORT_PASSES,
+                   most: float = SHORT_PASSES_MOST) -> float:
+    """What the short runs' carried number is divided by for a planned run of ``passes`` passes over its data:
+    (passes / ``start``) ** ``rate``, at least 1 and at most 10 ** ``most``; 1 where ``passes`` is unknown."""
+    if not passes or passes <= start:
+        return 1.0
+    return float(min((passes / start) ** rate, 10 ** most))
 
 
 def from_curve(suggestion: float, passes: Optional[float]) -> float:

@@ -119,6 +119,7 @@ class Refinement(Record):
     share: Optional[float] = None  # the short runs' samples as a share of the planned run's
     carried: Optional[str] = None  # how the short runs' best became the suggestion, in words
     capped: Optional[bool] = None  # whether the sweep's blow-up held the suggestion below their carried best
+    passes_divisor: float = 1.0  # what the carried number was then divided by for the run's passes over its data
 
     def __post_init__(self) -> None:
         self.stages = [s for s in (RefineStage.of(s) for s in self.stages) if s is not None]
