@@ -15,7 +15,7 @@ divided by k, one k for all or one per optimizer family), the rule chosen on the
 scored on the family left out. tunekit's shipped rule was chosen on the older 12-task LR benchmark:
 its tasks that the corpus keeps are marked * (in-sample).
 
-    python -m benchmarks.corpus_lr [--tasks a,b] [--seeds 5] [--refind] [--quick]
+    python -m benchmarks.corpus_lr [--tasks a,b] [--seeds 5] [--seed-from 0] [--refind] [--quick]
 
 Finder runs are cached in benchmarks/data/corpus_lr_finds/ (``--refind`` runs them again).
 """
@@ -105,19 +105,21 @@ def _finite(xs: list[float]) -> list[float | None]:
     return [x if x is not None and math.isfinite(x) else None for x in xs]
 
 
-def finds(name: str, seeds: int, refind: bool, root: Path = FINDS, in_hand: bool = False) -> list[dict[str, Any]]:
+def finds(name: str, seeds: int, refind: bool, root: Path = FINDS, in_hand: bool = False,
+          first: int = 0) -> list[dict[str, Any]]:
+    """Finder seeds ``first`` .. ``first + seeds - 1`` of the task, from the cache in ``root`` or run (and cached)."""
     path = root / f"{name}.json"
     have = json.loads(path.read_text()) if path.exists() and not refind else {"command": report.command(),
                                                                               "commit": report.commit(), "runs": []}
     done = {r["seed"] for r in have["runs"]}
-    for s in range(seeds):
+    for s in range(first, first + seeds):
         if s not in done:
             have["runs"].append(find_once(name, s, in_hand))
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(f".tmp{os.getpid()}")
             tmp.write_text(json.dumps(have) + "\n")
             tmp.replace(path)
-    return sorted(have["runs"], key=lambda r: r["seed"])[:seeds]
+    return sorted((r for r in have["runs"] if first <= r["seed"] < first + seeds), key=lambda r: r["seed"])
 
 
 def spread(lrs: list[float | None]) -> float:
@@ -339,6 +341,8 @@ def main() -> None:
     ap.add_argument("--tasks", default="")
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--refind", action="store_true")
+    ap.add_argument("--seed-from", type=int, default=0, help="the first finder seed (fresh seeds: 5, cached apart in "
+                    "corpus_lr_finds_seeds5 and reported as corpus_lr_seeds5: the same code on seeds nothing was chosen on)")
     ap.add_argument("--quick", action="store_true", help="two tiny synthetic tasks, two seeds, in a temporary folder")
     ap.add_argument("--in-hand", action="store_true", help="not told the planned run: the model in hand, its data, "
                     "loss and optimizer (scored at the task's planned run); cached apart, reported as corpus_lr_in_hand")
@@ -351,6 +355,8 @@ def main() -> None:
     else:
         names = pick(args.tasks) if args.tasks else list(CORPUS)
         seeds, grid_root, finds_root = args.seeds, grid.GRIDS, FINDS.with_name(FINDS.name + "_in_hand") if args.in_hand else FINDS
+        if args.seed_from:
+            finds_root = finds_root.with_name(f"{finds_root.name}_seeds{args.seed_from}")
     scores, runs = {}, {}
     for name in names:
         if not args.quick and grid.load(name, root=grid_root) is None:
@@ -359,7 +365,7 @@ def main() -> None:
         truth = grid.ensure(name, 1 if args.quick else 2, root=grid_root, quiet=True)
         if not args.quick:  # 10 seeds where the best may lie (L*: their median at the best), 2 elsewhere
             truth = grid.truth(name, grid_root)
-        runs[name] = finds(name, seeds, args.refind, finds_root, args.in_hand)
+        runs[name] = finds(name, seeds, args.refind, finds_root, args.in_hand, args.seed_from)
         scores[name] = score_task(name, runs[name], truth, grid_root)
         print(f"  {name}: regret {100 * scores[name].regret('tunekit'):.1f}%", flush=True)
     if not scores:
@@ -371,8 +377,10 @@ def main() -> None:
                 f"{CORPUS[n].run_steps:,} planned" for n in scores]
         body = ("Not told the planned run (a model in hand: its default length), scored at the task's planned run:\n"
                 + body + "\n\nThe planned run each call assumed (median over seeds):\n" + "\n".join(told))
-    report.write("corpus_lr_in_hand" if args.in_hand else "corpus_lr", "The LR suggestion on the task corpus, by family",
-                 body, quick=args.quick)
+    report_name = ("corpus_lr_in_hand" if args.in_hand else "corpus_lr") + (f"_seeds{args.seed_from}" if args.seed_from else "")
+    title = "The LR suggestion on the task corpus, by family" + (
+        f" (finder seeds {args.seed_from}-{args.seed_from + seeds - 1}: nothing was chosen on them)" if args.seed_from else "")
+    report.write(report_name, title, body, quick=args.quick)
 
 
 if __name__ == "__main__":
