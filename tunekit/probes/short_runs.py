@@ -56,7 +56,8 @@ SHORT_LIFT_FROM = 0.25
 SHORT_LIFT = 2.0
 # Where no short runs check the curve's number, it is carried to a planned run of P passes over its data by
 # dividing it by P**CURVE_PASSES: many passes favour a lower LR than a sweep over a few batches sees (chosen
-# leave-one-family-out on the corpus's curve suggestions: 0.2 on 7 of 9 families; benchmarks/corpus_lr.py).
+# leave-one-family-out on the corpus's curve suggestions: 0.2 on 7 of 9 families; on the 10-seed truth since,
+# small data left out chooses 0.1 and most others 0.3: benchmarks/data/constants_history.md).
 CURVE_PASSES = 0.2
 # Where short runs did check it, their carried number is divided by (P / SHORT_PASSES_FROM) ** SHORT_PASSES for a
 # planned run of P > SHORT_PASSES_FROM passes over its data: 33-update runs see a pass or two, and a run that goes
