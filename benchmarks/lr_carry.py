@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.corpus import CORPUS
+from benchmarks.corpus_lr import FINDS  # each task's passes over its data, as lr_find computed them
 from benchmarks.corpus_refine import QUICK_LENGTHS, QUICK_TASKS, load, record_task
 from benchmarks.harness import grid, lofo, report
 from tunekit.defaults import REFINE_SHARE
@@ -54,7 +55,6 @@ WEIGHTS = (1.0, 0.75, 0.5)
 # refinement already starts when the curve is unsure); --caps tries others.
 CAPS: tuple[float | None, ...] = (0.5,)
 PER_LENGTH = (0.0, -0.25, -0.5)
-FINDS = Path(__file__).resolve().parent / "data" / "corpus_lr_finds"  # corpus_lr's: each task's passes over its data
 
 
 @dataclass(frozen=True)

@@ -15,12 +15,13 @@ run into an interval (low, high) with one constant:
   min/10), widened by c decades each side.
 
 The truth: the best LR of the planned run. Where the 10-seed grid around the best exists
-(benchmarks/data/corpus_search_grid; ``python -m benchmarks.corpus_grid --window 10``), its best by the
-seeds' median; elsewhere the 2-seed grid's best by the seeds' mean. Both grids have 3 LRs a decade, so the
-best is known to its grid cell, a sixth of a decade either side: a (task, finder seed) pair counts as the
-share of that cell inside its interval (``covers``: the chance it holds the best, were the best anywhere in
-its cell; a family's coverage is the mean over its pairs). The strict figure, the best grid LR itself inside,
-is reported beside it. A run with no interval (no suggestion) is a miss.
+(benchmarks/data/corpus_search_grid; ``python -m benchmarks.corpus_grid --window 10``), each of its LRs counts
+by its chance of being the best (``grid.best_odds``: the seeds resampled, the best by their median);
+elsewhere the 2-seed grid's best by the seeds' mean. Both grids have 3 LRs a decade, so a best is known to
+its grid cell, a sixth of a decade either side: a (task, finder seed) pair counts as the odds-weighted share
+of those cells inside its interval (``Pair.holds``; a family's coverage is the mean over its pairs). The
+strict figure (the grid LRs themselves inside) and the old one (the cell of the 10 seeds' median best alone)
+are reported beside it. A run with no interval (no suggestion) is a miss.
 
 Choice: for each family, among every (rule, constant) whose median width over the other 8 families' pairs
 is at most 1 decade (the issue's bound), the narrowest that covers >= 80% of the pairs in each of them;
@@ -111,19 +112,12 @@ def band_checked(c: float) -> Callable[[Pair], Interval]:
     return rule
 
 
-def band_carried(c: float) -> Callable[[Pair], Interval]:
+def band_carried(c: float, passes: bool = False) -> Callable[[Pair], Interval]:
     """``band checked``, its top raised to c decades over the short runs' carried best where the blow-up capped
-    it (the shipped function)."""
+    it; ``passes``: that best divided for the run's passes as the suggestion is (the shipped function)."""
     def rule(p: Pair) -> Interval:
-        reach = p.short_best * 10 ** SHORT_SHIFT if p.capped and p.short_best else None
-        return rules.interval(p.suggestion, c, p.curve, confident=p.confident and p.checked, reach=reach)
-    return rule
-
-
-def band_carried_passes(c: float) -> Callable[[Pair], Interval]:
-    """``band carried``, the short runs' carried best it reaches to divided for the run's passes as the suggestion is."""
-    def rule(p: Pair) -> Interval:
-        reach = p.short_best * 10 ** SHORT_SHIFT / p.passes_divisor if p.capped and p.short_best else None
+        divisor = p.passes_divisor if passes else 1.0
+        reach = p.short_best * 10 ** SHORT_SHIFT / divisor if p.capped and p.short_best else None
         return rules.interval(p.suggestion, c, p.curve, confident=p.confident and p.checked, reach=reach)
     return rule
 
@@ -159,7 +153,7 @@ def candidates() -> dict[str, Callable[[Pair], Interval]]:
         out[f"band doubt {c:g}"] = band_doubt(c)
         out[f"band checked {c:g}"] = band_checked(c)
         out[f"band carried {c:g}"] = band_carried(c)
-        out[f"band passes {c:g}"] = band_carried_passes(c)
+        out[f"band passes {c:g}"] = band_carried(c, passes=True)
     for f in LEVELS:
         out[f"bottom {f:g}"] = bottom(f)
     for c in BANDS[:20]:
